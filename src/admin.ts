@@ -1,0 +1,131 @@
+/**
+ * The admin API (SPEC section 1): programmatic, on the gateway object, and behind the CLI.
+ * None of it is reachable over HTTP with a developer or agent key.
+ */
+import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from './auth/keys.js';
+import type { Core } from './core.js';
+import { formatUsd, parseUsd } from './money.js';
+import type { ApiKeyRecord, KeyKind, LedgerEntry } from './stores/types.js';
+
+export interface CreateKeyInput {
+  account: string;
+  kind?: KeyKind;
+  /** Agent keys: the text model they are pinned to. */
+  model?: string | null;
+  label?: string | null;
+  monthlyCapUsd?: string | number | null;
+}
+
+export interface CreatedKey {
+  /** The plain key. Shown once: only its digest is stored. */
+  key: string;
+  id: string;
+  prefix: string;
+}
+
+export type KeyView = Omit<ApiKeyRecord, 'digest' | 'monthlyCap'> & { monthlyCapUsd: string | null };
+
+export interface Admin {
+  createAccount(input: { id: string; walletUsd?: string | number; grants?: string[] }): Promise<{ created: boolean }>;
+  /** Adds to an account's wallet; returns the new balance as a USD decimal string. */
+  topUp(accountId: string, usd: string | number): Promise<{ balanceUsd: string }>;
+  wallet(accountId: string): Promise<{ balanceUsd: string; heldUsd: string }>;
+  setGrants(accountId: string, modelIds: string[]): Promise<void>;
+  createKey(input: CreateKeyInput): Promise<CreatedKey>;
+  disableKey(id: string): Promise<void>;
+  listKeys(accountId: string): Promise<KeyView[]>;
+  ledger(accountId: string): Promise<LedgerEntry[]>;
+}
+
+export class AdminError extends Error {
+  override name = 'AdminError';
+}
+
+function keyView(k: ApiKeyRecord): KeyView {
+  const { digest: _digest, monthlyCap, ...rest } = k;
+  return { ...rest, monthlyCapUsd: monthlyCap === null ? null : formatUsd(monthlyCap) };
+}
+
+async function insertKey(core: Core, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
+  if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${input.account}".`);
+  const kind = input.kind ?? 'developer';
+  const model = input.model ?? null;
+  if (kind === 'agent') {
+    const m = model ? core.catalog.get(model) : undefined;
+    if (!m || m.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.');
+  } else if (model !== null) {
+    throw new AdminError('Only agent keys are pinned to a model.');
+  }
+  const digest = digestKey(plain);
+  return core.stores.keys.insert({
+    id,
+    digest,
+    prefix: displayPrefix(plain),
+    accountId: input.account,
+    kind,
+    model,
+    label: input.label ?? null,
+    monthlyCap: input.monthlyCapUsd === null || input.monthlyCapUsd === undefined ? null : parseUsd(input.monthlyCapUsd),
+    disabled: false,
+    createdAt: core.now(),
+  });
+}
+
+export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string): void }): Admin {
+  const { stores } = core;
+  const requireAccount = async (id: string) => {
+    const account = await stores.accounts.get(id);
+    if (!account) throw new AdminError(`No account "${id}".`);
+    return account;
+  };
+
+  return {
+    async createAccount({ id, walletUsd = 0, grants = [] }) {
+      const created = await stores.accounts.create({ id, grants, createdAt: core.now() }, parseUsd(walletUsd));
+      return { created };
+    },
+    async topUp(accountId, usd) {
+      await requireAccount(accountId);
+      const balance = await stores.billing.topUp(accountId, parseUsd(usd));
+      return { balanceUsd: formatUsd(balance) };
+    },
+    async wallet(accountId) {
+      await requireAccount(accountId);
+      const w = await stores.billing.wallet(accountId);
+      return { balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
+    },
+    async setGrants(accountId, modelIds) {
+      if (!(await stores.accounts.setGrants(accountId, modelIds))) throw new AdminError(`No account "${accountId}".`);
+      hooks.forgetGrants(accountId);
+    },
+    async createKey(input) {
+      const plain = generateKey();
+      const id = `key_${randomBase62(20)}`;
+      if (!(await insertKey(core, plain, input, id))) throw new AdminError('Key id collision; try again.');
+      return { key: plain, id, prefix: displayPrefix(plain) };
+    },
+    async disableKey(id) {
+      const key = await stores.keys.get(id);
+      if (!key || !(await stores.keys.setDisabled(id, true))) throw new AdminError(`No key "${id}".`);
+      core.auth.forget(key.digest);
+    },
+    async listKeys(accountId) {
+      return (await stores.keys.listByAccount(accountId)).map(keyView);
+    },
+    ledger: (accountId) => stores.billing.ledger(accountId),
+  };
+}
+
+/** Seeds accounts, keys, brands and documents from the options. Idempotent (SPEC section 7). */
+export async function seed(core: Core, admin: Admin): Promise<void> {
+  const cfg = core.cfg;
+  for (const a of cfg.accounts) await admin.createAccount({ id: a.id, walletUsd: a.walletUsd, grants: a.grants });
+  for (const k of cfg.keys) {
+    await insertKey(
+      core,
+      k.key,
+      { account: k.account, kind: k.kind, model: k.model, label: k.label, monthlyCapUsd: k.monthlyCapUsd },
+      keyIdFor(digestKey(k.key)),
+    );
+  }
+}

@@ -1,0 +1,226 @@
+/**
+ * The model catalog: prices parsed once at start, listing rows prebuilt, retirement
+ * checked against the clock on every call (no restart needed when a date passes).
+ */
+import { GatewayError } from '../errors.js';
+import { formatPrice, parsePrice } from '../money.js';
+import type { GatewayConfig, ModelConfig } from '../options.js';
+import type { ApiKeyRecord } from '../stores/types.js';
+
+export type Modality = 'text' | 'image' | 'audio' | 'video';
+export type Posture = 'GA' | 'Preview' | 'Contact sales' | 'Deprecated';
+
+export interface MediaPrice {
+  unit: 'image' | 'token' | 'second';
+  fromPico: bigint;
+  tiers: ReadonlyMap<string, bigint>;
+  defaultTier: string;
+  modes: ReadonlySet<string>;
+}
+
+export interface Model {
+  id: string;
+  type: Modality;
+  name: string;
+  ownedBy: string;
+  upstream: string;
+  /** The name sent upstream. */
+  upstreamModel: string;
+  posture: Posture;
+  /** 00:00 UTC of the `retires_at` date, unix ms; the model is retired from then on. */
+  retiresAtMs: number | null;
+  retiresAt: string | null;
+  contextLength: number;
+  maxOutputTokens: number;
+  /** Text models: prices in pico-USD per token. */
+  text: { promptPico: bigint; completionPico: bigint } | null;
+  media: MediaPrice | null;
+  parameters: Record<string, unknown>;
+  /** Listing row without the live `status` field. */
+  row: Record<string, unknown>;
+  /** Headers added to every call of a Deprecated model. */
+  deprecationHeaders: Record<string, string> | null;
+}
+
+export interface CatalogDeps {
+  now: () => number;
+  serviceName: string;
+  /** True while the model's upstream circuit is open. */
+  isUnavailable: (upstream: string) => boolean;
+}
+
+export interface Catalog {
+  get(id: string): Model | undefined;
+  /**
+   * Resolves a model for a call by `key`, or throws the SPEC's error:
+   * 404 model_not_found (unknown, retired, wrong modality), 403 model_not_allowed (agent key,
+   * another model), 403 permission_denied ("Contact sales" without a grant).
+   */
+  resolve(id: unknown, key: ApiKeyRecord, modality: Modality, grants: () => Promise<readonly string[]>): Promise<Model>;
+  /** The listing rows a key sees (`type` null: text rows). */
+  list(key: ApiKeyRecord, type: Exclude<Modality, 'text'> | null): Record<string, unknown>[];
+  isRetired(model: Model): boolean;
+}
+
+const DEFAULT_MEDIA_PARAMETERS: Record<Exclude<Modality, 'text'>, Record<string, unknown>> = {
+  image: {
+    type: 'object',
+    required: ['prompt'],
+    properties: {
+      prompt: { type: 'string' },
+      n: { type: 'integer', minimum: 1, maximum: 10, default: 1 },
+      size: { type: 'string', pattern: '^\\d+x\\d+$' },
+      resolution: { type: 'string', enum: ['480P', '720P', '1080P', '4K'] },
+      quality: { type: 'string' },
+      response_format: { type: 'string', enum: ['url', 'b64_json'] },
+    },
+  },
+  audio: {
+    type: 'object',
+    required: ['input', 'voice'],
+    properties: {
+      input: { type: 'string', maxLength: 4096 },
+      voice: { type: 'string' },
+      response_format: { type: 'string', enum: ['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm'], default: 'mp3' },
+      speed: { type: 'number', minimum: 0.25, maximum: 4 },
+      instructions: { type: 'string' },
+    },
+  },
+  video: {
+    type: 'object',
+    required: ['prompt'],
+    properties: {
+      prompt: { type: 'string' },
+      seconds: { type: 'integer', minimum: 1, maximum: 60, default: 4 },
+      size: { type: 'string', pattern: '^\\d+x\\d+$' },
+      resolution: { type: 'string', enum: ['480P', '720P', '1080P', '4K'] },
+      mode: { type: 'string' },
+    },
+  },
+};
+
+function httpDate(ms: number): string {
+  return new Date(ms).toUTCString();
+}
+
+function buildModel(m: ModelConfig, serviceName: string): Model {
+  const retiresAtMs = m.retiresAt ? Date.parse(`${m.retiresAt}T00:00:00Z`) : null;
+  let text: Model['text'] = null;
+  let media: MediaPrice | null = null;
+  let pricing: Record<string, unknown>;
+  if ('prompt' in m.pricing) {
+    text = { promptPico: parsePrice(m.pricing.prompt), completionPico: parsePrice(m.pricing.completion) };
+    pricing = { prompt: formatPrice(text.promptPico), completion: formatPrice(text.completionPico) };
+  } else {
+    const tiers = new Map<string, bigint>();
+    for (const [tier, price] of Object.entries(m.pricing.tiers)) tiers.set(tier, parsePrice(price));
+    const fromPico = parsePrice(m.pricing.from);
+    media = {
+      unit: m.pricing.unit,
+      fromPico,
+      tiers,
+      defaultTier: m.defaultTier ?? [...tiers].find(([, p]) => p === fromPico)?.[0] ?? 'default',
+      modes: new Set(m.modes ?? []),
+    };
+    pricing = {
+      unit: media.unit,
+      from: formatPrice(fromPico),
+      tiers: Object.fromEntries([...tiers].map(([t, p]) => [t, formatPrice(p)])),
+    };
+  }
+  const isText = m.type === 'text';
+  const parameters = m.type === 'text' ? {} : (m.parameters ?? DEFAULT_MEDIA_PARAMETERS[m.type]);
+  const row: Record<string, unknown> = {
+    id: m.id,
+    object: 'model',
+    type: m.type,
+    name: m.name ?? m.id,
+    owned_by: isText ? (m.ownedBy ?? m.upstream) : serviceName,
+    created: m.created,
+    context_length: isText ? m.contextLength : undefined,
+    pricing,
+    posture: m.posture,
+    retires_at: m.retiresAt,
+    parameters: isText ? undefined : parameters,
+  };
+  for (const k of Object.keys(row)) if (row[k] === undefined) delete row[k];
+  return {
+    id: m.id,
+    type: m.type,
+    name: m.name ?? m.id,
+    ownedBy: String(row.owned_by),
+    upstream: m.upstream,
+    upstreamModel: m.upstreamModel ?? m.id,
+    posture: m.posture,
+    retiresAtMs,
+    retiresAt: m.retiresAt,
+    contextLength: m.contextLength,
+    maxOutputTokens: m.maxOutputTokens,
+    text,
+    media,
+    parameters,
+    row,
+    deprecationHeaders:
+      m.posture === 'Deprecated'
+        ? {
+            deprecation: 'true',
+            ...(retiresAtMs !== null ? { sunset: httpDate(retiresAtMs) } : {}),
+          }
+        : null,
+  };
+}
+
+export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
+  const models = new Map<string, Model>();
+  for (const m of cfg.models) models.set(m.id, buildModel(m, deps.serviceName));
+  const ordered = [...models.values()];
+
+  const isRetired = (m: Model) => m.retiresAtMs !== null && deps.now() >= m.retiresAtMs;
+  const withStatus = (m: Model) => ({
+    ...m.row,
+    status: deps.isUnavailable(m.upstream) ? 'Unavailable' : 'Active',
+  });
+  const notFound = (id: string) =>
+    new GatewayError('model_not_found', `The model \`${id}\` does not exist or you do not have access to it.`, {
+      param: 'model',
+    });
+
+  return {
+    get: (id) => models.get(id),
+    isRetired,
+    async resolve(id, key, modality, grants) {
+      if (typeof id !== 'string' || id.length === 0) {
+        throw new GatewayError('invalid_request', 'The `model` field is required and must be a string.', { param: 'model' });
+      }
+      const model = models.get(id);
+      if (key.kind === 'agent') {
+        if (modality !== 'text') {
+          throw new GatewayError('permission_denied', 'Agent keys cannot use media endpoints.');
+        }
+        if (id !== key.model) {
+          throw new GatewayError('model_not_allowed', `This agent key may only call the model \`${key.model}\`.`, {
+            param: 'model',
+          });
+        }
+      }
+      if (!model || model.type !== modality || isRetired(model)) throw notFound(id);
+      if (model.posture === 'Contact sales' && !(await grants()).includes(model.id)) {
+        throw new GatewayError(
+          'permission_denied',
+          `The model \`${id}\` is available on request. Contact sales to enable it for your account.`,
+          { param: 'model' },
+        );
+      }
+      return model;
+    },
+    list(key, type) {
+      if (key.kind === 'agent') {
+        if (type !== null) return [];
+        const m = key.model ? models.get(key.model) : undefined;
+        return m && !isRetired(m) ? [withStatus(m)] : [];
+      }
+      const want: Modality = type ?? 'text';
+      return ordered.filter((m) => m.type === want && !isRetired(m)).map(withStatus);
+    },
+  };
+}

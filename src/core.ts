@@ -1,0 +1,43 @@
+/** What the routes share: the parts created by `createGateway`, and the per-request context. */
+import type { Authenticator } from './auth/keys.js';
+import type { Meter } from './billing/meter.js';
+import type { Tokenizer } from './billing/tokens.js';
+import type { Catalog } from './catalog/catalog.js';
+import type { Logger } from './log.js';
+import type { GatewayConfig } from './options.js';
+import type { ApiKeyRecord, Stores } from './stores/types.js';
+import type { Upstream } from './upstream/client.js';
+import type { Breaker } from './upstream/breaker.js';
+
+export interface Core {
+  cfg: GatewayConfig;
+  stores: Stores;
+  catalog: Catalog;
+  auth: Authenticator;
+  meter: Meter;
+  tokenizer: Tokenizer;
+  upstreams: ReadonlyMap<string, Upstream>;
+  breaker: Breaker;
+  now: () => number;
+  log: Logger;
+  /** Grants of an account ("Contact sales" models), cached briefly. */
+  grants(accountId: string): Promise<readonly string[]>;
+  /** Registers background work that `dispose()` waits for. */
+  track(p: Promise<unknown>): void;
+  /** Aborted by dispose(): long-running background work stops. */
+  shutdown: AbortSignal;
+}
+
+export interface RequestContext {
+  request: Request;
+  requestId: string;
+  clientIp: string;
+  /** Route parameters, e.g. { id } of /videos/{id}. */
+  params: Record<string, string>;
+  query: URLSearchParams;
+  key: ApiKeyRecord;
+  /** Headers every answer to this request carries (rate limit state). */
+  headers: Record<string, string>;
+}
+
+export type RouteHandler = (core: Core, ctx: RequestContext) => Promise<Response>;

@@ -1,0 +1,123 @@
+/**
+ * The one error class and the one writer of the error envelope (SPEC section 3):
+ *   {"error": {"message", "type", "code", "param", "metadata"?}}
+ */
+
+export type ErrorCode =
+  | 'invalid_json'
+  | 'invalid_request'
+  | 'invalid_api_key'
+  | 'insufficient_quota'
+  | 'model_not_allowed'
+  | 'permission_denied'
+  | 'model_not_found'
+  | 'knowledge_not_found'
+  | 'brand_not_found'
+  | 'job_not_found'
+  | 'not_found'
+  | 'method_not_allowed'
+  | 'request_too_large'
+  | 'request_timeout'
+  | 'rate_limit_exceeded'
+  | 'idempotency_conflict'
+  | 'idempotency_mismatch'
+  | 'upstream_error'
+  | 'model_unavailable'
+  | 'service_unavailable'
+  | 'upstream_timeout'
+  | 'internal_error'
+  | (string & {});
+
+const TYPES: Record<string, [status: number, type: string]> = {
+  invalid_json: [400, 'invalid_request_error'],
+  invalid_request: [400, 'invalid_request_error'],
+  invalid_api_key: [401, 'authentication_error'],
+  insufficient_quota: [402, 'insufficient_quota'],
+  model_not_allowed: [403, 'permission_error'],
+  permission_denied: [403, 'permission_error'],
+  model_not_found: [404, 'invalid_request_error'],
+  knowledge_not_found: [404, 'invalid_request_error'],
+  brand_not_found: [404, 'invalid_request_error'],
+  job_not_found: [404, 'invalid_request_error'],
+  not_found: [404, 'invalid_request_error'],
+  method_not_allowed: [405, 'invalid_request_error'],
+  idempotency_conflict: [409, 'invalid_request_error'],
+  request_timeout: [408, 'invalid_request_error'],
+  request_too_large: [413, 'invalid_request_error'],
+  idempotency_mismatch: [422, 'invalid_request_error'],
+  rate_limit_exceeded: [429, 'rate_limit_exceeded'],
+  internal_error: [500, 'internal_error'],
+  upstream_error: [502, 'upstream_error'],
+  model_unavailable: [503, 'upstream_error'],
+  service_unavailable: [503, 'service_unavailable'],
+  upstream_timeout: [504, 'upstream_error'],
+};
+
+export interface GatewayErrorInit {
+  param?: string | null;
+  metadata?: Record<string, unknown>;
+  headers?: Record<string, string>;
+  /** Overrides the code's status (an upstream 4xx is relayed with its own status). */
+  status?: number;
+  /** Overrides the code's type (an upstream 4xx keeps its own type). */
+  type?: string;
+  cause?: unknown;
+}
+
+export class GatewayError extends Error {
+  readonly status: number;
+  readonly code: ErrorCode;
+  readonly type: string;
+  readonly param: string | null;
+  readonly metadata: Record<string, unknown> | undefined;
+  readonly headers: Record<string, string>;
+
+  constructor(code: ErrorCode, message: string, init: GatewayErrorInit = {}) {
+    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.name = 'GatewayError';
+    const [status, type] = TYPES[code] ?? [500, 'internal_error'];
+    this.code = code;
+    this.status = init.status ?? status;
+    this.type = init.type ?? type;
+    this.param = init.param ?? null;
+    this.metadata = init.metadata;
+    this.headers = init.headers ?? {};
+  }
+
+  /** The envelope body. */
+  toJSON(): { error: Record<string, unknown> } {
+    const error: Record<string, unknown> = {
+      message: this.message,
+      type: this.type,
+      code: this.code,
+      param: this.param,
+    };
+    if (this.metadata) error.metadata = this.metadata;
+    return { error };
+  }
+}
+
+export function isGatewayError(value: unknown): value is GatewayError {
+  return value instanceof GatewayError;
+}
+
+/** Writes the envelope. The only place an error Response is built. */
+export function errorResponse(err: GatewayError, requestId: string): Response {
+  const headers = new Headers(err.headers);
+  headers.set('content-type', 'application/json');
+  headers.set('x-request-id', requestId);
+  if (err.status === 402) headers.set('x-should-retry', 'false');
+  return new Response(JSON.stringify(err.toJSON()), { status: err.status, headers });
+}
+
+export const errors = {
+  invalid(param: string, message: string): GatewayError {
+    return new GatewayError('invalid_request', message, { param });
+  },
+  storeDown(cause?: unknown): GatewayError {
+    return new GatewayError('service_unavailable', 'A store the request needs is unreachable. Try again shortly.', {
+      headers: { 'retry-after': '1' },
+      cause,
+    });
+  },
+};

@@ -1,0 +1,230 @@
+/**
+ * createGateway(options) -> a @whatwg-node/server adapter: mount it on node:http as is, call
+ * `.fetch(Request)` in tests, `dispose()` to release everything. The route table and the
+ * order of checks (SPEC section 4) live here.
+ */
+import { randomBytes } from 'node:crypto';
+import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
+import { LRUCache } from 'lru-cache';
+import { createAdmin, seed, type Admin } from './admin.js';
+import { createAuthenticator } from './auth/keys.js';
+import { createMeter } from './billing/meter.js';
+import { createTokenizer } from './billing/tokens.js';
+import { createCatalog } from './catalog/catalog.js';
+import type { Core, RequestContext, RouteHandler } from './core.js';
+import { GatewayError, errorResponse, errors } from './errors.js';
+import { json } from './http.js';
+import { createLimiter } from './limits/limiter.js';
+import { consoleLogger, type Logger } from './log.js';
+import { parseOptions, type GatewayConfigInput } from './options.js';
+import { chatCompletions } from './routes/chat.js';
+import { listBrands, listModels, readKey } from './routes/discovery.js';
+import { createMemoryStores } from './stores/memory/index.js';
+import type { Stores } from './stores/types.js';
+import { createBreaker } from './upstream/breaker.js';
+import { createHttpUpstream, type Upstream } from './upstream/client.js';
+import { createSimulator } from './upstream/simulator.js';
+
+export interface GatewayOptions extends GatewayConfigInput {
+  /** Stores to use instead of the ones `storage` describes (e.g. a Redis store you built). */
+  stores?: Stores;
+  /** The clock (unix ms). Tests inject one; defaults to Date.now. */
+  now?: () => number;
+  logger?: Logger;
+  /** Path prefix in front of /v1 when the host app does not strip it (e.g. "/api"). */
+  basePath?: string;
+}
+
+/** What the server context may carry: node:http's req, or an adapter's client address. */
+export interface GatewayServerContext {
+  req?: { socket?: { remoteAddress?: string | undefined } };
+  clientAddress?: string;
+}
+
+export interface GatewayExtras {
+  /** Resolves when seeding (accounts, keys, brands, documents from the options) is done. */
+  ready: Promise<void>;
+  admin: Admin;
+  /** The validated options. */
+  config: ReturnType<typeof parseOptions>;
+  /** Whether any upstream is the built-in simulator. */
+  usesSimulator: boolean;
+}
+
+export type Gateway = ServerAdapter<GatewayServerContext, ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras>;
+
+interface Route {
+  pattern: RegExp;
+  keys: string[];
+  methods: Partial<Record<string, RouteHandler>>;
+}
+
+function route(path: string, methods: Route['methods']): Route {
+  const keys: string[] = [];
+  const pattern = new RegExp(
+    `^${path.replace(/\{(\w+)\}/g, (_, k: string) => {
+      keys.push(k);
+      return '([^/]+)';
+    })}$`,
+  );
+  return { pattern, keys, methods };
+}
+
+export function createGateway(options: GatewayOptions = {}): Gateway {
+  const { stores: givenStores, now: givenNow, logger, basePath = '', ...config } = options;
+  const cfg = parseOptions(config);
+  const now = givenNow ?? Date.now;
+  const log = logger ?? consoleLogger();
+  const shutdown = new AbortController();
+  const pending = new Set<Promise<unknown>>();
+  const track = (p: Promise<unknown>) => {
+    pending.add(p);
+    void p.finally(() => pending.delete(p));
+  };
+
+  let stores: Stores;
+  if (givenStores) stores = givenStores;
+  else if (cfg.storage.driver === 'memory') stores = createMemoryStores({ now });
+  else {
+    throw new GatewayError(
+      'internal_error',
+      'storage.driver "redis" needs the Redis stores: import { createRedisStores } from "model-gateway/redis" and pass them as `stores`, or use the CLI.',
+    );
+  }
+
+  const tokenizer = createTokenizer();
+  const upstreams = new Map<string, Upstream>();
+  for (const [name, u] of Object.entries(cfg.upstreams)) {
+    upstreams.set(name, 'simulate' in u ? createSimulator(name, u, tokenizer) : createHttpUpstream(name, u));
+  }
+  const breaker = createBreaker(now);
+  const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
+
+  const core: Core = {
+    cfg,
+    stores,
+    catalog: createCatalog(cfg, { now, serviceName: cfg.serviceName, isUnavailable: (u) => breaker.isOpen(u) }),
+    auth: createAuthenticator(stores.keys),
+    meter: createMeter({ billing: stores.billing, now, log, track }),
+    tokenizer,
+    upstreams,
+    breaker,
+    now,
+    log,
+    async grants(accountId) {
+      let g = grantsCache.get(accountId);
+      if (!g) {
+        const account = await stores.accounts.get(accountId).catch((err) => {
+          throw errors.storeDown(err);
+        });
+        g = account?.grants ?? [];
+        grantsCache.set(accountId, g);
+      }
+      return g;
+    },
+    track,
+    shutdown: shutdown.signal,
+  };
+
+  const limiter = createLimiter(core);
+  const admin = createAdmin(core, { forgetGrants: (id) => grantsCache.delete(id) });
+  const ready = Promise.all([seed(core, admin), tokenizer.ready]).then(() => undefined);
+  ready.catch((err: unknown) => log.error({ msg: 'seeding failed', err }));
+
+  const v1 = `${basePath.replace(/\/+$/, '')}/v1`;
+  const routes: Route[] = [
+    route('/chat/completions', { POST: chatCompletions }),
+    route('/models', { GET: listModels }),
+    route('/key', { GET: readKey }),
+    route('/brands', { GET: listBrands }),
+  ];
+
+  async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
+    const requestId = `req_${randomBytes(12).toString('hex')}`;
+    let rateHeaders: Record<string, string> = {};
+    try {
+      await ready;
+      const url = request.url;
+      const pathStart = url.indexOf('/', url.indexOf('//') + 2);
+      const queryStart = url.indexOf('?', pathStart);
+      const path = url.slice(pathStart, queryStart === -1 ? undefined : queryStart);
+      if (path === `${basePath}/health` && request.method === 'GET') return json(200, { status: 'ok' }, { 'x-request-id': requestId });
+      if (!path.startsWith(`${v1}/`)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path}.`);
+
+      const peer = serverContext?.clientAddress ?? serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
+      const clientIp = limiter.clientAddress(peer, request.headers.get('x-forwarded-for'));
+      await limiter.checkIp(clientIp);
+
+      const sub = path.slice(v1.length);
+      let matched: Route | undefined;
+      let m: RegExpExecArray | null = null;
+      for (const r of routes) {
+        m = r.pattern.exec(sub);
+        if (m) {
+          matched = r;
+          break;
+        }
+      }
+      if (!matched || !m) throw new GatewayError('not_found', `Unknown route ${request.method} ${path}.`);
+      const handler = matched.methods[request.method];
+      if (!handler) {
+        throw new GatewayError('method_not_allowed', `Method ${request.method} is not allowed on ${path}.`, {
+          headers: { allow: Object.keys(matched.methods).join(', ') },
+        });
+      }
+      const params: Record<string, string> = {};
+      matched.keys.forEach((k, i) => {
+        params[k] = decodeURIComponent(m![i + 1] ?? '');
+      });
+
+      const key = await core.auth.authenticate(request.headers.get('authorization'));
+      rateHeaders = await limiter.checkKey(key);
+      const ctx: RequestContext = {
+        request,
+        requestId,
+        clientIp,
+        params,
+        query: new URLSearchParams(queryStart === -1 ? '' : url.slice(queryStart + 1)),
+        key,
+        headers: rateHeaders,
+      };
+      const res = await handler(core, ctx);
+      res.headers.set('x-request-id', requestId);
+      return res;
+    } catch (err) {
+      return toErrorResponse(err, requestId, rateHeaders);
+    }
+  }
+
+  function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>): Response {
+    let gErr: GatewayError;
+    if (err instanceof GatewayError) gErr = err;
+    else {
+      log.error({ msg: 'unexpected error', requestId, err });
+      gErr = new GatewayError('internal_error', `Internal error. Quote request id ${requestId} when reporting it.`);
+    }
+    const res = errorResponse(gErr, requestId);
+    for (const [k, v] of Object.entries(extra)) if (!res.headers.has(k)) res.headers.set(k, v);
+    return res;
+  }
+
+  const base: ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras = {
+    handle: handle as ServerAdapterBaseObject<GatewayServerContext>['handle'],
+    ready,
+    admin,
+    config: cfg,
+    usesSimulator: [...upstreams.values()].some((u) => u.simulated),
+  };
+  return createServerAdapter<GatewayServerContext, typeof base>(base, {
+    plugins: [
+      {
+        async onDispose() {
+          shutdown.abort();
+          await Promise.allSettled([...pending]);
+          await Promise.allSettled([...upstreams.values()].map((u) => u.close()));
+          if (!givenStores) await stores.close();
+        },
+      },
+    ],
+  });
+}

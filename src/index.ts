@@ -1,0 +1,12 @@
+export { createGateway } from './gateway.js';
+export type { Gateway, GatewayExtras, GatewayOptions, GatewayServerContext } from './gateway.js';
+export type { Admin, CreateKeyInput, CreatedKey, KeyView } from './admin.js';
+export { AdminError } from './admin.js';
+export { GatewayError } from './errors.js';
+export type { ErrorCode } from './errors.js';
+export { ConfigError, optionsSchema, parseOptions } from './options.js';
+export type { GatewayConfig, GatewayConfigInput } from './options.js';
+export { loadConfigFile } from './config-file.js';
+export { createMemoryStores } from './stores/memory/index.js';
+export type * from './stores/types.js';
+export type { Logger } from './log.js';

@@ -1,0 +1,243 @@
+/**
+ * One zod schema for the options object and the config file (SPEC section 7). Every field
+ * has its default here; errors name the path of the bad field.
+ */
+import { z } from 'zod';
+import { parsePrice, parseUsd } from './money.js';
+
+const decimalPrice = z.string().refine(
+  (s) => {
+    try {
+      parsePrice(s);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a USD decimal string with at most 12 decimal places, e.g. "0.000000075"' },
+);
+
+const usdAmount = z.union([z.number(), z.string()]).refine(
+  (v) => {
+    try {
+      parseUsd(v);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a non-negative USD amount with at most 9 decimal places' },
+);
+
+const httpUpstream = z.strictObject({
+  baseUrl: z.url({ protocol: /^https?$/ }),
+  /** @default "" (no Authorization header is sent when empty) */
+  apiKey: z.string().default(''),
+  /** @default 60000 */
+  timeoutMs: z.number().int().positive().default(60_000),
+  /** Upstream connections kept per origin. @default 256 */
+  connections: z.number().int().positive().default(256),
+});
+
+const simulatedUpstream = z.strictObject({
+  simulate: z.literal(true),
+  /** Delay before a simulated image is returned. @default 1500 */
+  imageDelayMs: z.number().int().nonnegative().default(1500),
+  /** How long a simulated video job takes to finish. @default 4000 */
+  videoDurationMs: z.number().int().nonnegative().default(4000),
+  /** Delay between simulated stream chunks. @default 20 */
+  chunkDelayMs: z.number().int().nonnegative().default(20),
+});
+
+export const textPricingSchema = z.strictObject({ prompt: decimalPrice, completion: decimalPrice });
+export const mediaPricingSchema = z.strictObject({
+  unit: z.enum(['image', 'token', 'second']),
+  from: decimalPrice,
+  tiers: z.record(z.string().min(1), decimalPrice).default({}),
+});
+
+const dateString = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date "YYYY-MM-DD"');
+
+export const modelSchema = z
+  .strictObject({
+    id: z.string().min(1).max(200),
+    type: z.enum(['text', 'image', 'audio', 'video']).default('text'),
+    name: z.string().optional(),
+    ownedBy: z.string().optional(),
+    upstream: z.string().min(1),
+    upstreamModel: z.string().min(1).optional(),
+    pricing: z.union([textPricingSchema, mediaPricingSchema]),
+    /** @default "GA" */
+    posture: z.enum(['GA', 'Preview', 'Contact sales', 'Deprecated']).default('GA'),
+    /** @default null */
+    retiresAt: dateString.nullable().default(null),
+    /** @default 128000 */
+    contextLength: z.number().int().positive().default(128_000),
+    /** @default 4096 */
+    maxOutputTokens: z.number().int().positive().default(4096),
+    /** JSON Schema of the fields a media model accepts (listed with `?type=`). */
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    /** Unix seconds shown as `created` in the listing. @default 0 */
+    created: z.number().int().nonnegative().default(0),
+    /** Media models with named modes (video): the modes, each one a priced tier. */
+    modes: z.array(z.string()).optional(),
+    /** Tier billed when the request names none. @default the cheapest tier, else "default" */
+    defaultTier: z.string().optional(),
+  })
+  .superRefine((m, ctx) => {
+    const isText = m.type === 'text';
+    const hasText = 'prompt' in m.pricing;
+    if (isText !== hasText) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['pricing'],
+        message: isText ? 'a text model needs {prompt, completion} pricing' : 'a media model needs {unit, from, tiers} pricing',
+      });
+    }
+  });
+
+const keyFormat = /^sk-mg-[A-Za-z0-9]{40,}$/;
+
+export const optionsSchema = z.strictObject({
+  /** Shown as `owned_by` on media rows. @default "model-gateway" */
+  serviceName: z.string().min(1).default('model-gateway'),
+  /** @default {} */
+  upstreams: z.record(z.string(), z.union([simulatedUpstream, httpUpstream])).default({}),
+  /** @default [] */
+  models: z.array(modelSchema).default([]),
+  /** @default [] */
+  accounts: z
+    .array(
+      z.strictObject({
+        id: z.string().min(1).max(200),
+        walletUsd: usdAmount.default(0),
+        grants: z.array(z.string()).default([]),
+      }),
+    )
+    .default([]),
+  /** Seeded keys, for development and tests. @default [] */
+  keys: z
+    .array(
+      z.strictObject({
+        key: z.string().regex(keyFormat, 'must look like "sk-mg-" followed by at least 40 letters or digits'),
+        account: z.string().min(1),
+        kind: z.enum(['developer', 'agent']).default('developer'),
+        model: z.string().nullable().default(null),
+        label: z.string().nullable().default(null),
+        monthlyCapUsd: usdAmount.nullable().default(null),
+      }),
+    )
+    .default([]),
+  /** @default [] */
+  brands: z
+    .array(
+      z.strictObject({
+        id: z.string().min(1).max(200),
+        account: z.string().min(1),
+        name: z.string().default(''),
+        description: z.string().default(''),
+        voice: z.string().min(1),
+      }),
+    )
+    .default([]),
+  /** @default [] */
+  documents: z
+    .array(
+      z.strictObject({
+        id: z.string().min(1).max(200),
+        account: z.string().min(1),
+        brand: z.string().nullable().default(null),
+        title: z.string().default(''),
+        text: z.string().min(1),
+      }),
+    )
+    .default([]),
+  limits: z
+    .strictObject({
+      /** @default 120 */
+      keyRequestsPerMinute: z.number().int().positive().default(120),
+      /** @default 60 */
+      ipRequestsPerMinute: z.number().int().positive().default(60),
+      /** @default 8 */
+      inFlightImageJobs: z.number().int().positive().default(8),
+      /** @default 8 */
+      inFlightVideoJobs: z.number().int().positive().default(8),
+      /** @default 50000 */
+      inlineImageDeadlineMs: z.number().int().positive().default(50_000),
+      /** @default 30000 */
+      inFlightLeaseTtlMs: z.number().int().positive().default(30_000),
+      /** @default 1048576 (1 MiB) */
+      maxBodyBytes: z.number().int().positive().default(1_048_576),
+      /** A client that has not sent its whole body by then gets 408. @default 30000 */
+      bodyTimeoutMs: z.number().int().positive().default(30_000),
+      /** SSE comment sent while the upstream is silent. @default 15000 */
+      streamKeepAliveMs: z.number().int().positive().default(15_000),
+      /** Tokens of knowledge passages injected per request. @default 1500 */
+      knowledgeTokenBudget: z.number().int().positive().default(1500),
+      /** How long a finished job stays pollable. @default 86400000 (24 h) */
+      jobTtlMs: z.number().int().positive().default(86_400_000),
+    })
+    .prefault({}),
+  /** Proxies (IPs or CIDRs) whose X-Forwarded-For is believed. @default [] */
+  trustProxy: z.array(z.string()).default([]),
+  storage: z
+    .discriminatedUnion('driver', [
+      z.strictObject({ driver: z.literal('memory') }),
+      z.strictObject({
+        driver: z.literal('redis'),
+        url: z.string().default('redis://127.0.0.1:6379'),
+        keyPrefix: z.string().default('mg:'),
+      }),
+    ])
+    .default({ driver: 'memory' }),
+});
+
+export type GatewayConfigInput = z.input<typeof optionsSchema>;
+export type GatewayConfig = z.output<typeof optionsSchema>;
+export type ModelConfig = z.output<typeof modelSchema>;
+export type UpstreamConfig = GatewayConfig['upstreams'][string];
+
+/** Validates options; the error names the path of every bad field. */
+export function parseOptions(input: unknown): GatewayConfig {
+  const result = optionsSchema.safeParse(input);
+  if (result.success) return crossCheck(result.data);
+  const lines = result.error.issues.map((i) => `  ${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
+  throw new ConfigError(`invalid gateway options:\n${lines.join('\n')}`);
+}
+
+export class ConfigError extends Error {
+  override name = 'ConfigError';
+}
+
+/** References between sections (a key's account, a model's upstream) are checked here. */
+function crossCheck(cfg: GatewayConfig): GatewayConfig {
+  const problems: string[] = [];
+  const modelIds = new Set<string>();
+  cfg.models.forEach((m, i) => {
+    if (modelIds.has(m.id)) problems.push(`models.${i}.id: duplicate model id "${m.id}"`);
+    modelIds.add(m.id);
+    if (!cfg.upstreams[m.upstream]) problems.push(`models.${i}.upstream: no upstream named "${m.upstream}"`);
+  });
+  const accountIds = new Set(cfg.accounts.map((a) => a.id));
+  cfg.keys.forEach((k, i) => {
+    if (!accountIds.has(k.account)) problems.push(`keys.${i}.account: no account "${k.account}"`);
+    if (k.kind === 'agent') {
+      const model = cfg.models.find((m) => m.id === k.model);
+      if (!model) problems.push(`keys.${i}.model: an agent key needs the id of a configured text model`);
+      else if (model.type !== 'text') problems.push(`keys.${i}.model: an agent key is pinned to a text model`);
+    } else if (k.model !== null) {
+      problems.push(`keys.${i}.model: only agent keys are pinned to a model`);
+    }
+  });
+  cfg.brands.forEach((b, i) => {
+    if (!accountIds.has(b.account)) problems.push(`brands.${i}.account: no account "${b.account}"`);
+  });
+  cfg.documents.forEach((d, i) => {
+    if (!accountIds.has(d.account)) problems.push(`documents.${i}.account: no account "${d.account}"`);
+  });
+  cfg.trustProxy.forEach((p, i) => {
+    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy.${i}: not an IP address or CIDR: "${p}"`);
+  });
+  if (problems.length) throw new ConfigError(`invalid gateway options:\n${problems.map((p) => `  ${p}`).join('\n')}`);
+  return cfg;
+}

@@ -1,0 +1,191 @@
+/**
+ * The SSE relay: each upstream event is re-framed as `data: ...\n\n` and flushed as it
+ * arrives; a `: keep-alive` comment goes out while the upstream is silent; a failure after
+ * the 200 becomes one error event with finish_reason "error", then [DONE]. Whatever way the
+ * stream ends, billing happens once: upstream usage when it came, else the produced text
+ * counted with the tokenizer, else (nothing produced) the hold is released.
+ */
+import type { Core, RequestContext } from '../core.js';
+import { GatewayError } from '../errors.js';
+import type { UpstreamResponse } from '../upstream/client.js';
+import { upstreamFailure } from '../upstream/client.js';
+import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent } from '../upstream/sse.js';
+import { type ChatBilling, usageFrom, type Usage } from './chat.js';
+
+interface Delta {
+  content?: unknown;
+  reasoning_content?: unknown;
+  reasoning?: unknown;
+  tool_calls?: Array<{ function?: { name?: unknown; arguments?: unknown } }>;
+}
+
+export function relayStream(
+  core: Core,
+  ctx: RequestContext,
+  res: UpstreamResponse,
+  billing: ChatBilling,
+  upstreamAbort: AbortController,
+  clientWantsUsage: boolean,
+  headers: Record<string, string>,
+  cleanup: () => void,
+): Response {
+  const parser = new SseParser();
+  const iterator = res.body[Symbol.asyncIterator]();
+  let produced = '';
+  let usage: Usage | null = null;
+  let sawDone = false;
+  let ended = false;
+  let keepAlive: NodeJS.Timeout | undefined;
+
+  const bill = () => {
+    if (usage) return billing.finish(usage);
+    if (produced.length === 0) return billing.finish(null);
+    billing.finish({ prompt: billing.promptEstimate, completion: core.tokenizer.count(produced) });
+  };
+
+  const end = () => {
+    if (ended) return false;
+    ended = true;
+    clearTimeout(keepAlive);
+    cleanup();
+    bill();
+    return true;
+  };
+
+  const errorEvent = (err: GatewayError) =>
+    encodeEvent(
+      JSON.stringify({
+        ...err.toJSON(),
+        choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+      }),
+    );
+
+  /** Handles one upstream event; returns bytes to send, or null to skip it. Throws on a bad event. */
+  const onEvent = (data: string): Uint8Array | null => {
+    if (data === '[DONE]') {
+      sawDone = true;
+      return null;
+    }
+    let chunk: { choices?: unknown; usage?: unknown; error?: unknown };
+    try {
+      chunk = JSON.parse(data) as typeof chunk;
+    } catch {
+      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+    }
+    if (chunk === null || typeof chunk !== 'object') {
+      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+    }
+    if (chunk.error) {
+      const e = chunk.error as { message?: unknown };
+      throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+    }
+    const u = usageFrom(chunk.usage);
+    if (u) usage = u;
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    for (const c of choices) {
+      const d = (c as { delta?: Delta } | null)?.delta;
+      if (!d) continue;
+      if (typeof d.content === 'string') produced += d.content;
+      if (typeof d.reasoning_content === 'string') produced += d.reasoning_content;
+      else if (typeof d.reasoning === 'string') produced += d.reasoning;
+      if (Array.isArray(d.tool_calls)) {
+        for (const t of d.tool_calls) {
+          if (typeof t?.function?.name === 'string') produced += t.function.name;
+          if (typeof t?.function?.arguments === 'string') produced += t.function.arguments;
+        }
+      }
+    }
+    // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
+    if (u && choices.length === 0 && !clientWantsUsage) return null;
+    return encodeEvent(data);
+  };
+
+  const stream = new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        keepAlive = setTimeout(function tick() {
+          if (ended) return;
+          try {
+            controller.enqueue(KEEP_ALIVE);
+          } catch {
+            return;
+          }
+          keepAlive?.refresh();
+        }, core.cfg.limits.streamKeepAliveMs);
+      },
+      async pull(controller) {
+        if (ended) return;
+        try {
+          for (;;) {
+            const next = await iterator.next();
+            if (ended) return;
+            keepAlive?.refresh();
+            if (next.done) {
+              const rest = parser.end();
+              let out = rest.events.map(onEvent).filter((b): b is Uint8Array => b !== null);
+              for (const b of out) controller.enqueue(b);
+              out = [];
+              if (!sawDone) throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
+              end();
+              controller.enqueue(DONE_EVENT);
+              controller.close();
+              return;
+            }
+            let sent = false;
+            for (const data of parser.push(next.value)) {
+              if (sawDone) break;
+              const bytes = onEvent(data);
+              if (bytes) {
+                controller.enqueue(bytes);
+                sent = true;
+              }
+            }
+            if (sent) return;
+          }
+        } catch (err) {
+          if (ended) return;
+          upstreamAbort.abort();
+          const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
+          if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream);
+          core.log.warn({ msg: 'stream failed', requestId: ctx.requestId, code: gErr.code });
+          end();
+          try {
+            controller.enqueue(errorEvent(gErr));
+            controller.enqueue(DONE_EVENT);
+            controller.close();
+          } catch {
+            // The client is gone too.
+          }
+        }
+      },
+      cancel() {
+        // The client went away: stop the upstream and bill what was produced so far.
+        upstreamAbort.abort();
+        res.discard();
+        end();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  // Belt and braces: some servers report a disconnect only through the request's signal.
+  ctx.request.signal?.addEventListener(
+    'abort',
+    () => {
+      if (!ended) {
+        upstreamAbort.abort();
+        res.discard();
+        end();
+      }
+    },
+    { once: true },
+  );
+  return new Response(stream, {
+    status: 200,
+    headers: {
+      ...headers,
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no',
+    },
+  });
+}

@@ -1,0 +1,209 @@
+/** POST /chat/completions: validate, hold, relay (plain or SSE), settle. */
+import { z } from 'zod';
+import { insufficientQuota } from '../billing/meter.js';
+import { contentText, estimatePromptTokens } from '../billing/tokens.js';
+import type { Model } from '../catalog/catalog.js';
+import { applyContext } from '../context/inject.js';
+import type { Core, RequestContext } from '../core.js';
+import { GatewayError } from '../errors.js';
+import { parseJsonObject, readBody } from '../http.js';
+import { affordableUnits, costOf } from '../money.js';
+import type { LedgerUnits } from '../stores/types.js';
+import type { UpstreamResponse } from '../upstream/client.js';
+import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { relayStream } from './chat-stream.js';
+import { zodError } from './validation.js';
+
+const part = z.looseObject({ type: z.string() });
+const message = z.looseObject({
+  role: z.enum(['system', 'user', 'assistant', 'tool', 'developer']),
+  content: z.union([z.string(), z.array(part), z.null()]).optional(),
+});
+
+const chatSchema = z.looseObject({
+  model: z.string().min(1),
+  messages: z.array(message).min(1),
+  stream: z.boolean().nullable().optional(),
+  temperature: z.number().nullable().optional(),
+  top_p: z.number().nullable().optional(),
+  max_tokens: z.int().positive().nullable().optional(),
+  max_completion_tokens: z.int().positive().nullable().optional(),
+  n: z.int().min(1).max(128).nullable().optional(),
+  stop: z.union([z.string(), z.array(z.string())]).nullable().optional(),
+  response_format: z.looseObject({}).nullable().optional(),
+  tools: z.array(z.unknown()).nullable().optional(),
+  tool_choice: z.union([z.string(), z.looseObject({})]).nullable().optional(),
+  seed: z.int().nullable().optional(),
+  reasoning_effort: z.enum(['low', 'medium', 'high']).optional(),
+  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullable().optional(),
+  brand: z.string().min(1).optional(),
+  knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
+});
+
+export type ChatBody = z.infer<typeof chatSchema>;
+
+/** Holds for chat live this long; a hold a crashed instance left behind stops counting then. */
+const CHAT_HOLD_TTL_MS = 60 * 60 * 1000;
+
+export interface Usage {
+  prompt: number;
+  completion: number;
+}
+
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+
+/** Token counts from an upstream `usage` object, or null when it is missing or malformed. */
+export function usageFrom(value: unknown): Usage | null {
+  if (!value || typeof value !== 'object') return null;
+  const u = value as { prompt_tokens?: unknown; completion_tokens?: unknown };
+  return isCount(u.prompt_tokens) && isCount(u.completion_tokens)
+    ? { prompt: u.prompt_tokens, completion: u.completion_tokens }
+    : null;
+}
+
+export interface ChatBilling {
+  holdId: string;
+  model: Model;
+  promptEstimate: number;
+  /** Settles `usage` (or releases when null: nothing was produced). */
+  finish(usage: Usage | null): void;
+}
+
+export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
+  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const body = parseJsonObject(bytes);
+  const checked = chatSchema.safeParse(body);
+  if (!checked.success) throw zodError(checked.error);
+  const req = body as ChatBody;
+  const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+  const prices = model.text!;
+  const injected = await applyContext(core, ctx, req);
+  const messages = injected ? [...injected, ...req.messages] : req.messages;
+
+  const promptEstimate = estimatePromptTokens(core.tokenizer, messages, req.tools ?? undefined);
+  const perChoice = req.max_tokens ?? req.max_completion_tokens ?? model.maxOutputTokens;
+  const maxOutput = perChoice * (req.n ?? 1);
+  const holdAmount = costOf([
+    [prices.promptPico, promptEstimate],
+    [prices.completionPico, maxOutput],
+  ]);
+  const holdId = ctx.requestId;
+  await core.meter.hold(holdId, ctx.key, holdAmount, CHAT_HOLD_TTL_MS, (refused) => {
+    const affordable = affordableUnits(refused.available, prices.promptPico * BigInt(promptEstimate), prices.completionPico);
+    const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
+    return insufficientQuota(
+      refused,
+      `This request requires more credits, or fewer max_tokens. You requested up to ${maxOutput} tokens, but can only afford ${canAfford}.` +
+        (refused.limitSource === 'key_monthly_cap' ? " (limited by this key's monthly spending cap)" : ''),
+      { affordable_max_tokens: canAfford },
+    );
+  });
+
+  let settledOnce = false;
+  const billing: ChatBilling = {
+    holdId,
+    model,
+    promptEstimate,
+    finish(usage) {
+      if (settledOnce) return;
+      settledOnce = true;
+      if (!usage) {
+        void core.meter.release(ctx.key.accountId, holdId);
+        return;
+      }
+      const units: LedgerUnits = { kind: 'tokens', prompt: usage.prompt, completion: usage.completion };
+      void core.meter.settle({
+        holdId,
+        accountId: ctx.key.accountId,
+        cost: costOf([
+          [prices.promptPico, usage.prompt],
+          [prices.completionPico, usage.completion],
+        ]),
+        entry: { id: ctx.requestId, accountId: ctx.key.accountId, keyId: ctx.key.id, model: model.id, units, at: core.now() },
+      });
+    },
+  };
+
+  const stream = req.stream === true;
+  // The body is forwarded as it came unless the gateway must change something in it.
+  let upstreamBody: string | Uint8Array = bytes;
+  if (stream || injected || model.upstreamModel !== model.id || 'brand' in req || 'knowledge' in req) {
+    const out: Record<string, unknown> = { ...body, model: model.upstreamModel, messages };
+    delete out.brand;
+    delete out.knowledge;
+    if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
+    upstreamBody = JSON.stringify(out);
+  }
+
+  const abort = new AbortController();
+  const onClientGone = () => abort.abort(new Error('client disconnected'));
+  ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
+  let res: UpstreamResponse;
+  try {
+    res = await callUpstream(core, model.upstream, {
+      method: 'POST',
+      path: '/chat/completions',
+      headers: upstreamHeaders(ctx.requestId),
+      body: upstreamBody,
+      signal: abort.signal,
+    });
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+  } catch (err) {
+    ctx.request.signal?.removeEventListener('abort', onClientGone);
+    billing.finish(null);
+    throw err;
+  }
+
+  const headers: Record<string, string> = { ...ctx.headers, ...(model.deprecationHeaders ?? {}) };
+  if (stream) {
+    const wantsUsage = req.stream_options?.include_usage === true;
+    return relayStream(core, ctx, res, billing, abort, wantsUsage, headers, () =>
+      ctx.request.signal?.removeEventListener('abort', onClientGone),
+    );
+  }
+  try {
+    return await plainAnswer(core, res, billing, model, headers);
+  } finally {
+    ctx.request.signal?.removeEventListener('abort', onClientGone);
+  }
+}
+
+async function plainAnswer(
+  core: Core,
+  res: UpstreamResponse,
+  billing: ChatBilling,
+  model: Model,
+  headers: Record<string, string>,
+): Promise<Response> {
+  let text: string;
+  let parsed: Record<string, unknown>;
+  try {
+    text = await res.text();
+    parsed = JSON.parse(text) as Record<string, unknown>;
+    if (!parsed || typeof parsed !== 'object' || !Array.isArray(parsed.choices)) throw new Error('no choices');
+  } catch (err) {
+    billing.finish(null);
+    if (err instanceof GatewayError) throw err;
+    core.breaker.failure(model.upstream);
+    throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
+  }
+  billing.finish(usageFrom(parsed.usage) ?? { prompt: billing.promptEstimate, completion: countChoices(core, parsed.choices) });
+  if (model.upstreamModel !== model.id && parsed.model !== model.id) {
+    parsed.model = model.id;
+    text = JSON.stringify(parsed);
+  }
+  return new Response(text, { status: 200, headers: { ...headers, 'content-type': 'application/json' } });
+}
+
+/** Completion tokens of non-streamed choices, counted when the upstream sent no usage. */
+function countChoices(core: Core, choices: unknown[]): number {
+  let n = 0;
+  for (const c of choices) {
+    const m = (c as { message?: Record<string, unknown> } | null)?.message;
+    if (!m) continue;
+    n += core.tokenizer.count(contentText(m.content));
+    if (typeof m.reasoning_content === 'string') n += core.tokenizer.count(m.reasoning_content);
+    if (m.tool_calls !== undefined) n += core.tokenizer.count(JSON.stringify(m.tool_calls));
+  }
+  return n;
+}

@@ -1,0 +1,74 @@
+/** GET /models, /key, /brands, /knowledge. Not billed. */
+import { monthOf, nextMonthStart } from '../billing/meter.js';
+import type { Core, RequestContext } from '../core.js';
+import { GatewayError, errors } from '../errors.js';
+import { json } from '../http.js';
+import { usdNumber } from '../money.js';
+
+const MEDIA_TYPES = new Set(['image', 'audio', 'video']);
+
+export async function listModels(core: Core, ctx: RequestContext): Promise<Response> {
+  const type = ctx.query.get('type');
+  if (type !== null && !MEDIA_TYPES.has(type)) {
+    throw new GatewayError('invalid_request', "Invalid value for 'type': expected one of image, audio, video.", {
+      param: 'type',
+    });
+  }
+  const data = core.catalog.list(ctx.key, type as 'image' | 'audio' | 'video' | null);
+  return json(200, { object: 'list', data }, ctx.headers);
+}
+
+const seconds = (ms: number) => Math.floor(ms / 1000);
+
+export async function readKey(core: Core, ctx: RequestContext): Promise<Response> {
+  const key = ctx.key;
+  const now = core.now();
+  let usage;
+  let wallet;
+  try {
+    [usage, wallet] = await Promise.all([
+      core.stores.billing.keyUsage(key.accountId, key.id, monthOf(now)),
+      core.stores.billing.wallet(key.accountId),
+    ]);
+  } catch (err) {
+    throw errors.storeDown(err);
+  }
+  const cap = key.monthlyCap;
+  const remaining = cap === null ? null : cap - usage.monthly - usage.held;
+  return json(
+    200,
+    {
+      data: {
+        id: key.id,
+        label: key.label,
+        kind: key.kind,
+        model: key.kind === 'agent' ? key.model : null,
+        usage: usdNumber(usage.total),
+        usage_monthly: usdNumber(usage.monthly),
+        limit: cap === null ? null : usdNumber(cap),
+        limit_remaining: remaining === null ? null : usdNumber(remaining > 0n ? remaining : 0n),
+        limit_reset: cap === null ? null : 'monthly',
+        resets_at: nextMonthStart(now).toISOString(),
+        wallet: { balance: usdNumber(wallet.balance), held: usdNumber(wallet.held) },
+        rate_limit: { requests: core.cfg.limits.keyRequestsPerMinute, interval: '60s' },
+        created_at: seconds(key.createdAt),
+      },
+    },
+    ctx.headers,
+  );
+}
+
+export async function listBrands(core: Core, ctx: RequestContext): Promise<Response> {
+  const brands = await core.stores.content.listBrands(ctx.key.accountId).catch((err) => {
+    throw errors.storeDown(err);
+  });
+  const data = brands.map((b) => ({
+    id: b.id,
+    object: 'brand',
+    name: b.name,
+    description: b.description,
+    voice: b.voice,
+    created: seconds(b.createdAt),
+  }));
+  return json(200, { object: 'list', data }, ctx.headers);
+}

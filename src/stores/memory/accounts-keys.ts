@@ -1,0 +1,71 @@
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyStore } from '../types.js';
+import type { Balances } from './billing.js';
+
+/** Accounts; `create` credits the shared wallet balances in the same synchronous step. */
+export function createMemoryAccounts(balances: Balances): AccountStore {
+  const accounts = new Map<string, AccountRecord>();
+
+  return {
+    async create(account: AccountRecord, initialBalance: bigint): Promise<boolean> {
+      if (accounts.has(account.id)) return false;
+      accounts.set(account.id, structuredClone(account));
+      balances.set(account.id, (balances.get(account.id) ?? 0n) + initialBalance);
+      return true;
+    },
+
+    async get(id: string): Promise<AccountRecord | null> {
+      const account = accounts.get(id);
+      return account ? structuredClone(account) : null;
+    },
+
+    async setGrants(id: string, grants: string[]): Promise<boolean> {
+      const account = accounts.get(id);
+      if (!account) return false;
+      account.grants = [...grants];
+      return true;
+    },
+
+    async list(): Promise<AccountRecord[]> {
+      return structuredClone([...accounts.values()]);
+    },
+  };
+}
+
+/** API keys, indexed by id and by digest (the lookup on every request). */
+export function createMemoryKeys(): KeyStore {
+  const byId = new Map<string, ApiKeyRecord>();
+  const idByDigest = new Map<string, string>();
+
+  function find(id: string | undefined): ApiKeyRecord | null {
+    const key = id === undefined ? undefined : byId.get(id);
+    return key ? structuredClone(key) : null;
+  }
+
+  return {
+    async insert(key: ApiKeyRecord): Promise<boolean> {
+      if (byId.has(key.id) || idByDigest.has(key.digest)) return false;
+      byId.set(key.id, structuredClone(key));
+      idByDigest.set(key.digest, key.id);
+      return true;
+    },
+
+    async findByDigest(digest: string): Promise<ApiKeyRecord | null> {
+      return find(idByDigest.get(digest));
+    },
+
+    async get(id: string): Promise<ApiKeyRecord | null> {
+      return find(id);
+    },
+
+    async setDisabled(id: string, disabled: boolean): Promise<boolean> {
+      const key = byId.get(id);
+      if (!key) return false;
+      key.disabled = disabled;
+      return true;
+    },
+
+    async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
+      return structuredClone([...byId.values()].filter((k) => k.accountId === accountId));
+    },
+  };
+}

@@ -1,0 +1,30 @@
+import type { Stores } from '../types.js';
+import { createMemoryAccounts, createMemoryKeys } from './accounts-keys.js';
+import { type Balances, createMemoryBilling } from './billing.js';
+import { createMemoryContent } from './content.js';
+import { createMemoryJobs } from './jobs.js';
+import { createMemoryLimits } from './limits.js';
+
+export interface MemoryStoresOptions {
+  /** The only clock the stores read (unix ms). Tests pass a fake one. Default: Date.now. */
+  now?: () => number;
+}
+
+/**
+ * All stores in this process's memory: for one instance, development and tests. Every piece
+ * of state lives in the returned object; records go in and come out as copies.
+ */
+export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
+  const now = options.now ?? Date.now;
+  // Wallets are shared: creating an account credits the same balances billing debits.
+  const balances: Balances = new Map();
+  return {
+    accounts: createMemoryAccounts(balances),
+    keys: createMemoryKeys(),
+    billing: createMemoryBilling(balances, now),
+    limits: createMemoryLimits(now),
+    jobs: createMemoryJobs(now),
+    content: createMemoryContent(),
+    async close() {},
+  };
+}

@@ -1,0 +1,101 @@
+import type { LimitStore, WindowResult } from '../types.js';
+import { createSweeper } from './sweep.js';
+
+interface Bucket {
+  /** Times of the counted hits, oldest first. */
+  hits: number[];
+  /** The window this bucket was last used with, so the sweep knows when it is idle. */
+  windowMs: number;
+}
+
+const SWEEP_INTERVAL_MS = 60_000;
+
+/**
+ * Rate windows and lease pools in one process. Each method reads and writes synchronously,
+ * so it is atomic. Memory stays bounded: hits that left their window are dropped on every
+ * hit, and idle buckets and empty pools are deleted by a lazy sweep.
+ */
+export function createMemoryLimits(now: () => number): LimitStore {
+  const buckets = new Map<string, Bucket>();
+  /** pool -> lease id -> expiry (unix ms). */
+  const pools = new Map<string, Map<string, number>>();
+
+  /** Drops the hits at or before `t - windowMs`; they no longer count. */
+  function trim(bucket: Bucket, t: number): void {
+    const edge = t - bucket.windowMs;
+    let stale = 0;
+    while (stale < bucket.hits.length && (bucket.hits[stale] as number) <= edge) stale++;
+    if (stale > 0) bucket.hits.splice(0, stale);
+  }
+
+  /** The pool's unexpired leases, dropping the expired ones (and the pool once empty). */
+  function livePool(pool: string, t: number): Map<string, number> | undefined {
+    const leases = pools.get(pool);
+    if (!leases) return undefined;
+    for (const [id, expiresAt] of leases) if (expiresAt <= t) leases.delete(id);
+    if (leases.size === 0) {
+      pools.delete(pool);
+      return undefined;
+    }
+    return leases;
+  }
+
+  const sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
+    for (const [name, bucket] of buckets) {
+      trim(bucket, t);
+      if (bucket.hits.length === 0) buckets.delete(name);
+    }
+    for (const pool of [...pools.keys()]) livePool(pool, t);
+  });
+
+  return {
+    async hit(name: string, limit: number, windowMs: number): Promise<WindowResult> {
+      sweep();
+      const t = now();
+      const bucket = buckets.get(name) ?? { hits: [], windowMs };
+      bucket.windowMs = windowMs;
+      trim(bucket, t);
+      const allowed = bucket.hits.length < limit;
+      if (allowed) bucket.hits.push(t);
+      if (bucket.hits.length > 0) buckets.set(name, bucket);
+      else buckets.delete(name);
+      const oldest = bucket.hits[0];
+      return {
+        allowed,
+        limit,
+        remaining: allowed ? limit - bucket.hits.length : 0,
+        resetMs: oldest === undefined ? 0 : Math.max(0, oldest + windowMs - t),
+      };
+    },
+
+    async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
+      sweep();
+      const t = now();
+      const leases = livePool(pool, t) ?? new Map<string, number>();
+      // Acquiring a lease already held just extends it: a retry never takes a second slot.
+      if (!leases.has(leaseId) && leases.size >= cap) return false;
+      leases.set(leaseId, t + ttlMs);
+      pools.set(pool, leases);
+      return true;
+    },
+
+    async renewLease(pool: string, leaseId: string, ttlMs: number): Promise<boolean> {
+      const t = now();
+      const leases = livePool(pool, t);
+      if (!leases?.has(leaseId)) return false;
+      leases.set(leaseId, t + ttlMs);
+      return true;
+    },
+
+    async releaseLease(pool: string, leaseId: string): Promise<void> {
+      const leases = pools.get(pool);
+      if (!leases) return;
+      leases.delete(leaseId);
+      if (leases.size === 0) pools.delete(pool);
+    },
+
+    async activeLeases(pool: string): Promise<number> {
+      return livePool(pool, now())?.size ?? 0;
+    },
+  };
+}

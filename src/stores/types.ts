@@ -1,0 +1,260 @@
+/**
+ * The storage interfaces. Each one is small and says which operations are atomic.
+ * Money is always a bigint count of nano-USD (1 unit = 0.000000001 USD); times are unix ms.
+ *
+ * Two implementations fit these interfaces: `memory/` (one process) and `redis/` (several
+ * processes sharing one Redis). Expected outcomes (unaffordable, limited) are returned values;
+ * a store throws only when its infrastructure is broken (the gateway answers 503 then).
+ */
+
+export type KeyKind = 'developer' | 'agent';
+
+export interface ApiKeyRecord {
+  /** Public, non-secret id ("key_..."), used by the admin API and in the ledger. */
+  id: string;
+  /** Hex SHA-256 of the plain key. The plain key itself is never stored. */
+  digest: string;
+  /** Short non-secret display prefix, e.g. "sk-mg-Ab12". */
+  prefix: string;
+  accountId: string;
+  kind: KeyKind;
+  /** Agent keys: the one text model they may call. Developer keys: null. */
+  model: string | null;
+  label: string | null;
+  /** Optional monthly spend cap in nano-USD. */
+  monthlyCap: bigint | null;
+  disabled: boolean;
+  createdAt: number;
+}
+
+export interface AccountRecord {
+  id: string;
+  /** Ids of "Contact sales" models this account was granted. */
+  grants: string[];
+  createdAt: number;
+}
+
+export interface KeyStore {
+  /** Atomic insert. Returns false (and changes nothing) if the id or digest already exists. */
+  insert(key: ApiKeyRecord): Promise<boolean>;
+  findByDigest(digest: string): Promise<ApiKeyRecord | null>;
+  get(id: string): Promise<ApiKeyRecord | null>;
+  /** Returns false when no such key exists. */
+  setDisabled(id: string, disabled: boolean): Promise<boolean>;
+  listByAccount(accountId: string): Promise<ApiKeyRecord[]>;
+}
+
+export interface AccountStore {
+  /**
+   * Atomic create-if-absent: creates the account and credits its wallet with
+   * `initialBalance` in one step. When the account exists nothing changes (its balance is
+   * kept) and false is returned, so seeding from a config is idempotent.
+   */
+  create(account: AccountRecord, initialBalance: bigint): Promise<boolean>;
+  get(id: string): Promise<AccountRecord | null>;
+  /** Replaces the account's grants. Returns false when no such account exists. */
+  setGrants(id: string, grants: string[]): Promise<boolean>;
+  list(): Promise<AccountRecord[]>;
+}
+
+export type LedgerUnits =
+  | { kind: 'tokens'; prompt: number; completion: number }
+  | { kind: 'images'; images: number; tier: string }
+  | { kind: 'seconds'; seconds: number; tier: string }
+  | { kind: 'speech_tokens'; tokens: number };
+
+export interface LedgerEntry {
+  /** The request id or job id the charge belongs to. */
+  id: string;
+  accountId: string;
+  keyId: string;
+  model: string;
+  units: LedgerUnits;
+  /** What was debited, in nano-USD. */
+  cost: bigint;
+  /** What the units cost at list price; differs from `cost` only when the hold capped it. */
+  listCost: bigint;
+  at: number;
+}
+
+export interface HoldRequest {
+  holdId: string;
+  accountId: string;
+  keyId: string;
+  amount: bigint;
+  /** The key's monthly cap (nano-USD) or null for none. */
+  monthlyCap: bigint | null;
+  /** "YYYY-MM" in UTC: the month whose spend the cap is checked against. */
+  month: string;
+  /** A hold that is neither settled nor released stops counting after this long. */
+  ttlMs: number;
+}
+
+export type HoldResult =
+  | { ok: true }
+  | {
+      ok: false;
+      limitSource: 'wallet' | 'key_monthly_cap';
+      /** What could still be held against the limit that refused (never negative). */
+      available: bigint;
+    };
+
+export interface SettleRequest {
+  holdId: string;
+  accountId: string;
+  /** The list-price cost of what was produced. The debit is min(cost, held amount). */
+  cost: bigint;
+  entry: Omit<LedgerEntry, 'cost' | 'listCost'>;
+}
+
+export interface SettleResult {
+  /** False when the hold was already settled, released or expired: nothing changed. */
+  settled: boolean;
+  charged: bigint;
+}
+
+export interface WalletView {
+  balance: bigint;
+  held: bigint;
+}
+
+export interface KeyUsage {
+  total: bigint;
+  monthly: bigint;
+  held: bigint;
+}
+
+export interface BillingStore {
+  /**
+   * Atomic hold-if-affordable. Places the hold only if
+   *   balance - held(account) >= amount            (else limitSource 'wallet'), and
+   *   spend(key, month) + held(key) + amount <= cap (else limitSource 'key_monthly_cap').
+   * Expired holds are dropped before the check.
+   */
+  placeHold(req: HoldRequest): Promise<HoldResult>;
+  /**
+   * Atomic and idempotent per holdId: debits min(cost, hold), adds the cost to the key's
+   * monthly and all-time spend, appends one ledger entry, and removes the hold. A second
+   * settle (or a settle after release) changes nothing.
+   */
+  settle(req: SettleRequest): Promise<SettleResult>;
+  /** Atomic, idempotent: drops the hold without charging. Returns whether one was dropped. */
+  release(accountId: string, holdId: string): Promise<boolean>;
+  /** Adds to the wallet; returns the new balance. */
+  topUp(accountId: string, amount: bigint): Promise<bigint>;
+  wallet(accountId: string): Promise<WalletView>;
+  keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
+  /** Ledger entries of an account, oldest first. */
+  ledger(accountId: string): Promise<LedgerEntry[]>;
+  /** Number of open (unexpired) holds of an account. */
+  openHolds(accountId: string): Promise<number>;
+}
+
+export interface WindowResult {
+  allowed: boolean;
+  limit: number;
+  /** Requests still allowed in the current window after this one. */
+  remaining: number;
+  /** Ms until the oldest counted request leaves the window (0 when none is counted). */
+  resetMs: number;
+}
+
+export interface LimitStore {
+  /**
+   * Atomic count-if-under-limit over an exact sliding window: the request is counted (and
+   * allowed) only if fewer than `limit` requests were counted in the last `windowMs`.
+   * Refused requests are not counted.
+   */
+  hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult>;
+  /** Atomic: takes a slot in `pool` if fewer than `cap` unexpired leases are held. */
+  acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean>;
+  /** Extends a live lease; false when it already expired or was released. */
+  renewLease(pool: string, leaseId: string, ttlMs: number): Promise<boolean>;
+  releaseLease(pool: string, leaseId: string): Promise<void>;
+  /** Unexpired leases in `pool`. */
+  activeLeases(pool: string): Promise<number>;
+}
+
+export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed';
+
+export interface JobRecord {
+  id: string;
+  object: 'image' | 'video';
+  accountId: string;
+  keyId: string;
+  model: string;
+  status: JobStatus;
+  progress: number;
+  /** Unix seconds. */
+  createdAt: number;
+  completedAt: number | null;
+  expiresAt: number | null;
+  error: { code: string; message: string } | null;
+  result: unknown;
+  /** Video jobs. */
+  prompt?: string;
+  seconds?: number;
+  size?: string;
+  /** Billing and tracking. */
+  holdId: string;
+  leaseId: string;
+  tier: string;
+  upstreamJobId?: string | null;
+  /** Instance currently responsible for the job, and until when (unix ms). */
+  owner?: string | null;
+  ownerUntil?: number;
+}
+
+export interface JobStore {
+  create(job: JobRecord, ttlMs: number): Promise<void>;
+  get(id: string): Promise<JobRecord | null>;
+  /**
+   * Atomic compare-and-set: applies `patch` only if the job's status is one of
+   * `whenStatus` (any status when omitted). Returns the updated job, or null.
+   */
+  update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null>;
+  /** Jobs not yet completed or failed. */
+  listUnfinished(): Promise<JobRecord[]>;
+}
+
+export interface BrandRecord {
+  id: string;
+  accountId: string;
+  name: string;
+  description: string;
+  voice: string;
+  createdAt: number;
+}
+
+export interface DocumentRecord {
+  id: string;
+  accountId: string;
+  brand: string | null;
+  title: string;
+  text: string;
+  createdAt: number;
+}
+
+export interface ContentStore {
+  putBrand(brand: BrandRecord): Promise<void>;
+  getBrand(accountId: string, id: string): Promise<BrandRecord | null>;
+  listBrands(accountId: string): Promise<BrandRecord[]>;
+  deleteBrand(accountId: string, id: string): Promise<boolean>;
+  putDocument(doc: DocumentRecord): Promise<void>;
+  getDocument(accountId: string, id: string): Promise<DocumentRecord | null>;
+  listDocuments(accountId: string): Promise<DocumentRecord[]>;
+  deleteDocument(accountId: string, id: string): Promise<boolean>;
+  /** Changes whenever the account's documents change, so cached indexes can be rebuilt. */
+  documentsVersion(accountId: string): Promise<number>;
+}
+
+export interface Stores {
+  accounts: AccountStore;
+  keys: KeyStore;
+  billing: BillingStore;
+  limits: LimitStore;
+  jobs: JobStore;
+  content: ContentStore;
+  /** Releases connections the stores opened themselves. */
+  close(): Promise<void>;
+}

@@ -1,0 +1,108 @@
+/**
+ * Upstream transports. Every upstream speaks the OpenAI HTTP API; an HTTP upstream is an
+ * undici Pool (keep-alive, pooled connections) and the simulator is an in-process handler
+ * with the same shape.
+ */
+import { Pool, errors as undiciErrors } from 'undici';
+import { GatewayError } from '../errors.js';
+
+export interface UpstreamCall {
+  method: 'GET' | 'POST';
+  /** Path below the upstream's base URL, e.g. "/chat/completions". */
+  path: string;
+  headers: Record<string, string>;
+  body?: string | Uint8Array | null;
+  signal?: AbortSignal;
+}
+
+export interface UpstreamResponse {
+  status: number;
+  header(name: string): string | undefined;
+  body: AsyncIterable<Uint8Array>;
+  text(): Promise<string>;
+  /** Stops reading and frees the connection. */
+  discard(): void;
+}
+
+export interface Upstream {
+  name: string;
+  simulated: boolean;
+  call(call: UpstreamCall): Promise<UpstreamResponse>;
+  close(): Promise<void>;
+}
+
+export interface HttpUpstreamOptions {
+  baseUrl: string;
+  apiKey: string;
+  timeoutMs: number;
+  connections: number;
+}
+
+/** Maps a transport failure to the SPEC's status: timeout 504, anything else 502. */
+export function upstreamFailure(err: unknown, upstream: string): GatewayError {
+  if (err instanceof GatewayError) return err;
+  if (
+    err instanceof undiciErrors.HeadersTimeoutError ||
+    err instanceof undiciErrors.BodyTimeoutError ||
+    err instanceof undiciErrors.ConnectTimeoutError
+  ) {
+    return new GatewayError('upstream_timeout', `The upstream "${upstream}" did not answer in time.`, { cause: err });
+  }
+  return new GatewayError('upstream_error', `The upstream "${upstream}" could not be reached or failed.`, { cause: err });
+}
+
+export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Upstream {
+  const base = new URL(opts.baseUrl);
+  const prefix = base.pathname.replace(/\/+$/, '');
+  const pool = new Pool(base.origin, {
+    connections: opts.connections,
+    keepAliveTimeout: 30_000,
+    headersTimeout: opts.timeoutMs,
+    bodyTimeout: opts.timeoutMs,
+    connect: { timeout: Math.min(opts.timeoutMs, 10_000) },
+  });
+  const auth = opts.apiKey ? `Bearer ${opts.apiKey}` : null;
+  return {
+    name,
+    simulated: false,
+    async call(c) {
+      const headers = auth ? { ...c.headers, authorization: auth } : c.headers;
+      let res;
+      try {
+        res = await pool.request({
+          origin: base.origin,
+          path: prefix + c.path,
+          method: c.method,
+          headers,
+          body: c.body ?? null,
+          signal: c.signal,
+        });
+      } catch (err) {
+        if (c.signal?.aborted) throw err;
+        throw upstreamFailure(err, name);
+      }
+      const body = res.body;
+      return {
+        status: res.statusCode,
+        header(h) {
+          const v = res.headers[h];
+          return Array.isArray(v) ? v.join(', ') : v;
+        },
+        body,
+        async text() {
+          try {
+            return await body.text();
+          } catch (err) {
+            throw upstreamFailure(err, name);
+          }
+        },
+        discard() {
+          body.destroy();
+        },
+      };
+    },
+    async close() {
+      await pool.close().catch(() => pool.destroy());
+    },
+  };
+}

@@ -1,0 +1,66 @@
+/**
+ * Incremental server-sent-events parser (the WHATWG event-stream rules, data field only):
+ * bytes in, complete `data` payloads out, whatever the slicing of the input. Comments and
+ * other fields are dropped; the gateway re-frames every event as `data: ...\n\n`.
+ */
+export class SseParser {
+  private readonly decoder = new TextDecoder();
+  private buffer = '';
+  private data: string[] = [];
+  private sawCr = false;
+
+  /** Feeds bytes; returns the data of every event they completed. */
+  push(chunk: Uint8Array): string[] {
+    return this.feed(this.decoder.decode(chunk, { stream: true }));
+  }
+
+  /** Ends the input; returns an event left without its blank line, if any (a truncated stream). */
+  end(): { events: string[]; partial: boolean } {
+    const events = this.feed(this.decoder.decode());
+    const partial = this.buffer.length > 0 || this.data.length > 0;
+    this.buffer = '';
+    this.data = [];
+    return { events, partial };
+  }
+
+  private feed(text: string): string[] {
+    const out: string[] = [];
+    let buf = this.buffer + text;
+    let start = 0;
+    if (this.sawCr && buf.startsWith('\n')) start = 1;
+    this.sawCr = false;
+    for (let i = start; i < buf.length; i++) {
+      const c = buf.charCodeAt(i);
+      if (c !== 10 && c !== 13) continue;
+      this.line(buf.slice(start, i), out);
+      if (c === 13) {
+        if (i + 1 === buf.length) this.sawCr = true;
+        else if (buf.charCodeAt(i + 1) === 10) i++;
+      }
+      start = i + 1;
+    }
+    buf = buf.slice(start);
+    this.buffer = buf;
+    return out;
+  }
+
+  private line(line: string, out: string[]): void {
+    if (line.length === 0) {
+      if (this.data.length) out.push(this.data.join('\n'));
+      this.data = [];
+      return;
+    }
+    if (line.charCodeAt(0) === 58 /* ':' comment */) return;
+    const colon = line.indexOf(':');
+    const field = colon === -1 ? line : line.slice(0, colon);
+    if (field !== 'data') return;
+    let value = colon === -1 ? '' : line.slice(colon + 1);
+    if (value.charCodeAt(0) === 32) value = value.slice(1);
+    this.data.push(value);
+  }
+}
+
+const encoder = new TextEncoder();
+export const encodeEvent = (data: string): Uint8Array => encoder.encode(`data: ${data}\n\n`);
+export const DONE_EVENT = encoder.encode('data: [DONE]\n\n');
+export const KEEP_ALIVE = encoder.encode(': keep-alive\n\n');

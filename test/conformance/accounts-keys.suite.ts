@@ -1,0 +1,130 @@
+import { describe, expect, it } from 'vitest';
+import type { ApiKeyRecord } from '../../src/stores/types.js';
+import { type MakeStores, uid, useHarness } from './harness.js';
+
+function key(accountId: string, overrides: Partial<ApiKeyRecord> = {}): ApiKeyRecord {
+  return {
+    id: uid('key'),
+    digest: uid('digest'),
+    prefix: 'sk-mg-Ab12',
+    accountId,
+    kind: 'developer',
+    model: null,
+    label: null,
+    monthlyCap: null,
+    disabled: false,
+    createdAt: 1_700_000_000_000,
+    ...overrides,
+  };
+}
+
+/** AccountStore and KeyStore: create-if-absent accounts, unique keys. */
+export function accountsKeysSuite(name: string, make: MakeStores): void {
+  describe(`${name}: AccountStore`, () => {
+    const h = useHarness(make);
+    const accounts = () => h().stores.accounts;
+
+    it('creates an account once, crediting its wallet only then', async () => {
+      const id = uid('acct');
+      const record = { id, grants: ['contact-sales-model'], createdAt: 1 };
+      expect(await accounts().create(record, 1_000n)).toBe(true);
+      expect(await h().stores.billing.wallet(id)).toEqual({ balance: 1_000n, held: 0n });
+      await h().stores.billing.topUp(id, 5n);
+      expect(await accounts().create({ id, grants: [], createdAt: 2 }, 999n)).toBe(false);
+      expect(await h().stores.billing.wallet(id)).toEqual({ balance: 1_005n, held: 0n });
+      expect(await accounts().get(id)).toEqual(record);
+    });
+
+    it('concurrent creates of one account credit it once', async () => {
+      const id = uid('acct');
+      const results = await Promise.all(
+        Array.from({ length: 10 }, () => accounts().create({ id, grants: [], createdAt: 1 }, 100n)),
+      );
+      expect(results.filter(Boolean)).toHaveLength(1);
+      expect((await h().stores.billing.wallet(id)).balance).toBe(100n);
+    });
+
+    it('gets, lists and sets grants', async () => {
+      const [a, b] = [uid('acct'), uid('acct')];
+      await accounts().create({ id: a, grants: [], createdAt: 1 }, 0n);
+      await accounts().create({ id: b, grants: ['x'], createdAt: 2 }, 0n);
+      expect(await accounts().get(uid('acct'))).toBeNull();
+      expect(await accounts().setGrants(a, ['m1', 'm2'])).toBe(true);
+      expect(await accounts().setGrants(uid('acct'), ['m1'])).toBe(false);
+      expect((await accounts().get(a))?.grants).toEqual(['m1', 'm2']);
+      const listed = (await accounts().list()).filter((r) => r.id === a || r.id === b);
+      expect(listed.sort((x, y) => x.createdAt - y.createdAt)).toEqual([
+        { id: a, grants: ['m1', 'm2'], createdAt: 1 },
+        { id: b, grants: ['x'], createdAt: 2 },
+      ]);
+    });
+
+    it('returns copies', async () => {
+      const id = uid('acct');
+      const grants = ['g'];
+      await accounts().create({ id, grants, createdAt: 1 }, 0n);
+      grants.push('after create');
+      (await accounts().get(id))!.grants.push('mutated');
+      expect((await accounts().get(id))?.grants).toEqual(['g']);
+    });
+  });
+
+  describe(`${name}: KeyStore`, () => {
+    const h = useHarness(make);
+    const keys = () => h().stores.keys;
+
+    it('inserts a key and finds it by id and by digest', async () => {
+      const k = key(uid('acct'), { kind: 'agent', model: 'text-1', label: 'bot', monthlyCap: 5_000_000_000n });
+      expect(await keys().insert(k)).toBe(true);
+      expect(await keys().get(k.id)).toEqual(k);
+      expect(await keys().findByDigest(k.digest)).toEqual(k);
+      expect(await keys().get(uid('key'))).toBeNull();
+      expect(await keys().findByDigest(uid('digest'))).toBeNull();
+    });
+
+    it('refuses a duplicate id or digest and changes nothing', async () => {
+      const acct = uid('acct');
+      const k = key(acct);
+      expect(await keys().insert(k)).toBe(true);
+      const sameId = key(acct, { id: k.id });
+      const sameDigest = key(acct, { digest: k.digest });
+      expect(await keys().insert(sameId)).toBe(false);
+      expect(await keys().insert(sameDigest)).toBe(false);
+      expect(await keys().findByDigest(sameId.digest)).toBeNull();
+      expect(await keys().get(sameDigest.id)).toBeNull();
+      expect(await keys().findByDigest(k.digest)).toEqual(k);
+      expect(await keys().listByAccount(acct)).toEqual([k]);
+    });
+
+    it('concurrent inserts of one digest store one key', async () => {
+      const acct = uid('acct');
+      const digest = uid('digest');
+      const results = await Promise.all(Array.from({ length: 10 }, () => keys().insert(key(acct, { digest }))));
+      expect(results.filter(Boolean)).toHaveLength(1);
+      expect(await keys().listByAccount(acct)).toHaveLength(1);
+    });
+
+    it('disables and re-enables a key', async () => {
+      const k = key(uid('acct'));
+      await keys().insert(k);
+      expect(await keys().setDisabled(k.id, true)).toBe(true);
+      expect((await keys().findByDigest(k.digest))?.disabled).toBe(true);
+      expect(await keys().setDisabled(k.id, false)).toBe(true);
+      expect((await keys().get(k.id))?.disabled).toBe(false);
+      expect(await keys().setDisabled(uid('key'), true)).toBe(false);
+    });
+
+    it('lists only the account’s keys and returns copies', async () => {
+      const [a, b] = [uid('acct'), uid('acct')];
+      const mine = [key(a, { createdAt: 1 }), key(a, { createdAt: 2 })];
+      for (const k of [...mine, key(b)]) await keys().insert(k);
+      const listed = await keys().listByAccount(a);
+      expect(listed.sort((x, y) => x.createdAt - y.createdAt)).toEqual(mine);
+      listed[0]!.disabled = true;
+      mine[1]!.label = 'changed after insert';
+      expect((await keys().get(mine[0]!.id))?.disabled).toBe(false);
+      expect((await keys().get(mine[1]!.id))?.label).toBeNull();
+      expect(await keys().listByAccount(uid('acct'))).toEqual([]);
+    });
+  });
+}

@@ -1,0 +1,316 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
+import { type MakeStores, uid, useHarness } from './harness.js';
+
+const MONTH = '2025-01';
+const LONG_TTL = 60_000;
+
+/** BillingStore: hold-if-affordable, idempotent settle and release, expiry, the ledger. */
+export function billingSuite(name: string, make: MakeStores): void {
+  describe(`${name}: BillingStore`, () => {
+    const h = useHarness(make);
+    const billing = () => h().stores.billing;
+
+    /** A fresh account whose wallet holds `balance`, and a fresh key id. */
+    async function account(stores: Stores, balance: bigint) {
+      const accountId = uid('acct');
+      expect(await stores.accounts.create({ id: accountId, grants: [], createdAt: 0 }, balance)).toBe(true);
+      return { accountId, keyId: uid('key') };
+    }
+
+    function hold(
+      a: { accountId: string; keyId: string },
+      amount: bigint,
+      extra: Partial<HoldRequest> = {},
+    ): HoldRequest {
+      return { holdId: uid('hold'), ...a, amount, monthlyCap: null, month: MONTH, ttlMs: LONG_TTL, ...extra };
+    }
+
+    function settleReq(a: { accountId: string; keyId: string }, holdId: string, cost: bigint): SettleRequest {
+      return {
+        holdId,
+        accountId: a.accountId,
+        cost,
+        entry: {
+          id: holdId,
+          accountId: a.accountId,
+          keyId: a.keyId,
+          model: 'm-1',
+          units: { kind: 'tokens', prompt: 10, completion: 20 },
+          at: 1_700_000_000_000,
+        },
+      };
+    }
+
+    it('holds exactly what the wallet can afford and refuses one nano more', async () => {
+      const a = await account(h().stores, 1_000n);
+      expect(await billing().placeHold(hold(a, 400n))).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(a, 601n))).toEqual({ ok: false, limitSource: 'wallet', available: 600n });
+      expect(await billing().placeHold(hold(a, 600n))).toEqual({ ok: true });
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 1_000n });
+      expect(await billing().placeHold(hold(a, 1n))).toEqual({ ok: false, limitSource: 'wallet', available: 0n });
+      expect(await billing().openHolds(a.accountId)).toBe(2);
+    });
+
+    it('a zero hold fits an empty wallet; an unknown wallet is empty', async () => {
+      const a = await account(h().stores, 0n);
+      expect(await billing().placeHold(hold(a, 0n))).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(a, 1n))).toEqual({ ok: false, limitSource: 'wallet', available: 0n });
+      expect(await billing().wallet(uid('nobody'))).toEqual({ balance: 0n, held: 0n });
+    });
+
+    it('checks the monthly cap against spend plus the key’s open holds', async () => {
+      const a = await account(h().stores, 1_000_000n);
+      const cap = { monthlyCap: 500n };
+      const spent = hold(a, 300n, cap);
+      expect(await billing().placeHold(spent)).toEqual({ ok: true });
+      expect((await billing().settle(settleReq(a, spent.holdId, 300n))).charged).toBe(300n);
+
+      expect(await billing().placeHold(hold(a, 201n, cap))).toEqual({
+        ok: false,
+        limitSource: 'key_monthly_cap',
+        available: 200n,
+      });
+      const open = hold(a, 150n, cap);
+      expect(await billing().placeHold(open)).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(a, 51n, cap))).toEqual({
+        ok: false,
+        limitSource: 'key_monthly_cap',
+        available: 50n,
+      });
+      expect(await billing().placeHold(hold(a, 50n, cap))).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(a, 1n, cap))).toEqual({
+        ok: false,
+        limitSource: 'key_monthly_cap',
+        available: 0n,
+      });
+      expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 300n, monthly: 300n, held: 200n });
+    });
+
+    it('a lowered cap below what is used reports zero available, never negative', async () => {
+      const a = await account(h().stores, 1_000n);
+      expect(await billing().placeHold(hold(a, 300n, { monthlyCap: 500n }))).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(a, 1n, { monthlyCap: 100n }))).toEqual({
+        ok: false,
+        limitSource: 'key_monthly_cap',
+        available: 0n,
+      });
+    });
+
+    it('the cap counts only the key’s own holds; other keys share just the wallet', async () => {
+      const a = await account(h().stores, 1_000n);
+      const b = { accountId: a.accountId, keyId: uid('key') };
+      expect(await billing().placeHold(hold(a, 400n, { monthlyCap: 500n }))).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(b, 500n, { monthlyCap: 500n }))).toEqual({ ok: true });
+      expect(await billing().placeHold(hold(b, 101n))).toEqual({ ok: false, limitSource: 'wallet', available: 100n });
+    });
+
+    it('reports the wallet first when both limits refuse, else the cap', async () => {
+      const a = await account(h().stores, 100n);
+      const cap = { monthlyCap: 50n };
+      expect(await billing().placeHold(hold(a, 120n, cap))).toEqual({ ok: false, limitSource: 'wallet', available: 100n });
+      expect(await billing().placeHold(hold(a, 80n, cap))).toEqual({
+        ok: false,
+        limitSource: 'key_monthly_cap',
+        available: 50n,
+      });
+      expect(await billing().openHolds(a.accountId)).toBe(0);
+    });
+
+    it('a new month starts with no cap usage', async () => {
+      const a = await account(h().stores, 10_000n);
+      const cap = { monthlyCap: 500n };
+      const jan = hold(a, 500n, cap);
+      expect(await billing().placeHold(jan)).toEqual({ ok: true });
+      await billing().settle(settleReq(a, jan.holdId, 500n));
+      expect(await billing().placeHold(hold(a, 1n, cap))).toMatchObject({ ok: false, limitSource: 'key_monthly_cap' });
+      const feb = hold(a, 500n, { ...cap, month: '2025-02' });
+      expect(await billing().placeHold(feb)).toEqual({ ok: true });
+      await billing().settle(settleReq(a, feb.holdId, 200n));
+      expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 700n, monthly: 500n, held: 0n });
+      expect(await billing().keyUsage(a.accountId, a.keyId, '2025-02')).toEqual({ total: 700n, monthly: 200n, held: 0n });
+      expect(await billing().keyUsage(a.accountId, a.keyId, '2025-03')).toEqual({ total: 700n, monthly: 0n, held: 0n });
+    });
+
+    it('settle charges the cost, frees the hold, and is idempotent', async () => {
+      const a = await account(h().stores, 1_000n);
+      const req = hold(a, 800n);
+      await billing().placeHold(req);
+      expect(await billing().settle(settleReq(a, req.holdId, 600n))).toEqual({ settled: true, charged: 600n });
+      const after = {
+        wallet: await billing().wallet(a.accountId),
+        usage: await billing().keyUsage(a.accountId, a.keyId, MONTH),
+        ledger: await billing().ledger(a.accountId),
+      };
+      expect(after.wallet).toEqual({ balance: 400n, held: 0n });
+      expect(after.usage).toEqual({ total: 600n, monthly: 600n, held: 0n });
+      expect(await billing().openHolds(a.accountId)).toBe(0);
+
+      expect(await billing().settle(settleReq(a, req.holdId, 600n))).toEqual({ settled: false, charged: 0n });
+      expect(await billing().release(a.accountId, req.holdId)).toBe(false);
+      expect(await billing().wallet(a.accountId)).toEqual(after.wallet);
+      expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual(after.usage);
+      expect(await billing().ledger(a.accountId)).toEqual(after.ledger);
+    });
+
+    it('settle after release changes nothing; release is idempotent', async () => {
+      const a = await account(h().stores, 1_000n);
+      const req = hold(a, 500n);
+      await billing().placeHold(req);
+      expect(await billing().release(a.accountId, req.holdId)).toBe(true);
+      expect(await billing().release(a.accountId, req.holdId)).toBe(false);
+      expect(await billing().settle(settleReq(a, req.holdId, 100n))).toEqual({ settled: false, charged: 0n });
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 0n });
+      expect(await billing().ledger(a.accountId)).toEqual([]);
+      expect(await billing().release(a.accountId, uid('never-held'))).toBe(false);
+    });
+
+    it('a hold belongs to its account: another account can neither settle nor release it', async () => {
+      const a = await account(h().stores, 1_000n);
+      const other = await account(h().stores, 1_000n);
+      const req = hold(a, 500n);
+      await billing().placeHold(req);
+      expect(await billing().settle(settleReq(other, req.holdId, 100n))).toEqual({ settled: false, charged: 0n });
+      expect(await billing().release(other.accountId, req.holdId)).toBe(false);
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 500n });
+      expect(await billing().wallet(other.accountId)).toEqual({ balance: 1_000n, held: 0n });
+    });
+
+    it('settle debits at most the hold; the ledger keeps the list cost', async () => {
+      const a = await account(h().stores, 1_000n);
+      const req = hold(a, 500n);
+      await billing().placeHold(req);
+      expect(await billing().settle(settleReq(a, req.holdId, 800n))).toEqual({ settled: true, charged: 500n });
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 500n, held: 0n });
+      expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 500n, monthly: 500n, held: 0n });
+      const [entry] = await billing().ledger(a.accountId);
+      expect(entry).toMatchObject({ cost: 500n, listCost: 800n });
+    });
+
+    it('placing an open hold id again holds once', async () => {
+      const a = await account(h().stores, 1_000n);
+      const req = hold(a, 600n);
+      expect(await billing().placeHold(req)).toEqual({ ok: true });
+      expect(await billing().placeHold(req)).toEqual({ ok: true });
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 600n });
+      expect(await billing().openHolds(a.accountId)).toBe(1);
+    });
+
+    it('an expired hold stops counting and can no longer be settled', async () => {
+      const a = await account(h().stores, 1_000n);
+      const req = hold(a, 1_000n, { ttlMs: 300, monthlyCap: 1_000n });
+      expect(await billing().placeHold(req)).toEqual({ ok: true });
+      await h().advance(100);
+      expect(await billing().openHolds(a.accountId)).toBe(1);
+      expect(await billing().placeHold(hold(a, 1n))).toMatchObject({ ok: false, limitSource: 'wallet' });
+
+      await h().advance(300);
+      expect(await billing().openHolds(a.accountId)).toBe(0);
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 0n });
+      expect((await billing().keyUsage(a.accountId, a.keyId, MONTH)).held).toBe(0n);
+      expect(await billing().settle(settleReq(a, req.holdId, 10n))).toEqual({ settled: false, charged: 0n });
+      expect(await billing().release(a.accountId, req.holdId)).toBe(false);
+      expect(await billing().placeHold(hold(a, 1_000n, { monthlyCap: 1_000n }))).toEqual({ ok: true });
+    });
+
+    it('keeps a ledger per account, oldest first, with every field', async () => {
+      const a = await account(h().stores, 10_000n);
+      const first = hold(a, 1_000n);
+      const second = hold(a, 1_000n);
+      await billing().placeHold(first);
+      await billing().placeHold(second);
+      const s1 = settleReq(a, first.holdId, 250n);
+      const s2: SettleRequest = {
+        ...settleReq(a, second.holdId, 125n),
+        entry: { ...settleReq(a, second.holdId, 0n).entry, units: { kind: 'images', images: 2, tier: '1080P' }, at: 5 },
+      };
+      await billing().settle(s1);
+      await billing().settle(s2);
+      const ledger = await billing().ledger(a.accountId);
+      expect(ledger).toEqual([
+        { ...s1.entry, cost: 250n, listCost: 250n },
+        { ...s2.entry, cost: 125n, listCost: 125n },
+      ]);
+      expect(await billing().ledger(uid('acct'))).toEqual([]);
+
+      // Returned entries are copies.
+      (ledger[0] as { cost: bigint }).cost = 0n;
+      expect((await billing().ledger(a.accountId))[0]?.cost).toBe(250n);
+    });
+
+    it('topUp adds to the balance and returns it', async () => {
+      const a = await account(h().stores, 100n);
+      expect(await billing().topUp(a.accountId, 50n)).toBe(150n);
+      expect(await billing().placeHold(hold(a, 150n))).toEqual({ ok: true });
+      expect(await billing().topUp(a.accountId, 1n)).toBe(151n);
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 151n, held: 150n });
+    });
+
+    it('200 concurrent holds against a wallet worth exactly 10 place exactly 10', async () => {
+      const a = await account(h().stores, 10n * 7_000n);
+      const results = await Promise.all(Array.from({ length: 200 }, () => billing().placeHold(hold(a, 7_000n))));
+      expect(results.filter((r) => r.ok)).toHaveLength(10);
+      for (const r of results) if (!r.ok) expect(r).toEqual({ ok: false, limitSource: 'wallet', available: 0n });
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 70_000n, held: 70_000n });
+      expect(await billing().openHolds(a.accountId)).toBe(10);
+    });
+
+    it('concurrent settles of one hold charge once', async () => {
+      const a = await account(h().stores, 1_000n);
+      const req = hold(a, 500n);
+      await billing().placeHold(req);
+      const results = await Promise.all(Array.from({ length: 20 }, () => billing().settle(settleReq(a, req.holdId, 300n))));
+      expect(results.filter((r) => r.settled)).toEqual([{ settled: true, charged: 300n }]);
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
+      expect(await billing().ledger(a.accountId)).toHaveLength(1);
+    });
+
+    it('random hold/settle/release/topUp sequences never overdraw and always balance', async () => {
+      const CAP = 400n;
+      const op = fc.oneof(
+        fc.record({ t: fc.constant('hold' as const), key: fc.nat(1), amount: fc.bigInt(0n, 300n) }),
+        fc.record({ t: fc.constant('settle' as const), pick: fc.nat(), cost: fc.bigInt(0n, 400n) }),
+        fc.record({ t: fc.constant('release' as const), pick: fc.nat() }),
+        fc.record({ t: fc.constant('topUp' as const), amount: fc.bigInt(0n, 200n) }),
+      );
+      await fc.assert(
+        fc.asyncProperty(fc.bigInt(0n, 500n), fc.array(op, { maxLength: 30 }), async (initial, ops) => {
+          const stores = h().stores;
+          const a = await account(stores, initial);
+          const keys = [a.keyId, uid('key')] as const;
+          const placed: { holdId: string; amount: bigint }[] = [];
+          let toppedUp = 0n;
+
+          for (const o of ops) {
+            if (o.t === 'hold') {
+              const keyId = keys[o.key] ?? a.keyId;
+              // Key 0 has a monthly cap; key 1 has none.
+              const req = hold({ accountId: a.accountId, keyId }, o.amount, { monthlyCap: o.key === 0 ? CAP : null });
+              if ((await stores.billing.placeHold(req)).ok) placed.push({ holdId: req.holdId, amount: o.amount });
+            } else if (o.t === 'settle' && placed.length > 0) {
+              const p = placed[o.pick % placed.length]!;
+              const r = await stores.billing.settle(settleReq(a, p.holdId, o.cost));
+              expect(r.charged <= p.amount && r.charged <= o.cost).toBe(true);
+            } else if (o.t === 'release' && placed.length > 0) {
+              await stores.billing.release(a.accountId, placed[o.pick % placed.length]!.holdId);
+            } else if (o.t === 'topUp') {
+              await stores.billing.topUp(a.accountId, o.amount);
+              toppedUp += o.amount;
+            }
+            const w = await stores.billing.wallet(a.accountId);
+            expect(w.balance - w.held >= 0n).toBe(true);
+            const capped = await stores.billing.keyUsage(a.accountId, a.keyId, MONTH);
+            expect(capped.monthly + capped.held <= CAP).toBe(true);
+          }
+
+          const ledger = await stores.billing.ledger(a.accountId);
+          const debited = ledger.reduce((sum, e) => sum + e.cost, 0n);
+          expect((await stores.billing.wallet(a.accountId)).balance).toBe(initial + toppedUp - debited);
+          for (const e of ledger) expect(e.cost <= e.listCost).toBe(true);
+        }),
+        { numRuns: 60 },
+      );
+    });
+  });
+}
