@@ -8,6 +8,7 @@ import type { GatewayConfig } from './options.js';
 import type { ApiKeyRecord, Stores } from './stores/types.js';
 import type { Upstream } from './upstream/client.js';
 import type { Breaker } from './upstream/breaker.js';
+import type { JobRunner } from './jobs/runner.js';
 
 export interface Core {
   cfg: GatewayConfig;
@@ -18,6 +19,7 @@ export interface Core {
   tokenizer: Tokenizer;
   upstreams: ReadonlyMap<string, Upstream>;
   breaker: Breaker;
+  jobs: JobRunner;
   now: () => number;
   log: Logger;
   /** Grants of an account ("Contact sales" models), cached briefly. */

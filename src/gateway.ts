@@ -19,6 +19,11 @@ import { consoleLogger, type Logger } from './log.js';
 import { parseOptions, type GatewayConfigInput } from './options.js';
 import { chatCompletions } from './routes/chat.js';
 import { listBrands, listModels, readKey } from './routes/discovery.js';
+import { adoptLostImage, createImage } from './routes/images.js';
+import { getJob } from './routes/media.js';
+import { createSpeech } from './routes/speech.js';
+import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
+import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker } from './upstream/breaker.js';
@@ -124,7 +129,12 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     },
     track,
     shutdown: shutdown.signal,
+    // Set right below: the job runner needs the rest of the core.
+    jobs: undefined as unknown as JobRunner,
   };
+  core.jobs = createJobRunner(core);
+  core.jobs.onOrphan('image', adoptLostImage(core));
+  core.jobs.onOrphan('video', adoptVideo(core));
 
   const limiter = createLimiter(core);
   const admin = createAdmin(core, { forgetGrants: (id) => grantsCache.delete(id) });
@@ -137,6 +147,12 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route('/models', { GET: listModels }),
     route('/key', { GET: readKey }),
     route('/brands', { GET: listBrands }),
+    route('/images/generations', { POST: createImage }),
+    route('/images/{id}', { GET: (c, x) => getJob(c, x, 'image') }),
+    route('/audio/speech', { POST: createSpeech }),
+    route('/videos', { POST: createVideo }),
+    route('/videos/{id}', { GET: (c, x) => getJob(c, x, 'video') }),
+    route('/videos/{id}/content', { GET: videoContent }),
   ];
 
   async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
@@ -220,6 +236,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       {
         async onDispose() {
           shutdown.abort();
+          core.jobs.dispose();
           await Promise.allSettled([...pending]);
           await Promise.allSettled([...upstreams.values()].map((u) => u.close()));
           if (!givenStores) await stores.close();

@@ -174,6 +174,8 @@ export const optionsSchema = z.strictObject({
       streamKeepAliveMs: z.number().int().positive().default(15_000),
       /** Tokens of knowledge passages injected per request. @default 1500 */
       knowledgeTokenBudget: z.number().int().positive().default(1500),
+      /** How often the gateway polls an upstream video job. @default 1000 */
+      jobPollIntervalMs: z.number().int().positive().default(1000),
       /** How long a finished job stays pollable. @default 86400000 (24 h) */
       jobTtlMs: z.number().int().positive().default(86_400_000),
     })

@@ -5,6 +5,7 @@
 import { randomUUID } from 'node:crypto';
 import { contentText, type Tokenizer } from '../billing/tokens.js';
 import type { Upstream, UpstreamCall, UpstreamResponse } from './client.js';
+import { jsonResponse, streamResponse } from './local-response.js';
 import { createMediaSimulator, type MediaSimulatorOptions } from './simulator-media.js';
 
 export interface SimulatorOptions extends MediaSimulatorOptions {
@@ -12,41 +13,6 @@ export interface SimulatorOptions extends MediaSimulatorOptions {
 }
 
 const encoder = new TextEncoder();
-
-export function jsonResponse(status: number, value: unknown, headers: Record<string, string> = {}): UpstreamResponse {
-  return bytesResponse(status, encoder.encode(JSON.stringify(value)), { 'content-type': 'application/json', ...headers });
-}
-
-export function bytesResponse(status: number, bytes: Uint8Array, headers: Record<string, string>): UpstreamResponse {
-  return streamResponse(
-    status,
-    (async function* () {
-      yield bytes;
-    })(),
-    headers,
-  );
-}
-
-export function streamResponse(
-  status: number,
-  body: AsyncIterable<Uint8Array>,
-  headers: Record<string, string>,
-): UpstreamResponse {
-  const lower = Object.fromEntries(Object.entries(headers).map(([k, v]) => [k.toLowerCase(), v]));
-  return {
-    status,
-    header: (name) => lower[name.toLowerCase()],
-    body,
-    async text() {
-      const parts: Uint8Array[] = [];
-      for await (const p of body) parts.push(p);
-      return Buffer.concat(parts).toString('utf8');
-    },
-    discard() {
-      void (body as AsyncGenerator<Uint8Array>).return?.(undefined);
-    },
-  };
-}
 
 const sleep = (ms: number, signal?: AbortSignal) =>
   new Promise<void>((resolve, reject) => {

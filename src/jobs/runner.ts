@@ -1,0 +1,158 @@
+/**
+ * Media job lifecycle on one instance:
+ * - in-flight slots are leases in the limit store, renewed while this instance works on them,
+ *   so a crashed instance frees its slots within one lease TTL (SPEC section 4);
+ * - video jobs are tracked against the upstream by the gateway itself, so they complete,
+ *   settle and free their slot even when nobody polls;
+ * - a sweeper adopts jobs whose owner stopped renewing: an image job is then `failed`
+ *   (`job_lost`, its hold released: nothing is charged for lost work) and a video job is
+ *   tracked to its end by this instance (SPEC section 8).
+ */
+import { randomBytes } from 'node:crypto';
+import { randomBase62 } from '../auth/keys.js';
+import type { Core } from '../core.js';
+import type { JobRecord, JobStatus } from '../stores/types.js';
+
+export const UNFINISHED: JobStatus[] = ['queued', 'in_progress'];
+
+export interface LeaseRef {
+  pool: string;
+  leaseId: string;
+}
+
+export interface JobRunner {
+  instanceId: string;
+  /** Keeps a lease alive until `drop`. */
+  keep(lease: LeaseRef): void;
+  /** Stops renewing and releases the lease. */
+  drop(lease: LeaseRef): Promise<void>;
+  /** Until when (unix ms) a job this instance works on is considered owned. */
+  ownerUntil(): number;
+  /** Tracks `job` (owned by this instance) with `track` until it is terminal. */
+  own(job: JobRecord, track: (job: JobRecord, signal: AbortSignal) => Promise<void>): void;
+  /** Registers how to adopt an orphaned job of a kind. */
+  onOrphan(kind: JobRecord['object'], adopt: (job: JobRecord) => Promise<void>): void;
+  /** Runs one sweep now (tests; the timer runs it periodically). */
+  sweep(): Promise<void>;
+  dispose(): void;
+}
+
+export function leasePool(kind: 'image' | 'video', accountId: string): string {
+  return `${kind}:${accountId}`;
+}
+
+export function createJobRunner(core: Core): JobRunner {
+  const instanceId = `gw_${randomBytes(8).toString('hex')}`;
+  const ttl = core.cfg.limits.inFlightLeaseTtlMs;
+  const kept = new Map<string, LeaseRef>();
+  const owned = new Map<string, AbortController>();
+  const adopters = new Map<JobRecord['object'], (job: JobRecord) => Promise<void>>();
+  const leaseKey = (l: LeaseRef) => `${l.pool}\u0000${l.leaseId}`;
+
+  const renewAll = async () => {
+    for (const l of kept.values()) {
+      try {
+        await core.stores.limits.renewLease(l.pool, l.leaseId, ttl);
+      } catch (err) {
+        core.log.warn({ msg: 'lease renewal failed', err });
+      }
+    }
+    for (const id of owned.keys()) {
+      try {
+        await core.stores.jobs.update(id, { owner: instanceId, ownerUntil: core.now() + ttl }, UNFINISHED);
+      } catch (err) {
+        core.log.warn({ msg: 'job ownership renewal failed', jobId: id, err });
+      }
+    }
+  };
+
+  let sweeping = false;
+  const sweep = async () => {
+    if (sweeping) return;
+    sweeping = true;
+    try {
+      const jobs = await core.stores.jobs.listUnfinished();
+      const now = core.now();
+      for (const job of jobs) {
+        if (owned.has(job.id) || (job.ownerUntil ?? 0) > now) continue;
+        const adopt = adopters.get(job.object);
+        if (adopt) await adopt(job).catch((err) => core.log.warn({ msg: 'job adoption failed', jobId: job.id, err }));
+      }
+    } catch (err) {
+      core.log.warn({ msg: 'job sweep failed', err });
+    } finally {
+      sweeping = false;
+    }
+  };
+
+  const period = Math.max(50, Math.floor(ttl / 3));
+  const renewTimer = setInterval(() => void renewAll(), period);
+  const sweepTimer = setInterval(() => void sweep(), period);
+  renewTimer.unref();
+  sweepTimer.unref();
+
+  return {
+    instanceId,
+    keep(lease) {
+      kept.set(leaseKey(lease), lease);
+    },
+    async drop(lease) {
+      kept.delete(leaseKey(lease));
+      await core.stores.limits.releaseLease(lease.pool, lease.leaseId).catch((err) => {
+        // The lease expires on its own within one TTL.
+        core.log.warn({ msg: 'lease release failed', err });
+      });
+    },
+    ownerUntil: () => core.now() + ttl,
+    own(job, track) {
+      if (owned.has(job.id)) return;
+      const ac = new AbortController();
+      owned.set(job.id, ac);
+      const onShutdown = () => ac.abort();
+      core.shutdown.addEventListener('abort', onShutdown, { once: true });
+      const p = track(job, ac.signal)
+        .catch((err) => core.log.warn({ msg: 'job tracking stopped', jobId: job.id, err }))
+        .finally(() => {
+          owned.delete(job.id);
+          core.shutdown.removeEventListener('abort', onShutdown);
+        });
+      core.track(p);
+    },
+    onOrphan(kind, adopt) {
+      adopters.set(kind, adopt);
+    },
+    sweep,
+    dispose() {
+      clearInterval(renewTimer);
+      clearInterval(sweepTimer);
+      for (const ac of owned.values()) ac.abort();
+    },
+  };
+}
+
+/** The job object clients see (SPEC section 5). */
+export function jobView(job: JobRecord): Record<string, unknown> {
+  const view: Record<string, unknown> = {
+    id: job.id,
+    object: job.object,
+    model: job.model,
+    status: job.status,
+    progress: job.progress,
+    created_at: job.createdAt,
+    completed_at: job.completedAt,
+    expires_at: job.expiresAt,
+    error: job.error,
+    result: job.result ?? null,
+  };
+  if (job.object === 'video') {
+    view.prompt = job.prompt ?? null;
+    view.seconds = job.seconds ?? null;
+    view.size = job.size ?? null;
+  }
+  return view;
+}
+
+/** Unguessable job ids: 32 base62 characters (about 190 bits). */
+export function newJobId(kind: 'image' | 'video'): string {
+  return `${kind === 'image' ? 'img' : 'video'}_${randomBase62(32)}`;
+}

@@ -1,0 +1,187 @@
+/**
+ * POST /images/generations: 200 with the images when the upstream answers within the inline
+ * deadline, else 202 with a job (Location: /v1/images/{id}) while the call goes on and its
+ * result lands in the job. GET /images/{id} polls it. Billed n x tier price, once.
+ */
+import { z } from 'zod';
+import { chooseTier } from '../billing/tiers.js';
+import type { Core, RequestContext } from '../core.js';
+import { GatewayError } from '../errors.js';
+import { json, parseJsonObject, readBody } from '../http.js';
+import { jobView, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
+import { cost } from '../money.js';
+import type { JobRecord } from '../stores/types.js';
+import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
+import { zodError } from './validation.js';
+
+const imageSchema = z.looseObject({
+  model: z.string().min(1),
+  prompt: z.string().min(1).max(32_000),
+  n: z.int().min(1).max(10).nullable().optional(),
+  size: z.string().nullable().optional(),
+  resolution: z.string().nullable().optional(),
+  quality: z.string().nullable().optional(),
+  response_format: z.enum(['url', 'b64_json']).nullable().optional(),
+});
+
+type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok: false; err: GatewayError };
+
+export async function createImage(core: Core, ctx: RequestContext): Promise<Response> {
+  refuseAgentKeys(ctx);
+  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const body = parseJsonObject(bytes);
+  const checked = imageSchema.safeParse(body);
+  if (!checked.success) throw zodError(checked.error);
+  const req = checked.data;
+  const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
+  const { tier, pricePico } = chooseTier(model, req);
+  const n = req.n ?? 1;
+
+  const jobId = newJobId('image');
+  const lease = await takeSlot(core, ctx, 'image', jobId);
+  try {
+    await holdMedia(core, ctx, jobId, cost(pricePico, n), `${n} image(s) at tier ${tier}`);
+  } catch (err) {
+    await core.jobs.drop(lease);
+    throw err;
+  }
+
+  const finish = async (outcome: Outcome): Promise<void> => {
+    if (outcome.ok) {
+      const data = outcome.body.data;
+      const images = Array.isArray(data) ? Math.min(n, data.length) : n;
+      await core.meter.settle({
+        holdId: jobId,
+        accountId: ctx.key.accountId,
+        cost: cost(pricePico, images),
+        entry: {
+          id: jobId,
+          accountId: ctx.key.accountId,
+          keyId: ctx.key.id,
+          model: model.id,
+          units: { kind: 'images', images, tier },
+          at: core.now(),
+        },
+      });
+    } else {
+      await core.meter.release(ctx.key.accountId, jobId);
+    }
+    await core.jobs.drop(lease);
+  };
+
+  const upstreamBody =
+    model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel });
+  const abort = new AbortController();
+  const onClientGone = () => abort.abort(new Error('client disconnected'));
+  ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
+
+  const work: Promise<Outcome> = (async () => {
+    try {
+      const res = await callUpstream(core, model.upstream, {
+        method: 'POST',
+        path: '/images/generations',
+        headers: upstreamHeaders(ctx.requestId),
+        body: upstreamBody,
+        signal: abort.signal,
+      });
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+      const text = await res.text();
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = null;
+      }
+      if (!parsed || typeof parsed !== 'object') {
+        throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed images answer.`);
+      }
+      return { ok: true, body: parsed as Record<string, unknown>, text };
+    } catch (err) {
+      const gErr =
+        err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The image generation failed.', { cause: err });
+      return { ok: false, err: gErr };
+    }
+  })();
+
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<'deadline'>((resolve) => {
+    timer = setTimeout(() => resolve('deadline'), core.cfg.limits.inlineImageDeadlineMs);
+  });
+  const first = await Promise.race([work, deadline]);
+  clearTimeout(timer);
+
+  if (first !== 'deadline') {
+    ctx.request.signal?.removeEventListener('abort', onClientGone);
+    await finish(first);
+    if (!first.ok) throw first.err;
+    return new Response(first.text, { status: 200, headers: { ...ctx.headers, 'content-type': 'application/json' } });
+  }
+
+  // Past the deadline: the call goes on without the client; its result lands in a job.
+  ctx.request.signal?.removeEventListener('abort', onClientGone);
+  const now = core.now();
+  const job: JobRecord = {
+    id: jobId,
+    object: 'image',
+    accountId: ctx.key.accountId,
+    keyId: ctx.key.id,
+    model: model.id,
+    status: 'in_progress',
+    progress: 0,
+    createdAt: unixSeconds(now),
+    completedAt: null,
+    expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
+    error: null,
+    result: null,
+    holdId: jobId,
+    leaseId: lease.leaseId,
+    tier,
+    owner: core.jobs.instanceId,
+    ownerUntil: core.jobs.ownerUntil(),
+  };
+  try {
+    await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
+  } catch (err) {
+    abort.abort();
+    void work.then(finish);
+    throw new GatewayError('service_unavailable', 'The job store is unreachable. Try again shortly.', {
+      headers: { 'retry-after': '1' },
+      cause: err,
+    });
+  }
+  core.jobs.own(job, async () => {
+    const outcome = await work;
+    const patch: Partial<JobRecord> = outcome.ok
+      ? { status: 'completed', progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) }
+      : {
+          status: 'failed',
+          completedAt: unixSeconds(core.now()),
+          error: { code: outcome.err.code, message: outcome.err.message },
+        };
+    const updated = await core.stores.jobs.update(jobId, patch, UNFINISHED);
+    // If another instance already declared the job lost, its hold was released: charge nothing.
+    await finish(updated ? outcome : { ok: false, err: new GatewayError('upstream_error', 'job lost') });
+  });
+  const view = jobView(job);
+  return json(202, view, { ...ctx.headers, location: `/v1/images/${jobId}` });
+}
+
+/** Adopts an image job whose instance stopped renewing it: the work is lost, nothing is charged. */
+export function adoptLostImage(core: Core): (job: JobRecord) => Promise<void> {
+  return async (job) => {
+    const updated = await core.stores.jobs.update(
+      job.id,
+      {
+        status: 'failed',
+        completedAt: unixSeconds(core.now()),
+        error: { code: 'job_lost', message: 'The instance generating this image stopped; nothing was charged.' },
+      },
+      UNFINISHED,
+    );
+    if (!updated) return;
+    await core.meter.release(job.accountId, job.holdId);
+    const lease: LeaseRef = { pool: `image:${job.accountId}`, leaseId: job.leaseId };
+    await core.jobs.drop(lease);
+  };
+}

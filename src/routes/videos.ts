@@ -1,0 +1,319 @@
+/**
+ * POST /videos (JSON or multipart, relayed upstream in the encoding it came in) -> 202 with a
+ * queued job; never synchronous. The gateway tracks the upstream job itself, so it completes,
+ * settles (seconds x tier price) and frees its slot with nobody polling. GET /videos/{id}
+ * returns the job; GET /videos/{id}/content streams the clip with the caller's key, so the
+ * upstream's key never leaves the gateway.
+ */
+import { z } from 'zod';
+import { chooseTier } from '../billing/tiers.js';
+import type { Core, RequestContext } from '../core.js';
+import { GatewayError, errors } from '../errors.js';
+import { json, parseJsonObject, readBody } from '../http.js';
+import { jobView, leasePool, newJobId, UNFINISHED } from '../jobs/runner.js';
+import { cost } from '../money.js';
+import type { JobRecord } from '../stores/types.js';
+import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { holdMedia, readJob, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
+import { zodError } from './validation.js';
+
+const DEFAULT_SECONDS = 4;
+
+const videoSchema = z.looseObject({
+  model: z.string().min(1),
+  prompt: z.string().min(1).max(32_000),
+  seconds: z
+    .union([z.int().min(1).max(120), z.string().regex(/^\d{1,3}$/, 'must be a whole number of seconds')])
+    .optional(),
+  size: z.string().optional(),
+  resolution: z.string().optional(),
+  mode: z.string().optional(),
+});
+
+interface Submission {
+  fields: Record<string, unknown>;
+  body: Uint8Array | string;
+  contentType: string;
+}
+
+/** Reads JSON or multipart; keeps the bytes so they can be relayed in the encoding they came in. */
+async function readSubmission(core: Core, ctx: RequestContext): Promise<Submission> {
+  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const contentType = ctx.request.headers.get('content-type') ?? 'application/json';
+  if (!/^multipart\/form-data/i.test(contentType)) {
+    return { fields: parseJsonObject(bytes), body: bytes, contentType: 'application/json' };
+  }
+  let form: FormData;
+  try {
+    form = await new Response(bytes as BodyInit, { headers: { 'content-type': contentType } }).formData();
+  } catch {
+    throw new GatewayError('invalid_request', 'The multipart body could not be parsed.');
+  }
+  const fields: Record<string, unknown> = {};
+  for (const [k, v] of form.entries()) if (typeof v === 'string') fields[k] = v;
+  return { fields, body: bytes, contentType };
+}
+
+async function withModel(sub: Submission, upstreamModel: string): Promise<Submission> {
+  if (sub.fields.model === upstreamModel) return sub;
+  if (sub.contentType === 'application/json') {
+    return { ...sub, body: JSON.stringify({ ...(parseJsonObject(sub.body as Uint8Array)), model: upstreamModel }) };
+  }
+  const form = await new Response(sub.body as BodyInit, { headers: { 'content-type': sub.contentType } }).formData();
+  form.set('model', upstreamModel);
+  const encoded = new Response(form);
+  return {
+    ...sub,
+    body: new Uint8Array(await encoded.arrayBuffer()),
+    contentType: encoded.headers.get('content-type') ?? sub.contentType,
+  };
+}
+
+export async function createVideo(core: Core, ctx: RequestContext): Promise<Response> {
+  refuseAgentKeys(ctx);
+  const sub = await readSubmission(core, ctx);
+  const checked = videoSchema.safeParse(sub.fields);
+  if (!checked.success) throw zodError(checked.error);
+  const req = checked.data;
+  const model = await core.catalog.resolve(req.model, ctx.key, 'video', () => core.grants(ctx.key.accountId));
+  const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);
+  if (seconds < 1 || seconds > 120) {
+    throw new GatewayError('invalid_request', "Invalid value for 'seconds': expected 1 to 120.", { param: 'seconds' });
+  }
+  const { tier, pricePico } = chooseTier(model, req);
+
+  const jobId = newJobId('video');
+  const lease = await takeSlot(core, ctx, 'video', jobId);
+  let upstreamJob: Record<string, unknown>;
+  try {
+    await holdMedia(core, ctx, jobId, cost(pricePico, seconds), `${seconds} s of video at tier ${tier}`);
+    try {
+      const out = await withModel(sub, model.upstreamModel);
+      const res = await callUpstream(core, model.upstream, {
+        method: 'POST',
+        path: '/videos',
+        headers: upstreamHeaders(ctx.requestId, out.contentType),
+        body: out.body,
+      });
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+      const parsed = JSON.parse(await res.text()) as unknown;
+      if (!parsed || typeof parsed !== 'object' || typeof (parsed as { id?: unknown }).id !== 'string') {
+        throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed video job.`);
+      }
+      upstreamJob = parsed as Record<string, unknown>;
+    } catch (err) {
+      await core.meter.release(ctx.key.accountId, jobId);
+      throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });
+    }
+  } catch (err) {
+    await core.jobs.drop(lease);
+    throw err;
+  }
+
+  const now = core.now();
+  const job: JobRecord = {
+    id: jobId,
+    object: 'video',
+    accountId: ctx.key.accountId,
+    keyId: ctx.key.id,
+    model: model.id,
+    status: 'queued',
+    progress: 0,
+    createdAt: unixSeconds(now),
+    completedAt: null,
+    expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
+    error: null,
+    result: null,
+    prompt: req.prompt,
+    seconds,
+    size: req.size ?? req.resolution,
+    holdId: jobId,
+    leaseId: lease.leaseId,
+    tier,
+    upstreamJobId: upstreamJob.id as string,
+    owner: core.jobs.instanceId,
+    ownerUntil: core.jobs.ownerUntil(),
+  };
+  try {
+    await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
+  } catch (err) {
+    // The upstream job runs on, but without a record nobody could poll or bill it: refund.
+    await core.meter.release(ctx.key.accountId, jobId);
+    await core.jobs.drop(lease);
+    throw errors.storeDown(err);
+  }
+  core.jobs.own(job, (j, signal) => trackVideo(core, j, signal));
+  return json(202, jobView(job), { ...ctx.headers, location: `/v1/videos/${jobId}` });
+}
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+
+function reportedSeconds(value: unknown, requested: number): number {
+  const n = typeof value === 'string' ? Number(value) : value;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= requested ? n : requested;
+}
+
+/** Polls the upstream job until it is terminal; settles or refunds once; frees the slot. */
+export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal): Promise<void> {
+  const model = core.catalog.get(job.model);
+  const lease = { pool: leasePool('video', job.accountId), leaseId: job.leaseId };
+  const fail = async (code: string, message: string) => {
+    const updated = await core.stores.jobs.update(
+      job.id,
+      { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
+      UNFINISHED,
+    );
+    if (updated) await core.meter.release(job.accountId, job.holdId);
+    await core.jobs.drop(lease);
+  };
+  if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
+  const expiresAtMs = (job.expiresAt ?? Infinity) * 1000;
+
+  while (!signal.aborted) {
+    await sleep(core.cfg.limits.jobPollIntervalMs, signal);
+    if (signal.aborted) return;
+    if (core.now() >= expiresAtMs) return fail('job_expired', 'The upstream did not finish the video before the job expired.');
+    let upstream: Record<string, unknown>;
+    try {
+      const res = await callUpstream(core, model.upstream, {
+        method: 'GET',
+        path: `/videos/${encodeURIComponent(job.upstreamJobId)}`,
+        headers: upstreamHeaders(job.id),
+      });
+      if (res.status === 404) return fail('upstream_job_not_found', 'The upstream no longer knows this video job.');
+      if (res.status < 200 || res.status >= 300) {
+        res.discard();
+        continue;
+      }
+      upstream = JSON.parse(await res.text()) as Record<string, unknown>;
+    } catch (err) {
+      core.log.warn({ msg: 'video poll failed', jobId: job.id, err: err instanceof Error ? err.message : String(err) });
+      continue;
+    }
+    const status = upstream.status;
+    if (status === 'completed') {
+      const seconds = reportedSeconds(upstream.seconds, job.seconds ?? DEFAULT_SECONDS);
+      const updated = await core.stores.jobs.update(
+        job.id,
+        {
+          status: 'completed',
+          progress: 100,
+          completedAt: unixSeconds(core.now()),
+          result: {
+            url: `/v1/videos/${job.id}/content`,
+            content_type: 'video/mp4',
+            seconds,
+            size: typeof upstream.size === 'string' ? upstream.size : (job.size ?? null),
+          },
+        },
+        UNFINISHED,
+      );
+      if (updated) {
+        const price = model.media?.tiers.get(job.tier) ?? model.media?.fromPico ?? 0n;
+        await core.meter.settle({
+          holdId: job.holdId,
+          accountId: job.accountId,
+          cost: cost(price, seconds),
+          entry: {
+            id: job.id,
+            accountId: job.accountId,
+            keyId: job.keyId,
+            model: job.model,
+            units: { kind: 'seconds', seconds, tier: job.tier },
+            at: core.now(),
+          },
+        });
+      }
+      await core.jobs.drop(lease);
+      return;
+    }
+    if (status === 'failed') {
+      const e = (upstream.error ?? {}) as { code?: unknown; message?: unknown };
+      return fail(
+        typeof e.code === 'string' ? e.code : 'generation_failed',
+        typeof e.message === 'string' ? e.message : 'The upstream failed to generate the video.',
+      );
+    }
+    const progress = typeof upstream.progress === 'number' ? Math.max(0, Math.min(99, Math.floor(upstream.progress))) : 0;
+    await core.stores.jobs
+      .update(job.id, { status: status === 'queued' ? 'queued' : 'in_progress', progress }, UNFINISHED)
+      .catch(() => undefined);
+  }
+}
+
+/** Adopts a video job whose instance stopped renewing it, and tracks it to its end. */
+export function adoptVideo(core: Core): (job: JobRecord) => Promise<void> {
+  return async (job) => {
+    const updated = await core.stores.jobs.update(
+      job.id,
+      { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() },
+      UNFINISHED,
+    );
+    if (!updated) return;
+    // Its slot lease may have expired with the old owner; keep it alive again while we track.
+    await core.stores.limits
+      .acquireLease(leasePool('video', job.accountId), Number.MAX_SAFE_INTEGER, job.leaseId, core.cfg.limits.inFlightLeaseTtlMs)
+      .catch(() => undefined);
+    core.jobs.keep({ pool: leasePool('video', job.accountId), leaseId: job.leaseId });
+    core.jobs.own(updated, (j, signal) => trackVideo(core, j, signal));
+  };
+}
+
+export async function videoContent(core: Core, ctx: RequestContext): Promise<Response> {
+  refuseAgentKeys(ctx);
+  const job = await readJob(core, ctx, 'video');
+  if (job.status !== 'completed' || !job.upstreamJobId) {
+    throw new GatewayError('invalid_request', `The video job is ${job.status}; its content is available once completed.`, {
+      param: 'id',
+    });
+  }
+  const model = core.catalog.get(job.model);
+  if (!model) throw new GatewayError('job_not_found', 'The model of this job is no longer configured.');
+  const variant = ctx.query.get('variant');
+  const query = variant && /^[a-z_]{1,32}$/.test(variant) ? `?variant=${variant}` : '';
+  const res = await callUpstream(core, model.upstream, {
+    method: 'GET',
+    path: `/videos/${encodeURIComponent(job.upstreamJobId)}/content${query}`,
+    headers: upstreamHeaders(ctx.requestId),
+    signal: ctx.request.signal,
+  });
+  if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+  const iterator = res.body[Symbol.asyncIterator]();
+  const stream = new ReadableStream<Uint8Array>(
+    {
+      async pull(controller) {
+        try {
+          const next = await iterator.next();
+          if (next.done) controller.close();
+          else controller.enqueue(next.value);
+        } catch (err) {
+          controller.error(err);
+        }
+      },
+      cancel() {
+        res.discard();
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  const length = res.header('content-length');
+  return new Response(stream, {
+    status: 200,
+    headers: {
+      ...ctx.headers,
+      'content-type': res.header('content-type') ?? 'video/mp4',
+      ...(length ? { 'content-length': length } : {}),
+    },
+  });
+}
