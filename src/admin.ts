@@ -35,6 +35,12 @@ export interface Admin {
   disableKey(id: string): Promise<void>;
   listKeys(accountId: string): Promise<KeyView[]>;
   ledger(accountId: string): Promise<LedgerEntry[]>;
+  /** Creates or replaces a brand profile of an account. */
+  putBrand(input: { id: string; account: string; name?: string; description?: string; voice: string }): Promise<void>;
+  deleteBrand(accountId: string, id: string): Promise<boolean>;
+  /** Adds (or replaces) a knowledge document: plain text or markdown. */
+  addDocument(input: { id: string; account: string; brand?: string | null; title?: string; text: string }): Promise<void>;
+  deleteDocument(accountId: string, id: string): Promise<boolean>;
 }
 
 export class AdminError extends Error {
@@ -113,6 +119,23 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
       return (await stores.keys.listByAccount(accountId)).map(keyView);
     },
     ledger: (accountId) => stores.billing.ledger(accountId),
+    async putBrand({ id, account, name = '', description = '', voice }) {
+      await requireAccount(account);
+      if (!id || !voice) throw new AdminError('A brand needs an id and a voice.');
+      const existing = await stores.content.getBrand(account, id);
+      await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
+    },
+    deleteBrand: (accountId, id) => stores.content.deleteBrand(accountId, id),
+    async addDocument({ id, account, brand = null, title = '', text }) {
+      await requireAccount(account);
+      if (!id || !text.trim()) throw new AdminError('A document needs an id and some text.');
+      if (brand !== null && !(await stores.content.getBrand(account, brand))) {
+        throw new AdminError(`No brand "${brand}" in account "${account}".`);
+      }
+      const existing = await stores.content.getDocument(account, id);
+      await stores.content.putDocument({ id, accountId: account, brand, title, text, createdAt: existing?.createdAt ?? core.now() });
+    },
+    deleteDocument: (accountId, id) => stores.content.deleteDocument(accountId, id),
   };
 }
 
@@ -127,5 +150,16 @@ export async function seed(core: Core, admin: Admin): Promise<void> {
       { account: k.account, kind: k.kind, model: k.model, label: k.label, monthlyCapUsd: k.monthlyCapUsd },
       keyIdFor(digestKey(k.key)),
     );
+  }
+  // Brands and documents are created only when absent, so a restart never rewrites them.
+  for (const b of cfg.brands) {
+    if (!(await core.stores.content.getBrand(b.account, b.id))) {
+      await admin.putBrand({ id: b.id, account: b.account, name: b.name, description: b.description, voice: b.voice });
+    }
+  }
+  for (const d of cfg.documents) {
+    if (!(await core.stores.content.getDocument(d.account, d.id))) {
+      await admin.addDocument({ id: d.id, account: d.account, brand: d.brand, title: d.title, text: d.text });
+    }
   }
 }

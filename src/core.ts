@@ -9,6 +9,7 @@ import type { ApiKeyRecord, Stores } from './stores/types.js';
 import type { Upstream } from './upstream/client.js';
 import type { Breaker } from './upstream/breaker.js';
 import type { JobRunner } from './jobs/runner.js';
+import type { ContextService } from './context/inject.js';
 
 export interface Core {
   cfg: GatewayConfig;
@@ -20,6 +21,7 @@ export interface Core {
   upstreams: ReadonlyMap<string, Upstream>;
   breaker: Breaker;
   jobs: JobRunner;
+  context: ContextService;
   now: () => number;
   log: Logger;
   /** Grants of an account ("Contact sales" models), cached briefly. */

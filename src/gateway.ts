@@ -18,12 +18,13 @@ import { createLimiter } from './limits/limiter.js';
 import { consoleLogger, type Logger } from './log.js';
 import { parseOptions, type GatewayConfigInput } from './options.js';
 import { chatCompletions } from './routes/chat.js';
-import { listBrands, listModels, readKey } from './routes/discovery.js';
+import { listBrands, listKnowledge, listModels, readKey } from './routes/discovery.js';
 import { adoptLostImage, createImage } from './routes/images.js';
 import { getJob } from './routes/media.js';
 import { createSpeech } from './routes/speech.js';
 import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
+import { createContextService } from './context/inject.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker } from './upstream/breaker.js';
@@ -131,6 +132,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     shutdown: shutdown.signal,
     // Set right below: the job runner needs the rest of the core.
     jobs: undefined as unknown as JobRunner,
+    context: createContextService({ cfg, stores }),
   };
   core.jobs = createJobRunner(core);
   core.jobs.onOrphan('image', adoptLostImage(core));
@@ -147,6 +149,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route('/models', { GET: listModels }),
     route('/key', { GET: readKey }),
     route('/brands', { GET: listBrands }),
+    route('/knowledge', { GET: listKnowledge }),
     route('/images/generations', { POST: createImage }),
     route('/images/{id}', { GET: (c, x) => getJob(c, x, 'image') }),
     route('/audio/speech', { POST: createSpeech }),

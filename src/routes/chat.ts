@@ -3,7 +3,6 @@ import { z } from 'zod';
 import { insufficientQuota } from '../billing/meter.js';
 import { contentText, estimatePromptTokens } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
-import { applyContext } from '../context/inject.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { parseJsonObject, readBody } from '../http.js';
@@ -77,8 +76,8 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const req = body as ChatBody;
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;
-  const injected = await applyContext(core, ctx, req);
-  const messages = injected ? [...injected, ...req.messages] : req.messages;
+  const injected = await core.context.apply(ctx, req, req.messages);
+  const messages = injected && injected.length ? [...injected, ...req.messages] : req.messages;
 
   const promptEstimate = estimatePromptTokens(core.tokenizer, messages, req.tools ?? undefined);
   const perChoice = req.max_tokens ?? req.max_completion_tokens ?? model.maxOutputTokens;

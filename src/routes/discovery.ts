@@ -72,3 +72,24 @@ export async function listBrands(core: Core, ctx: RequestContext): Promise<Respo
   }));
   return json(200, { object: 'list', data }, ctx.headers);
 }
+
+export async function listKnowledge(core: Core, ctx: RequestContext): Promise<Response> {
+  let account;
+  try {
+    account = await core.context.indexFor(ctx.key.accountId);
+  } catch (err) {
+    throw errors.storeDown(err);
+  }
+  const data = [...account.docs.values()]
+    .sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id))
+    .map((d) => ({
+      id: d.id,
+      object: 'knowledge.document',
+      title: d.title,
+      brand: d.brand,
+      bytes: Buffer.byteLength(d.text, 'utf8'),
+      passages: account.index.passageCount(d.id),
+      created: seconds(d.createdAt),
+    }));
+  return json(200, { object: 'list', data }, ctx.headers);
+}
