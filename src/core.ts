@@ -40,6 +40,8 @@ export interface RequestContext {
   params: Record<string, string>;
   query: URLSearchParams;
   key: ApiKeyRecord;
+  /** The request body, read once within the body limits (413 / 408 otherwise). */
+  body(): Promise<Uint8Array>;
   /** Headers every answer to this request carries (rate limit state). */
   headers: Record<string, string>;
 }

@@ -13,7 +13,8 @@ import { createTokenizer } from './billing/tokens.js';
 import { createCatalog } from './catalog/catalog.js';
 import type { Core, RequestContext, RouteHandler } from './core.js';
 import { GatewayError, errorResponse, errors } from './errors.js';
-import { json } from './http.js';
+import { json, readBody } from './http.js';
+import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
 import { consoleLogger, type Logger } from './log.js';
 import { parseOptions, type GatewayConfigInput } from './options.js';
@@ -63,9 +64,11 @@ interface Route {
   pattern: RegExp;
   keys: string[];
   methods: Partial<Record<string, RouteHandler>>;
+  /** Billable POST: honours Idempotency-Key. */
+  idempotent: boolean;
 }
 
-function route(path: string, methods: Route['methods']): Route {
+function route(path: string, methods: Route['methods'], idempotent = false): Route {
   const keys: string[] = [];
   const pattern = new RegExp(
     `^${path.replace(/\{(\w+)\}/g, (_, k: string) => {
@@ -73,7 +76,7 @@ function route(path: string, methods: Route['methods']): Route {
       return '([^/]+)';
     })}$`,
   );
-  return { pattern, keys, methods };
+  return { pattern, keys, methods, idempotent };
 }
 
 export function createGateway(options: GatewayOptions = {}): Gateway {
@@ -145,15 +148,15 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
 
   const v1 = `${basePath.replace(/\/+$/, '')}/v1`;
   const routes: Route[] = [
-    route('/chat/completions', { POST: chatCompletions }),
+    route('/chat/completions', { POST: chatCompletions }, true),
     route('/models', { GET: listModels }),
     route('/key', { GET: readKey }),
     route('/brands', { GET: listBrands }),
     route('/knowledge', { GET: listKnowledge }),
-    route('/images/generations', { POST: createImage }),
+    route('/images/generations', { POST: createImage }, true),
     route('/images/{id}', { GET: (c, x) => getJob(c, x, 'image') }),
-    route('/audio/speech', { POST: createSpeech }),
-    route('/videos', { POST: createVideo }),
+    route('/audio/speech', { POST: createSpeech }, true),
+    route('/videos', { POST: createVideo }, true),
     route('/videos/{id}', { GET: (c, x) => getJob(c, x, 'video') }),
     route('/videos/{id}/content', { GET: videoContent }),
   ];
@@ -198,6 +201,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
 
       const key = await core.auth.authenticate(request.headers.get('authorization'));
       rateHeaders = await limiter.checkKey(key);
+      let bodyBytes: Promise<Uint8Array> | undefined;
       const ctx: RequestContext = {
         request,
         requestId,
@@ -206,8 +210,12 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         query: new URLSearchParams(queryStart === -1 ? '' : url.slice(queryStart + 1)),
         key,
         headers: rateHeaders,
+        body: () => (bodyBytes ??= readBody(request, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs)),
       };
-      const res = await handler(core, ctx);
+      const res =
+        matched.idempotent && request.method === 'POST'
+          ? await withIdempotency(stores.idempotency, ctx, sub, () => handler(core, ctx))
+          : await handler(core, ctx);
       res.headers.set('x-request-id', requestId);
       return res;
     } catch (err) {

@@ -66,7 +66,7 @@ export function relayStream(
       sawDone = true;
       return null;
     }
-    let chunk: { choices?: unknown; usage?: unknown; error?: unknown };
+    let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
     try {
       chunk = JSON.parse(data) as typeof chunk;
     } catch {
@@ -97,6 +97,11 @@ export function relayStream(
     }
     // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
     if (u && choices.length === 0 && !clientWantsUsage) return null;
+    // Like plain answers: the client sees the model it called, not the upstream's name for it.
+    const { id, upstreamModel } = billing.model;
+    if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
+      return encodeEvent(JSON.stringify({ ...chunk, model: id }));
+    }
     return encodeEvent(data);
   };
 

@@ -5,7 +5,7 @@ import { contentText, estimatePromptTokens } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { parseJsonObject, readBody } from '../http.js';
+import { parseJsonObject } from '../http.js';
 import { affordableUnits, costOf } from '../money.js';
 import type { LedgerUnits } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
@@ -69,7 +69,7 @@ export interface ChatBilling {
 }
 
 export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
-  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = chatSchema.safeParse(body);
   if (!checked.success) throw zodError(checked.error);

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { json, parseJsonObject, readBody } from '../http.js';
+import { json, parseJsonObject } from '../http.js';
 import { jobView, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import { cost } from '../money.js';
 import type { JobRecord } from '../stores/types.js';
@@ -29,7 +29,7 @@ type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok:
 
 export async function createImage(core: Core, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
-  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = imageSchema.safeParse(body);
   if (!checked.success) throw zodError(checked.error);

@@ -7,7 +7,7 @@ import { z } from 'zod';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { parseJsonObject, readBody } from '../http.js';
+import { parseJsonObject } from '../http.js';
 import { cost } from '../money.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys } from './media.js';
@@ -34,7 +34,7 @@ const speechSchema = z.looseObject({
 
 export async function createSpeech(core: Core, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
-  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = speechSchema.safeParse(body);
   if (!checked.success) throw zodError(checked.error);

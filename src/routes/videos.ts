@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError, errors } from '../errors.js';
-import { json, parseJsonObject, readBody } from '../http.js';
+import { json, parseJsonObject } from '../http.js';
 import { jobView, leasePool, newJobId, UNFINISHED } from '../jobs/runner.js';
 import { cost } from '../money.js';
 import type { JobRecord } from '../stores/types.js';
@@ -38,7 +38,7 @@ interface Submission {
 
 /** Reads JSON or multipart; keeps the bytes so they can be relayed in the encoding they came in. */
 async function readSubmission(core: Core, ctx: RequestContext): Promise<Submission> {
-  const bytes = await readBody(ctx.request, core.cfg.limits.maxBodyBytes, core.cfg.limits.bodyTimeoutMs);
+  const bytes = await ctx.body();
   const contentType = ctx.request.headers.get('content-type') ?? 'application/json';
   if (!/^multipart\/form-data/i.test(contentType)) {
     return { fields: parseJsonObject(bytes), body: bytes, contentType: 'application/json' };

@@ -248,6 +248,31 @@ export interface ContentStore {
   documentsVersion(accountId: string): Promise<number>;
 }
 
+/** A response kept for Idempotency-Key replays. */
+export interface StoredResponse {
+  status: number;
+  headers: Record<string, string>;
+  /** Base64 of the body bytes. */
+  body: string;
+}
+
+export type IdempotencyBegin =
+  | { state: 'started' }
+  | { state: 'in_flight'; fingerprint: string }
+  | { state: 'done'; fingerprint: string; response: StoredResponse };
+
+export interface IdempotencyStore {
+  /**
+   * Atomic create-if-absent: when `scope` has no record, records it as in flight with
+   * `fingerprint` (for at most `lockTtlMs`) and returns "started"; otherwise returns the record.
+   */
+  begin(scope: string, fingerprint: string, lockTtlMs: number): Promise<IdempotencyBegin>;
+  /** Replaces the in-flight record with the finished response, kept for `ttlMs`. */
+  complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void>;
+  /** Forgets the record, so the request may run again. */
+  abandon(scope: string): Promise<void>;
+}
+
 export interface Stores {
   accounts: AccountStore;
   keys: KeyStore;
@@ -255,6 +280,7 @@ export interface Stores {
   limits: LimitStore;
   jobs: JobStore;
   content: ContentStore;
+  idempotency: IdempotencyStore;
   /** Releases connections the stores opened themselves. */
   close(): Promise<void>;
 }

@@ -2,6 +2,7 @@ import type { Stores } from '../types.js';
 import { createMemoryAccounts, createMemoryKeys } from './accounts-keys.js';
 import { type Balances, createMemoryBilling } from './billing.js';
 import { createMemoryContent } from './content.js';
+import { createMemoryIdempotency } from './idempotency.js';
 import { createMemoryJobs } from './jobs.js';
 import { createMemoryLimits } from './limits.js';
 
@@ -25,6 +26,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
     limits: createMemoryLimits(now),
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
+    idempotency: createMemoryIdempotency(now),
     async close() {},
   };
 }

@@ -1,0 +1,119 @@
+/**
+ * Idempotency-Key on billable POSTs (Stripe's semantics, scoped per API key): a replay never
+ * reaches the upstream twice nor charges twice.
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { ACCOUNT, MODEL, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+let upstream: TestUpstream;
+let gw: RunningGateway;
+let devKey: string;
+const secondKey = testKey();
+
+beforeAll(async () => {
+  upstream = await startTestUpstream();
+  const setup = testConfig({ upstreamUrl: upstream.url, keys: [{ key: secondKey, account: ACCOUNT, kind: 'developer' }] });
+  devKey = setup.devKey;
+  gw = await startGateway(setup.options);
+});
+
+afterAll(async () => {
+  await gw?.close();
+  await upstream?.close();
+});
+
+beforeEach(() => upstream.setBehavior({ kind: 'json', content: 'first answer' }));
+
+const body = { model: MODEL, messages: [{ role: 'user', content: 'charge me once' }] };
+const withKey = (k: string) => ({ headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json', 'idempotency-key': k } });
+const ledgerSize = async () => (await gw.gateway.admin.ledger(ACCOUNT)).length;
+
+describe('Idempotency-Key', () => {
+  it('the same key and body replays the first answer without a second upstream call or charge', async () => {
+    const idem = `idem-${Math.random()}`;
+    const calls = upstream.requests.length;
+    const ledger = await ledgerSize();
+    const first = await postChat(gw.baseURL, devKey, body, withKey(idem));
+    const firstText = await first.text();
+    expect(first.status).toBe(200);
+    upstream.setBehavior({ kind: 'json', content: 'a different answer' });
+    const second = await postChat(gw.baseURL, devKey, body, withKey(idem));
+    expect(second.status).toBe(200);
+    expect(second.headers.get('idempotent-replayed')).toBe('true');
+    expect(second.headers.get('x-request-id')).toMatch(/^req_/);
+    expect(await second.text()).toBe(firstText);
+    expect(upstream.requests.length - calls).toBe(1);
+    expect((await ledgerSize()) - ledger).toBe(1);
+  });
+
+  it('the same key with a different body is 422; nothing reaches the upstream', async () => {
+    const idem = `idem-${Math.random()}`;
+    expect((await postChat(gw.baseURL, devKey, body, withKey(idem))).status).toBe(200);
+    const calls = upstream.requests.length;
+    const res = await postChat(gw.baseURL, devKey, { ...body, temperature: 0.5 }, withKey(idem));
+    expect(res.status).toBe(422);
+    const err = (await res.json()) as { error: { code: string; param: string } };
+    expect(err.error.code).toBe('idempotency_mismatch');
+    expect(err.error.param).toBe('Idempotency-Key');
+    expect(upstream.requests.length).toBe(calls);
+  });
+
+  it('a duplicate while the first is in flight is 409', async () => {
+    const idem = `idem-${Math.random()}`;
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    upstream.setBehavior({ kind: 'json', content: 'slow', gate });
+    const first = postChat(gw.baseURL, devKey, body, withKey(idem));
+    await upstream.waitForRequests(upstream.requests.length + 1);
+    const dup = await postChat(gw.baseURL, devKey, body, withKey(idem));
+    expect(dup.status).toBe(409);
+    expect(((await dup.json()) as { error: { code: string } }).error.code).toBe('idempotency_conflict');
+    open();
+    expect((await first).status).toBe(200);
+  });
+
+  it('keys are scoped per API key', async () => {
+    const idem = `idem-${Math.random()}`;
+    const calls = upstream.requests.length;
+    expect((await postChat(gw.baseURL, devKey, body, withKey(idem))).status).toBe(200);
+    const other = await fetch(`${gw.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${secondKey}`, 'content-type': 'application/json', 'idempotency-key': idem },
+      body: JSON.stringify(body),
+    });
+    expect(other.status).toBe(200);
+    expect(other.headers.get('idempotent-replayed')).toBeNull();
+    expect(upstream.requests.length - calls).toBe(2);
+  });
+
+  it('a streamed answer is replayed byte for byte', async () => {
+    const idem = `idem-${Math.random()}`;
+    upstream.setBehavior({ kind: 'stream', chunks: ['Hel', 'lo', '!'] });
+    const streamBody = { ...body, stream: true };
+    const first = await postChat(gw.baseURL, devKey, streamBody, withKey(idem));
+    const firstText = await first.text();
+    expect(firstText).toContain('data: [DONE]');
+    const calls = upstream.requests.length;
+    const second = await postChat(gw.baseURL, devKey, streamBody, withKey(idem));
+    expect(second.headers.get('content-type')).toMatch(/text\/event-stream/);
+    expect(await second.text()).toBe(firstText);
+    expect(upstream.requests.length).toBe(calls);
+  });
+
+  it('a failed request is not kept: the same key runs again', async () => {
+    const idem = `idem-${Math.random()}`;
+    upstream.setBehavior({ kind: 'error', status: 500 });
+    expect((await postChat(gw.baseURL, devKey, body, withKey(idem))).status).toBe(502);
+    upstream.setBehavior({ kind: 'json', content: 'recovered' });
+    const retry = await postChat(gw.baseURL, devKey, body, withKey(idem));
+    expect(retry.status).toBe(200);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+  });
+
+  it('a malformed key is 400 naming the header', async () => {
+    const res = await postChat(gw.baseURL, devKey, body, withKey('has spaces in it'));
+    expect(res.status).toBe(400);
+    expect(((await res.json()) as { error: { param: string } }).error.param).toBe('Idempotency-Key');
+  });
+});
