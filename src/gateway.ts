@@ -219,14 +219,17 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       res.headers.set('x-request-id', requestId);
       return res;
     } catch (err) {
-      return toErrorResponse(err, requestId, rateHeaders);
+      return toErrorResponse(err, requestId, rateHeaders, request.signal?.aborted === true);
     }
   }
 
-  function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>): Response {
+  function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>, clientGone: boolean): Response {
     let gErr: GatewayError;
     if (err instanceof GatewayError) gErr = err;
-    else {
+    else if (clientGone) {
+      // The client went away mid-request; nobody will read this answer.
+      gErr = new GatewayError('invalid_request', 'The client closed the request.', { status: 499 });
+    } else {
       log.error({ msg: 'unexpected error', requestId, err });
       gErr = new GatewayError('internal_error', `Internal error. Quote request id ${requestId} when reporting it.`);
     }

@@ -145,6 +145,22 @@ export function relayStream(
                 sent = true;
               }
             }
+            if (sawDone) {
+              // [DONE] finishes the answer even if the upstream keeps its side open a while: the
+              // rest of its body is read (and ignored) in the background, so the connection can
+              // still go back to the pool, and the body timeout bounds a misbehaving upstream.
+              end();
+              controller.enqueue(DONE_EVENT);
+              controller.close();
+              void (async () => {
+                try {
+                  while (!(await iterator.next()).done);
+                } catch {
+                  // Failed after the answer was complete: nothing left to bill or tell.
+                }
+              })();
+              return;
+            }
             if (sent) return;
           }
         } catch (err) {

@@ -30,6 +30,16 @@ export async function callUpstream(core: Core, upstreamName: string, call: Upstr
   return res;
 }
 
+/** The code of a relayed upstream 4xx that named none. */
+const CODE_BY_STATUS: Record<number, string> = {
+  400: 'invalid_request',
+  404: 'not_found',
+  408: 'upstream_timeout',
+  413: 'request_too_large',
+  422: 'invalid_request',
+  429: 'rate_limit_exceeded',
+};
+
 /**
  * The error for a non-2xx upstream answer. 4xx is relayed with its status and message,
  * except 401 / 402 / 403: those are about the gateway's own upstream account, so the client
@@ -58,7 +68,8 @@ export async function upstreamError(res: UpstreamResponse, upstreamName: string)
   const headers: Record<string, string> = {};
   const retryAfter = res.header('retry-after');
   if (res.status === 429 && retryAfter) headers['retry-after'] = retryAfter;
-  return new GatewayError(typeof upstreamErr.code === 'string' ? upstreamErr.code : 'upstream_error', message, {
+  const code = typeof upstreamErr.code === 'string' ? upstreamErr.code : (CODE_BY_STATUS[res.status] ?? 'upstream_error');
+  return new GatewayError(code, message, {
     status: res.status,
     type: typeof upstreamErr.type === 'string' ? upstreamErr.type : 'invalid_request_error',
     param: typeof upstreamErr.param === 'string' ? upstreamErr.param : null,

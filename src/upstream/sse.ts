@@ -24,6 +24,9 @@ export class SseParser {
   }
 
   private feed(text: string): string[] {
+    // Nothing new (an empty chunk, or bytes of a character still incomplete): a CR seen last
+    // must still swallow the LF that may follow.
+    if (text.length === 0) return [];
     const out: string[] = [];
     let buf = this.buffer + text;
     let start = 0;

@@ -1,0 +1,39 @@
+/**
+ * The expected numbers of chat billing, computed with the functions src/routes/chat.ts uses
+ * (the same tokenizer, prompt estimate and exact money), at the test model's prices.
+ */
+import { createTokenizer, estimatePromptTokens, type Tokenizer } from '../../src/billing/tokens.js';
+import { costOf, parsePrice } from '../../src/money.js';
+import { COMPLETION_PRICE, PROMPT_PRICE } from './gateway.js';
+
+export const PROMPT_PICO = parsePrice(PROMPT_PRICE);
+export const COMPLETION_PICO = parsePrice(COMPLETION_PRICE);
+
+let tokenizer: Tokenizer | undefined;
+
+/** The real tokenizer (o200k_base), loaded. */
+export async function loadTokenizer(): Promise<Tokenizer> {
+  tokenizer ??= createTokenizer();
+  await tokenizer.ready;
+  // Loaded means a real count: "hello world" is 2 tokens, not its 11 bytes.
+  if (tokenizer.count('hello world') !== 2) throw new Error('gpt-tokenizer did not load');
+  return tokenizer;
+}
+
+/** List-price cost (nano-USD) of `prompt` + `completion` tokens at the test model's prices. */
+export function chatCost(prompt: number, completion: number): bigint {
+  return costOf([
+    [PROMPT_PICO, prompt],
+    [COMPLETION_PICO, completion],
+  ]);
+}
+
+/** The prompt estimate the gateway computes for `messages`. */
+export async function promptEstimate(messages: unknown[]): Promise<number> {
+  return estimatePromptTokens(await loadTokenizer(), messages);
+}
+
+/** The worst-case hold (nano-USD) the gateway places for a chat with `messages` and `maxTokens`. */
+export async function worstCaseHold(messages: unknown[], maxTokens: number): Promise<bigint> {
+  return chatCost(await promptEstimate(messages), maxTokens);
+}
