@@ -1,0 +1,135 @@
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyStore } from '../types.js';
+import { int, list, type RedisContext, str } from './connection.js';
+
+/**
+ * Accounts. `create` writes the record and credits the wallet in one script (both under the
+ * account's hash tag). The account index is a separate key: the id is added to it before the
+ * script runs, and `list` skips ids whose record does not exist.
+ */
+export function createRedisAccounts(ctx: RedisContext): AccountStore {
+  const { client, scripts } = ctx;
+
+  function parse(reply: unknown): AccountRecord | null {
+    const [id, grants, createdAt] = list(reply).map(str);
+    if (id === null || id === undefined) return null;
+    return { id, grants: JSON.parse(grants ?? '[]') as string[], createdAt: Number(createdAt ?? 0) };
+  }
+
+  return {
+    async create(account: AccountRecord, initialBalance: bigint): Promise<boolean> {
+      const created = await ctx.run('createAccount', async () => {
+        await client.sadd(ctx.index('accounts'), account.id);
+        return scripts.mgAccountCreate(
+          [ctx.account(account.id, 'acct'), ctx.account(account.id, 'bal')],
+          [account.id, JSON.stringify(account.grants), String(account.createdAt), initialBalance.toString()],
+        );
+      });
+      return int(created) === 1;
+    },
+
+    async get(id: string): Promise<AccountRecord | null> {
+      return parse(await ctx.run('getAccount', () => client.hmget(ctx.account(id, 'acct'), 'id', 'grants', 'createdAt')));
+    },
+
+    async setGrants(id: string, grants: string[]): Promise<boolean> {
+      const r = await ctx.run('setGrants', () =>
+        scripts.mgAccountSetGrants([ctx.account(id, 'acct')], [JSON.stringify(grants)]),
+      );
+      return int(r) === 1;
+    },
+
+    async list(): Promise<AccountRecord[]> {
+      return ctx.run('listAccounts', async () => {
+        const ids = list(await client.smembers(ctx.index('accounts'))).map((v) => str(v) ?? '');
+        const replies = await Promise.all(
+          ids.map((id) => client.hmget(ctx.account(id, 'acct'), 'id', 'grants', 'createdAt')),
+        );
+        return replies.map(parse).filter((r): r is AccountRecord => r !== null);
+      });
+    },
+  };
+}
+
+type StoredKey = Omit<ApiKeyRecord, 'monthlyCap' | 'disabled'> & { monthlyCap: string | null };
+
+/**
+ * API keys: the record lives under the digest's hash tag (the lookup on every request is one
+ * HMGET); `P{kid:<id>}` maps id -> digest, and the account's key set lists its ids.
+ *
+ * `insert` spans two slots, so it is two atomic steps: claim the id (SET NX), then create the
+ * record if the digest is new (script); when the digest exists the id claim is taken back.
+ * A crash between the steps leaves only an id claim without a record, which `get` ignores.
+ */
+export function createRedisKeys(ctx: RedisContext): KeyStore {
+  const { client, scripts } = ctx;
+
+  function parse(reply: unknown): ApiKeyRecord | null {
+    const [rec, disabled] = list(reply).map(str);
+    if (rec === null || rec === undefined) return null;
+    const stored = JSON.parse(rec) as StoredKey;
+    return {
+      ...stored,
+      monthlyCap: stored.monthlyCap === null ? null : BigInt(stored.monthlyCap),
+      disabled: disabled === '1',
+    };
+  }
+
+  const byDigest = (digest: string) => client.hmget(ctx.keyByDigest(digest), 'rec', 'disabled');
+
+  async function digestOf(id: string): Promise<string | null> {
+    return str(await client.get(ctx.keyIdIndex(id)));
+  }
+
+  async function byId(id: string): Promise<ApiKeyRecord | null> {
+    const digest = await digestOf(id);
+    if (digest === null) return null;
+    const key = parse(await byDigest(digest));
+    return key && key.id === id ? key : null;
+  }
+
+  return {
+    async insert(key: ApiKeyRecord): Promise<boolean> {
+      const { monthlyCap, disabled, ...rest } = key;
+      const stored: StoredKey = { ...rest, monthlyCap: monthlyCap === null ? null : monthlyCap.toString() };
+      return ctx.run('insertKey', async () => {
+        const claimed = await client.set(ctx.keyIdIndex(key.id), key.digest, 'NX');
+        if (claimed === null) return false;
+        const inserted = await scripts.mgKeyInsert(
+          [ctx.keyByDigest(key.digest)],
+          [key.id, JSON.stringify(stored), disabled ? '1' : '0'],
+        );
+        if (int(inserted) !== 1) {
+          await scripts.mgDelIfEquals([ctx.keyIdIndex(key.id)], [key.digest]);
+          return false;
+        }
+        await client.sadd(ctx.account(key.accountId, 'keys'), key.id);
+        return true;
+      });
+    },
+
+    async findByDigest(digest: string): Promise<ApiKeyRecord | null> {
+      return parse(await ctx.run('findKey', () => byDigest(digest)));
+    },
+
+    async get(id: string): Promise<ApiKeyRecord | null> {
+      return ctx.run('getKey', () => byId(id));
+    },
+
+    async setDisabled(id: string, disabled: boolean): Promise<boolean> {
+      return ctx.run('setKeyDisabled', async () => {
+        const digest = await digestOf(id);
+        if (digest === null) return false;
+        const r = await scripts.mgKeySetDisabled([ctx.keyByDigest(digest)], [id, disabled ? '1' : '0']);
+        return int(r) === 1;
+      });
+    },
+
+    async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
+      return ctx.run('listKeys', async () => {
+        const ids = list(await client.smembers(ctx.account(accountId, 'keys'))).map((v) => str(v) ?? '');
+        const keys = await Promise.all(ids.map(byId));
+        return keys.filter((k): k is ApiKeyRecord => k !== null && k.accountId === accountId);
+      });
+    },
+  };
+}

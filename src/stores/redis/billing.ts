@@ -1,0 +1,121 @@
+import type {
+  BillingStore,
+  HoldRequest,
+  HoldResult,
+  KeyUsage,
+  LedgerEntry,
+  SettleRequest,
+  SettleResult,
+  WalletView,
+} from '../types.js';
+import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
+
+/** How long a settled hold id is remembered, so a replayed settle never debits twice. */
+export const SETTLED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
+
+/** Field names inside the account's `held` and `spend` hashes for one key (and month). */
+function fields(keyId: string, month: string) {
+  return { held: `k:${keyId}`, monthly: `m:${esc(month)}:${keyId}`, total: `t:${keyId}` };
+}
+
+/**
+ * Billing on Redis. placeHold, settle and release are one EVALSHA each; every key they touch
+ * is under the account's hash tag. See scripts.ts for the atomic steps.
+ */
+export function createRedisBilling(ctx: RedisContext): BillingStore {
+  const { scripts } = ctx;
+  const a = (accountId: string) => ({
+    bal: ctx.account(accountId, 'bal'),
+    holds: ctx.account(accountId, 'holds'),
+    hexp: ctx.account(accountId, 'hexp'),
+    held: ctx.account(accountId, 'held'),
+    spend: ctx.account(accountId, 'spend'),
+    ledger: ctx.account(accountId, 'ledger'),
+  });
+
+  return {
+    async placeHold(req: HoldRequest): Promise<HoldResult> {
+      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+      const k = a(req.accountId);
+      const f = fields(req.keyId, req.month);
+      const reply = list(
+        await ctx.run('placeHold', () =>
+          scripts.mgPlaceHold(
+            [k.bal, k.holds, k.hexp, k.held, k.spend],
+            [
+              req.holdId,
+              req.amount.toString(),
+              req.monthlyCap === null ? '' : req.monthlyCap.toString(),
+              whole(req.ttlMs),
+              f.held,
+              f.monthly,
+              f.total,
+            ],
+          ),
+        ),
+      );
+      if (int(reply[0]) === 1) return { ok: true };
+      const limitSource = str(reply[1]) === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
+      return { ok: false, limitSource, available: big(reply[2]) };
+    },
+
+    async settle(req: SettleRequest): Promise<SettleResult> {
+      if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
+      const k = a(req.accountId);
+      // The script appends "cost" (what it debited) to this object.
+      const entry = JSON.stringify({ ...req.entry, listCost: req.cost.toString() });
+      const reply = list(
+        await ctx.run('settle', () =>
+          scripts.mgSettle(
+            [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, ctx.account(req.accountId, `settled:${esc(req.holdId)}`)],
+            [req.holdId, req.cost.toString(), entry, SETTLED_MARKER_TTL_MS],
+          ),
+        ),
+      );
+      return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]) } : { settled: false, charged: 0n };
+    },
+
+    async release(accountId: string, holdId: string): Promise<boolean> {
+      const k = a(accountId);
+      return int(await ctx.run('release', () => scripts.mgRelease([k.holds, k.hexp, k.held], [holdId]))) === 1;
+    },
+
+    async topUp(accountId: string, amount: bigint): Promise<bigint> {
+      if (amount < 0n) throw new RangeError('top-up amount must not be negative');
+      return big(await ctx.run('topUp', () => scripts.mgTopUp([a(accountId).bal], [amount.toString()])));
+    },
+
+    async wallet(accountId: string): Promise<WalletView> {
+      const k = a(accountId);
+      const reply = list(await ctx.run('wallet', () => scripts.mgWallet([k.bal, k.holds, k.hexp, k.held], [])));
+      return { balance: big(reply[0]), held: big(reply[1]) };
+    },
+
+    async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
+      const k = a(accountId);
+      const f = fields(keyId, month);
+      const reply = list(
+        await ctx.run('keyUsage', () =>
+          scripts.mgKeyUsage([k.holds, k.hexp, k.held, k.spend], [f.held, f.monthly, f.total]),
+        ),
+      );
+      return { total: big(reply[0]), monthly: big(reply[1]), held: big(reply[2]) };
+    },
+
+    async ledger(accountId: string): Promise<LedgerEntry[]> {
+      const raw = list(await ctx.run('ledger', () => ctx.client.lrange(a(accountId).ledger, 0, -1)));
+      return raw.map((line) => {
+        const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'listCost'> & {
+          cost: string;
+          listCost: string;
+        };
+        return { ...e, cost: BigInt(e.cost), listCost: BigInt(e.listCost) };
+      });
+    },
+
+    async openHolds(accountId: string): Promise<number> {
+      const k = a(accountId);
+      return int(await ctx.run('openHolds', () => scripts.mgOpenHolds([k.holds, k.hexp, k.held], [])));
+    },
+  };
+}

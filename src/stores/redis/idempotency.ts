@@ -1,0 +1,43 @@
+import type { IdempotencyBegin, IdempotencyStore, StoredResponse } from '../types.js';
+import { type RedisContext, str, whole } from './connection.js';
+
+interface Stored {
+  fingerprint: string;
+  response: StoredResponse | null;
+}
+
+/** Redis refuses PX 0; a TTL of zero means "already expired", which 1 ms approximates. */
+const px = (ms: number) => Math.max(1, whole(ms));
+
+/**
+ * Idempotency-Key records: one string per scope (`P{idem:<scope>}`, JSON) that expires with
+ * its TTL. `begin` is one script (get-or-create), `complete` one SET, `abandon` one DEL.
+ */
+export function createRedisIdempotency(ctx: RedisContext): IdempotencyStore {
+  const { client, scripts } = ctx;
+
+  return {
+    async begin(scope: string, fingerprint: string, lockTtlMs: number): Promise<IdempotencyBegin> {
+      const inFlight: Stored = { fingerprint, response: null };
+      const reply = await ctx.run('idempotency.begin', () =>
+        scripts.mgIdemBegin([ctx.idempotency(scope)], [JSON.stringify(inFlight), px(lockTtlMs)]),
+      );
+      const raw = str(reply);
+      if (raw === null) return { state: 'started' };
+      const e = JSON.parse(raw) as Stored;
+      if (!e.response) return { state: 'in_flight', fingerprint: e.fingerprint };
+      return { state: 'done', fingerprint: e.fingerprint, response: e.response };
+    },
+
+    async complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
+      const done: Stored = { fingerprint, response };
+      await ctx.run('idempotency.complete', () =>
+        client.set(ctx.idempotency(scope), JSON.stringify(done), 'PX', px(ttlMs)),
+      );
+    },
+
+    async abandon(scope: string): Promise<void> {
+      await ctx.run('idempotency.abandon', () => client.del(ctx.idempotency(scope)));
+    },
+  };
+}

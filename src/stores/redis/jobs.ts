@@ -1,0 +1,79 @@
+import type { JobRecord, JobStatus, JobStore } from '../types.js';
+import { hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
+
+const FINISHED: ReadonlySet<JobStatus> = new Set(['completed', 'failed']);
+
+/** A job's top-level fields as [field, JSON value] pairs; undefined fields are skipped. */
+function encode(fields: Partial<JobRecord>, skipId: boolean): string[] {
+  const out: string[] = [];
+  for (const [field, value] of Object.entries(fields)) {
+    if (value === undefined || (skipId && field === 'id')) continue;
+    out.push(field, JSON.stringify(value));
+  }
+  return out;
+}
+
+function decode(entries: [string, string][]): JobRecord | null {
+  if (entries.length === 0) return null;
+  const job: Record<string, unknown> = {};
+  for (const [field, value] of entries) job[field] = JSON.parse(value);
+  return job as unknown as JobRecord;
+}
+
+/**
+ * Jobs: one hash per job (`P{j:<id>}`, field -> JSON value) with PEXPIRE, so `update` is a
+ * compare-and-set in one script that merges top-level fields like the memory store does, and
+ * never touches the TTL.
+ *
+ * Unfinished jobs are indexed in `P{idx}:jobs`, a sorted set of id -> when the job
+ * disappears. For Redis Cluster the index cannot share a slot with every job, so it is written
+ * with its own command after the job's script: a crash in between can leave a job out of the
+ * index (it still expires with its TTL) or leave a finished job in it (readers filter by
+ * status, and entries are dropped once the job's TTL has passed).
+ */
+export function createRedisJobs(ctx: RedisContext): JobStore {
+  const { client, scripts } = ctx;
+  const index = ctx.index('jobs');
+
+  async function reindex(id: string, status: unknown, goneAt: unknown): Promise<void> {
+    if (typeof status !== 'string') return;
+    if (FINISHED.has(status as JobStatus)) await client.zrem(index, id);
+    else await client.zadd(index, String(int(goneAt)), id);
+  }
+
+  return {
+    async create(job: JobRecord, ttlMs: number): Promise<void> {
+      await ctx.run('createJob', async () => {
+        const goneAt = await scripts.mgJobCreate(
+          [ctx.job(job.id)],
+          [whole(ttlMs), 'id', JSON.stringify(job.id), ...encode(job, true)],
+        );
+        await reindex(job.id, job.status, goneAt);
+      });
+    },
+
+    async get(id: string): Promise<JobRecord | null> {
+      return decode(hashEntries(await ctx.run('getJob', () => client.hgetall(ctx.job(id)))));
+    },
+
+    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+      const when = whenStatus === undefined ? ['-1'] : [String(whenStatus.length), ...whenStatus.map((s) => JSON.stringify(s))];
+      return ctx.run('updateJob', async () => {
+        const reply = await scripts.mgJobUpdate([ctx.job(id)], [...when, ...encode(patch, true)]);
+        if (reply === null || reply === undefined) return null;
+        const [goneAt, fields] = list(reply);
+        const job = decode(hashEntries(fields));
+        if (job && patch.status !== undefined) await reindex(id, job.status, goneAt);
+        return job;
+      });
+    },
+
+    async listUnfinished(): Promise<JobRecord[]> {
+      return ctx.run('listUnfinishedJobs', async () => {
+        const ids = list(await scripts.mgJobIndex([index], [])).map((v) => str(v) ?? '');
+        const jobs = await Promise.all(ids.map(async (id) => decode(hashEntries(await client.hgetall(ctx.job(id))))));
+        return jobs.filter((j): j is JobRecord => j !== null && !FINISHED.has(j.status));
+      });
+    },
+  };
+}

@@ -1,0 +1,48 @@
+import { randomBytes } from 'node:crypto';
+import type { LimitStore, WindowResult } from '../types.js';
+import { int, list, type RedisContext, whole } from './connection.js';
+
+/**
+ * Rate windows and lease pools. `hit`, `acquireLease`, `renewLease` and `activeLeases` are one
+ * EVALSHA each on a single key (a sorted set scored by Redis TIME in ms), so they are atomic
+ * and Cluster-safe. Idle buckets and pools expire by themselves.
+ */
+export function createRedisLimits(ctx: RedisContext): LimitStore {
+  const { client, scripts } = ctx;
+
+  return {
+    async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
+      // Unique per hit, so two hits in the same millisecond are two members.
+      const member = randomBytes(12).toString('base64url');
+      const reply = list(
+        await ctx.run('hit', () =>
+          scripts.mgHit([ctx.bucket(bucket)], [whole(limit), whole(windowMs), member]),
+        ),
+      );
+      const allowed = int(reply[0]) === 1;
+      return { allowed, limit, remaining: int(reply[1]), resetMs: int(reply[2]) };
+    },
+
+    async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
+      const r = await ctx.run('acquireLease', () =>
+        scripts.mgLeaseAcquire([ctx.pool(pool)], [whole(cap), leaseId, whole(ttlMs)]),
+      );
+      return int(r) === 1;
+    },
+
+    async renewLease(pool: string, leaseId: string, ttlMs: number): Promise<boolean> {
+      const r = await ctx.run('renewLease', () =>
+        scripts.mgLeaseRenew([ctx.pool(pool)], [leaseId, whole(ttlMs)]),
+      );
+      return int(r) === 1;
+    },
+
+    async releaseLease(pool: string, leaseId: string): Promise<void> {
+      await ctx.run('releaseLease', () => client.zrem(ctx.pool(pool), leaseId));
+    },
+
+    async activeLeases(pool: string): Promise<number> {
+      return int(await ctx.run('activeLeases', () => scripts.mgLeaseCount([ctx.pool(pool)], [])));
+    },
+  };
+}

@@ -1,0 +1,495 @@
+/**
+ * Every Lua script of the Redis stores, in one place.
+ *
+ * Scripts are registered with ioredis `defineCommand`, so each call is one EVALSHA (ioredis
+ * sends the body with EVAL once per connection, then the SHA). Rules every script follows:
+ *
+ * - Every key a script touches is passed in KEYS and all of them share one hash tag (one
+ *   account, one rate bucket, one lease pool, one job), so the scripts run on Redis Cluster.
+ * - Time comes from Redis `TIME` (Redis 7 replicates script effects, so that is allowed),
+ *   never from an instance clock.
+ * - Money arrives and leaves as decimal integer strings. Inside Lua numbers are doubles, exact
+ *   below 2^53 (the gateway keeps every amount below MAX_NANO = 2^53 - 1); integers go back to
+ *   Redis through `fmt` ('%.0f', exact for such doubles) and are changed with INCRBY/DECRBY/
+ *   HINCRBY, which are exact 64-bit operations.
+ */
+import type { Redis } from 'ioredis';
+
+/** Shared helpers, prepended to the scripts that need them. */
+const PRELUDE = `
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+-- An integer as a decimal string ('-0' never appears: Redis would refuse it).
+local function fmt(x)
+  if x == 0 then return '0' end
+  return string.format('%.0f', x)
+end
+local function num(v)
+  if v then return tonumber(v) end
+  return 0
+end
+`;
+
+/** Open holds of one account: a hash of holds, a zset of their expiries, a hash of held sums. */
+const HOLDS = `
+local function add_held(held, field, delta)
+  if delta == 0 then return end
+  if redis.call('HINCRBY', held, field, fmt(delta)) == 0 then redis.call('HDEL', held, field) end
+end
+local function drop_hold(holds, hexp, held, id, raw)
+  local h = cjson.decode(raw)
+  local a = tonumber(h.a)
+  add_held(held, 'all', -a)
+  add_held(held, h.kf, -a)
+  redis.call('HDEL', holds, id)
+  redis.call('ZREM', hexp, id)
+  return h, a
+end
+-- Expired holds stop counting: drop every hold whose expiry is at or before t.
+local function prune(holds, hexp, held, t)
+  local dead = redis.call('ZRANGEBYSCORE', hexp, '-inf', fmt(t))
+  for i = 1, #dead do
+    local raw = redis.call('HGET', holds, dead[i])
+    if raw then drop_hold(holds, hexp, held, dead[i], raw) else redis.call('ZREM', hexp, dead[i]) end
+  end
+end
+`;
+
+/** A sorted set of id -> expiry (ms) lives exactly as long as its last member. */
+const EXPIRE_WITH_LAST = `
+local function expire_with_last(zset, ...)
+  local last = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
+  if last[2] then
+    redis.call('PEXPIREAT', zset, last[2])
+    for _, k in ipairs({...}) do redis.call('PEXPIREAT', k, last[2]) end
+  end
+end
+`;
+
+const DOC_VERSION = `
+-- The documents version only grows: max(old + 1, now in ms), so it never repeats even
+-- after the key was lost.
+local function bump(ver)
+  local v = num(redis.call('GET', ver)) + 1
+  local t = now_ms()
+  if t > v then v = t end
+  redis.call('SET', ver, fmt(v))
+  return v
+end
+`;
+
+interface ScriptDef {
+  numberOfKeys: number;
+  lua: string;
+}
+
+export const SCRIPTS = {
+  /**
+   * Hold-if-affordable.
+   * KEYS: balance, holds, hold expiries, held sums, spend
+   * ARGV: holdId, amount, monthlyCap ('' = none), ttlMs, held field of the key,
+   *       monthly spend field, all-time spend field
+   * Returns {1} or {0, limitSource, available}.
+   */
+  mgPlaceHold: {
+    numberOfKeys: 5,
+    lua:
+      PRELUDE +
+      HOLDS +
+      EXPIRE_WITH_LAST +
+      `
+local bal, holds, hexp, held, spend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
+local id, kf, mf = ARGV[1], ARGV[5], ARGV[6]
+local t = now_ms()
+prune(holds, hexp, held, t)
+-- Placing an open hold again is a no-op, so a retried call cannot hold twice.
+if redis.call('HEXISTS', holds, id) == 1 then return {1} end
+local amount = tonumber(ARGV[2])
+local free = num(redis.call('GET', bal)) - num(redis.call('HGET', held, 'all'))
+if free < amount then
+  if free < 0 then free = 0 end
+  return {0, 'wallet', fmt(free)}
+end
+if ARGV[3] ~= '' then
+  local room = tonumber(ARGV[3]) - num(redis.call('HGET', spend, mf)) - num(redis.call('HGET', held, kf))
+  if room < amount then
+    if room < 0 then room = 0 end
+    return {0, 'key_monthly_cap', fmt(room)}
+  end
+end
+redis.call('HSET', holds, id, cjson.encode({a = ARGV[2], kf = kf, mf = mf, tf = ARGV[7]}))
+redis.call('ZADD', hexp, fmt(t + tonumber(ARGV[4])), id)
+add_held(held, 'all', amount)
+add_held(held, kf, amount)
+-- The hold keys vanish together once the last hold has expired.
+expire_with_last(hexp, holds, held)
+return {1}
+`,
+  },
+
+  /**
+   * Settle, idempotent per holdId.
+   * KEYS: balance, holds, hold expiries, held sums, spend, ledger, settled marker of the hold
+   * ARGV: holdId, list cost, ledger entry JSON without "cost" (an object, ends with '}'),
+   *       marker TTL ms
+   * Returns {1, charged} or {0, '0'}.
+   */
+  mgSettle: {
+    numberOfKeys: 7,
+    lua:
+      PRELUDE +
+      HOLDS +
+      `
+local bal, holds, hexp, held, spend, ledger, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local t = now_ms()
+prune(holds, hexp, held, t)
+-- A replayed settle (e.g. resent after a reconnect) finds the marker and changes nothing,
+-- even if a replayed placeHold opened the same hold id again.
+if redis.call('EXISTS', done) == 1 then return {0, '0'} end
+local raw = redis.call('HGET', holds, ARGV[1])
+if not raw then return {0, '0'} end
+local h, amount = drop_hold(holds, hexp, held, ARGV[1], raw)
+local cost = tonumber(ARGV[2])
+local charged = amount
+if cost < amount then charged = cost end
+local c = fmt(charged)
+if charged > 0 then
+  redis.call('DECRBY', bal, c)
+  redis.call('HINCRBY', spend, h.mf, c)
+  redis.call('HINCRBY', spend, h.tf, c)
+end
+redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '"}')
+redis.call('SET', done, c, 'PX', ARGV[4])
+return {1, c}
+`,
+  },
+
+  /**
+   * KEYS: holds, hold expiries, held sums. ARGV: holdId. Returns 1 when a hold was dropped.
+   */
+  mgRelease: {
+    numberOfKeys: 3,
+    lua:
+      PRELUDE +
+      HOLDS +
+      `
+prune(KEYS[1], KEYS[2], KEYS[3], now_ms())
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if not raw then return 0 end
+drop_hold(KEYS[1], KEYS[2], KEYS[3], ARGV[1], raw)
+return 1
+`,
+  },
+
+  /** KEYS: balance, holds, hold expiries, held sums. Returns {balance, held}. */
+  mgWallet: {
+    numberOfKeys: 4,
+    lua:
+      PRELUDE +
+      HOLDS +
+      `
+prune(KEYS[2], KEYS[3], KEYS[4], now_ms())
+return {redis.call('GET', KEYS[1]) or '0', redis.call('HGET', KEYS[4], 'all') or '0'}
+`,
+  },
+
+  /**
+   * KEYS: holds, hold expiries, held sums, spend. ARGV: held field, monthly field, total field.
+   * Returns {total, monthly, held}.
+   */
+  mgKeyUsage: {
+    numberOfKeys: 4,
+    lua:
+      PRELUDE +
+      HOLDS +
+      `
+prune(KEYS[1], KEYS[2], KEYS[3], now_ms())
+return {
+  redis.call('HGET', KEYS[4], ARGV[3]) or '0',
+  redis.call('HGET', KEYS[4], ARGV[2]) or '0',
+  redis.call('HGET', KEYS[3], ARGV[1]) or '0',
+}
+`,
+  },
+
+  /** KEYS: holds, hold expiries, held sums. Returns the number of open holds. */
+  mgOpenHolds: {
+    numberOfKeys: 3,
+    lua:
+      PRELUDE +
+      HOLDS +
+      `
+prune(KEYS[1], KEYS[2], KEYS[3], now_ms())
+return redis.call('HLEN', KEYS[1])
+`,
+  },
+
+  /** KEYS: balance. ARGV: amount. Returns the new balance as a string (exact). */
+  mgTopUp: {
+    numberOfKeys: 1,
+    lua: `
+redis.call('INCRBY', KEYS[1], ARGV[1])
+return redis.call('GET', KEYS[1])
+`,
+  },
+
+  /**
+   * Create-if-absent, crediting the wallet in the same step.
+   * KEYS: account record, balance. ARGV: id, grants JSON, createdAt, initial balance.
+   */
+  mgAccountCreate: {
+    numberOfKeys: 2,
+    lua: `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'grants', ARGV[2], 'createdAt', ARGV[3])
+if ARGV[4] ~= '0' then redis.call('INCRBY', KEYS[2], ARGV[4]) end
+return 1
+`,
+  },
+
+  /** KEYS: account record. ARGV: grants JSON. */
+  mgAccountSetGrants: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'grants', ARGV[1])
+return 1
+`,
+  },
+
+  /** KEYS: key record (by digest). ARGV: id, record JSON, disabled ('0' | '1'). */
+  mgKeyInsert: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'id', ARGV[1], 'rec', ARGV[2], 'disabled', ARGV[3])
+return 1
+`,
+  },
+
+  /** KEYS: key record (by digest). ARGV: id the record must have, disabled ('0' | '1'). */
+  mgKeySetDisabled: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[1], 'disabled', ARGV[2])
+return 1
+`,
+  },
+
+  /** Compare-and-delete. KEYS: a string key. ARGV: the value it must hold. */
+  mgDelIfEquals: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+`,
+  },
+
+  /**
+   * Exact sliding window, counting only under the limit.
+   * KEYS: bucket (zset of hit -> ms). ARGV: limit, windowMs, unique member.
+   * Returns {allowed (0|1), remaining, resetMs}.
+   */
+  mgHit: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      `
+local t = now_ms()
+local limit, w = tonumber(ARGV[1]), tonumber(ARGV[2])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(t - w))
+local n = redis.call('ZCARD', KEYS[1])
+local allowed = 0
+if n < limit then
+  redis.call('ZADD', KEYS[1], fmt(t), ARGV[3])
+  n = n + 1
+  allowed = 1
+end
+local reset = 0
+if n > 0 then
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  reset = tonumber(first[2]) + w - t
+  if reset < 0 then reset = 0 end
+  -- The newest hit leaves the window within windowMs, so an idle bucket disappears.
+  redis.call('PEXPIRE', KEYS[1], fmt(w))
+end
+local remaining = 0
+if allowed == 1 then remaining = limit - n end
+return {allowed, remaining, reset}
+`,
+  },
+
+  /**
+   * Take a slot if fewer than cap unexpired leases; re-acquiring a held lease extends it.
+   * KEYS: pool (zset of lease -> expiry ms). ARGV: cap, leaseId, ttlMs. Returns 0 | 1.
+   */
+  mgLeaseAcquire: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      EXPIRE_WITH_LAST +
+      `
+local t = now_ms()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(t))
+if not redis.call('ZSCORE', KEYS[1], ARGV[2]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
+  return 0
+end
+redis.call('ZADD', KEYS[1], fmt(t + tonumber(ARGV[3])), ARGV[2])
+expire_with_last(KEYS[1])
+return 1
+`,
+  },
+
+  /** KEYS: pool. ARGV: leaseId, ttlMs. Returns 0 when the lease is not live. */
+  mgLeaseRenew: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      EXPIRE_WITH_LAST +
+      `
+local t = now_ms()
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(t))
+if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return 0 end
+redis.call('ZADD', KEYS[1], fmt(t + tonumber(ARGV[2])), ARGV[1])
+expire_with_last(KEYS[1])
+return 1
+`,
+  },
+
+  /** KEYS: pool. Returns the number of unexpired leases. */
+  mgLeaseCount: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(now_ms()))
+return redis.call('ZCARD', KEYS[1])
+`,
+  },
+
+  /**
+   * Create (or replace) a job. KEYS: job hash. ARGV: ttlMs, then field, JSON value pairs.
+   * Returns when the job disappears (unix ms, as a string).
+   */
+  mgJobCreate: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      `
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local ttl = tonumber(ARGV[1])
+redis.call('PEXPIRE', KEYS[1], fmt(ttl))
+return fmt(now_ms() + ttl)
+`,
+  },
+
+  /**
+   * Compare-and-set on the status. KEYS: job hash.
+   * ARGV: n (-1 = any status), n JSON statuses, then field, JSON value pairs.
+   * Returns nil, or {gone-at ms, flat field/value array of the updated job}.
+   */
+  mgJobUpdate: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      `
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local n = tonumber(ARGV[1])
+local i = 2
+if n >= 0 then
+  local status = redis.call('HGET', KEYS[1], 'status')
+  local ok = false
+  for j = 2, n + 1 do
+    if ARGV[j] == status then ok = true end
+  end
+  if not ok then return false end
+  i = n + 2
+end
+if #ARGV >= i then redis.call('HSET', KEYS[1], unpack(ARGV, i)) end
+local pttl = redis.call('PTTL', KEYS[1])
+return {fmt(now_ms() + pttl), redis.call('HGETALL', KEYS[1])}
+`,
+  },
+
+  /** KEYS: job index (zset of id -> gone-at ms). Drops gone jobs, returns the rest. */
+  mgJobIndex: {
+    numberOfKeys: 1,
+    lua:
+      PRELUDE +
+      `
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(now_ms()))
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+`,
+  },
+
+  /** KEYS: documents hash, documents version. ARGV: id, JSON. Returns the new version. */
+  mgDocPut: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      DOC_VERSION +
+      `
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return bump(KEYS[2])
+`,
+  },
+
+  /** KEYS: documents hash, documents version. ARGV: id. Returns 1 when deleted. */
+  mgDocDelete: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      DOC_VERSION +
+      `
+if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
+bump(KEYS[2])
+return 1
+`,
+  },
+
+  /**
+   * Idempotency-Key create-if-absent. KEYS: record. ARGV: in-flight record JSON, lock TTL ms.
+   * Returns nil when the record was created ("started"), else the existing record.
+   */
+  mgIdemBegin: {
+    numberOfKeys: 1,
+    lua: `
+local cur = redis.call('GET', KEYS[1])
+if cur then return cur end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
+`,
+  },
+} satisfies Record<string, ScriptDef>;
+
+export type ScriptName = keyof typeof SCRIPTS;
+
+/** Runs one script: `keys` must have exactly the script's number of keys. */
+export type RunScript = (keys: readonly string[], args: readonly (string | number)[]) => Promise<unknown>;
+
+export type Scripts = Record<ScriptName, RunScript>;
+
+/**
+ * Registers every script on `client` with `defineCommand` (names start with `mg`, so they do
+ * not collide with an application's own commands) and returns typed runners.
+ */
+export function defineScripts(client: Redis): Scripts {
+  const commands = client as unknown as Record<string, (...args: (string | number)[]) => Promise<unknown>>;
+  const out = {} as Scripts;
+  for (const [name, def] of Object.entries(SCRIPTS) as [ScriptName, ScriptDef][]) {
+    client.defineCommand(name, { lua: def.lua, numberOfKeys: def.numberOfKeys });
+    out[name] = (keys, args) => {
+      if (keys.length !== def.numberOfKeys) {
+        return Promise.reject(new Error(`${name} takes ${def.numberOfKeys} keys, got ${keys.length}`));
+      }
+      const command = commands[name];
+      if (!command) return Promise.reject(new Error(`script ${name} is not defined on the client`));
+      return command.call(client, ...keys, ...args);
+    };
+  }
+  return out;
+}

@@ -1,0 +1,560 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { createServer } from 'node:net';
+import { setTimeout as sleep } from 'node:timers/promises';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { MAX_NANO } from '../../src/money.js';
+import { createRedisStores, RedisStoreError, SETTLED_MARKER_TTL_MS } from '../../src/redis.js';
+import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
+import { accountsKeysSuite } from './accounts-keys.suite.js';
+import { billingSuite } from './billing.suite.js';
+import { contentSuite } from './content.suite.js';
+import { type StoreHarness, uid } from './harness.js';
+import { jobsSuite } from './jobs.suite.js';
+import { limitsSuite } from './limits.suite.js';
+
+const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+/** Every key of this run starts with it; afterAll deletes them. */
+const PREFIX = `mgtest:${randomUUID().slice(0, 8)}:`;
+const MONTH = '2025-01';
+
+/** Why Redis cannot be used, or null when it answers PING. */
+async function probe(): Promise<string | null> {
+  const c = new Redis(REDIS_URL, {
+    lazyConnect: true,
+    connectTimeout: 1_500,
+    commandTimeout: 1_500,
+    retryStrategy: () => null,
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+  });
+  c.on('error', () => {});
+  try {
+    await c.connect();
+    await c.ping();
+    return null;
+  } catch (err) {
+    return (err as Error).message || String(err);
+  } finally {
+    c.disconnect();
+  }
+}
+
+const unreachable = await probe();
+
+/** Redis stores on the real clock: `advance` really sleeps. */
+async function makeRedis(): Promise<StoreHarness> {
+  const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+  return { stores, advance: (ms) => sleep(ms), cleanup: () => stores.close() };
+}
+
+async function account(stores: Stores, balance: bigint) {
+  const accountId = uid('acct');
+  expect(await stores.accounts.create({ id: accountId, grants: [], createdAt: 0 }, balance)).toBe(true);
+  return { accountId, keyId: uid('key') };
+}
+
+function hold(a: { accountId: string; keyId: string }, amount: bigint, extra: Partial<HoldRequest> = {}): HoldRequest {
+  return { holdId: uid('hold'), ...a, amount, monthlyCap: null, month: MONTH, ttlMs: 60_000, ...extra };
+}
+
+function settleReq(a: { accountId: string; keyId: string }, holdId: string, cost: bigint): SettleRequest {
+  return {
+    holdId,
+    accountId: a.accountId,
+    cost,
+    entry: { id: holdId, accountId: a.accountId, keyId: a.keyId, model: 'm-1', units: { kind: 'tokens', prompt: 1, completion: 2 }, at: 1 },
+  };
+}
+
+/** The hash tag Redis Cluster hashes for `key` (the whole key when it has none). */
+function hashTag(key: string): string {
+  const open = key.indexOf('{');
+  if (open < 0) return key;
+  const close = key.indexOf('}', open + 1);
+  return close > open + 1 ? key.slice(open + 1, close) : key;
+}
+
+async function deleteRunKeys(): Promise<void> {
+  const c = new Redis(REDIS_URL);
+  try {
+    let cursor = '0';
+    do {
+      const [next, keys] = await c.scan(cursor, 'MATCH', `${PREFIX}*`, 'COUNT', 1000);
+      cursor = next;
+      if (keys.length > 0) await c.unlink(...keys);
+    } while (cursor !== '0');
+  } finally {
+    c.disconnect();
+  }
+}
+
+async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      server.close(() => (typeof address === 'object' && address ? resolve(address.port) : reject(new Error('no port'))));
+    });
+  });
+}
+
+async function eventually<T>(what: string, fn: () => Promise<T>, ok: (v: T) => boolean, ms = 10_000): Promise<T> {
+  const until = Date.now() + ms;
+  let last: unknown;
+  while (Date.now() < until) {
+    try {
+      const v = await fn();
+      if (ok(v)) return v;
+      last = v;
+    } catch (err) {
+      last = err;
+    }
+    await sleep(50);
+  }
+  throw new Error(`${what} did not happen in ${ms} ms (last: ${String(last)})`);
+}
+
+/** How long `p` takes to settle, and whether it rejected with a RedisStoreError. */
+async function timed(p: Promise<unknown>): Promise<{ ms: number; storeError: boolean }> {
+  const t0 = Date.now();
+  try {
+    await p;
+    return { ms: Date.now() - t0, storeError: false };
+  } catch (err) {
+    return { ms: Date.now() - t0, storeError: err instanceof RedisStoreError };
+  }
+}
+
+if (unreachable !== null) {
+  const notice = `Redis at ${REDIS_URL} is unreachable (${unreachable})`;
+  if (process.env.CI === 'true') {
+    describe('redis', () => {
+      it('Redis is reachable (required under CI=true)', () => {
+        throw new Error(`${notice}. Start one, or set REDIS_URL.`);
+      });
+    });
+  } else {
+    console.warn(
+      `\n${'!'.repeat(78)}\n!!! SKIPPING the Redis store conformance tests: ${notice}.\n` +
+        `!!! Start Redis (e.g. redis-server) or set REDIS_URL; under CI=true this fails.\n${'!'.repeat(78)}\n`,
+    );
+    describe.skip(`redis (skipped: ${notice})`, () => {
+      it('conformance suites', () => {});
+    });
+  }
+} else {
+  afterAll(deleteRunKeys);
+
+  accountsKeysSuite('redis', makeRedis);
+  billingSuite('redis', makeRedis);
+  limitsSuite('redis', makeRedis);
+  jobsSuite('redis', makeRedis);
+  contentSuite('redis', makeRedis);
+
+  describe('redis: money across instances', () => {
+    it('a replayed settle never debits twice, even after the hold is gone or re-opened', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      // Another instance (or the same one after a reconnect) replays the settle.
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(one, 1_000n);
+        const req = hold(a, 500n);
+        expect(await one.billing.placeHold(req)).toEqual({ ok: true });
+        expect(await one.billing.settle(settleReq(a, req.holdId, 300n))).toEqual({ settled: true, charged: 300n });
+        expect(await two.billing.settle(settleReq(a, req.holdId, 300n))).toEqual({ settled: false, charged: 0n });
+
+        // A replayed placeHold opens the id again; the replayed settle still changes nothing.
+        expect(await two.billing.placeHold(req)).toEqual({ ok: true });
+        expect(await two.billing.settle(settleReq(a, req.holdId, 300n))).toEqual({ settled: false, charged: 0n });
+        expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 500n });
+        expect(await one.billing.release(a.accountId, req.holdId)).toBe(true);
+        expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
+        expect(await one.billing.ledger(a.accountId)).toHaveLength(1);
+        expect(await one.billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 300n, monthly: 300n, held: 0n });
+
+        // The marker lives about a day.
+        const c = new Redis(REDIS_URL);
+        const markers = await c.keys(`${PREFIX}*settled*`);
+        const ttl = await c.pttl(markers.find((k) => k.includes(req.holdId)) ?? '');
+        c.disconnect();
+        expect(ttl).toBeGreaterThan(SETTLED_MARKER_TTL_MS - 60_000);
+        expect(ttl).toBeLessThanOrEqual(SETTLED_MARKER_TTL_MS);
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
+    it('200 concurrent holds from two clients against a wallet worth exactly 10 place exactly 10', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(one, 10n * 7_000n);
+        const results = await Promise.all(
+          Array.from({ length: 200 }, (_, i) => (i % 2 === 0 ? one : two).billing.placeHold(hold(a, 7_000n))),
+        );
+        expect(results.filter((r) => r.ok)).toHaveLength(10);
+        for (const r of results) if (!r.ok) expect(r).toEqual({ ok: false, limitSource: 'wallet', available: 0n });
+        expect(await two.billing.wallet(a.accountId)).toEqual({ balance: 70_000n, held: 70_000n });
+        expect(await one.billing.openHolds(a.accountId)).toBe(10);
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
+    it('concurrent settles of one hold from two clients charge once', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(one, 1_000n);
+        const req = hold(a, 500n);
+        await one.billing.placeHold(req);
+        const results = await Promise.all(
+          Array.from({ length: 40 }, (_, i) => (i % 2 ? one : two).billing.settle(settleReq(a, req.holdId, 300n))),
+        );
+        expect(results.filter((r) => r.settled)).toEqual([{ settled: true, charged: 300n }]);
+        expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
+        expect(await two.billing.ledger(a.accountId)).toHaveLength(1);
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
+    it('amounts up to 2^53 - 1 nano-USD stay exact through the Lua scripts', async () => {
+      const h = await makeRedis();
+      try {
+        const { billing } = h.stores;
+        const a = await account(h.stores, MAX_NANO);
+        const req = hold(a, MAX_NANO, { monthlyCap: MAX_NANO });
+        expect(await billing.placeHold(hold(a, MAX_NANO, { monthlyCap: MAX_NANO - 1n }))).toEqual({
+          ok: false,
+          limitSource: 'key_monthly_cap',
+          available: MAX_NANO - 1n,
+        });
+        expect(await billing.placeHold(req)).toEqual({ ok: true });
+        expect(await billing.wallet(a.accountId)).toEqual({ balance: MAX_NANO, held: MAX_NANO });
+        expect(await billing.settle(settleReq(a, req.holdId, MAX_NANO - 2n))).toEqual({ settled: true, charged: MAX_NANO - 2n });
+        expect(await billing.wallet(a.accountId)).toEqual({ balance: 2n, held: 0n });
+        expect(await billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: MAX_NANO - 2n, monthly: MAX_NANO - 2n, held: 0n });
+        expect((await billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO - 2n, listCost: MAX_NANO - 2n });
+        expect(await billing.topUp(a.accountId, MAX_NANO - 2n)).toBe(MAX_NANO);
+      } finally {
+        await h.cleanup();
+      }
+    });
+  });
+
+  describe('redis: limits across instances', () => {
+    it('a sliding window shared by two clients allows exactly its limit', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const bucket = uid('bucket');
+        const results = await Promise.all(
+          Array.from({ length: 80 }, (_, i) => (i % 2 ? one : two).limits.hit(bucket, 50, 60_000)),
+        );
+        expect(results.filter((r) => r.allowed)).toHaveLength(50);
+        const remaining = results.filter((r) => r.allowed).map((r) => r.remaining).sort((x, y) => x - y);
+        expect(remaining).toEqual(Array.from({ length: 50 }, (_, i) => i));
+        expect(await one.limits.hit(bucket, 50, 60_000)).toMatchObject({ allowed: false, remaining: 0 });
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
+    it('leases shared by two clients take exactly the cap', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const pool = uid('pool');
+        const results = await Promise.all(
+          Array.from({ length: 40 }, (_, i) => (i % 2 ? one : two).limits.acquireLease(pool, 7, uid('lease'), 60_000)),
+        );
+        expect(results.filter(Boolean)).toHaveLength(7);
+        expect(await two.limits.activeLeases(pool)).toBe(7);
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
+    it('idle windows, pools and expired holds leave no keys behind', async () => {
+      const h = await makeRedis();
+      const c = new Redis(REDIS_URL);
+      try {
+        const bucket = uid('bucket');
+        const pool = uid('pool');
+        const a = await account(h.stores, 100n);
+        await h.stores.limits.hit(bucket, 5, 200);
+        await h.stores.limits.acquireLease(pool, 1, uid('lease'), 200);
+        await h.stores.billing.placeHold(hold(a, 10n, { ttlMs: 200 }));
+        const live = await c.keys(`${PREFIX}*`);
+        expect(live.filter((k) => k.includes(bucket) || k.includes(pool)).length).toBe(2);
+        expect(live.filter((k) => k.includes(a.accountId) && /:(holds|hexp|held)$/.test(k)).length).toBe(3);
+        await sleep(300);
+        const after = await c.keys(`${PREFIX}*`);
+        expect(after.filter((k) => k.includes(bucket) || k.includes(pool))).toEqual([]);
+        expect(after.filter((k) => k.includes(a.accountId) && /:(holds|hexp|held)$/.test(k))).toEqual([]);
+        expect(await h.stores.billing.wallet(a.accountId)).toEqual({ balance: 100n, held: 0n });
+      } finally {
+        c.disconnect();
+        await h.cleanup();
+      }
+    });
+  });
+
+  describe('redis: IdempotencyStore', () => {
+    const response = { status: 200, headers: { 'content-type': 'application/json' }, body: 'e30=' };
+
+    it('begins once, reports in-flight and done records, and forgets abandoned ones', async () => {
+      const h = await makeRedis();
+      try {
+        const idem = h.stores.idempotency;
+        const scope = uid('scope');
+        expect(await idem.begin(scope, 'fp-1', 60_000)).toEqual({ state: 'started' });
+        expect(await idem.begin(scope, 'fp-2', 60_000)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
+        await idem.complete(scope, 'fp-1', response, 60_000);
+        expect(await idem.begin(scope, 'fp-1', 60_000)).toEqual({ state: 'done', fingerprint: 'fp-1', response });
+        await idem.abandon(scope);
+        expect(await idem.begin(scope, 'fp-3', 60_000)).toEqual({ state: 'started' });
+      } finally {
+        await h.cleanup();
+      }
+    });
+
+    it('an in-flight lock and a finished record expire with their TTLs', async () => {
+      const h = await makeRedis();
+      try {
+        const idem = h.stores.idempotency;
+        const [locked, done] = [uid('scope'), uid('scope')];
+        expect(await idem.begin(locked, 'fp', 150)).toEqual({ state: 'started' });
+        await idem.complete(done, 'fp', response, 150);
+        await sleep(250);
+        expect(await idem.begin(locked, 'fp', 60_000)).toEqual({ state: 'started' });
+        expect(await idem.begin(done, 'fp', 60_000)).toEqual({ state: 'started' });
+      } finally {
+        await h.cleanup();
+      }
+    });
+
+    it('concurrent begins from two clients start exactly one', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const scope = uid('scope');
+        const results = await Promise.all(
+          Array.from({ length: 30 }, (_, i) => (i % 2 ? one : two).idempotency.begin(scope, `fp-${i}`, 60_000)),
+        );
+        expect(results.filter((r) => r.state === 'started')).toHaveLength(1);
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+  });
+
+  describe('redis: round trips and Cluster safety', () => {
+    it('placeHold, settle, hit and the other hot paths are one command each; every script keeps to one hash tag', async () => {
+      const client = new Redis(REDIS_URL);
+      const monitorClient = new Redis(REDIS_URL);
+      const monitor = await monitorClient.monitor();
+      const seen: string[][] = [];
+      monitor.on('monitor', (_time: string, args: string[], source: string) => {
+        if (source === 'lua') return;
+        if (args.some((x) => x.includes(PREFIX) || x.startsWith('mgmark_'))) seen.push(args);
+      });
+      const stores = createRedisStores({ client, keyPrefix: PREFIX });
+
+      async function commandsOf(op: () => Promise<unknown>): Promise<string[][]> {
+        const [start, end] = [uid('mgmark'), uid('mgmark')];
+        await client.echo(start);
+        await op();
+        await client.echo(end);
+        await eventually('monitor output', async () => seen.some((x) => x[1] === end), Boolean);
+        const from = seen.findIndex((x) => x[1] === start);
+        const to = seen.findIndex((x) => x[1] === end);
+        return seen.slice(from + 1, to);
+      }
+      const names = (cmds: string[][]) => cmds.map((x) => (x[0] ?? '').toLowerCase());
+
+      try {
+        const a = { accountId: uid('acct'), keyId: uid('key') };
+        await stores.accounts.create({ id: a.accountId, grants: [], createdAt: 0 }, 1_000_000n);
+        // Warm up: the first call of a script on a connection sends its body (EVAL).
+        const warm = hold(a, 1n);
+        await stores.billing.placeHold(warm);
+        await stores.billing.settle(settleReq(a, warm.holdId, 1n));
+        await stores.billing.release(a.accountId, uid('hold'));
+        await stores.limits.hit(uid('bucket'), 5, 1_000);
+        await stores.limits.acquireLease(uid('pool'), 5, uid('lease'), 1_000);
+
+        const req = hold(a, 100n, { monthlyCap: 10_000n });
+        const counts: Record<string, string[]> = {
+          placeHold: names(await commandsOf(() => stores.billing.placeHold(req))),
+          settle: names(await commandsOf(() => stores.billing.settle(settleReq(a, req.holdId, 50n)))),
+          release: names(await commandsOf(() => stores.billing.release(a.accountId, req.holdId))),
+          hit: names(await commandsOf(() => stores.limits.hit(uid('bucket'), 5, 1_000))),
+          acquireLease: names(await commandsOf(() => stores.limits.acquireLease(uid('pool'), 5, uid('lease'), 1_000))),
+          findByDigest: names(await commandsOf(() => stores.keys.findByDigest(uid('digest')))),
+        };
+        expect(counts).toEqual({
+          placeHold: ['evalsha'],
+          settle: ['evalsha'],
+          release: ['evalsha'],
+          hit: ['evalsha'],
+          acquireLease: ['evalsha'],
+          findByDigest: ['hmget'],
+        });
+
+        // A workload over every store: every script's keys share one hash tag.
+        seen.length = 0;
+        const k = { id: uid('key'), digest: uid('digest') };
+        await stores.keys.insert({
+          ...k,
+          prefix: 'sk-mg-Ab12',
+          accountId: a.accountId,
+          kind: 'developer',
+          model: null,
+          label: null,
+          monthlyCap: null,
+          disabled: false,
+          createdAt: 1,
+        });
+        await stores.keys.insert({ ...(await stores.keys.get(k.id))!, id: uid('key') });
+        await stores.keys.setDisabled(k.id, true);
+        await stores.accounts.setGrants(a.accountId, ['x']);
+        const h2 = hold(a, 10n);
+        await stores.billing.placeHold(h2);
+        await stores.billing.settle(settleReq(a, h2.holdId, 5n));
+        await stores.billing.topUp(a.accountId, 5n);
+        await stores.billing.wallet(a.accountId);
+        await stores.billing.keyUsage(a.accountId, a.keyId, MONTH);
+        await stores.billing.openHolds(a.accountId);
+        const pool = uid('pool');
+        const lease = uid('lease');
+        await stores.limits.acquireLease(pool, 1, lease, 1_000);
+        await stores.limits.renewLease(pool, lease, 1_000);
+        await stores.limits.activeLeases(pool);
+        const jobId = uid('job');
+        await stores.jobs.create({ id: jobId, status: 'queued' } as Parameters<typeof stores.jobs.create>[0], 10_000);
+        await stores.jobs.update(jobId, { status: 'completed' }, ['queued']);
+        await stores.jobs.listUnfinished();
+        await stores.content.putDocument({ id: uid('doc'), accountId: a.accountId, brand: null, title: 't', text: 'x', createdAt: 1 });
+        await stores.content.deleteDocument(a.accountId, uid('doc'));
+        await stores.idempotency.begin(uid('scope'), 'fp', 1_000);
+        await client.echo('mgmark_done');
+        await eventually('monitor output', async () => seen.some((x) => x[1] === 'mgmark_done'), Boolean);
+
+        const scripts = seen.filter((x) => ['evalsha', 'eval'].includes((x[0] ?? '').toLowerCase()));
+        expect(scripts.length).toBeGreaterThanOrEqual(18);
+        for (const x of scripts) {
+          const keys = x.slice(3, 3 + Number(x[2]));
+          expect(keys.length).toBeGreaterThan(0);
+          expect(new Set(keys.map(hashTag)).size, `one hash tag in ${keys.join(' ')}`).toBe(1);
+          for (const key of keys) expect(key.startsWith(PREFIX)).toBe(true);
+        }
+      } finally {
+        await stores.close();
+        expect(client.status).toBe('ready'); // a client we passed in is left open
+        monitorClient.disconnect();
+        client.disconnect();
+      }
+    });
+  });
+
+  describe('redis: failures', () => {
+    it('a store pointed at a dead port rejects promptly instead of hanging', async () => {
+      const stores = createRedisStores({ url: 'redis://127.0.0.1:1', keyPrefix: PREFIX });
+      try {
+        const a = { accountId: uid('acct'), keyId: uid('key') };
+        for (const p of [
+          stores.billing.placeHold(hold(a, 1n)),
+          stores.billing.settle(settleReq(a, uid('hold'), 1n)),
+          stores.limits.hit(uid('bucket'), 5, 1_000),
+          stores.limits.acquireLease(uid('pool'), 1, uid('lease'), 1_000),
+          stores.keys.findByDigest(uid('digest')),
+        ]) {
+          const r = await timed(p);
+          expect(r.storeError).toBe(true);
+          expect(r.ms).toBeLessThan(2_500);
+        }
+      } finally {
+        const r = await timed(stores.close());
+        expect(r.ms).toBeLessThan(2_500);
+      }
+    });
+
+    const hasRedisServer = spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0;
+    if (!hasRedisServer) console.warn('redis-server is not installed: skipping the Redis outage-and-recovery test');
+
+    it.runIf(hasRedisServer)('fails fast while Redis is down and recovers without a restart', async () => {
+      const port = await freePort();
+      const url = `redis://127.0.0.1:${port}`;
+      const start = (): ChildProcess =>
+        spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no'], {
+          stdio: 'ignore',
+        });
+      const ping = async () => {
+        const c = new Redis(url, { lazyConnect: true, retryStrategy: () => null, enableOfflineQueue: false });
+        c.on('error', () => {});
+        try {
+          await c.connect();
+          return (await c.ping()) === 'PONG';
+        } finally {
+          c.disconnect();
+        }
+      };
+      const stopped = (p: ChildProcess) =>
+        new Promise<void>((resolve) => (p.exitCode !== null || p.signalCode !== null ? resolve() : p.once('exit', () => resolve())));
+
+      let server = start();
+      const stores = createRedisStores({ url, keyPrefix: PREFIX });
+      try {
+        await eventually('private redis-server up', ping, Boolean);
+        const a = await account(stores, 1_000n);
+        expect(await stores.billing.placeHold(hold(a, 100n))).toEqual({ ok: true });
+
+        server.kill('SIGKILL');
+        await stopped(server);
+        for (const p of [stores.billing.placeHold(hold(a, 1n)), stores.limits.hit(uid('bucket'), 5, 1_000)]) {
+          const r = await timed(p);
+          expect(r.storeError).toBe(true);
+          expect(r.ms).toBeLessThan(2_500);
+        }
+
+        server = start();
+        await eventually('private redis-server back', ping, Boolean);
+        // The same store object works again once its client has reconnected.
+        const bucket = uid('bucket');
+        await eventually('store recovery', () => stores.limits.hit(bucket, 1_000, 60_000), (r) => r.allowed);
+        const b = await account(stores, 50n);
+        expect(await stores.billing.placeHold(hold(b, 50n))).toEqual({ ok: true });
+      } finally {
+        await stores.close();
+        server.kill('SIGKILL');
+        await stopped(server);
+      }
+    });
+
+    it('close() leaves a client it was given open, and closes one it created', async () => {
+      const client = new Redis(REDIS_URL);
+      const given = createRedisStores({ client, keyPrefix: PREFIX });
+      await given.limits.hit(uid('bucket'), 1, 1_000);
+      await given.close();
+      expect(await client.ping()).toBe('PONG');
+      client.disconnect();
+
+      const owned = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      await owned.limits.hit(uid('bucket'), 1, 1_000);
+      await owned.close();
+      await expect(owned.limits.hit(uid('bucket'), 1, 1_000)).rejects.toBeInstanceOf(RedisStoreError);
+    });
+
+    it('refuses a key prefix that would break hash tags', () => {
+      const client = new Redis({ lazyConnect: true });
+      expect(() => createRedisStores({ client, keyPrefix: 'a{b}:' })).toThrow(RangeError);
+      expect(() => createRedisStores({ url: REDIS_URL, keyPrefix: 'a}' })).toThrow(RangeError);
+      client.disconnect();
+    });
+  });
+}
