@@ -148,11 +148,16 @@ if (unreachable !== null) {
 } else {
   afterAll(deleteRunKeys);
 
-  accountsKeysSuite('redis', makeRedis);
-  billingSuite('redis', makeRedis);
-  limitsSuite('redis', makeRedis);
-  jobsSuite('redis', makeRedis);
-  contentSuite('redis', makeRedis);
+  // The suites measure expiries of 100-300 ms on Redis's real clock with ~50 ms margins. On a
+  // loaded 2-core CI machine a timer can overshoot that, so a failed case is retried; the same
+  // cases run exactly, on a fake clock, against the memory stores.
+  describe('real clock', { retry: 2 }, () => {
+    accountsKeysSuite('redis', makeRedis);
+    billingSuite('redis', makeRedis);
+    limitsSuite('redis', makeRedis);
+    jobsSuite('redis', makeRedis);
+    contentSuite('redis', makeRedis);
+  });
 
   describe('redis: money across instances', () => {
     it('a replayed settle never debits twice, even after the hold is gone or re-opened', async () => {
