@@ -27,6 +27,7 @@ import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
 import { createMemoryStores } from './stores/memory/index.js';
+import { StoreUnavailableError } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker } from './upstream/breaker.js';
 import { createHttpUpstream, type Upstream } from './upstream/client.js';
@@ -123,9 +124,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     async grants(accountId) {
       let g = grantsCache.get(accountId);
       if (!g) {
-        const account = await stores.accounts.get(accountId).catch((err) => {
-          throw errors.storeDown(err);
-        });
+        const account = await stores.accounts.get(accountId);
         g = account?.grants ?? [];
         grantsCache.set(accountId, g);
       }
@@ -196,7 +195,14 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       }
       const params: Record<string, string> = {};
       matched.keys.forEach((k, i) => {
-        params[k] = decodeURIComponent(m![i + 1] ?? '');
+        const raw = m![i + 1] ?? '';
+        // A malformed escape ("%zz") names nothing that exists: keep it raw, so the route
+        // answers its own 404 instead of a URIError turning into a 500.
+        try {
+          params[k] = decodeURIComponent(raw);
+        } catch {
+          params[k] = raw;
+        }
       });
 
       const key = await core.auth.authenticate(request.headers.get('authorization'));
@@ -226,7 +232,10 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>, clientGone: boolean): Response {
     let gErr: GatewayError;
     if (err instanceof GatewayError) gErr = err;
-    else if (clientGone) {
+    else if (err instanceof StoreUnavailableError) {
+      log.warn({ msg: 'store unavailable', requestId, err: err.message });
+      gErr = errors.storeDown(err);
+    } else if (clientGone) {
       // The client went away mid-request; nobody will read this answer.
       gErr = new GatewayError('invalid_request', 'The client closed the request.', { status: 499 });
     } else {

@@ -49,6 +49,27 @@ export async function readBody(request: Request, maxBytes: number, timeoutMs: nu
 
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
+/**
+ * Deepest nesting of arrays / objects a JSON body may have. JSON.parse takes any depth, but
+ * JSON.stringify and structuredClone recurse and overflow the stack a few thousand levels
+ * down (a 10 KB body), which would turn a bad request into a 500 after a hold was placed.
+ */
+export const MAX_JSON_DEPTH = 128;
+
+/** Whether `value` nests deeper than `max` (iterative: the check itself cannot overflow). */
+function nestsDeeperThan(value: unknown, max: number): boolean {
+  const stack: Array<[unknown, number]> = [[value, 1]];
+  while (stack.length) {
+    const [v, depth] = stack.pop()!;
+    if (v === null || typeof v !== 'object') continue;
+    if (depth > max) return true;
+    for (const child of Array.isArray(v) ? v : Object.values(v)) {
+      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+    }
+  }
+  return false;
+}
+
 /** Parses a JSON object body; anything else is 400 invalid_json / invalid_request. */
 export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   let value: unknown;
@@ -59,6 +80,9 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
+  }
+  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+    throw new GatewayError('invalid_request', `The request body nests more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   return value as Record<string, unknown>;
 }

@@ -2,7 +2,7 @@
  * Hold, then settle (SPEC section 2). The routes call `hold` before any billable upstream
  * call and exactly one of `settle` / `release` after it.
  */
-import { GatewayError, errors } from '../errors.js';
+import { GatewayError } from '../errors.js';
 import type { Logger } from '../log.js';
 import type { ApiKeyRecord, BillingStore, HoldResult, SettleRequest } from '../stores/types.js';
 
@@ -29,7 +29,7 @@ export interface MeterDeps {
 export interface Meter {
   /**
    * Places a hold for `amount` nano-USD. On refusal calls `refuse` to build the 402 (the
-   * caller words it), so nothing reaches an upstream. A broken store is 503.
+   * caller words it), so nothing reaches an upstream. An unreachable store throws (503).
    */
   hold(
     holdId: string,
@@ -69,20 +69,15 @@ export function createMeter(deps: MeterDeps): Meter {
 
   return {
     async hold(holdId, key, amount, ttlMs, refuse) {
-      let result: HoldResult;
-      try {
-        result = await deps.billing.placeHold({
-          holdId,
-          accountId: key.accountId,
-          keyId: key.id,
-          amount,
-          monthlyCap: key.monthlyCap,
-          month: monthOf(deps.now()),
-          ttlMs,
-        });
-      } catch (err) {
-        throw errors.storeDown(err);
-      }
+      const result = await deps.billing.placeHold({
+        holdId,
+        accountId: key.accountId,
+        keyId: key.id,
+        amount,
+        monthlyCap: key.monthlyCap,
+        month: monthOf(deps.now()),
+        ttlMs,
+      });
       if (!result.ok) throw refuse(result);
     },
     settle(req) {

@@ -9,7 +9,7 @@
 import { LRUCache } from 'lru-cache';
 import { contentText } from '../billing/tokens.js';
 import type { Core, RequestContext } from '../core.js';
-import { GatewayError, errors } from '../errors.js';
+import { GatewayError } from '../errors.js';
 import type { BrandRecord, ContentStore, DocumentRecord } from '../stores/types.js';
 import { createKnowledgeIndex, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
 
@@ -103,23 +103,18 @@ export function createContextService(core: Pick<Core, 'cfg' | 'stores'>, maxAcco
       if (req.brand === undefined && req.knowledge === undefined) return null;
       const accountId = ctx.key.accountId;
       const out: unknown[] = [];
-      try {
-        if (req.brand !== undefined) {
-          const brand = await content.getBrand(accountId, req.brand);
-          if (!brand) {
-            throw new GatewayError('brand_not_found', `No brand profile with id "${req.brand}" in this account.`, {
-              param: 'brand',
-            });
-          }
-          out.push({ role: 'system', content: brandMessage(brand) });
+      if (req.brand !== undefined) {
+        const brand = await content.getBrand(accountId, req.brand);
+        if (!brand) {
+          throw new GatewayError('brand_not_found', `No brand profile with id "${req.brand}" in this account.`, {
+            param: 'brand',
+          });
         }
-        if (req.knowledge !== undefined) {
-          const text = await knowledgeMessage(accountId, req.knowledge, lastUserText(messages));
-          if (text) out.push({ role: 'system', content: text });
-        }
-      } catch (err) {
-        if (err instanceof GatewayError) throw err;
-        throw errors.storeDown(err);
+        out.push({ role: 'system', content: brandMessage(brand) });
+      }
+      if (req.knowledge !== undefined) {
+        const text = await knowledgeMessage(accountId, req.knowledge, lastUserText(messages));
+        if (text) out.push({ role: 'system', content: text });
       }
       return out;
     },

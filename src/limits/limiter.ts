@@ -5,7 +5,7 @@
  * and retry-after-ms; authenticated answers carry the ratelimit headers.
  */
 import type { Core } from '../core.js';
-import { GatewayError, errors } from '../errors.js';
+import { GatewayError } from '../errors.js';
 import type { ApiKeyRecord, WindowResult } from '../stores/types.js';
 import { createAddressResolver } from './client-address.js';
 
@@ -36,13 +36,7 @@ function rateLimited(limit: 'key_requests_per_minute' | 'ip_requests_per_minute'
 export function createLimiter(core: Core): Limiter {
   const resolve = createAddressResolver(core.cfg.trustProxy);
   const { keyRequestsPerMinute, ipRequestsPerMinute } = core.cfg.limits;
-  const hit = async (bucket: string, limit: number) => {
-    try {
-      return await core.stores.limits.hit(bucket, limit, WINDOW_MS);
-    } catch (err) {
-      throw errors.storeDown(err);
-    }
-  };
+  const hit = (bucket: string, limit: number) => core.stores.limits.hit(bucket, limit, WINDOW_MS);
   return {
     clientAddress: resolve,
     async checkIp(ip) {

@@ -175,22 +175,25 @@ async function plainAnswer(
   headers: Record<string, string>,
 ): Promise<Response> {
   let text: string;
-  let parsed: Record<string, unknown>;
+  let usage: Usage;
+  // Everything that can fail on a hostile answer (a JSON nested too deep to re-serialise or
+  // count) happens before billing: the client is charged only for an answer it gets.
   try {
     text = await res.text();
-    parsed = JSON.parse(text) as Record<string, unknown>;
+    const parsed = JSON.parse(text) as Record<string, unknown>;
     if (!parsed || typeof parsed !== 'object' || !Array.isArray(parsed.choices)) throw new Error('no choices');
+    usage = usageFrom(parsed.usage) ?? { prompt: billing.promptEstimate, completion: countChoices(core, parsed.choices) };
+    if (model.upstreamModel !== model.id && parsed.model !== model.id) {
+      parsed.model = model.id;
+      text = JSON.stringify(parsed);
+    }
   } catch (err) {
     billing.finish(null);
     if (err instanceof GatewayError) throw err;
     core.breaker.failure(model.upstream);
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
-  billing.finish(usageFrom(parsed.usage) ?? { prompt: billing.promptEstimate, completion: countChoices(core, parsed.choices) });
-  if (model.upstreamModel !== model.id && parsed.model !== model.id) {
-    parsed.model = model.id;
-    text = JSON.stringify(parsed);
-  }
+  billing.finish(usage);
   return new Response(text, { status: 200, headers: { ...headers, 'content-type': 'application/json' } });
 }
 

@@ -1,7 +1,7 @@
 /** GET /models, /key, /brands, /knowledge. Not billed. */
 import { monthOf, nextMonthStart } from '../billing/meter.js';
 import type { Core, RequestContext } from '../core.js';
-import { GatewayError, errors } from '../errors.js';
+import { GatewayError } from '../errors.js';
 import { json } from '../http.js';
 import { usdNumber } from '../money.js';
 
@@ -23,16 +23,10 @@ const seconds = (ms: number) => Math.floor(ms / 1000);
 export async function readKey(core: Core, ctx: RequestContext): Promise<Response> {
   const key = ctx.key;
   const now = core.now();
-  let usage;
-  let wallet;
-  try {
-    [usage, wallet] = await Promise.all([
-      core.stores.billing.keyUsage(key.accountId, key.id, monthOf(now)),
-      core.stores.billing.wallet(key.accountId),
-    ]);
-  } catch (err) {
-    throw errors.storeDown(err);
-  }
+  const [usage, wallet] = await Promise.all([
+    core.stores.billing.keyUsage(key.accountId, key.id, monthOf(now)),
+    core.stores.billing.wallet(key.accountId),
+  ]);
   const cap = key.monthlyCap;
   const remaining = cap === null ? null : cap - usage.monthly - usage.held;
   return json(
@@ -59,9 +53,7 @@ export async function readKey(core: Core, ctx: RequestContext): Promise<Response
 }
 
 export async function listBrands(core: Core, ctx: RequestContext): Promise<Response> {
-  const brands = await core.stores.content.listBrands(ctx.key.accountId).catch((err) => {
-    throw errors.storeDown(err);
-  });
+  const brands = await core.stores.content.listBrands(ctx.key.accountId);
   const data = brands.map((b) => ({
     id: b.id,
     object: 'brand',
@@ -74,12 +66,7 @@ export async function listBrands(core: Core, ctx: RequestContext): Promise<Respo
 }
 
 export async function listKnowledge(core: Core, ctx: RequestContext): Promise<Response> {
-  let account;
-  try {
-    account = await core.context.indexFor(ctx.key.accountId);
-  } catch (err) {
-    throw errors.storeDown(err);
-  }
+  const account = await core.context.indexFor(ctx.key.accountId);
   const data = [...account.docs.values()]
     .sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id))
     .map((d) => ({

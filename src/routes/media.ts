@@ -1,7 +1,7 @@
 /** What the media routes share: the agent-key refusal, in-flight slots, holds, job reads. */
 import { insufficientQuota } from '../billing/meter.js';
 import type { Core, RequestContext } from '../core.js';
-import { GatewayError, errors } from '../errors.js';
+import { GatewayError } from '../errors.js';
 import { json } from '../http.js';
 import { jobView, leasePool, type LeaseRef } from '../jobs/runner.js';
 import { formatUsd } from '../money.js';
@@ -20,12 +20,7 @@ export function refuseAgentKeys(ctx: RequestContext): void {
 export async function takeSlot(core: Core, ctx: RequestContext, kind: 'image' | 'video', leaseId: string): Promise<LeaseRef> {
   const pool = leasePool(kind, ctx.key.accountId);
   const cap = kind === 'image' ? core.cfg.limits.inFlightImageJobs : core.cfg.limits.inFlightVideoJobs;
-  let ok: boolean;
-  try {
-    ok = await core.stores.limits.acquireLease(pool, cap, leaseId, core.cfg.limits.inFlightLeaseTtlMs);
-  } catch (err) {
-    throw errors.storeDown(err);
-  }
+  const ok = await core.stores.limits.acquireLease(pool, cap, leaseId, core.cfg.limits.inFlightLeaseTtlMs);
   if (!ok) {
     const limit = kind === 'image' ? 'in_flight_image_jobs' : 'in_flight_video_jobs';
     throw new GatewayError(
@@ -53,12 +48,7 @@ export async function holdMedia(core: Core, ctx: RequestContext, holdId: string,
 /** Reads a job of the calling account; anyone else's (or an unknown id) is 404. */
 export async function readJob(core: Core, ctx: RequestContext, kind: JobRecord['object']): Promise<JobRecord> {
   const id = ctx.params.id ?? '';
-  let job: JobRecord | null;
-  try {
-    job = await core.stores.jobs.get(id);
-  } catch (err) {
-    throw errors.storeDown(err);
-  }
+  const job = await core.stores.jobs.get(id);
   if (!job || job.object !== kind || job.accountId !== ctx.key.accountId) {
     throw new GatewayError('job_not_found', `No ${kind} job with id "${id}".`, { param: 'id' });
   }

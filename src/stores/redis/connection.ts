@@ -31,10 +31,11 @@
  * tolerate an index entry whose record is missing.
  */
 import type { Redis } from 'ioredis';
+import { StoreUnavailableError } from '../errors.js';
 import { defineScripts, type Scripts } from './scripts.js';
 
 /** Thrown when Redis cannot be reached or answered with an error (the gateway answers 503). */
-export class RedisStoreError extends Error {
+export class RedisStoreError extends StoreUnavailableError {
   override readonly name = 'RedisStoreError';
   constructor(message: string, options?: { cause?: unknown }) {
     super(message, options);
