@@ -1,0 +1,61 @@
+/**
+ * Gateway instances as real child processes (the CLI, `serve`), for multi-instance tests:
+ * start, read the listening line, kill (politely or with SIGKILL).
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+
+export interface GatewayProcess {
+  child: ChildProcess;
+  baseURL: string;
+  /** Everything the process wrote, for failure messages. */
+  output(): string;
+  kill(signal?: NodeJS.Signals): Promise<void>;
+}
+
+export function writeConfig(config: unknown): string {
+  const dir = mkdtempSync(join(tmpdir(), 'mg-config-'));
+  const file = join(dir, 'gateway.config.json');
+  writeFileSync(file, JSON.stringify(config, null, 2));
+  return file;
+}
+
+/** Starts `model-gateway serve --config FILE --port 0` and waits for its listening line. */
+export function startGatewayProcess(configFile: string, env: NodeJS.ProcessEnv = {}): Promise<GatewayProcess> {
+  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve', '--config', configFile, '--port', '0'], {
+    cwd: ROOT,
+    env: { ...process.env, ...env },
+    stdio: ['ignore', 'pipe', 'pipe'],
+  });
+  let out = '';
+  child.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+  child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
+  const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+  return new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`gateway process did not start:\n${out}`)), 30_000);
+    const onData = () => {
+      const m = /listening on (http:\/\/[^\s]+\/v1)/.exec(out);
+      if (!m) return;
+      clearTimeout(timer);
+      child.stdout!.off('data', onData);
+      resolve({
+        child,
+        baseURL: m[1]!,
+        output: () => out,
+        async kill(signal = 'SIGTERM') {
+          if (child.exitCode === null && child.signalCode === null) child.kill(signal);
+          await exited;
+        },
+      });
+    };
+    child.stdout!.on('data', onData);
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`gateway process exited (${code}) before listening:\n${out}`));
+    });
+  });
+}
