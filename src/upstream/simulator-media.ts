@@ -58,6 +58,14 @@ function placeholderMp4(): Uint8Array {
   return Buffer.concat([ftyp, free]);
 }
 
+/** The clip a `resolution` (without `size`) asks for, portrait like the default 720x1280. */
+const SIZE_OF_RESOLUTION: Record<string, string> = {
+  '480P': '480x854',
+  '720P': '720x1280',
+  '1080P': '1080x1920',
+  '4K': '2160x3840',
+};
+
 interface SimVideo {
   id: string;
   model: string;
@@ -150,7 +158,7 @@ export function createMediaSimulator(opts: MediaSimulatorOptions, _tokenizer: To
           model: String(body.model),
           prompt: String(body.prompt),
           seconds: String(body.seconds ?? '4'),
-          size: String(body.size ?? '720x1280'),
+          size: String(body.size ?? SIZE_OF_RESOLUTION[String(body.resolution)] ?? '720x1280'),
           createdAt: Date.now(),
           fail: String(body.prompt).includes('[fail]'),
         };
