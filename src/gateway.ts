@@ -187,7 +187,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         }
       }
       if (!matched || !m) throw new GatewayError('not_found', `Unknown route ${request.method} ${path}.`);
-      const handler = matched.methods[request.method];
+      // Own properties only: a method named "constructor" or "__proto__" is not a handler.
+      const handler = Object.hasOwn(matched.methods, request.method) ? matched.methods[request.method] : undefined;
       if (!handler) {
         throw new GatewayError('method_not_allowed', `Method ${request.method} is not allowed on ${path}.`, {
           headers: { allow: Object.keys(matched.methods).join(', ') },

@@ -43,6 +43,12 @@ export interface Meter {
   release(accountId: string, holdId: string): Promise<void>;
 }
 
+/**
+ * Holds of calls bounded by one upstream exchange (chat, speech, images) live this long; one
+ * that a crashed instance left behind stops counting then. Video holds live as long as a job.
+ */
+export const CALL_HOLD_TTL_MS = 60 * 60 * 1000;
+
 const RETRY_DELAYS_MS = [100, 500, 2_000, 5_000];
 
 export function createMeter(deps: MeterDeps): Meter {

@@ -91,7 +91,7 @@ const DEFAULT_MEDIA_PARAMETERS: Record<Exclude<Modality, 'text'>, Record<string,
     required: ['prompt'],
     properties: {
       prompt: { type: 'string' },
-      seconds: { type: 'integer', minimum: 1, maximum: 60, default: 4 },
+      seconds: { type: 'integer', minimum: 1, maximum: 120, default: 4 },
       size: { type: 'string', pattern: '^\\d+x\\d+$' },
       resolution: { type: 'string', enum: ['480P', '720P', '1080P', '4K'] },
       mode: { type: 'string' },

@@ -50,16 +50,17 @@ export interface KnowledgeIndex {
 
 export interface KnowledgeIndexOptions {
   split?: SplitOptions;
-  /** Expected result objects allowed in one pass before switching to two passes. Default 1500. */
+  /** Expected result objects allowed in one pass before switching to two passes. Default 500. */
   resultBudget?: number;
+  /** Cap on postings walked per query; the commonest terms beyond it are ignored. Default 20,000. */
+  maxPostingsWalked?: number;
 }
 
 export const DEFAULT_MAX_PASSAGES = 8;
 /** Long pasted messages are cut to this many distinct terms. */
 export const MAX_QUERY_TERMS = 64;
-/** Hard cap on postings walked per query (rarest terms kept first). */
-const MAX_POSTINGS_WALKED = 60_000;
-const DEFAULT_RESULT_BUDGET = 1500;
+const DEFAULT_MAX_POSTINGS_WALKED = 20_000;
+const DEFAULT_RESULT_BUDGET = 500;
 /** How far down the ranking we look for passages that still fit the token budget. */
 const MAX_CANDIDATES_SCANNED = 50;
 
@@ -82,6 +83,7 @@ const identity = (t: string): string => t;
 
 export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): KnowledgeIndex {
   const resultBudget = opts.resultBudget ?? DEFAULT_RESULT_BUDGET;
+  const maxPostingsWalked = opts.maxPostingsWalked ?? DEFAULT_MAX_POSTINGS_WALKED;
   // We analyse text ourselves (so we can keep document frequencies for the
   // query planner); MiniSearch only splits the pre-analysed term strings.
   const miniSearch = new MiniSearch<IndexedPassage>({
@@ -89,7 +91,7 @@ export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): Knowledg
     storeFields: [],
     tokenize: splitTerms,
     processTerm: identity,
-    searchOptions: { boost: { title: 0.5 }, tokenize: splitTerms, processTerm: identity },
+    searchOptions: { boost: { title: 1 }, tokenize: splitTerms, processTerm: identity },
   });
   // Passage ids are array slots; removed passages leave a hole (never reused).
   const passages: Array<PassageRecord | undefined> = [];
@@ -143,20 +145,27 @@ export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): Knowledg
     const terms = [...new Set(analyze(query))].slice(0, MAX_QUERY_TERMS).filter((t) => docFreq.has(t));
     if (terms.length === 0) return [];
     terms.sort((a, b) => df(a) - df(b));
-    const scored = prefixWithin(terms, MAX_POSTINGS_WALKED, 1);
+    const scored = prefixWithin(terms, maxPostingsWalked, 1);
 
     // Expected result objects = postings that land in the searchable space.
     const total = miniSearch.documentCount;
     const space = allowed ? passagesIn(allowed) : total;
     const firstPass = space <= resultBudget ? scored : prefixWithin(scored, resultBudget, space / total);
 
-    const inAllowed = allowed ? (id: number) => (allowed.has(passages[id]?.documentId ?? '') ? 1 : 0) : undefined;
+    // Per-query masks indexed by passage id: cheaper in the hot loop than Set lookups.
+    const allowedMask = allowed ? maskOf(allowed) : undefined;
+    const inAllowed = allowedMask && ((id: number) => allowedMask[id] ?? 0);
     let hits = miniSearch.search(firstPass.join(' '), { boostDocument: inAllowed });
-    if (firstPass.length < scored.length && hits.length > 0) {
-      // Second pass: the full query, scored only on the first pass's candidates.
-      const candidates = new Set<number>();
-      for (const h of hits) candidates.add(h.id as number);
-      hits = miniSearch.search(scored.join(' '), { boostDocument: (id: number) => (candidates.has(id) ? 1 : 0) });
+    if (firstPass.length < scored.length) {
+      if (hits.length >= maxPassages) {
+        // Second pass: the full query, scored only on the first pass's candidates.
+        const candidates = new Uint8Array(passages.length);
+        for (const h of hits) candidates[h.id as number] = 1;
+        hits = miniSearch.search(scored.join(' '), { boostDocument: (id: number) => candidates[id] ?? 0 });
+      } else {
+        // The rare terms barely occur in this space: fall back to one full pass.
+        hits = miniSearch.search(scored.join(' '), { boostDocument: inAllowed });
+      }
     }
 
     const out: RetrievedPassage[] = [];
@@ -183,6 +192,12 @@ export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): Knowledg
       n++;
     }
     return terms.slice(0, n);
+  }
+
+  function maskOf(ids: ReadonlySet<string>): Uint8Array {
+    const mask = new Uint8Array(passages.length);
+    for (const id of ids) for (const p of documents.get(id)?.passageIds ?? []) mask[p] = 1;
+    return mask;
   }
 
   function passagesIn(ids: ReadonlySet<string>): number {

@@ -1,6 +1,6 @@
 /** POST /chat/completions: validate, hold, relay (plain or SSE), settle. */
 import { z } from 'zod';
-import { insufficientQuota } from '../billing/meter.js';
+import { CALL_HOLD_TTL_MS, insufficientQuota } from '../billing/meter.js';
 import { contentText, estimatePromptTokens } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
@@ -40,9 +40,6 @@ const chatSchema = z.looseObject({
 });
 
 export type ChatBody = z.infer<typeof chatSchema>;
-
-/** Holds for chat live this long; a hold a crashed instance left behind stops counting then. */
-const CHAT_HOLD_TTL_MS = 60 * 60 * 1000;
 
 export interface Usage {
   prompt: number;
@@ -87,7 +84,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
     [prices.completionPico, maxOutput],
   ]);
   const holdId = ctx.requestId;
-  await core.meter.hold(holdId, ctx.key, holdAmount, CHAT_HOLD_TTL_MS, (refused) => {
+  await core.meter.hold(holdId, ctx.key, holdAmount, CALL_HOLD_TTL_MS, (refused) => {
     const affordable = affordableUnits(refused.available, prices.promptPico * BigInt(promptEstimate), prices.completionPico);
     const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
     return insufficientQuota(

@@ -4,11 +4,12 @@
  * result lands in the job. GET /images/{id} polls it. Billed n x tier price, once.
  */
 import { z } from 'zod';
+import { CALL_HOLD_TTL_MS } from '../billing/meter.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { json, parseJsonObject } from '../http.js';
-import { jobView, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
+import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import { cost } from '../money.js';
 import type { JobRecord } from '../stores/types.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
@@ -39,9 +40,12 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
   const n = req.n ?? 1;
 
   const jobId = newJobId('image');
+  // The hold and an inline answer's ledger entry carry the request id; a job's entry, its job id.
+  const holdId = ctx.requestId;
+  let ledgerId = ctx.requestId;
   const lease = await takeSlot(core, ctx, 'image', jobId);
   try {
-    await holdMedia(core, ctx, jobId, cost(pricePico, n), `${n} image(s) at tier ${tier}`);
+    await holdMedia(core, ctx, { id: holdId, amount: cost(pricePico, n), ttlMs: CALL_HOLD_TTL_MS }, `${n} image(s) at tier ${tier}`);
   } catch (err) {
     await core.jobs.drop(lease);
     throw err;
@@ -52,11 +56,11 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
       const data = outcome.body.data;
       const images = Array.isArray(data) ? Math.min(n, data.length) : n;
       await core.meter.settle({
-        holdId: jobId,
+        holdId,
         accountId: ctx.key.accountId,
         cost: cost(pricePico, images),
         entry: {
-          id: jobId,
+          id: ledgerId,
           accountId: ctx.key.accountId,
           keyId: ctx.key.id,
           model: model.id,
@@ -65,7 +69,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
         },
       });
     } else {
-      await core.meter.release(ctx.key.accountId, jobId);
+      await core.meter.release(ctx.key.accountId, holdId);
     }
     await core.jobs.drop(lease);
   };
@@ -134,12 +138,13 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
     error: null,
     result: null,
-    holdId: jobId,
+    holdId,
     leaseId: lease.leaseId,
     tier,
     owner: core.jobs.instanceId,
     ownerUntil: core.jobs.ownerUntil(),
   };
+  ledgerId = jobId;
   try {
     await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
   } catch (err) {
@@ -181,7 +186,7 @@ export function adoptLostImage(core: Core): (job: JobRecord) => Promise<void> {
     );
     if (!updated) return;
     await core.meter.release(job.accountId, job.holdId);
-    const lease: LeaseRef = { pool: `image:${job.accountId}`, leaseId: job.leaseId };
+    const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
     await core.jobs.drop(lease);
   };
 }

@@ -7,9 +7,6 @@ import { jobView, leasePool, type LeaseRef } from '../jobs/runner.js';
 import { formatUsd } from '../money.js';
 import type { JobRecord } from '../stores/types.js';
 
-/** Media holds live as long as a job may. */
-export const mediaHoldTtl = (core: Core) => core.cfg.limits.jobTtlMs;
-
 export function refuseAgentKeys(ctx: RequestContext): void {
   if (ctx.key.kind === 'agent') {
     throw new GatewayError('permission_denied', 'Agent keys cannot use media endpoints.');
@@ -35,8 +32,14 @@ export async function takeSlot(core: Core, ctx: RequestContext, kind: 'image' | 
 }
 
 /** Holds `amount` for a media call; a refusal is 402 naming the price. */
-export async function holdMedia(core: Core, ctx: RequestContext, holdId: string, amount: bigint, what: string): Promise<void> {
-  await core.meter.hold(holdId, ctx.key, amount, mediaHoldTtl(core), (refused) =>
+export async function holdMedia(
+  core: Core,
+  ctx: RequestContext,
+  hold: { id: string; amount: bigint; ttlMs: number },
+  what: string,
+): Promise<void> {
+  const { id, amount, ttlMs } = hold;
+  await core.meter.hold(id, ctx.key, amount, ttlMs, (refused) =>
     insufficientQuota(
       refused,
       `This request requires more credits: ${what} costs ${formatUsd(amount)} USD, but only ${formatUsd(refused.available)} USD can be spent.` +

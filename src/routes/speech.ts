@@ -4,6 +4,7 @@
  * so the hold is the exact price).
  */
 import { z } from 'zod';
+import { CALL_HOLD_TTL_MS } from '../billing/meter.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
@@ -44,7 +45,7 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   const tokens = core.tokenizer.count(req.input);
   const amount = cost(pricePico, tokens);
   const holdId = ctx.requestId;
-  await holdMedia(core, ctx, holdId, amount, `${tokens} input tokens of speech`);
+  await holdMedia(core, ctx, { id: holdId, amount, ttlMs: CALL_HOLD_TTL_MS }, `${tokens} input tokens of speech`);
 
   const format = req.response_format ?? 'mp3';
   const abort = new AbortController();

@@ -86,7 +86,12 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
   const lease = await takeSlot(core, ctx, 'video', jobId);
   let upstreamJob: Record<string, unknown>;
   try {
-    await holdMedia(core, ctx, jobId, cost(pricePico, seconds), `${seconds} s of video at tier ${tier}`);
+    await holdMedia(
+      core,
+      ctx,
+      { id: jobId, amount: cost(pricePico, seconds), ttlMs: core.cfg.limits.jobTtlMs },
+      `${seconds} s of video at tier ${tier}`,
+    );
     try {
       const out = await withModel(sub, model.upstreamModel);
       const res = await callUpstream(core, model.upstream, {

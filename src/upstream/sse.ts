@@ -64,6 +64,12 @@ export class SseParser {
 }
 
 const encoder = new TextEncoder();
-export const encodeEvent = (data: string): Uint8Array => encoder.encode(`data: ${data}\n\n`);
+/**
+ * One event out. An event whose data spans several lines (the upstream sent several `data:`
+ * fields) goes out as several `data:` fields too: a bare newline would end the field, and the
+ * client would lose the rest of the event.
+ */
+export const encodeEvent = (data: string): Uint8Array =>
+  encoder.encode(`data: ${data.includes('\n') ? data.replaceAll('\n', '\ndata: ') : data}\n\n`);
 export const DONE_EVENT = encoder.encode('data: [DONE]\n\n');
 export const KEEP_ALIVE = encoder.encode(': keep-alive\n\n');
