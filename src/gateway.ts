@@ -3,7 +3,7 @@
  * `.fetch(Request)` in tests, `dispose()` to release everything. The route table and the
  * order of checks (SPEC section 4) live here.
  */
-import { randomBytes } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { LRUCache } from 'lru-cache';
 import { createAdmin, seed, type Admin } from './admin.js';
@@ -161,7 +161,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   ];
 
   async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
-    const requestId = `req_${randomBytes(12).toString('hex')}`;
+    // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
+    const requestId = `req_${randomUUID().replaceAll('-', '')}`;
     let rateHeaders: Record<string, string> = {};
     try {
       await ready;
