@@ -3,6 +3,8 @@
  *   {"error": {"message", "type", "code", "param", "metadata"?}}
  */
 
+import { Response } from '@whatwg-node/server';
+
 export type ErrorCode =
   | 'invalid_json'
   | 'invalid_request'
@@ -102,11 +104,9 @@ export function isGatewayError(value: unknown): value is GatewayError {
 }
 
 /** Writes the envelope. The only place an error Response is built. */
-export function errorResponse(err: GatewayError, requestId: string): Response {
-  const headers = new Headers(err.headers);
-  headers.set('content-type', 'application/json');
-  headers.set('x-request-id', requestId);
-  if (err.status === 402) headers.set('x-should-retry', 'false');
+export function errorResponse(err: GatewayError, requestId: string, extraHeaders: Record<string, string> = {}): Response {
+  const headers: Record<string, string> = { ...extraHeaders, ...err.headers, 'content-type': 'application/json', 'x-request-id': requestId };
+  if (err.status === 402) headers['x-should-retry'] = 'false';
   return new Response(JSON.stringify(err.toJSON()), { status: err.status, headers });
 }
 

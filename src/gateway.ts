@@ -208,7 +208,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       });
 
       const key = await core.auth.authenticate(request.headers.get('authorization'));
-      rateHeaders = await limiter.checkKey(key);
+      rateHeaders = { 'x-request-id': requestId, ...(await limiter.checkKey(key)) };
       let bodyBytes: Promise<Uint8Array> | undefined;
       const ctx: RequestContext = {
         request,
@@ -224,7 +224,6 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         matched.idempotent && request.method === 'POST'
           ? await withIdempotency(stores.idempotency, ctx, sub, () => handler(core, ctx))
           : await handler(core, ctx);
-      res.headers.set('x-request-id', requestId);
       return res;
     } catch (err) {
       return toErrorResponse(err, requestId, rateHeaders, request.signal?.aborted === true);
@@ -244,9 +243,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       log.error({ msg: 'unexpected error', requestId, err });
       gErr = new GatewayError('internal_error', `Internal error. Quote request id ${requestId} when reporting it.`);
     }
-    const res = errorResponse(gErr, requestId);
-    for (const [k, v] of Object.entries(extra)) if (!res.headers.has(k)) res.headers.set(k, v);
-    return res;
+    return errorResponse(gErr, requestId, extra);
   }
 
   const base: ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras = {

@@ -12,6 +12,7 @@ import { createHash } from 'node:crypto';
 import type { RequestContext } from './core.js';
 import { GatewayError } from './errors.js';
 import type { IdempotencyStore } from './stores/types.js';
+import { Response } from '@whatwg-node/server';
 
 const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
 /** A crashed instance's in-flight marker stops blocking retries after this. */

@@ -8,9 +8,10 @@
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { upstreamFailure } from '../upstream/client.js';
+import { redactKey, upstreamFailure } from '../upstream/client.js';
 import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent } from '../upstream/sse.js';
 import { type ChatBilling, usageFrom, type Usage } from './chat.js';
+import { Response } from '@whatwg-node/server';
 
 interface Delta {
   content?: unknown;
@@ -77,7 +78,9 @@ export function relayStream(
     }
     if (chunk.error) {
       const e = chunk.error as { message?: unknown };
-      throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+      const upstream = core.cfg.upstreams[billing.model.upstream];
+      const apiKey = upstream && 'apiKey' in upstream ? upstream.apiKey : '';
+      throw new GatewayError('upstream_error', typeof e.message === 'string' ? redactKey(e.message, apiKey) : 'The upstream failed mid-stream.');
     }
     const u = usageFrom(chunk.usage);
     if (u) usage = u;

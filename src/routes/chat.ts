@@ -12,6 +12,7 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { relayStream } from './chat-stream.js';
 import { zodError } from './validation.js';
+import { Response } from '@whatwg-node/server';
 
 const part = z.looseObject({ type: z.string() });
 const message = z.looseObject({

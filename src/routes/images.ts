@@ -15,6 +15,7 @@ import type { JobRecord } from '../stores/types.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
+import { Response } from '@whatwg-node/server';
 
 const imageSchema = z.looseObject({
   model: z.string().min(1),

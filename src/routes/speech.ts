@@ -13,6 +13,7 @@ import { cost } from '../money.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys } from './media.js';
 import { zodError } from './validation.js';
+import { Response } from '@whatwg-node/server';
 
 export const AUDIO_TYPES = {
   mp3: 'audio/mpeg',

@@ -16,6 +16,7 @@ import type { JobRecord } from '../stores/types.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, readJob, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
+import { Response } from '@whatwg-node/server';
 
 const DEFAULT_SECONDS = 4;
 
@@ -45,7 +46,7 @@ async function readSubmission(core: Core, ctx: RequestContext): Promise<Submissi
   }
   let form: FormData;
   try {
-    form = await new Response(bytes as BodyInit, { headers: { 'content-type': contentType } }).formData();
+    form = await new globalThis.Response(bytes as BodyInit, { headers: { 'content-type': contentType } }).formData();
   } catch {
     throw new GatewayError('invalid_request', 'The multipart body could not be parsed.');
   }
@@ -59,9 +60,9 @@ async function withModel(sub: Submission, upstreamModel: string): Promise<Submis
   if (sub.contentType === 'application/json') {
     return { ...sub, body: JSON.stringify({ ...(parseJsonObject(sub.body as Uint8Array)), model: upstreamModel }) };
   }
-  const form = await new Response(sub.body as BodyInit, { headers: { 'content-type': sub.contentType } }).formData();
+  const form = await new globalThis.Response(sub.body as BodyInit, { headers: { 'content-type': sub.contentType } }).formData();
   form.set('model', upstreamModel);
-  const encoded = new Response(form);
+  const encoded = new globalThis.Response(form);
   return {
     ...sub,
     body: new Uint8Array(await encoded.arrayBuffer()),

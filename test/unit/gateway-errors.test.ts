@@ -61,7 +61,7 @@ beforeEach(async () => {
 });
 
 afterEach(async () => {
-  for (const res of seen) expect(res.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{24}$/);
+  for (const res of seen) expect(res.headers.get('x-request-id')).toMatch(/^req_[0-9a-f]{32}$/);
   await gateway.dispose();
 });
 
