@@ -150,7 +150,7 @@ describe('SDK error classes', () => {
     expect(e.status).toBe(401);
     expect(e.code).toBe('invalid_api_key');
     expect(e.type).toBe('authentication_error');
-    expect(e.requestID).toMatch(/^req_[0-9a-f]{24}$/);
+    expect(e.requestID).toMatch(/^req_[0-9a-f]{32}$/);
   });
 
   it('404 NotFoundError for an unknown model, with code model_not_found and param model', async () => {

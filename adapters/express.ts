@@ -1,0 +1,50 @@
+/**
+ * model-gateway/express: the gateway as Express middleware (Express 5, and 4).
+ *
+ *   app.use('/api', toExpress(gateway));   // -> /api/v1/chat/completions
+ *
+ * Mount it at any prefix: Express strips the mount path, so leave the gateway's `basePath`
+ * unset. Everything under the prefix is the gateway's. Mount it before any body parser. If a
+ * parser ran anyway (`express.json()` in front), the parsed body is re-serialised: a JSON
+ * object becomes JSON again (bytes may differ from what the client sent, and the parser's
+ * own size limit and error page apply first), a Buffer or string from `express.raw()` /
+ * `express.text()` is passed as is.
+ *
+ * The client address for the per-IP throttle is the socket's peer; the gateway's own
+ * `trustProxy` decides whether X-Forwarded-For is believed (Express's `trust proxy` is not used).
+ */
+import type { ServerResponse } from 'node:http';
+import type { Gateway } from '../src/index.js';
+import { sendResponse, toFetchRequest, type NodeRequest } from './internal/node.js';
+
+/** The parts of an Express request the middleware reads (Express 4 and 5 both fit). */
+export interface ExpressRequestLike extends NodeRequest {
+  /** Set by a body parser that ran before the gateway. */
+  body?: unknown;
+}
+
+export type ExpressMiddleware = (req: ExpressRequestLike, res: ServerResponse, next: (err?: unknown) => void) => void;
+
+export function toExpress(gateway: Gateway): ExpressMiddleware {
+  return (req, res, next) => {
+    let request: Request;
+    try {
+      request = toFetchRequest(req, res, req.url ?? '/', parsedBody(req));
+    } catch (err) {
+      next(err);
+      return;
+    }
+    Promise.resolve(gateway.fetch(request, { clientAddress: req.socket.remoteAddress }))
+      .then((response) => sendResponse(req, res, response))
+      .catch(next);
+  };
+}
+
+/** The body a parser already read, re-serialised; undefined when the stream is still unread. */
+function parsedBody(req: ExpressRequestLike): Uint8Array | string | undefined {
+  if (!req.readableEnded) return undefined;
+  const body = req.body;
+  if (body instanceof Uint8Array || typeof body === 'string') return body;
+  if (body !== null && typeof body === 'object') return JSON.stringify(body);
+  return '';
+}

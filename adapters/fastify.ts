@@ -1,0 +1,35 @@
+/**
+ * model-gateway/fastify: the gateway as a Fastify 5 plugin.
+ *
+ *   await app.register(toFastify(gateway), { prefix: '/api' });   // -> /api/v1/chat/completions
+ *
+ * The plugin's prefix is removed before the gateway sees the path, so leave the gateway's
+ * `basePath` unset. Inside the plugin (and only there: it is not wrapped in fastify-plugin)
+ * every content-type parser is replaced by one that leaves the body unread, so the gateway
+ * reads it with its own size limit; Fastify's `bodyLimit` does not apply to these routes.
+ * A request whose Content-Type header does not parse gets Fastify's own 415.
+ *
+ * Answers are sent as web streams (`reply.send(response)`): chunks are written as they come
+ * and the stream is cancelled when the client goes away. The client address for the per-IP
+ * throttle is the socket's peer; the gateway's `trustProxy` decides about X-Forwarded-For.
+ */
+import type { FastifyPluginCallback } from 'fastify';
+import type { Gateway } from '../src/index.js';
+import { toFetchRequest } from './internal/node.js';
+
+export function toFastify(gateway: Gateway): FastifyPluginCallback {
+  return (fastify, _options, done) => {
+    fastify.removeAllContentTypeParsers();
+    fastify.addContentTypeParser('*', (_request, _payload, parsed) => parsed(null));
+    const prefix = fastify.prefix;
+    fastify.all('/*', (request, reply) => {
+      const url = request.raw.url ?? '/';
+      const path = url.startsWith(prefix) ? url.slice(prefix.length) : url;
+      const fetchRequest = toFetchRequest(request.raw, reply.raw, path);
+      return Promise.resolve(gateway.fetch(fetchRequest, { clientAddress: request.raw.socket.remoteAddress })).then((response) =>
+        reply.send(response),
+      );
+    });
+    done();
+  };
+}

@@ -1,0 +1,142 @@
+/**
+ * Node glue shared by the Express and Fastify adapters: a fetch `Request` from Node's
+ * request (path given by the adapter, body streamed, aborted when the client goes away) and
+ * a `Response` written back chunk by chunk, so an event stream is never held back.
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+
+/** What an adapter needs of a Node request; Express's and Fastify's `raw` are both this. */
+export type NodeRequest = IncomingMessage;
+
+/**
+ * A fetch Request for `req` with `path` (path and query, mount prefix already removed).
+ * `body` replaces the stream when a body parser consumed it first. The signal aborts when
+ * the connection closes before the answer is finished: that is how a disconnect reaches
+ * the gateway (it stops the upstream call and bills what was produced).
+ */
+export function toFetchRequest(req: NodeRequest, res: ServerResponse, path: string, body?: Uint8Array | string): Request {
+  const controller = new AbortController();
+  res.once('close', () => {
+    if (!res.writableFinished) controller.abort(new Error('The client disconnected.'));
+  });
+  const headers = new Headers();
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value === undefined || name.startsWith(':')) continue;
+    if (Array.isArray(value)) for (const v of value) headers.append(name, v);
+    else headers.set(name, value);
+  }
+  const method = req.method ?? 'GET';
+  const init: RequestInit & { duplex?: 'half' } = { method, headers, signal: controller.signal };
+  if (method !== 'GET' && method !== 'HEAD') {
+    if (body === undefined) {
+      init.body = bodyStream(req);
+      init.duplex = 'half';
+    } else {
+      // The parser's byte count is not this body's: say the real one.
+      headers.delete('transfer-encoding');
+      headers.set('content-length', String(typeof body === 'string' ? Buffer.byteLength(body) : body.byteLength));
+      init.body = body as string | Uint8Array<ArrayBuffer>;
+    }
+  }
+  return new Request(originOf(req) + (path.startsWith('/') ? path : `/${path}`), init);
+}
+
+function originOf(req: NodeRequest): string {
+  const scheme = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
+  try {
+    return new URL(`${scheme}://${req.headers.host ?? 'localhost'}`).origin;
+  } catch {
+    return `${scheme}://localhost`;
+  }
+}
+
+/**
+ * The request body as a web stream. Unlike `Readable.toWeb`, cancelling it (the gateway does
+ * when a body passes the size limit) leaves the socket alone, so the 413 still reaches the
+ * client; the rest of the body is discarded and the connection closed after the answer.
+ */
+function bodyStream(req: NodeRequest): ReadableStream<Uint8Array> {
+  let done = false;
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        req.on('data', (chunk: Buffer) => {
+          if (done) return;
+          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+          if ((controller.desiredSize ?? 1) <= 0) req.pause();
+        });
+        req.once('end', () => {
+          if (done) return;
+          done = true;
+          controller.close();
+        });
+        req.once('error', (err) => {
+          if (done) return;
+          done = true;
+          controller.error(err);
+        });
+      },
+      pull() {
+        req.resume();
+      },
+      cancel() {
+        done = true;
+        req.resume();
+      },
+    },
+    { highWaterMark: 64 * 1024, size: (chunk) => chunk.byteLength },
+  );
+}
+
+/**
+ * Writes `response` to `res`: status, headers, then each body chunk as it comes (an event
+ * stream's headers go out at once). Stops reading the body when the client goes away.
+ */
+export async function sendResponse(req: NodeRequest, res: ServerResponse, response: Response): Promise<void> {
+  res.statusCode = response.status;
+  response.headers.forEach((value, name) => {
+    if (name !== 'set-cookie') res.setHeader(name, value);
+  });
+  const cookies = response.headers.getSetCookie();
+  if (cookies.length > 0) res.setHeader('set-cookie', cookies);
+  // An answer given before the body was read (401, 413, 429): do not read the rest of it.
+  if (!req.complete) res.setHeader('connection', 'close');
+  const body = response.body;
+  if (!body || req.method === 'HEAD') {
+    await body?.cancel().catch(() => undefined);
+    res.end();
+    return;
+  }
+  const streaming = response.headers.get('content-type')?.startsWith('text/event-stream') ?? false;
+  if (streaming) res.flushHeaders();
+  const reader = body.getReader();
+  const onClose = () => void reader.cancel().catch(() => undefined);
+  res.once('close', onClose);
+  // Set by the `compression` middleware; without it a compressed stream waits for a full buffer.
+  const flush = (res as { flush?: () => void }).flush;
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done || res.destroyed) break;
+      if (!res.write(value)) await drained(res);
+      if (streaming) flush?.call(res);
+    }
+    res.end();
+  } catch (err) {
+    res.destroy(err instanceof Error ? err : new Error(String(err)));
+  } finally {
+    res.off('close', onClose);
+  }
+}
+
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
+}

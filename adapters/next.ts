@@ -1,0 +1,73 @@
+/**
+ * model-gateway/next: route handlers for the Next.js App Router (Node.js runtime).
+ *
+ *   // app/api/v1/[...path]/route.ts
+ *   export const { GET, POST } = toNext(getGateway, { basePath: '/api', clientAddress: lastForwardedFor });
+ *   export const runtime = 'nodejs';
+ *   export const dynamic = 'force-dynamic';
+ *
+ * `basePath` is everything in front of /v1 in the URL the handler sees (Next.js's own
+ * `basePath` included); it is removed before the gateway routes the request.
+ *
+ * The client address: Next.js gives a route handler no socket, so there is nothing trustworthy
+ * to read by default and the choice is yours (`clientAddress` is required):
+ * - behind one proxy that appends to or overwrites X-Forwarded-For (nginx with
+ *   `$proxy_add_x_forwarded_for`, a cloud load balancer, Vercel): `lastForwardedFor`;
+ * - under bare `next start`, Next.js fills X-Forwarded-For from the socket only when the
+ *   client sent none, so `lastForwardedFor` gives the real peer to honest clients and lets a
+ *   dishonest one pick its address (it escapes, or spends another address's, IP budget);
+ * - your own function, e.g. reading a header your platform sets.
+ * Returning undefined makes the request count as address "0.0.0.0": every such request
+ * shares one IP budget.
+ */
+import type { Gateway } from '../src/index.js';
+
+export interface NextAdapterOptions {
+  /** Path in front of /v1, e.g. "/api" for app/api/v1/[...path]/route.ts. @default "" */
+  basePath?: string;
+  /** The client address the per-IP throttle counts (see the module comment). */
+  clientAddress: (request: Request) => string | null | undefined;
+}
+
+export type NextRouteHandler = (request: Request) => Promise<Response>;
+
+/**
+ * `gateway` may be a function returning it (or a promise of it), called on every request:
+ * a route module is evaluated during `next build`, where no gateway should be created, so
+ * create it on first use and return the same one after.
+ */
+export function toNext(
+  gateway: Gateway | (() => Gateway | Promise<Gateway>),
+  options: NextAdapterOptions,
+): { GET: NextRouteHandler; POST: NextRouteHandler } {
+  if (typeof options?.clientAddress !== 'function') {
+    throw new TypeError('toNext: options.clientAddress is required (Next.js exposes no client socket); see model-gateway/next.');
+  }
+  const basePath = (options.basePath ?? '').replace(/\/+$/, '');
+  const handle: NextRouteHandler = async (request) => {
+    const target = 'fetch' in gateway ? gateway : await gateway();
+    const clientAddress = options.clientAddress(request) ?? undefined;
+    return target.fetch(stripBasePath(request, basePath), { clientAddress });
+  };
+  return { GET: handle, POST: handle };
+}
+
+/** The last X-Forwarded-For entry: the address the proxy nearest to Next.js saw. */
+export function lastForwardedFor(request: Request): string | undefined {
+  const header = request.headers.get('x-forwarded-for');
+  const last = header?.split(',').at(-1)?.trim();
+  return last || undefined;
+}
+
+function stripBasePath(request: Request, basePath: string): Request {
+  if (!basePath) return request;
+  const url = new URL(request.url);
+  if (url.pathname !== basePath && !url.pathname.startsWith(`${basePath}/`)) return request;
+  url.pathname = url.pathname.slice(basePath.length) || '/';
+  const init: RequestInit & { duplex?: 'half' } = { method: request.method, headers: request.headers, signal: request.signal };
+  if (request.body) {
+    init.body = request.body;
+    init.duplex = 'half';
+  }
+  return new Request(url, init);
+}

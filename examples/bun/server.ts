@@ -1,0 +1,36 @@
+/**
+ * model-gateway on Bun.serve, at http://127.0.0.1:3000/v1. From the repository root:
+ *
+ *   node_modules/.bin/bun examples/bun/server.ts
+ *
+ * PORT, HOST and MODEL_GATEWAY_CONFIG (a config file; default: examples/gateway.config.json)
+ * change the defaults.
+ */
+// In your app: import { createGateway, loadConfigFile } from 'model-gateway';
+import { createGateway, loadConfigFile, type GatewayOptions } from '../../src/index.js';
+// In your app: import { toBun } from 'model-gateway/bun';
+import { toBun } from '../../adapters/bun.js';
+
+declare const Bun: {
+  serve(options: { port: number; hostname: string; fetch: ReturnType<typeof toBun> }): { url: URL; stop(force?: boolean): Promise<void> };
+};
+
+const configFile = process.env.MODEL_GATEWAY_CONFIG ?? new URL('../gateway.config.json', import.meta.url).pathname;
+const gateway = createGateway((await loadConfigFile(configFile)) as GatewayOptions);
+await gateway.ready;
+
+const server = Bun.serve({
+  port: Number(process.env.PORT ?? 3000),
+  hostname: process.env.HOST ?? '127.0.0.1',
+  fetch: toBun(gateway),
+});
+console.log(`model-gateway on Bun: ${new URL('v1', server.url).href}`);
+
+for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+  process.once(signal, () => {
+    void server
+      .stop(true)
+      .then(() => gateway.dispose())
+      .finally(() => process.exit(0));
+  });
+}

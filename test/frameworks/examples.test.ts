@@ -1,0 +1,45 @@
+/**
+ * The Node examples and the CLI start with their one command and serve the demo config.
+ * (examples/bun and examples/next-app run the full framework checks in bun.test.ts and
+ * next.test.ts.)
+ */
+import { describe, expect, it } from 'vitest';
+import { loadConfigFile, parseOptions } from '../../src/index.js';
+import { repoRoot, spawnServer } from './spawn.js';
+
+const DEMO_KEY = 'sk-mg-DEMOdemoDEMOdemoDEMOdemoDEMOdemoDEMOdemo0001';
+
+const servers = [
+  {
+    name: 'standalone (the CLI)',
+    args: ['--import', 'tsx', 'src/cli.ts', 'serve', '--config', 'examples/gateway.config.json', '--port', '0'],
+    ready: /listening on (http:\/\/\S+\/v1)/,
+  },
+  { name: 'express', args: ['--import', 'tsx', 'examples/express/server.ts'], ready: /on Express: (http:\/\/\S+\/v1)/ },
+  { name: 'fastify', args: ['--import', 'tsx', 'examples/fastify/server.ts'], ready: /on Fastify: (http:\/\/\S+\/v1)/ },
+];
+
+describe('examples', () => {
+  for (const { name, args, ready } of servers) {
+    it(`${name} serves the demo config`, async () => {
+      const server = await spawnServer(process.execPath, args, { env: { PORT: '0' }, ready, timeoutMs: 30_000 });
+      try {
+        const res = await fetch(`${server.match[1]}/models`, { headers: { authorization: `Bearer ${DEMO_KEY}` } });
+        expect(res.status).toBe(200);
+        const body = (await res.json()) as { data: Array<{ id: string }> };
+        expect(body.data.map((m) => m.id)).toContain('sim/fast-chat');
+      } finally {
+        await server.stop();
+      }
+    });
+  }
+
+  it('standalone/openai.config.json is a valid config once its variables are set', async () => {
+    const config = await loadConfigFile(`${repoRoot}examples/standalone/openai.config.json`, {
+      OPENAI_API_KEY: 'sk-test',
+      MODEL_GATEWAY_DEV_KEY: `sk-mg-${'a1'.repeat(22)}`,
+    });
+    expect(parseOptions(config).models[0]?.upstreamModel).toBe('gpt-4o-mini');
+    await expect(loadConfigFile(`${repoRoot}examples/standalone/openai.config.json`, {})).rejects.toThrow(/OPENAI_API_KEY/);
+  });
+});

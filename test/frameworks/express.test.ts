@@ -1,0 +1,96 @@
+/** The shared framework checks against Express 5, in process, mounted under a prefix. */
+import type { AddressInfo } from 'node:net';
+import type { Server } from 'node:http';
+import express from 'express';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { toExpress } from '../../adapters/express.js';
+import { createGateway, type Gateway } from '../../src/index.js';
+import { frameworkCases, frameworkConfig, KEY, MODEL } from './shared.case.js';
+import { REPLY, startSlowUpstream, type SlowUpstream } from './slow-upstream.js';
+
+const quiet = { info() {}, warn() {}, error() {} };
+
+async function listen(app: express.Express): Promise<{ server: Server; origin: string }> {
+  const server = await new Promise<Server>((resolve) => {
+    const s = app.listen(0, '127.0.0.1', () => resolve(s));
+  });
+  return { server, origin: `http://127.0.0.1:${(server.address() as AddressInfo).port}` };
+}
+
+async function close(server: Server): Promise<void> {
+  server.closeAllConnections();
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+describe('express', () => {
+  let upstream: SlowUpstream;
+  let gateway: Gateway;
+  let server: Server;
+  let baseURL: string;
+
+  beforeAll(async () => {
+    upstream = await startSlowUpstream();
+    gateway = createGateway({ ...frameworkConfig(upstream.url), logger: quiet });
+    const app = express();
+    app.use('/api/gateway', toExpress(gateway));
+    app.use(express.json());
+    app.post('/echo', (req, res) => {
+      res.json(req.body);
+    });
+    const started = await listen(app);
+    server = started.server;
+    baseURL = `${started.origin}/api/gateway/v1`;
+  });
+
+  afterAll(async () => {
+    await close(server);
+    await gateway.dispose();
+    await upstream.close();
+  });
+
+  frameworkCases(() => ({ baseURL, upstream }));
+
+  it('leaves the rest of the app alone (its own body parser still works)', async () => {
+    const res = await fetch(baseURL.replace('/api/gateway/v1', '/echo'), {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: '{"ok":true}',
+    });
+    expect(await res.json()).toEqual({ ok: true });
+  });
+});
+
+describe('express with express.json() in front of the gateway', () => {
+  let upstream: SlowUpstream;
+  let gateway: Gateway;
+  let server: Server;
+  let baseURL: string;
+
+  beforeAll(async () => {
+    upstream = await startSlowUpstream({ intervalMs: 10 });
+    gateway = createGateway({ ...frameworkConfig(upstream.url), logger: quiet });
+    const app = express();
+    app.use(express.json());
+    app.use(toExpress(gateway));
+    const started = await listen(app);
+    server = started.server;
+    baseURL = `${started.origin}/v1`;
+  });
+
+  afterAll(async () => {
+    await close(server);
+    await gateway.dispose();
+    await upstream.close();
+  });
+
+  it('re-serialises the parsed body', async () => {
+    const res = await fetch(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }] }),
+    });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { choices: Array<{ message: { content: string } }> };
+    expect(body.choices[0]?.message.content).toBe(REPLY);
+  });
+});

@@ -1,0 +1,190 @@
+/**
+ * The published package as a user gets it: `npm pack` (its prepack builds with tsup) in a
+ * copy of the repository, the tarball unpacked into a fresh project's node_modules, then
+ * every subpath imported from ESM and required from CJS, the bin run, and the types checked
+ * from a NodeNext TypeScript project. Dependencies come from this repository's node_modules,
+ * linked above the fresh project, so nothing is downloaded.
+ */
+import { cp, mkdir, mkdtemp, rm, stat, symlink, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { repoRoot, run } from './spawn.js';
+
+const SUBPATHS = ['model-gateway', 'model-gateway/express', 'model-gateway/fastify', 'model-gateway/next', 'model-gateway/bun', 'model-gateway/redis'];
+/** One export each subpath must have, and its type. */
+const EXPECTED: Record<string, [name: string, type: string]> = {
+  'model-gateway': ['createGateway', 'function'],
+  'model-gateway/express': ['toExpress', 'function'],
+  'model-gateway/fastify': ['toFastify', 'function'],
+  'model-gateway/next': ['toNext', 'function'],
+  'model-gateway/bun': ['toBun', 'function'],
+  'model-gateway/redis': ['createRedisStores', 'function'],
+};
+
+describe('the packed tarball', () => {
+  let dir: string;
+  let app: string;
+  let files: string[];
+
+  beforeAll(async () => {
+    dir = await mkdtemp(join(tmpdir(), 'mg-pack-'));
+    // A copy of what the build reads, so the build never races with one in the repository.
+    const source = join(dir, 'source');
+    await mkdir(source);
+    for (const entry of ['package.json', 'tsconfig.json', 'tsup.config.ts', 'README.md', 'src', 'adapters']) {
+      await cp(join(repoRoot, entry), join(source, entry), { recursive: true });
+    }
+    await symlink(join(repoRoot, 'node_modules'), join(source, 'node_modules'), 'dir');
+    const stdout = await run('npm', ['pack', '--json', '--pack-destination', dir], { cwd: source });
+    // The prepack build writes to stdout too; npm's JSON report comes last.
+    const packed = JSON.parse(stdout.slice(stdout.search(/^\[/m))) as Array<{
+      filename: string;
+      files: Array<{ path: string }>;
+    }>;
+    files = packed[0]!.files.map((f) => f.path);
+
+    // The fresh project: the tarball in its node_modules, dependencies one level up.
+    app = join(dir, 'app');
+    const installed = join(app, 'node_modules', 'model-gateway');
+    await mkdir(installed, { recursive: true });
+    await run('tar', ['-xzf', join(dir, packed[0]!.filename), '-C', installed, '--strip-components=1']);
+    await symlink(join(repoRoot, 'node_modules'), join(dir, 'node_modules'), 'dir');
+    await writeFile(join(app, 'package.json'), JSON.stringify({ name: 'consumer', private: true, type: 'module' }));
+  }, 170_000);
+
+  afterAll(async () => {
+    if (dir) await rm(dir, { recursive: true, force: true });
+  });
+
+  it('holds the build and nothing of the sources or tests', () => {
+    expect(files).toContain('package.json');
+    expect(files).toContain('dist/cli.js');
+    for (const name of ['index', 'express', 'fastify', 'next', 'bun', 'redis']) {
+      for (const ext of ['.js', '.cjs', '.d.ts', '.d.cts']) expect(files).toContain(`dist/${name}${ext}`);
+    }
+    expect(files.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md', 'LICENSE'].includes(f))).toEqual([]);
+  });
+
+  it('imports every subpath from ESM', async () => {
+    const script = [
+      `import pkg from 'model-gateway/package.json' with { type: 'json' };`,
+      `const out = { version: pkg.version };`,
+      ...SUBPATHS.map((s, i) => `import * as m${i} from '${s}'; out['${s}'] = typeof m${i}['${EXPECTED[s]![0]}'];`),
+      `const { createGateway } = m0;`,
+      `const gateway = createGateway({});`,
+      `out.health = (await gateway.fetch(new Request('http://localhost/health'))).status;`,
+      `await gateway.dispose();`,
+      `console.log(JSON.stringify(out));`,
+    ].join('\n');
+    await writeFile(join(app, 'esm.mjs'), script);
+    const out = JSON.parse(await run(process.execPath, ['esm.mjs'], { cwd: app })) as Record<string, unknown>;
+    for (const s of SUBPATHS) expect(out[s], s).toBe(EXPECTED[s]![1]);
+    expect(out.health).toBe(200);
+    expect(out.version).toBe('0.1.0');
+  });
+
+  it('requires every subpath from CJS', async () => {
+    const script = [
+      `const out = { version: require('model-gateway/package.json').version };`,
+      ...SUBPATHS.map((s) => `out['${s}'] = typeof require('${s}')['${EXPECTED[s]![0]}'];`),
+      `const gateway = require('model-gateway').createGateway({});`,
+      `Promise.resolve(gateway.fetch(new Request('http://localhost/health'))).then(async (res) => {`,
+      `  out.health = res.status;`,
+      `  await gateway.dispose();`,
+      `  console.log(JSON.stringify(out));`,
+      `});`,
+    ].join('\n');
+    await writeFile(join(app, 'cjs.cjs'), script);
+    const out = JSON.parse(await run(process.execPath, ['cjs.cjs'], { cwd: app })) as Record<string, unknown>;
+    for (const s of SUBPATHS) expect(out[s], s).toBe(EXPECTED[s]![1]);
+    expect(out.health).toBe(200);
+  });
+
+  it('loads everything but model-gateway/redis without the optional peers installed', async () => {
+    const peer = `new RegExp(${JSON.stringify('^(ioredis|express|fastify|next)(/|$)')})`;
+    await writeFile(
+      join(app, 'block-peers.mjs'),
+      [
+        `import { register } from 'node:module';`,
+        `const hook = 'export async function resolve(s, c, next) { if (${peer}.test(s)) throw new Error("optional peer loaded: " + s); return next(s, c); }';`,
+        `register('data:text/javascript,' + encodeURIComponent(hook));`,
+      ].join('\n'),
+    );
+    await writeFile(
+      join(app, 'block-peers.cjs'),
+      [
+        `const Module = require('node:module');`,
+        `const resolve = Module._resolveFilename;`,
+        `Module._resolveFilename = function (s, ...rest) { if (${peer}.test(s)) throw new Error('optional peer loaded: ' + s); return resolve.call(this, s, ...rest); };`,
+      ].join('\n'),
+    );
+    const light = SUBPATHS.filter((s) => s !== 'model-gateway/redis');
+    await writeFile(join(app, 'light.mjs'), light.map((s) => `await import('${s}');`).join('\n'));
+    await writeFile(join(app, 'light.cjs'), light.map((s) => `require('${s}');`).join('\n'));
+    await run(process.execPath, ['--import', './block-peers.mjs', 'light.mjs'], { cwd: app });
+    await run(process.execPath, ['--require', './block-peers.cjs', 'light.cjs'], { cwd: app });
+    const bin = join('node_modules', 'model-gateway', 'dist', 'cli.js');
+    expect(await run(process.execPath, ['--import', './block-peers.mjs', bin, '--help'], { cwd: app })).toMatch(/model-gateway serve/);
+    // The blocking works: the Redis subpath does need its peer.
+    await writeFile(join(app, 'redis.mjs'), `await import('model-gateway/redis');`);
+    await expect(run(process.execPath, ['--import', './block-peers.mjs', 'redis.mjs'], { cwd: app })).rejects.toThrow(/optional peer loaded: ioredis/);
+  });
+
+  it('runs the bin', async () => {
+    const bin = join(app, 'node_modules', 'model-gateway', 'dist', 'cli.js');
+    expect((await stat(bin)).mode & 0o111).not.toBe(0);
+    expect(await run(bin, ['--help'], { cwd: app })).toMatch(/model-gateway serve --config FILE/);
+  });
+
+  it('type-checks from a NodeNext TypeScript project, in ESM and CJS', async () => {
+    await writeFile(
+      join(app, 'tsconfig.json'),
+      JSON.stringify({
+        compilerOptions: {
+          module: 'nodenext',
+          moduleResolution: 'nodenext',
+          target: 'es2022',
+          lib: ['es2023', 'dom'],
+          strict: true,
+          noEmit: true,
+          esModuleInterop: true,
+          // @whatwg-node's own typings need newer libs (DisposableStack, URLPattern) than this.
+          skipLibCheck: true,
+          types: ['node'],
+          typeRoots: [join(dir, 'node_modules', '@types')],
+        },
+        files: ['types.mts', 'types.cts'],
+      }),
+    );
+    const body = [
+      `const gateway = createGateway({ limits: { maxBodyBytes: 1024 } });`,
+      `const middleware: (req: import('node:http').IncomingMessage, res: import('node:http').ServerResponse, next: (e?: unknown) => void) => void = toExpress(gateway);`,
+      `const plugin = toFastify(gateway);`,
+      `express().use('/api', toExpress(gateway));`,
+      `void Fastify().register(plugin, { prefix: '/api' });`,
+      `const { GET, POST } = toNext(() => gateway, { basePath: '/api', clientAddress: lastForwardedFor });`,
+      `const fetchHandler: (r: Request, s: { requestIP(r: Request): { address: string } | null }) => Promise<Response> = toBun(gateway);`,
+      `const stores: typeof createRedisStores = createRedisStores;`,
+      // Proves the types are real (not any): an unused @ts-expect-error is itself an error.
+      `// @ts-expect-error clientAddress is required`,
+      `toNext(gateway, { basePath: '/api' });`,
+      `export { middleware, plugin, GET, POST, fetchHandler, stores };`,
+    ];
+    const imports = [
+      `import express from 'express';`,
+      `import Fastify from 'fastify';`,
+      `import { createGateway } from 'model-gateway';`,
+      `import { toExpress } from 'model-gateway/express';`,
+      `import { toFastify } from 'model-gateway/fastify';`,
+      `import { toNext, lastForwardedFor } from 'model-gateway/next';`,
+      `import { toBun } from 'model-gateway/bun';`,
+      `import { createRedisStores } from 'model-gateway/redis';`,
+    ];
+    await writeFile(join(app, 'types.mts'), [...imports, ...body].join('\n'));
+    // The same source as CommonJS: NodeNext resolves it through the "require" conditions.
+    await writeFile(join(app, 'types.cts'), [...imports, ...body].join('\n'));
+    // Rejects with the compiler's errors.
+    await run(process.execPath, [join(repoRoot, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.json'], { cwd: app });
+  }, 120_000);
+});
