@@ -47,7 +47,9 @@ export async function readBody(request: Request, maxBytes: number, timeoutMs: nu
   return out;
 }
 
-const utf8 = new TextDecoder('utf-8', { fatal: true });
+// ignoreBOM keeps a byte-order mark in the text, where JSON.parse refuses it: the gateway
+// never accepts a body that it would then forward, BOM included, to an upstream that refuses it.
+const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /**
  * Deepest nesting of arrays / objects a JSON body may have. JSON.parse takes any depth, but
@@ -70,11 +72,57 @@ function nestsDeeperThan(value: unknown, max: number): boolean {
   return false;
 }
 
+/**
+ * The first key that appears twice in one object of `text` (valid JSON), or null. JSON.parse
+ * keeps the last one; an upstream's parser may keep the first. A body the gateway relays as it
+ * came would then be checked and billed as one request and run as another (another model,
+ * more tokens, more images), so such a body is refused.
+ */
+function duplicateKey(text: string): string | null {
+  const scopes: Array<Set<string> | null> = [];
+  let wantKey = false;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 34 /* " */) {
+      // The closing quote is the first one not escaped by an odd run of backslashes.
+      let end = i;
+      for (;;) {
+        end = text.indexOf('"', end + 1);
+        let b = end - 1;
+        while (text.charCodeAt(b) === 92 /* \ */) b--;
+        if ((end - 1 - b) % 2 === 0) break;
+      }
+      if (wantKey) {
+        const raw = text.slice(i + 1, end);
+        const key = raw.includes('\\') ? (JSON.parse(text.slice(i, end + 1)) as string) : raw;
+        const scope = scopes[scopes.length - 1]!;
+        if (scope.has(key)) return key;
+        scope.add(key);
+        wantKey = false;
+      }
+      i = end;
+    } else if (c === 123 /* { */) {
+      scopes.push(new Set());
+      wantKey = true;
+    } else if (c === 91 /* [ */) {
+      scopes.push(null);
+    } else if (c === 125 /* } */ || c === 93 /* ] */) {
+      scopes.pop();
+      wantKey = false;
+    } else if (c === 44 /* , */) {
+      wantKey = scopes[scopes.length - 1] != null;
+    }
+  }
+  return null;
+}
+
 /** Parses a JSON object body; anything else is 400 invalid_json / invalid_request. */
 export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
+  let text: string;
   let value: unknown;
   try {
-    value = JSON.parse(utf8.decode(bytes));
+    text = utf8.decode(bytes);
+    value = JSON.parse(text);
   } catch {
     throw new GatewayError('invalid_json', 'The request body is not valid JSON.');
   }
@@ -83,6 +131,10 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   }
   if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
     throw new GatewayError('invalid_request', `The request body nests more than ${MAX_JSON_DEPTH} levels deep.`);
+  }
+  const dup = duplicateKey(text);
+  if (dup !== null) {
+    throw new GatewayError('invalid_request', `The request body repeats the key ${JSON.stringify(dup.slice(0, 100))} in one object.`);
   }
   return value as Record<string, unknown>;
 }

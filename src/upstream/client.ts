@@ -51,6 +51,14 @@ export function upstreamFailure(err: unknown, upstream: string): GatewayError {
   return new GatewayError('upstream_error', `The upstream "${upstream}" could not be reached or failed.`, { cause: err });
 }
 
+/**
+ * `text` without the upstream's own key: an upstream may echo it in an error message ("Incorrect
+ * API key provided: ...") that the gateway relays, and no answer may carry key material.
+ */
+export function redactKey(text: string, apiKey: string): string {
+  return apiKey.length >= 8 && text.includes(apiKey) ? text.replaceAll(apiKey, '[redacted]') : text;
+}
+
 export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Upstream {
   const base = new URL(opts.baseUrl);
   const prefix = base.pathname.replace(/\/+$/, '');
@@ -91,7 +99,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
         body,
         async text() {
           try {
-            return await body.text();
+            return redactKey(await body.text(), opts.apiKey);
           } catch (err) {
             throw upstreamFailure(err, name);
           }

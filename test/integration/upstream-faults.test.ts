@@ -19,6 +19,7 @@ import {
   type RunningGateway,
 } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { startFaultProxy, type FaultProxy } from '../helpers/fault-proxy.js';
 
 const WALLET = parseUsd(100);
 const MESSAGES = [{ role: 'user', content: 'Say hello.' }];
@@ -263,6 +264,129 @@ describe('circuit breaker', () => {
     };
     expect(models.data.find((m) => m.id === MODEL)?.status).toBe('Unavailable');
     await expectNothingCharged();
+  });
+});
+
+describe('circuit breaker: cooldown and the half-open probe (clock injected)', () => {
+  let clock: number;
+  let proxy: FaultProxy | undefined;
+
+  afterEach(async () => {
+    await proxy?.close();
+    proxy = undefined;
+  });
+
+  async function startAt(upstreamUrl: string) {
+    clock = Date.UTC(2026, 0, 15, 12, 0, 0);
+    const setup = testConfig({ upstreamUrl, walletUsd: 100, timeoutMs: 2_000, now: () => clock });
+    devKey = setup.devKey;
+    gw = await startGateway(setup.options);
+  }
+
+  const call = async (extra: Record<string, unknown> = {}) => {
+    const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES, ...extra });
+    return { res, text: await res.text() };
+  };
+
+  async function listedStatus(): Promise<string | undefined> {
+    const res = await fetch(`${gw.baseURL}/models`, { headers: { authorization: `Bearer ${devKey}` } });
+    const list = (await res.json()) as { data: Array<{ id: string; status: string }> };
+    return list.data.find((m) => m.id === MODEL)?.status;
+  }
+
+  function expectFastFail(r: { res: Response; text: string }, retryAfter: string) {
+    expect(r.res.status).toBe(503);
+    const body = JSON.parse(r.text) as { error: Record<string, unknown> };
+    expect(Object.keys(body.error).sort()).toEqual(ENVELOPE_KEYS);
+    expect(body.error).toMatchObject({ code: 'model_unavailable', type: 'upstream_error', param: null });
+    expect(r.res.headers.get('retry-after')).toBe(retryAfter);
+    expect(r.res.headers.get('x-request-id')).toMatch(/^req_/);
+  }
+
+  it('connection failures (a closed port) open it; 503 + Retry-After counts down on the clock; a failed probe reopens it; a good probe restores the model', async () => {
+    proxy = await startFaultProxy(up.origin);
+    await proxy.stopListening(); // the port is closed: every connection is refused
+    await startAt(`${proxy.origin}/v1`);
+    up.setBehavior({ kind: 'json' });
+
+    for (let i = 1; i <= 5; i++) {
+      const r = await call();
+      expect(r.res.status).toBe(502);
+      expect((JSON.parse(r.text) as { error: { code: string } }).error.code).toBe('upstream_error');
+      expect(await listedStatus()).toBe(i < 5 ? 'Active' : 'Unavailable');
+    }
+    expectFastFail(await call(), '10');
+    expectFastFail(await call({ stream: true }), '10');
+    clock += 4_000;
+    expectFastFail(await call(), '6');
+    clock += 5_999;
+    expectFastFail(await call(), '1');
+
+    // Cooldown over: one probe goes out. The port is still closed: it fails and reopens the circuit.
+    clock += 1;
+    expect(await listedStatus()).toBe('Unavailable');
+    const probe = await call();
+    expect(probe.res.status).toBe(502);
+    expectFastFail(await call(), '10');
+    expect(await listedStatus()).toBe('Unavailable');
+
+    // The upstream is back; after the next cooldown the probe succeeds and closes the circuit.
+    await proxy.listen();
+    clock += 10_000;
+    const good = await call();
+    expect(good.res.status).toBe(200);
+    expect(await listedStatus()).toBe('Active');
+    for (let i = 0; i < 3; i++) expect((await call()).res.status).toBe(200);
+    expect(up.requests).toHaveLength(4);
+    // Only the answered calls were charged; no hold is left from the refused ones.
+    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 4, 'four ledger entries');
+    await eventually(noHoldLeft, 'no hold left');
+  });
+
+  it('5xx: half-open lets exactly one probe through at a time; its success closes the circuit', async () => {
+    await startAt(up.url);
+    up.setBehavior({ kind: 'error', status: 500 });
+    for (let i = 0; i < 5; i++) expect((await call()).res.status).toBe(502);
+    expectFastFail(await call(), '10');
+    expect(up.requests).toHaveLength(5);
+
+    clock += 10_000;
+    let open!: () => void;
+    up.setBehavior({ kind: 'json', gate: new Promise<void>((r) => (open = r)) });
+    const probe = call();
+    await up.waitForRequests(6);
+    // While the probe is out, everything else still fails fast.
+    expectFastFail(await call(), '1');
+    expect(await listedStatus()).toBe('Unavailable');
+    expect(up.requests).toHaveLength(6);
+    open();
+    expect((await probe).res.status).toBe(200);
+    expect(await listedStatus()).toBe('Active');
+    expect((await call()).res.status).toBe(200);
+    expect(up.requests).toHaveLength(7);
+    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 2, 'two ledger entries');
+    await eventually(noHoldLeft, 'no hold left');
+  });
+
+  it('only consecutive failures count: a success or an upstream 4xx (it answered) resets them; 4xx never opens it', async () => {
+    await startAt(up.url);
+    const run = async (status: number, n: number) => {
+      up.setBehavior(status === 200 ? { kind: 'json' } : { kind: 'error', status });
+      for (let i = 0; i < n; i++) expect((await call()).res.status).toBe(status === 200 ? 200 : status >= 500 ? 502 : status);
+    };
+    await run(500, 4);
+    await run(200, 1);
+    await run(502, 4);
+    expect(await listedStatus()).toBe('Active');
+    await run(400, 6);
+    await run(429, 6);
+    expect(await listedStatus()).toBe('Active');
+    await run(503, 4);
+    expect(await listedStatus()).toBe('Active');
+    await run(503, 1); // the fifth in a row
+    expect(await listedStatus()).toBe('Unavailable');
+    expectFastFail(await call(), '10');
+    expect(up.requests).toHaveLength(4 + 1 + 4 + 12 + 5);
   });
 });
 

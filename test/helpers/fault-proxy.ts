@@ -1,0 +1,263 @@
+/**
+ * A small TCP proxy (node:net on 127.0.0.1) to put between the gateway and a test upstream,
+ * injecting transport faults the upstream itself cannot produce on its own:
+ *
+ *   const proxy = await startFaultProxy(up.origin);
+ *   proxy.setMode({ kind: 'slice' });       // every upstream->gateway write in 1-byte pieces
+ *   ... configure the gateway's upstream baseUrl as `${proxy.origin}/v1` ...
+ *
+ * Modes (a connection takes the mode current when it is accepted; `await setMode(...)` closes
+ * the open connections and lets the close reach the gateway's pool, so a pooled keep-alive
+ * connection never carries the previous mode over, nor is reused half-closed):
+ *   pass                       forward as is
+ *   latency  {ms}              wait `ms` before forwarding each upstream->gateway chunk
+ *   hang                       accept, never connect upstream, never answer
+ *   reset    {after}           forward `after` upstream->gateway bytes, then RST the gateway side
+ *   slice                      forward upstream->gateway bytes one byte per write
+ *   truncate {after}           forward `after` upstream->gateway bytes, then a clean FIN
+ *   trickle  {bytes, everyMs, from?}  a slow body: `bytes` bytes every `everyMs` ms (from the
+ *                              cut `from` on, when given; before it, as is)
+ *   refuse                     accept, then reset at once (a connection failure)
+ *
+ * `after` is a byte count, or `{ marker, offset? }`: the position just past the first
+ * occurrence of `marker` in the upstream->gateway bytes (plus `offset`), which keeps tests
+ * independent of header lengths.
+ *
+ * `stopListening()` closes the port (connections are then refused) and `listen()` opens the
+ * same port again, for circuit-breaker tests.
+ */
+import { once } from 'node:events';
+import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
+
+export type Cut = number | { marker: string; offset?: number };
+
+export type FaultMode =
+  | { kind: 'pass' }
+  | { kind: 'latency'; ms: number }
+  | { kind: 'hang' }
+  | { kind: 'reset'; after: Cut }
+  | { kind: 'slice' }
+  | { kind: 'truncate'; after: Cut }
+  | { kind: 'trickle'; bytes: number; everyMs: number; from?: Cut }
+  | { kind: 'refuse' };
+
+export interface ProxiedConnection {
+  mode: FaultMode['kind'];
+  /** Bytes the upstream sent towards the gateway (all of them, forwarded or not). */
+  fromUpstream: Buffer[];
+  /** Bytes written to the gateway, and in how many writes. */
+  forwardedBytes: number;
+  writes: number;
+  /** Largest single write to the gateway. */
+  maxWrite: number;
+  /** How the gateway side ended: by the fault, or normally. */
+  ended: 'open' | 'reset' | 'truncated' | 'closed';
+}
+
+export interface FaultProxy {
+  /** http://127.0.0.1:PORT */
+  origin: string;
+  port: number;
+  setMode(mode: FaultMode): Promise<void>;
+  connections: ProxiedConnection[];
+  /** Concatenated upstream->gateway bytes of a connection (default: the last one). */
+  captured(index?: number): Buffer;
+  /** Closes the listening port and every connection: new connections are refused. */
+  stopListening(): Promise<void>;
+  /** Listens again on the same port. */
+  listen(): Promise<void>;
+  close(): Promise<void>;
+}
+
+const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+const tick = () => new Promise<void>((r) => setImmediate(r));
+
+function cutPosition(cut: Cut, seen: Buffer): number | null {
+  if (typeof cut === 'number') return cut;
+  const at = seen.indexOf(cut.marker);
+  return at === -1 ? null : at + Buffer.byteLength(cut.marker) + (cut.offset ?? 0);
+}
+
+/** `target`: the upstream's origin, e.g. http://127.0.0.1:43121 (a path is ignored). */
+export async function startFaultProxy(target: string, initial: FaultMode = { kind: 'pass' }): Promise<FaultProxy> {
+  const { hostname, port: targetPort } = new URL(target);
+  let mode: FaultMode = initial;
+  const connections: ProxiedConnection[] = [];
+  const live = new Set<Socket>();
+  let server: Server | null = null;
+  let port = 0;
+
+  function onConnection(client: Socket) {
+    const m = mode;
+    const rec: ProxiedConnection = { mode: m.kind, fromUpstream: [], forwardedBytes: 0, writes: 0, maxWrite: 0, ended: 'open' };
+    connections.push(rec);
+    live.add(client);
+    client.setNoDelay(true);
+    client.on('close', () => live.delete(client));
+    client.on('error', () => undefined);
+
+    if (m.kind === 'refuse') {
+      client.resetAndDestroy();
+      rec.ended = 'reset';
+      return;
+    }
+    if (m.kind === 'hang') {
+      // Read (and drop) what the gateway sends; never answer.
+      client.resume();
+      return;
+    }
+
+    const upstream = connect({ host: hostname, port: Number(targetPort), noDelay: true });
+    live.add(upstream);
+    upstream.on('close', () => live.delete(upstream));
+    upstream.on('error', () => client.destroy());
+    client.on('close', () => {
+      // The gateway went away: stop pumping (a trickle may have long sleeps ahead).
+      done = true;
+      upstream.destroy();
+    });
+    client.pipe(upstream);
+
+    // upstream -> gateway goes through one serial pump that applies the fault.
+    const queue: Buffer[] = [];
+    let upstreamEnded = false;
+    let pumping = false;
+    let done = false;
+    let seen = Buffer.alloc(0);
+
+    const write = async (piece: Buffer) => {
+      if (done || client.destroyed) return;
+      rec.forwardedBytes += piece.length;
+      rec.writes++;
+      rec.maxWrite = Math.max(rec.maxWrite, piece.length);
+      if (!client.write(piece)) await Promise.race([once(client, 'drain'), once(client, 'close')]);
+    };
+
+    const finish = (how: ProxiedConnection['ended']) => {
+      if (done) return;
+      done = true;
+      rec.ended = how;
+      upstream.destroy();
+      if (how === 'reset') client.resetAndDestroy();
+      else client.end();
+    };
+
+    const forward = async (chunk: Buffer) => {
+      switch (m.kind) {
+        case 'pass':
+          return write(chunk);
+        case 'latency':
+          await sleep(m.ms);
+          return write(chunk);
+        case 'slice':
+          for (let i = 0; i < chunk.length && !done; i++) {
+            await write(chunk.subarray(i, i + 1));
+            // One byte per event-loop turn, so the gateway reads them one by one.
+            await tick();
+          }
+          return;
+        case 'trickle': {
+          let start = 0;
+          if (m.from !== undefined) {
+            const before = seen.length;
+            seen = Buffer.concat([seen, chunk]);
+            const cut = cutPosition(m.from, seen);
+            if (cut === null || cut >= seen.length) return write(chunk);
+            if (cut > before) {
+              start = cut - before;
+              await write(chunk.subarray(0, start));
+            }
+          }
+          for (let i = start; i < chunk.length && !done; i += m.bytes) {
+            await sleep(m.everyMs);
+            await write(chunk.subarray(i, i + m.bytes));
+          }
+          return;
+        }
+        case 'reset':
+        case 'truncate': {
+          // Where to cut, counted over everything the upstream sent so far.
+          const before = seen.length;
+          seen = Buffer.concat([seen, chunk]);
+          const cut = cutPosition(m.after, seen);
+          if (cut === null || cut >= seen.length) return write(chunk);
+          if (cut > before) await write(chunk.subarray(0, cut - before));
+          finish(m.kind === 'reset' ? 'reset' : 'truncated');
+          return;
+        }
+      }
+    };
+
+    const pump = async () => {
+      if (pumping) return;
+      pumping = true;
+      try {
+        while (queue.length && !done) {
+          await forward(queue.shift()!);
+          if (queue.length < 16) upstream.resume();
+        }
+        if (upstreamEnded && !done && queue.length === 0) finish('closed');
+      } finally {
+        pumping = false;
+      }
+    };
+
+    upstream.on('data', (chunk: Buffer) => {
+      rec.fromUpstream.push(chunk);
+      queue.push(chunk);
+      if (queue.length >= 16) upstream.pause();
+      void pump();
+    });
+    upstream.on('end', () => {
+      upstreamEnded = true;
+      void pump();
+    });
+  }
+
+  async function listen(): Promise<void> {
+    const s = createServer(onConnection);
+    s.listen(port, '127.0.0.1');
+    await once(s, 'listening');
+    port = (s.address() as AddressInfo).port;
+    server = s;
+  }
+
+  function dropConnections() {
+    for (const s of live) s.destroy();
+    live.clear();
+  }
+
+  async function stopListening(): Promise<void> {
+    const s = server;
+    server = null;
+    const hadConnections = live.size > 0;
+    dropConnections();
+    if (s) await new Promise<void>((r) => s.close(() => r()));
+    if (hadConnections) await sleep(30);
+  }
+
+  await listen();
+
+  return {
+    get origin() {
+      return `http://127.0.0.1:${port}`;
+    },
+    get port() {
+      return port;
+    },
+    async setMode(next) {
+      mode = next;
+      if (live.size === 0) return;
+      dropConnections();
+      // Let the FIN reach the other end's pool before the next request picks a connection.
+      await sleep(30);
+    },
+    connections,
+    captured(index = connections.length - 1) {
+      return Buffer.concat(connections[index]?.fromUpstream ?? []);
+    },
+    stopListening,
+    listen,
+    close: stopListening,
+  };
+}
