@@ -171,7 +171,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       const queryStart = url.indexOf('?', pathStart);
       const path = url.slice(pathStart, queryStart === -1 ? undefined : queryStart);
       if (path === `${basePath}/health` && request.method === 'GET') return json(200, { status: 'ok' }, { 'x-request-id': requestId });
-      if (!path.startsWith(`${v1}/`)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path}.`);
+      if (!path.startsWith(`${v1}/`)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
 
       const peer = serverContext?.clientAddress ?? serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
       const clientIp = limiter.clientAddress(peer, request.headers.get('x-forwarded-for'));
@@ -187,7 +187,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
           break;
         }
       }
-      if (!matched || !m) throw new GatewayError('not_found', `Unknown route ${request.method} ${path}.`);
+      if (!matched || !m) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
       // Own properties only: a method named "constructor" or "__proto__" is not a handler.
       const handler = Object.hasOwn(matched.methods, request.method) ? matched.methods[request.method] : undefined;
       if (!handler) {

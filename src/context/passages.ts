@@ -12,8 +12,10 @@
  *    of the previous one (at most `overlapTokens`, or a single last sentence of
  *    up to twice that), except at section starts where the context changes.
  *
- * Token counts come from gpt-tokenizer, so a passage holds at most
- * `targetTokens` of new text plus its overlap (i.e. < target + 2 * overlap).
+ * Token counts come from gpt-tokenizer. A passage holds at most about
+ * `targetTokens + overlapTokens` (new text within the target, plus overlap),
+ * except for fenced code blocks, which are never split, and single "words"
+ * longer than the target.
  */
 import { countTokens } from 'gpt-tokenizer';
 
@@ -53,9 +55,10 @@ interface Block {
 const HEADING = /^ {0,3}#{1,6}\s+\S/;
 const FENCE = /^ {0,3}(```|~~~)/;
 // ICU breaks after these abbreviations; we glue the pieces back together.
-const ABBREVIATION = /(?:^|\s)(?:mr|mrs|ms|dr|prof|st|no|vs|etc|inc|ltd|co|approx|fig)\.$/i;
+const ABBREVIATION = /(?:^|\s)(?:mr|mrs|ms|dr|prof|st|vs|inc|ltd|approx|fig)\.$/i;
 
 const sentenceSegmenter = new Intl.Segmenter('en', { granularity: 'sentence' });
+const wordSegmenter = new Intl.Segmenter('en', { granularity: 'word' });
 
 export function splitIntoPassages(text: string, opts: SplitOptions = {}): string[] {
   return splitIntoPassagesWithTokens(text, opts).map((p) => p.text);
@@ -158,7 +161,7 @@ function blockToGroups(block: Block, target: number): Group[] {
     let sep = firstSep;
     for (const s of toSentences(block.body)) {
       body.push(sentence(s.text, sep));
-      sep = s.newlineAfter ? '\n' : ' ';
+      sep = s.after;
     }
   }
 
@@ -182,8 +185,10 @@ function blockToGroups(block: Block, target: number): Group[] {
   return groups;
 }
 
-function toSentences(body: string): Array<{ text: string; newlineAfter: boolean }> {
-  const out: Array<{ text: string; newlineAfter: boolean }> = [];
+/** Sentences with the separator that followed them: a line break, a space, or nothing (CJK). */
+function toSentences(body: string): Array<{ text: string; after: string }> {
+  const out: Array<{ text: string; after: string }> = [];
+  const separator = (s: string): string => (/\n\s*$/.test(s) ? '\n' : /\s$/.test(s) ? ' ' : '');
   let carry = '';
   for (const { segment } of sentenceSegmenter.segment(body)) {
     const joined = carry + segment;
@@ -194,29 +199,48 @@ function toSentences(body: string): Array<{ text: string; newlineAfter: boolean 
       continue;
     }
     carry = '';
-    out.push({ text: trimmed, newlineAfter: /\n\s*$/.test(joined) });
+    out.push({ text: trimmed, after: separator(joined) });
   }
-  if (carry.trim() !== '') out.push({ text: carry.trim(), newlineAfter: false });
+  if (carry.trim() !== '') out.push({ text: carry.trim(), after: '' });
   return out;
 }
 
-/** Last resort for an over-long sentence: cut at whitespace into target-sized pieces. */
+/**
+ * Last resort for an over-long sentence: cut at whitespace into target-sized
+ * pieces. A whitespace-free run longer than the target (e.g. CJK text) is cut
+ * at word boundaries found by Intl.Segmenter instead; only a single "word"
+ * longer than the target (a URL, a base64 blob) is left oversized.
+ */
 function splitAtWords(s: Sentence, target: number): Sentence[] {
   const out: Sentence[] = [];
-  let words: string[] = [];
+  let piece = '';
   let tokens = 0;
-  for (const word of s.text.split(/\s+/)) {
-    const cost = countTokens(' ' + word);
-    if (words.length > 0 && tokens + cost > target) {
-      out.push(sentence(words.join(' '), out.length === 0 ? s.sep : ' '));
-      words = [];
-      tokens = 0;
-    }
-    words.push(word);
+  const emit = (): void => {
+    // Rejoin with a space only where the original had whitespace (not inside CJK runs).
+    const sep = out.length === 0 ? s.sep : /^\s/.test(piece) ? ' ' : '';
+    if (piece.trim() !== '') out.push(sentence(piece.trim(), sep));
+    piece = '';
+    tokens = 0;
+  };
+  for (const unit of wordUnits(s.text, target)) {
+    const cost = countTokens(unit);
+    if (tokens > 0 && tokens + cost > target) emit();
+    piece += unit;
     tokens += cost;
   }
-  if (words.length > 0) out.push(sentence(words.join(' '), out.length === 0 ? s.sep : ' '));
+  emit();
   return out;
+}
+
+/** Whitespace-delimited words (each with its leading space), long runs broken at word boundaries. */
+function wordUnits(text: string, target: number): string[] {
+  const units: string[] = [];
+  for (const m of text.matchAll(/\s*\S+/g)) {
+    const unit = m[0];
+    if (countTokens(unit) <= target) units.push(unit);
+    else for (const { segment } of wordSegmenter.segment(unit)) units.push(segment);
+  }
+  return units;
 }
 
 /** The trailing sentences that start the next passage. Headings are never carried alone. */

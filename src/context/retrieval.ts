@@ -10,6 +10,8 @@
  *    searchable space is large, a first pass with only the rarest query terms
  *    picks the candidates; a second pass scores those candidates with all the
  *    terms (exact BM25 over the full query, nothing allocated for the rest).
+ *  - Query terms are taken rarest first, at most 64 and at most ~10k postings;
+ *    the commonest words of a long message (low IDF) are the ones dropped.
  */
 import MiniSearch from 'minisearch';
 import { splitIntoPassagesWithTokens, type SplitOptions } from './passages.js';
@@ -52,14 +54,16 @@ export interface KnowledgeIndexOptions {
   split?: SplitOptions;
   /** Expected result objects allowed in one pass before switching to two passes. Default 500. */
   resultBudget?: number;
-  /** Cap on postings walked per query; the commonest terms beyond it are ignored. Default 20,000. */
+  /** Cap on postings walked per query; the commonest terms beyond it are ignored. Default 10,000. */
   maxPostingsWalked?: number;
 }
 
 export const DEFAULT_MAX_PASSAGES = 8;
-/** Long pasted messages are cut to this many distinct terms. */
+/** A long pasted message is reduced to its rarest distinct terms. */
 export const MAX_QUERY_TERMS = 64;
-const DEFAULT_MAX_POSTINGS_WALKED = 20_000;
+/** Only the head and tail of a huge message are analysed (the question is usually at one end). */
+const MAX_QUERY_CHARS = 8000;
+const DEFAULT_MAX_POSTINGS_WALKED = 10_000;
 const DEFAULT_RESULT_BUDGET = 500;
 /** How far down the ranking we look for passages that still fit the token budget. */
 const MAX_CANDIDATES_SCANNED = 50;
@@ -142,10 +146,10 @@ export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): Knowledg
     if (allowed && allowed.size === 0) return [];
 
     // Known query terms, rarest first (rare terms are both cheap and discriminating).
-    const terms = [...new Set(analyze(query))].slice(0, MAX_QUERY_TERMS).filter((t) => docFreq.has(t));
+    const terms = [...new Set(analyze(clip(query)))].filter((t) => docFreq.has(t));
     if (terms.length === 0) return [];
     terms.sort((a, b) => df(a) - df(b));
-    const scored = prefixWithin(terms, maxPostingsWalked, 1);
+    const scored = prefixWithin(terms.slice(0, MAX_QUERY_TERMS), maxPostingsWalked, 1);
 
     // Expected result objects = postings that land in the searchable space.
     const total = miniSearch.documentCount;
@@ -273,6 +277,12 @@ export const STOP_WORDS: ReadonlySet<string> = new Set(
     'tell know please thanks hi hello one ever'
   ).split(' '),
 );
+
+function clip(query: string): string {
+  if (query.length <= MAX_QUERY_CHARS) return query;
+  const half = MAX_QUERY_CHARS / 2;
+  return `${query.slice(0, half)} ${query.slice(-half)}`;
+}
 
 function analyze(text: string): string[] {
   const out: string[] = [];

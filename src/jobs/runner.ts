@@ -106,16 +106,12 @@ export function createJobRunner(core: Core): JobRunner {
     ownerUntil: () => core.now() + ttl,
     own(job, track) {
       if (owned.has(job.id)) return;
+      // dispose() aborts every owned job's controller; no listener per job on the shutdown signal.
       const ac = new AbortController();
       owned.set(job.id, ac);
-      const onShutdown = () => ac.abort();
-      core.shutdown.addEventListener('abort', onShutdown, { once: true });
       const p = track(job, ac.signal)
         .catch((err) => core.log.warn({ msg: 'job tracking stopped', jobId: job.id, err }))
-        .finally(() => {
-          owned.delete(job.id);
-          core.shutdown.removeEventListener('abort', onShutdown);
-        });
+        .finally(() => owned.delete(job.id));
       core.track(p);
     },
     onOrphan(kind, adopt) {

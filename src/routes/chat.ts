@@ -70,7 +70,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = chatSchema.safeParse(body);
-  if (!checked.success) throw zodError(checked.error);
+  if (!checked.success) throw zodError(checked.error, body);
   const req = body as ChatBody;
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;

@@ -34,7 +34,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = imageSchema.safeParse(body);
-  if (!checked.success) throw zodError(checked.error);
+  if (!checked.success) throw zodError(checked.error, body);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
   const { tier, pricePico } = chooseTier(model, req);

@@ -39,7 +39,7 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = speechSchema.safeParse(body);
-  if (!checked.success) throw zodError(checked.error);
+  if (!checked.success) throw zodError(checked.error, body);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'audio', () => core.grants(ctx.key.accountId));
   const { pricePico } = chooseTier(model, {});

@@ -74,7 +74,7 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
   refuseAgentKeys(ctx);
   const sub = await readSubmission(core, ctx);
   const checked = videoSchema.safeParse(sub.fields);
-  if (!checked.success) throw zodError(checked.error);
+  if (!checked.success) throw zodError(checked.error, sub.fields);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'video', () => core.grants(ctx.key.accountId));
   const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);

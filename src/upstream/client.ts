@@ -5,6 +5,7 @@
  */
 import { Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
+import { createFetchUpstream } from './fetch-upstream.js';
 
 export interface UpstreamCall {
   method: 'GET' | 'POST';
@@ -60,6 +61,8 @@ export function redactKey(text: string, apiKey: string): string {
 }
 
 export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Upstream {
+  // Bun ships its own partial `undici` without a working Pool: use the runtime's fetch there.
+  if (process.versions.bun) return createFetchUpstream(name, opts, (text) => redactKey(text, opts.apiKey));
   const base = new URL(opts.baseUrl);
   const prefix = base.pathname.replace(/\/+$/, '');
   const pool = new Pool(base.origin, {

@@ -1,0 +1,89 @@
+/**
+ * An HTTP upstream over the runtime's own `fetch`, for runtimes where undici's Pool is not
+ * available (Bun replaces the `undici` package with a partial built-in). Same contract as the
+ * undici transport: a header timeout, an idle timeout between body chunks, 504 / 502 errors.
+ */
+import { GatewayError } from '../errors.js';
+import type { HttpUpstreamOptions, Upstream, UpstreamResponse } from './client.js';
+
+const timeoutError = (name: string) =>
+  new GatewayError('upstream_timeout', `The upstream "${name}" did not answer in time.`);
+
+export function createFetchUpstream(
+  name: string,
+  opts: HttpUpstreamOptions,
+  redact: (text: string) => string,
+): Upstream {
+  const base = opts.baseUrl.replace(/\/+$/, '');
+  const auth = opts.apiKey ? `Bearer ${opts.apiKey}` : null;
+  return {
+    name,
+    simulated: false,
+    async call(c) {
+      const ac = new AbortController();
+      const onAbort = () => ac.abort(c.signal?.reason);
+      if (c.signal?.aborted) onAbort();
+      c.signal?.addEventListener('abort', onAbort, { once: true });
+      let timedOut = false;
+      let timer = setTimeout(() => {
+        timedOut = true;
+        ac.abort();
+      }, opts.timeoutMs);
+      let res: Response;
+      try {
+        res = await fetch(base + c.path, {
+          method: c.method,
+          headers: auth ? { ...c.headers, authorization: auth } : c.headers,
+          body: (c.body ?? undefined) as BodyInit | undefined,
+          signal: ac.signal,
+        });
+      } catch (err) {
+        clearTimeout(timer);
+        if (c.signal?.aborted) throw err;
+        if (timedOut) throw timeoutError(name);
+        throw new GatewayError('upstream_error', `The upstream "${name}" could not be reached or failed.`, { cause: err });
+      }
+      clearTimeout(timer);
+      const reader = res.body?.getReader();
+      async function* chunks(): AsyncGenerator<Uint8Array> {
+        if (!reader) return;
+        try {
+          for (;;) {
+            const read = reader.read();
+            const next = await new Promise<ReadableStreamReadResult<Uint8Array>>((resolve, reject) => {
+              timer = setTimeout(() => {
+                ac.abort();
+                reject(timeoutError(name));
+              }, opts.timeoutMs);
+              read.then(resolve, reject);
+            }).finally(() => clearTimeout(timer));
+            if (next.done) return;
+            yield next.value;
+          }
+        } catch (err) {
+          if (err instanceof GatewayError || c.signal?.aborted) throw err;
+          throw new GatewayError('upstream_error', `The upstream "${name}" failed mid-answer.`, { cause: err });
+        } finally {
+          c.signal?.removeEventListener('abort', onAbort);
+        }
+      }
+      const body = chunks();
+      const response: UpstreamResponse = {
+        status: res.status,
+        header: (h) => res.headers.get(h) ?? undefined,
+        body,
+        async text() {
+          const parts: Uint8Array[] = [];
+          for await (const p of body) parts.push(p);
+          return redact(Buffer.concat(parts).toString('utf8'));
+        },
+        discard() {
+          ac.abort();
+          void reader?.cancel().catch(() => undefined);
+        },
+      };
+      return response;
+    },
+    async close() {},
+  };
+}
