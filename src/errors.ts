@@ -105,9 +105,16 @@ export function isGatewayError(value: unknown): value is GatewayError {
 
 /** Writes the envelope. The only place an error Response is built. */
 export function errorResponse(err: GatewayError, requestId: string, extraHeaders: Record<string, string> = {}): Response {
-  const headers: Record<string, string> = { ...extraHeaders, ...err.headers, 'content-type': 'application/json', 'x-request-id': requestId };
+  const body = JSON.stringify(err.toJSON());
+  const headers: Record<string, string> = {
+    ...extraHeaders,
+    ...err.headers,
+    'content-type': 'application/json',
+    'content-length': String(Buffer.byteLength(body)),
+    'x-request-id': requestId,
+  };
   if (err.status === 402) headers['x-should-retry'] = 'false';
-  return new Response(JSON.stringify(err.toJSON()), { status: err.status, headers });
+  return new Response(body, { status: err.status, headers });
 }
 
 export const errors = {

@@ -1,5 +1,6 @@
 /** Small HTTP helpers shared by the routes: bounded body reading and JSON answers. */
 import { GatewayError } from './errors.js';
+import { Response } from '@whatwg-node/server';
 
 const tooLarge = (max: number) =>
   new GatewayError('request_too_large', `The request body is larger than the limit of ${max} bytes.`);
@@ -139,8 +140,19 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   return value as Record<string, unknown>;
 }
 
+/** A JSON answer. */
 export function json(status: number, value: unknown, headers?: Record<string, string>): Response {
-  const h = new Headers(headers);
-  h.set('content-type', 'application/json');
-  return new Response(JSON.stringify(value), { status, headers: h });
+  return jsonText(status, JSON.stringify(value), headers);
+}
+
+/**
+ * A JSON answer from its text, with Content-Length: node:http then sends head and body in one
+ * write, with no chunked framing. Built with the server adapter's Response, which hands a
+ * string body to node:http directly.
+ */
+export function jsonText(status: number, text: string, headers?: Record<string, string>): Response {
+  return new Response(text, {
+    status,
+    headers: { ...headers, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) },
+  });
 }

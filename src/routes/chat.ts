@@ -5,14 +5,13 @@ import { contentText, estimatePromptTokens } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { parseJsonObject } from '../http.js';
+import { jsonText, parseJsonObject } from '../http.js';
 import { affordableUnits, costOf } from '../money.js';
 import type { LedgerUnits } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { relayStream } from './chat-stream.js';
 import { zodError } from './validation.js';
-import { Response } from '@whatwg-node/server';
 
 const part = z.looseObject({ type: z.string() });
 const message = z.looseObject({
@@ -192,7 +191,7 @@ async function plainAnswer(
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
   billing.finish(usage);
-  return new Response(text, { status: 200, headers: { ...headers, 'content-type': 'application/json' } });
+  return jsonText(200, text, headers);
 }
 
 /** Completion tokens of non-streamed choices, counted when the upstream sent no usage. */

@@ -8,14 +8,13 @@ import { CALL_HOLD_TTL_MS } from '../billing/meter.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { json, parseJsonObject } from '../http.js';
+import { json, jsonText, parseJsonObject } from '../http.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import { cost } from '../money.js';
 import type { JobRecord } from '../stores/types.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
-import { Response } from '@whatwg-node/server';
 
 const imageSchema = z.looseObject({
   model: z.string().min(1),
@@ -120,7 +119,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     ctx.request.signal?.removeEventListener('abort', onClientGone);
     await finish(first);
     if (!first.ok) throw first.err;
-    return new Response(first.text, { status: 200, headers: { ...ctx.headers, 'content-type': 'application/json' } });
+    return jsonText(200, first.text, ctx.headers);
   }
 
   // Past the deadline: the call goes on without the client; its result lands in a job.

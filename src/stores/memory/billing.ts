@@ -21,6 +21,15 @@ interface Hold {
   expiresAt: number;
 }
 
+interface AccountHolds {
+  byId: Map<string, Hold>;
+  /** Sum of the open holds' amounts, and per key. */
+  total: bigint;
+  byKey: Map<string, bigint>;
+  /** The earliest expiry among the open holds (Infinity when unknown to be sooner). */
+  nextExpiry: number;
+}
+
 interface KeySpend {
   total: bigint;
   byMonth: Map<string, bigint>;
@@ -33,18 +42,36 @@ const SWEEP_INTERVAL_MS = 60_000;
  * in between), so each one is atomic with respect to every other call.
  */
 export function createMemoryBilling(balances: Balances, now: () => number): BillingStore {
-  /** Open holds: account id -> hold id -> hold. */
-  const holds = new Map<string, Map<string, Hold>>();
+  /** Open holds by account, with running sums so no operation walks every hold. */
+  const holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */
   const spend = new Map<string, Map<string, KeySpend>>();
   const ledgers = new Map<string, LedgerEntry[]>();
 
-  /** The account's unexpired holds, dropping the expired ones (and the map once empty). */
-  function liveHolds(accountId: string, t = now()): Map<string, Hold> | undefined {
+  function drop(mine: AccountHolds, holdId: string, hold: Hold): void {
+    mine.byId.delete(holdId);
+    mine.total -= hold.amount;
+    const k = (mine.byKey.get(hold.keyId) ?? 0n) - hold.amount;
+    if (k === 0n) mine.byKey.delete(hold.keyId);
+    else mine.byKey.set(hold.keyId, k);
+  }
+
+  /**
+   * The account's unexpired holds. Expired ones are dropped only once the earliest expiry has
+   * passed, so the usual call costs O(1) rather than a walk over every open hold.
+   */
+  function liveHolds(accountId: string, t = now()): AccountHolds | undefined {
     const mine = holds.get(accountId);
     if (!mine) return undefined;
-    for (const [id, hold] of mine) if (hold.expiresAt <= t) mine.delete(id);
-    if (mine.size === 0) {
+    if (t >= mine.nextExpiry) {
+      let next = Infinity;
+      for (const [id, hold] of mine.byId) {
+        if (hold.expiresAt <= t) drop(mine, id, hold);
+        else if (hold.expiresAt < next) next = hold.expiresAt;
+      }
+      mine.nextExpiry = next;
+    }
+    if (mine.byId.size === 0) {
       holds.delete(accountId);
       return undefined;
     }
@@ -56,10 +83,9 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
     for (const accountId of [...holds.keys()]) liveHolds(accountId, t);
   });
 
-  function heldBy(mine: Map<string, Hold> | undefined, keyId?: string): bigint {
-    let sum = 0n;
-    if (mine) for (const hold of mine.values()) if (keyId === undefined || hold.keyId === keyId) sum += hold.amount;
-    return sum;
+  function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
+    if (!mine) return 0n;
+    return keyId === undefined ? mine.total : (mine.byKey.get(keyId) ?? 0n);
   }
 
   function keySpend(accountId: string, keyId: string): KeySpend | undefined {
@@ -82,7 +108,7 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
       const t = now();
       const mine = liveHolds(req.accountId, t);
       // Placing an open hold again is a no-op, so a retried call cannot hold twice.
-      if (mine?.has(req.holdId)) return { ok: true };
+      if (mine?.byId.has(req.holdId)) return { ok: true };
 
       const free = (balances.get(req.accountId) ?? 0n) - heldBy(mine);
       if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
@@ -93,8 +119,12 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
         if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
       }
 
-      const target = mine ?? new Map<string, Hold>();
-      target.set(req.holdId, { keyId: req.keyId, amount: req.amount, month: req.month, expiresAt: t + req.ttlMs });
+      const target = mine ?? { byId: new Map<string, Hold>(), total: 0n, byKey: new Map<string, bigint>(), nextExpiry: Infinity };
+      const expiresAt = t + req.ttlMs;
+      target.byId.set(req.holdId, { keyId: req.keyId, amount: req.amount, month: req.month, expiresAt });
+      target.total += req.amount;
+      target.byKey.set(req.keyId, (target.byKey.get(req.keyId) ?? 0n) + req.amount);
+      if (expiresAt < target.nextExpiry) target.nextExpiry = expiresAt;
       holds.set(req.accountId, target);
       return { ok: true };
     },
@@ -102,12 +132,12 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
       const mine = liveHolds(req.accountId);
-      const hold = mine?.get(req.holdId);
+      const hold = mine?.byId.get(req.holdId);
       if (!mine || !hold) return { settled: false, charged: 0n };
 
       const charged = req.cost < hold.amount ? req.cost : hold.amount;
-      mine.delete(req.holdId);
-      if (mine.size === 0) holds.delete(req.accountId);
+      drop(mine, req.holdId, hold);
+      if (mine.byId.size === 0) holds.delete(req.accountId);
       balances.set(req.accountId, (balances.get(req.accountId) ?? 0n) - charged);
       addSpend(req.accountId, hold.keyId, hold.month, charged);
 
@@ -120,8 +150,10 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
 
     async release(accountId: string, holdId: string): Promise<boolean> {
       const mine = liveHolds(accountId);
-      if (!mine?.delete(holdId)) return false;
-      if (mine.size === 0) holds.delete(accountId);
+      const hold = mine?.byId.get(holdId);
+      if (!mine || !hold) return false;
+      drop(mine, holdId, hold);
+      if (mine.byId.size === 0) holds.delete(accountId);
       return true;
     },
 
@@ -150,7 +182,7 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
     },
 
     async openHolds(accountId: string): Promise<number> {
-      return liveHolds(accountId)?.size ?? 0;
+      return liveHolds(accountId)?.byId.size ?? 0;
     },
   };
 }

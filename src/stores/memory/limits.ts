@@ -2,11 +2,15 @@ import type { LimitStore, WindowResult } from '../types.js';
 import { createSweeper } from './sweep.js';
 
 interface Bucket {
-  /** Times of the counted hits, oldest first. */
+  /** Times of the counted hits, oldest first, from index `head` on. */
   hits: number[];
+  /** Hits before this index left the window (a queue: trimming must not shift the array). */
+  head: number;
   /** The window this bucket was last used with, so the sweep knows when it is idle. */
   windowMs: number;
 }
+
+const counted = (b: Bucket) => b.hits.length - b.head;
 
 const SWEEP_INTERVAL_MS = 60_000;
 
@@ -20,12 +24,24 @@ export function createMemoryLimits(now: () => number): LimitStore {
   /** pool -> lease id -> expiry (unix ms). */
   const pools = new Map<string, Map<string, number>>();
 
-  /** Drops the hits at or before `t - windowMs`; they no longer count. */
+  /**
+   * Drops the hits at or before `t - windowMs`; they no longer count. Amortised O(1): the head
+   * index moves, and the array is compacted only once the dropped part outweighs the rest
+   * (a busy window holds `limit` entries; shifting them on every hit would cost O(limit)).
+   */
   function trim(bucket: Bucket, t: number): void {
     const edge = t - bucket.windowMs;
-    let stale = 0;
-    while (stale < bucket.hits.length && (bucket.hits[stale] as number) <= edge) stale++;
-    if (stale > 0) bucket.hits.splice(0, stale);
+    const hits = bucket.hits;
+    let head = bucket.head;
+    while (head < hits.length && (hits[head] as number) <= edge) head++;
+    if (head > 1024 && head * 2 > hits.length) {
+      bucket.hits = hits.slice(head);
+      head = 0;
+    } else if (head === hits.length) {
+      hits.length = 0;
+      head = 0;
+    }
+    bucket.head = head;
   }
 
   /** The pool's unexpired leases, dropping the expired ones (and the pool once empty). */
@@ -43,7 +59,7 @@ export function createMemoryLimits(now: () => number): LimitStore {
   const sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
     for (const [name, bucket] of buckets) {
       trim(bucket, t);
-      if (bucket.hits.length === 0) buckets.delete(name);
+      if (counted(bucket) === 0) buckets.delete(name);
     }
     for (const pool of [...pools.keys()]) livePool(pool, t);
   });
@@ -52,18 +68,18 @@ export function createMemoryLimits(now: () => number): LimitStore {
     async hit(name: string, limit: number, windowMs: number): Promise<WindowResult> {
       sweep();
       const t = now();
-      const bucket = buckets.get(name) ?? { hits: [], windowMs };
+      const bucket = buckets.get(name) ?? { hits: [], head: 0, windowMs };
       bucket.windowMs = windowMs;
       trim(bucket, t);
-      const allowed = bucket.hits.length < limit;
+      const allowed = counted(bucket) < limit;
       if (allowed) bucket.hits.push(t);
-      if (bucket.hits.length > 0) buckets.set(name, bucket);
+      if (counted(bucket) > 0) buckets.set(name, bucket);
       else buckets.delete(name);
-      const oldest = bucket.hits[0];
+      const oldest = bucket.hits[bucket.head];
       return {
         allowed,
         limit,
-        remaining: allowed ? limit - bucket.hits.length : 0,
+        remaining: allowed ? limit - counted(bucket) : 0,
         resetMs: oldest === undefined ? 0 : Math.max(0, oldest + windowMs - t),
       };
     },
