@@ -11,7 +11,7 @@ import { contentText } from '../billing/tokens.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import type { BrandRecord, ContentStore, DocumentRecord } from '../stores/types.js';
-import { createKnowledgeIndex, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
+import { createKnowledgeIndex, DEFAULT_MAX_PASSAGES, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
 
 export interface ContextFields {
   brand?: string | undefined;
@@ -93,7 +93,10 @@ export function createContextService(core: Pick<Core, 'cfg' | 'stores'>, maxAcco
       ids = new Set(knowledge);
     }
     if (ids.size === 0 || query.trim() === '') return null;
-    const passages = account.index.search(query, { documentIds: ids, tokenBudget: core.cfg.limits.knowledgeTokenBudget });
+    // The budget covers the whole message: the preamble (~25 tokens) and each passage's source
+    // line (~10 tokens) come out of it before the passages themselves.
+    const tokenBudget = core.cfg.limits.knowledgeTokenBudget - 25 - 10 * DEFAULT_MAX_PASSAGES;
+    const passages = tokenBudget > 0 ? account.index.search(query, { documentIds: ids, tokenBudget }) : [];
     return passages.length ? formatKnowledgeMessage(passages) : null;
   }
 
