@@ -12,11 +12,6 @@ const tooLarge = (max: number) =>
 export async function readBody(request: Request, maxBytes: number, timeoutMs: number): Promise<Uint8Array> {
   const declared = request.headers.get('content-length');
   if (declared !== null && Number(declared) > maxBytes) throw tooLarge(maxBytes);
-  const body = request.body;
-  if (!body) return new Uint8Array(0);
-  const reader = body.getReader();
-  const parts: Uint8Array[] = [];
-  let total = 0;
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(
@@ -24,6 +19,26 @@ export async function readBody(request: Request, maxBytes: number, timeoutMs: nu
       timeoutMs,
     );
   });
+  if (declared !== null && /^\d+$/.test(declared)) {
+    // A declared length within the limit: the HTTP parser stops the body at that length, so
+    // it can be read in one go (no web-stream reader per chunk).
+    try {
+      const buf: ArrayBuffer | Uint8Array = await Promise.race([request.arrayBuffer(), timeout]);
+      if (buf.byteLength > maxBytes) throw tooLarge(maxBytes);
+      // The server adapter hands back a Buffer (already a Uint8Array): no copy.
+      return buf instanceof Uint8Array ? buf : new Uint8Array(buf);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+  const body = request.body;
+  if (!body) {
+    clearTimeout(timer);
+    return new Uint8Array(0);
+  }
+  const reader = body.getReader();
+  const parts: Uint8Array[] = [];
+  let total = 0;
   try {
     for (;;) {
       const { done, value } = await Promise.race([reader.read(), timeout]);

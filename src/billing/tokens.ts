@@ -3,6 +3,8 @@
  * gateway is created, not at import. Until it has loaded, counts fall back to the UTF-8 byte
  * length, which is never below the token count, so a hold placed that early is still safe.
  */
+import { LRUCache } from 'lru-cache';
+
 type CountFn = (text: string) => number;
 
 export interface Tokenizer {
@@ -10,8 +12,12 @@ export interface Tokenizer {
   count(text: string): number;
 }
 
+/** Strings up to this long have their counts cached: system prompts and few-shot turns repeat. */
+const CACHED_MAX_LENGTH = 8192;
+
 export function createTokenizer(): Tokenizer {
   let counter: CountFn | null = null;
+  const cache = new LRUCache<string, number>({ max: 4096 });
   const ready = import('gpt-tokenizer').then(
     (m) => {
       counter = m.countTokens as CountFn;
@@ -22,7 +28,11 @@ export function createTokenizer(): Tokenizer {
     ready,
     count(text) {
       if (text.length === 0) return 0;
-      return counter ? counter(text) : Buffer.byteLength(text, 'utf8');
+      if (!counter) return Buffer.byteLength(text, 'utf8');
+      if (text.length > CACHED_MAX_LENGTH) return counter(text);
+      let n = cache.get(text);
+      if (n === undefined) cache.set(text, (n = counter(text)));
+      return n;
     },
   };
 }

@@ -25,10 +25,8 @@ export function relayStream(
   ctx: RequestContext,
   res: UpstreamResponse,
   billing: ChatBilling,
-  upstreamAbort: AbortController,
   clientWantsUsage: boolean,
   headers: Record<string, string>,
-  cleanup: () => void,
 ): Response {
   const parser = new SseParser();
   const iterator = res.body[Symbol.asyncIterator]();
@@ -48,7 +46,6 @@ export function relayStream(
     if (ended) return false;
     ended = true;
     clearTimeout(keepAlive);
-    cleanup();
     bill();
     return true;
   };
@@ -168,7 +165,7 @@ export function relayStream(
           }
         } catch (err) {
           if (ended) return;
-          upstreamAbort.abort();
+          res.discard();
           const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
           if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream);
           core.log.warn({ msg: 'stream failed', requestId: ctx.requestId, code: gErr.code });
@@ -184,7 +181,6 @@ export function relayStream(
       },
       cancel() {
         // The client went away: stop the upstream and bill what was produced so far.
-        upstreamAbort.abort();
         res.discard();
         end();
       },
@@ -196,7 +192,6 @@ export function relayStream(
     'abort',
     () => {
       if (!ended) {
-        upstreamAbort.abort();
         res.discard();
         end();
       }
@@ -208,7 +203,8 @@ export function relayStream(
     headers: {
       ...headers,
       'content-type': 'text/event-stream; charset=utf-8',
-      'cache-control': 'no-cache',
+      // no-transform: proxies and compression middleware must not buffer the stream.
+      'cache-control': 'no-cache, no-transform',
       'x-accel-buffering': 'no',
     },
   });

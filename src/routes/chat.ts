@@ -131,37 +131,25 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
     upstreamBody = JSON.stringify(out);
   }
 
-  const abort = new AbortController();
-  const onClientGone = () => abort.abort(new Error('client disconnected'));
-  ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
   let res: UpstreamResponse;
   try {
+    // The client's signal is the upstream call's: a client that goes away aborts it.
     res = await callUpstream(core, model.upstream, {
       method: 'POST',
       path: '/chat/completions',
       headers: upstreamHeaders(ctx.requestId),
       body: upstreamBody,
-      signal: abort.signal,
+      signal: ctx.request.signal ?? undefined,
     });
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
   } catch (err) {
-    ctx.request.signal?.removeEventListener('abort', onClientGone);
     billing.finish(null);
     throw err;
   }
 
   const headers: Record<string, string> = { ...ctx.headers, ...(model.deprecationHeaders ?? {}) };
-  if (stream) {
-    const wantsUsage = req.stream_options?.include_usage === true;
-    return relayStream(core, ctx, res, billing, abort, wantsUsage, headers, () =>
-      ctx.request.signal?.removeEventListener('abort', onClientGone),
-    );
-  }
-  try {
-    return await plainAnswer(core, res, billing, model, headers);
-  } finally {
-    ctx.request.signal?.removeEventListener('abort', onClientGone);
-  }
+  if (stream) return relayStream(core, ctx, res, billing, req.stream_options?.include_usage === true, headers);
+  return plainAnswer(core, res, billing, model, headers);
 }
 
 async function plainAnswer(

@@ -41,7 +41,7 @@ const SWEEP_INTERVAL_MS = 60_000;
  * Billing in one process. Every method does all its reads and writes synchronously (no await
  * in between), so each one is atomic with respect to every other call.
  */
-export function createMemoryBilling(balances: Balances, now: () => number): BillingStore {
+export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 100_000): BillingStore {
   /** Open holds by account, with running sums so no operation walks every hold. */
   const holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */
@@ -145,6 +145,8 @@ export function createMemoryBilling(balances: Balances, now: () => number): Bill
       if (!ledger) ledgers.set(req.accountId, (ledger = []));
       // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
       ledger.push({ ...req.entry, units: { ...req.entry.units }, cost: charged, listCost: req.cost });
+      // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
+      if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) ledger.splice(0, ledger.length - ledgerLimit);
       return { settled: true, charged };
     },
 

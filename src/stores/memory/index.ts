@@ -9,6 +9,11 @@ import { createMemoryLimits } from './limits.js';
 export interface MemoryStoresOptions {
   /** The only clock the stores read (unix ms). Tests pass a fake one. Default: Date.now. */
   now?: () => number;
+  /**
+   * Ledger entries kept per account (the newest). Memory storage is for one process; its
+   * ledger must not grow without bound in a long-running one. Default 100,000.
+   */
+  ledgerLimit?: number;
 }
 
 /**
@@ -22,7 +27,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
   return {
     accounts: createMemoryAccounts(balances),
     keys: createMemoryKeys(),
-    billing: createMemoryBilling(balances, now),
+    billing: createMemoryBilling(balances, now, options.ledgerLimit ?? 100_000),
     limits: createMemoryLimits(now),
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
