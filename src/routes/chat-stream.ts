@@ -9,9 +9,11 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { redactKey, upstreamFailure } from '../upstream/client.js';
-import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent } from '../upstream/sse.js';
+import { DONE_EVENT, DONE_FRAME, KEEP_ALIVE, SseParser, encodeEvent, frameEvent } from '../upstream/sse.js';
 import { type ChatBilling, usageFrom, type Usage } from './chat.js';
 import { Response } from '@whatwg-node/server';
+
+const encoder = new TextEncoder();
 
 interface Delta {
   content?: unknown;
@@ -58,8 +60,8 @@ export function relayStream(
       }),
     );
 
-  /** Handles one upstream event; returns bytes to send, or null to skip it. Throws on a bad event. */
-  const onEvent = (data: string): Uint8Array | null => {
+  /** Handles one upstream event; returns the frame to send, or null to skip it. Throws on a bad event. */
+  const onEvent = (data: string): string | null => {
     if (data === '[DONE]') {
       sawDone = true;
       return null;
@@ -100,9 +102,23 @@ export function relayStream(
     // Like plain answers: the client sees the model it called, not the upstream's name for it.
     const { id, upstreamModel } = billing.model;
     if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
-      return encodeEvent(JSON.stringify({ ...chunk, model: id }));
+      return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }
-    return encodeEvent(data);
+    return frameEvent(data);
+  };
+
+  /**
+   * The frames of one upstream read go out as one chunk: a read usually holds several events,
+   * and one write per event would cost a syscall each.
+   */
+  const framesOf = (events: string[]): string => {
+    let out = '';
+    for (const data of events) {
+      if (sawDone) break;
+      const frame = onEvent(data);
+      if (frame) out += frame;
+    }
+    return out;
   };
 
   const stream = new ReadableStream<Uint8Array>(
@@ -126,31 +142,21 @@ export function relayStream(
             if (ended) return;
             keepAlive?.refresh();
             if (next.done) {
-              const rest = parser.end();
-              let out = rest.events.map(onEvent).filter((b): b is Uint8Array => b !== null);
-              for (const b of out) controller.enqueue(b);
-              out = [];
+              const out = framesOf(parser.end().events);
+              if (out) controller.enqueue(encoder.encode(out));
               if (!sawDone) throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
               end();
               controller.enqueue(DONE_EVENT);
               controller.close();
               return;
             }
-            let sent = false;
-            for (const data of parser.push(next.value)) {
-              if (sawDone) break;
-              const bytes = onEvent(data);
-              if (bytes) {
-                controller.enqueue(bytes);
-                sent = true;
-              }
-            }
+            const out = framesOf(parser.push(next.value));
             if (sawDone) {
               // [DONE] finishes the answer even if the upstream keeps its side open a while: the
               // rest of its body is read (and ignored) in the background, so the connection can
               // still go back to the pool, and the body timeout bounds a misbehaving upstream.
               end();
-              controller.enqueue(DONE_EVENT);
+              controller.enqueue(encoder.encode(out + DONE_FRAME));
               controller.close();
               void (async () => {
                 try {
@@ -161,7 +167,10 @@ export function relayStream(
               })();
               return;
             }
-            if (sent) return;
+            if (out) {
+              controller.enqueue(encoder.encode(out));
+              return;
+            }
           }
         } catch (err) {
           if (ended) return;

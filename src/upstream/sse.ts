@@ -69,7 +69,9 @@ const encoder = new TextEncoder();
  * fields) goes out as several `data:` fields too: a bare newline would end the field, and the
  * client would lose the rest of the event.
  */
-export const encodeEvent = (data: string): Uint8Array =>
-  encoder.encode(`data: ${data.includes('\n') ? data.replaceAll('\n', '\ndata: ') : data}\n\n`);
+export const frameEvent = (data: string): string =>
+  `data: ${data.includes('\n') ? data.replaceAll('\n', '\ndata: ') : data}\n\n`;
+export const encodeEvent = (data: string): Uint8Array => encoder.encode(frameEvent(data));
+export const DONE_FRAME = 'data: [DONE]\n\n';
 export const DONE_EVENT = encoder.encode('data: [DONE]\n\n');
 export const KEEP_ALIVE = encoder.encode(': keep-alive\n\n');
