@@ -1,0 +1,85 @@
+/**
+ * What the benchmark's upstream answers, built once and shared with the driver (which checks
+ * every response body against it, so a wrong answer counts as an error, not as speed).
+ */
+export const MODEL = 'bench/chat';
+export const HELD_MODEL = 'bench/held';
+
+const CREATED = 1_700_000_000;
+const WORDS = 'The quick brown fox jumps over the lazy dog while the gateway meters every token it relays'.split(' ');
+const USAGE = { prompt_tokens: 14, completion_tokens: 20, total_tokens: 34 };
+
+/** The non-streamed answer: one choice and usage (about 330 bytes). */
+export const PLAIN = Buffer.from(
+  JSON.stringify({
+    id: 'chatcmpl-bench',
+    object: 'chat.completion',
+    created: CREATED,
+    model: MODEL,
+    choices: [
+      { index: 0, message: { role: 'assistant', content: WORDS.slice(0, 17).join(' ') }, logprobs: null, finish_reason: 'stop' },
+    ],
+    usage: USAGE,
+  }),
+);
+
+const chunk = (delta: Record<string, unknown>, finish: string | null): string =>
+  JSON.stringify({
+    id: 'chatcmpl-bench',
+    object: 'chat.completion.chunk',
+    created: CREATED,
+    model: MODEL,
+    choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
+  });
+const event = (data: string): Buffer => Buffer.from(`data: ${data}\n\n`);
+
+/** 20 content chunks (the first also carries the role, the last the finish reason). */
+export const STREAM_EVENTS: Buffer[] = [];
+for (let i = 0; i < 20; i++) {
+  const word = `${i === 0 ? '' : ' '}${WORDS[i % WORDS.length]}`;
+  STREAM_EVENTS.push(event(chunk(i === 0 ? { role: 'assistant', content: word } : { content: word }, i === 19 ? 'stop' : null)));
+}
+/** The usage-only chunk (`choices: []`) that `stream_options.include_usage` asks for. */
+export const USAGE_EVENT = event(
+  JSON.stringify({ id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model: MODEL, choices: [], usage: USAGE }),
+);
+export const DONE = Buffer.from('data: [DONE]\n\n');
+
+/** Held streams: a first chunk at once, a tick chunk now and then, the end on release. */
+export const HELD_FIRST = event(chunk({ role: 'assistant', content: 'held' }, null));
+export const TICK_EVENT = event(chunk({ content: ' tick' }, null));
+export const HELD_LAST = Buffer.concat([event(chunk({}, 'stop')), USAGE_EVENT, DONE]);
+
+/** Exact bodies a client must receive through either relay. */
+export const PLAIN_BODY = PLAIN.toString();
+export const STREAM_BODY = Buffer.concat([...STREAM_EVENTS, USAGE_EVENT, DONE]).toString();
+
+/**
+ * The user message: autocannon replaces `[<id>]` with a fresh id on every call (idReplacement),
+ * so no two calls send the same prompt, as in real traffic: a cache keyed on message text hits
+ * only the system prompt, which does repeat. BENCH_PROMPT_BYTES pads it to a realistic size.
+ */
+const PAD = 'The gateway meters every token it relays, holds the worst case first and settles what was used. ';
+const padBytes = Number(process.env.BENCH_PROMPT_BYTES ?? 0);
+const USER = `[<id>] Say something short about foxes.${padBytes > 0 ? ` ${PAD.repeat(Math.ceil(padBytes / PAD.length)).slice(0, padBytes)}` : ''}`;
+const MESSAGES = [
+  { role: 'system', content: 'You are a terse assistant.' },
+  { role: 'user', content: USER },
+];
+
+/** What the load generator sends. Streamed calls ask for usage, as metered clients do. */
+export const PLAIN_REQUEST = JSON.stringify({ model: MODEL, messages: MESSAGES, max_tokens: 64 });
+export const STREAM_REQUEST = JSON.stringify({
+  model: MODEL,
+  messages: MESSAGES,
+  max_tokens: 64,
+  stream: true,
+  stream_options: { include_usage: true },
+});
+export const HELD_REQUEST = JSON.stringify({
+  model: HELD_MODEL,
+  messages: [{ role: 'user', content: 'Take your time.' }],
+  max_tokens: 64,
+  stream: true,
+  stream_options: { include_usage: true },
+});

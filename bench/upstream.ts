@@ -1,0 +1,106 @@
+/**
+ * The benchmark's upstream: a minimal OpenAI-compatible server on loopback, as cheap as
+ * node:http allows, so the CPU it takes from the shared cores is small and the same for
+ * both targets. Answers are prebuilt buffers (bench/fixtures.ts).
+ *
+ *   POST /v1/chat/completions        fast: a fixed chat.completion with usage or, when the
+ *                                    body has "stream":true, 20 SSE chunks + a usage chunk +
+ *                                    [DONE], written back to back (no delay).
+ *   POST /slow/v1/chat/completions   held: SSE headers and a first chunk at once, then one
+ *                                    chunk every --tick-ms until POST /__release (or
+ *                                    --max-hold-ms), then finish + usage + [DONE].
+ *   GET  /__held                     {"open": <held streams now>}
+ *   POST /__release                  ends every held stream.
+ *
+ * node --import tsx bench/upstream.ts [--port 0] [--tick-ms 1000] [--max-hold-ms 120000]
+ * Prints "upstream listening on http://127.0.0.1:PORT" when ready.
+ */
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import { parseArgs } from 'node:util';
+import { DONE, HELD_FIRST, HELD_LAST, PLAIN, STREAM_EVENTS, TICK_EVENT, USAGE_EVENT } from './fixtures.js';
+
+const { values } = parseArgs({
+  options: {
+    port: { type: 'string', default: '0' },
+    host: { type: 'string', default: '127.0.0.1' },
+    'tick-ms': { type: 'string', default: '1000' },
+    'max-hold-ms': { type: 'string', default: '120000' },
+  },
+});
+const TICK_MS = Number(values['tick-ms']);
+const MAX_HOLD_MS = Number(values['max-hold-ms']);
+
+const PLAIN_HEADERS = { 'content-type': 'application/json', 'content-length': String(PLAIN.length) };
+const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
+
+/** Held streams and how to end each. */
+const held = new Map<ServerResponse, () => void>();
+
+function readBody(req: IncomingMessage, done: (body: string) => void): void {
+  const parts: Buffer[] = [];
+  req.on('data', (b: Buffer) => parts.push(b));
+  req.on('end', () => done(parts.length === 1 ? parts[0]!.toString() : Buffer.concat(parts).toString()));
+}
+
+function fast(body: string, res: ServerResponse): void {
+  // Both relays re-serialise the body with JSON.stringify, so the flag has no spaces.
+  if (!body.includes('"stream":true')) {
+    res.writeHead(200, PLAIN_HEADERS);
+    res.end(PLAIN);
+    return;
+  }
+  res.writeHead(200, SSE_HEADERS);
+  for (const e of STREAM_EVENTS) res.write(e);
+  res.write(USAGE_EVENT);
+  res.end(DONE);
+}
+
+function hold(res: ServerResponse): void {
+  res.writeHead(200, SSE_HEADERS);
+  res.write(HELD_FIRST);
+  const tick = setInterval(() => res.write(TICK_EVENT), TICK_MS);
+  const stop = () => {
+    clearInterval(tick);
+    clearTimeout(limit);
+    return held.delete(res);
+  };
+  const finish = () => {
+    if (stop()) res.end(HELD_LAST);
+  };
+  const limit = setTimeout(finish, MAX_HOLD_MS);
+  held.set(res, finish);
+  res.on('close', stop);
+}
+
+function sendJson(res: ServerResponse, status: number, value: unknown): void {
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(value));
+}
+
+const server = createServer((req, res) => {
+  const url = req.url ?? '/';
+  if (req.method === 'POST' && url === '/v1/chat/completions') return readBody(req, (b) => fast(b, res));
+  if (req.method === 'POST' && url === '/slow/v1/chat/completions') return readBody(req, () => hold(res));
+  if (url === '/__held') return sendJson(res, 200, { open: held.size });
+  if (req.method === 'POST' && url === '/__release') {
+    const n = held.size;
+    for (const finish of [...held.values()]) finish();
+    return sendJson(res, 200, { released: n });
+  }
+  sendJson(res, 404, { error: { message: `no route ${req.method} ${url}` } });
+});
+server.keepAliveTimeout = 65_000;
+server.headersTimeout = 66_000;
+
+server.listen(Number(values.port), values.host, 1024, () => {
+  const addr = server.address();
+  const port = typeof addr === 'object' && addr ? addr.port : 0;
+  process.stdout.write(`upstream listening on http://${values.host}:${port}\n`);
+});
+const stop = () => {
+  server.close();
+  server.closeAllConnections();
+  process.exit(0);
+};
+process.once('SIGTERM', stop);
+process.once('SIGINT', stop);
