@@ -27,6 +27,8 @@ export interface MeterDeps {
 }
 
 export interface Meter {
+  /** Places a hold for `amount` nano-USD; a refusal is a returned value. */
+  tryHold(holdId: string, key: ApiKeyRecord, amount: bigint, ttlMs: number): Promise<HoldResult>;
   /**
    * Places a hold for `amount` nano-USD. On refusal calls `refuse` to build the 402 (the
    * caller words it), so nothing reaches an upstream. An unreachable store throws (503).
@@ -74,8 +76,8 @@ export function createMeter(deps: MeterDeps): Meter {
   };
 
   return {
-    async hold(holdId, key, amount, ttlMs, refuse) {
-      const result = await deps.billing.placeHold({
+    tryHold(holdId, key, amount, ttlMs) {
+      return deps.billing.placeHold({
         holdId,
         accountId: key.accountId,
         keyId: key.id,
@@ -84,6 +86,9 @@ export function createMeter(deps: MeterDeps): Meter {
         month: monthOf(deps.now()),
         ttlMs,
       });
+    },
+    async hold(holdId, key, amount, ttlMs, refuse) {
+      const result = await this.tryHold(holdId, key, amount, ttlMs);
       if (!result.ok) throw refuse(result);
     },
     settle(req) {

@@ -51,6 +51,35 @@ export function contentText(content: unknown): string {
 }
 
 /**
+ * An upper bound of a chat request's prompt tokens that needs no tokenizer: every token of a
+ * byte-level BPE (o200k, cl100k, Llama's byte fallback) covers at least one UTF-8 byte, so the
+ * bytes of every message's text (and of tool definitions), plus the per-message framing, bound
+ * the count. About 4x the real count for English, and computed in microseconds at any size,
+ * where tokenizing a long prompt takes milliseconds.
+ */
+export function promptTokensBound(messages: readonly unknown[], tools?: unknown): number {
+  let bound = 3;
+  for (const m of messages) {
+    bound += 4;
+    if (!m || typeof m !== 'object') continue;
+    const msg = m as Record<string, unknown>;
+    const content = msg.content;
+    bound += Buffer.byteLength(contentText(content), 'utf8');
+    if (Array.isArray(content)) {
+      for (const part of content) {
+        if (part && typeof part === 'object' && (part as { type?: unknown }).type !== 'text') {
+          bound += Math.ceil(JSON.stringify(part).length / 2);
+        }
+      }
+    }
+    if (typeof msg.name === 'string') bound += Buffer.byteLength(msg.name, 'utf8') + 1;
+    if (msg.tool_calls !== undefined) bound += Buffer.byteLength(JSON.stringify(msg.tool_calls), 'utf8');
+  }
+  if (tools !== undefined) bound += Buffer.byteLength(JSON.stringify(tools), 'utf8');
+  return bound;
+}
+
+/**
  * Prompt tokens of a chat request, estimated from above: the tokens of every message's text
  * (and of tool definitions), plus the per-message framing chat models add, plus a 5% margin.
  * Non-text parts (images, audio) are counted by the length of their JSON, which is generous.

@@ -40,10 +40,25 @@ export function createAddressResolver(trustProxy: string[]): (peer: string, xFor
     return v6.some((n) => (mapped & n.mask) === n.network);
   }
 
+  // The same few peers (clients, or the proxy in front) come back on every request: their
+  // canonical form and trust are computed once. Bounded: cleared when it grows large.
+  const peers = new Map<string, { addr: Address; text: string; trusted: boolean } | null>();
+  const peerInfo = (peer: string) => {
+    let info = peers.get(peer);
+    if (info === undefined) {
+      const addr = parseAddress(peer);
+      info = addr ? { addr, text: formatAddress(addr), trusted: trusted(addr) } : null;
+      if (peers.size >= 10_000) peers.clear();
+      peers.set(peer, info);
+    }
+    return info;
+  };
+
   return (peer, xForwardedFor) => {
-    const peerAddr = parseAddress(peer);
-    if (!peerAddr) return peer; // nothing we can trust; the raw peer is all we have
-    if (!trusted(peerAddr) || xForwardedFor === null) return formatAddress(peerAddr);
+    const info = peerInfo(peer);
+    if (!info) return peer; // nothing we can trust; the raw peer is all we have
+    if (!info.trusted || xForwardedFor === null) return info.text;
+    const peerAddr = info.addr;
 
     const hops = xForwardedFor
       .split(',')

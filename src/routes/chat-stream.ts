@@ -9,11 +9,17 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { redactKey, upstreamFailure } from '../upstream/client.js';
-import { DONE_EVENT, DONE_FRAME, KEEP_ALIVE, SseParser, encodeEvent, frameEvent } from '../upstream/sse.js';
+import { SseFastPath, type EventVerdict } from '../upstream/sse-fast.js';
+import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent, frameEvent } from '../upstream/sse.js';
 import { type ChatBilling, usageFrom, type Usage } from './chat.js';
 import { Response } from '@whatwg-node/server';
 
 const encoder = new TextEncoder();
+/**
+ * A `usage` or `error` key with a non-null value. Inside a JSON string a quote is escaped
+ * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
+ */
+const MAY_CARRY = /"(?:usage|error)"\s*:\s*[^n\s]/;
 
 interface Delta {
   content?: unknown;
@@ -33,6 +39,12 @@ export function relayStream(
   const parser = new SseParser();
   const iterator = res.body[Symbol.asyncIterator]();
   let produced = '';
+  /** Events relayed without parsing; parsed only if the produced text has to be counted. */
+  const unparsed: Array<string | Uint8Array> = [];
+  const fast = new SseFastPath();
+  /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
+  let slow = false;
+  const renames = billing.model.upstreamModel !== billing.model.id;
   let usage: Usage | null = null;
   let sawDone = false;
   let ended = false;
@@ -40,8 +52,16 @@ export function relayStream(
 
   const bill = () => {
     if (usage) return billing.finish(usage);
+    for (const data of unparsed) {
+      try {
+        addProduced(JSON.parse(typeof data === 'string' ? data : Buffer.from(data).toString('utf8')) as { choices?: unknown });
+      } catch {
+        // Relayed as it came; it carries nothing countable.
+      }
+    }
+    unparsed.length = 0;
     if (produced.length === 0) return billing.finish(null);
-    billing.finish({ prompt: billing.promptEstimate, completion: core.tokenizer.count(produced) });
+    billing.finish({ prompt: billing.promptTokens(), completion: core.tokenizer.count(produced) });
   };
 
   const end = () => {
@@ -60,11 +80,35 @@ export function relayStream(
       }),
     );
 
+  /** Adds the text a chunk produced (content, reasoning, tool calls) to `produced`. */
+  function addProduced(chunk: { choices?: unknown }): void {
+    const choices = Array.isArray(chunk?.choices) ? chunk.choices : [];
+    for (const c of choices) {
+      const d = (c as { delta?: Delta } | null)?.delta;
+      if (!d) continue;
+      if (typeof d.content === 'string') produced += d.content;
+      if (typeof d.reasoning_content === 'string') produced += d.reasoning_content;
+      else if (typeof d.reasoning === 'string') produced += d.reasoning;
+      if (Array.isArray(d.tool_calls)) {
+        for (const t of d.tool_calls) {
+          if (typeof t?.function?.name === 'string') produced += t.function.name;
+          if (typeof t?.function?.arguments === 'string') produced += t.function.arguments;
+        }
+      }
+    }
+  }
+
   /** Handles one upstream event; returns the frame to send, or null to skip it. Throws on a bad event. */
   const onEvent = (data: string): string | null => {
     if (data === '[DONE]') {
       sawDone = true;
       return null;
+    }
+    // Fast path: a JSON object that carries no usage and no error, under the model's own name,
+    // goes out as it came, unparsed; its text is counted later only if usage never arrives.
+    if (!renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
+      unparsed.push(data);
+      return frameEvent(data);
     }
     let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
     try {
@@ -84,19 +128,7 @@ export function relayStream(
     const u = usageFrom(chunk.usage);
     if (u) usage = u;
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-    for (const c of choices) {
-      const d = (c as { delta?: Delta } | null)?.delta;
-      if (!d) continue;
-      if (typeof d.content === 'string') produced += d.content;
-      if (typeof d.reasoning_content === 'string') produced += d.reasoning_content;
-      else if (typeof d.reasoning === 'string') produced += d.reasoning;
-      if (Array.isArray(d.tool_calls)) {
-        for (const t of d.tool_calls) {
-          if (typeof t?.function?.name === 'string') produced += t.function.name;
-          if (typeof t?.function?.arguments === 'string') produced += t.function.arguments;
-        }
-      }
-    }
+    addProduced(chunk);
     // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
     if (u && choices.length === 0 && !clientWantsUsage) return null;
     // Like plain answers: the client sees the model it called, not the upstream's name for it.
@@ -105,6 +137,17 @@ export function relayStream(
       return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }
     return frameEvent(data);
+  };
+
+  /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts). */
+  const onEventBytes = (data: Buffer): EventVerdict => {
+    const plainObject = data[0] === 123 && data[data.length - 1] === 125;
+    if (!renames && plainObject && data.indexOf('"usage"') === -1 && data.indexOf('"error"') === -1) {
+      unparsed.push(data);
+      return 'verbatim';
+    }
+    const frame = onEvent(data.toString('utf8'));
+    return frame === null ? null : encoder.encode(frame);
   };
 
   /**
@@ -120,6 +163,23 @@ export function relayStream(
     }
     return out;
   };
+
+  /** Everything to send for one upstream read. */
+  const relay = (chunk: Uint8Array): Uint8Array[] => {
+    if (slow) {
+      const text = framesOf(parser.push(chunk));
+      return text ? [encoder.encode(text)] : [];
+    }
+    const r = fast.push(chunk, onEventBytes);
+    if (r.done) sawDone = true;
+    if (r.rest) {
+      slow = true;
+      const text = framesOf(parser.push(r.rest));
+      if (text) r.out.push(encoder.encode(text));
+    }
+    return r.out;
+  };
+  const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
 
   const stream = new ReadableStream<Uint8Array>(
     {
@@ -142,21 +202,25 @@ export function relayStream(
             if (ended) return;
             keepAlive?.refresh();
             if (next.done) {
-              const out = framesOf(parser.end().events);
-              if (out) controller.enqueue(encoder.encode(out));
+              const pending = fast.takePending();
+              const parts = pending ? relay(pending) : [];
+              const text = framesOf(parser.end().events);
+              if (text) parts.push(encoder.encode(text));
+              if (parts.length) controller.enqueue(joined(parts));
               if (!sawDone) throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
               end();
               controller.enqueue(DONE_EVENT);
               controller.close();
               return;
             }
-            const out = framesOf(parser.push(next.value));
+            const parts = relay(next.value);
             if (sawDone) {
               // [DONE] finishes the answer even if the upstream keeps its side open a while: the
               // rest of its body is read (and ignored) in the background, so the connection can
               // still go back to the pool, and the body timeout bounds a misbehaving upstream.
               end();
-              controller.enqueue(encoder.encode(out + DONE_FRAME));
+              parts.push(DONE_EVENT);
+              controller.enqueue(joined(parts));
               controller.close();
               void (async () => {
                 try {
@@ -167,8 +231,8 @@ export function relayStream(
               })();
               return;
             }
-            if (out) {
-              controller.enqueue(encoder.encode(out));
+            if (parts.length) {
+              controller.enqueue(joined(parts));
               return;
             }
           }

@@ -1,7 +1,7 @@
 /** POST /chat/completions: validate, hold, relay (plain or SSE), settle. */
 import { z } from 'zod';
 import { CALL_HOLD_TTL_MS, insufficientQuota } from '../billing/meter.js';
-import { contentText, estimatePromptTokens } from '../billing/tokens.js';
+import { contentText, estimatePromptTokens, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
@@ -60,7 +60,8 @@ export function usageFrom(value: unknown): Usage | null {
 export interface ChatBilling {
   holdId: string;
   model: Model;
-  promptEstimate: number;
+  /** The tokenizer's estimate of the prompt, for billing a stream that ended without usage. */
+  promptTokens(): number;
   /** Settles `usage` (or releases when null: nothing was produced). */
   finish(usage: Usage | null): void;
 }
@@ -76,30 +77,37 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const injected = await core.context.apply(ctx, req, req.messages);
   const messages = injected && injected.length ? [...injected, ...req.messages] : req.messages;
 
-  const promptEstimate = estimatePromptTokens(core.tokenizer, messages, req.tools ?? undefined);
   const perChoice = req.max_tokens ?? req.max_completion_tokens ?? model.maxOutputTokens;
   const maxOutput = perChoice * (req.n ?? 1);
-  const holdAmount = costOf([
-    [prices.promptPico, promptEstimate],
-    [prices.completionPico, maxOutput],
-  ]);
+  const worstCase = (promptTokens: number) =>
+    costOf([
+      [prices.promptPico, promptTokens],
+      [prices.completionPico, maxOutput],
+    ]);
+  let estimate: number | undefined;
+  const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, messages, req.tools ?? undefined));
   const holdId = ctx.requestId;
-  await core.meter.hold(holdId, ctx.key, holdAmount, CALL_HOLD_TTL_MS, (refused) => {
-    const affordable = affordableUnits(refused.available, prices.promptPico * BigInt(promptEstimate), prices.completionPico);
+  // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
+  // Only when that is refused are the tokens counted, and the exact estimate decides.
+  const bound = promptTokensBound(messages, req.tools ?? undefined);
+  let held = await core.meter.tryHold(holdId, ctx.key, worstCase(bound), CALL_HOLD_TTL_MS);
+  if (!held.ok && promptTokens() < bound) held = await core.meter.tryHold(holdId, ctx.key, worstCase(promptTokens()), CALL_HOLD_TTL_MS);
+  if (!held.ok) {
+    const affordable = affordableUnits(held.available, prices.promptPico * BigInt(promptTokens()), prices.completionPico);
     const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
-    return insufficientQuota(
-      refused,
+    throw insufficientQuota(
+      held,
       `This request requires more credits, or fewer max_tokens. You requested up to ${maxOutput} tokens, but can only afford ${canAfford}.` +
-        (refused.limitSource === 'key_monthly_cap' ? " (limited by this key's monthly spending cap)" : ''),
+        (held.limitSource === 'key_monthly_cap' ? " (limited by this key's monthly spending cap)" : ''),
       { affordable_max_tokens: canAfford },
     );
-  });
+  }
 
   let settledOnce = false;
   const billing: ChatBilling = {
     holdId,
     model,
-    promptEstimate,
+    promptTokens,
     finish(usage) {
       if (settledOnce) return;
       settledOnce = true;
@@ -167,7 +175,7 @@ async function plainAnswer(
     text = await res.text();
     const parsed = JSON.parse(text) as Record<string, unknown>;
     if (!parsed || typeof parsed !== 'object' || !Array.isArray(parsed.choices)) throw new Error('no choices');
-    usage = usageFrom(parsed.usage) ?? { prompt: billing.promptEstimate, completion: countChoices(core, parsed.choices) };
+    usage = usageFrom(parsed.usage) ?? { prompt: billing.promptTokens(), completion: countChoices(core, parsed.choices) };
     if (model.upstreamModel !== model.id && parsed.model !== model.id) {
       parsed.model = model.id;
       text = JSON.stringify(parsed);

@@ -2,7 +2,7 @@
  * The expected numbers of chat billing, computed with the functions src/routes/chat.ts uses
  * (the same tokenizer, prompt estimate and exact money), at the test model's prices.
  */
-import { createTokenizer, estimatePromptTokens, type Tokenizer } from '../../src/billing/tokens.js';
+import { createTokenizer, estimatePromptTokens, promptTokensBound, type Tokenizer } from '../../src/billing/tokens.js';
 import { costOf, parsePrice } from '../../src/money.js';
 import { COMPLETION_PRICE, PROMPT_PRICE } from './gateway.js';
 
@@ -33,7 +33,15 @@ export async function promptEstimate(messages: unknown[]): Promise<number> {
   return estimatePromptTokens(await loadTokenizer(), messages);
 }
 
-/** The worst-case hold (nano-USD) the gateway places for a chat with `messages` and `maxTokens`. */
+/** The byte bound of the prompt the gateway places its first hold on. */
+export function promptBound(messages: unknown[]): number {
+  return promptTokensBound(messages);
+}
+
+/**
+ * The worst-case hold (nano-USD) the gateway places for a chat with `messages` and `maxTokens`
+ * when the wallet affords it: on the prompt's byte bound.
+ */
 export async function worstCaseHold(messages: unknown[], maxTokens: number): Promise<bigint> {
-  return chatCost(await promptEstimate(messages), maxTokens);
+  return chatCost(promptBound(messages), maxTokens);
 }

@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatUsd } from '../../src/money.js';
-import { chatCost, promptEstimate, worstCaseHold } from '../helpers/billing.js';
+import { chatCost, promptBound, promptEstimate, worstCaseHold } from '../helpers/billing.js';
 import { MODEL, eventually, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
@@ -147,7 +147,7 @@ describe('what is held', () => {
   }
 
   it('max_completion_tokens and n are part of the worst case', async () => {
-    const est = await promptEstimate(MESSAGES);
+    const est = promptBound(MESSAGES);
     const a = await heldDuring({ max_completion_tokens: 300 }, { prompt_tokens: 1, completion_tokens: 1 });
     expect(a.held).toBe(chatCost(est, 300));
     const b = await heldDuring({ max_tokens: 300, n: 3 }, { prompt_tokens: 1, completion_tokens: 1 });
@@ -161,7 +161,7 @@ describe('what is held', () => {
   it('usage reported above the worst case is debited at most the hold, the list cost kept in the ledger', async () => {
     const est = await promptEstimate(MESSAGES);
     const { held, entry } = await heldDuring({ max_tokens: 10 }, { prompt_tokens: est, completion_tokens: 5_000 });
-    expect(held).toBe(chatCost(est, 10));
+    expect(held).toBe(chatCost(promptBound(MESSAGES), 10));
     expect(entry.listCost).toBe(chatCost(est, 5_000));
     expect(entry.cost).toBe(held);
     expect(entry.units).toEqual({ kind: 'tokens', prompt: est, completion: 5_000 });

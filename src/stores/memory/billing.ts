@@ -144,7 +144,18 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
       let ledger = ledgers.get(req.accountId);
       if (!ledger) ledgers.set(req.accountId, (ledger = []));
       // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
-      ledger.push({ ...req.entry, units: { ...req.entry.units }, cost: charged, listCost: req.cost });
+      const e = req.entry;
+      // One object shape for every entry (a spread gives each its own hidden class).
+      ledger.push({
+        id: e.id,
+        accountId: e.accountId,
+        keyId: e.keyId,
+        model: e.model,
+        units: { ...e.units },
+        cost: charged,
+        listCost: req.cost,
+        at: e.at,
+      });
       // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
       if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) ledger.splice(0, ledger.length - ledgerLimit);
       return { settled: true, charged };
