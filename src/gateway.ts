@@ -144,8 +144,12 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const admin = createAdmin(core, { forgetGrants: (id) => grantsCache.delete(id) });
   const ready = Promise.all([seed(core, admin), tokenizer.ready]).then(() => undefined);
   ready.catch((err: unknown) => log.error({ msg: 'seeding failed', err }));
+  // Checked per request before awaiting `ready`: an await costs a tick even once it resolved.
+  let isReady = false;
+  void ready.then(() => (isReady = true), () => undefined);
 
   const v1 = `${basePath.replace(/\/+$/, '')}/v1`;
+  const v1Slash = `${v1}/`;
   const routes: Route[] = [
     route('/chat/completions', { POST: chatCompletions }, true),
     route('/models', { GET: listModels }),
@@ -165,13 +169,13 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     const requestId = `req_${randomUUID().replaceAll('-', '')}`;
     let rateHeaders: Record<string, string> = {};
     try {
-      await ready;
+      if (!isReady) await ready;
       const url = request.url;
       const pathStart = url.indexOf('/', url.indexOf('//') + 2);
       const queryStart = url.indexOf('?', pathStart);
       const path = url.slice(pathStart, queryStart === -1 ? undefined : queryStart);
       if (path === `${basePath}/health` && request.method === 'GET') return json(200, { status: 'ok' }, { 'x-request-id': requestId });
-      if (!path.startsWith(`${v1}/`)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
+      if (!path.startsWith(v1Slash)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
 
       const peer = serverContext?.clientAddress ?? serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
       const clientIp = limiter.clientAddress(peer, request.headers.get('x-forwarded-for'));
@@ -215,7 +219,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         requestId,
         clientIp,
         params,
-        query: new URLSearchParams(queryStart === -1 ? '' : url.slice(queryStart + 1)),
+        get query() {
+          return new URLSearchParams(queryStart === -1 ? '' : url.slice(queryStart + 1));
+        },
         key,
         headers: rateHeaders,
         body: () => (bodyBytes ??= readBody(request, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs)),

@@ -1,4 +1,5 @@
 /** Small HTTP helpers shared by the routes: bounded body reading and JSON answers. */
+import { isUtf8 } from 'node:buffer';
 import { GatewayError } from './errors.js';
 import { Response } from '@whatwg-node/server';
 
@@ -63,9 +64,6 @@ export async function readBody(request: Request, maxBytes: number, timeoutMs: nu
   return out;
 }
 
-// ignoreBOM keeps a byte-order mark in the text, where JSON.parse refuses it: the gateway
-// never accepts a body that it would then forward, BOM included, to an upstream that refuses it.
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 
 /**
  * Deepest nesting of arrays / objects a JSON body may have. JSON.parse takes any depth, but
@@ -137,7 +135,10 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   let text: string;
   let value: unknown;
   try {
-    text = utf8.decode(bytes);
+    // isUtf8 + toString (native, fast) refuse invalid UTF-8 like a fatal TextDecoder would;
+    // a byte-order mark stays in the text, where JSON.parse refuses it.
+    if (!isUtf8(bytes)) throw new Error('invalid UTF-8');
+    text = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength).toString('utf8');
     value = JSON.parse(text);
   } catch {
     throw new GatewayError('invalid_json', 'The request body is not valid JSON.');

@@ -2,6 +2,7 @@
  * API keys: generation, digests, and the bearer check. Stores only ever see the SHA-256
  * digest and a short display prefix; the plain key exists once, at creation.
  */
+import * as crypto from 'node:crypto';
 import { createHash, randomBytes } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import { GatewayError } from '../errors.js';
@@ -28,8 +29,11 @@ export function generateKey(): string {
   return KEY_PREFIX + randomBase62(44);
 }
 
+// Node >= 20.12 has the one-shot crypto.hash, about twice as fast as a Hash object per call.
+const oneShot = (crypto as { hash?: (algorithm: string, data: string, encoding: 'hex') => string }).hash;
+
 export function digestKey(plain: string): string {
-  return createHash('sha256').update(plain).digest('hex');
+  return oneShot ? oneShot('sha256', plain, 'hex') : createHash('sha256').update(plain).digest('hex');
 }
 
 /** Non-secret display prefix: "sk-mg-" and 4 characters. */
