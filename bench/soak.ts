@@ -246,7 +246,8 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
   const stores: Stores =
     opts.storage === 'redis'
       ? createRedisStores({ url: opts.redisUrl ?? 'redis://127.0.0.1:6379', keyPrefix: prefix, commandTimeoutMs: 5_000 })
-      : createMemoryStores();
+      : // The invariant sums the whole ledger: keep every entry (the default keeps the newest 10,000).
+        createMemoryStores({ ledgerLimit: Number.MAX_SAFE_INTEGER });
   const logLines = { info: 0, warn: 0, error: 0 };
   const errorSamples: string[] = [];
   const logger: Logger = {

@@ -41,7 +41,7 @@ const SWEEP_INTERVAL_MS = 60_000;
  * Billing in one process. Every method does all its reads and writes synchronously (no await
  * in between), so each one is atomic with respect to every other call.
  */
-export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 100_000): BillingStore {
+export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 10_000): BillingStore {
   /** Open holds by account, with running sums so no operation walks every hold. */
   const holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */

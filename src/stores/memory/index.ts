@@ -11,7 +11,8 @@ export interface MemoryStoresOptions {
   now?: () => number;
   /**
    * Ledger entries kept per account (the newest). Memory storage is for one process; its
-   * ledger must not grow without bound in a long-running one. Default 100,000.
+   * ledger must not grow without bound in a long-running one (a large one also slows every
+   * garbage collection). Redis storage keeps every entry. Default 10,000.
    */
   ledgerLimit?: number;
 }
@@ -27,7 +28,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
   return {
     accounts: createMemoryAccounts(balances),
     keys: createMemoryKeys(),
-    billing: createMemoryBilling(balances, now, options.ledgerLimit ?? 100_000),
+    billing: createMemoryBilling(balances, now, options.ledgerLimit ?? 10_000),
     limits: createMemoryLimits(now),
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
