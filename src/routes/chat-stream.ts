@@ -12,9 +12,15 @@ import { redactKey, upstreamFailure } from '../upstream/client.js';
 import { SseFastPath, type EventVerdict } from '../upstream/sse-fast.js';
 import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent, frameEvent } from '../upstream/sse.js';
 import { type ChatBilling, usageFrom, type Usage } from './chat.js';
+import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
 
 const encoder = new TextEncoder();
+/**
+ * Whether answers are built with the server adapter's own Response (Node): it takes a Node
+ * Readable as a body and pipes it. Elsewhere (Bun, Next.js edge) Response is the runtime's.
+ */
+const NODE_BODIES = Response !== globalThis.Response;
 /**
  * A `usage` or `error` key with a non-null value. Inside a JSON string a quote is escaped
  * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
@@ -181,85 +187,118 @@ export function relayStream(
   };
   const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
 
-  const stream = new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        keepAlive = setTimeout(function tick() {
-          if (ended) return;
-          try {
-            controller.enqueue(KEEP_ALIVE);
-          } catch {
-            return;
-          }
-          keepAlive?.refresh();
-        }, core.cfg.limits.streamKeepAliveMs);
-      },
-      async pull(controller) {
+  /** Where the relay writes: a web ReadableStream's controller, or a Node Readable. */
+  interface Sink {
+    push(chunk: Uint8Array): void;
+    close(): void;
+  }
+
+  /** Reads the upstream until something was sent or the stream ended; never throws. */
+  const pullInto = async (sink: Sink): Promise<void> => {
+    if (ended) return;
+    try {
+      for (;;) {
+        const next = await iterator.next();
         if (ended) return;
-        try {
-          for (;;) {
-            const next = await iterator.next();
-            if (ended) return;
-            keepAlive?.refresh();
-            if (next.done) {
-              const pending = fast.takePending();
-              const parts = pending ? relay(pending) : [];
-              const text = framesOf(parser.end().events);
-              if (text) parts.push(encoder.encode(text));
-              if (parts.length) controller.enqueue(joined(parts));
-              if (!sawDone) throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
-              end();
-              controller.enqueue(DONE_EVENT);
-              controller.close();
-              return;
-            }
-            const parts = relay(next.value);
-            if (sawDone) {
-              // [DONE] finishes the answer even if the upstream keeps its side open a while: the
-              // rest of its body is read (and ignored) in the background, so the connection can
-              // still go back to the pool, and the body timeout bounds a misbehaving upstream.
-              end();
-              parts.push(DONE_EVENT);
-              controller.enqueue(joined(parts));
-              controller.close();
-              void (async () => {
-                try {
-                  while (!(await iterator.next()).done);
-                } catch {
-                  // Failed after the answer was complete: nothing left to bill or tell.
-                }
-              })();
-              return;
-            }
-            if (parts.length) {
-              controller.enqueue(joined(parts));
-              return;
-            }
-          }
-        } catch (err) {
-          if (ended) return;
-          res.discard();
-          const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
-          if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream);
-          core.log.warn({ msg: 'stream failed', requestId: ctx.requestId, code: gErr.code });
+        keepAlive?.refresh();
+        if (next.done) {
+          const pending = fast.takePending();
+          const parts = pending ? relay(pending) : [];
+          const text = framesOf(parser.end().events);
+          if (text) parts.push(encoder.encode(text));
+          if (parts.length) sink.push(joined(parts));
+          if (!sawDone) throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
           end();
-          try {
-            controller.enqueue(errorEvent(gErr));
-            controller.enqueue(DONE_EVENT);
-            controller.close();
-          } catch {
-            // The client is gone too.
-          }
+          sink.push(DONE_EVENT);
+          sink.close();
+          return;
         }
+        const parts = relay(next.value);
+        if (sawDone) {
+          // [DONE] finishes the answer even if the upstream keeps its side open a while: the
+          // rest of its body is read (and ignored) in the background, so the connection can
+          // still go back to the pool, and the body timeout bounds a misbehaving upstream.
+          end();
+          parts.push(DONE_EVENT);
+          sink.push(joined(parts));
+          sink.close();
+          void (async () => {
+            try {
+              while (!(await iterator.next()).done);
+            } catch {
+              // Failed after the answer was complete: nothing left to bill or tell.
+            }
+          })();
+          return;
+        }
+        if (parts.length) {
+          sink.push(joined(parts));
+          return;
+        }
+      }
+    } catch (err) {
+      if (ended) return;
+      res.discard();
+      const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
+      if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream);
+      core.log.warn({ msg: 'stream failed', requestId: ctx.requestId, code: gErr.code });
+      end();
+      try {
+        sink.push(errorEvent(gErr));
+        sink.push(DONE_EVENT);
+        sink.close();
+      } catch {
+        // The client is gone too.
+      }
+    }
+  };
+
+  /** The client went away: stop the upstream and bill what was produced so far. */
+  const cancel = () => {
+    res.discard();
+    end();
+  };
+
+  const startKeepAlive = (sink: Sink) => {
+    keepAlive = setTimeout(function tick() {
+      if (ended) return;
+      try {
+        sink.push(KEEP_ALIVE);
+      } catch {
+        return;
+      }
+      keepAlive?.refresh();
+    }, core.cfg.limits.streamKeepAliveMs);
+  };
+
+  let stream: ReadableStream<Uint8Array> | Readable;
+  if (NODE_BODIES) {
+    // On Node, the server adapter pipes a Node Readable straight into the socket; a web
+    // ReadableStream would first be wrapped into one, chunk by chunk.
+    const readable = new Readable({
+      read() {
+        void pullInto(sink);
       },
-      cancel() {
-        // The client went away: stop the upstream and bill what was produced so far.
-        res.discard();
-        end();
+      destroy(err, callback) {
+        if (!ended) cancel();
+        callback(err);
       },
-    },
-    { highWaterMark: 0 },
-  );
+    });
+    const sink: Sink = { push: (chunk) => void readable.push(chunk), close: () => void readable.push(null) };
+    startKeepAlive(sink);
+    stream = readable;
+  } else {
+    stream = new ReadableStream<Uint8Array>(
+      {
+        start(controller) {
+          startKeepAlive({ push: (chunk) => controller.enqueue(chunk), close: () => controller.close() });
+        },
+        pull: (controller) => pullInto({ push: (chunk) => controller.enqueue(chunk), close: () => controller.close() }),
+        cancel,
+      },
+      { highWaterMark: 0 },
+    );
+  }
   // Belt and braces: some servers report a disconnect only through the request's signal.
   ctx.request.signal?.addEventListener(
     'abort',
@@ -271,7 +310,7 @@ export function relayStream(
     },
     { once: true },
   );
-  return new Response(stream, {
+  return new Response(stream as ReadableStream<Uint8Array>, {
     status: 200,
     headers: {
       ...headers,
