@@ -51,57 +51,46 @@ export function contentText(content: unknown): string {
 }
 
 /**
- * An upper bound of a chat request's prompt tokens that needs no tokenizer: every token of a
- * byte-level BPE (o200k, cl100k, Llama's byte fallback) covers at least one UTF-8 byte, so the
- * bytes of every message's text (and of tool definitions), plus the per-message framing, bound
- * the count. About 4x the real count for English, and computed in microseconds at any size,
- * where tokenizing a long prompt takes milliseconds.
+ * The size of a chat prompt with `measure` applied to each piece of text: every message's text,
+ * name and tool calls, and the tool definitions, plus the framing chat models add (3 per
+ * prompt, 4 per message). Non-text parts (images, audio) count half the length of their JSON,
+ * which is generous.
  */
-export function promptTokensBound(messages: readonly unknown[], tools?: unknown): number {
-  let bound = 3;
+function promptSize(measure: (text: string) => number, messages: readonly unknown[], tools?: unknown): number {
+  let size = 3;
   for (const m of messages) {
-    bound += 4;
+    size += 4;
     if (!m || typeof m !== 'object') continue;
     const msg = m as Record<string, unknown>;
     const content = msg.content;
-    bound += Buffer.byteLength(contentText(content), 'utf8');
+    size += measure(contentText(content));
     if (Array.isArray(content)) {
       for (const part of content) {
         if (part && typeof part === 'object' && (part as { type?: unknown }).type !== 'text') {
-          bound += Math.ceil(JSON.stringify(part).length / 2);
+          size += Math.ceil(JSON.stringify(part).length / 2);
         }
       }
     }
-    if (typeof msg.name === 'string') bound += Buffer.byteLength(msg.name, 'utf8') + 1;
-    if (msg.tool_calls !== undefined) bound += Buffer.byteLength(JSON.stringify(msg.tool_calls), 'utf8');
+    if (typeof msg.name === 'string') size += measure(msg.name) + 1;
+    if (msg.tool_calls !== undefined) size += measure(JSON.stringify(msg.tool_calls));
   }
-  if (tools !== undefined) bound += Buffer.byteLength(JSON.stringify(tools), 'utf8');
-  return bound;
+  if (tools !== undefined) size += measure(JSON.stringify(tools));
+  return size;
 }
 
+const utf8Bytes = (text: string) => Buffer.byteLength(text, 'utf8');
+
 /**
- * Prompt tokens of a chat request, estimated from above: the tokens of every message's text
- * (and of tool definitions), plus the per-message framing chat models add, plus a 5% margin.
- * Non-text parts (images, audio) are counted by the length of their JSON, which is generous.
+ * An upper bound of a chat request's prompt tokens that needs no tokenizer: every token of a
+ * byte-level BPE (o200k, cl100k, Llama's byte fallback) covers at least one UTF-8 byte, so the
+ * prompt's bytes bound its tokens. About 4x the real count for English, and computed in
+ * microseconds at any size, where tokenizing a long prompt takes milliseconds.
  */
+export function promptTokensBound(messages: readonly unknown[], tools?: unknown): number {
+  return promptSize(utf8Bytes, messages, tools);
+}
+
+/** Prompt tokens of a chat request counted with the tokenizer, plus a 5% margin. */
 export function estimatePromptTokens(tokenizer: Tokenizer, messages: readonly unknown[], tools?: unknown): number {
-  let tokens = 3;
-  for (const m of messages) {
-    tokens += 4;
-    if (!m || typeof m !== 'object') continue;
-    const msg = m as Record<string, unknown>;
-    const content = msg.content;
-    tokens += tokenizer.count(contentText(content));
-    if (Array.isArray(content)) {
-      for (const part of content) {
-        if (part && typeof part === 'object' && (part as { type?: unknown }).type !== 'text') {
-          tokens += Math.ceil(JSON.stringify(part).length / 2);
-        }
-      }
-    }
-    if (typeof msg.name === 'string') tokens += tokenizer.count(msg.name) + 1;
-    if (msg.tool_calls !== undefined) tokens += tokenizer.count(JSON.stringify(msg.tool_calls));
-  }
-  if (tools !== undefined) tokens += tokenizer.count(JSON.stringify(tools));
-  return Math.ceil(tokens * 1.05);
+  return Math.ceil(promptSize((text) => tokenizer.count(text), messages, tools) * 1.05);
 }
