@@ -10,6 +10,7 @@ import { Redis } from 'ioredis';
 import { createGateway } from '../src/gateway.js';
 import { silentLogger } from '../src/log.js';
 import { createRedisStores } from '../src/redis.js';
+import { deleteKeysWithPrefix } from './redis-util.js';
 
 const KEY = `sk-mg-${'R'.repeat(20)}${randomBytes(12).toString('hex')}`;
 
@@ -64,12 +65,7 @@ export async function countRedisCommands(url = process.env.REDIS_URL ?? 'redis:/
     counting = false;
   } finally {
     await gateway.dispose();
-    let cursor = '0';
-    do {
-      const [next, found] = await client.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
-      cursor = next;
-      if (found.length) await client.unlink(...found);
-    } while (cursor !== '0');
+    await deleteKeysWithPrefix(client, prefix);
     client.disconnect();
   }
   const commands = Object.values(byCommand).reduce((a, b) => a + b, 0);

@@ -43,6 +43,7 @@ import type { Logger } from '../src/log.js';
 import { createMemoryStores } from '../src/stores/memory/index.js';
 import { createRedisStores } from '../src/redis.js';
 import type { Stores } from '../src/stores/types.js';
+import { deleteKeysWithPrefix, redisProblem } from './redis-util.js';
 
 export type Kind = 'plain' | 'stream' | 'disconnect' | 'upstream_err' | 'image' | 'speech' | 'video';
 export const KINDS: Kind[] = ['plain', 'stream', 'disconnect', 'upstream_err', 'image', 'speech', 'video'];
@@ -450,12 +451,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
   if (opts.storage === 'redis') {
     const redis = new Redis(opts.redisUrl ?? 'redis://127.0.0.1:6379');
     try {
-      let cursor = '0';
-      do {
-        const [nextCursor, found] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', '1000');
-        cursor = nextCursor;
-        if (found.length) await redis.del(...found);
-      } while (cursor !== '0');
+      await deleteKeysWithPrefix(redis, prefix);
     } finally {
       redis.disconnect();
     }
@@ -506,20 +502,7 @@ export function formatReport(r: SoakReport): string {
   return lines.join('\n');
 }
 
-/** Whether Redis answers PING (null) or why not. */
-export async function redisProblem(url: string): Promise<string | null> {
-  const c = new Redis(url, { lazyConnect: true, connectTimeout: 1_500, commandTimeout: 1_500, retryStrategy: () => null, enableOfflineQueue: false, maxRetriesPerRequest: 0 });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    await c.ping();
-    return null;
-  } catch (err) {
-    return (err as Error).message || String(err);
-  } finally {
-    c.disconnect();
-  }
-}
+export { redisProblem } from './redis-util.js';
 
 async function main(): Promise<void> {
   const env = process.env;

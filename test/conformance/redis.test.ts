@@ -13,35 +13,13 @@ import { contentSuite } from './content.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
+import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 /** Every key of this run starts with it; afterAll deletes them. */
 const PREFIX = `mgtest:${randomUUID().slice(0, 8)}:`;
 const MONTH = '2025-01';
 
-/** Why Redis cannot be used, or null when it answers PING. */
-async function probe(): Promise<string | null> {
-  const c = new Redis(REDIS_URL, {
-    lazyConnect: true,
-    connectTimeout: 1_500,
-    commandTimeout: 1_500,
-    retryStrategy: () => null,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-  });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    await c.ping();
-    return null;
-  } catch (err) {
-    return (err as Error).message || String(err);
-  } finally {
-    c.disconnect();
-  }
-}
-
-const unreachable = await probe();
+const unreachable = await redisProblem(REDIS_URL);
 
 /** Redis stores on the real clock: `advance` really sleeps. */
 async function makeRedis(): Promise<StoreHarness> {
@@ -79,12 +57,7 @@ function hashTag(key: string): string {
 async function deleteRunKeys(): Promise<void> {
   const c = new Redis(REDIS_URL);
   try {
-    let cursor = '0';
-    do {
-      const [next, keys] = await c.scan(cursor, 'MATCH', `${PREFIX}*`, 'COUNT', 1000);
-      cursor = next;
-      if (keys.length > 0) await c.unlink(...keys);
-    } while (cursor !== '0');
+    await deleteKeysWithPrefix(c, PREFIX);
   } finally {
     c.disconnect();
   }

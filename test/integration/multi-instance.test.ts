@@ -14,21 +14,10 @@ import { worstCaseHold } from '../helpers/billing.js';
 import { COMPLETION_PRICE, PROMPT_PRICE, eventually, testKey } from '../helpers/gateway.js';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/processes.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 
-async function redisAnswers(url: string): Promise<boolean> {
-  const c = new Redis(url, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    return (await c.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    c.disconnect();
-  }
-}
+const redisAnswers = async (url: string) => (await redisProblem(url)) === null;
 
 const reachable = await redisAnswers(REDIS_URL);
 if (!reachable && process.env.CI !== 'true') {
@@ -104,12 +93,7 @@ async function poll(check: () => Promise<boolean>, what: string, timeoutMs: numb
 async function cleanupPrefix(url: string, prefix: string) {
   const c = new Redis(url);
   try {
-    let cursor = '0';
-    do {
-      const [next, found] = await c.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', 500);
-      cursor = next;
-      if (found.length) await c.unlink(...found);
-    } while (cursor !== '0');
+    await deleteKeysWithPrefix(c, prefix);
   } finally {
     c.disconnect();
   }

@@ -1,24 +1,11 @@
 /** Few round trips: a warmed-up billed chat call on Redis storage costs at most 4 commands. */
-import { Redis } from 'ioredis';
 import { describe, expect, it } from 'vitest';
 import { countRedisCommands } from '../../bench/redis-commands.js';
+import { REDIS_URL, redisProblem } from '../../bench/redis-util.js';
 
-const url = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
+const url = REDIS_URL;
 
-async function reachable(): Promise<boolean> {
-  const c = new Redis(url, { lazyConnect: true, connectTimeout: 1000, maxRetriesPerRequest: 0, retryStrategy: () => null });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    return (await c.ping()) === 'PONG';
-  } catch {
-    return false;
-  } finally {
-    c.disconnect();
-  }
-}
-
-const up = await reachable();
+const up = (await redisProblem(url)) === null;
 if (!up && process.env.CI !== 'true') console.warn(`\n!!! SKIPPING the Redis round-trip test: Redis at ${url} is unreachable (under CI=true this fails).\n`);
 
 describe.runIf(up || process.env.CI === 'true')('Redis round trips', () => {

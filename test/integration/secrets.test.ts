@@ -35,8 +35,8 @@ import { ACCOUNT, MODEL, eventually, makeGateway, startGateway, testConfig, test
 import { AUDIO, IMAGE, VIDEO, mediaModels } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
-const REDIS_URL = process.env.REDIS_URL ?? 'redis://127.0.0.1:6379';
 const CHAT_UPSTREAM_KEY = `ups-chat-${randomBytes(24).toString('hex')}`;
 const MEDIA_UPSTREAM_KEY = `ups-media-${randomBytes(24).toString('hex')}`;
 const OTHER = 'acct_other';
@@ -45,27 +45,7 @@ const BURST = 'acct_burst';
 /** Headers the upstream may receive: the allowlist and what HTTP itself adds. */
 const UPSTREAM_HEADERS = ['accept', 'authorization', 'connection', 'content-length', 'content-type', 'host', 'x-request-id'];
 
-async function redisProblem(): Promise<string | null> {
-  const c = new Redis(REDIS_URL, {
-    lazyConnect: true,
-    connectTimeout: 1_500,
-    commandTimeout: 1_500,
-    retryStrategy: () => null,
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 0,
-  });
-  c.on('error', () => {});
-  try {
-    await c.connect();
-    await c.ping();
-    return null;
-  } catch (err) {
-    return (err as Error).message || String(err);
-  } finally {
-    c.disconnect();
-  }
-}
-const redisDown = await redisProblem();
+const redisDown = await redisProblem(REDIS_URL);
 if (redisDown && process.env.CI !== 'true') {
   // eslint-disable-next-line no-console
   console.warn(
@@ -560,12 +540,7 @@ describe.skipIf(redisDown !== null && process.env.CI !== 'true')('(b) key materi
       expect(answers.length).toBeGreaterThan(100);
       expect(problems).toEqual([]);
     } finally {
-      let cursor = '0';
-      do {
-        const [next, keys] = await redis.scan(cursor, 'MATCH', `${prefix}*`, 'COUNT', '500');
-        cursor = next;
-        if (keys.length) await redis.del(...keys);
-      } while (cursor !== '0');
+      await deleteKeysWithPrefix(redis, prefix);
       redis.disconnect();
       await stores.close();
       await proxy.close();
