@@ -56,7 +56,10 @@ const poorKey = testKey();
 const otherKey = testKey();
 const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
 
-/** The SPEC's error table (plus the codes errors.ts documents beside it). */
+/**
+ * The SPEC's error table (plus the codes errors.ts documents beside it), written out here on
+ * purpose rather than imported: the test checks src/errors.ts against the SPEC, not against itself.
+ */
 const ERROR_TABLE: Record<string, [number, string]> = {
   invalid_json: [400, 'invalid_request_error'],
   invalid_request: [400, 'invalid_request_error'],
