@@ -2,6 +2,6 @@
 export {
   createRedisStores,
   RedisStoreError,
-  SETTLED_MARKER_TTL_MS,
+  CLOSED_MARKER_TTL_MS,
   type RedisStoreOptions,
 } from './stores/redis/index.js';

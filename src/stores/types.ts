@@ -63,6 +63,13 @@ export type LedgerUnits =
   | { kind: 'seconds'; seconds: number; tier: string }
   | { kind: 'speech_tokens'; tokens: number };
 
+/**
+ * How a ledger entry's units were measured: the upstream's own `usage` report, a count of the
+ * produced output with the tokenizer (a stream that ended without usage, or a client that went
+ * away), or the gateway's estimate (units known before the call, e.g. images or seconds asked for).
+ */
+export type Measurement = 'usage' | 'tokenizer' | 'estimate';
+
 export interface LedgerEntry {
   /** The request id or job id the charge belongs to. */
   id: string;
@@ -70,10 +77,15 @@ export interface LedgerEntry {
   keyId: string;
   model: string;
   units: LedgerUnits;
-  /** What was debited, in nano-USD. */
+  /** What was debited, in nano-USD: always the full list cost of the units. */
   cost: bigint;
-  /** What the units cost at list price; differs from `cost` only when the hold capped it. */
-  listCost: bigint;
+  /** What the hold for the call was (0 when it had expired before the settle). */
+  held: bigint;
+  /** The cost was above the hold: the estimate was low, and the excess was debited anyway. */
+  exceededHold: boolean;
+  measured: Measurement;
+  /** The upstream that served the call, when one did. */
+  upstream?: string;
   at: number;
 }
 
@@ -86,7 +98,7 @@ export interface HoldRequest {
   monthlyCap: bigint | null;
   /** "YYYY-MM" in UTC: the month whose spend the cap is checked against. */
   month: string;
-  /** A hold that is neither settled nor released stops counting after this long. */
+  /** A hold that is neither settled nor released stops counting after this long (unless renewed). */
   ttlMs: number;
 }
 
@@ -102,13 +114,15 @@ export type HoldResult =
 export interface SettleRequest {
   holdId: string;
   accountId: string;
-  /** The list-price cost of what was produced. The debit is min(cost, held amount). */
+  /** The month the spend counts towards when the hold is gone (else the hold's own month). */
+  month: string;
+  /** The list-price cost of what was used: debited in full, even past the hold. */
   cost: bigint;
-  entry: Omit<LedgerEntry, 'cost' | 'listCost'>;
+  entry: Omit<LedgerEntry, 'cost' | 'held' | 'exceededHold'>;
 }
 
 export interface SettleResult {
-  /** False when the hold was already settled, released or expired: nothing changed. */
+  /** False when this hold id was already settled or released: nothing changed. */
   settled: boolean;
   charged: bigint;
 }
@@ -129,16 +143,27 @@ export interface BillingStore {
    * Atomic hold-if-affordable. Places the hold only if
    *   balance - held(account) >= amount            (else limitSource 'wallet'), and
    *   spend(key, month) + held(key) + amount <= cap (else limitSource 'key_monthly_cap').
-   * Expired holds are dropped before the check.
+   * Expired holds are dropped before the check. A wallet below zero (a settle that exceeded
+   * its hold) therefore refuses every hold until it is topped up.
    */
   placeHold(req: HoldRequest): Promise<HoldResult>;
   /**
-   * Atomic and idempotent per holdId: debits min(cost, hold), adds the cost to the key's
-   * monthly and all-time spend, appends one ledger entry, and removes the hold. A second
-   * settle (or a settle after release) changes nothing.
+   * Extends an open hold's expiry to `ttlMs` from now, so a live call that outlives the TTL
+   * keeps its hold. False when the hold is gone (expired, settled or released).
+   */
+  renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean>;
+  /**
+   * Atomic and idempotent per holdId. Debits the full `cost` (even past the hold: the wallet
+   * and the key's month may go past their limits by the excess), adds it to the key's
+   * monthly and all-time spend, appends one ledger entry and removes the hold. A hold that
+   * already expired is still settled (the output was delivered; it must be billed). Each
+   * hold id is closed once: a second settle, or a settle after release, changes nothing.
    */
   settle(req: SettleRequest): Promise<SettleResult>;
-  /** Atomic, idempotent: drops the hold without charging. Returns whether one was dropped. */
+  /**
+   * Atomic, idempotent: drops the hold without charging and closes the hold id, so a late
+   * settle of it changes nothing. Returns whether an open hold was dropped.
+   */
   release(accountId: string, holdId: string): Promise<boolean>;
   /** Adds to the wallet; returns the new balance. */
   topUp(accountId: string, amount: bigint): Promise<bigint>;

@@ -5,7 +5,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MAX_NANO } from '../../src/money.js';
-import { createRedisStores, RedisStoreError, SETTLED_MARKER_TTL_MS } from '../../src/redis.js';
+import { createRedisStores, RedisStoreError, CLOSED_MARKER_TTL_MS } from '../../src/redis.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
@@ -41,8 +41,17 @@ function settleReq(a: { accountId: string; keyId: string }, holdId: string, cost
   return {
     holdId,
     accountId: a.accountId,
+    month: MONTH,
     cost,
-    entry: { id: holdId, accountId: a.accountId, keyId: a.keyId, model: 'm-1', units: { kind: 'tokens', prompt: 1, completion: 2 }, at: 1 },
+    entry: {
+      id: holdId,
+      accountId: a.accountId,
+      keyId: a.keyId,
+      model: 'm-1',
+      units: { kind: 'tokens', prompt: 1, completion: 2 },
+      measured: 'usage',
+      at: 1,
+    },
   };
 }
 
@@ -160,8 +169,8 @@ if (unreachable !== null) {
         const markers = await c.keys(`${PREFIX}*settled*`);
         const ttl = await c.pttl(markers.find((k) => k.includes(req.holdId)) ?? '');
         c.disconnect();
-        expect(ttl).toBeGreaterThan(SETTLED_MARKER_TTL_MS - 60_000);
-        expect(ttl).toBeLessThanOrEqual(SETTLED_MARKER_TTL_MS);
+        expect(ttl).toBeGreaterThan(CLOSED_MARKER_TTL_MS - 60_000);
+        expect(ttl).toBeLessThanOrEqual(CLOSED_MARKER_TTL_MS);
       } finally {
         await Promise.all([one.close(), two.close()]);
       }
@@ -218,7 +227,7 @@ if (unreachable !== null) {
         expect(await billing.settle(settleReq(a, req.holdId, MAX_NANO - 2n))).toEqual({ settled: true, charged: MAX_NANO - 2n });
         expect(await billing.wallet(a.accountId)).toEqual({ balance: 2n, held: 0n });
         expect(await billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: MAX_NANO - 2n, monthly: MAX_NANO - 2n, held: 0n });
-        expect((await billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO - 2n, listCost: MAX_NANO - 2n });
+        expect((await billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO - 2n, held: MAX_NANO, exceededHold: false });
         expect(await billing.topUp(a.accountId, MAX_NANO - 2n)).toBe(MAX_NANO);
       } finally {
         await h.cleanup();

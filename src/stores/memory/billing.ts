@@ -36,6 +36,10 @@ interface KeySpend {
 }
 
 const SWEEP_INTERVAL_MS = 60_000;
+/** How long a closed (settled or released) hold id is remembered, so a replayed settle never debits twice. */
+const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
+/** At most this many closed hold ids are remembered; the oldest are forgotten first. */
+const CLOSED_MAX = 200_000;
 
 /**
  * Billing in one process. Every method does all its reads and writes synchronously (no await
@@ -47,6 +51,19 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   /** Settled spend: account id -> key id -> spend. */
   const spend = new Map<string, Map<string, KeySpend>>();
   const ledgers = new Map<string, LedgerEntry[]>();
+  /** Closed hold ids ("account\0hold") -> when they may be forgotten, oldest first. */
+  const closed = new Map<string, number>();
+
+  function close(accountId: string, holdId: string, t: number): boolean {
+    const id = `${accountId}\u0000${holdId}`;
+    if (closed.has(id)) return false;
+    closed.set(id, t + CLOSED_TTL_MS);
+    if (closed.size > CLOSED_MAX) {
+      const oldest = closed.keys().next().value;
+      if (oldest !== undefined) closed.delete(oldest);
+    }
+    return true;
+  }
 
   function drop(mine: AccountHolds, holdId: string, hold: Hold): void {
     mine.byId.delete(holdId);
@@ -81,6 +98,10 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   // Accounts nobody touches again would otherwise keep their expired holds forever.
   const sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
     for (const accountId of [...holds.keys()]) liveHolds(accountId, t);
+    for (const [id, until] of closed) {
+      if (until > t) break; // oldest first: the rest are younger
+      closed.delete(id);
+    }
   });
 
   function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
@@ -129,17 +150,34 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
       return { ok: true };
     },
 
+    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+      const t = now();
+      const mine = liveHolds(accountId, t);
+      const hold = mine?.byId.get(holdId);
+      if (!mine || !hold) return false;
+      hold.expiresAt = t + ttlMs;
+      // nextExpiry may now be early; the next look past it recomputes it.
+      return true;
+    },
+
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      const mine = liveHolds(req.accountId);
+      const t = now();
+      if (!close(req.accountId, req.holdId, t)) return { settled: false, charged: 0n };
+      const mine = liveHolds(req.accountId, t);
       const hold = mine?.byId.get(req.holdId);
-      if (!mine || !hold) return { settled: false, charged: 0n };
-
-      const charged = req.cost < hold.amount ? req.cost : hold.amount;
-      drop(mine, req.holdId, hold);
-      if (mine.byId.size === 0) holds.delete(req.accountId);
+      let held = 0n;
+      let month = req.month;
+      if (mine && hold) {
+        held = hold.amount;
+        month = hold.month;
+        drop(mine, req.holdId, hold);
+        if (mine.byId.size === 0) holds.delete(req.accountId);
+      }
+      // The full list cost, even past the hold: delivered output is never given away.
+      const charged = req.cost;
       balances.set(req.accountId, (balances.get(req.accountId) ?? 0n) - charged);
-      addSpend(req.accountId, hold.keyId, hold.month, charged);
+      addSpend(req.accountId, req.entry.keyId, month, charged);
 
       let ledger = ledgers.get(req.accountId);
       if (!ledger) ledgers.set(req.accountId, (ledger = []));
@@ -153,7 +191,10 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
         model: e.model,
         units: { ...e.units },
         cost: charged,
-        listCost: req.cost,
+        held,
+        exceededHold: charged > held,
+        measured: e.measured,
+        upstream: e.upstream,
         at: e.at,
       });
       // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
@@ -162,7 +203,9 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
     },
 
     async release(accountId: string, holdId: string): Promise<boolean> {
-      const mine = liveHolds(accountId);
+      const t = now();
+      close(accountId, holdId, t);
+      const mine = liveHolds(accountId, t);
       const hold = mine?.byId.get(holdId);
       if (!mine || !hold) return false;
       drop(mine, holdId, hold);

@@ -10,8 +10,8 @@ import type {
 } from '../types.js';
 import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
 
-/** How long a settled hold id is remembered, so a replayed settle never debits twice. */
-export const SETTLED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
+/** How long a closed (settled or released) hold id is remembered, so a replayed settle never debits twice. */
+export const CLOSED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
 
 /** Field names inside the account's `held` and `spend` hashes for one key (and month). */
 function fields(keyId: string, month: string) {
@@ -24,6 +24,7 @@ function fields(keyId: string, month: string) {
  */
 export function createRedisBilling(ctx: RedisContext): BillingStore {
   const { scripts } = ctx;
+  const closedMarker = (accountId: string, holdId: string) => ctx.account(accountId, `settled:${esc(holdId)}`);
   const a = (accountId: string) => ({
     bal: ctx.account(accountId, 'bal'),
     holds: ctx.account(accountId, 'holds'),
@@ -59,16 +60,22 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
       return { ok: false, limitSource, available: big(reply[2]) };
     },
 
+    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+      const k = a(accountId);
+      return int(await ctx.run('renewHold', () => scripts.mgRenewHold([k.holds, k.hexp, k.held], [holdId, whole(ttlMs)]))) === 1;
+    },
+
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
       const k = a(req.accountId);
-      // The script appends "cost" (what it debited) to this object.
-      const entry = JSON.stringify({ ...req.entry, listCost: req.cost.toString() });
+      const f = fields(req.entry.keyId, req.month);
+      // The script appends "cost", "held" and "exceededHold" to this object.
+      const entry = JSON.stringify(req.entry);
       const reply = list(
         await ctx.run('settle', () =>
           scripts.mgSettle(
-            [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, ctx.account(req.accountId, `settled:${esc(req.holdId)}`)],
-            [req.holdId, req.cost.toString(), entry, SETTLED_MARKER_TTL_MS],
+            [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(req.accountId, req.holdId)],
+            [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
           ),
         ),
       );
@@ -77,7 +84,13 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
 
     async release(accountId: string, holdId: string): Promise<boolean> {
       const k = a(accountId);
-      return int(await ctx.run('release', () => scripts.mgRelease([k.holds, k.hexp, k.held], [holdId]))) === 1;
+      return (
+        int(
+          await ctx.run('release', () =>
+            scripts.mgRelease([k.holds, k.hexp, k.held, closedMarker(accountId, holdId)], [holdId, CLOSED_MARKER_TTL_MS]),
+          ),
+        ) === 1
+      );
     },
 
     async topUp(accountId: string, amount: bigint): Promise<bigint> {
@@ -105,11 +118,8 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
     async ledger(accountId: string): Promise<LedgerEntry[]> {
       const raw = list(await ctx.run('ledger', () => ctx.client.lrange(a(accountId).ledger, 0, -1)));
       return raw.map((line) => {
-        const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'listCost'> & {
-          cost: string;
-          listCost: string;
-        };
-        return { ...e, cost: BigInt(e.cost), listCost: BigInt(e.listCost) };
+        const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string };
+        return { ...e, cost: BigInt(e.cost), held: BigInt(e.held) };
       });
     },
 

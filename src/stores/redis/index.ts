@@ -9,7 +9,7 @@ import { createRedisJobs } from './jobs.js';
 import { createRedisLimits } from './limits.js';
 
 export { RedisStoreError } from './connection.js';
-export { SETTLED_MARKER_TTL_MS } from './billing.js';
+export { CLOSED_MARKER_TTL_MS } from './billing.js';
 
 export interface RedisStoreOptions {
   /**

@@ -130,10 +130,12 @@ return {1}
   },
 
   /**
-   * Settle, idempotent per holdId.
-   * KEYS: balance, holds, hold expiries, held sums, spend, ledger, settled marker of the hold
-   * ARGV: holdId, list cost, ledger entry JSON without "cost" (an object, ends with '}'),
-   *       marker TTL ms
+   * Settle, idempotent per holdId: debits the full list cost (even past the hold), whether or
+   * not the hold is still open (an expired hold's output was still delivered).
+   * KEYS: balance, holds, hold expiries, held sums, spend, ledger, closed marker of the hold
+   * ARGV: holdId, list cost, ledger entry JSON without "cost"/"held"/"exceededHold" (an object,
+   *       ends with '}'), marker TTL ms, monthly spend field and all-time spend field to use
+   *       when the hold is gone
    * Returns {1, charged} or {0, '0'}.
    */
   mgSettle: {
@@ -145,40 +147,67 @@ return {1}
 local bal, holds, hexp, held, spend, ledger, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local t = now_ms()
 prune(holds, hexp, held, t)
--- A replayed settle (e.g. resent after a reconnect) finds the marker and changes nothing,
--- even if a replayed placeHold opened the same hold id again.
+-- A replayed settle (e.g. resent after a reconnect or from the settle journal), or a settle
+-- after release, finds the marker and changes nothing.
 if redis.call('EXISTS', done) == 1 then return {0, '0'} end
+local mf, tf, amount = ARGV[5], ARGV[6], 0
 local raw = redis.call('HGET', holds, ARGV[1])
-if not raw then return {0, '0'} end
-local h, amount = drop_hold(holds, hexp, held, ARGV[1], raw)
-local cost = tonumber(ARGV[2])
-local charged = amount
-if cost < amount then charged = cost end
-local c = fmt(charged)
-if charged > 0 then
-  redis.call('DECRBY', bal, c)
-  redis.call('HINCRBY', spend, h.mf, c)
-  redis.call('HINCRBY', spend, h.tf, c)
+if raw then
+  local h
+  h, amount = drop_hold(holds, hexp, held, ARGV[1], raw)
+  mf, tf = h.mf, h.tf
 end
-redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '"}')
-redis.call('SET', done, c, 'PX', ARGV[4])
+local cost = tonumber(ARGV[2])
+local c = fmt(cost)
+if cost > 0 then
+  redis.call('DECRBY', bal, c)
+  redis.call('HINCRBY', spend, mf, c)
+  redis.call('HINCRBY', spend, tf, c)
+end
+local exceeded = 'false'
+if cost > amount then exceeded = 'true' end
+redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '","held":"' .. fmt(amount) .. '","exceededHold":' .. exceeded .. '}')
+redis.call('SET', done, 's', 'PX', ARGV[4])
 return {1, c}
 `,
   },
 
   /**
-   * KEYS: holds, hold expiries, held sums. ARGV: holdId. Returns 1 when a hold was dropped.
+   * Release: drops the hold without charging and closes the hold id.
+   * KEYS: holds, hold expiries, held sums, closed marker of the hold. ARGV: holdId, marker TTL ms.
+   * Returns 1 when an open hold was dropped.
    */
   mgRelease: {
-    numberOfKeys: 3,
+    numberOfKeys: 4,
     lua:
       PRELUDE +
       HOLDS +
       `
 prune(KEYS[1], KEYS[2], KEYS[3], now_ms())
+redis.call('SET', KEYS[4], 'r', 'NX', 'PX', ARGV[2])
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 drop_hold(KEYS[1], KEYS[2], KEYS[3], ARGV[1], raw)
+return 1
+`,
+  },
+
+  /**
+   * Renew: moves an open hold's expiry to now + ttl.
+   * KEYS: holds, hold expiries, held sums. ARGV: holdId, ttl ms. Returns 1 when renewed.
+   */
+  mgRenewHold: {
+    numberOfKeys: 3,
+    lua:
+      PRELUDE +
+      HOLDS +
+      EXPIRE_WITH_LAST +
+      `
+local t = now_ms()
+prune(KEYS[1], KEYS[2], KEYS[3], t)
+if redis.call('HEXISTS', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('ZADD', KEYS[2], fmt(t + tonumber(ARGV[2])), ARGV[1])
+expire_with_last(KEYS[2], KEYS[1], KEYS[3])
 return 1
 `,
   },
