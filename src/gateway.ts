@@ -8,6 +8,7 @@ import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject }
 import { LRUCache } from 'lru-cache';
 import { createAdmin, seed, type Admin } from './admin.js';
 import { createAuthenticator } from './auth/keys.js';
+import { fileJournal, memoryJournal } from './billing/journal.js';
 import { createMeter } from './billing/meter.js';
 import { createTokenizer } from './billing/tokens.js';
 import { createCatalog } from './catalog/catalog.js';
@@ -115,7 +116,13 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     stores,
     catalog: createCatalog(cfg, { now, serviceName: cfg.serviceName, isUnavailable: (u) => breaker.isOpen(u) }),
     auth: createAuthenticator(stores.keys),
-    meter: createMeter({ billing: stores.billing, now, log, track }),
+    meter: createMeter({
+      billing: stores.billing,
+      journal: cfg.settleJournal ? fileJournal(cfg.settleJournal) : memoryJournal(),
+      now,
+      log,
+      holdTtlMs: cfg.limits.holdTtlMs,
+    }),
     tokenizer,
     upstreams,
     breaker,
@@ -164,10 +171,16 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route('/videos/{id}/content', { GET: videoContent }),
   ];
 
+  /** Set by dispose(): new calls are refused while the ones in flight finish. */
+  let draining = false;
+  /** Requests inside `handle` (streams that outlive it are tracked as open billed calls). */
+  let inFlight = 0;
+
   async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
     // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
     const requestId = `req_${randomUUID().replaceAll('-', '')}`;
     let rateHeaders: Record<string, string> = {};
+    inFlight++;
     try {
       if (!isReady) await ready;
       const url = request.url;
@@ -176,6 +189,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       const path = url.slice(pathStart, queryStart === -1 ? undefined : queryStart);
       if (path === `${basePath}/health` && request.method === 'GET') return json(200, { status: 'ok' }, { 'x-request-id': requestId });
       if (!path.startsWith(v1Slash)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
+      if (draining) {
+        throw new GatewayError('service_unavailable', 'The gateway is shutting down. Retry the request.', {
+          headers: { 'retry-after': '1', connection: 'close' },
+        });
+      }
 
       const peer = serverContext?.clientAddress ?? serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
       const clientIp = limiter.clientAddress(peer, request.headers.get('x-forwarded-for'));
@@ -233,7 +251,23 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return res;
     } catch (err) {
       return toErrorResponse(err, requestId, rateHeaders, request.signal?.aborted === true);
+    } finally {
+      inFlight--;
     }
+  }
+
+  /**
+   * Graceful shutdown: refuse new calls, give those in flight (streams included) the grace
+   * period to finish, then cut what is left, billing what it produced.
+   */
+  async function drain(): Promise<void> {
+    draining = true;
+    const deadline = Date.now() + cfg.shutdownGraceMs;
+    while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    if (await core.meter.idle(Math.max(0, deadline - Date.now()))) return;
+    log.warn({ msg: 'shutdown grace period over; cutting the calls still open', open: core.meter.openCalls() });
+    core.meter.abortAll();
+    await core.meter.idle(1_000);
   }
 
   function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>, clientGone: boolean): Response {
@@ -263,9 +297,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     plugins: [
       {
         async onDispose() {
+          await drain();
           shutdown.abort();
           core.jobs.dispose();
           await Promise.allSettled([...pending]);
+          await core.meter.dispose();
           await Promise.allSettled([...upstreams.values()].map((u) => u.close()));
           if (!givenStores) await stores.close();
         },

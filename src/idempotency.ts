@@ -12,7 +12,11 @@ import { createHash } from 'node:crypto';
 import type { RequestContext } from './core.js';
 import { GatewayError } from './errors.js';
 import type { IdempotencyStore } from './stores/types.js';
+import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
+
+/** Whether answers are built with the server adapter's own Response (Node), which takes a Node Readable. */
+const NODE_BODIES = Response !== globalThis.Response;
 
 const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
 /** A crashed instance's in-flight marker stops blocking retries after this. */
@@ -76,38 +80,72 @@ export async function withIdempotency(
     else await save(store, scope, fingerprint, res, []);
     return res;
   }
-  // Tee the body as it streams out; store it when it ends.
+  // Tee the body as it streams out; store it when it ends. A client that goes away cancels
+  // the answer (so the call stops and bills what it produced) and forgets the key at once, so
+  // a retry with it runs instead of meeting 409 until the lock expires.
   const parts: Uint8Array[] = [];
   let size = 0;
+  let finished = false;
   const reader = res.body.getReader();
-  const body = new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        try {
-          const next = await reader.read();
-          if (next.done) {
-            // Stored before the end reaches the client, so a retry sent right after it replays.
-            if (size <= MAX_STORED_BYTES) await save(store, scope, fingerprint, res, parts);
-            else await store.abandon(scope).catch(() => undefined);
-            controller.close();
-            return;
+  const next = async (): Promise<Uint8Array | null> => {
+    const chunk = await reader.read();
+    if (chunk.done) {
+      finished = true;
+      // Stored before the end reaches the client, so a retry sent right after it replays.
+      if (size <= MAX_STORED_BYTES) await save(store, scope, fingerprint, res, parts);
+      else await store.abandon(scope).catch(() => undefined);
+      return null;
+    }
+    size += chunk.value.byteLength;
+    if (size <= MAX_STORED_BYTES) parts.push(chunk.value);
+    return chunk.value;
+  };
+  const abandon = async (reason?: unknown) => {
+    if (finished) return;
+    finished = true;
+    // Not awaited: a cancel can wait on a read still pending upstream.
+    reader.cancel(reason).catch(() => undefined);
+    await store.abandon(scope).catch(() => undefined);
+  };
+
+  let body: ReadableStream<Uint8Array> | Readable;
+  if (NODE_BODIES) {
+    // On Node the server adapter pipes a Node Readable and destroys it when the client goes
+    // away; a web stream it would only stop reading, leaving the call hanging.
+    body = new Readable({
+      read() {
+        next().then(
+          (chunk) => void this.push(chunk),
+          (err: unknown) => {
+            void abandon(err);
+            this.destroy(err instanceof Error ? err : new Error(String(err)));
+          },
+        );
+      },
+      destroy(err, callback) {
+        void abandon(err);
+        callback(err);
+      },
+    });
+  } else {
+    body = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          try {
+            const chunk = await next();
+            if (chunk) controller.enqueue(chunk);
+            else controller.close();
+          } catch (err) {
+            await abandon(err);
+            controller.error(err);
           }
-          size += next.value.byteLength;
-          if (size <= MAX_STORED_BYTES) parts.push(next.value);
-          controller.enqueue(next.value);
-        } catch (err) {
-          await store.abandon(scope).catch(() => undefined);
-          controller.error(err);
-        }
+        },
+        cancel: (reason) => abandon(reason),
       },
-      async cancel(reason) {
-        await reader.cancel(reason).catch(() => undefined);
-        await store.abandon(scope).catch(() => undefined);
-      },
-    },
-    { highWaterMark: 0 },
-  );
-  return new Response(body, { status: res.status, headers: res.headers });
+      { highWaterMark: 0 },
+    );
+  }
+  return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
 }
 
 async function save(store: IdempotencyStore, scope: string, fingerprint: string, res: Response, parts: Uint8Array[]) {

@@ -75,6 +75,10 @@ export const modelSchema = z
     contextLength: z.number().int().positive().default(128_000),
     /** @default 4096 */
     maxOutputTokens: z.number().int().positive().default(4096),
+    /** Prompt tokens one image part may cost (held for each before the call). @default 1500 */
+    maxTokensPerImage: z.number().int().nonnegative().default(1500),
+    /** Prompt tokens one audio part may cost (held for each before the call). @default 10000 */
+    maxTokensPerAudio: z.number().int().nonnegative().default(10_000),
     /** JSON Schema of the fields a media model accepts (listed with `?type=`). */
     parameters: z.record(z.string(), z.unknown()).optional(),
     /** Unix seconds shown as `created` in the listing. @default 0 */
@@ -178,8 +182,24 @@ export const optionsSchema = z.strictObject({
       jobPollIntervalMs: z.number().int().positive().default(1000),
       /** How long a finished job stays pollable. @default 86400000 (24 h) */
       jobTtlMs: z.number().int().positive().default(86_400_000),
+      /**
+       * How long a call's hold lives without renewal. Live calls renew theirs every third of it;
+       * a crashed instance's holds stop counting after it. @default 3600000 (1 h)
+       */
+      holdTtlMs: z.number().int().positive().default(3_600_000),
     })
     .prefault({}),
+  /**
+   * On shutdown (SIGTERM, dispose()), how long calls and streams in flight may take to finish
+   * before they are cut (what they produced is billed). @default 30000
+   */
+  shutdownGraceMs: z.number().int().nonnegative().default(30_000),
+  /**
+   * File where settles the store could not take are kept until they land (replayed at start).
+   * Null keeps them in memory only. The CLI sets `./data/settle-journal.jsonl` for durable
+   * storage. @default null
+   */
+  settleJournal: z.string().min(1).nullable().default(null),
   /** Proxies (IPs or CIDRs) whose X-Forwarded-For is believed. @default [] */
   trustProxy: z.array(z.string()).default([]),
   storage: z

@@ -1,10 +1,23 @@
 /**
- * Hold, then settle (SPEC section 2). The routes call `hold` before any billable upstream
- * call and exactly one of `settle` / `release` after it.
+ * The billed-call lifecycle, the one way any endpoint spends money:
+ *
+ *   open (a hold for the worst case, checked atomically against the wallet and the key's
+ *   monthly cap) -> relay -> settle exactly once (the full list cost of what was used) or
+ *   release (nothing was produced).
+ *
+ * Routes describe what they bill (the units and how they were measured); the cost, the ledger
+ * entry and every write to the billing store are made here. Around that core:
+ * - a live call renews its hold, so a call that outlives the hold's TTL is still billed;
+ * - a settle the store cannot take is kept in the settle journal and retried until it lands;
+ * - on shutdown, calls get a grace period to finish, then are aborted with what they produced
+ *   billed (or their hold released when nothing reached the client).
  */
+import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { ApiKeyRecord, BillingStore, HoldResult, SettleRequest } from '../stores/types.js';
+import type { ApiKeyRecord, BillingStore, HoldResult, LedgerUnits, Measurement, SettleRequest } from '../stores/types.js';
+import type { SettleJournal } from './journal.js';
+import { listCost } from './pricing.js';
 
 /** "YYYY-MM" of a unix-ms time, in UTC: the month a monthly cap counts. */
 export function monthOf(ms: number): string {
@@ -18,94 +31,347 @@ export function nextMonthStart(ms: number): Date {
   return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1));
 }
 
+export type HoldRefusal = Extract<HoldResult, { ok: false }>;
+
+export interface OpenRequest {
+  /** The hold id: the request id, or the job id of a job that outlives its request. */
+  id: string;
+  key: Pick<ApiKeyRecord, 'id' | 'accountId' | 'monthlyCap'>;
+  model: Model;
+  /** The worst-case cost (nano-USD) to hold. */
+  amount: bigint;
+  /** How long the hold lives without renewal. Default: the configured hold TTL. */
+  ttlMs?: number;
+  /**
+   * A job any instance can finish (videos): shutdown leaves it and its hold for the instance
+   * that adopts it, instead of aborting it.
+   */
+  durable?: boolean;
+}
+
+export interface SettleOptions {
+  /** The ledger entry's id when it is not the hold id (an image answered as a job). */
+  entryId?: string;
+  /** The upstream that served the call. */
+  upstream?: string;
+}
+
+export interface BilledCall {
+  readonly id: string;
+  readonly accountId: string;
+  /** What the hold reserved (nano-USD). */
+  readonly held: bigint;
+  /** True once settled or released. */
+  readonly closed: boolean;
+  /**
+   * Bills `units` at the model's list price, in full even past the hold, once: every later
+   * settle or release of this call is ignored. Resolves when the charge is in the store or,
+   * if the store is failing, in the settle journal (it lands later).
+   */
+  settle(units: LedgerUnits, measured: Measurement, options?: SettleOptions): Promise<void>;
+  /** Drops the hold without charging: nothing was produced. Ignored once closed. */
+  release(): Promise<void>;
+  /**
+   * How to stop this call when the shutdown grace period is over: end it and settle what was
+   * produced. Without one, an aborted call is released (nothing reached the client yet).
+   */
+  onAbort(stop: () => void): void;
+}
+
+export interface OnBilled {
+  (entry: SettleRequest, charged: bigint): void;
+}
+
 export interface MeterDeps {
   billing: BillingStore;
+  journal: SettleJournal;
   now: () => number;
   log: Logger;
-  /** Background work (settle retries) that dispose() waits for. */
-  track: (p: Promise<unknown>) => void;
+  /** Hold TTL of calls that name none. */
+  holdTtlMs: number;
+  /** Called after every settle that landed. */
+  onBilled?: OnBilled;
 }
 
 export interface Meter {
-  /** Places a hold for `amount` nano-USD; a refusal is a returned value. */
-  tryHold(holdId: string, key: ApiKeyRecord, amount: bigint, ttlMs: number): Promise<HoldResult>;
+  /** Opens a call; a refused hold is a returned value (nothing was held). */
+  tryOpen(req: OpenRequest): Promise<{ ok: true; call: BilledCall } | HoldRefusal>;
+  /** Opens a call; a refused hold throws what `refuse` builds (the route words its 402). */
+  open(req: OpenRequest, refuse: (r: HoldRefusal) => GatewayError): Promise<BilledCall>;
   /**
-   * Places a hold for `amount` nano-USD. On refusal calls `refuse` to build the 402 (the
-   * caller words it), so nothing reaches an upstream. An unreachable store throws (503).
+   * A handle on a hold placed earlier, possibly by another instance (a job adopted after a
+   * crash): it settles or releases that hold through the same lifecycle.
    */
-  hold(
-    holdId: string,
-    key: ApiKeyRecord,
-    amount: bigint,
-    ttlMs: number,
-    refuse: (r: Extract<HoldResult, { ok: false }>) => GatewayError,
-  ): Promise<void>;
-  /** Settles (idempotently); retried in the background if the store hiccups. */
-  settle(req: SettleRequest): Promise<void>;
-  release(accountId: string, holdId: string): Promise<void>;
+  resume(req: { id: string; accountId: string; keyId: string; model: Model | undefined; durable?: boolean }): BilledCall;
+  /** Calls open on this instance (held, not yet settled or released); `durable` jobs excluded. */
+  openCalls(): number;
+  /** Settles not yet in the store (kept in the journal, being retried). */
+  pendingSettles(): number;
+  /** Aborts every open call that is not durable (their abort handlers bill what was produced). */
+  abortAll(): void;
+  /** Resolves when no non-durable call is open, or after `ms`. Returns whether none is open. */
+  idle(ms: number): Promise<boolean>;
+  /** Stops renewing; tries every unlanded settle once more (what still fails stays journaled). */
+  dispose(): Promise<void>;
 }
 
-/**
- * Holds of calls bounded by one upstream exchange (chat, speech, images) live this long; one
- * that a crashed instance left behind stops counting then. Video holds live as long as a job.
- */
-export const CALL_HOLD_TTL_MS = 60 * 60 * 1000;
+/** Retry delays of a settle the store refused: doubling from 100 ms up to 30 s, forever. */
+const FIRST_RETRY_MS = 100;
+const MAX_RETRY_MS = 30_000;
 
-const RETRY_DELAYS_MS = [100, 500, 2_000, 5_000];
+interface OpenEntry {
+  call: CallImpl;
+  ttlMs: number;
+  renewedAt: number;
+}
+
+class CallImpl implements BilledCall {
+  closed = false;
+  abortHandler: (() => void) | null = null;
+  constructor(
+    private readonly meter: MeterInternals,
+    readonly id: string,
+    readonly accountId: string,
+    readonly keyId: string,
+    /** Undefined only on a resumed call whose model is no longer configured: it can only release. */
+    readonly model: Model | undefined,
+    readonly held: bigint,
+    readonly durable: boolean,
+  ) {}
+
+  settle(units: LedgerUnits, measured: Measurement, options: SettleOptions = {}): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    const model = this.model;
+    if (!model) return this.release();
+    this.closed = true;
+    this.meter.forget(this);
+    const at = this.meter.now();
+    const req: SettleRequest = {
+      holdId: this.id,
+      accountId: this.accountId,
+      month: monthOf(at),
+      cost: listCost(model, units),
+      entry: {
+        id: options.entryId ?? this.id,
+        accountId: this.accountId,
+        keyId: this.keyId,
+        model: model.id,
+        units,
+        measured,
+        ...(options.upstream ? { upstream: options.upstream } : {}),
+        at,
+      },
+    };
+    return this.meter.write(req);
+  }
+
+  release(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    this.closed = true;
+    this.meter.forget(this);
+    return this.meter.release(this);
+  }
+
+  onAbort(stop: () => void): void {
+    this.abortHandler = stop;
+  }
+}
+
+interface MeterInternals {
+  now(): number;
+  forget(call: CallImpl): void;
+  write(req: SettleRequest): Promise<void>;
+  release(call: CallImpl): Promise<void>;
+}
 
 export function createMeter(deps: MeterDeps): Meter {
-  const withRetries = (what: string, id: string, op: () => Promise<unknown>): Promise<void> => {
-    const run = async () => {
-      for (let attempt = 0; ; attempt++) {
-        try {
-          await op();
-          return;
-        } catch (err) {
-          const delay = RETRY_DELAYS_MS[attempt];
-          if (delay === undefined) {
-            deps.log.error({ msg: `${what} failed; the hold will expire on its own`, holdId: id, err });
-            return;
-          }
-          await new Promise((r) => setTimeout(r, delay));
-        }
+  const { billing, journal, log } = deps;
+  const open = new Map<CallImpl, OpenEntry>();
+  let nonDurable = 0;
+  const idleWaiters = new Set<() => void>();
+  /** Settles being retried, by journal identity. */
+  const retrying = new Map<string, SettleRequest>();
+  let disposed = false;
+
+  const internals: MeterInternals = {
+    now: deps.now,
+    forget(call) {
+      if (!open.delete(call)) return;
+      if (!call.durable && --nonDurable === 0) for (const wake of idleWaiters) wake();
+    },
+    write: (req) => write(req),
+    async release(call) {
+      try {
+        await billing.release(call.accountId, call.id);
+      } catch (err) {
+        // The hold expires on its own within its TTL; nothing was charged either way.
+        log.warn({ msg: 'release failed; the hold expires on its own', holdId: call.id, err: errMessage(err) });
       }
-    };
-    const p = run();
-    deps.track(p);
-    return p;
+    },
   };
 
-  return {
-    tryHold(holdId, key, amount, ttlMs) {
-      return deps.billing.placeHold({
-        holdId,
-        accountId: key.accountId,
-        keyId: key.id,
-        amount,
-        monthlyCap: key.monthlyCap,
+  const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
+
+  async function write(req: SettleRequest): Promise<void> {
+    try {
+      const r = await billing.settle(req);
+      if (r.settled) deps.onBilled?.(req, r.charged);
+    } catch (err) {
+      log.error({ msg: 'settle failed; kept in the settle journal and retried', holdId: req.holdId, err: errMessage(err) });
+      keep(req);
+    }
+  }
+
+  /** Journals a settle and retries it with backoff until it lands. */
+  function keep(req: SettleRequest): void {
+    const id = idOf(req);
+    if (retrying.has(id)) return;
+    try {
+      journal.add(req);
+    } catch (err) {
+      log.error({ msg: 'could not write the settle journal', holdId: req.holdId, err: errMessage(err) });
+    }
+    retrying.set(id, req);
+    let delay = FIRST_RETRY_MS;
+    const attempt = async () => {
+      if (disposed || !retrying.has(id)) return;
+      if (await land(req)) return;
+      delay = Math.min(delay * 2, MAX_RETRY_MS);
+      setTimeout(() => void attempt(), delay).unref();
+    };
+    setTimeout(() => void attempt(), delay).unref();
+  }
+
+  /** One try of a kept settle; true once it is in the store (or was already). */
+  async function land(req: SettleRequest): Promise<boolean> {
+    try {
+      const r = await billing.settle(req);
+      if (r.settled) deps.onBilled?.(req, r.charged);
+    } catch {
+      return false;
+    }
+    retrying.delete(idOf(req));
+    try {
+      journal.remove(req);
+    } catch (err) {
+      log.error({ msg: 'could not update the settle journal', holdId: req.holdId, err: errMessage(err) });
+    }
+    log.info({ msg: 'kept settle landed', holdId: req.holdId });
+    return true;
+  }
+
+  // Settles an earlier process could not write are replayed first (idempotent per hold id).
+  for (const req of journal.entries()) {
+    retrying.set(idOf(req), req);
+  }
+  const replay = Promise.all(
+    [...retrying.values()].map(async (req) => {
+      retrying.delete(idOf(req));
+      if (!(await land(req))) keep(req);
+    }),
+  );
+
+  // Live calls renew their holds a third of the way through the TTL, so a slow stream keeps
+  // its hold and a crashed instance's holds still expire within one TTL.
+  const period = Math.max(50, Math.floor(deps.holdTtlMs / 3));
+  const renewTimer = setInterval(() => {
+    const t = deps.now();
+    for (const entry of open.values()) {
+      if (t - entry.renewedAt < entry.ttlMs / 3) continue;
+      entry.renewedAt = t;
+      billing.renewHold(entry.call.accountId, entry.call.id, entry.ttlMs).catch((err: unknown) => {
+        // A missed renewal is harmless while the next one lands; if the hold does expire,
+        // the settle still bills the call in full.
+        log.warn({ msg: 'hold renewal failed', holdId: entry.call.id, err: errMessage(err) });
+      });
+    }
+  }, period);
+  renewTimer.unref();
+
+  function register(call: CallImpl, ttlMs: number): void {
+    open.set(call, { call, ttlMs, renewedAt: deps.now() });
+    if (!call.durable) nonDurable++;
+  }
+
+  const meter: Meter = {
+    async tryOpen(req) {
+      const ttlMs = req.ttlMs ?? deps.holdTtlMs;
+      const result = await billing.placeHold({
+        holdId: req.id,
+        accountId: req.key.accountId,
+        keyId: req.key.id,
+        amount: req.amount,
+        monthlyCap: req.key.monthlyCap,
         month: monthOf(deps.now()),
         ttlMs,
       });
+      if (!result.ok) return result;
+      const call = new CallImpl(internals, req.id, req.key.accountId, req.key.id, req.model, req.amount, req.durable === true);
+      register(call, ttlMs);
+      return { ok: true, call };
     },
-    async hold(holdId, key, amount, ttlMs, refuse) {
-      const result = await this.tryHold(holdId, key, amount, ttlMs);
-      if (!result.ok) throw refuse(result);
+    async open(req, refuse) {
+      const r = await meter.tryOpen(req);
+      if (!r.ok) throw refuse(r);
+      return r.call;
     },
-    settle(req) {
-      return withRetries('settle', req.holdId, () => deps.billing.settle(req));
+    resume({ id, accountId, keyId, model, durable }) {
+      return new CallImpl(internals, id, accountId, keyId, model, 0n, durable === true);
     },
-    release(accountId, holdId) {
-      return withRetries('release', holdId, () => deps.billing.release(accountId, holdId));
+    openCalls: () => nonDurable,
+    pendingSettles: () => retrying.size,
+    abortAll() {
+      for (const { call } of [...open.values()]) {
+        if (call.durable || call.closed) continue;
+        if (call.abortHandler) {
+          try {
+            call.abortHandler();
+          } catch (err) {
+            log.error({ msg: 'aborting a call failed', holdId: call.id, err: errMessage(err) });
+          }
+        }
+        // Whatever the handler did, the call ends now: nothing more reaches the client.
+        if (!call.closed) void call.release();
+      }
+    },
+    idle(ms) {
+      if (nonDurable === 0) return Promise.resolve(true);
+      return new Promise((resolve) => {
+        const done = (value: boolean) => {
+          clearTimeout(timer);
+          idleWaiters.delete(wake);
+          resolve(value);
+        };
+        const wake = () => done(true);
+        const timer = setTimeout(() => done(nonDurable === 0), ms);
+        idleWaiters.add(wake);
+      });
+    },
+    async dispose() {
+      clearInterval(renewTimer);
+      await replay;
+      const left = [...retrying.values()];
+      disposed = true;
+      for (const req of left) {
+        if (await land(req)) continue;
+        log.error({
+          msg: 'settle still not written at shutdown; it stays in the settle journal and lands at the next start',
+          holdId: req.holdId,
+          accountId: req.accountId,
+          cost: req.cost.toString(),
+        });
+      }
     },
   };
+  return meter;
 }
 
-/** The 402 for a refused hold: OpenRouter's wording for token-billed calls. */
-export function insufficientQuota(
-  r: Extract<HoldResult, { ok: false }>,
-  message: string,
-  metadata: Record<string, unknown> = {},
-): GatewayError {
+function errMessage(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** The 402 for a refused hold. */
+export function insufficientQuota(r: HoldRefusal, message: string, metadata: Record<string, unknown> = {}): GatewayError {
   return new GatewayError('insufficient_quota', message, {
     metadata: { limit_source: r.limitSource, ...metadata },
   });

@@ -1,7 +1,10 @@
 /**
- * Which media tier a request is billed at (SPEC section 5, "Media tiers"):
- * `mode` (models with named modes) > `resolution` > `size` "WxH" by its shorter side >
- * the model's default tier (its `from` price). A tier the model does not price is 400.
+ * Which media tier a request is billed at: the highest-priced tier implied by any field that
+ * sets what is rendered (`mode` on models with named modes, `resolution`, `size` "WxH" by its
+ * shorter side, and `quality` where the model prices it), else the model's default tier (its
+ * `from` price). Taking the highest means no field can make the upstream render more than was
+ * paid for: `resolution: "480P"` beside `size: "1920x1080"` is billed at 1080P. A field naming
+ * a tier the model does not price is 400 with `param` naming it.
  */
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
@@ -17,6 +20,7 @@ export interface TierFields {
   mode?: unknown;
   resolution?: unknown;
   size?: unknown;
+  quality?: unknown;
 }
 
 /** "1280x720" -> "720P" by the shorter side; null when `size` is not "WxH". */
@@ -42,23 +46,25 @@ export function chooseTier(model: Model, fields: TierFields): TierChoice {
     }
     return { tier, pricePico: price };
   };
-  if (fields.mode !== undefined && fields.mode !== null) {
+  const implied: TierChoice[] = [];
+  const given = (v: unknown) => v !== undefined && v !== null;
+  if (given(fields.mode)) {
     if (typeof fields.mode !== 'string' || !media.modes.has(fields.mode)) {
       throw new GatewayError('invalid_request', `The model \`${model.id}\` has no mode ${JSON.stringify(fields.mode)}.`, {
         param: 'mode',
       });
     }
-    return priced('mode', fields.mode);
+    implied.push(priced('mode', fields.mode));
   }
-  if (fields.resolution !== undefined && fields.resolution !== null) {
+  if (given(fields.resolution)) {
     if (typeof fields.resolution !== 'string' || !(RESOLUTIONS as readonly string[]).includes(fields.resolution)) {
       throw new GatewayError('invalid_request', "Invalid value for 'resolution': expected one of 480P, 720P, 1080P, 4K.", {
         param: 'resolution',
       });
     }
-    return priced('resolution', fields.resolution);
+    implied.push(priced('resolution', fields.resolution));
   }
-  if (fields.size !== undefined && fields.size !== null && fields.size !== 'auto') {
+  if (given(fields.size) && fields.size !== 'auto') {
     const tier = typeof fields.size === 'string' ? tierOfSize(fields.size) : null;
     if (!tier) {
       throw new GatewayError('invalid_request', "Invalid value for 'size': expected \"WIDTHxHEIGHT\", e.g. \"1024x1024\".", {
@@ -66,8 +72,12 @@ export function chooseTier(model: Model, fields: TierFields): TierChoice {
       });
     }
     // A model priced without tiers bills every size at its `from` price.
-    if (media.tiers.size === 0) return { tier: media.defaultTier, pricePico: media.fromPico };
-    return priced('size', tier);
+    implied.push(media.tiers.size === 0 ? { tier: media.defaultTier, pricePico: media.fromPico } : priced('size', tier));
   }
-  return { tier: media.defaultTier, pricePico: media.tiers.get(media.defaultTier) ?? media.fromPico };
+  // Quality changes the price only on models that price it as a tier ("hd", "high", ...).
+  if (typeof fields.quality === 'string' && media.tiers.has(fields.quality)) implied.push(priced('quality', fields.quality));
+
+  let best: TierChoice | undefined;
+  for (const choice of implied) if (!best || choice.pricePico > best.pricePico) best = choice;
+  return best ?? { tier: media.defaultTier, pricePico: media.tiers.get(media.defaultTier) ?? media.fromPico };
 }

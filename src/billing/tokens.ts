@@ -14,6 +14,41 @@ export interface Tokenizer {
 
 /** Strings up to this long have their counts cached: system prompts and few-shot turns repeat. */
 const CACHED_MAX_LENGTH = 8192;
+/** Longer strings are counted in pieces of at most this many characters, cut before whitespace. */
+const PIECE = 4096;
+/** A run of non-whitespace longer than this is counted in pieces of this length. */
+const RUN = 256;
+const LONG_RUN = new RegExp(`\\S{${RUN + 1}}`);
+
+/**
+ * Counts a long text piece by piece. BPE merging is quadratic in the length of one
+ * pre-tokenizer word, so a 900 KB run without spaces (base64, "xxxx...") would take minutes
+ * in one go: a denial of service through the prompt estimate. Pieces end just before
+ * whitespace, where the pre-tokenizer splits anyway, so ordinary text counts exactly; a run of
+ * over 256 non-space characters is cut every 256, which can only add a token at each cut
+ * (never undercount, so a hold stays safe).
+ */
+function countInPieces(counter: CountFn, text: string): number {
+  let n = 0;
+  let i = 0;
+  while (i < text.length) {
+    let end = Math.min(text.length, i + PIECE);
+    if (end < text.length) {
+      for (let j = end; j > i + PIECE / 2; j--) {
+        const c = text.charCodeAt(j);
+        if (c === 32 || c === 10 || c === 9 || c === 13) {
+          end = j;
+          break;
+        }
+      }
+    }
+    const piece = text.slice(i, end);
+    if (LONG_RUN.test(piece)) for (let k = 0; k < piece.length; k += RUN) n += counter(piece.slice(k, k + RUN));
+    else n += counter(piece);
+    i = end;
+  }
+  return n;
+}
 
 export function createTokenizer(): Tokenizer {
   let counter: CountFn | null = null;
@@ -29,9 +64,9 @@ export function createTokenizer(): Tokenizer {
     count(text) {
       if (text.length === 0) return 0;
       if (!counter) return Buffer.byteLength(text, 'utf8');
-      if (text.length > CACHED_MAX_LENGTH) return counter(text);
+      if (text.length > CACHED_MAX_LENGTH) return countInPieces(counter, text);
       let n = cache.get(text);
-      if (n === undefined) cache.set(text, (n = counter(text)));
+      if (n === undefined) cache.set(text, (n = text.length > RUN && LONG_RUN.test(text) ? countInPieces(counter, text) : counter(text)));
       return n;
     },
   };
@@ -50,31 +85,61 @@ export function contentText(content: unknown): string {
   return out;
 }
 
+/** Tokens a chat prompt's non-text parts cost at most, per part (the model's figures). */
+export interface PartTokens {
+  image: number;
+  audio: number;
+}
+
+/** What the prompt of a chat request is made of, for billing: every input a provider bills. */
+export interface PromptInput {
+  messages: readonly unknown[];
+  /** `tools`, legacy `functions`, `tool_choice`, `function_call`: each billed as prompt text. */
+  extras?: readonly unknown[];
+  parts?: PartTokens;
+}
+
+export const DEFAULT_PART_TOKENS: PartTokens = { image: 1500, audio: 10_000 };
+
+const IMAGE_PARTS = new Set(['image_url', 'input_image', 'image']);
+const AUDIO_PARTS = new Set(['input_audio', 'audio']);
+
 /**
- * The size of a chat prompt with `measure` applied to each piece of text: every message's text,
- * name and tool calls, and the tool definitions, plus the framing chat models add (3 per
- * prompt, 4 per message). Non-text parts (images, audio) count half the length of their JSON,
- * which is generous.
+ * The size of a chat prompt with `measure` applied to each piece of text: every message's text
+ * and refusal parts, name, tool calls and legacy function call, and the extras (tool and
+ * function definitions, tool choice), plus the framing chat models add (3 per prompt, 4 per
+ * message). Image and audio parts count the model's per-part maximum; any other part counts
+ * its whole JSON, so nothing a provider may bill goes unheld.
  */
-function promptSize(measure: (text: string) => number, messages: readonly unknown[], tools?: unknown): number {
+function promptSize(measure: (text: string) => number, input: PromptInput): number {
+  const parts = input.parts ?? DEFAULT_PART_TOKENS;
   let size = 3;
-  for (const m of messages) {
+  for (const m of input.messages) {
     size += 4;
     if (!m || typeof m !== 'object') continue;
     const msg = m as Record<string, unknown>;
     const content = msg.content;
-    size += measure(contentText(content));
-    if (Array.isArray(content)) {
+    if (typeof content === 'string') size += measure(content);
+    else if (Array.isArray(content)) {
       for (const part of content) {
-        if (part && typeof part === 'object' && (part as { type?: unknown }).type !== 'text') {
-          size += Math.ceil(JSON.stringify(part).length / 2);
-        }
+        if (!part || typeof part !== 'object') continue;
+        const p = part as { type?: unknown; text?: unknown; refusal?: unknown };
+        if (p.type === 'text' && typeof p.text === 'string') size += measure(p.text);
+        else if (p.type === 'refusal' && typeof p.refusal === 'string') size += measure(p.refusal);
+        else if (typeof p.type === 'string' && IMAGE_PARTS.has(p.type)) size += parts.image;
+        else if (typeof p.type === 'string' && AUDIO_PARTS.has(p.type)) size += parts.audio;
+        else size += measure(JSON.stringify(part));
       }
     }
     if (typeof msg.name === 'string') size += measure(msg.name) + 1;
-    if (msg.tool_calls !== undefined) size += measure(JSON.stringify(msg.tool_calls));
+    if (typeof msg.refusal === 'string') size += measure(msg.refusal);
+    if (msg.tool_calls !== undefined && msg.tool_calls !== null) size += measure(JSON.stringify(msg.tool_calls));
+    if (msg.function_call !== undefined && msg.function_call !== null) size += measure(JSON.stringify(msg.function_call));
   }
-  if (tools !== undefined) size += measure(JSON.stringify(tools));
+  for (const extra of input.extras ?? []) {
+    if (extra === undefined || extra === null) continue;
+    size += measure(typeof extra === 'string' ? extra : JSON.stringify(extra));
+  }
   return size;
 }
 
@@ -86,11 +151,11 @@ const utf8Bytes = (text: string) => Buffer.byteLength(text, 'utf8');
  * prompt's bytes bound its tokens. About 4x the real count for English, and computed in
  * microseconds at any size, where tokenizing a long prompt takes milliseconds.
  */
-export function promptTokensBound(messages: readonly unknown[], tools?: unknown): number {
-  return promptSize(utf8Bytes, messages, tools);
+export function promptTokensBound(input: PromptInput): number {
+  return promptSize(utf8Bytes, input);
 }
 
 /** Prompt tokens of a chat request counted with the tokenizer, plus a 5% margin. */
-export function estimatePromptTokens(tokenizer: Tokenizer, messages: readonly unknown[], tools?: unknown): number {
-  return Math.ceil(promptSize((text) => tokenizer.count(text), messages, tools) * 1.05);
+export function estimatePromptTokens(tokenizer: Tokenizer, input: PromptInput): number {
+  return Math.ceil(promptSize((text) => tokenizer.count(text), input) * 1.05);
 }

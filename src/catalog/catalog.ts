@@ -32,6 +32,10 @@ export interface Model {
   retiresAt: string | null;
   contextLength: number;
   maxOutputTokens: number;
+  /** Prompt tokens held for each image part of a chat prompt. */
+  maxTokensPerImage: number;
+  /** Prompt tokens held for each audio part of a chat prompt. */
+  maxTokensPerAudio: number;
   /** Text models: prices in pico-USD per token. */
   text: { promptPico: bigint; completionPico: bigint } | null;
   media: MediaPrice | null;
@@ -156,6 +160,8 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     retiresAt: m.retiresAt,
     contextLength: m.contextLength,
     maxOutputTokens: m.maxOutputTokens,
+    maxTokensPerImage: m.maxTokensPerImage,
+    maxTokensPerAudio: m.maxTokensPerAudio,
     text,
     media,
     parameters,

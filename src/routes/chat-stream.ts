@@ -11,6 +11,7 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { redactKey, upstreamFailure } from '../upstream/client.js';
 import { SseFastPath, type EventVerdict } from '../upstream/sse-fast.js';
 import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent, frameEvent } from '../upstream/sse.js';
+import { choicesText } from '../billing/output.js';
 import { type ChatBilling, usageFrom, type Usage } from './chat.js';
 import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
@@ -26,13 +27,6 @@ const NODE_BODIES = Response !== globalThis.Response;
  * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
  */
 const MAY_CARRY = /"(?:usage|error)"\s*:\s*[^n\s]/;
-
-interface Delta {
-  content?: unknown;
-  reasoning_content?: unknown;
-  reasoning?: unknown;
-  tool_calls?: Array<{ function?: { name?: unknown; arguments?: unknown } }>;
-}
 
 export function relayStream(
   core: Core,
@@ -51,6 +45,11 @@ export function relayStream(
   /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
   let slow = false;
   const renames = billing.model.upstreamModel !== billing.model.id;
+  // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
+  // that contains it leaves the byte fast path and goes out redacted.
+  const upstreamCfg = core.cfg.upstreams[billing.model.upstream];
+  const apiKey = upstreamCfg && 'apiKey' in upstreamCfg && upstreamCfg.apiKey.length >= 8 ? upstreamCfg.apiKey : '';
+  const keyBytes = apiKey ? Buffer.from(apiKey) : null;
   let usage: Usage | null = null;
   let sawDone = false;
   let ended = false;
@@ -67,7 +66,7 @@ export function relayStream(
     }
     unparsed.length = 0;
     if (produced.length === 0) return billing.finish(null);
-    billing.finish({ prompt: billing.promptTokens(), completion: core.tokenizer.count(produced) });
+    billing.finish({ prompt: billing.promptTokens(), completion: core.tokenizer.count(produced) }, 'tokenizer');
   };
 
   const end = () => {
@@ -86,26 +85,14 @@ export function relayStream(
       }),
     );
 
-  /** Adds the text a chunk produced (content, reasoning, tool calls) to `produced`. */
+  /** Adds the text a chunk produced (every kind of output a provider bills) to `produced`. */
   function addProduced(chunk: { choices?: unknown }): void {
-    const choices = Array.isArray(chunk?.choices) ? chunk.choices : [];
-    for (const c of choices) {
-      const d = (c as { delta?: Delta } | null)?.delta;
-      if (!d) continue;
-      if (typeof d.content === 'string') produced += d.content;
-      if (typeof d.reasoning_content === 'string') produced += d.reasoning_content;
-      else if (typeof d.reasoning === 'string') produced += d.reasoning;
-      if (Array.isArray(d.tool_calls)) {
-        for (const t of d.tool_calls) {
-          if (typeof t?.function?.name === 'string') produced += t.function.name;
-          if (typeof t?.function?.arguments === 'string') produced += t.function.arguments;
-        }
-      }
-    }
+    produced += choicesText(chunk?.choices, 'delta');
   }
 
   /** Handles one upstream event; returns the frame to send, or null to skip it. Throws on a bad event. */
-  const onEvent = (data: string): string | null => {
+  const onEvent = (raw: string): string | null => {
+    const data = apiKey ? redactKey(raw, apiKey) : raw;
     if (data === '[DONE]') {
       sawDone = true;
       return null;
@@ -127,9 +114,7 @@ export function relayStream(
     }
     if (chunk.error) {
       const e = chunk.error as { message?: unknown };
-      const upstream = core.cfg.upstreams[billing.model.upstream];
-      const apiKey = upstream && 'apiKey' in upstream ? upstream.apiKey : '';
-      throw new GatewayError('upstream_error', typeof e.message === 'string' ? redactKey(e.message, apiKey) : 'The upstream failed mid-stream.');
+      throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
     }
     const u = usageFrom(chunk.usage);
     if (u) usage = u;
@@ -148,7 +133,13 @@ export function relayStream(
   /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts). */
   const onEventBytes = (data: Buffer): EventVerdict => {
     const plainObject = data[0] === 123 && data[data.length - 1] === 125;
-    if (!renames && plainObject && data.indexOf('"usage"') === -1 && data.indexOf('"error"') === -1) {
+    if (
+      !renames &&
+      plainObject &&
+      data.indexOf('"usage"') === -1 &&
+      data.indexOf('"error"') === -1 &&
+      (keyBytes === null || data.indexOf(keyBytes) === -1)
+    ) {
       unparsed.push(data);
       return 'verbatim';
     }
@@ -259,7 +250,24 @@ export function relayStream(
     end();
   };
 
+  let activeSink: Sink | null = null;
+  // Shutdown's grace period is over: the answer is cut like any failed stream (an error event,
+  // then [DONE]) and what was produced so far is billed.
+  billing.call.onAbort(() => {
+    if (ended) return;
+    res.discard();
+    end();
+    try {
+      activeSink?.push(errorEvent(new GatewayError('service_unavailable', 'The gateway is shutting down; the answer was cut.')));
+      activeSink?.push(DONE_EVENT);
+      activeSink?.close();
+    } catch {
+      // The client is gone too.
+    }
+  });
+
   const startKeepAlive = (sink: Sink) => {
+    activeSink = sink;
     keepAlive = setTimeout(function tick() {
       if (ended) return;
       try {

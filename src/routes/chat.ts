@@ -1,13 +1,15 @@
 /** POST /chat/completions: validate, hold, relay (plain or SSE), settle. */
 import { z } from 'zod';
-import { CALL_HOLD_TTL_MS, insufficientQuota } from '../billing/meter.js';
-import { contentText, estimatePromptTokens, promptTokensBound } from '../billing/tokens.js';
+import { type BilledCall, insufficientQuota } from '../billing/meter.js';
+import { choicesText } from '../billing/output.js';
+import { listCost } from '../billing/pricing.js';
+import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http.js';
-import { affordableUnits, costOf } from '../money.js';
-import type { LedgerUnits } from '../stores/types.js';
+import { affordableUnits } from '../money.js';
+import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { relayStream } from './chat-stream.js';
@@ -32,6 +34,8 @@ const chatSchema = z.looseObject({
   response_format: z.looseObject({}).nullable().optional(),
   tools: z.array(z.unknown()).nullable().optional(),
   tool_choice: z.union([z.string(), z.looseObject({})]).nullable().optional(),
+  functions: z.array(z.unknown()).nullable().optional(),
+  function_call: z.union([z.string(), z.looseObject({})]).nullable().optional(),
   seed: z.int().nullable().optional(),
   reasoning_effort: z.enum(['low', 'medium', 'high']).optional(),
   stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullable().optional(),
@@ -58,12 +62,12 @@ export function usageFrom(value: unknown): Usage | null {
 }
 
 export interface ChatBilling {
-  holdId: string;
+  call: BilledCall;
   model: Model;
   /** The tokenizer's estimate of the prompt, for billing a stream that ended without usage. */
   promptTokens(): number;
-  /** Settles `usage` (or releases when null: nothing was produced). */
-  finish(usage: Usage | null): void;
+  /** Settles `usage` measured as said (or releases when null: nothing was produced). */
+  finish(usage: Usage | null, measured?: Measurement): void;
 }
 
 export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
@@ -77,54 +81,45 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const injected = await core.context.apply(ctx, req, req.messages);
   const messages = injected && injected.length ? [...injected, ...req.messages] : req.messages;
 
-  const perChoice = req.max_tokens ?? req.max_completion_tokens ?? model.maxOutputTokens;
+  // The most output the call may produce: the larger of the two caps a client may send (an
+  // upstream may honour either), else the model's own, for each of the n choices.
+  const perChoice = Math.max(req.max_tokens ?? 0, req.max_completion_tokens ?? 0) || model.maxOutputTokens;
   const maxOutput = perChoice * (req.n ?? 1);
-  const worstCase = (promptTokens: number) =>
-    costOf([
-      [prices.promptPico, promptTokens],
-      [prices.completionPico, maxOutput],
-    ]);
+  // Everything a provider bills as prompt: messages, tool and function definitions, the tool
+  // or function choice, and image and audio parts at the model's per-part maximum.
+  const input: PromptInput = {
+    messages,
+    extras: [req.tools, req.functions, req.tool_choice, req.function_call],
+    parts: { image: model.maxTokensPerImage, audio: model.maxTokensPerAudio },
+  };
+  const worstCase = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: maxOutput });
   let estimate: number | undefined;
-  const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, messages, req.tools ?? undefined));
-  const holdId = ctx.requestId;
+  const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
+  const open = (prompt: number) => core.meter.tryOpen({ id: ctx.requestId, key: ctx.key, model, amount: worstCase(prompt) });
   // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
   // Only when that is refused are the tokens counted, and the exact estimate decides.
-  const bound = promptTokensBound(messages, req.tools ?? undefined);
-  let held = await core.meter.tryHold(holdId, ctx.key, worstCase(bound), CALL_HOLD_TTL_MS);
-  if (!held.ok && promptTokens() < bound) held = await core.meter.tryHold(holdId, ctx.key, worstCase(promptTokens()), CALL_HOLD_TTL_MS);
-  if (!held.ok) {
-    const affordable = affordableUnits(held.available, prices.promptPico * BigInt(promptTokens()), prices.completionPico);
+  const bound = promptTokensBound(input);
+  let opened = await open(bound);
+  if (!opened.ok && promptTokens() < bound) opened = await open(promptTokens());
+  if (!opened.ok) {
+    const affordable = affordableUnits(opened.available, prices.promptPico * BigInt(promptTokens()), prices.completionPico);
     const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
     throw insufficientQuota(
-      held,
+      opened,
       `This request requires more credits, or fewer max_tokens. You requested up to ${maxOutput} tokens, but can only afford ${canAfford}.` +
-        (held.limitSource === 'key_monthly_cap' ? " (limited by this key's monthly spending cap)" : ''),
+        (opened.limitSource === 'key_monthly_cap' ? " (limited by this key's monthly spending cap)" : ''),
       { affordable_max_tokens: canAfford },
     );
   }
 
-  let settledOnce = false;
+  const call = opened.call;
   const billing: ChatBilling = {
-    holdId,
+    call,
     model,
     promptTokens,
-    finish(usage) {
-      if (settledOnce) return;
-      settledOnce = true;
-      if (!usage) {
-        void core.meter.release(ctx.key.accountId, holdId);
-        return;
-      }
-      const units: LedgerUnits = { kind: 'tokens', prompt: usage.prompt, completion: usage.completion };
-      void core.meter.settle({
-        holdId,
-        accountId: ctx.key.accountId,
-        cost: costOf([
-          [prices.promptPico, usage.prompt],
-          [prices.completionPico, usage.completion],
-        ]),
-        entry: { id: ctx.requestId, accountId: ctx.key.accountId, keyId: ctx.key.id, model: model.id, units, at: core.now() },
-      });
+    finish(usage, measured = 'usage') {
+      if (!usage) void call.release();
+      else void call.settle({ kind: 'tokens', prompt: usage.prompt, completion: usage.completion }, measured, { upstream: model.upstream });
     },
   };
 
@@ -169,13 +164,16 @@ async function plainAnswer(
 ): Promise<Response> {
   let text: string;
   let usage: Usage;
+  let measured: Measurement;
   // Everything that can fail on a hostile answer (a JSON nested too deep to re-serialise or
   // count) happens before billing: the client is charged only for an answer it gets.
   try {
     text = await res.text();
     const parsed = JSON.parse(text) as Record<string, unknown>;
     if (!parsed || typeof parsed !== 'object' || !Array.isArray(parsed.choices)) throw new Error('no choices');
-    usage = usageFrom(parsed.usage) ?? { prompt: billing.promptTokens(), completion: countChoices(core, parsed.choices) };
+    const reported = usageFrom(parsed.usage);
+    usage = reported ?? { prompt: billing.promptTokens(), completion: core.tokenizer.count(choicesText(parsed.choices, 'message')) };
+    measured = reported ? 'usage' : 'tokenizer';
     if (model.upstreamModel !== model.id && parsed.model !== model.id) {
       parsed.model = model.id;
       text = JSON.stringify(parsed);
@@ -186,19 +184,9 @@ async function plainAnswer(
     core.breaker.failure(model.upstream);
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
-  billing.finish(usage);
+  // Cut by shutdown while the answer was on its way: the hold was released, so the answer
+  // (which was not paid for) is not delivered.
+  if (billing.call.closed) throw new GatewayError('service_unavailable', 'The gateway is shutting down. Retry the request.', { headers: { 'retry-after': '1' } });
+  billing.finish(usage, measured);
   return jsonText(200, text, headers);
-}
-
-/** Completion tokens of non-streamed choices, counted when the upstream sent no usage. */
-function countChoices(core: Core, choices: unknown[]): number {
-  let n = 0;
-  for (const c of choices) {
-    const m = (c as { message?: Record<string, unknown> } | null)?.message;
-    if (!m) continue;
-    n += core.tokenizer.count(contentText(m.content));
-    if (typeof m.reasoning_content === 'string') n += core.tokenizer.count(m.reasoning_content);
-    if (m.tool_calls !== undefined) n += core.tokenizer.count(JSON.stringify(m.tool_calls));
-  }
-  return n;
 }

@@ -4,15 +4,15 @@
  * result lands in the job. GET /images/{id} polls it. Billed n x tier price, once.
  */
 import { z } from 'zod';
-import { CALL_HOLD_TTL_MS } from '../billing/meter.js';
+import { listCost } from '../billing/pricing.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
-import { cost } from '../money.js';
 import type { JobRecord } from '../stores/types.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import type { BilledCall } from '../billing/meter.js';
 import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
 
@@ -36,40 +36,38 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
   if (!checked.success) throw zodError(checked.error, body);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
-  const { tier, pricePico } = chooseTier(model, req);
+  const { tier } = chooseTier(model, req);
   const n = req.n ?? 1;
 
   const jobId = newJobId('image');
   // The hold and an inline answer's ledger entry carry the request id; a job's entry, its job id.
-  const holdId = ctx.requestId;
   let ledgerId = ctx.requestId;
   const lease = await takeSlot(core, ctx, 'image', jobId);
+  let call: BilledCall;
   try {
-    await holdMedia(core, ctx, { id: holdId, amount: cost(pricePico, n), ttlMs: CALL_HOLD_TTL_MS }, `${n} image(s) at tier ${tier}`);
+    call = await holdMedia(
+      core,
+      ctx,
+      { id: ctx.requestId, model, amount: listCost(model, { kind: 'images', images: n, tier }) },
+      `${n} image(s) at tier ${tier}`,
+    );
   } catch (err) {
     await core.jobs.drop(lease);
     throw err;
   }
 
+  // Billed for the images the upstream returned (at most n), else nothing.
   const finish = async (outcome: Outcome): Promise<void> => {
     if (outcome.ok) {
       const data = outcome.body.data;
-      const images = Array.isArray(data) ? Math.min(n, data.length) : n;
-      await core.meter.settle({
-        holdId,
-        accountId: ctx.key.accountId,
-        cost: cost(pricePico, images),
-        entry: {
-          id: ledgerId,
-          accountId: ctx.key.accountId,
-          keyId: ctx.key.id,
-          model: model.id,
-          units: { kind: 'images', images, tier },
-          at: core.now(),
-        },
+      const counted = Array.isArray(data);
+      const images = counted ? Math.min(n, data.length) : n;
+      await call.settle({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
+        entryId: ledgerId,
+        upstream: model.upstream,
       });
     } else {
-      await core.meter.release(ctx.key.accountId, holdId);
+      await call.release();
     }
     await core.jobs.drop(lease);
   };
@@ -79,6 +77,8 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
   const abort = new AbortController();
   const onClientGone = () => abort.abort(new Error('client disconnected'));
   ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
+  // Shutdown's grace period is over: the generation is abandoned and nothing is charged.
+  call.onAbort(() => abort.abort(new Error('gateway shutting down')));
 
   const work: Promise<Outcome> = (async () => {
     try {
@@ -138,7 +138,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
     error: null,
     result: null,
-    holdId,
+    holdId: ctx.requestId,
     leaseId: lease.leaseId,
     tier,
     owner: core.jobs.instanceId,
@@ -185,7 +185,7 @@ export function adoptLostImage(core: Core): (job: JobRecord) => Promise<void> {
       UNFINISHED,
     );
     if (!updated) return;
-    await core.meter.release(job.accountId, job.holdId);
+    await core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }).release();
     const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
     await core.jobs.drop(lease);
   };

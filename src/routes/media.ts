@@ -1,5 +1,6 @@
 /** What the media routes share: the agent-key refusal, in-flight slots, holds, job reads. */
-import { insufficientQuota } from '../billing/meter.js';
+import { type BilledCall, insufficientQuota } from '../billing/meter.js';
+import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { json } from '../http.js';
@@ -31,15 +32,15 @@ export async function takeSlot(core: Core, ctx: RequestContext, kind: 'image' | 
   return lease;
 }
 
-/** Holds `amount` for a media call; a refusal is 402 naming the price. */
+/** Opens the billed call of a media request, holding `amount`; a refusal is 402 naming the price. */
 export async function holdMedia(
   core: Core,
   ctx: RequestContext,
-  hold: { id: string; amount: bigint; ttlMs: number },
+  hold: { id: string; model: Model; amount: bigint; ttlMs?: number; durable?: boolean },
   what: string,
-): Promise<void> {
-  const { id, amount, ttlMs } = hold;
-  await core.meter.hold(id, ctx.key, amount, ttlMs, (refused) =>
+): Promise<BilledCall> {
+  const { amount } = hold;
+  return core.meter.open({ ...hold, key: ctx.key }, (refused) =>
     insufficientQuota(
       refused,
       `This request requires more credits: ${what} costs ${formatUsd(amount)} USD, but only ${formatUsd(refused.available)} USD can be spent.` +

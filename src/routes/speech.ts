@@ -1,15 +1,15 @@
 /**
  * POST /audio/speech: audio bytes streamed through with the content type of the requested
- * format; billed per token of `input`, counted with the real tokenizer (known before the call,
- * so the hold is the exact price).
+ * format; billed per token of `input` and `instructions` (both steer the rendering, and a
+ * provider bills both), counted with the real tokenizer before the call, so the hold is the
+ * exact price.
  */
 import { z } from 'zod';
-import { CALL_HOLD_TTL_MS } from '../billing/meter.js';
-import { chooseTier } from '../billing/tiers.js';
+import { listCost } from '../billing/pricing.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http.js';
-import { cost } from '../money.js';
+import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys } from './media.js';
 import { zodError } from './validation.js';
@@ -42,42 +42,38 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   if (!checked.success) throw zodError(checked.error, body);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'audio', () => core.grants(ctx.key.accountId));
-  const { pricePico } = chooseTier(model, {});
-  const tokens = core.tokenizer.count(req.input);
-  const amount = cost(pricePico, tokens);
-  const holdId = ctx.requestId;
-  await holdMedia(core, ctx, { id: holdId, amount, ttlMs: CALL_HOLD_TTL_MS }, `${tokens} input tokens of speech`);
+  const tokens = core.tokenizer.count(req.input) + (req.instructions ? core.tokenizer.count(req.instructions) : 0);
+  const units = { kind: 'speech_tokens' as const, tokens };
+  const call = await holdMedia(
+    core,
+    ctx,
+    { id: ctx.requestId, model, amount: listCost(model, units) },
+    `${tokens} input tokens of speech`,
+  );
 
   const format = req.response_format ?? 'mp3';
   const abort = new AbortController();
   const onClientGone = () => abort.abort(new Error('client disconnected'));
   ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
-  let done = false;
+  // Once a byte of audio went out the speech was produced and is billed; else nothing is.
   const finish = (produced: boolean) => {
-    if (done) return;
-    done = true;
     ctx.request.signal?.removeEventListener('abort', onClientGone);
-    if (!produced) {
-      void core.meter.release(ctx.key.accountId, holdId);
-      return;
-    }
-    void core.meter.settle({
-      holdId,
-      accountId: ctx.key.accountId,
-      cost: amount,
-      entry: {
-        id: ctx.requestId,
-        accountId: ctx.key.accountId,
-        keyId: ctx.key.id,
-        model: model.id,
-        units: { kind: 'speech_tokens', tokens },
-        at: core.now(),
-      },
-    });
+    if (produced) void call.settle(units, 'tokenizer', { upstream: model.upstream });
+    else void call.release();
   };
 
+  let res: UpstreamResponse | undefined;
+  let sentAny = false;
+  let cut: ((err: Error) => void) | null = null;
+  // Shutdown's grace period is over: stop the audio; what already went out is billed.
+  call.onAbort(() => {
+    abort.abort();
+    res?.discard();
+    finish(sentAny);
+    cut?.(new GatewayError('service_unavailable', 'The gateway is shutting down; the audio was cut.'));
+  });
+
   const upstreamBody = model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel });
-  let res;
   try {
     res = await callUpstream(core, model.upstream, {
       method: 'POST',
@@ -95,9 +91,17 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   // The audio streams through as it arrives; once a byte has gone out the speech was produced.
   const upstream = res;
   const iterator = upstream.body[Symbol.asyncIterator]();
-  let sentAny = false;
   const stream = new ReadableStream<Uint8Array>(
     {
+      start(controller) {
+        cut = (err) => {
+          try {
+            controller.error(err);
+          } catch {
+            // Already closed.
+          }
+        };
+      },
       async pull(controller) {
         try {
           const next = await iterator.next();

@@ -11,7 +11,8 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError, errors } from '../errors.js';
 import { json, parseJsonObject } from '../http.js';
 import { jobView, leasePool, newJobId, UNFINISHED } from '../jobs/runner.js';
-import { cost } from '../money.js';
+import { listCost } from '../billing/pricing.js';
+import type { BilledCall } from '../billing/meter.js';
 import type { JobRecord } from '../stores/types.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, readJob, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
@@ -51,7 +52,18 @@ async function readSubmission(core: Core, ctx: RequestContext): Promise<Submissi
     throw new GatewayError('invalid_request', 'The multipart body could not be parsed.');
   }
   const fields: Record<string, unknown> = {};
-  for (const [k, v] of form.entries()) if (typeof v === 'string') fields[k] = v;
+  const seen = new Set<string>();
+  for (const [k, v] of form.entries()) {
+    // A field sent twice means whatever the upstream reads (the first? the last?) may differ
+    // from what is billed: refused, as a duplicate JSON key is.
+    if (seen.has(k)) {
+      throw new GatewayError('invalid_request', `The multipart field '${k.slice(0, 100)}' is given more than once.`, {
+        param: k.slice(0, 100),
+      });
+    }
+    seen.add(k);
+    if (typeof v === 'string') fields[k] = v;
+  }
   return { fields, body: bytes, contentType };
 }
 
@@ -81,16 +93,18 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
   if (seconds < 1 || seconds > 120) {
     throw new GatewayError('invalid_request', "Invalid value for 'seconds': expected 1 to 120.", { param: 'seconds' });
   }
-  const { tier, pricePico } = chooseTier(model, req);
+  const { tier } = chooseTier(model, req);
 
   const jobId = newJobId('video');
   const lease = await takeSlot(core, ctx, 'video', jobId);
   let upstreamJob: Record<string, unknown>;
+  let call: BilledCall | undefined;
   try {
-    await holdMedia(
+    // A job any instance can finish: the hold lives as long as the job and survives shutdown.
+    call = await holdMedia(
       core,
       ctx,
-      { id: jobId, amount: cost(pricePico, seconds), ttlMs: core.cfg.limits.jobTtlMs },
+      { id: jobId, model, amount: listCost(model, { kind: 'seconds', seconds, tier }), ttlMs: core.cfg.limits.jobTtlMs, durable: true },
       `${seconds} s of video at tier ${tier}`,
     );
     try {
@@ -108,7 +122,7 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
       }
       upstreamJob = parsed as Record<string, unknown>;
     } catch (err) {
-      await core.meter.release(ctx.key.accountId, jobId);
+      await call.release();
       throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });
     }
   } catch (err) {
@@ -144,11 +158,12 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
     await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
   } catch (err) {
     // The upstream job runs on, but without a record nobody could poll or bill it: refund.
-    await core.meter.release(ctx.key.accountId, jobId);
+    await call.release();
     await core.jobs.drop(lease);
     throw errors.storeDown(err);
   }
-  core.jobs.own(job, (j, signal) => trackVideo(core, j, signal));
+  const billed = call;
+  core.jobs.own(job, (j, signal) => trackVideo(core, j, signal, billed));
   return json(202, jobView(job), { ...ctx.headers, location: `/v1/videos/${jobId}` });
 }
 
@@ -165,13 +180,20 @@ const sleep = (ms: number, signal: AbortSignal) =>
     );
   });
 
-function reportedSeconds(value: unknown, requested: number): number {
-  const n = typeof value === 'string' ? Number(value) : value;
-  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= requested ? n : requested;
+/** Longest clip the gateway believes an upstream rendered; anything else is a malformed report. */
+const MAX_REPORTED_SECONDS = 3600;
+
+/**
+ * The seconds to bill: what the upstream reports it rendered (in full, even past what was
+ * asked and held), else the seconds requested.
+ */
+function reportedSeconds(value: unknown): number | null {
+  const n = typeof value === 'string' && /^\d{1,5}$/.test(value) ? Number(value) : value;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= MAX_REPORTED_SECONDS ? n : null;
 }
 
-/** Polls the upstream job until it is terminal; settles or refunds once; frees the slot. */
-export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal): Promise<void> {
+/** Polls the upstream job until it is terminal; settles or refunds once (through `call`); frees the slot. */
+export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal, call: BilledCall): Promise<void> {
   const model = core.catalog.get(job.model);
   const lease = { pool: leasePool('video', job.accountId), leaseId: job.leaseId };
   const fail = async (code: string, message: string) => {
@@ -180,7 +202,7 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
       { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
       UNFINISHED,
     );
-    if (updated) await core.meter.release(job.accountId, job.holdId);
+    if (updated) await call.release();
     await core.jobs.drop(lease);
   };
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
@@ -209,7 +231,8 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
     }
     const status = upstream.status;
     if (status === 'completed') {
-      const seconds = reportedSeconds(upstream.seconds, job.seconds ?? DEFAULT_SECONDS);
+      const reported = reportedSeconds(upstream.seconds);
+      const seconds = reported ?? job.seconds ?? DEFAULT_SECONDS;
       const updated = await core.stores.jobs.update(
         job.id,
         {
@@ -226,19 +249,8 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
         UNFINISHED,
       );
       if (updated) {
-        const price = model.media?.tiers.get(job.tier) ?? model.media?.fromPico ?? 0n;
-        await core.meter.settle({
-          holdId: job.holdId,
-          accountId: job.accountId,
-          cost: cost(price, seconds),
-          entry: {
-            id: job.id,
-            accountId: job.accountId,
-            keyId: job.keyId,
-            model: job.model,
-            units: { kind: 'seconds', seconds, tier: job.tier },
-            at: core.now(),
-          },
+        await call.settle({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
+          upstream: model.upstream,
         });
       }
       await core.jobs.drop(lease);
@@ -272,7 +284,14 @@ export function adoptVideo(core: Core): (job: JobRecord) => Promise<void> {
       .acquireLease(leasePool('video', job.accountId), Number.MAX_SAFE_INTEGER, job.leaseId, core.cfg.limits.inFlightLeaseTtlMs)
       .catch(() => undefined);
     core.jobs.keep({ pool: leasePool('video', job.accountId), leaseId: job.leaseId });
-    core.jobs.own(updated, (j, signal) => trackVideo(core, j, signal));
+    const call = core.meter.resume({
+      id: job.holdId,
+      accountId: job.accountId,
+      keyId: job.keyId,
+      model: core.catalog.get(job.model),
+      durable: true,
+    });
+    core.jobs.own(updated, (j, signal) => trackVideo(core, j, signal, call));
   };
 }
 

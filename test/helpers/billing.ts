@@ -30,12 +30,12 @@ export function chatCost(prompt: number, completion: number): bigint {
 
 /** The prompt estimate the gateway computes for `messages`. */
 export async function promptEstimate(messages: unknown[]): Promise<number> {
-  return estimatePromptTokens(await loadTokenizer(), messages);
+  return estimatePromptTokens(await loadTokenizer(), { messages });
 }
 
 /** The byte bound of the prompt the gateway places its first hold on. */
 export function promptBound(messages: unknown[]): number {
-  return promptTokensBound(messages);
+  return promptTokensBound({ messages });
 }
 
 /**

@@ -54,6 +54,8 @@ export interface ConfigInput {
   documents?: NonNullable<GatewayOptions['documents']>;
   limits?: GatewayOptions['limits'];
   now?: () => number;
+  /** Default 2000 in tests. */
+  shutdownGraceMs?: number;
   /** maxOutputTokens of MODEL. Default 4096. */
   maxOutputTokens?: number;
 }
@@ -96,6 +98,9 @@ export function testConfig(input: ConfigInput = {}): TestSetup {
     brands: input.brands ?? [],
     documents: input.documents ?? [],
     limits: { keyRequestsPerMinute: 100_000, ipRequestsPerMinute: 100_000, ...(input.limits ?? {}) },
+    // Teardown disposes gateways whose tests left calls hanging on purpose: a short grace
+    // keeps that quick. Shutdown tests set their own.
+    shutdownGraceMs: input.shutdownGraceMs ?? 2_000,
     logger: silentLogger,
     ...(input.now ? { now: input.now } : {}),
   };

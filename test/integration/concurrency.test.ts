@@ -158,12 +158,14 @@ describe('what is held', () => {
     expect(c.entry.cost).toBe(chatCost(1, 1));
   });
 
-  it('usage reported above the worst case is debited at most the hold, the list cost kept in the ledger', async () => {
+  it('usage reported above the worst case is debited in full and the entry marked exceeded_hold', async () => {
     const est = await promptEstimate(MESSAGES);
     const { held, entry } = await heldDuring({ max_tokens: 10 }, { prompt_tokens: est, completion_tokens: 5_000 });
     expect(held).toBe(chatCost(promptBound(MESSAGES), 10));
-    expect(entry.listCost).toBe(chatCost(est, 5_000));
-    expect(entry.cost).toBe(held);
+    expect(entry.cost).toBe(chatCost(est, 5_000));
+    expect(entry.held).toBe(held);
+    expect(entry.exceededHold).toBe(true);
+    expect(entry.measured).toBe('usage');
     expect(entry.units).toEqual({ kind: 'tokens', prompt: est, completion: 5_000 });
   });
 });

@@ -377,7 +377,7 @@ describe('video jobs', () => {
 });
 
 describe('billing exactness', () => {
-  it('images: n x the tier price; tier from resolution > size (shorter side) > the model default', async () => {
+  it('images: n x the tier price; the tier is the highest any of resolution, size (shorter side) and quality imply, else the default', async () => {
     const cases: Array<[Json, keyof typeof IMAGE_TIERS, number]> = [
       [{}, '480P', 1],
       [{ size: 'auto' }, '480P', 1],
@@ -389,7 +389,11 @@ describe('billing exactness', () => {
       [{ size: '1080x1920' }, '1080P', 1],
       [{ size: '1081x1081' }, '4K', 1],
       [{ size: '2048x2048', n: 2 }, '4K', 2],
-      [{ resolution: '720P', size: '2048x2048' }, '720P', 1],
+      [{ resolution: '720P', size: '2048x2048' }, '4K', 1],
+      [{ resolution: '1080P', size: '640x480' }, '1080P', 1],
+      [{ resolution: '480P', size: '1920x1080' }, '1080P', 1],
+      [{ quality: '720P', size: '640x480' }, '720P', 1],
+      [{ quality: 'hd', size: '640x480' }, '480P', 1],
       [{ resolution: '4K', n: 10 }, '4K', 10],
     ];
     for (const [fields, tier, n] of cases) {
@@ -410,13 +414,14 @@ describe('billing exactness', () => {
     expect(imageCost('1080P', 3)).toBe(parseUsd('0.24'));
   });
 
-  it('videos: seconds x the tier price; mode > resolution > size > default', async () => {
+  it('videos: seconds x the tier price; the highest tier mode, resolution and size imply, else the default', async () => {
     const cases: Array<[Json, keyof typeof VIDEO_TIERS, number]> = [
       [{}, '480P', 4],
       [{ seconds: 8, size: '1280x720' }, '720P', 8],
       [{ seconds: '5', resolution: '1080P' }, '1080P', 5],
-      [{ mode: 'fast', resolution: '1080P' }, 'fast', 4],
-      [{ mode: 'fast', seconds: 12, size: '1920x1080' }, 'fast', 12],
+      [{ mode: 'fast', resolution: '1080P' }, '1080P', 4],
+      [{ mode: 'fast', seconds: 12, size: '1920x1080' }, '1080P', 12],
+      [{ mode: 'fast', seconds: 6 }, 'fast', 6],
       [{ seconds: 3, size: '1920x1080' }, '1080P', 3],
       [{ seconds: 2, size: '640x480' }, '480P', 2],
     ];
@@ -439,7 +444,7 @@ describe('billing exactness', () => {
     }
     await settled();
     expect(await wallet()).toEqual({ balance: before.balance - total, held: 0n });
-    expect(videoCost('fast', 12)).toBe(parseUsd('0.36'));
+    expect(videoCost('fast', 6)).toBe(parseUsd('0.18'));
   });
 
   it('speech: tokens of the input (gpt-tokenizer) x the token price', async () => {

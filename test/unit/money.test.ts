@@ -54,8 +54,17 @@ describe('a million one-token debits at 0.000000075 USD', () => {
       const s = await stores.billing.settle({
         holdId,
         accountId: 'a',
+        month: '2025-01',
         cost: cost(price, 1),
-        entry: { id: holdId, accountId: 'a', keyId: 'k', model: 'm', units: { kind: 'tokens', prompt: 0, completion: 1 }, at: 0 },
+        entry: {
+          id: holdId,
+          accountId: 'a',
+          keyId: 'k',
+          model: 'm',
+          units: { kind: 'tokens', prompt: 0, completion: 1 },
+          measured: 'usage',
+          at: 0,
+        },
       });
       expect(s).toEqual({ settled: true, charged: 75n });
     }

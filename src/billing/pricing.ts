@@ -1,0 +1,35 @@
+/**
+ * The list price of what a call used, in one place for every endpoint: a new endpoint says
+ * which units it bills, and its cost comes from here. Exact: pico-USD prices times whole
+ * units, rounded up to the nano-USD once per call.
+ */
+import type { Model } from '../catalog/catalog.js';
+import { cost, costOf } from '../money.js';
+import type { LedgerUnits } from '../stores/types.js';
+
+/** The per-unit price (pico-USD) of a media tier: the tier's own, else the model's `from` price. */
+export function tierPrice(model: Model, tier: string): bigint {
+  const media = model.media;
+  if (!media) throw new RangeError(`model ${model.id} has no media pricing`);
+  return media.tiers.get(tier) ?? media.fromPico;
+}
+
+/** List cost (nano-USD) of `units` on `model`. */
+export function listCost(model: Model, units: LedgerUnits): bigint {
+  switch (units.kind) {
+    case 'tokens': {
+      const text = model.text;
+      if (!text) throw new RangeError(`model ${model.id} has no token pricing`);
+      return costOf([
+        [text.promptPico, units.prompt],
+        [text.completionPico, units.completion],
+      ]);
+    }
+    case 'images':
+      return cost(tierPrice(model, units.tier), units.images);
+    case 'seconds':
+      return cost(tierPrice(model, units.tier), units.seconds);
+    case 'speech_tokens':
+      return cost(tierPrice(model, model.media?.defaultTier ?? 'default'), units.tokens);
+  }
+}
