@@ -8,6 +8,7 @@
  * model-gateway keys list --config FILE --account ID
  */
 import { createServer } from 'node:http';
+import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { AdminError } from './admin.js';
 import { loadConfigFile } from './config-file.js';
@@ -54,10 +55,25 @@ async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
   return createRedisStores({ url: cfg.storage.url, keyPrefix: cfg.storage.keyPrefix });
 }
 
+/**
+ * Where the settle journal lives when the config names none: `./data/settle-journal` for every
+ * storage that outlives the process (a charge the store could not take then survives this
+ * process too), none for memory storage (whose books die with it anyway).
+ */
+function journalDir(config: GatewayOptions): string | null | undefined {
+  if (config.settleJournalDir !== undefined) return config.settleJournalDir;
+  return parseOptions(config).storage.driver === 'memory' ? null : resolve('data', 'settle-journal');
+}
+
 async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gateway; stores?: Stores }> {
   const config = (await loadConfigFile(configFile)) as GatewayOptions;
   const stores = await storesFor(config);
-  const gateway = createGateway({ ...config, stores, logger: quiet ? silentLogger : consoleLogger() });
+  const gateway = createGateway({
+    ...config,
+    settleJournalDir: journalDir(config),
+    stores,
+    logger: quiet ? silentLogger : consoleLogger(),
+  });
   await gateway.ready;
   return { gateway, stores };
 }
@@ -76,11 +92,24 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   process.stdout.write(
     `model-gateway listening on ${where}/v1 (storage: ${storage}; upstream: ${gateway.usesSimulator ? 'built-in simulator' : 'configured upstreams'})\n`,
   );
+  // Graceful shutdown: stop accepting connections, let calls and streams in flight finish
+  // within the grace period (the gateway cuts and bills what is left after it), settle
+  // everything, then exit 0. Idle keep-alive connections are closed as they become idle.
+  let stopping = false;
   const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    process.stdout.write(`model-gateway shutting down: finishing calls in flight (up to ${gateway.config.shutdownGraceMs} ms)\n`);
     server.close();
-    server.closeAllConnections();
+    server.closeIdleConnections();
+    const idle = setInterval(() => server.closeIdleConnections(), 100);
     void Promise.resolve(gateway.dispose())
-      .then(() => stores?.close())
+      .catch((err: unknown) => process.stderr.write(`shutdown: ${err instanceof Error ? err.message : String(err)}\n`))
+      .then(() => {
+        clearInterval(idle);
+        server.closeAllConnections();
+        return stores?.close();
+      })
       .finally(() => process.exit(0));
   };
   process.once('SIGINT', stop);

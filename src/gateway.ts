@@ -118,7 +118,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     auth: createAuthenticator(stores.keys),
     meter: createMeter({
       billing: stores.billing,
-      journal: cfg.settleJournal ? fileJournal(cfg.settleJournal) : memoryJournal(),
+      journal: cfg.settleJournalDir ? fileJournal(cfg.settleJournalDir) : memoryJournal(),
       now,
       log,
       holdTtlMs: cfg.limits.holdTtlMs,

@@ -195,11 +195,11 @@ export const optionsSchema = z.strictObject({
    */
   shutdownGraceMs: z.number().int().nonnegative().default(30_000),
   /**
-   * File where settles the store could not take are kept until they land (replayed at start).
-   * Null keeps them in memory only. The CLI sets `./data/settle-journal.jsonl` for durable
-   * storage. @default null
+   * Directory where settles the store could not take are kept on disk until they land
+   * (replayed at start, also those of a crashed instance). Null keeps them in memory only.
+   * The CLI uses `./data/settle-journal` for every storage but memory. @default null
    */
-  settleJournal: z.string().min(1).nullable().default(null),
+  settleJournalDir: z.string().min(1).nullable().default(null),
   /** Proxies (IPs or CIDRs) whose X-Forwarded-For is believed. @default [] */
   trustProxy: z.array(z.string()).default([]),
   storage: z

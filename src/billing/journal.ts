@@ -3,14 +3,15 @@
  * (the store was unreachable) are kept on local disk until they land, so a charge for
  * delivered output survives the store's outage and this process's restart alike.
  *
- * The file holds one JSON settle request per line and is rewritten whole (to a temporary file,
+ * A journal file holds one JSON settle request per line and is rewritten whole (to a temporary file,
  * flushed, then renamed over the old one) whenever the set of unlanded settles changes, so a
  * crash at any moment leaves either the old or the new set, never a torn line. It changes only
  * while the store is failing, so the rewrite costs nothing on the ordinary path. Replaying an
  * entry is safe: a settle is idempotent per hold id in every store.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
-import { dirname } from 'node:path';
+import { randomBytes } from 'node:crypto';
+import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
 import type { SettleRequest } from '../stores/types.js';
 
 export interface SettleJournal {
@@ -48,19 +49,44 @@ export function memoryJournal(): SettleJournal {
   };
 }
 
-/** A journal in the file at `path` (its directory is created when missing). */
-export function fileJournal(path: string): SettleJournal {
-  const pending = new Map<string, SettleRequest>();
-  let text = '';
+const FILE = /^(\d+)-[0-9a-f]+\.jsonl$/;
+
+function alive(pid: number): boolean {
+  if (pid === process.pid) return true;
   try {
-    text = readFileSync(path, 'utf8');
+    process.kill(pid, 0);
+    return true;
   } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'ENOENT') throw err;
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
   }
-  for (const line of text.split('\n')) {
-    if (!line.trim()) continue;
-    const req = decode(line);
-    if (req) pending.set(idOf(req), req);
+}
+
+/**
+ * A journal in the directory `dir` (created when missing). Each process writes its own file,
+ * `<pid>-<random>.jsonl`, so several instances started from one directory never write over
+ * each other. At start a process takes over the files of processes no longer running (a
+ * crash, a kill -9): their settles become its own and are replayed.
+ */
+export function fileJournal(dir: string): SettleJournal {
+  mkdirSync(dir, { recursive: true });
+  const path = join(dir, `${process.pid}-${randomBytes(4).toString('hex')}.jsonl`);
+  const pending = new Map<string, SettleRequest>();
+  const adopted: string[] = [];
+  for (const name of readdirSync(dir)) {
+    const m = FILE.exec(name);
+    if (!m || alive(Number(m[1]))) continue;
+    let text = '';
+    try {
+      text = readFileSync(join(dir, name), 'utf8');
+    } catch {
+      continue; // taken over by another instance meanwhile
+    }
+    for (const line of text.split('\n')) {
+      if (!line.trim()) continue;
+      const req = decode(line);
+      if (req) pending.set(idOf(req), req);
+    }
+    adopted.push(join(dir, name));
   }
 
   const write = () => {
@@ -68,8 +94,7 @@ export function fileJournal(path: string): SettleJournal {
       rmSync(path, { force: true });
       return;
     }
-    mkdirSync(dirname(path), { recursive: true });
-    const tmp = `${path}.${process.pid}.tmp`;
+    const tmp = `${path}.tmp`;
     const fd = openSync(tmp, 'w', 0o600);
     try {
       writeSync(fd, [...pending.values()].map(encode).join('\n') + '\n');
@@ -79,6 +104,9 @@ export function fileJournal(path: string): SettleJournal {
     }
     renameSync(tmp, path);
   };
+  // The adopted settles are in this process's file before the dead processes' files go.
+  if (pending.size) write();
+  for (const file of adopted) rmSync(file, { force: true });
 
   return {
     add(req) {
