@@ -51,7 +51,8 @@ async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
   const cfg = parseOptions(config);
   if (cfg.storage.driver !== 'redis') return undefined;
   const { createRedisStores } = await import('./redis.js');
-  return createRedisStores({ url: cfg.storage.url, keyPrefix: cfg.storage.keyPrefix });
+  const { driver: _driver, ...connection } = cfg.storage;
+  return createRedisStores(connection);
 }
 
 async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gateway; stores?: Stores }> {
