@@ -27,7 +27,7 @@ import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
 import { createMemoryStores } from './stores/memory/index.js';
-import { StoreUnavailableError } from './stores/errors.js';
+import { isStoreUnavailable } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker } from './upstream/breaker.js';
 import { createHttpUpstream, type Upstream } from './upstream/client.js';
@@ -239,7 +239,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>, clientGone: boolean): Response {
     let gErr: GatewayError;
     if (err instanceof GatewayError) gErr = err;
-    else if (err instanceof StoreUnavailableError) {
+    else if (isStoreUnavailable(err)) {
       log.warn({ msg: 'store unavailable', requestId, err: err.message });
       gErr = errors.storeDown(err);
     } else if (clientGone) {
