@@ -137,7 +137,7 @@ describe('the packed tarball', () => {
     expect(await run(bin, ['--help'], { cwd: app })).toMatch(/model-gateway serve --config FILE/);
   });
 
-  it('the bin answers a Redis outage with 503 service_unavailable, not 500', async () => {
+  it('the bin answers a Redis outage with 503 service_unavailable (not 500), and /ready names the storage', async () => {
     // The bin is one bundle that loads the Redis stores from dist/redis.js: the stores' error
     // class and the one the gateway checks are two copies, which must still match.
     const bin = join(app, 'node_modules', 'model-gateway', 'dist', 'cli.js');
@@ -152,6 +152,14 @@ describe('the packed tarball', () => {
       expect(res.status).toBe(503);
       expect(res.headers.get('retry-after')).toBe('1');
       expect(((await res.json()) as { error: unknown }).error).toMatchObject({ code: 'service_unavailable', type: 'service_unavailable' });
+      const ready = await fetch(`${origin}/ready`);
+      expect(ready.status).toBe(503);
+      const body = (await ready.json()) as { error: { message: string; metadata: { checks: Record<string, string> } } };
+      expect(body.error.message).toMatch(/storage/);
+      expect(body.error.metadata.checks).toMatchObject({ startup: 'ok', storage: 'unavailable' });
+      const head = await fetch(`${origin}/ready`, { method: 'HEAD' });
+      expect(head.status).toBe(503);
+      expect(await head.text()).toBe('');
       expect((await fetch(`${origin}/health`)).status).toBe(200);
       expect(server.output()).not.toMatch(/unexpected error|internal_error/);
     } finally {

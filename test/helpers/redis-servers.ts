@@ -111,9 +111,12 @@ async function startProcess(bin: string, port: number, args: string[]): Promise<
  */
 const EPHEMERAL = ['--save', '', '--appendonly', 'no', '--repl-diskless-sync-delay', '0'];
 
-/** A server in its own temporary directory (a replica's first sync writes a file there). */
-export async function startRedisServer(extra: string[] = []): Promise<RedisProcess> {
-  const port = await freePort();
+/**
+ * A server in its own temporary directory (a replica's first sync writes a file there), on
+ * `port` (to restart one where it was) or a free one.
+ */
+export async function startRedisServer(extra: string[] = [], port?: number): Promise<RedisProcess> {
+  port ??= await freePort();
   const dir = mkdtempSync(join(tmpdir(), 'mg-redis-'));
   const proc = await startProcess('redis-server', port, ['--port', String(port), '--bind', '127.0.0.1', '--dir', dir, ...EPHEMERAL, ...extra]);
   const kill = proc.kill;
