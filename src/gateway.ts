@@ -26,6 +26,7 @@ import { createSpeech } from './routes/speech.js';
 import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
+import { createCors } from './cors.js';
 import { createProbes, type StartupState } from './probes.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import { isStoreUnavailable } from './stores/errors.js';
@@ -191,6 +192,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     .then((warning) => warning && log.warn({ msg: warning }))
     .catch(() => undefined); // an unreachable store is reported by readiness and by every call
   const probes = createProbes({ stores, startup: () => startup, log });
+  const cors = createCors(cfg.cors);
 
   const v1 = `${basePath.replace(/\/+$/, '')}/v1`;
   const v1Slash = `${v1}/`;
@@ -214,13 +216,16 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
     // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
     const requestId = `req_${randomUUID().replaceAll('-', '')}`;
-    return dispatch(request, serverContext, requestId);
+    const res = await dispatch(request, serverContext, requestId);
+    return cors ? cors.decorate(request, res) : res;
   }
 
   async function dispatch(request: Request, serverContext: GatewayServerContext, requestId: string): Promise<Response> {
     let rateHeaders: Record<string, string> = {};
     try {
       const { path, query } = requestTarget(request, serverContext);
+      const preflight = cors?.preflight(request, requestId);
+      if (preflight) return preflight;
       // Before waiting for start-up: liveness and readiness answer while seeding runs.
       if (path === healthPath) return await probes.answer('health', request, requestId);
       if (path === readyPath) return await probes.answer('ready', request, requestId);

@@ -216,6 +216,22 @@ export const optionsSchema = z.strictObject({
     .prefault({}),
   /** Proxies (IPs or CIDRs) whose X-Forwarded-For is believed. @default [] */
   trustProxy: z.array(z.string()).default([]),
+  /**
+   * CORS for browser apps: the origins allowed to call the gateway (["*"] for any); preflights
+   * are answered. Off by default (null): browsers then refuse cross-origin answers.
+   * @example { "origins": ["https://app.example.com"] }
+   * @default null
+   */
+  cors: z
+    .strictObject({
+      origins: z
+        .array(z.string().regex(/^(\*|https?:\/\/[^/\s?#]+)$/, 'must be an origin such as "https://app.example.com" (no path), or "*"'))
+        .min(1),
+      /** How long a browser may reuse a preflight answer. @default 600 */
+      maxAgeSeconds: z.number().int().nonnegative().max(86_400).default(600),
+    })
+    .nullable()
+    .default(null),
   storage: z
     .discriminatedUnion('driver', [
       z.strictObject({ driver: z.literal('memory') }),

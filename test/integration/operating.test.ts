@@ -2,12 +2,14 @@
  * Operating the gateway: liveness and readiness (GET and HEAD, outside /v1, no key, not
  * limited; readiness 503 naming the part while a store does not answer), the start-up warning
  * for a Redis that keeps nothing on disk, routing by the request path only (a crafted Host
- * header changes nothing).
+ * header changes nothing), and CORS (off by default; allowed origins get preflights answered
+ * and their answers readable).
  */
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createGateway } from '../../src/gateway.js';
+import { createGateway, type GatewayOptions } from '../../src/gateway.js';
 import type { Logger } from '../../src/log.js';
+import { ConfigError } from '../../src/options.js';
 import { createRedisStores } from '../../src/redis.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
@@ -254,5 +256,100 @@ describe('routing reads the request path only', () => {
     // The query is the target's own, not one a Host header opened.
     const listed = await rawRequest(port, `GET /v1/models?type=image HTTP/1.1\r\nHost: x/?type=video&\r\nAuthorization: Bearer ${devKey}`);
     expect((JSON.parse(listed.body) as { data: { id: string }[] }).data.map((m) => m.id)).toEqual([IMAGE]);
+  });
+});
+
+describe('CORS', () => {
+  const APP = 'https://app.example.com';
+  const preflight = (origin: string, headers = 'authorization, content-type, x-stainless-os') =>
+    new Request('http://gateway.test/v1/chat/completions', {
+      method: 'OPTIONS',
+      headers: { origin, 'access-control-request-method': 'POST', 'access-control-request-headers': headers },
+    });
+  const chat = (key: string, origin: string, extra: Record<string, unknown> = {}) =>
+    new Request('http://gateway.test/v1/chat/completions', {
+      method: 'POST',
+      headers: { origin, authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }], ...extra }),
+    });
+  async function withGateway(options: Partial<GatewayOptions>, fn: (g: ReturnType<typeof createGateway>, key: string) => Promise<void>) {
+    const setup = testConfig();
+    const { gateway } = await makeGateway({ ...setup.options, ...options });
+    try {
+      await fn(gateway, setup.devKey);
+    } finally {
+      await gateway.dispose();
+    }
+  }
+
+  it('is off by default: no preflight answer, no CORS headers', async () => {
+    await withGateway({}, async (gateway, key) => {
+      const pre = await gateway.fetch(preflight(APP), CLIENT);
+      expect(pre.status).toBe(405);
+      expect(pre.headers.get('access-control-allow-origin')).toBeNull();
+      const res = await gateway.fetch(chat(key, APP), CLIENT);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('access-control-allow-origin')).toBeNull();
+    });
+  });
+
+  it('answers a preflight from an allowed origin, before the IP throttle, echoing the asked headers', async () => {
+    await withGateway({ cors: { origins: [APP] }, limits: { ipRequestsPerMinute: 1 } }, async (gateway) => {
+      for (let i = 0; i < 3; i++) {
+        const res = await gateway.fetch(preflight(APP), CLIENT);
+        expect(res.status).toBe(204);
+        expect(res.headers.get('access-control-allow-origin')).toBe(APP);
+        expect(res.headers.get('access-control-allow-methods')).toContain('POST');
+        expect(res.headers.get('access-control-allow-headers')).toBe('authorization, content-type, x-stainless-os');
+        expect(res.headers.get('access-control-max-age')).toBe('600');
+        expect(res.headers.get('vary')).toContain('Origin');
+        expect(res.headers.get('access-control-allow-credentials')).toBeNull();
+      }
+      // A value that is not a list of header names gets the default list instead of an echo.
+      const odd = await gateway.fetch(preflight(APP, 'x-a, <script>'), CLIENT);
+      expect(odd.headers.get('access-control-allow-headers')).toBe('authorization, content-type, idempotency-key, x-request-id');
+    });
+  });
+
+  it('gives another origin no CORS headers, on the preflight or the call', async () => {
+    await withGateway({ cors: { origins: [APP] } }, async (gateway, key) => {
+      const pre = await gateway.fetch(preflight('https://evil.example'), CLIENT);
+      expect(pre.status).toBe(204);
+      expect(pre.headers.get('access-control-allow-origin')).toBeNull();
+      const res = await gateway.fetch(chat(key, 'https://evil.example'), CLIENT);
+      expect(res.headers.get('access-control-allow-origin')).toBeNull();
+    });
+  });
+
+  it('makes answers to an allowed origin readable: success, stream and error, with the headers clients read exposed', async () => {
+    await withGateway({ cors: { origins: [APP, 'http://localhost:5173'] } }, async (gateway, key) => {
+      const ok = await gateway.fetch(chat(key, APP), CLIENT);
+      expect(ok.status).toBe(200);
+      expect(ok.headers.get('access-control-allow-origin')).toBe(APP);
+      const exposed = ok.headers.get('access-control-expose-headers') ?? '';
+      for (const h of ['x-request-id', 'retry-after', 'x-ratelimit-remaining-requests']) expect(exposed).toContain(h);
+      expect(ok.headers.get('vary')).toContain('Origin');
+
+      const stream = await gateway.fetch(chat(key, 'http://localhost:5173', { stream: true }), CLIENT);
+      expect(stream.headers.get('content-type')).toContain('text/event-stream');
+      expect(stream.headers.get('access-control-allow-origin')).toBe('http://localhost:5173');
+      expect(await stream.text()).toContain('data: [DONE]');
+
+      const denied = await gateway.fetch(chat('sk-mg-wrong', APP), CLIENT);
+      expect(denied.status).toBe(401);
+      expect(denied.headers.get('access-control-allow-origin')).toBe(APP);
+    });
+  });
+
+  it('"*" allows any origin', async () => {
+    await withGateway({ cors: { origins: ['*'] } }, async (gateway, key) => {
+      expect((await gateway.fetch(preflight('https://any.example'), CLIENT)).headers.get('access-control-allow-origin')).toBe('*');
+      expect((await gateway.fetch(chat(key, 'https://any.example'), CLIENT)).headers.get('access-control-allow-origin')).toBe('*');
+    });
+  });
+
+  it('refuses an origin with a path, naming the field', () => {
+    expect(() => createGateway({ cors: { origins: ['https://app.example.com/app'] } })).toThrow(ConfigError);
+    expect(() => createGateway({ cors: { origins: ['https://app.example.com/app'] } })).toThrow(/cors\.origins\.0/);
   });
 });
