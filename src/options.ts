@@ -35,8 +35,11 @@ const secret = z.string().min(1, 'must not be empty (leave it out when there is 
 
 const httpUpstream = z.strictObject({
   baseUrl: z.url({ protocol: /^https?$/ }),
-  /** @default "" (no Authorization header is sent when empty) */
-  apiKey: z.string().default(''),
+  /**
+   * Sent as `Authorization: Bearer <apiKey>`. Leave it out for an upstream that takes no key;
+   * an empty one is refused (it is almost always an unset environment variable).
+   */
+  apiKey: secret.default(''),
   /** @default 60000 */
   timeoutMs: z.number().int().positive().default(60_000),
   /** Upstream connections kept per origin. @default 256 */
