@@ -39,7 +39,7 @@ export type NextRouteHandler = (request: Request) => Promise<Response>;
 export function toNext(
   gateway: Gateway | (() => Gateway | Promise<Gateway>),
   options: NextAdapterOptions,
-): { GET: NextRouteHandler; POST: NextRouteHandler } {
+): { GET: NextRouteHandler; POST: NextRouteHandler; OPTIONS: NextRouteHandler } {
   if (typeof options?.clientAddress !== 'function') {
     throw new TypeError('toNext: options.clientAddress is required (Next.js exposes no client socket); see model-gateway/next.');
   }
@@ -49,7 +49,9 @@ export function toNext(
     const clientAddress = options.clientAddress(request) ?? undefined;
     return target.fetch(stripBasePath(request, basePath), { clientAddress });
   };
-  return { GET: handle, POST: handle };
+  // OPTIONS reaches the gateway so that its `cors` option can answer preflights; export it
+  // from the route (`export const { GET, POST, OPTIONS } = ...`) when browsers call it.
+  return { GET: handle, POST: handle, OPTIONS: handle };
 }
 
 /** The last X-Forwarded-For entry: the address the proxy nearest to Next.js saw. */

@@ -27,12 +27,16 @@ export type KeyView = Omit<ApiKeyRecord, 'digest' | 'monthlyCap'> & { monthlyCap
 
 export interface Admin {
   createAccount(input: { id: string; walletUsd?: string | number; grants?: string[] }): Promise<{ created: boolean }>;
+  /** Every account, with its wallet (USD decimal strings). */
+  listAccounts(): Promise<Array<{ id: string; grants: string[]; createdAt: number; balanceUsd: string; heldUsd: string }>>;
   /** Adds to an account's wallet; returns the new balance as a USD decimal string. */
   topUp(accountId: string, usd: string | number): Promise<{ balanceUsd: string }>;
   wallet(accountId: string): Promise<{ balanceUsd: string; heldUsd: string }>;
   setGrants(accountId: string, modelIds: string[]): Promise<void>;
   createKey(input: CreateKeyInput): Promise<CreatedKey>;
   disableKey(id: string): Promise<void>;
+  /** Lets a disabled key authenticate again (within the key cache's 5 s everywhere). */
+  enableKey(id: string): Promise<void>;
   listKeys(accountId: string): Promise<KeyView[]>;
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /** Creates or replaces a brand profile of an account. */
@@ -90,6 +94,15 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
       const created = await stores.accounts.create({ id, grants, createdAt: core.now() }, parseUsd(walletUsd));
       return { created };
     },
+    async listAccounts() {
+      const accounts = (await stores.accounts.list()).sort((x, y) => (x.id < y.id ? -1 : x.id > y.id ? 1 : 0));
+      return Promise.all(
+        accounts.map(async (acct) => {
+          const w = await stores.billing.wallet(acct.id);
+          return { id: acct.id, grants: acct.grants, createdAt: acct.createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
+        }),
+      );
+    },
     async topUp(accountId, usd) {
       await requireAccount(accountId);
       const balance = await stores.billing.topUp(accountId, parseUsd(usd));
@@ -113,6 +126,11 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
     async disableKey(id) {
       const key = await stores.keys.get(id);
       if (!key || !(await stores.keys.setDisabled(id, true))) throw new AdminError(`No key "${id}".`);
+      core.auth.forget(key.digest);
+    },
+    async enableKey(id) {
+      const key = await stores.keys.get(id);
+      if (!key || !(await stores.keys.setDisabled(id, false))) throw new AdminError(`No key "${id}".`);
       core.auth.forget(key.digest);
     },
     async listKeys(accountId) {

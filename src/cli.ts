@@ -1,11 +1,9 @@
 #!/usr/bin/env node
 /**
- * model-gateway serve --config FILE [--port N] [--host H]
- * model-gateway accounts create --config FILE --id ID [--wallet USD]
- * model-gateway wallet top-up --config FILE --account ID --usd AMOUNT
- * model-gateway keys create --config FILE --account ID [--kind developer|agent] [--model M] [--label L] [--monthly-cap USD]
- * model-gateway keys disable --config FILE --id KEY_ID
- * model-gateway keys list --config FILE --account ID
+ * The `model-gateway` command: `serve`, and the admin commands (accounts, wallet, keys) on
+ * the storage a config names. USAGE below is the reference. A mistake in the command line
+ * (a bad number, a port in use, a missing flag) is one clear line and exit code 1, never a
+ * stack trace; a stack is printed only for a bug.
  */
 import { createServer } from 'node:http';
 import { resolve } from 'node:path';
@@ -14,16 +12,33 @@ import { AdminError } from './admin.js';
 import { loadConfigFile } from './config-file.js';
 import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
 import { consoleLogger, silentLogger } from './log.js';
+import { parseUsd } from './money.js';
 import { ConfigError, parseOptions } from './options.js';
+import { isStoreUnavailable } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 
 const USAGE = `usage:
   model-gateway serve --config FILE [--port N] [--host H]
   model-gateway accounts create --config FILE --id ID [--wallet USD]
+  model-gateway accounts list --config FILE
+  model-gateway wallet show --config FILE --account ID
   model-gateway wallet top-up --config FILE --account ID --usd AMOUNT
   model-gateway keys create --config FILE --account ID [--kind developer|agent] [--model M] [--label L] [--monthly-cap USD]
+  model-gateway keys list --config FILE --account ID
   model-gateway keys disable --config FILE --id KEY_ID
-  model-gateway keys list --config FILE --account ID`;
+  model-gateway keys enable --config FILE --id KEY_ID
+
+options:
+  --config FILE       the JSON config; its storage is what the admin commands change
+  --port N            serve: the TCP port, 0-65535 (default 8080; 0 picks a free one)
+  --host H            serve: the address to listen on (default 127.0.0.1; 0.0.0.0 for all)
+  --wallet USD        accounts create: the starting balance, e.g. 25 or 12.5 (default 0)
+  --usd AMOUNT        wallet top-up: the amount to add, more than 0
+  --monthly-cap USD   keys create: the key's monthly spending cap
+  --kind K            keys create: developer (default) or agent (needs --model)
+  -h, --help          this text
+
+Amounts are USD with at most 9 decimal places.`;
 
 const options = {
   config: { type: 'string' },
@@ -40,11 +55,73 @@ const options = {
   help: { type: 'boolean', short: 'h' },
 } as const;
 
-class UsageError extends Error {}
+class UsageError extends Error {
+  /** Whether the whole usage text helps (an unknown command), or the message says it all. */
+  constructor(
+    message: string,
+    readonly showUsage = false,
+  ) {
+    super(message);
+  }
+}
 
 function need(value: string | undefined, flag: string): string {
   if (!value) throw new UsageError(`missing --${flag}`);
   return value;
+}
+
+/**
+ * A USD amount from a flag, checked here so a typo reads as one line naming the flag:
+ * digits with at most 9 decimal places, within what the books can hold, and more than 0
+ * when `positive`.
+ */
+function usd(value: string, flag: string, positive: boolean): string {
+  const rule = `--${flag} must be ${positive ? 'more than 0' : '0 or more'} USD, with at most 9 decimal places (e.g. 12.5)`;
+  if (!/^\d+(\.\d+)?$/.test(value)) throw new UsageError(`${rule}; got "${value}"`);
+  let nano: bigint;
+  try {
+    nano = parseUsd(value);
+  } catch (err) {
+    throw new UsageError(`${rule}; got "${value}" (${(err as Error).message})`);
+  }
+  if (positive && nano === 0n) throw new UsageError(`${rule}; got "${value}"`);
+  return value;
+}
+
+function port(value: string | undefined): number {
+  if (value === undefined) return 8080;
+  const n = /^\d{1,5}$/.test(value) ? Number(value) : NaN;
+  if (!(n >= 0 && n <= 65535)) throw new UsageError(`--port must be a whole number from 0 to 65535; got "${value}"`);
+  return n;
+}
+
+/**
+ * parseArgs reads "--usd -5" as a flag without its value; a negative number there is meant
+ * as the value (and is then refused with the amount's own message).
+ */
+function joinNegativeValues(argv: string[]): string[] {
+  const out: string[] = [];
+  for (let i = 0; i < argv.length; i++) {
+    const arg = argv[i]!;
+    const next = argv[i + 1];
+    const flag = arg.startsWith('--') ? arg.slice(2) : '';
+    if (flag in options && options[flag as keyof typeof options].type === 'string' && next !== undefined && /^-\d/.test(next)) {
+      out.push(`${arg}=${next}`);
+      i++;
+    } else {
+      out.push(arg);
+    }
+  }
+  return out;
+}
+
+/** What a failed listen means, in words; null for a failure that is a bug. */
+function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): string | null {
+  if (err.code === 'EADDRINUSE') return `port ${port} on ${host} is already in use: stop what listens there, or choose another --port`;
+  if (err.code === 'EACCES') return `no permission to listen on port ${port} on ${host} (ports below 1024 need privileges): choose another --port`;
+  if (err.code === 'EADDRNOTAVAIL') return `cannot listen on ${host}: no network interface has that address (see --host)`;
+  if (err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN') return `cannot listen on ${host}: the host name does not resolve (see --host)`;
+  return null;
 }
 
 /** Stores for the configured storage driver (Redis through the optional subpath). */
@@ -52,7 +129,8 @@ async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
   const cfg = parseOptions(config);
   if (cfg.storage.driver !== 'redis') return undefined;
   const { createRedisStores } = await import('./redis.js');
-  return createRedisStores({ url: cfg.storage.url, keyPrefix: cfg.storage.keyPrefix });
+  const { driver: _driver, ...connection } = cfg.storage;
+  return createRedisStores(connection);
 }
 
 /**
@@ -82,10 +160,17 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   const { gateway, stores } = await open(configFile, false);
   const server = createServer(gateway);
   server.keepAliveTimeout = 65_000;
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(port, host, resolve);
-  });
+  try {
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(port, host, resolve);
+    });
+  } catch (err) {
+    await gateway.dispose();
+    await stores?.close();
+    const problem = listenProblem(err as NodeJS.ErrnoException, host, port);
+    throw problem ? new UsageError(problem) : err;
+  }
   const addr = server.address();
   const where = typeof addr === 'object' && addr ? `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}` : String(addr);
   const storage = gateway.config.storage.driver;
@@ -117,25 +202,33 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
 }
 
 async function admin(argv: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({ args: argv, options, allowPositionals: true });
+  const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options, allowPositionals: true });
   const [group, action] = positionals;
+  if (group === 'serve') return serve(need(values.config, 'config'), port(values.port), values.host ?? '127.0.0.1');
+  const known = ['accounts create', 'accounts list', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable'];
+  if (!known.includes(`${group} ${action}`)) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
   const configFile = need(values.config, 'config');
-  if (group === 'serve') {
-    const port = Number(values.port ?? 8080);
-    if (!Number.isInteger(port) || port < 0 || port > 65535) throw new UsageError(`bad --port ${values.port}`);
-    return serve(configFile, port, values.host ?? '127.0.0.1');
-  }
+  // Flags are checked before anything connects to the storage.
+  const wallet = values.wallet === undefined ? '0' : usd(values.wallet, 'wallet', false);
+  const topUp = values.usd === undefined ? undefined : usd(values.usd, 'usd', true);
+  const cap = values['monthly-cap'] === undefined ? null : usd(values['monthly-cap'], 'monthly-cap', false);
   const { gateway, stores } = await open(configFile, true);
   try {
-    if (gateway.config.storage.driver === 'memory') {
+    const changes = !['accounts list', 'wallet show', 'keys list'].includes(`${group} ${action}`);
+    if (changes && gateway.config.storage.driver === 'memory') {
       process.stderr.write('note: storage is "memory"; this change lives only in this process. Use a redis storage config.\n');
     }
     const a = gateway.admin;
     let out: unknown;
     if (group === 'accounts' && action === 'create') {
-      out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: values.wallet ?? 0 });
+      out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: wallet });
+    } else if (group === 'accounts' && action === 'list') {
+      out = await a.listAccounts();
+    } else if (group === 'wallet' && action === 'show') {
+      const account = need(values.account, 'account');
+      out = { account, ...(await a.wallet(account)) };
     } else if (group === 'wallet' && action === 'top-up') {
-      out = await a.topUp(need(values.account, 'account'), need(values.usd, 'usd'));
+      out = await a.topUp(need(values.account, 'account'), need(topUp, 'usd'));
     } else if (group === 'keys' && action === 'create') {
       const kind = values.kind ?? 'developer';
       if (kind !== 'developer' && kind !== 'agent') throw new UsageError('--kind is developer or agent');
@@ -144,11 +237,14 @@ async function admin(argv: string[]): Promise<void> {
         kind,
         model: values.model ?? null,
         label: values.label ?? null,
-        monthlyCapUsd: values['monthly-cap'] ?? null,
+        monthlyCapUsd: cap,
       });
     } else if (group === 'keys' && action === 'disable') {
       await a.disableKey(need(values.id, 'id'));
       out = { disabled: values.id };
+    } else if (group === 'keys' && action === 'enable') {
+      await a.enableKey(need(values.id, 'id'));
+      out = { enabled: values.id };
     } else if (group === 'keys' && action === 'list') {
       out = await a.listKeys(need(values.account, 'account'));
     } else {
@@ -171,10 +267,15 @@ async function main(): Promise<void> {
 }
 
 main().catch((err: unknown) => {
-  if (err instanceof UsageError || (err as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
-    process.stderr.write(`${(err as Error).message}\n${USAGE}\n`);
+  const code = (err as { code?: unknown } | null)?.code;
+  if (err instanceof UsageError && !err.showUsage) {
+    process.stderr.write(`${err.message}\n(model-gateway --help lists every command and option)\n`);
+  } else if (err instanceof UsageError || (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_'))) {
+    process.stderr.write(`${(err as Error).message}\n\n${USAGE}\n`);
   } else if (err instanceof ConfigError || err instanceof AdminError) {
     process.stderr.write(`${err.message}\n`);
+  } else if (isStoreUnavailable(err)) {
+    process.stderr.write(`the storage does not answer: ${err.message}\n`);
   } else {
     process.stderr.write(`${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
   }

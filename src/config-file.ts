@@ -1,15 +1,28 @@
-/** Reading a JSON config file, with "${NAME}" strings replaced by environment variables. */
+/**
+ * Reading a JSON config file, with "${NAME}" inside any string replaced by the environment
+ * variable NAME ("Bearer ${TOKEN}" works as well as "${TOKEN}"); "$${NAME}" is the literal
+ * text "${NAME}".
+ *
+ * A variable that is unset or empty is an error naming the field and the variable: an empty
+ * one is almost always a secret that was not provided (a CI secret missing in a fork, an
+ * `export KEY=` with nothing after it), and reading it as "no key" would send requests
+ * without their Authorization.
+ */
 import { readFile } from 'node:fs/promises';
 import { ConfigError } from './options.js';
 
+const REFERENCE = /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
+
 function substitute(value: unknown, env: NodeJS.ProcessEnv, path: string): unknown {
   if (typeof value === 'string') {
-    const m = /^\$\{([A-Za-z_][A-Za-z0-9_]*)\}$/.exec(value);
-    if (!m) return value;
-    const name = m[1]!;
-    const v = env[name];
-    if (v === undefined) throw new ConfigError(`${path || '(root)'}: environment variable ${name} is not set`);
-    return v;
+    return value.replace(REFERENCE, (whole, escaped: string, name: string) => {
+      if (escaped) return whole.slice(1);
+      const v = env[name];
+      const where = path || '(root)';
+      if (v === undefined) throw new ConfigError(`${where}: environment variable ${name} is not set (write $\${${name}} for the literal text)`);
+      if (v === '') throw new ConfigError(`${where}: environment variable ${name} is empty`);
+      return v;
+    });
   }
   if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, `${path}.${i}`));
   if (value && typeof value === 'object') {

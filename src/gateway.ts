@@ -27,8 +27,10 @@ import { createSpeech } from './routes/speech.js';
 import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
+import { createCors } from './cors.js';
+import { createProbes, type StartupState } from './probes.js';
 import { createMemoryStores } from './stores/memory/index.js';
-import { StoreUnavailableError } from './stores/errors.js';
+import { isStoreUnavailable } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker } from './upstream/breaker.js';
 import { createHttpUpstream, type Upstream } from './upstream/client.js';
@@ -46,8 +48,38 @@ export interface GatewayOptions extends GatewayConfigInput {
 
 /** What the server context may carry: node:http's req, or an adapter's client address. */
 export interface GatewayServerContext {
-  req?: { socket?: { remoteAddress?: string | undefined } };
+  /**
+   * node:http's request: its `url` is the request target exactly as the client sent it
+   * (`originalUrl` when a framework that strips mount paths handed it over).
+   */
+  req?: { url?: string | undefined; originalUrl?: string | undefined; socket?: { remoteAddress?: string | undefined } };
   clientAddress?: string;
+}
+
+/**
+ * The path and query of a request, read from the request target only. On node:http the
+ * server adapter builds `request.url` by pasting the Host header in front of the target, so a
+ * Host such as "x/v1/images/generations?" would move the path; node's own `req.url` is the
+ * target as sent. Elsewhere `request.url` was parsed as a URL, whose authority cannot hold a
+ * "/" or "?".
+ */
+function requestTarget(request: Request, serverContext: GatewayServerContext | undefined): { path: string; query: string } {
+  let target = serverContext?.req?.originalUrl ?? serverContext?.req?.url;
+  if (typeof target !== 'string' || !target.startsWith('/')) {
+    // An adapter's Request, or an absolute-form target ("http://host/path"): its URL parse.
+    const url = typeof target === 'string' && target !== '' && target !== '*' ? target : request.url;
+    const authority = url.indexOf('//');
+    const pathStart = url.indexOf('/', authority === -1 ? 0 : authority + 2);
+    target = pathStart === -1 ? '/' : url.slice(pathStart);
+  }
+  const queryStart = target.indexOf('?');
+  const end = queryStart === -1 ? target.length : queryStart;
+  // A fragment is never part of the path or the query.
+  const hash = target.indexOf('#');
+  return {
+    path: target.slice(0, hash !== -1 && hash < end ? hash : end),
+    query: queryStart === -1 ? '' : target.slice(queryStart + 1, hash > queryStart ? hash : undefined),
+  };
 }
 
 export interface GatewayExtras {
@@ -153,7 +185,25 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   ready.catch((err: unknown) => log.error({ msg: 'seeding failed', err }));
   // Checked per request before awaiting `ready`: an await costs a tick even once it resolved.
   let isReady = false;
-  void ready.then(() => (isReady = true), () => undefined);
+  let startup: StartupState = 'pending';
+  void ready.then(
+    () => {
+      isReady = true;
+      startup = 'ok';
+    },
+    () => (startup = 'failed'),
+  );
+  // Wallets and the ledger live only in the stores: say so at start-up when they keep nothing.
+  stores
+    .durabilityWarning?.()
+    .then((warning) => warning && log.warn({ msg: warning }))
+    .catch(() => undefined); // an unreachable store is reported by readiness and by every call
+  /** Set by dispose(): new calls are refused while the ones in flight finish. */
+  let draining = false;
+  /** Requests inside `handle` (streams that outlive it are tracked as open billed calls). */
+  let inFlight = 0;
+  const probes = createProbes({ stores, startup: () => startup, draining: () => draining, log });
+  const cors = createCors(cfg.cors);
 
   const v1 = `${basePath.replace(/\/+$/, '')}/v1`;
   const v1Slash = `${v1}/`;
@@ -171,23 +221,27 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route('/videos/{id}/content', { GET: videoContent }),
   ];
 
-  /** Set by dispose(): new calls are refused while the ones in flight finish. */
-  let draining = false;
-  /** Requests inside `handle` (streams that outlive it are tracked as open billed calls). */
-  let inFlight = 0;
+  const healthPath = `${basePath.replace(/\/+$/, '')}/health`;
+  const readyPath = `${basePath.replace(/\/+$/, '')}/ready`;
 
   async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
     // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
     const requestId = `req_${randomUUID().replaceAll('-', '')}`;
+    const res = await dispatch(request, serverContext, requestId);
+    return cors ? cors.decorate(request, res) : res;
+  }
+
+  async function dispatch(request: Request, serverContext: GatewayServerContext, requestId: string): Promise<Response> {
     let rateHeaders: Record<string, string> = {};
     inFlight++;
     try {
+      const { path, query } = requestTarget(request, serverContext);
+      const preflight = cors?.preflight(request, requestId);
+      if (preflight) return preflight;
+      // Before waiting for start-up: liveness and readiness answer while seeding runs.
+      if (path === healthPath) return await probes.answer('health', request, requestId);
+      if (path === readyPath) return await probes.answer('ready', request, requestId);
       if (!isReady) await ready;
-      const url = request.url;
-      const pathStart = url.indexOf('/', url.indexOf('//') + 2);
-      const queryStart = url.indexOf('?', pathStart);
-      const path = url.slice(pathStart, queryStart === -1 ? undefined : queryStart);
-      if (path === `${basePath}/health` && request.method === 'GET') return json(200, { status: 'ok' }, { 'x-request-id': requestId });
       if (!path.startsWith(v1Slash)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
       if (draining) {
         throw new GatewayError('service_unavailable', 'The gateway is shutting down. Retry the request.', {
@@ -238,7 +292,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         clientIp,
         params,
         get query() {
-          return new URLSearchParams(queryStart === -1 ? '' : url.slice(queryStart + 1));
+          return new URLSearchParams(query);
         },
         key,
         headers: rateHeaders,
@@ -273,7 +327,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   function toErrorResponse(err: unknown, requestId: string, extra: Record<string, string>, clientGone: boolean): Response {
     let gErr: GatewayError;
     if (err instanceof GatewayError) gErr = err;
-    else if (err instanceof StoreUnavailableError) {
+    else if (isStoreUnavailable(err)) {
       log.warn({ msg: 'store unavailable', requestId, err: err.message });
       gErr = errors.storeDown(err);
     } else if (clientGone) {

@@ -9,5 +9,5 @@ export type { GatewayConfig, GatewayConfigInput } from './options.js';
 export { loadConfigFile } from './config-file.js';
 export { createMemoryStores } from './stores/memory/index.js';
 export type * from './stores/types.js';
-export { StoreUnavailableError } from './stores/errors.js';
+export { StoreUnavailableError, isStoreUnavailable } from './stores/errors.js';
 export type { Logger } from './log.js';

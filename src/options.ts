@@ -29,10 +29,17 @@ const usdAmount = z.union([z.number(), z.string()]).refine(
   { message: 'must be a non-negative USD amount with at most 9 decimal places' },
 );
 
+const redisUrl = z.string().regex(/^rediss?:\/\/\S+$/, 'must be a Redis URL, e.g. "redis://10.0.0.7:6379"');
+/** A secret may be left out, never empty: an empty one is an unset variable, not "no password". */
+const secret = z.string().min(1, 'must not be empty (leave it out when there is none)');
+
 const httpUpstream = z.strictObject({
   baseUrl: z.url({ protocol: /^https?$/ }),
-  /** @default "" (no Authorization header is sent when empty) */
-  apiKey: z.string().default(''),
+  /**
+   * Sent as `Authorization: Bearer <apiKey>`. Leave it out for an upstream that takes no key;
+   * an empty one is refused (it is almost always an unset environment variable).
+   */
+  apiKey: secret.default(''),
   /** @default 60000 */
   timeoutMs: z.number().int().positive().default(60_000),
   /** Upstream connections kept per origin. @default 256 */
@@ -101,6 +108,36 @@ export const modelSchema = z
   });
 
 const keyFormat = /^sk-mg-[A-Za-z0-9]{40,}$/;
+
+/**
+ * Redis storage: one server (`url`, the default), a Cluster (`cluster`: some of its nodes) or
+ * a Sentinel-watched primary (`sentinels` and `name`). Exactly one of the three.
+ */
+const redisStorage = z
+  .strictObject({
+    driver: z.literal('redis'),
+    /** @default "redis://127.0.0.1:6379" when neither `cluster` nor `sentinels` is given */
+    url: redisUrl.optional(),
+    /** @example ["redis://10.0.0.7:7000", "redis://10.0.0.8:7000", "redis://10.0.0.9:7000"] */
+    cluster: z.array(redisUrl).min(1).optional(),
+    /** @example ["redis://10.0.0.7:26379", "redis://10.0.0.8:26379", "redis://10.0.0.9:26379"] */
+    sentinels: z.array(redisUrl).min(1).optional(),
+    /** With `sentinels`: the name the sentinels monitor the primary by. @example "mymaster" */
+    name: z.string().min(1).optional(),
+    /** With `sentinels`: the primary's credentials (those in the sentinel URLs are the sentinels' own). */
+    username: secret.optional(),
+    password: secret.optional(),
+    /** @default "mg:" */
+    keyPrefix: z.string().regex(/^[^{}]*$/, 'must not contain "{" or "}" (they form hash tags)').default('mg:'),
+  })
+  .superRefine((r, ctx) => {
+    const given = (['url', 'cluster', 'sentinels'] as const).filter((k) => r[k] !== undefined);
+    if (given.length > 1) ctx.addIssue({ code: 'custom', path: [given[1]!], message: `give one of url, cluster or sentinels, not ${given.join(' and ')}` });
+    if (r.sentinels && !r.name) ctx.addIssue({ code: 'custom', path: ['name'], message: 'sentinels need the name of the primary they monitor' });
+    for (const k of ['name', 'username', 'password'] as const) {
+      if (r[k] !== undefined && !r.sentinels) ctx.addIssue({ code: 'custom', path: [k], message: 'only used with sentinels (put credentials in the URL)' });
+    }
+  });
 
 export const optionsSchema = z.strictObject({
   /** Shown as `owned_by` on media rows. @default "model-gateway" */
@@ -202,14 +239,26 @@ export const optionsSchema = z.strictObject({
   settleJournalDir: z.string().min(1).nullable().default(null),
   /** Proxies (IPs or CIDRs) whose X-Forwarded-For is believed. @default [] */
   trustProxy: z.array(z.string()).default([]),
+  /**
+   * CORS for browser apps: the origins allowed to call the gateway (["*"] for any); preflights
+   * are answered. Off by default (null): browsers then refuse cross-origin answers.
+   * @example { "origins": ["https://app.example.com"] }
+   * @default null
+   */
+  cors: z
+    .strictObject({
+      origins: z
+        .array(z.string().regex(/^(\*|https?:\/\/[^/\s?#]+)$/, 'must be an origin such as "https://app.example.com" (no path), or "*"'))
+        .min(1),
+      /** How long a browser may reuse a preflight answer. @default 600 */
+      maxAgeSeconds: z.number().int().nonnegative().max(86_400).default(600),
+    })
+    .nullable()
+    .default(null),
   storage: z
     .discriminatedUnion('driver', [
       z.strictObject({ driver: z.literal('memory') }),
-      z.strictObject({
-        driver: z.literal('redis'),
-        url: z.string().default('redis://127.0.0.1:6379'),
-        keyPrefix: z.string().default('mg:'),
-      }),
+      redisStorage,
     ])
     .default({ driver: 'memory' }),
 });

@@ -306,6 +306,17 @@ export interface Stores {
   jobs: JobStore;
   content: ContentStore;
   idempotency: IdempotencyStore;
+  /**
+   * Resolves when every backend the stores need answers; rejects (StoreUnavailableError)
+   * naming what does not. Readiness (`GET /ready`) calls it. Without it the stores count as
+   * always answering.
+   */
+  ping?(): Promise<void>;
+  /**
+   * A warning to log at start-up when the stores keep nothing durable (e.g. a Redis with
+   * neither AOF nor RDB snapshots), else null. Without it nothing is checked.
+   */
+  durabilityWarning?(): Promise<string | null>;
   /** Releases connections the stores opened themselves. */
   close(): Promise<void>;
 }

@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import type { Tokenizer } from '../billing/tokens.js';
 import type { UpstreamCall, UpstreamResponse } from './client.js';
 import { bytesResponse, jsonResponse } from './local-response.js';
+import { sleep } from './sleep.js';
 
 export interface MediaSimulatorOptions {
   imageDelayMs: number;
@@ -94,13 +95,6 @@ async function parseVideoBody(c: UpstreamCall): Promise<Record<string, unknown> 
   for (const [k, v] of form.entries()) if (typeof v === 'string') out[k] = v;
   return out;
 }
-
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener('abort', () => (clearTimeout(t), reject(signal.reason)), { once: true });
-  });
 
 export function createMediaSimulator(opts: MediaSimulatorOptions, _tokenizer: Tokenizer): MediaSimulator {
   const videos = new Map<string, SimVideo>();

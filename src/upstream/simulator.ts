@@ -7,26 +7,13 @@ import { contentText, type Tokenizer } from '../billing/tokens.js';
 import type { Upstream, UpstreamCall, UpstreamResponse } from './client.js';
 import { jsonResponse, streamResponse } from './local-response.js';
 import { createMediaSimulator, type MediaSimulatorOptions } from './simulator-media.js';
+import { sleep } from './sleep.js';
 
 export interface SimulatorOptions extends MediaSimulatorOptions {
   chunkDelayMs: number;
 }
 
 const encoder = new TextEncoder();
-
-const sleep = (ms: number, signal?: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    if (signal?.aborted) return reject(signal.reason);
-    const t = setTimeout(resolve, ms);
-    signal?.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        reject(signal.reason);
-      },
-      { once: true },
-    );
-  });
 
 function lastUserText(messages: unknown): string {
   if (!Array.isArray(messages)) return '';

@@ -9,7 +9,7 @@ import { cp, mkdir, mkdtemp, rm, stat, symlink, writeFile } from 'node:fs/promis
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { repoRoot, run } from './spawn.js';
+import { freePort, repoRoot, run, spawnServer, writeConfig } from './spawn.js';
 
 const SUBPATHS = ['model-gateway', 'model-gateway/express', 'model-gateway/fastify', 'model-gateway/next', 'model-gateway/bun', 'model-gateway/redis'];
 /** One export each subpath must have, and its type. */
@@ -135,6 +135,36 @@ describe('the packed tarball', () => {
     const bin = join(app, 'node_modules', 'model-gateway', 'dist', 'cli.js');
     expect((await stat(bin)).mode & 0o111).not.toBe(0);
     expect(await run(bin, ['--help'], { cwd: app })).toMatch(/model-gateway serve --config FILE/);
+  });
+
+  it('the bin answers a Redis outage with 503 service_unavailable (not 500), and /ready names the storage', async () => {
+    // The bin is one bundle that loads the Redis stores from dist/redis.js: the stores' error
+    // class and the one the gateway checks are two copies, which must still match.
+    const bin = join(app, 'node_modules', 'model-gateway', 'dist', 'cli.js');
+    const config = await writeConfig({ storage: { driver: 'redis', url: `redis://127.0.0.1:${await freePort()}`, keyPrefix: 'mgpkg:' } });
+    const server = await spawnServer(process.execPath, [bin, 'serve', '--config', config, '--port', '0'], {
+      ready: /listening on (http:\/\/\S+)\/v1/,
+      timeoutMs: 30_000,
+    });
+    try {
+      const origin = server.match[1]!;
+      const res = await fetch(`${origin}/v1/models`, { headers: { authorization: `Bearer sk-mg-${'A'.repeat(44)}` } });
+      expect(res.status).toBe(503);
+      expect(res.headers.get('retry-after')).toBe('1');
+      expect(((await res.json()) as { error: unknown }).error).toMatchObject({ code: 'service_unavailable', type: 'service_unavailable' });
+      const ready = await fetch(`${origin}/ready`);
+      expect(ready.status).toBe(503);
+      const body = (await ready.json()) as { error: { message: string; metadata: { checks: Record<string, string> } } };
+      expect(body.error.message).toMatch(/storage/);
+      expect(body.error.metadata.checks).toMatchObject({ startup: 'ok', storage: 'unavailable' });
+      const head = await fetch(`${origin}/ready`, { method: 'HEAD' });
+      expect(head.status).toBe(503);
+      expect(await head.text()).toBe('');
+      expect((await fetch(`${origin}/health`)).status).toBe(200);
+      expect(server.output()).not.toMatch(/unexpected error|internal_error/);
+    } finally {
+      await server.stop();
+    }
   });
 
   it('type-checks from a NodeNext TypeScript project, in ESM and CJS', async () => {

@@ -77,6 +77,10 @@ describe.each(storages)('%s: dispose() while calls are in flight', (_name, enabl
       expect(refused.status).toBe(503);
       expect(refused.headers.get('retry-after')).toBe('1');
       expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('service_unavailable');
+      // Readiness says so too, so a load balancer stops sending calls here.
+      const readiness = await fetch(`${gw.origin}/ready`);
+      expect(readiness.status).toBe(503);
+      expect(((await readiness.json()) as { error: { metadata: { checks: Record<string, string> } } }).error.metadata.checks.shutdown).toBe('draining');
 
       const events = await body;
       expect(events.at(-1)).toBe('[DONE]');

@@ -33,6 +33,8 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
     idempotency: createMemoryIdempotency(now),
+    // Memory always answers, and never pretends to be durable: it is for one process and tests.
+    async ping() {},
     async close() {},
   };
 }

@@ -30,8 +30,8 @@
  * their own commands, after (jobs) or before (accounts) the record's atomic script; readers
  * tolerate an index entry whose record is missing.
  */
-import type { Redis } from 'ioredis';
 import { StoreUnavailableError } from '../errors.js';
+import type { RedisClient } from './clients.js';
 import { defineScripts, type Scripts } from './scripts.js';
 
 /** Thrown when Redis cannot be reached or answered with an error (the gateway answers 503). */
@@ -53,7 +53,7 @@ export class RedisContext {
   private waiting: Promise<void> | undefined;
 
   constructor(
-    readonly client: Redis,
+    readonly client: RedisClient,
     readonly prefix: string,
     /** How long an operation waits for a (re)connecting client before failing. */
     private readonly readyTimeoutMs: number,

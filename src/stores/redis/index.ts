@@ -1,31 +1,52 @@
-import { Redis, type RedisOptions } from 'ioredis';
 import type { Stores } from '../types.js';
 import { createRedisAccounts, createRedisKeys } from './accounts-keys.js';
 import { createRedisBilling } from './billing.js';
+import { clusterClient, isCluster, type RedisClient, sentinelClient, singleClient } from './clients.js';
 import { RedisContext } from './connection.js';
 import { createRedisContent } from './content.js';
+import { durabilityWarning, pingRedis } from './health.js';
 import { createRedisIdempotency } from './idempotency.js';
 import { createRedisJobs } from './jobs.js';
 import { createRedisLimits } from './limits.js';
 
 export { RedisStoreError } from './connection.js';
 export { CLOSED_MARKER_TTL_MS } from './billing.js';
+export { reconnectDelay } from './clients.js';
 
 export interface RedisStoreOptions {
   /**
-   * An ioredis client to use. The stores register their scripts on it (`defineCommand`, names
-   * starting with "mg") and never close it: `close()` leaves it to you. For the failure
-   * behaviour described under `url`, give it the same settings.
+   * An ioredis client (a `Redis` or a `Cluster`) to use. The stores register their scripts on
+   * it (`defineCommand`, names starting with "mg") and never close it: `close()` leaves it to
+   * you. For the failure behaviour described under `url`, give it the same settings.
    */
-  client?: Redis;
+  client?: RedisClient;
   /**
    * Redis URL (default redis://127.0.0.1:6379) for a client the stores create and own:
    * commands time out after `commandTimeoutMs`, nothing is queued while disconnected (calls
    * fail at once, so money and limit paths answer 503 quickly), an unfulfilled command is
    * never resent behind the caller's back after a reconnect, and it keeps reconnecting with a
    * short capped backoff, so the stores recover without a restart. `close()` quits it.
+   * @example "redis://:secret@10.0.0.7:6379"
    */
   url?: string;
+  /**
+   * Redis Cluster: URLs of some of its nodes (the rest are discovered). Every script keeps to
+   * one hash slot, so all of them run on a cluster. Same failure behaviour as `url`; after a
+   * failover the client reads the new slot table and resumes.
+   * @example ["redis://10.0.0.7:7000", "redis://10.0.0.8:7000"]
+   */
+  cluster?: readonly string[];
+  /**
+   * Sentinel: URLs of the sentinels that watch the primary called `name`. The client asks
+   * them for the primary, and again after a failover.
+   * @example { sentinels: ["redis://10.0.0.7:26379", "redis://10.0.0.8:26379"], name: "mymaster" }
+   */
+  sentinels?: readonly string[];
+  /** With `sentinels`: the name the sentinels monitor the primary by. */
+  name?: string;
+  /** With `sentinels`: credentials of the primary (those in the sentinel URLs are the sentinels' own). */
+  username?: string;
+  password?: string;
   /** Prefix of every key (default "mg:"). Must not contain "{" or "}". */
   keyPrefix?: string;
   /** Command timeout of the owned client, and how long a call waits for a reconnect (default 1000). */
@@ -37,23 +58,14 @@ export interface RedisStoreOptions {
 const DEFAULT_URL = 'redis://127.0.0.1:6379';
 const DEFAULT_TIMEOUT_MS = 1_000;
 
-/** Reconnect delays: 50, 100, 200, 400 ms, then every 500 ms, forever. */
-export function reconnectDelay(attempt: number): number {
-  return Math.min(50 * 2 ** Math.max(0, attempt - 1), 500);
-}
-
-function ownClient(url: string, timeoutMs: number, onError: (err: Error) => void): Redis {
-  const options: RedisOptions = {
-    commandTimeout: timeoutMs,
-    connectTimeout: Math.max(timeoutMs, 1_000),
-    enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
-    autoResendUnfulfilledCommands: false,
-    retryStrategy: reconnectDelay,
-  };
-  const client = new Redis(url, options);
-  client.on('error', onError);
-  return client;
+function ownClient(options: RedisStoreOptions, timeoutMs: number): RedisClient {
+  const given = [options.url, options.cluster, options.sentinels].filter((x) => x !== undefined).length;
+  if (given > 1) throw new TypeError('createRedisStores: pass one of `url`, `cluster` or `sentinels`');
+  if (options.cluster) return clusterClient(options.cluster, timeoutMs);
+  if (options.sentinels) {
+    return sentinelClient(options.sentinels, options.name ?? '', timeoutMs, { username: options.username, password: options.password });
+  }
+  return singleClient(options.url ?? DEFAULT_URL, timeoutMs);
 }
 
 /**
@@ -62,13 +74,20 @@ function ownClient(url: string, timeoutMs: number, onError: (err: Error) => void
  * one hash tag (see connection.ts for the key layout).
  */
 export function createRedisStores(options: RedisStoreOptions = {}): Stores {
-  if (options.client && options.url) throw new TypeError('createRedisStores: pass either `client` or `url`, not both');
+  if (options.client && (options.url || options.cluster || options.sentinels)) {
+    throw new TypeError('createRedisStores: pass either `client` or a connection (`url`, `cluster`, `sentinels`), not both');
+  }
   const keyPrefix = options.keyPrefix ?? 'mg:';
   if (/[{}]/.test(keyPrefix)) throw new RangeError('keyPrefix must not contain "{" or "}" (they form hash tags)');
   const timeoutMs = options.commandTimeoutMs ?? DEFAULT_TIMEOUT_MS;
   const owned = !options.client;
-  const client = options.client ?? ownClient(options.url ?? DEFAULT_URL, timeoutMs, options.onError ?? (() => {}));
-  const waitMs = owned ? timeoutMs : (client.options.commandTimeout ?? DEFAULT_TIMEOUT_MS);
+  let client: RedisClient;
+  if (options.client) client = options.client;
+  else {
+    client = ownClient(options, timeoutMs);
+    client.on('error', options.onError ?? (() => {}));
+  }
+  const waitMs = owned ? timeoutMs : (givenTimeout(client) ?? DEFAULT_TIMEOUT_MS);
   const ctx = new RedisContext(client, keyPrefix, waitMs);
 
   return {
@@ -79,6 +98,8 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
     jobs: createRedisJobs(ctx),
     content: createRedisContent(ctx),
     idempotency: createRedisIdempotency(ctx),
+    ping: () => pingRedis(ctx),
+    durabilityWarning: () => durabilityWarning(ctx),
     async close() {
       if (!owned) return;
       ctx.markClosed();
@@ -94,4 +115,9 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
       client.disconnect();
     },
   };
+}
+
+/** The command timeout a given client was configured with (a Cluster's is its nodes'). */
+function givenTimeout(client: RedisClient): number | undefined {
+  return isCluster(client) ? client.options.redisOptions?.commandTimeout : client.options.commandTimeout;
 }

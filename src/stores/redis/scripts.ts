@@ -13,7 +13,7 @@
  *   Redis through `fmt` ('%.0f', exact for such doubles) and are changed with INCRBY/DECRBY/
  *   HINCRBY, which are exact 64-bit operations.
  */
-import type { Redis } from 'ioredis';
+import type { RedisClient } from './clients.js';
 
 /** Shared helpers, prepended to the scripts that need them. */
 const PRELUDE = `
@@ -506,7 +506,7 @@ export type Scripts = Record<ScriptName, RunScript>;
  * Registers every script on `client` with `defineCommand` (names start with `mg`, so they do
  * not collide with an application's own commands) and returns typed runners.
  */
-export function defineScripts(client: Redis): Scripts {
+export function defineScripts(client: RedisClient): Scripts {
   const commands = client as unknown as Record<string, (...args: (string | number)[]) => Promise<unknown>>;
   const out = {} as Scripts;
   for (const [name, def] of Object.entries(SCRIPTS) as [ScriptName, ScriptDef][]) {

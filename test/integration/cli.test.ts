@@ -1,0 +1,136 @@
+/**
+ * The `model-gateway` command as a user runs it (a child process): mistakes on the command
+ * line are one clear line and exit code 1, never a stack trace; a port in use says so; the
+ * help documents every command and option; and the read / enable commands work against a
+ * real Redis, where admin changes outlive the process.
+ */
+import { execFile } from 'node:child_process';
+import { randomBytes } from 'node:crypto';
+import { rm } from 'node:fs/promises';
+import { createServer, type Server } from 'node:net';
+import { join } from 'node:path';
+import { build } from 'esbuild';
+import { Redis } from 'ioredis';
+import { afterAll, describe, expect, it } from 'vitest';
+import { writeConfig } from '../helpers/processes.js';
+import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
+
+const ROOT = join(import.meta.dirname, '..', '..');
+const MEMORY_CONFIG = join(ROOT, 'examples', 'gateway.config.json');
+
+// src/cli.ts bundled once (dependencies left to node_modules, as in the published build):
+// each run then starts in a fraction of the time a TypeScript loader takes.
+const BUNDLE = join(ROOT, '.tmp', `cli-test-${process.pid}-${randomBytes(3).toString('hex')}.mjs`);
+await build({ entryPoints: [join(ROOT, 'src', 'cli.ts')], bundle: true, platform: 'node', format: 'esm', packages: 'external', outfile: BUNDLE, logLevel: 'warning' });
+afterAll(() => rm(BUNDLE, { force: true }));
+
+function cli(...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  return new Promise((resolve) => {
+    execFile(process.execPath, [BUNDLE, ...args], { cwd: ROOT, timeout: 30_000 }, (err, stdout, stderr) => {
+      resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+    });
+  });
+}
+
+/** One line of explanation (plus the pointer to --help), no stack frames. */
+function expectClearError(r: { code: number; stderr: string }, message: RegExp) {
+  expect(r.code).toBe(1);
+  expect(r.stderr).toMatch(message);
+  expect(r.stderr).not.toMatch(/^\s+at /m);
+  expect(r.stderr).not.toMatch(/RangeError|TypeError/);
+}
+
+describe('command-line mistakes', () => {
+  it('refuses bad amounts with a message naming the flag, before touching the storage', async () => {
+    const results = await Promise.all([
+      cli('wallet', 'top-up', '--config', MEMORY_CONFIG, '--account', 'demo', '--usd', '-5'),
+      cli('wallet', 'top-up', '--config', MEMORY_CONFIG, '--account', 'demo', '--usd', '0'),
+      cli('accounts', 'create', '--config', MEMORY_CONFIG, '--id', 'x', '--wallet', 'ten'),
+      cli('keys', 'create', '--config', MEMORY_CONFIG, '--account', 'demo', '--monthly-cap', '1.0000000001'),
+      cli('keys', 'create', '--config', MEMORY_CONFIG, '--account', 'demo', '--monthly-cap=-1'),
+    ]);
+    expectClearError(results[0]!, /^--usd must be more than 0 USD.*got "-5"/);
+    expectClearError(results[1]!, /^--usd must be more than 0 USD.*got "0"/);
+    expectClearError(results[2]!, /^--wallet must be 0 or more USD.*got "ten"/);
+    expectClearError(results[3]!, /^--monthly-cap must be .*more than 9 decimal places/);
+    expectClearError(results[4]!, /^--monthly-cap must be 0 or more USD.*got "-1"/);
+  });
+
+  it('refuses a bad port, and says so when the port is in use', async () => {
+    const busy: Server = createServer();
+    await new Promise<void>((resolve) => busy.listen(0, '127.0.0.1', resolve));
+    const taken = String((busy.address() as { port: number }).port);
+    try {
+      const [tooBig, word, inUse] = await Promise.all([
+        cli('serve', '--config', MEMORY_CONFIG, '--port', '99999'),
+        cli('serve', '--config', MEMORY_CONFIG, '--port', 'http'),
+        cli('serve', '--config', MEMORY_CONFIG, '--port', taken, '--host', '127.0.0.1'),
+      ]);
+      expectClearError(tooBig, /^--port must be a whole number from 0 to 65535; got "99999"/);
+      expectClearError(word, /^--port must be a whole number/);
+      expectClearError(inUse, new RegExp(`^port ${taken} on 127\\.0\\.0\\.1 is already in use`));
+    } finally {
+      busy.close();
+    }
+  });
+
+  it('documents every command and option in --help; an unknown command prints it', async () => {
+    const help = await cli('--help');
+    expect(help.code).toBe(0);
+    for (const s of ['accounts list', 'wallet show', 'keys enable', 'keys disable', '--port N', '--host H', '0 picks a free one']) expect(help.stdout).toContain(s);
+    const unknown = await cli('wallets', 'show', '--config', MEMORY_CONFIG);
+    expect(unknown.code).toBe(1);
+    expect(unknown.stderr).toMatch(/^unknown command: wallets show\n\nusage:/);
+    expectClearError(await cli('wallet', 'show', '--config', MEMORY_CONFIG), /^missing --account/);
+  });
+});
+
+const redisUp = (await redisProblem(REDIS_URL)) === null;
+
+describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', () => {
+  const prefix = `mgcli:${randomBytes(4).toString('hex')}:`;
+  const config = writeConfig({
+    upstreams: { sim: { simulate: true } },
+    models: [{ id: 'sim/chat', upstream: 'sim', pricing: { prompt: '0.000001', completion: '0.000002' } }],
+    storage: { driver: 'redis', url: REDIS_URL, keyPrefix: prefix },
+  });
+  const json = (r: { code: number; stdout: string; stderr: string }) => {
+    expect(r.code, r.stderr).toBe(0);
+    return JSON.parse(r.stdout) as unknown;
+  };
+
+  afterAll(async () => {
+    if (!redisUp) return;
+    const c = new Redis(REDIS_URL);
+    await deleteKeysWithPrefix(c, prefix);
+    c.disconnect();
+  });
+
+  it('accounts list, wallet show, keys disable and enable', async () => {
+    expect(redisUp, `Redis at ${REDIS_URL} must answer under CI=true`).toBe(true);
+    json(await cli('accounts', 'create', '--config', config, '--id', 'acme', '--wallet', '10'));
+    json(await cli('accounts', 'create', '--config', config, '--id', 'beta'));
+    json(await cli('wallet', 'top-up', '--config', config, '--account', 'acme', '--usd', '2.5'));
+    expect(json(await cli('accounts', 'list', '--config', config))).toEqual([
+      { id: 'acme', grants: [], createdAt: expect.any(Number), balanceUsd: '12.5', heldUsd: '0' },
+      { id: 'beta', grants: [], createdAt: expect.any(Number), balanceUsd: '0', heldUsd: '0' },
+    ]);
+    expect(json(await cli('wallet', 'show', '--config', config, '--account', 'acme'))).toEqual({ account: 'acme', balanceUsd: '12.5', heldUsd: '0' });
+
+    const created = json(await cli('keys', 'create', '--config', config, '--account', 'acme', '--label', 'ci')) as { id: string };
+    const disabled = async () => ((json(await cli('keys', 'list', '--config', config, '--account', 'acme')) as { disabled: boolean }[])[0]!).disabled;
+    json(await cli('keys', 'disable', '--config', config, '--id', created.id));
+    expect(await disabled()).toBe(true);
+    expect(json(await cli('keys', 'enable', '--config', config, '--id', created.id))).toEqual({ enabled: created.id });
+    expect(await disabled()).toBe(false);
+
+    const missing = await cli('keys', 'enable', '--config', config, '--id', 'key_nope');
+    expectClearError(missing, /^No key "key_nope"\./);
+    expectClearError(await cli('wallet', 'show', '--config', config, '--account', 'nobody'), /^No account "nobody"\./);
+  }, 60_000);
+
+  it('a storage that does not answer is one line, not a stack', async () => {
+    const down = writeConfig({ storage: { driver: 'redis', url: 'redis://127.0.0.1:1', keyPrefix: prefix } });
+    expectClearError(await cli('accounts', 'list', '--config', down), /^the storage does not answer: Redis/);
+  });
+});
