@@ -2,8 +2,8 @@
  * The billed-call lifecycle, the one way any endpoint spends money:
  *
  *   open (a hold for the worst case, checked atomically against the wallet and the key's
- *   monthly cap) -> relay -> settle exactly once (the full list cost of what was used) or
- *   release (nothing was produced).
+ *   monthly cap) -> relay -> `bill` exactly once (the full list cost of what was used: the
+ *   store settles the hold) or `cancel` (nothing was produced: the store releases the hold).
  *
  * Routes describe what they bill (the units and how they were measured); the cost, the ledger
  * entry and every write to the billing store are made here. Around that core:
@@ -15,7 +15,16 @@
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../log.js';
-import type { ApiKeyRecord, BillingStore, HoldResult, LedgerUnits, Measurement, SettleRequest } from '../stores/types.js';
+import type {
+  ApiKeyRecord,
+  BillingStore,
+  HoldResult,
+  KeyUsage,
+  LedgerUnits,
+  Measurement,
+  SettleRequest,
+  WalletView,
+} from '../stores/types.js';
 import type { SettleJournal } from './journal.js';
 import { listCost } from './pricing.js';
 
@@ -65,12 +74,12 @@ export interface BilledCall {
   readonly closed: boolean;
   /**
    * Bills `units` at the model's list price, in full even past the hold, once: every later
-   * settle or release of this call is ignored. Resolves when the charge is in the store or,
+   * bill or cancel of this call is ignored. Resolves when the charge is in the store or,
    * if the store is failing, in the settle journal (it lands later).
    */
-  settle(units: LedgerUnits, measured: Measurement, options?: SettleOptions): Promise<void>;
+  bill(units: LedgerUnits, measured: Measurement, options?: SettleOptions): Promise<void>;
   /** Drops the hold without charging: nothing was produced. Ignored once closed. */
-  release(): Promise<void>;
+  cancel(): Promise<void>;
   /**
    * How to stop this call when the shutdown grace period is over: end it and settle what was
    * produced. Without one, an aborted call is released (nothing reached the client yet).
@@ -103,6 +112,8 @@ export interface Meter {
    * crash): it settles or releases that hold through the same lifecycle.
    */
   resume(req: { id: string; accountId: string; keyId: string; model: Model | undefined; durable?: boolean }): BilledCall;
+  /** What `key` has spent (all time, this month, held now) and its account's wallet, for /key. */
+  report(key: Pick<ApiKeyRecord, 'id' | 'accountId'>): Promise<{ usage: KeyUsage; wallet: WalletView }>;
   /** Calls open on this instance (held, not yet settled or released); `durable` jobs excluded. */
   openCalls(): number;
   /** Settles not yet in the store (kept in the journal, being retried). */
@@ -139,10 +150,10 @@ class CallImpl implements BilledCall {
     readonly durable: boolean,
   ) {}
 
-  settle(units: LedgerUnits, measured: Measurement, options: SettleOptions = {}): Promise<void> {
+  bill(units: LedgerUnits, measured: Measurement, options: SettleOptions = {}): Promise<void> {
     if (this.closed) return Promise.resolve();
     const model = this.model;
-    if (!model) return this.release();
+    if (!model) return this.cancel();
     this.closed = true;
     this.meter.forget(this);
     const at = this.meter.now();
@@ -165,7 +176,7 @@ class CallImpl implements BilledCall {
     return this.meter.write(req);
   }
 
-  release(): Promise<void> {
+  cancel(): Promise<void> {
     if (this.closed) return Promise.resolve();
     this.closed = true;
     this.meter.forget(this);
@@ -318,6 +329,13 @@ export function createMeter(deps: MeterDeps): Meter {
     resume({ id, accountId, keyId, model, durable }) {
       return new CallImpl(internals, id, accountId, keyId, model, 0n, durable === true);
     },
+    async report(key) {
+      const [usage, wallet] = await Promise.all([
+        billing.keyUsage(key.accountId, key.id, monthOf(deps.now())),
+        billing.wallet(key.accountId),
+      ]);
+      return { usage, wallet };
+    },
     openCalls: () => nonDurable,
     pendingSettles: () => retrying.size,
     abortAll() {
@@ -331,7 +349,7 @@ export function createMeter(deps: MeterDeps): Meter {
           }
         }
         // Whatever the handler did, the call ends now: nothing more reaches the client.
-        if (!call.closed) void call.release();
+        if (!call.closed) void call.cancel();
       }
     },
     idle(ms) {

@@ -118,8 +118,8 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
     model,
     promptTokens,
     finish(usage, measured = 'usage') {
-      if (!usage) void call.release();
-      else void call.settle({ kind: 'tokens', prompt: usage.prompt, completion: usage.completion }, measured, { upstream: model.upstream });
+      if (!usage) void call.cancel();
+      else void call.bill({ kind: 'tokens', prompt: usage.prompt, completion: usage.completion }, measured, { upstream: model.upstream });
     },
   };
 

@@ -1,5 +1,5 @@
 /** GET /models, /key, /brands, /knowledge. Not billed. */
-import { monthOf, nextMonthStart } from '../billing/meter.js';
+import { nextMonthStart } from '../billing/meter.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { json } from '../http.js';
@@ -23,10 +23,7 @@ const seconds = (ms: number) => Math.floor(ms / 1000);
 export async function readKey(core: Core, ctx: RequestContext): Promise<Response> {
   const key = ctx.key;
   const now = core.now();
-  const [usage, wallet] = await Promise.all([
-    core.stores.billing.keyUsage(key.accountId, key.id, monthOf(now)),
-    core.stores.billing.wallet(key.accountId),
-  ]);
+  const { usage, wallet } = await core.meter.report(key);
   const cap = key.monthlyCap;
   const remaining = cap === null ? null : cap - usage.monthly - usage.held;
   return json(

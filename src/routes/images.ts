@@ -62,12 +62,12 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
       const data = outcome.body.data;
       const counted = Array.isArray(data);
       const images = counted ? Math.min(n, data.length) : n;
-      await call.settle({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
+      await call.bill({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
         entryId: ledgerId,
         upstream: model.upstream,
       });
     } else {
-      await call.release();
+      await call.cancel();
     }
     await core.jobs.drop(lease);
   };
@@ -185,7 +185,7 @@ export function adoptLostImage(core: Core): (job: JobRecord) => Promise<void> {
       UNFINISHED,
     );
     if (!updated) return;
-    await core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }).release();
+    await core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }).cancel();
     const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
     await core.jobs.drop(lease);
   };

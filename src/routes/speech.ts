@@ -58,8 +58,8 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   // Once a byte of audio went out the speech was produced and is billed; else nothing is.
   const finish = (produced: boolean) => {
     ctx.request.signal?.removeEventListener('abort', onClientGone);
-    if (produced) void call.settle(units, 'tokenizer', { upstream: model.upstream });
-    else void call.release();
+    if (produced) void call.bill(units, 'tokenizer', { upstream: model.upstream });
+    else void call.cancel();
   };
 
   let res: UpstreamResponse | undefined;

@@ -122,7 +122,7 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
       }
       upstreamJob = parsed as Record<string, unknown>;
     } catch (err) {
-      await call.release();
+      await call.cancel();
       throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });
     }
   } catch (err) {
@@ -158,7 +158,7 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
     await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
   } catch (err) {
     // The upstream job runs on, but without a record nobody could poll or bill it: refund.
-    await call.release();
+    await call.cancel();
     await core.jobs.drop(lease);
     throw errors.storeDown(err);
   }
@@ -202,7 +202,7 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
       { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
       UNFINISHED,
     );
-    if (updated) await call.release();
+    if (updated) await call.cancel();
     await core.jobs.drop(lease);
   };
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
@@ -249,7 +249,7 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
         UNFINISHED,
       );
       if (updated) {
-        await call.settle({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
+        await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
           upstream: model.upstream,
         });
       }
