@@ -10,6 +10,7 @@ import type { Upstream } from './upstream/client.js';
 import type { Breaker } from './upstream/breaker.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { ContextService } from './context/inject.js';
+import type { Hooks } from './plugins.js';
 
 export interface Core {
   cfg: GatewayConfig;
@@ -28,6 +29,8 @@ export interface Core {
   grants(accountId: string): Promise<readonly string[]>;
   /** Registers background work that `dispose()` waits for. */
   track(p: Promise<unknown>): void;
+  /** The user plugins' hooks the routes run (onUpstreamRequest; onError for failed streams). */
+  hooks: Hooks;
   /** Aborted by dispose(): long-running background work stops. */
   shutdown: AbortSignal;
 }
@@ -42,8 +45,6 @@ export interface RequestContext {
   key: ApiKeyRecord;
   /** The request body, read once within the body limits (413 / 408 otherwise). */
   body(): Promise<Uint8Array>;
-  /** Headers every answer to this request carries (rate limit state). */
-  headers: Record<string, string>;
 }
 
 export type RouteHandler = (core: Core, ctx: RequestContext) => Promise<Response>;

@@ -31,9 +31,10 @@ import { createCors } from './cors.js';
 import { createProbes, type StartupState } from './probes.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import { isStoreUnavailable } from './stores/errors.js';
-import type { Stores } from './stores/types.js';
+import type { ApiKeyRecord, Stores } from './stores/types.js';
+import { createHooks, type GatewayPlugin, pluginKey } from './plugins.js';
 import { createBreaker } from './upstream/breaker.js';
-import { createHttpUpstream, type Upstream } from './upstream/client.js';
+import { createHttpUpstream, customUpstream, type Upstream } from './upstream/client.js';
 import { createSimulator } from './upstream/simulator.js';
 
 export interface GatewayOptions extends GatewayConfigInput {
@@ -44,6 +45,8 @@ export interface GatewayOptions extends GatewayConfigInput {
   logger?: Logger;
   /** Path prefix in front of /v1 when the host app does not strip it (e.g. "/api"). */
   basePath?: string;
+  /** Plugins, run in this order at each stage (see `GatewayPlugin`). */
+  plugins?: GatewayPlugin[];
 }
 
 /** What the server context may carry: node:http's req, or an adapter's client address. */
@@ -94,6 +97,46 @@ export interface GatewayExtras {
 
 export type Gateway = ServerAdapter<GatewayServerContext, ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras>;
 
+/** One request on its way through the pipeline. */
+interface Exchange {
+  request: Request;
+  serverContext: GatewayServerContext | undefined;
+  requestId: string;
+  path: string;
+  query: string;
+  /** Headers every answer to this request carries: the request id, then the rate-limit state. */
+  headers: Record<string, string>;
+  clientIp: string;
+  route?: MatchedRoute;
+  key?: ApiKeyRecord;
+  ctx?: RequestContext;
+}
+
+/** A pipeline stage: answers, or hands the request to the stages after it with `next()`. */
+type Stage = (x: Exchange, next: () => Promise<Response>) => Promise<Response> | Response;
+
+interface MatchedRoute {
+  handler: RouteHandler;
+  params: Record<string, string>;
+  idempotent: boolean;
+  /** The path after /v1. */
+  sub: string;
+}
+
+/** Chains the stages, first to last: each stage's `next()` runs the rest. */
+function compose(stages: readonly Stage[]): (x: Exchange) => Promise<Response> {
+  const at = (i: number, x: Exchange): Promise<Response> => {
+    const stage = stages[i];
+    if (!stage) return Promise.reject(new Error('the pipeline ended without an answer'));
+    try {
+      return Promise.resolve(stage(x, () => at(i + 1, x)));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  };
+  return (x) => at(0, x);
+}
+
 interface Route {
   pattern: RegExp;
   keys: string[];
@@ -114,10 +157,11 @@ function route(path: string, methods: Route['methods'], idempotent = false): Rou
 }
 
 export function createGateway(options: GatewayOptions = {}): Gateway {
-  const { stores: givenStores, now: givenNow, logger, basePath = '', ...config } = options;
+  const { stores: givenStores, now: givenNow, logger, basePath = '', plugins = [], ...config } = options;
   const cfg = parseOptions(config);
   const now = givenNow ?? Date.now;
   const log = logger ?? consoleLogger();
+  const hooks = createHooks(plugins, log);
   const shutdown = new AbortController();
   const pending = new Set<Promise<unknown>>();
   const track = (p: Promise<unknown>) => {
@@ -138,7 +182,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const tokenizer = createTokenizer();
   const upstreams = new Map<string, Upstream>();
   for (const [name, u] of Object.entries(cfg.upstreams)) {
-    upstreams.set(name, 'simulate' in u ? createSimulator(name, u, tokenizer) : createHttpUpstream(name, u));
+    if ('call' in u) upstreams.set(name, customUpstream(name, u));
+    else upstreams.set(name, 'simulate' in u ? createSimulator(name, u, tokenizer) : createHttpUpstream(name, u));
   }
   const breaker = createBreaker(now);
   const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
@@ -154,6 +199,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       now,
       log,
       holdTtlMs: cfg.limits.holdTtlMs,
+      // Not awaited: a slow plugin never holds up the answer or the next settle.
+      onBilled: hooks.has('onBilled') ? (entry) => void hooks.run('onBilled', { entry }) : undefined,
     }),
     tokenizer,
     upstreams,
@@ -170,6 +217,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return g;
     },
     track,
+    hooks,
     shutdown: shutdown.signal,
     // Set right below: the job runner needs the rest of the core.
     jobs: undefined as unknown as JobRunner,
@@ -224,56 +272,102 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const healthPath = `${basePath.replace(/\/+$/, '')}/health`;
   const readyPath = `${basePath.replace(/\/+$/, '')}/ready`;
 
-  async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
-    // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
-    const requestId = `req_${randomUUID().replaceAll('-', '')}`;
-    const res = await dispatch(request, serverContext, requestId);
-    return cors ? cors.decorate(request, res) : res;
-  }
-
-  async function dispatch(request: Request, serverContext: GatewayServerContext, requestId: string): Promise<Response> {
-    let rateHeaders: Record<string, string> = {};
-    inFlight++;
-    try {
-      const { path, query } = requestTarget(request, serverContext);
-      const preflight = cors?.preflight(request, requestId);
-      if (preflight) return preflight;
-      // Before waiting for start-up: liveness and readiness answer while seeding runs.
-      if (path === healthPath) return await probes.answer('health', request, requestId);
-      if (path === readyPath) return await probes.answer('ready', request, requestId);
+  /**
+   * The request pipeline, top to bottom. Each stage may answer (return a Response) or pass the
+   * request on (`next()`); a stage that wraps `next()` also sees the answer coming back. A
+   * thrown error becomes the error envelope in `errorEnvelope`, with the headers gathered so far.
+   */
+  const stages: Stage[] = [
+    // User plugins first and last: onRequest may answer; onResponse sees every answer.
+    async function userRequestAndResponse(x, next) {
+      let res: Response | undefined;
+      if (hooks.has('onRequest')) {
+        await hooks.run('onRequest', { request: x.request, requestId: x.requestId, setResponse: (r) => void (res = r) });
+      }
+      res ??= await next();
+      if (hooks.has('onResponse')) {
+        await hooks.run('onResponse', { request: x.request, requestId: x.requestId, response: res, setResponse: (r) => void (res = r) });
+      }
+      return res;
+    },
+    function corsHeaders(x, next) {
+      if (!cors) return next();
+      return cors.preflight(x.request, x.requestId) ?? next().then((res) => cors.decorate(x.request, res));
+    },
+    async function errorEnvelope(x, next) {
+      try {
+        const res = await next();
+        // Every answer names its request; authenticated ones carry the rate-limit state.
+        for (const k in x.headers) res.headers.set(k, x.headers[k]!);
+        return res;
+      } catch (err) {
+        if (hooks.has('onError')) await hooks.run('onError', { error: err, requestId: x.requestId });
+        return toErrorResponse(err, x.requestId, x.headers, x.request.signal?.aborted === true);
+      }
+    },
+    // Liveness and readiness answer while seeding runs, without a key and outside every limit.
+    function probesOutsideV1(x, next) {
+      if (x.path === healthPath) return probes.answer('health', x.request, x.requestId);
+      if (x.path === readyPath) return probes.answer('ready', x.request, x.requestId);
+      return next();
+    },
+    async function startupAndShutdown(x, next) {
       if (!isReady) await ready;
-      if (!path.startsWith(v1Slash)) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
+      if (!x.path.startsWith(v1Slash)) throw new GatewayError('not_found', `Unknown route ${x.request.method} ${x.path.slice(0, 200)}.`);
       if (draining) {
         throw new GatewayError('service_unavailable', 'The gateway is shutting down. Retry the request.', {
           headers: { 'retry-after': '1', connection: 'close' },
         });
       }
-
-      const peer = serverContext?.clientAddress ?? serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
-      const clientIp = limiter.clientAddress(peer, request.headers.get('x-forwarded-for'));
-      await limiter.checkIp(clientIp);
-
-      const sub = path.slice(v1.length);
-      let matched: Route | undefined;
-      let m: RegExpExecArray | null = null;
-      for (const r of routes) {
-        m = r.pattern.exec(sub);
-        if (m) {
-          matched = r;
-          break;
-        }
+      return next();
+    },
+    // Every /v1 request counts against its IP before anything else is looked at.
+    async function ipThrottle(x, next) {
+      const peer = x.serverContext?.clientAddress ?? x.serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
+      x.clientIp = limiter.clientAddress(peer, x.request.headers.get('x-forwarded-for'));
+      await limiter.checkIp(x.clientIp);
+      return next();
+    },
+    function routing(x, next) {
+      x.route = matchRoute(x.path.slice(v1.length), x.request.method, x.path);
+      return next();
+    },
+    async function authentication(x, next) {
+      x.key = await core.auth.authenticate(x.request.headers.get('authorization'));
+      if (hooks.has('onAuthenticated')) {
+        await hooks.run('onAuthenticated', { request: x.request, requestId: x.requestId, key: pluginKey(x.key), account: x.key.accountId });
       }
-      if (!matched || !m) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
+      return next();
+    },
+    async function keyRate(x, next) {
+      Object.assign(x.headers, await limiter.checkKey(x.key!));
+      return next();
+    },
+    function idempotency(x, next) {
+      const route = x.route!;
+      return route.idempotent && x.request.method === 'POST' ? withIdempotency(stores.idempotency, contextOf(x), route.sub, next) : next();
+    },
+    function routeHandler(x) {
+      return x.route!.handler(core, contextOf(x));
+    },
+  ];
+  const pipeline = compose(stages);
+
+  /** The route for `sub` (the path after /v1), or 404 / 405 with Allow. */
+  function matchRoute(sub: string, method: string, path: string): MatchedRoute {
+    for (const r of routes) {
+      const m = r.pattern.exec(sub);
+      if (!m) continue;
       // Own properties only: a method named "constructor" or "__proto__" is not a handler.
-      const handler = Object.hasOwn(matched.methods, request.method) ? matched.methods[request.method] : undefined;
+      const handler = Object.hasOwn(r.methods, method) ? r.methods[method] : undefined;
       if (!handler) {
-        throw new GatewayError('method_not_allowed', `Method ${request.method} is not allowed on ${path}.`, {
-          headers: { allow: Object.keys(matched.methods).join(', ') },
+        throw new GatewayError('method_not_allowed', `Method ${method} is not allowed on ${path}.`, {
+          headers: { allow: Object.keys(r.methods).join(', ') },
         });
       }
       const params: Record<string, string> = {};
-      matched.keys.forEach((k, i) => {
-        const raw = m![i + 1] ?? '';
+      r.keys.forEach((k, i) => {
+        const raw = m[i + 1] ?? '';
         // A malformed escape ("%zz") names nothing that exists: keep it raw, so the route
         // answers its own 404 instead of a URIError turning into a 500.
         try {
@@ -282,29 +376,39 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
           params[k] = raw;
         }
       });
+      return { handler, params, idempotent: r.idempotent, sub };
+    }
+    throw new GatewayError('not_found', `Unknown route ${method} ${path.slice(0, 200)}.`);
+  }
 
-      const key = await core.auth.authenticate(request.headers.get('authorization'));
-      rateHeaders = { 'x-request-id': requestId, ...(await limiter.checkKey(key)) };
-      let bodyBytes: Promise<Uint8Array> | undefined;
-      const ctx: RequestContext = {
-        request,
-        requestId,
-        clientIp,
-        params,
-        get query() {
-          return new URLSearchParams(query);
-        },
-        key,
-        headers: rateHeaders,
-        body: () => (bodyBytes ??= readBody(request, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs)),
-      };
-      const res =
-        matched.idempotent && request.method === 'POST'
-          ? await withIdempotency(stores.idempotency, ctx, sub, () => handler(core, ctx))
-          : await handler(core, ctx);
-      return res;
-    } catch (err) {
-      return toErrorResponse(err, requestId, rateHeaders, request.signal?.aborted === true);
+  /** The per-request context routes see, built once. */
+  function contextOf(x: Exchange): RequestContext {
+    if (x.ctx) return x.ctx;
+    let bodyBytes: Promise<Uint8Array> | undefined;
+    const { request, query } = x;
+    const ctx: RequestContext = {
+      request,
+      requestId: x.requestId,
+      clientIp: x.clientIp,
+      params: x.route!.params,
+      get query() {
+        return new URLSearchParams(query);
+      },
+      key: x.key!,
+      body: () => (bodyBytes ??= readBody(request, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs)),
+    };
+    x.ctx = ctx;
+    return ctx;
+  }
+
+  async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
+    // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
+    const requestId = `req_${randomUUID().replaceAll('-', '')}`;
+    const { path, query } = requestTarget(request, serverContext);
+    const x: Exchange = { request, serverContext, requestId, path, query, headers: { 'x-request-id': requestId }, clientIp: '' };
+    inFlight++;
+    try {
+      return await pipeline(x);
     } finally {
       inFlight--;
     }
@@ -352,6 +456,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       {
         async onDispose() {
           await drain();
+          await hooks.run('onDispose');
           shutdown.abort();
           core.jobs.dispose();
           await Promise.allSettled([...pending]);

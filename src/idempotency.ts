@@ -64,7 +64,7 @@ export async function withIdempotency(
       });
     }
     const stored = begun.response;
-    const headers = new Headers({ ...stored.headers, ...ctx.headers, 'idempotent-replayed': 'true' });
+    const headers = new Headers({ ...stored.headers, 'idempotent-replayed': 'true' });
     return new Response(Buffer.from(stored.body, 'base64'), { status: stored.status, headers });
   }
 

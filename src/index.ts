@@ -11,3 +11,14 @@ export { createMemoryStores } from './stores/memory/index.js';
 export type * from './stores/types.js';
 export { StoreUnavailableError, isStoreUnavailable } from './stores/errors.js';
 export type { Logger } from './log.js';
+export type {
+  GatewayPlugin,
+  OnAuthenticatedArgs,
+  OnBilledArgs,
+  OnErrorArgs,
+  OnRequestArgs,
+  OnResponseArgs,
+  OnUpstreamRequestArgs,
+  PluginKey,
+} from './plugins.js';
+export type { UpstreamCall, UpstreamClient, UpstreamResponse } from './upstream/client.js';

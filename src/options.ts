@@ -4,6 +4,7 @@
  */
 import { z } from 'zod';
 import { parsePrice, parseUsd } from './money.js';
+import type { UpstreamClient } from './upstream/client.js';
 
 const decimalPrice = z.string().refine(
   (s) => {
@@ -45,6 +46,12 @@ const httpUpstream = z.strictObject({
   /** Upstream connections kept per origin. @default 256 */
   connections: z.number().int().positive().default(256),
 });
+
+/** An upstream client object of the embedder's (options only: a config file holds no functions). */
+const upstreamClient = z.custom<UpstreamClient>(
+  (v) => typeof v === 'object' && v !== null && typeof (v as { call?: unknown }).call === 'function',
+  { message: 'must be {baseUrl, apiKey}, {simulate: true}, or an object with a call(request) method' },
+);
 
 const simulatedUpstream = z.strictObject({
   simulate: z.literal(true),
@@ -143,7 +150,7 @@ export const optionsSchema = z.strictObject({
   /** Shown as `owned_by` on media rows. @default "model-gateway" */
   serviceName: z.string().min(1).default('model-gateway'),
   /** @default {} */
-  upstreams: z.record(z.string(), z.union([simulatedUpstream, httpUpstream])).default({}),
+  upstreams: z.record(z.string(), z.union([simulatedUpstream, httpUpstream, upstreamClient])).default({}),
   /** @default [] */
   models: z.array(modelSchema).default([]),
   /** @default [] */

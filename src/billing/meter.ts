@@ -20,9 +20,11 @@ import type {
   BillingStore,
   HoldResult,
   KeyUsage,
+  LedgerEntry,
   LedgerUnits,
   Measurement,
   SettleRequest,
+  SettleResult,
   WalletView,
 } from '../stores/types.js';
 import type { SettleJournal } from './journal.js';
@@ -87,9 +89,6 @@ export interface BilledCall {
   onAbort(stop: () => void): void;
 }
 
-export interface OnBilled {
-  (entry: SettleRequest, charged: bigint): void;
-}
 
 export interface MeterDeps {
   billing: BillingStore;
@@ -98,8 +97,8 @@ export interface MeterDeps {
   log: Logger;
   /** Hold TTL of calls that name none. */
   holdTtlMs: number;
-  /** Called after every settle that landed. */
-  onBilled?: OnBilled;
+  /** Called after every settle that landed, with its ledger entry. */
+  onBilled?: ((entry: LedgerEntry) => void) | undefined;
 }
 
 export interface Meter {
@@ -223,10 +222,16 @@ export function createMeter(deps: MeterDeps): Meter {
 
   const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
 
+  function billed(req: SettleRequest, r: SettleResult): void {
+    if (!deps.onBilled) return;
+    const held = r.held ?? 0n;
+    deps.onBilled({ ...req.entry, cost: r.charged, held, exceededHold: r.charged > held });
+  }
+
   async function write(req: SettleRequest): Promise<void> {
     try {
       const r = await billing.settle(req);
-      if (r.settled) deps.onBilled?.(req, r.charged);
+      if (r.settled) billed(req, r);
     } catch (err) {
       log.error({ msg: 'settle failed; kept in the settle journal and retried', holdId: req.holdId, err: errMessage(err) });
       keep(req);
@@ -257,7 +262,7 @@ export function createMeter(deps: MeterDeps): Meter {
   async function land(req: SettleRequest): Promise<boolean> {
     try {
       const r = await billing.settle(req);
-      if (r.settled) deps.onBilled?.(req, r.charged);
+      if (r.settled) billed(req, r);
     } catch {
       return false;
     }

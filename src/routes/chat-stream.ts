@@ -233,6 +233,7 @@ export function relayStream(
       const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
       if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream);
       core.log.warn({ msg: 'stream failed', requestId: ctx.requestId, code: gErr.code });
+      if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
       end();
       try {
         sink.push(errorEvent(gErr));

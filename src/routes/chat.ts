@@ -11,7 +11,7 @@ import { jsonText, parseJsonObject } from '../http.js';
 import { affordableUnits } from '../money.js';
 import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { relayStream } from './chat-stream.js';
 import { zodError } from './validation.js';
 
@@ -126,12 +126,13 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const stream = req.stream === true;
   // The body is forwarded as it came unless the gateway must change something in it.
   let upstreamBody: string | Uint8Array = bytes;
-  if (stream || injected || model.upstreamModel !== model.id || 'brand' in req || 'knowledge' in req) {
+  const plugins = core.hooks.has('onUpstreamRequest');
+  if (plugins || stream || injected || model.upstreamModel !== model.id || 'brand' in req || 'knowledge' in req) {
     const out: Record<string, unknown> = { ...body, model: model.upstreamModel, messages };
     delete out.brand;
     delete out.knowledge;
     if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
-    upstreamBody = JSON.stringify(out);
+    upstreamBody = JSON.stringify((plugins && (await pluginFields(core, ctx, model, '/chat/completions', out))) || out);
   }
 
   let res: UpstreamResponse;
@@ -150,7 +151,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
     throw err;
   }
 
-  const headers: Record<string, string> = { ...ctx.headers, ...(model.deprecationHeaders ?? {}) };
+  const headers: Record<string, string> = model.deprecationHeaders ?? {};
   if (stream) return relayStream(core, ctx, res, billing, req.stream_options?.include_usage === true, headers);
   return plainAnswer(core, res, billing, model, headers);
 }

@@ -15,7 +15,7 @@ export async function listModels(core: Core, ctx: RequestContext): Promise<Respo
     });
   }
   const data = core.catalog.list(ctx.key, type as 'image' | 'audio' | 'video' | null);
-  return json(200, { object: 'list', data }, ctx.headers);
+  return json(200, { object: 'list', data });
 }
 
 const seconds = (ms: number) => Math.floor(ms / 1000);
@@ -45,7 +45,6 @@ export async function readKey(core: Core, ctx: RequestContext): Promise<Response
         created_at: seconds(key.createdAt),
       },
     },
-    ctx.headers,
   );
 }
 
@@ -59,7 +58,7 @@ export async function listBrands(core: Core, ctx: RequestContext): Promise<Respo
     voice: b.voice,
     created: seconds(b.createdAt),
   }));
-  return json(200, { object: 'list', data }, ctx.headers);
+  return json(200, { object: 'list', data });
 }
 
 export async function listKnowledge(core: Core, ctx: RequestContext): Promise<Response> {
@@ -75,5 +74,5 @@ export async function listKnowledge(core: Core, ctx: RequestContext): Promise<Re
       passages: account.index.passageCount(d.id),
       created: seconds(d.createdAt),
     }));
-  return json(200, { object: 'list', data }, ctx.headers);
+  return json(200, { object: 'list', data });
 }

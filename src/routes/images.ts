@@ -11,7 +11,7 @@ import { GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
-import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callUpstream, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import type { BilledCall } from '../billing/meter.js';
 import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
@@ -72,8 +72,14 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     await core.jobs.drop(lease);
   };
 
-  const upstreamBody =
-    model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel });
+  const upstreamBody = await pluginBody(
+    core,
+    ctx,
+    model,
+    '/images/generations',
+    { ...body, model: model.upstreamModel },
+    model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel }),
+  );
   const abort = new AbortController();
   const onClientGone = () => abort.abort(new Error('client disconnected'));
   ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
@@ -119,7 +125,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     ctx.request.signal?.removeEventListener('abort', onClientGone);
     await finish(first);
     if (!first.ok) throw first.err;
-    return jsonText(200, first.text, ctx.headers);
+    return jsonText(200, first.text);
   }
 
   // Past the deadline: the call goes on without the client; its result lands in a job.
@@ -169,7 +175,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     await finish(updated ? outcome : { ok: false, err: new GatewayError('upstream_error', 'job lost') });
   });
   const view = jobView(job);
-  return json(202, view, { ...ctx.headers, location: `/v1/images/${jobId}` });
+  return json(202, view, { location: `/v1/images/${jobId}` });
 }
 
 /** Adopts an image job whose instance stopped renewing it: the work is lost, nothing is charged. */

@@ -61,7 +61,7 @@ export async function readJob(core: Core, ctx: RequestContext, kind: JobRecord['
 
 export async function getJob(core: Core, ctx: RequestContext, kind: JobRecord['object']): Promise<Response> {
   refuseAgentKeys(ctx);
-  return json(200, jobView(await readJob(core, ctx, kind)), ctx.headers);
+  return json(200, jobView(await readJob(core, ctx, kind)));
 }
 
 export const unixSeconds = (ms: number) => Math.floor(ms / 1000);

@@ -10,7 +10,7 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callUpstream, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys } from './media.js';
 import { zodError } from './validation.js';
 import { Response } from '@whatwg-node/server';
@@ -73,7 +73,14 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
     cut?.(new GatewayError('service_unavailable', 'The gateway is shutting down; the audio was cut.'));
   });
 
-  const upstreamBody = model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel });
+  const upstreamBody = await pluginBody(
+    core,
+    ctx,
+    model,
+    '/audio/speech',
+    { ...body, model: model.upstreamModel },
+    model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel }),
+  );
   try {
     res = await callUpstream(core, model.upstream, {
       method: 'POST',
@@ -127,6 +134,6 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   );
   return new Response(stream, {
     status: 200,
-    headers: { ...ctx.headers, 'content-type': AUDIO_TYPES[format] },
+    headers: { 'content-type': AUDIO_TYPES[format] },
   });
 }

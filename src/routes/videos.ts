@@ -14,7 +14,7 @@ import { jobView, leasePool, newJobId, UNFINISHED } from '../jobs/runner.js';
 import { listCost } from '../billing/pricing.js';
 import type { BilledCall } from '../billing/meter.js';
 import type { JobRecord } from '../stores/types.js';
-import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, readJob, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
 import { Response } from '@whatwg-node/server';
@@ -67,13 +67,23 @@ async function readSubmission(core: Core, ctx: RequestContext): Promise<Submissi
   return { fields, body: bytes, contentType };
 }
 
-async function withModel(sub: Submission, upstreamModel: string): Promise<Submission> {
-  if (sub.fields.model === upstreamModel) return sub;
+/**
+ * The submission to relay, in the encoding it came in: the upstream's model name, or the
+ * fields a plugin replaced (`replaced`: the whole new set of fields; a multipart body keeps
+ * its files).
+ */
+async function forUpstream(sub: Submission, upstreamModel: string, replaced: Record<string, unknown> | null): Promise<Submission> {
+  if (!replaced && sub.fields.model === upstreamModel) return sub;
   if (sub.contentType === 'application/json') {
-    return { ...sub, body: JSON.stringify({ ...(parseJsonObject(sub.body as Uint8Array)), model: upstreamModel }) };
+    const fields = replaced ?? { ...parseJsonObject(sub.body as Uint8Array), model: upstreamModel };
+    return { ...sub, body: JSON.stringify(fields) };
   }
   const form = await new globalThis.Response(sub.body as BodyInit, { headers: { 'content-type': sub.contentType } }).formData();
   form.set('model', upstreamModel);
+  if (replaced) {
+    for (const k of Object.keys(sub.fields)) if (!(k in replaced)) form.delete(k);
+    for (const [k, v] of Object.entries(replaced)) form.set(k, typeof v === 'string' ? v : JSON.stringify(v));
+  }
   const encoded = new globalThis.Response(form);
   return {
     ...sub,
@@ -108,7 +118,8 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
       `${seconds} s of video at tier ${tier}`,
     );
     try {
-      const out = await withModel(sub, model.upstreamModel);
+      const replaced = await pluginFields(core, ctx, model, '/videos', { ...sub.fields, model: model.upstreamModel });
+      const out = await forUpstream(sub, model.upstreamModel, replaced);
       const res = await callUpstream(core, model.upstream, {
         method: 'POST',
         path: '/videos',
@@ -164,7 +175,7 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
   }
   const billed = call;
   core.jobs.own(job, (j, signal) => trackVideo(core, j, signal, billed));
-  return json(202, jobView(job), { ...ctx.headers, location: `/v1/videos/${jobId}` });
+  return json(202, jobView(job), { location: `/v1/videos/${jobId}` });
 }
 
 const sleep = (ms: number, signal: AbortSignal) =>
@@ -336,7 +347,6 @@ export async function videoContent(core: Core, ctx: RequestContext): Promise<Res
   return new Response(stream, {
     status: 200,
     headers: {
-      ...ctx.headers,
       'content-type': res.header('content-type') ?? 'video/mp4',
       ...(length ? { 'content-length': length } : {}),
     },

@@ -125,6 +125,8 @@ export interface SettleResult {
   /** False when this hold id was already settled or released: nothing changed. */
   settled: boolean;
   charged: bigint;
+  /** What the hold was when it was settled (0 when it had expired); absent when not settled. */
+  held?: bigint;
 }
 
 export interface WalletView {

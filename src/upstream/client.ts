@@ -32,6 +32,29 @@ export interface Upstream {
   close(): Promise<void>;
 }
 
+/**
+ * An upstream client of your own, given in `upstreams` instead of a `{baseUrl, apiKey}`
+ * config: it gets each call (method, path below the base URL, headers, body, abort signal)
+ * and answers in the OpenAI HTTP API's shapes. Its credentials are its own business; the
+ * gateway sends it no client credential.
+ */
+export interface UpstreamClient {
+  call(call: UpstreamCall): Promise<UpstreamResponse>;
+  close?(): Promise<void>;
+}
+
+/** Wraps a user's upstream client into the gateway's Upstream. */
+export function customUpstream(name: string, client: UpstreamClient): Upstream {
+  return {
+    name,
+    simulated: false,
+    call: (c) => client.call(c),
+    close: async () => {
+      await client.close?.();
+    },
+  };
+}
+
 export interface HttpUpstreamOptions {
   baseUrl: string;
   apiKey: string;

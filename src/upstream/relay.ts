@@ -1,5 +1,7 @@
 /** Calling an upstream through its circuit breaker, and turning its failures into the SPEC's errors. */
-import type { Core } from '../core.js';
+import type { Model } from '../catalog/catalog.js';
+import type { Core, RequestContext } from '../core.js';
+import { pluginKey } from '../plugins.js';
 import { GatewayError } from '../errors.js';
 import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
 
@@ -75,4 +77,50 @@ export async function upstreamError(res: UpstreamResponse, upstreamName: string)
     param: typeof upstreamErr.param === 'string' ? upstreamErr.param : null,
     headers,
   });
+}
+
+/**
+ * The body to send upstream once the plugins' onUpstreamRequest hooks have seen it: `encoded`
+ * as it is when no plugin replaced it (the common case costs nothing), else the replacement
+ * as JSON. Each plugin sees the body the plugins before it left.
+ */
+export async function pluginBody(
+  core: Core,
+  ctx: RequestContext,
+  model: Model,
+  path: string,
+  body: Record<string, unknown>,
+  encoded: string | Uint8Array,
+): Promise<string | Uint8Array> {
+  const replaced = await pluginFields(core, ctx, model, path, body);
+  return replaced ? JSON.stringify(replaced) : encoded;
+}
+
+/** Runs onUpstreamRequest over `body`; the replacement, or null when no plugin replaced it. */
+export async function pluginFields(
+  core: Core,
+  ctx: RequestContext,
+  model: Model,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<Record<string, unknown> | null> {
+  if (!core.hooks.has('onUpstreamRequest')) return null;
+  let current = body;
+  let replaced = false;
+  await core.hooks.run('onUpstreamRequest', {
+    request: ctx.request,
+    requestId: ctx.requestId,
+    key: pluginKey(ctx.key),
+    model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
+    path,
+    // A copy: a plugin that edits it in place without setBody changes nothing.
+    get body() {
+      return JSON.parse(JSON.stringify(current)) as Record<string, unknown>;
+    },
+    setBody(next: Record<string, unknown>) {
+      current = next;
+      replaced = true;
+    },
+  });
+  return replaced ? current : null;
 }

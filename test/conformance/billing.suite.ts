@@ -139,7 +139,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       const a = await account(h().stores, 1_000n);
       const req = hold(a, 800n);
       await billing().placeHold(req);
-      expect(await billing().settle(settleReq(a, req.holdId, 600n))).toEqual({ settled: true, charged: 600n });
+      expect(await billing().settle(settleReq(a, req.holdId, 600n))).toEqual({ settled: true, charged: 600n, held: 800n });
       const after = {
         wallet: await billing().wallet(a.accountId),
         usage: await billing().keyUsage(a.accountId, a.keyId, MONTH),
@@ -185,7 +185,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       const a = await account(h().stores, 1_000n);
       const req = hold(a, 500n, { monthlyCap: 600n });
       await billing().placeHold(req);
-      expect(await billing().settle(settleReq(a, req.holdId, 1_300n))).toEqual({ settled: true, charged: 1_300n });
+      expect(await billing().settle(settleReq(a, req.holdId, 1_300n))).toEqual({ settled: true, charged: 1_300n, held: 500n });
       expect(await billing().wallet(a.accountId)).toEqual({ balance: -300n, held: 0n });
       expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 1_300n, monthly: 1_300n, held: 0n });
       const [entry] = await billing().ledger(a.accountId);
@@ -233,7 +233,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().openHolds(a.accountId)).toBe(0);
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 0n });
       expect((await billing().keyUsage(a.accountId, a.keyId, MONTH)).held).toBe(0n);
-      expect(await billing().settle(settleReq(a, req.holdId, 10n))).toEqual({ settled: true, charged: 10n });
+      expect(await billing().settle(settleReq(a, req.holdId, 10n))).toEqual({ settled: true, charged: 10n, held: 0n });
       expect(await billing().settle(settleReq(a, req.holdId, 10n))).toEqual({ settled: false, charged: 0n });
       expect(await billing().release(a.accountId, req.holdId)).toBe(false);
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 990n, held: 0n });
@@ -304,7 +304,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       const req = hold(a, 500n);
       await billing().placeHold(req);
       const results = await Promise.all(Array.from({ length: 20 }, () => billing().settle(settleReq(a, req.holdId, 300n))));
-      expect(results.filter((r) => r.settled)).toEqual([{ settled: true, charged: 300n }]);
+      expect(results.filter((r) => r.settled)).toEqual([{ settled: true, charged: 300n, held: 500n }]);
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
       expect(await billing().ledger(a.accountId)).toHaveLength(1);
     });

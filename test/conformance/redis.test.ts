@@ -152,7 +152,7 @@ if (unreachable !== null) {
         const a = await account(one, 1_000n);
         const req = hold(a, 500n);
         expect(await one.billing.placeHold(req)).toEqual({ ok: true });
-        expect(await one.billing.settle(settleReq(a, req.holdId, 300n))).toEqual({ settled: true, charged: 300n });
+        expect(await one.billing.settle(settleReq(a, req.holdId, 300n))).toEqual({ settled: true, charged: 300n, held: 500n });
         expect(await two.billing.settle(settleReq(a, req.holdId, 300n))).toEqual({ settled: false, charged: 0n });
 
         // A replayed placeHold opens the id again; the replayed settle still changes nothing.
@@ -203,7 +203,7 @@ if (unreachable !== null) {
         const results = await Promise.all(
           Array.from({ length: 40 }, (_, i) => (i % 2 ? one : two).billing.settle(settleReq(a, req.holdId, 300n))),
         );
-        expect(results.filter((r) => r.settled)).toEqual([{ settled: true, charged: 300n }]);
+        expect(results.filter((r) => r.settled)).toMatchObject([{ settled: true, charged: 300n }]);
         expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
         expect(await two.billing.ledger(a.accountId)).toHaveLength(1);
       } finally {
@@ -224,7 +224,7 @@ if (unreachable !== null) {
         });
         expect(await billing.placeHold(req)).toEqual({ ok: true });
         expect(await billing.wallet(a.accountId)).toEqual({ balance: MAX_NANO, held: MAX_NANO });
-        expect(await billing.settle(settleReq(a, req.holdId, MAX_NANO - 2n))).toEqual({ settled: true, charged: MAX_NANO - 2n });
+        expect(await billing.settle(settleReq(a, req.holdId, MAX_NANO - 2n))).toEqual({ settled: true, charged: MAX_NANO - 2n, held: MAX_NANO });
         expect(await billing.wallet(a.accountId)).toEqual({ balance: 2n, held: 0n });
         expect(await billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: MAX_NANO - 2n, monthly: MAX_NANO - 2n, held: 0n });
         expect((await billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO - 2n, held: MAX_NANO, exceededHold: false });

@@ -66,7 +66,7 @@ describe('a million one-token debits at 0.000000075 USD', () => {
           at: 0,
         },
       });
-      expect(s).toEqual({ settled: true, charged: 75n });
+      expect(s).toEqual({ settled: true, charged: 75n, held: 75n });
     }
     const wallet = await stores.billing.wallet('a');
     expect(wallet).toEqual({ balance: start - 750_000n, held: 0n });

@@ -199,7 +199,7 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
       });
       // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
       if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) ledger.splice(0, ledger.length - ledgerLimit);
-      return { settled: true, charged };
+      return { settled: true, charged, held };
     },
 
     async release(accountId: string, holdId: string): Promise<boolean> {

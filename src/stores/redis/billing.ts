@@ -79,7 +79,7 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
           ),
         ),
       );
-      return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]) } : { settled: false, charged: 0n };
+      return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]), held: big(reply[2]) } : { settled: false, charged: 0n };
     },
 
     async release(accountId: string, holdId: string): Promise<boolean> {

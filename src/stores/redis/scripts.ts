@@ -136,7 +136,7 @@ return {1}
    * ARGV: holdId, list cost, ledger entry JSON without "cost"/"held"/"exceededHold" (an object,
    *       ends with '}'), marker TTL ms, monthly spend field and all-time spend field to use
    *       when the hold is gone
-   * Returns {1, charged} or {0, '0'}.
+   * Returns {1, charged, held} or {0, '0'}.
    */
   mgSettle: {
     numberOfKeys: 7,
@@ -168,7 +168,7 @@ local exceeded = 'false'
 if cost > amount then exceeded = 'true' end
 redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '","held":"' .. fmt(amount) .. '","exceededHold":' .. exceeded .. '}')
 redis.call('SET', done, 's', 'PX', ARGV[4])
-return {1, c}
+return {1, c, fmt(amount)}
 `,
   },
 

@@ -1,0 +1,132 @@
+/**
+ * Plugins: behaviour a team adds to the gateway without forking it (a webhook per charge, a
+ * rewritten request, a header, its own log line). A plugin is an object of optional hooks;
+ * plugins run in the order given, each hook at its stage of the pipeline:
+ *
+ *   onRequest          first, for every request (before the IP throttle and auth); may answer
+ *   onAuthenticated    once the key is known
+ *   onUpstreamRequest  right before a body goes upstream (after brand and knowledge); may replace it
+ *   onBilled           after every charge lands in the store, with its ledger entry
+ *   onResponse         last, for every response (refusals and errors included)
+ *   onError            for every error answered (and every stream that failed after its 200)
+ *   onDispose          when the gateway is disposed, after calls in flight finished
+ *
+ * A hook that throws (or rejects) is logged and skipped: it never changes billing, and never
+ * the response beyond what the hooks that succeeded did.
+ */
+import type { Logger } from './log.js';
+import type { ApiKeyRecord, KeyKind, LedgerEntry } from './stores/types.js';
+
+/** The calling key as plugins see it: never its digest, never the key itself. */
+export interface PluginKey {
+  id: string;
+  account: string;
+  kind: KeyKind;
+  /** Agent keys: their one model. */
+  model: string | null;
+  label: string | null;
+  /** Short non-secret display prefix, e.g. "sk-mg-Ab12". */
+  prefix: string;
+}
+
+export interface OnRequestArgs {
+  request: Request;
+  requestId: string;
+  /** Answers the request with `response` instead of the gateway (onResponse still runs). */
+  setResponse(response: Response): void;
+}
+
+export interface OnAuthenticatedArgs {
+  request: Request;
+  requestId: string;
+  key: PluginKey;
+  /** The key's account id. */
+  account: string;
+}
+
+export interface OnUpstreamRequestArgs {
+  request: Request;
+  requestId: string;
+  key: PluginKey;
+  /** The model the client called (its id in this gateway), and where it goes. */
+  model: { id: string; upstream: string; upstreamModel: string };
+  /** The upstream path, e.g. "/chat/completions". */
+  path: string;
+  /** The body about to be sent upstream (a copy: change it through `setBody`). */
+  body: Record<string, unknown>;
+  /** Replaces the body sent upstream. The call is still billed by what the upstream reports. */
+  setBody(body: Record<string, unknown>): void;
+}
+
+export interface OnBilledArgs {
+  entry: LedgerEntry;
+}
+
+export interface OnResponseArgs {
+  request: Request;
+  requestId: string;
+  /** The answer; its headers may be changed in place. */
+  response: Response;
+  /** Replaces the answer. */
+  setResponse(response: Response): void;
+}
+
+export interface OnErrorArgs {
+  error: unknown;
+  requestId: string;
+}
+
+type MaybePromise = void | Promise<void>;
+
+export interface GatewayPlugin {
+  /** Named in the log line when one of its hooks throws. */
+  name?: string;
+  onRequest?(args: OnRequestArgs): MaybePromise;
+  onAuthenticated?(args: OnAuthenticatedArgs): MaybePromise;
+  onUpstreamRequest?(args: OnUpstreamRequestArgs): MaybePromise;
+  onBilled?(args: OnBilledArgs): MaybePromise;
+  onResponse?(args: OnResponseArgs): MaybePromise;
+  onError?(args: OnErrorArgs): MaybePromise;
+  onDispose?(): MaybePromise;
+}
+
+type HookName = Exclude<keyof GatewayPlugin, 'name'>;
+type HookArgs<H extends HookName> = Parameters<NonNullable<GatewayPlugin[H]>>;
+
+/** Runs the plugins' hooks in order, each guarded. */
+export interface Hooks {
+  /** Whether any plugin has `hook` (callers skip building its arguments when none has). */
+  has(hook: HookName): boolean;
+  run<H extends HookName>(hook: H, ...args: HookArgs<H>): Promise<void>;
+}
+
+export function createHooks(plugins: readonly GatewayPlugin[], log: Logger): Hooks {
+  const present = new Set<HookName>();
+  for (const p of plugins) {
+    for (const k of Object.keys(p) as (keyof GatewayPlugin)[]) if (k !== 'name' && typeof p[k] === 'function') present.add(k);
+  }
+  return {
+    has: (hook) => present.has(hook),
+    async run(hook, ...args) {
+      if (!present.has(hook)) return;
+      for (const [i, p] of plugins.entries()) {
+        const fn = p[hook] as ((...a: unknown[]) => MaybePromise) | undefined;
+        if (!fn) continue;
+        try {
+          await fn.apply(p, args);
+        } catch (err) {
+          log.error({
+            msg: `plugin hook ${hook} threw; skipped`,
+            plugin: p.name ?? `#${i}`,
+            err: err instanceof Error ? err.message : String(err),
+          });
+        }
+      }
+    },
+  };
+}
+
+/** The key as plugins see it: no digest. */
+export function pluginKey(key: ApiKeyRecord): PluginKey {
+  return { id: key.id, account: key.accountId, kind: key.kind, model: key.model, label: key.label, prefix: key.prefix };
+}
