@@ -1,0 +1,255 @@
+/**
+ * Plugins: the two examples work end to end; two user plugins see every hook in order with
+ * the right arguments; a plugin whose every hook throws changes nothing for the client or the
+ * ledger; onRequest may answer and onResponse may add a header; an upstream may be a client
+ * object of the embedder's own.
+ */
+import { createHmac } from 'node:crypto';
+import { once } from 'node:events';
+import { createServer, type IncomingMessage } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import OpenAI from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { entryJson, webhookPerCharge } from '../../examples/plugins/webhook-per-charge.js';
+import { rewriteRequest } from '../../examples/plugins/rewrite-request.js';
+import type { GatewayPlugin, UpstreamClient } from '../../src/index.js';
+import { chatCost } from '../helpers/billing.js';
+import { eventually, MODEL, postChat, startGateway, testConfig, type RunningGateway, UPSTREAM_MODEL } from '../helpers/gateway.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+let up: TestUpstream;
+beforeAll(async () => {
+  up = await startTestUpstream();
+});
+afterAll(() => up.close());
+
+const messages = [{ role: 'user' as const, content: 'hello plugins' }];
+
+async function withGateway<T>(plugins: GatewayPlugin[], fn: (gw: RunningGateway, key: string, account: string) => Promise<T>): Promise<T> {
+  const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+  const gw = await startGateway({ ...options, plugins });
+  try {
+    return await fn(gw, devKey, account);
+  } finally {
+    await gw.close();
+  }
+}
+
+describe('the example plugins', () => {
+  it('webhook-per-charge POSTs each ledger entry, signed', async () => {
+    const received: Array<{ body: string; signature: string | undefined }> = [];
+    const hook = createServer((req: IncomingMessage, res) => {
+      let body = '';
+      req.on('data', (d: Buffer) => (body += d.toString()));
+      req.on('end', () => {
+        received.push({ body, signature: req.headers['x-signature'] as string | undefined });
+        res.end('ok');
+      });
+    });
+    hook.listen(0, '127.0.0.1');
+    await once(hook, 'listening');
+    const url = `http://127.0.0.1:${(hook.address() as AddressInfo).port}/hook`;
+    try {
+      await withGateway([webhookPerCharge({ url, secret: 's3cret' })], async (gw, key, account) => {
+        up.setBehavior({ kind: 'json', usage: { prompt_tokens: 21, completion_tokens: 13 } });
+        const client = new OpenAI({ baseURL: gw.baseURL, apiKey: key, maxRetries: 0 });
+        await client.chat.completions.create({ model: MODEL, messages });
+        await eventually(() => received.length === 1, 'the webhook');
+        const [entry] = await gw.stores.billing.ledger(account);
+        expect(JSON.parse(received[0]!.body)).toEqual(JSON.parse(entryJson(entry!)));
+        const parsed = JSON.parse(received[0]!.body) as Record<string, unknown>;
+        expect(parsed).toMatchObject({ model: MODEL, cost: chatCost(21, 13).toString(), measured: 'usage', exceededHold: false });
+        const expected = createHmac('sha256', 's3cret').update(received[0]!.body).digest('hex');
+        expect(received[0]!.signature).toBe(`sha256=${expected}`);
+      });
+    } finally {
+      hook.close();
+    }
+  });
+
+  it('rewrite-request tags the upstream call with the key id and caps temperature', async () => {
+    await withGateway([rewriteRequest({ maxTemperature: 0.5 })], async (gw, key) => {
+      up.setBehavior({ kind: 'json' });
+      const before = up.requests.length;
+      const res = await postChat(gw.baseURL, key, { model: MODEL, messages, temperature: 1.7 });
+      expect(res.status).toBe(200);
+      const sent = up.requests[before]!.body!;
+      expect(sent.temperature).toBe(0.5);
+      expect(sent.user).toMatch(/^key_/);
+      expect(sent.model).toBe(UPSTREAM_MODEL);
+      expect(sent.messages).toEqual(messages);
+    });
+  });
+});
+
+describe('hooks', () => {
+  it('two plugins run every hook in order, with the arguments of their stage', async () => {
+    const calls: string[] = [];
+    const seen: Record<string, unknown> = {};
+    const recorder = (tag: string): GatewayPlugin => ({
+      name: tag,
+      onRequest: ({ request, requestId }) => void calls.push(`${tag}:onRequest ${new URL(request.url).pathname} ${requestId.slice(0, 4)}`),
+      onAuthenticated: ({ key, account }) => {
+        calls.push(`${tag}:onAuthenticated`);
+        seen.key = key;
+        seen.account = account;
+      },
+      onUpstreamRequest: ({ body, path, model, setBody }) => {
+        calls.push(`${tag}:onUpstreamRequest ${path} ${model.id}`);
+        // The second plugin sees what the first one set.
+        setBody({ ...body, metadata: { ...((body.metadata as Record<string, string>) ?? {}), [tag]: 'yes' } });
+      },
+      onBilled: ({ entry }) => {
+        calls.push(`${tag}:onBilled`);
+        seen.entry = entry;
+      },
+      onResponse: ({ response }) => {
+        calls.push(`${tag}:onResponse ${response.status}`);
+        response.headers.set(`x-plugin-${tag}`, 'seen');
+      },
+      onError: ({ error }) => void calls.push(`${tag}:onError ${(error as { code?: string }).code}`),
+      onDispose: () => void calls.push(`${tag}:onDispose`),
+    });
+    const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+    const gw = await startGateway({ ...options, plugins: [recorder('a'), recorder('b')] });
+    up.setBehavior({ kind: 'json', usage: { prompt_tokens: 5, completion_tokens: 6 } });
+    const before = up.requests.length;
+    const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages });
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-plugin-a')).toBe('seen');
+    expect(res.headers.get('x-plugin-b')).toBe('seen');
+    await eventually(() => calls.filter((c) => c.endsWith('onBilled')).length === 2, 'onBilled');
+    expect(up.requests[before]!.body!.metadata).toEqual({ a: 'yes', b: 'yes' });
+
+    // A refusal (unknown model) goes through onRequest, onAuthenticated, onError and onResponse.
+    const refused = await postChat(gw.baseURL, devKey, { model: 'nope', messages });
+    expect(refused.status).toBe(404);
+    await gw.close();
+
+    const id = res.headers.get('x-request-id')!.slice(0, 4);
+    // A charge lands in its own time (a plain answer's may land before the answer is sent).
+    expect(calls.filter((c) => c.endsWith('onBilled'))).toEqual(['a:onBilled', 'b:onBilled']);
+    expect(calls.filter((c) => !c.endsWith('onBilled'))).toEqual([
+      `a:onRequest /v1/chat/completions ${id}`,
+      `b:onRequest /v1/chat/completions ${id}`,
+      'a:onAuthenticated',
+      'b:onAuthenticated',
+      `a:onUpstreamRequest /chat/completions ${MODEL}`,
+      `b:onUpstreamRequest /chat/completions ${MODEL}`,
+      'a:onResponse 200',
+      'b:onResponse 200',
+      expect.stringMatching(/^a:onRequest /),
+      expect.stringMatching(/^b:onRequest /),
+      'a:onAuthenticated',
+      'b:onAuthenticated',
+      'a:onError model_not_found',
+      'b:onError model_not_found',
+      'a:onResponse 404',
+      'b:onResponse 404',
+      'a:onDispose',
+      'b:onDispose',
+    ]);
+    expect(seen.account).toBe(account);
+    expect(seen.key).toMatchObject({ account, kind: 'developer', model: null });
+    expect(Object.keys(seen.key as object).sort()).toEqual(['account', 'id', 'kind', 'label', 'model', 'prefix']);
+    expect(JSON.stringify(seen.key)).not.toContain(devKey);
+    expect(seen.entry).toMatchObject({ accountId: account, model: MODEL, cost: chatCost(5, 6) });
+  });
+
+  it('a plugin whose every hook throws changes nothing for the client or the ledger', async () => {
+    const boom = () => {
+      throw new Error('plugin bug');
+    };
+    const thrower: GatewayPlugin = {
+      name: 'thrower',
+      onRequest: boom,
+      onAuthenticated: boom,
+      onUpstreamRequest: boom,
+      onBilled: boom,
+      onResponse: async () => Promise.reject(new Error('async plugin bug')),
+      onError: boom,
+      onDispose: boom,
+    };
+    const run = (plugins: GatewayPlugin[]) =>
+      withGateway(plugins, async (gw, key, account) => {
+        up.setBehavior({ kind: 'stream', chunks: ['one ', 'two'], usageCounts: { prompt_tokens: 9, completion_tokens: 2 } });
+        const before = up.requests.length;
+        const stream = await postChat(gw.baseURL, key, { model: MODEL, stream: true, messages });
+        const text = (await stream.text()).replace(/"created":\d+/g, '');
+        const sent = up.requests[before]!.raw;
+        const refused = await postChat(gw.baseURL, key, { model: MODEL, messages: [] });
+        const refusedBody = (await refused.json()) as { error: unknown };
+        await eventually(async () => (await gw.stores.billing.ledger(account)).length === 1, 'the charge');
+        const ledger = (await gw.stores.billing.ledger(account)).map(({ id: _id, at: _at, keyId: _k, ...rest }) => rest);
+        return { status: stream.status, text, sent, refused: [refused.status, refusedBody], ledger, wallet: await gw.stores.billing.wallet(account) };
+      });
+    const plain = await run([]);
+    const withThrower = await run([thrower]);
+    expect(withThrower).toEqual(plain);
+    expect(plain.ledger[0]).toMatchObject({ cost: chatCost(9, 2) });
+  });
+
+  it('onRequest may answer instead of the gateway; onResponse still sees it', async () => {
+    let sawStatus = 0;
+    const gate: GatewayPlugin = {
+      onRequest: ({ request, setResponse }) => {
+        if (request.headers.get('x-block') === 'yes') setResponse(new Response('blocked by policy', { status: 451 }));
+      },
+      onResponse: ({ response }) => void (sawStatus = response.status),
+    };
+    await withGateway([gate], async (gw, key) => {
+      const before = up.requests.length;
+      const res = await postChat(gw.baseURL, key, { model: MODEL, messages }, { headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-block': 'yes' } });
+      expect(res.status).toBe(451);
+      expect(await res.text()).toBe('blocked by policy');
+      expect(sawStatus).toBe(451);
+      expect(up.requests.length).toBe(before);
+    });
+  });
+});
+
+describe('an upstream client object of your own', () => {
+  it('serves calls like a configured upstream, billed from its usage', async () => {
+    const seenCalls: Array<{ path: string; body: unknown; auth: string | undefined }> = [];
+    const client: UpstreamClient = {
+      async call(call) {
+        seenCalls.push({ path: call.path, body: JSON.parse(String(Buffer.from(call.body as Uint8Array))), auth: call.headers.authorization });
+        const text = JSON.stringify({
+          id: 'own-1',
+          object: 'chat.completion',
+          created: 1,
+          model: 'mine',
+          choices: [{ index: 0, message: { role: 'assistant', content: 'from my client' }, finish_reason: 'stop' }],
+          usage: { prompt_tokens: 3, completion_tokens: 4, total_tokens: 7 },
+        });
+        return {
+          status: 200,
+          header: (name) => (name === 'content-type' ? 'application/json' : undefined),
+          body: (async function* () {
+            yield Buffer.from(text);
+          })(),
+          text: async () => text,
+          discard() {},
+        };
+      },
+    };
+    const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+    const gw = await startGateway({
+      ...options,
+      upstreams: { ...options.upstreams, own: client },
+      models: [...(options.models ?? []), { id: 'own/chat', upstream: 'own', pricing: { prompt: '0.000001', completion: '0.000002' } }],
+    });
+    try {
+      const ai = new OpenAI({ baseURL: gw.baseURL, apiKey: devKey, maxRetries: 0 });
+      const answer = await ai.chat.completions.create({ model: 'own/chat', messages });
+      expect(answer.choices[0]?.message.content).toBe('from my client');
+      expect(seenCalls).toHaveLength(1);
+      expect(seenCalls[0]).toMatchObject({ path: '/chat/completions', body: { model: 'own/chat', messages } });
+      expect(seenCalls[0]!.auth).toBeUndefined();
+      await eventually(async () => (await gw.stores.billing.ledger(account)).length === 1, 'the charge');
+      expect((await gw.stores.billing.ledger(account))[0]).toMatchObject({ model: 'own/chat', cost: chatCost(3, 4), upstream: 'own' });
+    } finally {
+      await gw.close();
+    }
+  });
+});
