@@ -148,7 +148,7 @@ describe('the packed tarball', () => {
       `require('model-gateway').createGateway({ storage: { driver: 'sqlite', path: 'x.db' } });`,
     );
     await expect(run(process.execPath, ['--require', './block-peers.cjs', 'sqlite.cjs'], { cwd: app })).rejects.toThrow(
-      /needs the better-sqlite3 package: install it/,
+      /storage driver "sqlite" needs the better-sqlite3 package/,
     );
   });
 
