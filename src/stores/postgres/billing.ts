@@ -98,7 +98,8 @@ export function createPostgresBilling(ctx: PgContext, sweep: () => void): Billin
         [
           req.accountId,
           req.holdId,
-          req.month,
+          // A caller that predates SettleRequest.month: the month the settle lands in.
+          req.month ?? new Date().toISOString().slice(0, 7),
           req.cost.toString(),
           e.id,
           e.keyId,

@@ -133,7 +133,8 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
         if (q.everSettled.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
         const hold = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string } | undefined;
         const held = hold ? hold.amount : 0n;
-        const month = hold ? hold.month : req.month;
+        // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
+        const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));
         // The full list cost, even past the hold: delivered output is never given away.
         const cost = req.cost;
         q.debit.run(req.accountId, -cost);
