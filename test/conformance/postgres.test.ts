@@ -185,6 +185,34 @@ if (unreachable !== null) {
       }
     });
 
+    it('the sweep drops idle windows and expired rows, and live windows keep counting exactly', async () => {
+      const stores = await open();
+      const sql = postgres(POSTGRES_URL, { max: 1, onnotice: () => {} });
+      try {
+        const [idle, live, pool] = [uid('idle'), uid('live'), uid('pool')];
+        for (let i = 0; i < 3; i++) await stores.limits.hit(idle, 5, 150);
+        await stores.limits.hit(live, 2, 60_000);
+        await stores.limits.hit(live, 2, 60_000);
+        const a = await account(stores, 100n);
+        await stores.billing.placeHold(hold(a, 10n, { ttlMs: 150 }));
+        await stores.limits.acquireLease(pool, 1, uid('lease'), 150);
+        await sleep(250);
+        await sql.unsafe(`SELECT "${SCHEMA}".mg_sweep()`);
+        const count = async (table: string, where: string, value: string) =>
+          Number((await sql.unsafe(`SELECT count(*) AS n FROM "${SCHEMA}".${table} WHERE ${where} = $1`, [value]))[0]!.n);
+        expect(await count('rate_hits', 'bucket', idle)).toBe(0);
+        expect(await count('rate_windows', 'bucket', idle)).toBe(0);
+        expect(await count('rate_hits', 'bucket', live)).toBe(2);
+        expect(await count('holds', 'account_id', a.accountId)).toBe(0);
+        expect(await count('leases', 'pool', pool)).toBe(0);
+        expect(await stores.limits.hit(live, 2, 60_000)).toMatchObject({ allowed: false, remaining: 0 });
+        expect(await stores.limits.hit(idle, 5, 150)).toMatchObject({ allowed: true, remaining: 4 });
+      } finally {
+        await sql.end();
+        await stores.close();
+      }
+    });
+
     it('refuses a bad schema name, fails fast on a dead port, and fails after close', async () => {
       await expect(createPostgresStores({ url: POSTGRES_URL, schema: 'Robert"); DROP' })).rejects.toBeInstanceOf(RangeError);
       const t0 = Date.now();

@@ -152,6 +152,33 @@ describe('sqlite: a file', () => {
     expect(() => createSqliteStores({ path: '' })).toThrow(/path/);
   });
 
+  it('the lazy sweep drops idle windows and expired rows, and live windows keep counting exactly', async () => {
+    const h = await makeSqlite();
+    try {
+      const { limits, billing } = h.stores;
+      for (let i = 0; i < 3; i++) await limits.hit('idle', 5, 1_000);
+      expect((await limits.hit('live', 2, 600_000)).allowed).toBe(true);
+      expect((await limits.hit('live', 2, 600_000)).allowed).toBe(true);
+      const a = await account(h.stores, 100n);
+      await billing.placeHold({ ...hold(a, 10n), ttlMs: 1_000 });
+      await limits.acquireLease('pool', 1, 'l', 1_000);
+      h.advance(120_000);
+      // This call runs the sweep first; the ten-minute window must survive it.
+      expect(await limits.hit('live', 2, 600_000)).toMatchObject({ allowed: false, remaining: 0, resetMs: 480_000 });
+      const db = new Database(h.path, { readonly: true });
+      const count = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
+      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'idle'")).toBe(0);
+      expect(count("SELECT count(*) AS n FROM rate_windows WHERE bucket = 'idle'")).toBe(0);
+      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'live'")).toBe(2);
+      expect(count('SELECT count(*) AS n FROM holds')).toBe(0);
+      expect(count('SELECT count(*) AS n FROM leases')).toBe(0);
+      db.close();
+      expect(await limits.hit('idle', 5, 1_000)).toMatchObject({ allowed: true, remaining: 4 });
+    } finally {
+      await h.cleanup();
+    }
+  });
+
   it('refuses a database written by a newer schema', async () => {
     const path = join(dir, `${uid('db')}.db`);
     const db = new Database(path);

@@ -108,14 +108,19 @@ CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON ${s}.ledger
 CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ${s}.ledger
   FOR EACH STATEMENT EXECUTE FUNCTION ${s}.mg_append_only();
 
--- One row per counted hit of a rate window.
+-- A rate window: how many hits it counts (kept beside them, so a hit never counts rows) and
+-- when its newest hit leaves it; and one row per counted hit.
+CREATE TABLE ${s}.rate_windows (
+  bucket text PRIMARY KEY,
+  hits integer NOT NULL,
+  until bigint NOT NULL
+);
+CREATE INDEX rate_windows_until ON ${s}.rate_windows (until);
 CREATE TABLE ${s}.rate_hits (
   bucket text NOT NULL,
-  at bigint NOT NULL,
-  expires_at bigint NOT NULL
+  at bigint NOT NULL
 );
 CREATE INDEX rate_hits_bucket ON ${s}.rate_hits (bucket, at);
-CREATE INDEX rate_hits_expiry ON ${s}.rate_hits (expires_at);
 
 CREATE TABLE ${s}.leases (
   pool text NOT NULL,
@@ -263,22 +268,29 @@ BEGIN
 END $$;
 
 -- Exact sliding window: counts the hit only if fewer than p_limit hits are in the window.
+-- The count is kept in rate_windows and moved with every insert and trim, under the lock, so
+-- a hit costs O(log n) however high the limit.
 CREATE FUNCTION ${s}.mg_hit(
   p_bucket text, p_limit integer, p_window bigint,
   OUT o_allowed boolean, OUT o_remaining integer, OUT o_reset bigint
 ) LANGUAGE plpgsql AS $$
-DECLARE v_t bigint; v_n integer; v_oldest bigint;
+DECLARE v_t bigint; v_left integer; v_n integer; v_oldest bigint;
 BEGIN
   PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
   v_t := ${s}.mg_now();
   DELETE FROM ${s}.rate_hits WHERE bucket = p_bucket AND at <= v_t - p_window;
-  SELECT count(*), min(at) INTO v_n, v_oldest FROM ${s}.rate_hits WHERE bucket = p_bucket;
+  GET DIAGNOSTICS v_left = ROW_COUNT;
+  SELECT hits INTO v_n FROM ${s}.rate_windows WHERE bucket = p_bucket;
+  v_n := coalesce(v_n, 0) - v_left;
   o_allowed := v_n < p_limit;
   IF o_allowed THEN
-    INSERT INTO ${s}.rate_hits (bucket, at, expires_at) VALUES (p_bucket, v_t, v_t + p_window);
+    INSERT INTO ${s}.rate_hits (bucket, at) VALUES (p_bucket, v_t);
     v_n := v_n + 1;
-    v_oldest := coalesce(v_oldest, v_t);
   END IF;
+  INSERT INTO ${s}.rate_windows AS w (bucket, hits, until)
+    VALUES (p_bucket, v_n, CASE WHEN o_allowed THEN v_t + p_window ELSE 0 END)
+    ON CONFLICT (bucket) DO UPDATE SET hits = excluded.hits, until = greatest(w.until, excluded.until);
+  SELECT min(at) INTO v_oldest FROM ${s}.rate_hits WHERE bucket = p_bucket;
   o_remaining := CASE WHEN o_allowed THEN p_limit - v_n ELSE 0 END;
   o_reset := CASE WHEN v_oldest IS NULL THEN 0 ELSE greatest(0, v_oldest + p_window - v_t) END;
 END $$;
@@ -325,14 +337,20 @@ END $$;
 -- Housekeeping: deletes what already counts for nothing. SKIP LOCKED, so the sweep never
 -- waits on (or deadlocks with) a request; what it skips, the next sweep takes.
 CREATE FUNCTION ${s}.mg_sweep() RETURNS void LANGUAGE plpgsql AS $$
-DECLARE v_t bigint := ${s}.mg_now();
+DECLARE v_t bigint := ${s}.mg_now(); v_bucket text;
 BEGIN
   DELETE FROM ${s}.holds WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ${s}.holds WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
   DELETE FROM ${s}.closed_holds WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ${s}.closed_holds WHERE closed_at <= v_t - ${CLOSED_TTL_MS} LIMIT 10000 FOR UPDATE SKIP LOCKED));
-  DELETE FROM ${s}.rate_hits WHERE ctid = ANY (ARRAY(
-    SELECT ctid FROM ${s}.rate_hits WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  -- A window whose newest hit has left goes with all its hits, under the window's own lock
+  -- (tried, never waited for), checked again once held, so no hit is lost or miscounted.
+  FOR v_bucket IN SELECT bucket FROM ${s}.rate_windows WHERE until <= v_t LIMIT 500 LOOP
+    IF pg_try_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || v_bucket, 0)) THEN
+      DELETE FROM ${s}.rate_windows WHERE bucket = v_bucket AND until <= v_t;
+      IF FOUND THEN DELETE FROM ${s}.rate_hits WHERE bucket = v_bucket; END IF;
+    END IF;
+  END LOOP;
   DELETE FROM ${s}.leases WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ${s}.leases WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
   DELETE FROM ${s}.jobs WHERE ctid = ANY (ARRAY(

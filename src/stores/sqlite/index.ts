@@ -56,7 +56,9 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     const statements = [
       ['DELETE FROM holds WHERE expires_at <= ?', 0],
       ['DELETE FROM closed_holds WHERE closed_at <= ?', CLOSED_TTL_MS],
-      ['DELETE FROM rate_hits WHERE expires_at <= ?', 0],
+      // A window whose newest hit has left goes with all its hits (same transaction as the hits' writes).
+      ['DELETE FROM rate_hits WHERE bucket IN (SELECT bucket FROM rate_windows WHERE until <= ?)', 0],
+      ['DELETE FROM rate_windows WHERE until <= ?', 0],
       ['DELETE FROM leases WHERE expires_at <= ?', 0],
       ['DELETE FROM jobs WHERE gone_at <= ?', 0],
       ['DELETE FROM idempotency WHERE expires_at <= ?', 0],

@@ -4,13 +4,18 @@ import { num, type SqliteContext } from './connection.js';
 /**
  * Rate windows and lease pools on SQLite. `hit` and `acquireLease` are one IMMEDIATE
  * transaction each (drop what left the window or expired, count, insert), so the count and
- * the insert are one step. A window is one row per counted hit.
+ * the insert are one step. A window keeps one row per counted hit and its count beside them,
+ * so a hit costs O(log n) however high the limit.
  */
 export function createSqliteLimits(ctx: SqliteContext): LimitStore {
   const q = {
     trim: ctx.prepare('DELETE FROM rate_hits WHERE bucket = ? AND at <= ?'),
-    window: ctx.prepare('SELECT count(*) AS n, min(at) AS oldest FROM rate_hits WHERE bucket = ?'),
-    count: ctx.prepare('INSERT INTO rate_hits (bucket, at, expires_at) VALUES (?, ?, ?)'),
+    counted: ctx.prepare('SELECT hits FROM rate_windows WHERE bucket = ?'),
+    count: ctx.prepare('INSERT INTO rate_hits (bucket, at) VALUES (?, ?)'),
+    save: ctx.prepare(
+      'INSERT INTO rate_windows (bucket, hits, until) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET hits = excluded.hits, until = max(until, excluded.until)',
+    ),
+    oldest: ctx.prepare('SELECT min(at) AS oldest FROM rate_hits WHERE bucket = ?'),
     expire: ctx.prepare('DELETE FROM leases WHERE pool = ? AND expires_at <= ?'),
     holds: ctx.prepare('SELECT 1 FROM leases WHERE pool = ? AND lease_id = ?'),
     size: ctx.prepare('SELECT count(*) AS n FROM leases WHERE pool = ? AND expires_at > ?'),
@@ -26,21 +31,20 @@ export function createSqliteLimits(ctx: SqliteContext): LimitStore {
       ctx.sweep();
       return ctx.write('hit', (): WindowResult => {
         const t = ctx.now();
-        q.trim.run(bucket, t - windowMs);
-        const w = q.window.get(bucket) as { n: number; oldest: number | null };
-        let n = num(w.n);
-        let oldest = w.oldest === null ? null : num(w.oldest);
+        const left = q.trim.run(bucket, t - windowMs).changes;
+        let n = num((q.counted.get(bucket) as { hits: number } | undefined)?.hits) - left;
         const allowed = n < limit;
         if (allowed) {
-          q.count.run(bucket, t, t + windowMs);
+          q.count.run(bucket, t);
           n++;
-          oldest ??= t;
         }
+        q.save.run(bucket, n, allowed ? t + windowMs : 0);
+        const oldest = (q.oldest.get(bucket) as { oldest: number | null }).oldest;
         return {
           allowed,
           limit,
           remaining: allowed ? limit - n : 0,
-          resetMs: oldest === null ? 0 : Math.max(0, oldest + windowMs - t),
+          resetMs: oldest === null ? 0 : Math.max(0, num(oldest) + windowMs - t),
         };
       });
     },

@@ -90,14 +90,19 @@ CREATE INDEX ledger_key ON ledger (account_id, key_id, seq);
 CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
 CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
 
--- One row per counted hit of a rate window.
+-- A rate window: how many hits it counts (kept beside them, so a hit never counts rows) and
+-- when its newest hit leaves it; and one row per counted hit.
+CREATE TABLE rate_windows (
+  bucket TEXT PRIMARY KEY,
+  hits INTEGER NOT NULL,
+  until INTEGER NOT NULL
+) STRICT;
+CREATE INDEX rate_windows_until ON rate_windows (until);
 CREATE TABLE rate_hits (
   bucket TEXT NOT NULL,
-  at INTEGER NOT NULL,
-  expires_at INTEGER NOT NULL
+  at INTEGER NOT NULL
 ) STRICT;
 CREATE INDEX rate_hits_bucket ON rate_hits (bucket, at);
-CREATE INDEX rate_hits_expiry ON rate_hits (expires_at);
 
 CREATE TABLE leases (
   pool TEXT NOT NULL,
