@@ -13,6 +13,13 @@
  *   pool (there is no row to lock before the first hit).
  * - Time is the database clock (`mg_now`, read after the lock is taken), never an instance
  *   clock, so instances on different machines agree.
+ * - Settles, top-ups, accounts, keys and idempotency records commit synchronously: once a
+ *   call returns, they survive a PostgreSQL crash. Rate-window hits, leases, holds and
+ *   releases commit asynchronously (`mg_async_commit`): their locks are held only while they
+ *   run, not through a disk flush, which is what bounds one account's calls per second. A
+ *   PostgreSQL crash may forget the last fraction of a second of them: a hit or lease less
+ *   (a limit briefly loose), a hold less (it stops counting early; its call is still billed
+ *   in full by its settle), a release less (the hold expires with its TTL).
  * Money is BIGINT nano-USD throughout; `sum` (numeric) is cast back to bigint.
  */
 import type postgres from 'postgres';
@@ -168,6 +175,12 @@ CREATE TABLE ${s}.idempotency (
 );
 CREATE INDEX idempotency_expiry ON ${s}.idempotency (expires_at);
 
+-- Makes the calling transaction commit without waiting for its WAL to reach disk (see the
+-- top of migrations.ts for which operations may, and why).
+CREATE FUNCTION ${s}.mg_async_commit() RETURNS void LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('synchronous_commit', 'off', true)
+$$;
+
 -- The database clock in unix ms: the one clock every instance reads.
 CREATE FUNCTION ${s}.mg_now() RETURNS bigint LANGUAGE sql VOLATILE AS $$
   SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
@@ -193,6 +206,7 @@ CREATE FUNCTION ${s}.mg_place_hold(
 ) LANGUAGE plpgsql AS $$
 DECLARE v_balance bigint; v_t bigint; v_free bigint; v_room bigint;
 BEGIN
+  PERFORM ${s}.mg_async_commit();
   v_balance := ${s}.mg_lock_wallet(p_account);
   v_t := ${s}.mg_now();
   DELETE FROM ${s}.holds WHERE account_id = p_account AND expires_at <= v_t;
@@ -250,6 +264,7 @@ END $$;
 CREATE FUNCTION ${s}.mg_release(p_account text, p_hold text) RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE v_t bigint; v_expires bigint;
 BEGIN
+  PERFORM ${s}.mg_async_commit();
   PERFORM ${s}.mg_lock_wallet(p_account);
   v_t := ${s}.mg_now();
   INSERT INTO ${s}.closed_holds (account_id, hold_id, closed_at) VALUES (p_account, p_hold, v_t) ON CONFLICT DO NOTHING;
@@ -276,6 +291,7 @@ CREATE FUNCTION ${s}.mg_hit(
 ) LANGUAGE plpgsql AS $$
 DECLARE v_t bigint; v_left integer; v_n integer; v_oldest bigint;
 BEGIN
+  PERFORM ${s}.mg_async_commit();
   PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
   v_t := ${s}.mg_now();
   DELETE FROM ${s}.rate_hits WHERE bucket = p_bucket AND at <= v_t - p_window;
@@ -300,6 +316,7 @@ CREATE FUNCTION ${s}.mg_acquire_lease(p_pool text, p_cap integer, p_lease text, 
 RETURNS boolean LANGUAGE plpgsql AS $$
 DECLARE v_t bigint;
 BEGIN
+  PERFORM ${s}.mg_async_commit();
   PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:ls:' || p_pool, 0));
   v_t := ${s}.mg_now();
   DELETE FROM ${s}.leases WHERE pool = p_pool AND expires_at <= v_t;
@@ -339,6 +356,7 @@ END $$;
 CREATE FUNCTION ${s}.mg_sweep() RETURNS void LANGUAGE plpgsql AS $$
 DECLARE v_t bigint := ${s}.mg_now(); v_bucket text;
 BEGIN
+  PERFORM ${s}.mg_async_commit();
   DELETE FROM ${s}.holds WHERE ctid = ANY (ARRAY(
     SELECT ctid FROM ${s}.holds WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
   DELETE FROM ${s}.closed_holds WHERE ctid = ANY (ARRAY(
