@@ -107,7 +107,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         : storage.driver === 'redis'
           ? 'import { createRedisStores } from "model-gateway/redis" and pass them as `stores`'
           : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
-    throw new GatewayError('internal_error', `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''} needs stores built first: ${how}, or use the CLI.`);
+    const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
+    throw new GatewayError('internal_error', `${what} needs stores built first: ${how}, or use the CLI.`);
   }
 
   const tokenizer = createTokenizer();
