@@ -18,6 +18,7 @@ import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './ledger-export.js';
 import { consoleLogger, silentLogger } from './log.js';
 import { ConfigError, parseOptions } from './options.js';
+import { StoreUnavailableError } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 
 const USAGE = `usage:
@@ -236,7 +237,7 @@ async function main(): Promise<void> {
 main().catch((err: unknown) => {
   if (err instanceof UsageError || (err as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
     process.stderr.write(`${(err as Error).message}\n${USAGE}\n`);
-  } else if (err instanceof ConfigError || err instanceof AdminError) {
+  } else if (err instanceof ConfigError || err instanceof AdminError || err instanceof StoreUnavailableError) {
     process.stderr.write(`${err.message}\n`);
   } else {
     process.stderr.write(`${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
