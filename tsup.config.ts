@@ -10,6 +10,8 @@ export default defineConfig([
     entry: {
       index: 'src/index.ts',
       redis: 'src/redis.ts',
+      sqlite: 'src/sqlite.ts',
+      postgres: 'src/postgres.ts',
       express: 'adapters/express.ts',
       fastify: 'adapters/fastify.ts',
       next: 'adapters/next.ts',
@@ -25,17 +27,21 @@ export default defineConfig([
     clean: ['!cli.js'],
     treeshake: true,
     removeNodeProtocol: false,
+    // The SQLite stores load better-sqlite3 (an optional peer) with createRequire(import.meta.url);
+    // the CJS build needs import.meta.url shimmed.
+    shims: true,
   },
   {
     entry: { cli: 'src/cli.ts' },
     format: ['esm'],
-    // The CLI loads Redis storage on demand; keep that import pointing at the published
-    // dist/redis.js, so ioredis (an optional peer) is only needed when Redis is configured.
+    // The CLI loads the Redis, PostgreSQL and SQLite stores on demand; keep those imports
+    // pointing at the published dist/redis.js, dist/postgres.js and dist/sqlite.js, so each
+    // optional peer (ioredis, postgres, better-sqlite3) is needed only when configured.
     esbuildPlugins: [
       {
-        name: 'redis-subpath-external',
+        name: 'store-subpaths-external',
         setup(build) {
-          build.onResolve({ filter: /^\.\/redis\.js$/ }, () => ({ path: './redis.js', external: true }));
+          build.onResolve({ filter: /^\.\/(redis|postgres|sqlite)\.js$/ }, (args) => ({ path: args.path, external: true }));
         },
       },
     ],

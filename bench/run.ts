@@ -5,7 +5,8 @@
  *
  * On loopback, each as its own process: a fast OpenAI-compatible upstream (bench/upstream.ts),
  * the bare relay baseline (bench/bare-relay.ts) and the gateway through its CLI (memory
- * storage, real auth, rate limits, hold and settle; limits raised so they never trip).
+ * storage unless BENCH_STORAGE says otherwise, real auth, rate limits, hold and settle; limits
+ * raised so they never trip).
  * autocannon runs in this process, alternating bare / gateway per cell and flipping the
  * order every round so machine drift hits both alike; each cell's figure is the median of
  * the rounds. Both targets get 2 x 3 s of unmeasured load first (JIT, connection pools), and
@@ -25,7 +26,10 @@
  *   BENCH_GATEWAY [tsx]       "tsx": node --import tsx src/cli.ts; "dist": node dist/cli.js (needs a build)
  *   BENCH_PROFILE []          "1" / "gateway": run the load-phase gateway with --cpu-prof
  *                             (profiles in bench/results/profiles, summary printed); "all": bare too
- *   BENCH_OUT [latest]        results file name ("profile" when BENCH_PROFILE is set)
+ *   BENCH_STORAGE [memory]    the gateway's storage: memory, sqlite (a temp file), postgres (a fresh
+ *                             schema at POSTGRES_URL, dropped after) or redis (a fresh prefix at REDIS_URL)
+ *   BENCH_OUT [latest]        results file name ("profile" when BENCH_PROFILE is set; "latest-<storage>"
+ *                             for a storage other than memory)
  *   BENCH_PROMPT_BYTES [0]    pad every user message by this many bytes (each call's prompt is unique either way)
  *   BENCH_FIXED_PROMPT []     "1": send the very same prompt every call (not real traffic; shows what prompt caches save)
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
@@ -43,6 +47,9 @@ import { heldStreams, type HeldResult } from './held.js';
 import { runLoad, type LoadResult } from './load.js';
 import { memoryOf, RssSampler, sleep, startNode, type Child } from './procs.js';
 import { formatSummary, summarize } from './top-profile.js';
+import { POSTGRES_URL, dropSchema, freshSchema } from './postgres-util.js';
+import { REDIS_URL, deleteKeysWithPrefix } from './redis-util.js';
+import { Redis } from 'ioredis';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const RESULTS = join(ROOT, 'bench/results');
@@ -59,7 +66,9 @@ const KINDS = (env.BENCH_KINDS ?? 'plain,stream').split(',') as Kind[];
 const HELD = num(env.BENCH_HELD, 2000);
 const GATEWAY_MODE = env.BENCH_GATEWAY === 'dist' ? 'dist' : 'tsx';
 const PROFILE = env.BENCH_PROFILE === 'all' ? 'all' : env.BENCH_PROFILE ? 'gateway' : '';
-const OUT = env.BENCH_OUT ?? (PROFILE ? 'profile' : 'latest');
+const STORAGE = (env.BENCH_STORAGE ?? 'memory') as 'memory' | 'sqlite' | 'postgres' | 'redis';
+if (!['memory', 'sqlite', 'postgres', 'redis'].includes(STORAGE)) throw new Error(`BENCH_STORAGE: unknown storage ${STORAGE}`);
+const OUT = env.BENCH_OUT ?? (PROFILE ? 'profile' : STORAGE === 'memory' ? 'latest' : `latest-${STORAGE}`);
 /** The same prompt on every call (shows what a prompt-keyed cache would save; not real traffic). */
 const FIXED_PROMPT = env.BENCH_FIXED_PROMPT === '1';
 /** A measurement disturbed by other load is taken again, up to this many times (the quietest is kept). */
@@ -84,7 +93,7 @@ const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const TSX = ['--import', 'tsx'];
 const stamp = new Date().toISOString().replace(/[:.]/g, '-');
 
-function gatewayConfig(upstreamUrl: string) {
+function gatewayConfig(upstreamUrl: string, storage: Record<string, unknown>) {
   const pricing = { prompt: '0.00000015', completion: '0.0000006' };
   return {
     serviceName: 'model-gateway-bench',
@@ -99,7 +108,7 @@ function gatewayConfig(upstreamUrl: string) {
     accounts: [{ id: 'bench', walletUsd: '1000000' }],
     keys: [{ key: KEY, account: 'bench', kind: 'developer', label: 'bench' }],
     limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
-    storage: { driver: 'memory' },
+    storage,
   };
 }
 
@@ -298,10 +307,23 @@ async function main(): Promise<void> {
       `gateway via ${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts' : 'node dist/cli.js'}${PROFILE ? `; profiling ${PROFILE}` : ''}`,
   );
 
+  // Where the gateway keeps its books; removed in `finally`.
+  const pgSchema = freshSchema('mgbench');
+  const redisPrefix = `mgbench:${randomBytes(4).toString('hex')}:`;
+  const storage =
+    STORAGE === 'sqlite'
+      ? { driver: 'sqlite', path: join(tmp, 'gateway.db') }
+      : STORAGE === 'postgres'
+        ? { driver: 'postgres', url: POSTGRES_URL, schema: pgSchema }
+        : STORAGE === 'redis'
+          ? { driver: 'redis', url: REDIS_URL, keyPrefix: redisPrefix }
+          : { driver: 'memory' };
+  log(`gateway storage: ${STORAGE}`);
+
   try {
     const upstream = track(await startNode('upstream', [...TSX, 'bench/upstream.ts'], ROOT));
     const configFile = join(tmp, 'gateway.config.json');
-    writeFileSync(configFile, JSON.stringify(gatewayConfig(upstream.url), null, 2));
+    writeFileSync(configFile, JSON.stringify(gatewayConfig(upstream.url, storage), null, 2));
 
     // ---- throughput and latency ----
     const bare = track(await startNode('bare relay', bareArgs(upstream.url, 256, PROFILE === 'all'), ROOT));
@@ -436,7 +458,7 @@ async function main(): Promise<void> {
     const md: string[] = [
       `Gateway vs a bare Node relay (node:http in, undici out, JSON parsed once each way, streams piped), both in front of the same fast local upstream. ` +
         `${machine.cores} cores (${machine.cpu}) shared by upstream, relay and load generator; node ${machine.node}; commit ${machine.gitCommit}; ` +
-        `gateway run as \`${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts serve' : 'node dist/cli.js serve'}\` with memory storage, auth, rate limits, hold and settle. ` +
+        `gateway run as \`${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts serve' : 'node dist/cli.js serve'}\` with ${STORAGE} storage, auth, rate limits, hold and settle. ` +
         `Median of ${ROUNDS} alternating rounds of ${DURATION} s per cell (each run's first ${SETTLE} s, the connection burst, not counted). ` +
         (FIXED_PROMPT
           ? `Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); `
@@ -506,6 +528,12 @@ async function main(): Promise<void> {
   } finally {
     await Promise.allSettled(children.map((c) => c.stop(3_000)));
     rmSync(tmp, { recursive: true, force: true });
+    if (STORAGE === 'postgres') await dropSchema(pgSchema).catch(() => {});
+    if (STORAGE === 'redis') {
+      const c = new Redis(REDIS_URL);
+      await deleteKeysWithPrefix(c, redisPrefix).catch(() => {});
+      c.disconnect();
+    }
   }
 }
 

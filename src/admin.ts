@@ -5,7 +5,8 @@
 import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from './auth/keys.js';
 import type { Core } from './core.js';
 import { formatUsd, parseUsd } from './money.js';
-import type { ApiKeyRecord, KeyKind, LedgerEntry } from './stores/types.js';
+import { MAX_LEDGER_PAGE } from './stores/ledger-query.js';
+import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from './stores/types.js';
 
 export interface CreateKeyInput {
   account: string;
@@ -23,6 +24,23 @@ export interface CreatedKey {
   prefix: string;
 }
 
+/** A time in a ledger query: unix ms, a Date, or an ISO 8601 date or date-time string. */
+export type TimeInput = number | Date | string;
+
+export interface LedgerQueryInput {
+  account: string;
+  /** Only this key's entries (its id, "key_..."). */
+  key?: string;
+  /** Entries at or after this time. */
+  from?: TimeInput;
+  /** Entries before this time. */
+  to?: TimeInput;
+  /** The `nextCursor` of the previous page. */
+  cursor?: string;
+  /** Entries per page, 1 to 1,000. @default 100 */
+  limit?: number;
+}
+
 export type KeyView = Omit<ApiKeyRecord, 'digest' | 'monthlyCap'> & { monthlyCapUsd: string | null };
 
 export interface Admin {
@@ -38,7 +56,15 @@ export interface Admin {
   /** Lets a disabled key authenticate again (within the key cache's 5 s everywhere). */
   enableKey(id: string): Promise<void>;
   listKeys(accountId: string): Promise<KeyView[]>;
+  /** Every ledger entry of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
+  /**
+   * One page of an account's ledger, oldest first, filtered by key and time.
+   * @example
+   * let page = await gateway.admin.ledger({ account: 'acme', from: '2026-11-01', limit: 500 });
+   * while (page.more) page = await gateway.admin.ledger({ account: 'acme', from: '2026-11-01', cursor: page.nextCursor });
+   */
+  ledger(query: LedgerQueryInput): Promise<LedgerPage>;
   /** Creates or replaces a brand profile of an account. */
   putBrand(input: { id: string; account: string; name?: string; description?: string; voice: string }): Promise<void>;
   deleteBrand(accountId: string, id: string): Promise<boolean>;
@@ -49,6 +75,29 @@ export interface Admin {
 
 export class AdminError extends Error {
   override name = 'AdminError';
+}
+
+/** An ISO 8601 date or date-time as unix ms; UTC unless it names an offset (NaN when not one). */
+function isoToMs(text: string): number {
+  const m = /^(\d{4}-\d{2}-\d{2})(?:[T ](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?)(Z|[+-]\d{2}:\d{2})?)?$/.exec(text);
+  if (!m) return Number.NaN;
+  return Date.parse(m[2] === undefined ? `${m[1]}T00:00:00Z` : `${m[1]}T${m[2]}${m[3] ?? 'Z'}`);
+}
+
+/** A query time as unix ms; an AdminError names the field when it is not a time. */
+export function toUnixMs(value: TimeInput, field: string): number {
+  const ms =
+    typeof value === 'number'
+      ? value
+      : value instanceof Date
+        ? value.getTime()
+        : typeof value === 'string'
+          ? isoToMs(value.trim())
+          : Number.NaN;
+  if (!Number.isSafeInteger(ms)) {
+    throw new AdminError(`${field}: not a time: ${JSON.stringify(value)} (use unix ms, a Date, or an ISO 8601 date such as "2026-11-01")`);
+  }
+  return ms;
 }
 
 function keyView(k: ApiKeyRecord): KeyView {
@@ -136,7 +185,29 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
     async listKeys(accountId) {
       return (await stores.keys.listByAccount(accountId)).map(keyView);
     },
-    ledger: (accountId) => stores.billing.ledger(accountId),
+    ledger: (async (arg: string | LedgerQueryInput) => {
+      if (typeof arg === 'string') return stores.billing.ledger(arg);
+      if (!arg || typeof arg.account !== 'string' || arg.account === '') throw new AdminError('A ledger query needs an account.');
+      const limit = arg.limit ?? 100;
+      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LEDGER_PAGE) {
+        throw new AdminError(`limit: must be an integer from 1 to ${MAX_LEDGER_PAGE}, got ${String(arg.limit)}`);
+      }
+      await requireAccount(arg.account);
+      try {
+        return await stores.billing.queryLedger({
+          accountId: arg.account,
+          limit,
+          ...(arg.key === undefined ? {} : { keyId: arg.key }),
+          ...(arg.from === undefined ? {} : { from: toUnixMs(arg.from, 'from') }),
+          ...(arg.to === undefined ? {} : { to: toUnixMs(arg.to, 'to') }),
+          ...(arg.cursor === undefined ? {} : { cursor: arg.cursor }),
+        });
+      } catch (err) {
+        // The store's rules for a query (a cursor it never returned, ...) are the caller's mistake.
+        if (err instanceof RangeError) throw new AdminError(err.message.replace(/^ledger query: /, ''));
+        throw err;
+      }
+    }) as Admin['ledger'],
     async putBrand({ id, account, name = '', description = '', voice }) {
       await requireAccount(account);
       if (!id || !voice) throw new AdminError('A brand needs an id and a voice.');
@@ -160,7 +231,13 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
 /** Seeds accounts, keys, brands and documents from the options. Idempotent (SPEC section 7). */
 export async function seed(core: Core, admin: Admin): Promise<void> {
   const cfg = core.cfg;
-  for (const a of cfg.accounts) await admin.createAccount({ id: a.id, walletUsd: a.walletUsd, grants: a.grants });
+  for (const a of cfg.accounts) {
+    // A seeded wallet is credited only when the account is created, and never for an account
+    // that already has ledger history (its record lost, its money spent): durable books never
+    // hand out the seed twice.
+    const history = (await core.stores.billing.queryLedger({ accountId: a.id, limit: 1 })).entries.length > 0;
+    await admin.createAccount({ id: a.id, walletUsd: history ? 0 : a.walletUsd, grants: a.grants });
+  }
   for (const k of cfg.keys) {
     await insertKey(
       core,

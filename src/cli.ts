@@ -8,12 +8,14 @@
 import { createServer } from 'node:http';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
-import { AdminError } from './admin.js';
+import { createHash } from 'node:crypto';
+import { AdminError, toUnixMs } from './admin.js';
 import { loadConfigFile } from './config-file.js';
 import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
 import { consoleLogger, silentLogger } from './log.js';
 import { parseUsd } from './money.js';
 import { ConfigError, parseOptions } from './options.js';
+import { ledgerHeader, ledgerLine, type LedgerFormat } from './ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 
@@ -27,6 +29,7 @@ const USAGE = `usage:
   model-gateway keys list --config FILE --account ID
   model-gateway keys disable --config FILE --id KEY_ID
   model-gateway keys enable --config FILE --id KEY_ID
+  model-gateway ledger --config FILE --account ID [--key KEY_ID] [--since WHEN] [--until WHEN] [--format jsonl|csv]
 
 options:
   --config FILE       the JSON config; its storage is what the admin commands change
@@ -38,7 +41,9 @@ options:
   --kind K            keys create: developer (default) or agent (needs --model)
   -h, --help          this text
 
-Amounts are USD with at most 9 decimal places.`;
+Amounts are USD with at most 9 decimal places. WHEN is an ISO 8601 date or date-time (UTC
+unless it names an offset), unix ms, or an age such as 30m, 24h or 7d. A config that names no
+storage keeps its books in SQLite at ./data/gateway.db.`;
 
 const options = {
   config: { type: 'string' },
@@ -52,6 +57,10 @@ const options = {
   model: { type: 'string' },
   label: { type: 'string' },
   'monthly-cap': { type: 'string' },
+  key: { type: 'string' },
+  since: { type: 'string' },
+  until: { type: 'string' },
+  format: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
 
@@ -124,36 +133,118 @@ function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): 
   return null;
 }
 
-/** Stores for the configured storage driver (Redis through the optional subpath). */
+/** Where the CLI keeps its books when a config names no storage. */
+const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const;
+
+/**
+ * Stores the CLI builds itself: the drivers that connect asynchronously (Redis, PostgreSQL)
+ * and any limits taken from Redis. Memory and plain SQLite are left to createGateway. The
+ * driver modules are loaded on demand, so their packages are needed only when configured.
+ */
 async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
-  const cfg = parseOptions(config);
-  if (cfg.storage.driver !== 'redis') return undefined;
+  const { storage } = parseOptions(config);
+  if (storage.driver === 'memory') return undefined;
+  if (storage.driver === 'redis') {
+    const { createRedisStores } = await import('./redis.js');
+    const { driver: _driver, ...connection } = storage;
+    return createRedisStores(connection);
+  }
+  if (storage.driver === 'sqlite' && !storage.limits) return undefined;
+  let books: Stores;
+  if (storage.driver === 'postgres') {
+    const { createPostgresStores } = await import('./postgres.js');
+    books = await createPostgresStores({ url: storage.url, schema: storage.schema });
+  } else {
+    const { createSqliteStores } = await import('./sqlite.js');
+    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
+  }
+  if (!storage.limits) return books;
   const { createRedisStores } = await import('./redis.js');
-  const { driver: _driver, ...connection } = cfg.storage;
-  return createRedisStores(connection);
+  const redis = createRedisStores({ url: storage.limits.url, keyPrefix: storage.limits.keyPrefix });
+  return {
+    ...books,
+    limits: redis.limits,
+    async close() {
+      await Promise.allSettled([books.close(), redis.close()]);
+    },
+  };
 }
 
 /**
- * Where the settle journal lives when the config names none: `./data/settle-journal` for every
- * storage that outlives the process (a charge the store could not take then survives this
- * process too), none for memory storage (whose books die with it anyway).
+ * Where the settle journal lives when the config names none: `./data/settle-journal/<store>`
+ * for every storage that outlives the process (a charge the store could not take then
+ * survives this process too), none for memory storage (whose books die with it anyway). The
+ * folder is per store (a digest of the storage config), so a gateway never replays another
+ * store's charges into its own.
  */
 function journalDir(config: GatewayOptions): string | null | undefined {
   if (config.settleJournalDir !== undefined) return config.settleJournalDir;
-  return parseOptions(config).storage.driver === 'memory' ? null : resolve('data', 'settle-journal');
+  const { storage } = parseOptions(config);
+  if (storage.driver === 'memory') return null;
+  const store = createHash('sha256').update(JSON.stringify(storage)).digest('hex').slice(0, 12);
+  return resolve('data', 'settle-journal', store);
 }
 
 async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gateway; stores?: Stores }> {
-  const config = (await loadConfigFile(configFile)) as GatewayOptions;
+  const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
+  const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
   const stores = await storesFor(config);
-  const gateway = createGateway({
-    ...config,
-    settleJournalDir: journalDir(config),
-    stores,
-    logger: quiet ? silentLogger : consoleLogger(),
-  });
-  await gateway.ready;
-  return { gateway, stores };
+  try {
+    const gateway = createGateway({
+      ...config,
+      settleJournalDir: journalDir(config),
+      stores,
+      logger: quiet ? silentLogger : consoleLogger(),
+    });
+    await gateway.ready;
+    return { gateway, stores };
+  } catch (err) {
+    await stores?.close();
+    throw err;
+  }
+}
+
+/** Where the books are, for the start-up line. */
+function describeStorage(storage: Gateway['config']['storage']): string {
+  if (storage.driver === 'sqlite') return `sqlite at ${storage.path}${storage.limits ? ', limits on redis' : ''}`;
+  if (storage.driver === 'postgres') return `postgres schema ${storage.schema}${storage.limits ? ', limits on redis' : ''}`;
+  return storage.driver;
+}
+
+/** A WHEN of the ledger command: an age (30m, 24h, 7d) before now, unix ms, or an ISO 8601 time. */
+function parseWhen(value: string, flag: string): number {
+  const age = /^(\d+)([mhd])$/.exec(value);
+  if (age) return Date.now() - Number(age[1]) * { m: 60_000, h: 3_600_000, d: 86_400_000 }[age[2] as 'm' | 'h' | 'd'];
+  if (/^\d+$/.test(value)) return Number(value);
+  try {
+    return toUnixMs(value, `--${flag}`);
+  } catch {
+    throw new UsageError(`--${flag}: not a time: ${value} (an ISO 8601 date or date-time, unix ms, or an age such as 24h or 7d)`);
+  }
+}
+
+/** Writes an account's ledger, page by page, so an export of any size runs in constant memory. */
+async function exportLedger(gateway: Gateway, values: Record<string, string | boolean | undefined>): Promise<void> {
+  const format = (values.format ?? 'jsonl') as string;
+  if (format !== 'jsonl' && format !== 'csv') throw new UsageError('--format is jsonl or csv');
+  const query = {
+    account: need(values.account as string | undefined, 'account'),
+    ...(typeof values.key === 'string' ? { key: values.key } : {}),
+    ...(typeof values.since === 'string' ? { from: parseWhen(values.since, 'since') } : {}),
+    ...(typeof values.until === 'string' ? { to: parseWhen(values.until, 'until') } : {}),
+    limit: 1_000,
+  };
+  const write = (text: string) =>
+    new Promise<void>((resolve, reject) => (process.stdout.write(text) ? resolve() : process.stdout.once('drain', resolve).once('error', reject)));
+  const header = ledgerHeader(format as LedgerFormat);
+  if (header) await write(header);
+  let cursor: string | undefined;
+  for (;;) {
+    const page = await gateway.admin.ledger({ ...query, ...(cursor === undefined ? {} : { cursor }) });
+    if (page.entries.length) await write(page.entries.map((e) => ledgerLine(e, format as LedgerFormat)).join(''));
+    if (!page.more) return;
+    cursor = page.nextCursor;
+  }
 }
 
 async function serve(configFile: string, port: number, host: string): Promise<void> {
@@ -173,7 +264,7 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   }
   const addr = server.address();
   const where = typeof addr === 'object' && addr ? `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}` : String(addr);
-  const storage = gateway.config.storage.driver;
+  const storage = describeStorage(gateway.config.storage);
   process.stdout.write(
     `model-gateway listening on ${where}/v1 (storage: ${storage}; upstream: ${gateway.usesSimulator ? 'built-in simulator' : 'configured upstreams'})\n`,
   );
@@ -216,11 +307,14 @@ async function admin(argv: string[]): Promise<void> {
   try {
     const changes = !['accounts list', 'wallet show', 'keys list'].includes(`${group} ${action}`);
     if (changes && gateway.config.storage.driver === 'memory') {
-      process.stderr.write('note: storage is "memory"; this change lives only in this process. Use a redis storage config.\n');
+      process.stderr.write('note: storage is "memory"; this change lives only in this process. Use sqlite, postgres or redis storage.\n');
     }
     const a = gateway.admin;
     let out: unknown;
-    if (group === 'accounts' && action === 'create') {
+    if (group === 'ledger' && action === undefined) {
+      await exportLedger(gateway, values);
+      return;
+    } else if (group === 'accounts' && action === 'create') {
       out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: wallet });
     } else if (group === 'accounts' && action === 'list') {
       out = await a.listAccounts();

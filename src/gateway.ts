@@ -30,6 +30,7 @@ import { createContextService } from './context/inject.js';
 import { createCors } from './cors.js';
 import { createProbes, type StartupState } from './probes.js';
 import { createMemoryStores } from './stores/memory/index.js';
+import { createSqliteStores } from './stores/sqlite/index.js';
 import { isStoreUnavailable } from './stores/errors.js';
 import type { ApiKeyRecord, Stores } from './stores/types.js';
 import { createHooks, type GatewayPlugin, pluginKey } from './plugins.js';
@@ -170,13 +171,21 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   };
 
   let stores: Stores;
+  const storage = cfg.storage;
   if (givenStores) stores = givenStores;
-  else if (cfg.storage.driver === 'memory') stores = createMemoryStores({ now });
-  else {
-    throw new GatewayError(
-      'internal_error',
-      'storage.driver "redis" needs the Redis stores: import { createRedisStores } from "model-gateway/redis" and pass them as `stores`, or use the CLI.',
-    );
+  else if (storage.driver === 'memory') stores = createMemoryStores({ now });
+  else if (storage.driver === 'sqlite' && !storage.limits) {
+    stores = createSqliteStores({ path: storage.path, synchronous: storage.synchronous, now });
+  } else {
+    // These connect (and PostgreSQL migrates) asynchronously; createGateway is synchronous.
+    const how =
+      storage.driver === 'postgres'
+        ? 'import { createPostgresStores } from "model-gateway/postgres" and pass `stores: await createPostgresStores({ url, schema })`'
+        : storage.driver === 'redis'
+          ? 'import { createRedisStores } from "model-gateway/redis" and pass them as `stores`'
+          : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
+    const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
+    throw new GatewayError('internal_error', `${what} needs stores built first: ${how}, or use the CLI.`);
   }
 
   const tokenizer = createTokenizer();

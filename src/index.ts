@@ -1,6 +1,6 @@
 export { createGateway } from './gateway.js';
 export type { Gateway, GatewayExtras, GatewayOptions, GatewayServerContext } from './gateway.js';
-export type { Admin, CreateKeyInput, CreatedKey, KeyView } from './admin.js';
+export type { Admin, CreateKeyInput, CreatedKey, KeyView, LedgerQueryInput, TimeInput } from './admin.js';
 export { AdminError } from './admin.js';
 export { GatewayError } from './errors.js';
 export type { ErrorCode } from './errors.js';

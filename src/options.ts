@@ -146,6 +146,18 @@ const redisStorage = z
     }
   });
 
+/**
+ * Rate windows and in-flight leases from a Redis beside SQL books: the busiest writes (two per
+ * request) then stay off the database. `{driver: "redis", url, keyPrefix}`.
+ */
+const redisLimits = z.strictObject({
+  driver: z.literal('redis'),
+  /** @default "redis://127.0.0.1:6379" */
+  url: z.string().default('redis://127.0.0.1:6379'),
+  /** @default "mg:" */
+  keyPrefix: z.string().default('mg:'),
+});
+
 export const optionsSchema = z.strictObject({
   /** Shown as `owned_by` on media rows. @default "model-gateway" */
   serviceName: z.string().min(1).default('model-gateway'),
@@ -264,7 +276,31 @@ export const optionsSchema = z.strictObject({
     .default(null),
   storage: z
     .discriminatedUnion('driver', [
+      /** Everything in this process's memory: lost on exit (tests, trying things out). */
       z.strictObject({ driver: z.literal('memory') }),
+      /**
+       * One SQLite file (better-sqlite3, WAL): durable books for one process. A relative
+       * `path` is taken from the working directory. `synchronous: "full"` also survives power loss.
+       */
+      z.strictObject({
+        driver: z.literal('sqlite'),
+        /** @default "./data/gateway.db" */
+        path: z.string().min(1).default('./data/gateway.db'),
+        /** @default "normal" */
+        synchronous: z.enum(['normal', 'full']).default('normal'),
+        limits: redisLimits.optional(),
+      }),
+      /** One PostgreSQL schema: durable books shared by several instances. */
+      z.strictObject({
+        driver: z.literal('postgres'),
+        url: z.string().min(1),
+        /** @default "model_gateway" */
+        schema: z
+          .string()
+          .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case identifier (letters, digits, "_"; at most 63)')
+          .default('model_gateway'),
+        limits: redisLimits.optional(),
+      }),
       redisStorage,
     ])
     .default({ driver: 'memory' }),

@@ -16,7 +16,14 @@ declare const Bun: {
 };
 
 const configFile = process.env.MODEL_GATEWAY_CONFIG ?? new URL('../gateway.config.json', import.meta.url).pathname;
-const gateway = createGateway((await loadConfigFile(configFile)) as GatewayOptions);
+const config = (await loadConfigFile(configFile)) as GatewayOptions;
+// better-sqlite3 (a Node native module) does not load in Bun: the demo's SQLite books become
+// memory here. In your app on Bun, use PostgreSQL or Redis storage for durable books.
+if (config.storage?.driver === 'sqlite') {
+  console.log('note: SQLite storage needs Node.js; on Bun this example keeps its books in memory');
+  config.storage = { driver: 'memory' };
+}
+const gateway = createGateway(config);
 await gateway.ready;
 
 const server = Bun.serve({

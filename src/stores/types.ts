@@ -2,7 +2,8 @@
  * The storage interfaces. Each one is small and says which operations are atomic.
  * Money is always a bigint count of nano-USD (1 unit = 0.000000001 USD); times are unix ms.
  *
- * Two implementations fit these interfaces: `memory/` (one process) and `redis/` (several
+ * Four implementations fit these interfaces: `memory/` (one process, nothing kept), `sqlite/`
+ * (one process, durable), `postgres/` (several processes, durable) and `redis/` (several
  * processes sharing one Redis). Expected outcomes (unaffordable, limited) are returned values;
  * a store throws only when its infrastructure is broken (the gateway answers 503 then).
  */
@@ -121,6 +122,36 @@ export interface SettleRequest {
   entry: Omit<LedgerEntry, 'cost' | 'held' | 'exceededHold'>;
 }
 
+/** A page of one account's ledger: filters, and where the previous page ended. */
+export interface LedgerQuery {
+  accountId: string;
+  /** Only the entries of this key. */
+  keyId?: string;
+  /** Only entries with `at` >= from (unix ms). */
+  from?: number;
+  /** Only entries with `at` < to (unix ms). */
+  to?: number;
+  /** The `nextCursor` of the previous page; omitted for the first page. Opaque. */
+  cursor?: string;
+  /** At most this many entries (1 to 1,000). */
+  limit: number;
+}
+
+export interface LedgerPage {
+  /** In the order they were appended (oldest first). */
+  entries: LedgerEntry[];
+  /**
+   * Where this page ended: pass it as `cursor` for the next page, or later to read only the
+   * entries appended since (a cursor stays valid for good).
+   */
+  nextCursor: string;
+  /**
+   * Whether entries past this page existed when it was read. A page may hold fewer than
+   * `limit` entries while more follow (a driver may bound how far one page scans).
+   */
+  more: boolean;
+}
+
 export interface SettleResult {
   /** False when this hold id was already settled or released: nothing changed. */
   settled: boolean;
@@ -173,6 +204,11 @@ export interface BillingStore {
   keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
   /** Ledger entries of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
+  /**
+   * One page of an account's ledger, oldest first, filtered by key and time. Paging with the
+   * returned cursor visits every matching entry once, also while settles append new ones.
+   */
+  queryLedger(query: LedgerQuery): Promise<LedgerPage>;
   /** Number of open (unexpired) holds of an account. */
   openHolds(accountId: string): Promise<number>;
 }

@@ -282,6 +282,73 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect((await billing().ledger(a.accountId))[0]?.cost).toBe(250n);
     });
 
+    it('pages the ledger by cursor, filtered by key and time, visiting every entry once', async () => {
+      const a = await account(h().stores, 1_000_000n);
+      const other = { accountId: a.accountId, keyId: uid('key') };
+      const settled: { keyId: string; at: number; cost: bigint }[] = [];
+      for (let i = 0; i < 7; i++) {
+        const who = i % 3 === 2 ? other : a;
+        const req = hold(who, 100n);
+        await billing().placeHold(req);
+        const s = settleReq(who, req.holdId, BigInt(i + 1));
+        await billing().settle({ ...s, entry: { ...s.entry, at: 1_000 * (i + 1) } });
+        settled.push({ keyId: who.keyId, at: 1_000 * (i + 1), cost: BigInt(i + 1) });
+      }
+      // Another account's entries never show.
+      const b = await account(h().stores, 1_000n);
+      const bHold = hold(b, 10n);
+      await billing().placeHold(bHold);
+      await billing().settle(settleReq(b, bHold.holdId, 10n));
+
+      async function all(q: Omit<Parameters<ReturnType<typeof billing>['queryLedger']>[0], 'cursor'>) {
+        const pages: bigint[][] = [];
+        let cursor: string | undefined;
+        for (let n = 0; n < 20; n++) {
+          const page = await billing().queryLedger({ ...q, ...(cursor === undefined ? {} : { cursor }) });
+          expect(page.entries.length).toBeLessThanOrEqual(q.limit);
+          pages.push(page.entries.map((e) => e.cost));
+          if (!page.more) return pages;
+          cursor = page.nextCursor;
+        }
+        throw new Error('the ledger never ended');
+      }
+
+      const every = (await all({ accountId: a.accountId, limit: 3 })).flat();
+      expect(every).toEqual([1n, 2n, 3n, 4n, 5n, 6n, 7n]);
+      expect(await all({ accountId: a.accountId, limit: 1_000 })).toEqual([[1n, 2n, 3n, 4n, 5n, 6n, 7n]]);
+      expect((await all({ accountId: a.accountId, keyId: other.keyId, limit: 1 })).flat()).toEqual([3n, 6n]);
+      expect((await all({ accountId: a.accountId, from: 2_000, to: 5_000, limit: 2 })).flat()).toEqual([2n, 3n, 4n]);
+      expect((await all({ accountId: a.accountId, keyId: a.keyId, from: 4_500, limit: 10 })).flat()).toEqual([5n, 7n]);
+      expect(await all({ accountId: uid('acct'), limit: 10 })).toEqual([[]]);
+
+      // Entries appended after a page was read are on the next page.
+      const first = await billing().queryLedger({ accountId: a.accountId, limit: 7 });
+      const late = hold(a, 100n);
+      await billing().placeHold(late);
+      await billing().settle(settleReq(a, late.holdId, 8n));
+      expect(first.more).toBe(false);
+      const rest = await billing().queryLedger({ accountId: a.accountId, limit: 7, cursor: first.nextCursor });
+      expect(rest.entries.map((e) => e.cost)).toEqual([8n]);
+      expect(rest.more).toBe(false);
+      expect(await billing().queryLedger({ accountId: a.accountId, limit: 7, cursor: rest.nextCursor })).toEqual({
+        entries: [],
+        nextCursor: rest.nextCursor,
+        more: false,
+      });
+      expect(rest.entries[0]).toMatchObject({ id: late.holdId, keyId: a.keyId, held: 100n, exceededHold: false });
+
+      for (const bad of [
+        { accountId: a.accountId, limit: 0 },
+        { accountId: a.accountId, limit: 1_001 },
+        { accountId: a.accountId, limit: 1.5 },
+        { accountId: a.accountId, limit: 10, cursor: 'abc' },
+        { accountId: a.accountId, limit: 10, cursor: '-1' },
+        { accountId: a.accountId, limit: 10, from: Number.NaN },
+      ]) {
+        await expect(billing().queryLedger(bad), JSON.stringify(bad)).rejects.toBeInstanceOf(RangeError);
+      }
+    });
+
     it('topUp adds to the balance and returns it', async () => {
       const a = await account(h().stores, 100n);
       expect(await billing().topUp(a.accountId, 50n)).toBe(150n);

@@ -11,6 +11,7 @@ import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
 import { contentSuite } from './content.suite.js';
 import { type StoreHarness, uid } from './harness.js';
+import { idempotencySuite } from './idempotency.suite.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
@@ -141,6 +142,7 @@ if (unreachable !== null) {
     limitsSuite('redis', makeRedis);
     jobsSuite('redis', makeRedis);
     contentSuite('redis', makeRedis);
+    idempotencySuite('redis', makeRedis);
   });
 
   describe('redis: money across instances', () => {
@@ -293,40 +295,7 @@ if (unreachable !== null) {
     });
   });
 
-  describe('redis: IdempotencyStore', () => {
-    const response = { status: 200, headers: { 'content-type': 'application/json' }, body: 'e30=' };
-
-    it('begins once, reports in-flight and done records, and forgets abandoned ones', async () => {
-      const h = await makeRedis();
-      try {
-        const idem = h.stores.idempotency;
-        const scope = uid('scope');
-        expect(await idem.begin(scope, 'fp-1', 60_000)).toEqual({ state: 'started' });
-        expect(await idem.begin(scope, 'fp-2', 60_000)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
-        await idem.complete(scope, 'fp-1', response, 60_000);
-        expect(await idem.begin(scope, 'fp-1', 60_000)).toEqual({ state: 'done', fingerprint: 'fp-1', response });
-        await idem.abandon(scope);
-        expect(await idem.begin(scope, 'fp-3', 60_000)).toEqual({ state: 'started' });
-      } finally {
-        await h.cleanup();
-      }
-    });
-
-    it('an in-flight lock and a finished record expire with their TTLs', async () => {
-      const h = await makeRedis();
-      try {
-        const idem = h.stores.idempotency;
-        const [locked, done] = [uid('scope'), uid('scope')];
-        expect(await idem.begin(locked, 'fp', 150)).toEqual({ state: 'started' });
-        await idem.complete(done, 'fp', response, 150);
-        await sleep(250);
-        expect(await idem.begin(locked, 'fp', 60_000)).toEqual({ state: 'started' });
-        expect(await idem.begin(done, 'fp', 60_000)).toEqual({ state: 'started' });
-      } finally {
-        await h.cleanup();
-      }
-    });
-
+  describe('redis: IdempotencyStore across instances', () => {
     it('concurrent begins from two clients start exactly one', async () => {
       const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
       const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });

@@ -11,7 +11,16 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, repoRoot, run, spawnServer, writeConfig } from './spawn.js';
 
-const SUBPATHS = ['model-gateway', 'model-gateway/express', 'model-gateway/fastify', 'model-gateway/next', 'model-gateway/bun', 'model-gateway/redis'];
+const SUBPATHS = [
+  'model-gateway',
+  'model-gateway/express',
+  'model-gateway/fastify',
+  'model-gateway/next',
+  'model-gateway/bun',
+  'model-gateway/redis',
+  'model-gateway/sqlite',
+  'model-gateway/postgres',
+];
 /** One export each subpath must have, and its type. */
 const EXPECTED: Record<string, [name: string, type: string]> = {
   'model-gateway': ['createGateway', 'function'],
@@ -20,6 +29,8 @@ const EXPECTED: Record<string, [name: string, type: string]> = {
   'model-gateway/next': ['toNext', 'function'],
   'model-gateway/bun': ['toBun', 'function'],
   'model-gateway/redis': ['createRedisStores', 'function'],
+  'model-gateway/sqlite': ['createSqliteStores', 'function'],
+  'model-gateway/postgres': ['createPostgresStores', 'function'],
 };
 
 describe('the packed tarball', () => {
@@ -60,7 +71,7 @@ describe('the packed tarball', () => {
   it('holds the build and nothing of the sources or tests', () => {
     expect(files).toContain('package.json');
     expect(files).toContain('dist/cli.js');
-    for (const name of ['index', 'express', 'fastify', 'next', 'bun', 'redis']) {
+    for (const name of ['index', 'express', 'fastify', 'next', 'bun', 'redis', 'sqlite', 'postgres']) {
       for (const ext of ['.js', '.cjs', '.d.ts', '.d.cts']) expect(files).toContain(`dist/${name}${ext}`);
     }
     expect(files.filter((f) => !f.startsWith('dist/') && !['package.json', 'README.md', 'LICENSE'].includes(f))).toEqual([]);
@@ -101,8 +112,8 @@ describe('the packed tarball', () => {
     expect(out.health).toBe(200);
   });
 
-  it('loads everything but model-gateway/redis without the optional peers installed', async () => {
-    const peer = `new RegExp(${JSON.stringify('^(ioredis|express|fastify|next)(/|$)')})`;
+  it('loads everything but model-gateway/redis and /postgres without the optional peers installed', async () => {
+    const peer = `new RegExp(${JSON.stringify('^(ioredis|express|fastify|next|postgres|better-sqlite3)(/|$)')})`;
     await writeFile(
       join(app, 'block-peers.mjs'),
       [
@@ -119,16 +130,26 @@ describe('the packed tarball', () => {
         `Module._resolveFilename = function (s, ...rest) { if (${peer}.test(s)) throw new Error('optional peer loaded: ' + s); return resolve.call(this, s, ...rest); };`,
       ].join('\n'),
     );
-    const light = SUBPATHS.filter((s) => s !== 'model-gateway/redis');
+    const light = SUBPATHS.filter((s) => s !== 'model-gateway/redis' && s !== 'model-gateway/postgres');
     await writeFile(join(app, 'light.mjs'), light.map((s) => `await import('${s}');`).join('\n'));
     await writeFile(join(app, 'light.cjs'), light.map((s) => `require('${s}');`).join('\n'));
     await run(process.execPath, ['--import', './block-peers.mjs', 'light.mjs'], { cwd: app });
     await run(process.execPath, ['--require', './block-peers.cjs', 'light.cjs'], { cwd: app });
     const bin = join('node_modules', 'model-gateway', 'dist', 'cli.js');
     expect(await run(process.execPath, ['--import', './block-peers.mjs', bin, '--help'], { cwd: app })).toMatch(/model-gateway serve/);
-    // The blocking works: the Redis subpath does need its peer.
+    // The blocking works: the Redis and PostgreSQL subpaths do need their peers.
     await writeFile(join(app, 'redis.mjs'), `await import('model-gateway/redis');`);
     await expect(run(process.execPath, ['--import', './block-peers.mjs', 'redis.mjs'], { cwd: app })).rejects.toThrow(/optional peer loaded: ioredis/);
+    await writeFile(join(app, 'postgres.mjs'), `await import('model-gateway/postgres');`);
+    await expect(run(process.execPath, ['--import', './block-peers.mjs', 'postgres.mjs'], { cwd: app })).rejects.toThrow(/optional peer loaded: postgres/);
+    // SQLite storage without better-sqlite3 fails with an error that says what to install.
+    await writeFile(
+      join(app, 'sqlite.cjs'),
+      `require('model-gateway').createGateway({ storage: { driver: 'sqlite', path: 'x.db' } });`,
+    );
+    await expect(run(process.execPath, ['--require', './block-peers.cjs', 'sqlite.cjs'], { cwd: app })).rejects.toThrow(
+      /storage driver "sqlite" needs the better-sqlite3 package/,
+    );
   });
 
   it('runs the bin', async () => {
@@ -196,10 +217,11 @@ describe('the packed tarball', () => {
       `const { GET, POST } = toNext(() => gateway, { basePath: '/api', clientAddress: lastForwardedFor });`,
       `const fetchHandler: (r: Request, s: { requestIP(r: Request): { address: string } | null }) => Promise<Response> = toBun(gateway);`,
       `const stores: typeof createRedisStores = createRedisStores;`,
+      `const durable: [typeof createSqliteStores, typeof createPostgresStores] = [createSqliteStores, createPostgresStores];`,
       // Proves the types are real (not any): an unused @ts-expect-error is itself an error.
       `// @ts-expect-error clientAddress is required`,
       `toNext(gateway, { basePath: '/api' });`,
-      `export { middleware, plugin, GET, POST, fetchHandler, stores };`,
+      `export { middleware, plugin, GET, POST, fetchHandler, stores, durable };`,
     ];
     const imports = [
       `import express from 'express';`,
@@ -210,6 +232,8 @@ describe('the packed tarball', () => {
       `import { toNext, lastForwardedFor } from 'model-gateway/next';`,
       `import { toBun } from 'model-gateway/bun';`,
       `import { createRedisStores } from 'model-gateway/redis';`,
+      `import { createSqliteStores } from 'model-gateway/sqlite';`,
+      `import { createPostgresStores } from 'model-gateway/postgres';`,
     ];
     await writeFile(join(app, 'types.mts'), [...imports, ...body].join('\n'));
     // The same source as CommonJS: NodeNext resolves it through the "require" conditions.

@@ -20,10 +20,10 @@ export interface Spawned {
 export async function spawnServer(
   command: string,
   args: string[],
-  options: { env?: Record<string, string>; ready: RegExp; timeoutMs: number },
+  options: { env?: Record<string, string>; ready: RegExp; timeoutMs: number; cwd?: string },
 ): Promise<Spawned> {
   const child = spawn(command, args, {
-    cwd: repoRoot,
+    cwd: options.cwd ?? repoRoot,
     env: { ...process.env, ...options.env },
     stdio: ['ignore', 'pipe', 'pipe'],
     detached: true,

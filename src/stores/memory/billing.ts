@@ -4,10 +4,13 @@ import type {
   HoldResult,
   KeyUsage,
   LedgerEntry,
+  LedgerPage,
+  LedgerQuery,
   SettleRequest,
   SettleResult,
   WalletView,
 } from '../types.js';
+import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { createSweeper } from './sweep.js';
 
 /** Wallet balances by account id; shared with the account store, which credits new accounts. */
@@ -51,6 +54,8 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   /** Settled spend: account id -> key id -> spend. */
   const spend = new Map<string, Map<string, KeySpend>>();
   const ledgers = new Map<string, LedgerEntry[]>();
+  /** Entries trimmed from the front of each ledger, so a page cursor (a position) stays valid. */
+  const trimmed = new Map<string, number>();
   /** Closed hold ids ("account\0hold") -> when they may be forgotten, oldest first. */
   const closed = new Map<string, number>();
 
@@ -198,7 +203,11 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
         at: e.at,
       });
       // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
-      if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) ledger.splice(0, ledger.length - ledgerLimit);
+      if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) {
+        const dropped = ledger.length - ledgerLimit;
+        ledger.splice(0, dropped);
+        trimmed.set(req.accountId, (trimmed.get(req.accountId) ?? 0) + dropped);
+      }
       return { settled: true, charged, held };
     },
 
@@ -235,6 +244,20 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
 
     async ledger(accountId: string): Promise<LedgerEntry[]> {
       return structuredClone(ledgers.get(accountId) ?? []);
+    },
+
+    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+      const q = checkLedgerQuery(query);
+      const ledger = ledgers.get(q.accountId) ?? [];
+      // The cursor is an absolute position: entries trimmed since are skipped.
+      const base = trimmed.get(q.accountId) ?? 0;
+      let i = Math.max(0, Number(q.start) - base);
+      const entries: LedgerEntry[] = [];
+      for (; i < ledger.length && entries.length < q.limit; i++) {
+        const e = ledger[i] as LedgerEntry;
+        if (matchesLedgerQuery(e, q)) entries.push(structuredClone(e));
+      }
+      return { entries, nextCursor: String(base + i), more: i < ledger.length };
     },
 
     async openHolds(accountId: string): Promise<number> {

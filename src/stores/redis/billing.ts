@@ -4,14 +4,26 @@ import type {
   HoldResult,
   KeyUsage,
   LedgerEntry,
+  LedgerPage,
+  LedgerQuery,
   SettleRequest,
   SettleResult,
   WalletView,
 } from '../types.js';
+import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
 
 /** How long a closed (settled or released) hold id is remembered, so a replayed settle never debits twice. */
 export const CLOSED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
+
+/** Entries read per LRANGE when paging the ledger, and at most per page (filters may skip many). */
+const LEDGER_CHUNK = 1_000;
+const LEDGER_SCAN_PER_PAGE = 20_000;
+
+function parseEntry(line: unknown): LedgerEntry {
+  const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string };
+  return { ...e, cost: BigInt(e.cost), held: BigInt(e.held) };
+}
 
 /** Field names inside the account's `held` and `spend` hashes for one key (and month). */
 function fields(keyId: string, month: string) {
@@ -117,9 +129,29 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
 
     async ledger(accountId: string): Promise<LedgerEntry[]> {
       const raw = list(await ctx.run('ledger', () => ctx.client.lrange(a(accountId).ledger, 0, -1)));
-      return raw.map((line) => {
-        const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string };
-        return { ...e, cost: BigInt(e.cost), held: BigInt(e.held) };
+      return raw.map(parseEntry);
+    },
+
+    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+      const q = checkLedgerQuery(query);
+      const key = a(q.accountId).ledger;
+      // The list is append-only, so a position (the cursor) always names the same entry.
+      let pos = Number(q.start);
+      const entries: LedgerEntry[] = [];
+      return ctx.run('queryLedger', async () => {
+        let scanned = 0;
+        while (entries.length < q.limit && scanned < LEDGER_SCAN_PER_PAGE) {
+          const raw = list(await ctx.client.lrange(key, pos, pos + LEDGER_CHUNK - 1));
+          if (raw.length === 0) break;
+          for (const line of raw) {
+            pos++;
+            scanned++;
+            const e = parseEntry(line);
+            if (matchesLedgerQuery(e, q)) entries.push(e);
+            if (entries.length === q.limit) break;
+          }
+        }
+        return { entries, nextCursor: String(pos), more: pos < int(await ctx.client.llen(key)) };
       });
     },
 

@@ -1,0 +1,70 @@
+/**
+ * Ledger entries as export rows (the CLI's `ledger` command): JSON lines or CSV. Amounts are
+ * exact USD decimal strings (never floats); times are ISO 8601 UTC.
+ */
+import { formatUsd } from './money.js';
+import type { LedgerEntry } from './stores/types.js';
+
+export type LedgerFormat = 'jsonl' | 'csv';
+
+const COLUMNS = [
+  'at',
+  'id',
+  'account',
+  'key',
+  'model',
+  'units',
+  'prompt_tokens',
+  'completion_tokens',
+  'images',
+  'seconds',
+  'tokens',
+  'tier',
+  'cost_usd',
+  'held_usd',
+  'exceeded_hold',
+  'measured',
+  'upstream',
+] as const;
+
+type Row = Record<(typeof COLUMNS)[number], string | number | boolean | null>;
+
+function row(e: LedgerEntry): Row {
+  const u = e.units;
+  return {
+    at: new Date(e.at).toISOString(),
+    id: e.id,
+    account: e.accountId,
+    key: e.keyId,
+    model: e.model,
+    units: u.kind,
+    prompt_tokens: u.kind === 'tokens' ? u.prompt : null,
+    completion_tokens: u.kind === 'tokens' ? u.completion : null,
+    images: u.kind === 'images' ? u.images : null,
+    seconds: u.kind === 'seconds' ? u.seconds : null,
+    tokens: u.kind === 'speech_tokens' ? u.tokens : null,
+    tier: u.kind === 'images' || u.kind === 'seconds' ? u.tier : null,
+    cost_usd: formatUsd(e.cost),
+    held_usd: formatUsd(e.held),
+    exceeded_hold: e.exceededHold,
+    measured: e.measured ?? null,
+    upstream: e.upstream ?? null,
+  };
+}
+
+/** RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled. */
+function csvField(v: string | number | boolean | null): string {
+  if (v === null) return '';
+  const s = String(v);
+  return /[",\r\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
+}
+
+export function ledgerHeader(format: LedgerFormat): string | null {
+  return format === 'csv' ? `${COLUMNS.join(',')}\n` : null;
+}
+
+export function ledgerLine(e: LedgerEntry, format: LedgerFormat): string {
+  const r = row(e);
+  if (format === 'csv') return `${COLUMNS.map((c) => csvField(r[c])).join(',')}\n`;
+  return `${JSON.stringify(r)}\n`;
+}

@@ -1,0 +1,120 @@
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyStore } from '../types.js';
+import { big, num, type PgContext } from './connection.js';
+
+interface AccountRow {
+  id: string;
+  grants: string[];
+  created_at: bigint;
+}
+
+const account = (r: AccountRow): AccountRecord => ({ id: r.id, grants: r.grants, createdAt: num(r.created_at) });
+
+/** Accounts; `create` inserts the record and credits the wallet in one function call. */
+export function createPostgresAccounts(ctx: PgContext): AccountStore {
+  const { s } = ctx;
+  return {
+    async create(record: AccountRecord, initialBalance: bigint): Promise<boolean> {
+      const r = await ctx.one<{ created: boolean }>(
+        'createAccount',
+        `SELECT ${s}.mg_create_account($1, $2::text::jsonb, $3::bigint, $4::bigint) AS created`,
+        [record.id, JSON.stringify(record.grants), record.createdAt, initialBalance.toString()],
+      );
+      return r?.created === true;
+    },
+    async get(id: string): Promise<AccountRecord | null> {
+      const r = await ctx.one<AccountRow>('getAccount', `SELECT id, grants, created_at FROM ${s}.accounts WHERE id = $1`, [id]);
+      return r ? account(r) : null;
+    },
+    async setGrants(id: string, grants: string[]): Promise<boolean> {
+      const rows = await ctx.q('setGrants', `UPDATE ${s}.accounts SET grants = $2::text::jsonb WHERE id = $1 RETURNING 1 AS one`, [
+        id,
+        JSON.stringify(grants),
+      ]);
+      return rows.length === 1;
+    },
+    async list(): Promise<AccountRecord[]> {
+      const rows = await ctx.q<AccountRow>('listAccounts', `SELECT id, grants, created_at FROM ${s}.accounts ORDER BY created_at, id`);
+      return rows.map(account);
+    },
+  };
+}
+
+interface KeyRow {
+  id: string;
+  digest: string;
+  prefix: string;
+  account_id: string;
+  kind: KeyKind;
+  model: string | null;
+  label: string | null;
+  monthly_cap: bigint | null;
+  disabled: boolean;
+  created_at: bigint;
+}
+
+const KEY_COLUMNS = 'id, digest, prefix, account_id, kind, model, label, monthly_cap, disabled, created_at';
+
+function key(r: KeyRow): ApiKeyRecord {
+  return {
+    id: r.id,
+    digest: r.digest,
+    prefix: r.prefix,
+    accountId: r.account_id,
+    kind: r.kind,
+    model: r.model,
+    label: r.label,
+    monthlyCap: r.monthly_cap === null ? null : big(r.monthly_cap),
+    disabled: r.disabled,
+    createdAt: num(r.created_at),
+  };
+}
+
+/** API keys; id and digest are both unique, so a duplicate of either inserts nothing. */
+export function createPostgresKeys(ctx: PgContext): KeyStore {
+  const { s } = ctx;
+  return {
+    async insert(k: ApiKeyRecord): Promise<boolean> {
+      const rows = await ctx.q(
+        'insertKey',
+        `INSERT INTO ${s}.api_keys (${KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10::bigint)
+          ON CONFLICT DO NOTHING RETURNING 1 AS one`,
+        [
+          k.id,
+          k.digest,
+          k.prefix,
+          k.accountId,
+          k.kind,
+          k.model,
+          k.label,
+          k.monthlyCap === null ? null : k.monthlyCap.toString(),
+          k.disabled,
+          k.createdAt,
+        ],
+      );
+      return rows.length === 1;
+    },
+    async findByDigest(digest: string): Promise<ApiKeyRecord | null> {
+      const r = await ctx.one<KeyRow>('findKey', `SELECT ${KEY_COLUMNS} FROM ${s}.api_keys WHERE digest = $1`, [digest]);
+      return r ? key(r) : null;
+    },
+    async get(id: string): Promise<ApiKeyRecord | null> {
+      const r = await ctx.one<KeyRow>('getKey', `SELECT ${KEY_COLUMNS} FROM ${s}.api_keys WHERE id = $1`, [id]);
+      return r ? key(r) : null;
+    },
+    async setDisabled(id: string, disabled: boolean): Promise<boolean> {
+      const rows = await ctx.q('setKeyDisabled', `UPDATE ${s}.api_keys SET disabled = $2 WHERE id = $1 RETURNING 1 AS one`, [
+        id,
+        disabled,
+      ]);
+      return rows.length === 1;
+    },
+    async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
+      const rows = await ctx.q<KeyRow>(
+        'listKeys',
+        `SELECT ${KEY_COLUMNS} FROM ${s}.api_keys WHERE account_id = $1 ORDER BY created_at, id`,
+        [accountId],
+      );
+      return rows.map(key);
+    },
+  };
+}

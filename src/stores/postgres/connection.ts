@@ -1,0 +1,63 @@
+/**
+ * What every PostgreSQL store shares: the client (the `postgres` package, an optional peer),
+ * the schema name, and error mapping.
+ */
+import postgres from 'postgres';
+import { StoreUnavailableError } from '../errors.js';
+
+export type Sql = postgres.Sql<{ bigint: bigint }>;
+type Param = string | number | boolean | null;
+
+/** Thrown when PostgreSQL cannot be reached or failed a statement (the gateway answers 503). */
+export class PostgresStoreError extends StoreUnavailableError {
+  override readonly name = 'PostgresStoreError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** Schema names are plain identifiers: they are written into SQL, so nothing else is allowed. */
+export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
+
+export class PgContext {
+  private closed = false;
+  /** The schema, quoted, for table and function names. */
+  readonly s: string;
+
+  constructor(
+    readonly sql: Sql,
+    readonly schema: string,
+  ) {
+    this.s = `"${schema}"`;
+  }
+
+  /** Runs one statement (a prepared statement, cached by its text) and returns its rows. */
+  async q<T extends object>(what: string, text: string, params: Param[] = []): Promise<T[]> {
+    if (this.closed) throw new PostgresStoreError(`PostgreSQL ${what} failed: the stores are closed`);
+    try {
+      return (await this.sql.unsafe<T[]>(text, params, { prepare: true })) as T[];
+    } catch (err) {
+      throw new PostgresStoreError(`PostgreSQL ${what} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    }
+  }
+
+  /** The first row of one statement, or undefined. */
+  async one<T extends object>(what: string, text: string, params: Param[] = []): Promise<T | undefined> {
+    return (await this.q<T>(what, text, params))[0];
+  }
+
+  markClosed(): void {
+    this.closed = true;
+  }
+}
+
+/** A bigint column (or null) as a bigint. */
+export function big(v: unknown): bigint {
+  if (v === null || v === undefined) return 0n;
+  return typeof v === 'bigint' ? v : BigInt(v as string);
+}
+
+/** A bigint column (or null) as a number: for times and counts, which stay below 2^53. */
+export function num(v: unknown): number {
+  return v === null || v === undefined ? 0 : Number(v);
+}

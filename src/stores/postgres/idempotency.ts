@@ -1,0 +1,32 @@
+import type { IdempotencyBegin, IdempotencyStore, StoredResponse } from '../types.js';
+import type { PgContext } from './connection.js';
+
+const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
+
+/** Idempotency-Key records; `begin` is get-or-create in one function call. */
+export function createPostgresIdempotency(ctx: PgContext): IdempotencyStore {
+  const { s } = ctx;
+  return {
+    async begin(scope: string, fingerprint: string, lockTtlMs: number): Promise<IdempotencyBegin> {
+      const r = await ctx.one<{ o_state: string; o_fingerprint: string; o_response: StoredResponse | null }>(
+        'idempotency.begin',
+        `SELECT * FROM ${s}.mg_idem_begin($1, $2, $3::bigint)`,
+        [scope, fingerprint, whole(lockTtlMs)],
+      );
+      if (!r || r.o_state === 'started') return { state: 'started' };
+      if (r.o_state === 'in_flight' || r.o_response === null) return { state: 'in_flight', fingerprint: r.o_fingerprint };
+      return { state: 'done', fingerprint: r.o_fingerprint, response: r.o_response };
+    },
+    async complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
+      await ctx.q(
+        'idempotency.complete',
+        `INSERT INTO ${s}.idempotency (scope, fingerprint, response, expires_at) VALUES ($1, $2, $3::text::jsonb, ${s}.mg_now() + $4::bigint)
+          ON CONFLICT (scope) DO UPDATE SET fingerprint = excluded.fingerprint, response = excluded.response, expires_at = excluded.expires_at`,
+        [scope, fingerprint, JSON.stringify(response), whole(ttlMs)],
+      );
+    },
+    async abandon(scope: string): Promise<void> {
+      await ctx.q('idempotency.abandon', `DELETE FROM ${s}.idempotency WHERE scope = $1`, [scope]);
+    },
+  };
+}

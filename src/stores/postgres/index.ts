@@ -1,0 +1,97 @@
+import postgres from 'postgres';
+import type { Stores } from '../types.js';
+import { createPostgresAccounts, createPostgresKeys } from './accounts-keys.js';
+import { createPostgresBilling } from './billing.js';
+import { PgContext, PostgresStoreError, SCHEMA_NAME, type Sql } from './connection.js';
+import { createPostgresContent } from './content.js';
+import { createPostgresIdempotency } from './idempotency.js';
+import { createPostgresJobs } from './jobs.js';
+import { createPostgresLimits } from './limits.js';
+import { migrate } from './migrations.js';
+
+export { PostgresStoreError } from './connection.js';
+
+export interface PostgresStoreOptions {
+  /**
+   * Connection URL (default postgres://127.0.0.1:5432/postgres).
+   * @example "postgres://gateway:secret@db.internal:5432/gateway"
+   */
+  url?: string;
+  /**
+   * Schema holding the gateway's tables (created when missing): a lower-case identifier.
+   * Several gateways may share one database with different schemas. Default "model_gateway".
+   */
+  schema?: string;
+  /** Connections in the pool (default 10). */
+  maxConnections?: number;
+  /** How long to wait for a connection before a call fails (default 5000 ms). */
+  connectTimeoutMs?: number;
+  /** Statements running longer than this are cancelled, so no call hangs (default 10000 ms). */
+  statementTimeoutMs?: number;
+}
+
+const DEFAULT_URL = 'postgres://127.0.0.1:5432/postgres';
+/** How often, at most, the stores delete expired holds, windows, leases, jobs and records. */
+const SWEEP_INTERVAL_MS = 60_000;
+
+/**
+ * Every store in one PostgreSQL schema: durable books shared by several gateway instances.
+ * Applies the schema's migrations first (safe when several instances start at once), so it
+ * is async. Holds, settles, rate windows and leases are atomic in the database (one function
+ * call each, under a row or advisory lock), timed by the database clock.
+ */
+export async function createPostgresStores(options: PostgresStoreOptions = {}): Promise<Stores> {
+  const schema = options.schema ?? 'model_gateway';
+  if (!SCHEMA_NAME.test(schema)) {
+    throw new RangeError(`schema must be a lower-case identifier (letters, digits, "_"; at most 63), got ${JSON.stringify(schema)}`);
+  }
+  const sql: Sql = postgres(options.url ?? DEFAULT_URL, {
+    max: options.maxConnections ?? 10,
+    connect_timeout: Math.max(1, Math.ceil((options.connectTimeoutMs ?? 5_000) / 1000)),
+    types: { bigint: postgres.BigInt },
+    // "already exists, skipping" notices from the migrations are expected.
+    onnotice: () => {},
+    connection: {
+      application_name: 'model-gateway',
+      statement_timeout: options.statementTimeoutMs ?? 10_000,
+    } as Record<string, string | number>,
+  });
+  const ctx = new PgContext(sql, schema);
+  try {
+    await migrate(sql, schema, ctx.s);
+  } catch (err) {
+    await sql.end({ timeout: 1 }).catch(() => {});
+    throw new PostgresStoreError(`PostgreSQL migrations for schema "${schema}" failed: ${(err as Error)?.message ?? String(err)}`, {
+      cause: err,
+    });
+  }
+
+  // Lazy housekeeping on the busiest calls, at most once a minute per instance, never awaited:
+  // expired rows already count for nothing, this only keeps the tables small.
+  let lastSweep = Date.now();
+  let sweeping = false;
+  const sweep = () => {
+    const t = Date.now();
+    if (sweeping || t - lastSweep < SWEEP_INTERVAL_MS) return;
+    lastSweep = t;
+    sweeping = true;
+    ctx
+      .q('sweep', `SELECT ${ctx.s}.mg_sweep()`)
+      .catch(() => {})
+      .finally(() => (sweeping = false));
+  };
+
+  return {
+    accounts: createPostgresAccounts(ctx),
+    keys: createPostgresKeys(ctx),
+    billing: createPostgresBilling(ctx, sweep),
+    limits: createPostgresLimits(ctx, sweep),
+    jobs: createPostgresJobs(ctx),
+    content: createPostgresContent(ctx),
+    idempotency: createPostgresIdempotency(ctx),
+    async close() {
+      ctx.markClosed();
+      await sql.end({ timeout: 5 });
+    },
+  };
+}

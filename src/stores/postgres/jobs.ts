@@ -1,0 +1,53 @@
+import type { JobRecord, JobStatus, JobStore } from '../types.js';
+import type { PgContext } from './connection.js';
+
+const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
+
+/**
+ * Jobs: one row per job, the record as jsonb beside its status and when it disappears.
+ * `update` is one UPDATE: a compare-and-set on the status that merges the patch's top-level
+ * fields (jsonb `||`), like the memory store; undefined fields and the id are left out.
+ */
+export function createPostgresJobs(ctx: PgContext): JobStore {
+  const { s } = ctx;
+  return {
+    async create(job: JobRecord, ttlMs: number): Promise<void> {
+      // Like a Redis SET: creating an existing id replaces it.
+      await ctx.q(
+        'createJob',
+        `INSERT INTO ${s}.jobs (id, status, gone_at, data) VALUES ($1, $2, ${s}.mg_now() + $3::bigint, $4::text::jsonb)
+          ON CONFLICT (id) DO UPDATE SET status = excluded.status, gone_at = excluded.gone_at, data = excluded.data`,
+        [job.id, job.status, whole(ttlMs), JSON.stringify(job)],
+      );
+    },
+
+    async get(id: string): Promise<JobRecord | null> {
+      const r = await ctx.one<{ data: JobRecord }>(
+        'getJob',
+        `SELECT data FROM ${s}.jobs WHERE id = $1 AND gone_at > ${s}.mg_now()`,
+        [id],
+      );
+      return r ? r.data : null;
+    },
+
+    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+      const { id: _id, ...fields } = patch;
+      const r = await ctx.one<{ data: JobRecord }>(
+        'updateJob',
+        `UPDATE ${s}.jobs SET data = data || $2::text::jsonb, status = coalesce($2::text::jsonb ->> 'status', status)
+          WHERE id = $1 AND gone_at > ${s}.mg_now() AND ($3::text::jsonb IS NULL OR jsonb_exists($3::text::jsonb, status))
+          RETURNING data`,
+        [id, JSON.stringify(fields), whenStatus === undefined ? null : JSON.stringify(whenStatus)],
+      );
+      return r ? r.data : null;
+    },
+
+    async listUnfinished(): Promise<JobRecord[]> {
+      const rows = await ctx.q<{ data: JobRecord }>(
+        'listUnfinishedJobs',
+        `SELECT data FROM ${s}.jobs WHERE status NOT IN ('completed', 'failed') AND gone_at > ${s}.mg_now()`,
+      );
+      return rows.map((r) => r.data);
+    },
+  };
+}

@@ -1,0 +1,408 @@
+/**
+ * The PostgreSQL schema, as numbered migrations, each a function of the (validated, quoted)
+ * schema name. `migrate` applies the missing ones at start inside one transaction that holds
+ * an advisory lock for the schema, so several instances starting at once apply each exactly
+ * once and none reads a half-made schema.
+ *
+ * The operations that must be atomic are plpgsql functions, one round trip each:
+ * - Money (placeHold, settle, release) first locks the account's wallet row (FOR UPDATE), so
+ *   one account's holds and settles run one at a time and every check reads what it writes.
+ *   Holding that lock also orders the account's ledger seqs by commit, so paging by seq
+ *   never skips an entry.
+ * - Rate windows and lease pools take a transaction-scoped advisory lock on the bucket or
+ *   pool (there is no row to lock before the first hit).
+ * - Time is the database clock (`mg_now`, read after the lock is taken), never an instance
+ *   clock, so instances on different machines agree.
+ * - Settles, top-ups, accounts, keys and idempotency records commit synchronously: once a
+ *   call returns, they survive a PostgreSQL crash. Rate-window hits, leases, holds and
+ *   releases commit asynchronously (`mg_async_commit`): their locks are held only while they
+ *   run, not through a disk flush, which is what bounds one account's calls per second. A
+ *   PostgreSQL crash may forget the last fraction of a second of them: a hit or lease less
+ *   (a limit briefly loose), a hold less (it stops counting early; its call is still billed
+ *   in full by its settle), a release less (the hold expires with its TTL).
+ * Money is BIGINT nano-USD throughout; `sum` (numeric) is cast back to bigint.
+ */
+import type postgres from 'postgres';
+
+/** Milliseconds a closed hold id is remembered (as in every driver). */
+export const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
+
+export const MIGRATIONS: ReadonlyArray<(s: string, lockPrefix: string) => string> = [
+  (s, lockPrefix) => `
+CREATE TABLE ${s}.accounts (
+  id text PRIMARY KEY,
+  grants jsonb NOT NULL,
+  created_at bigint NOT NULL
+);
+
+-- A wallet is apart from its account record: a top-up may come first, as in every driver.
+CREATE TABLE ${s}.wallets (
+  account_id text PRIMARY KEY,
+  balance bigint NOT NULL
+);
+
+CREATE TABLE ${s}.api_keys (
+  id text PRIMARY KEY,
+  digest text NOT NULL UNIQUE,
+  prefix text NOT NULL,
+  account_id text NOT NULL,
+  kind text NOT NULL,
+  model text,
+  label text,
+  monthly_cap bigint,
+  disabled boolean NOT NULL,
+  created_at bigint NOT NULL
+);
+CREATE INDEX api_keys_account ON ${s}.api_keys (account_id);
+
+-- Open holds. A row whose expires_at has passed counts for nothing; the account's next
+-- money operation (or the sweep) deletes it.
+CREATE TABLE ${s}.holds (
+  account_id text NOT NULL,
+  hold_id text NOT NULL,
+  key_id text NOT NULL,
+  amount bigint NOT NULL CHECK (amount >= 0),
+  month text NOT NULL,
+  expires_at bigint NOT NULL,
+  PRIMARY KEY (account_id, hold_id)
+);
+CREATE INDEX holds_expiry ON ${s}.holds (expires_at);
+
+-- Hold ids closed by a settle or a release, kept a day, so a replay changes nothing.
+CREATE TABLE ${s}.closed_holds (
+  account_id text NOT NULL,
+  hold_id text NOT NULL,
+  closed_at bigint NOT NULL,
+  PRIMARY KEY (account_id, hold_id)
+);
+CREATE INDEX closed_holds_age ON ${s}.closed_holds (closed_at);
+
+CREATE TABLE ${s}.key_spend (
+  account_id text NOT NULL,
+  key_id text NOT NULL,
+  month text NOT NULL,
+  amount bigint NOT NULL,
+  PRIMARY KEY (account_id, key_id, month)
+);
+
+CREATE TABLE ${s}.ledger (
+  seq bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+  account_id text NOT NULL,
+  hold_id text NOT NULL,
+  id text NOT NULL,
+  key_id text NOT NULL,
+  model text NOT NULL,
+  units jsonb NOT NULL,
+  cost bigint NOT NULL,
+  held bigint NOT NULL,
+  exceeded_hold boolean NOT NULL,
+  measured text CHECK (measured IN ('usage', 'tokenizer', 'estimate')),
+  upstream text,
+  at bigint NOT NULL,
+  recorded_at bigint NOT NULL
+);
+-- One entry per hold id and account, for good: a settle replayed after the closed marker
+-- was swept still changes nothing.
+CREATE UNIQUE INDEX ledger_hold ON ${s}.ledger (account_id, hold_id);
+CREATE INDEX ledger_account ON ${s}.ledger (account_id, seq);
+CREATE INDEX ledger_key ON ${s}.ledger (account_id, key_id, seq);
+CREATE FUNCTION ${s}.mg_append_only() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+  RAISE EXCEPTION 'the ledger is append-only';
+END $$;
+CREATE TRIGGER ledger_append_only BEFORE UPDATE OR DELETE ON ${s}.ledger
+  FOR EACH ROW EXECUTE FUNCTION ${s}.mg_append_only();
+CREATE TRIGGER ledger_no_truncate BEFORE TRUNCATE ON ${s}.ledger
+  FOR EACH STATEMENT EXECUTE FUNCTION ${s}.mg_append_only();
+
+-- A rate window: how many hits it counts (kept beside them, so a hit never counts rows) and
+-- when its newest hit leaves it; and one row per counted hit.
+CREATE TABLE ${s}.rate_windows (
+  bucket text PRIMARY KEY,
+  hits integer NOT NULL,
+  until bigint NOT NULL
+);
+CREATE INDEX rate_windows_until ON ${s}.rate_windows (until);
+CREATE TABLE ${s}.rate_hits (
+  bucket text NOT NULL,
+  at bigint NOT NULL
+);
+CREATE INDEX rate_hits_bucket ON ${s}.rate_hits (bucket, at);
+
+CREATE TABLE ${s}.leases (
+  pool text NOT NULL,
+  lease_id text NOT NULL,
+  expires_at bigint NOT NULL,
+  PRIMARY KEY (pool, lease_id)
+);
+CREATE INDEX leases_expiry ON ${s}.leases (expires_at);
+
+CREATE TABLE ${s}.jobs (
+  id text PRIMARY KEY,
+  status text NOT NULL,
+  gone_at bigint NOT NULL,
+  data jsonb NOT NULL
+);
+CREATE INDEX jobs_unfinished ON ${s}.jobs (gone_at) WHERE status NOT IN ('completed', 'failed');
+CREATE INDEX jobs_gone ON ${s}.jobs (gone_at);
+
+CREATE TABLE ${s}.brands (
+  account_id text NOT NULL,
+  id text NOT NULL,
+  data jsonb NOT NULL,
+  created_at bigint NOT NULL,
+  PRIMARY KEY (account_id, id)
+);
+
+CREATE TABLE ${s}.documents (
+  account_id text NOT NULL,
+  id text NOT NULL,
+  data jsonb NOT NULL,
+  created_at bigint NOT NULL,
+  PRIMARY KEY (account_id, id)
+);
+
+CREATE TABLE ${s}.document_versions (
+  account_id text PRIMARY KEY,
+  version bigint NOT NULL
+);
+
+CREATE TABLE ${s}.idempotency (
+  scope text PRIMARY KEY,
+  fingerprint text NOT NULL,
+  response jsonb,
+  expires_at bigint NOT NULL
+);
+CREATE INDEX idempotency_expiry ON ${s}.idempotency (expires_at);
+
+-- Makes the calling transaction commit without waiting for its WAL to reach disk (see the
+-- top of migrations.ts for which operations may, and why).
+CREATE FUNCTION ${s}.mg_async_commit() RETURNS void LANGUAGE sql VOLATILE AS $$
+  SELECT set_config('synchronous_commit', 'off', true)
+$$;
+
+-- The database clock in unix ms: the one clock every instance reads.
+CREATE FUNCTION ${s}.mg_now() RETURNS bigint LANGUAGE sql VOLATILE AS $$
+  SELECT floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint
+$$;
+
+-- Locks the account's wallet row (creating it at zero) and returns the balance.
+CREATE FUNCTION ${s}.mg_lock_wallet(p_account text) RETURNS bigint LANGUAGE plpgsql AS $$
+DECLARE v_balance bigint;
+BEGIN
+  SELECT balance INTO v_balance FROM ${s}.wallets WHERE account_id = p_account FOR UPDATE;
+  IF NOT FOUND THEN
+    INSERT INTO ${s}.wallets (account_id, balance) VALUES (p_account, 0) ON CONFLICT DO NOTHING;
+    SELECT balance INTO v_balance FROM ${s}.wallets WHERE account_id = p_account FOR UPDATE;
+  END IF;
+  RETURN v_balance;
+END $$;
+
+-- Hold-if-affordable: balance - held >= amount, and, with a cap, spend(month) + held(key) +
+-- amount <= cap. An open hold id placed again is a no-op.
+CREATE FUNCTION ${s}.mg_place_hold(
+  p_account text, p_hold text, p_key text, p_amount bigint, p_cap bigint, p_month text, p_ttl bigint,
+  OUT o_ok boolean, OUT o_source text, OUT o_available bigint
+) LANGUAGE plpgsql AS $$
+DECLARE v_balance bigint; v_t bigint; v_free bigint; v_room bigint;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  v_balance := ${s}.mg_lock_wallet(p_account);
+  v_t := ${s}.mg_now();
+  DELETE FROM ${s}.holds WHERE account_id = p_account AND expires_at <= v_t;
+  o_ok := true;
+  IF EXISTS (SELECT 1 FROM ${s}.holds WHERE account_id = p_account AND hold_id = p_hold) THEN RETURN; END IF;
+  v_free := v_balance - (SELECT coalesce(sum(amount), 0) FROM ${s}.holds WHERE account_id = p_account)::bigint;
+  IF v_free < p_amount THEN
+    o_ok := false; o_source := 'wallet'; o_available := greatest(v_free, 0);
+    RETURN;
+  END IF;
+  IF p_cap IS NOT NULL THEN
+    v_room := p_cap
+      - coalesce((SELECT amount FROM ${s}.key_spend WHERE account_id = p_account AND key_id = p_key AND month = p_month), 0)
+      - (SELECT coalesce(sum(amount), 0) FROM ${s}.holds WHERE account_id = p_account AND key_id = p_key)::bigint;
+    IF v_room < p_amount THEN
+      o_ok := false; o_source := 'key_monthly_cap'; o_available := greatest(v_room, 0);
+      RETURN;
+    END IF;
+  END IF;
+  INSERT INTO ${s}.holds (account_id, hold_id, key_id, amount, month, expires_at)
+    VALUES (p_account, p_hold, p_key, p_amount, p_month, v_t + p_ttl);
+END $$;
+
+-- Settle, once per (account, hold id): debits the full cost (even past the hold, even when
+-- the hold expired: the output was delivered), adds it to the key's spend, appends the entry.
+CREATE FUNCTION ${s}.mg_settle(
+  p_account text, p_hold text, p_month text, p_cost bigint, p_id text, p_key text, p_model text,
+  p_units jsonb, p_measured text, p_upstream text, p_at bigint,
+  OUT o_settled boolean, OUT o_charged bigint, OUT o_held bigint
+) LANGUAGE plpgsql AS $$
+DECLARE v_t bigint; v_amount bigint; v_hold_month text; v_held bigint := 0; v_month text := p_month;
+BEGIN
+  PERFORM ${s}.mg_lock_wallet(p_account);
+  v_t := ${s}.mg_now();
+  DELETE FROM ${s}.holds WHERE account_id = p_account AND expires_at <= v_t;
+  o_settled := false;
+  o_charged := 0;
+  o_held := 0;
+  INSERT INTO ${s}.closed_holds (account_id, hold_id, closed_at) VALUES (p_account, p_hold, v_t) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN RETURN; END IF;
+  IF EXISTS (SELECT 1 FROM ${s}.ledger WHERE account_id = p_account AND hold_id = p_hold) THEN RETURN; END IF;
+  DELETE FROM ${s}.holds WHERE account_id = p_account AND hold_id = p_hold
+    RETURNING amount, month INTO v_amount, v_hold_month;
+  IF FOUND THEN v_held := v_amount; v_month := v_hold_month; END IF;
+  UPDATE ${s}.wallets SET balance = balance - p_cost WHERE account_id = p_account;
+  INSERT INTO ${s}.key_spend AS ks (account_id, key_id, month, amount) VALUES (p_account, p_key, v_month, p_cost)
+    ON CONFLICT (account_id, key_id, month) DO UPDATE SET amount = ks.amount + excluded.amount;
+  INSERT INTO ${s}.ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+    VALUES (p_account, p_hold, p_id, p_key, p_model, p_units, p_cost, v_held, p_cost > v_held, p_measured, p_upstream, p_at, v_t);
+  o_settled := true;
+  o_charged := p_cost;
+  o_held := v_held;
+END $$;
+
+-- Release: closes the hold id and drops the hold; true when an open (unexpired) one was
+-- dropped. It takes the wallet lock like settle, so the two never deadlock on one hold.
+CREATE FUNCTION ${s}.mg_release(p_account text, p_hold text) RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE v_t bigint; v_expires bigint;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  PERFORM ${s}.mg_lock_wallet(p_account);
+  v_t := ${s}.mg_now();
+  INSERT INTO ${s}.closed_holds (account_id, hold_id, closed_at) VALUES (p_account, p_hold, v_t) ON CONFLICT DO NOTHING;
+  DELETE FROM ${s}.holds WHERE account_id = p_account AND hold_id = p_hold RETURNING expires_at INTO v_expires;
+  RETURN FOUND AND v_expires > v_t;
+END $$;
+
+CREATE FUNCTION ${s}.mg_create_account(p_id text, p_grants jsonb, p_created bigint, p_initial bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO ${s}.accounts (id, grants, created_at) VALUES (p_id, p_grants, p_created) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN RETURN false; END IF;
+  INSERT INTO ${s}.wallets AS w (account_id, balance) VALUES (p_id, p_initial)
+    ON CONFLICT (account_id) DO UPDATE SET balance = w.balance + excluded.balance;
+  RETURN true;
+END $$;
+
+-- Exact sliding window: counts the hit only if fewer than p_limit hits are in the window.
+-- The count is kept in rate_windows and moved with every insert and trim, under the lock, so
+-- a hit costs O(log n) however high the limit.
+CREATE FUNCTION ${s}.mg_hit(
+  p_bucket text, p_limit integer, p_window bigint,
+  OUT o_allowed boolean, OUT o_remaining integer, OUT o_reset bigint
+) LANGUAGE plpgsql AS $$
+DECLARE v_t bigint; v_left integer; v_n integer; v_oldest bigint;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
+  v_t := ${s}.mg_now();
+  DELETE FROM ${s}.rate_hits WHERE bucket = p_bucket AND at <= v_t - p_window;
+  GET DIAGNOSTICS v_left = ROW_COUNT;
+  SELECT hits INTO v_n FROM ${s}.rate_windows WHERE bucket = p_bucket;
+  v_n := coalesce(v_n, 0) - v_left;
+  o_allowed := v_n < p_limit;
+  IF o_allowed THEN
+    INSERT INTO ${s}.rate_hits (bucket, at) VALUES (p_bucket, v_t);
+    v_n := v_n + 1;
+  END IF;
+  INSERT INTO ${s}.rate_windows AS w (bucket, hits, until)
+    VALUES (p_bucket, v_n, CASE WHEN o_allowed THEN v_t + p_window ELSE 0 END)
+    ON CONFLICT (bucket) DO UPDATE SET hits = excluded.hits, until = greatest(w.until, excluded.until);
+  SELECT min(at) INTO v_oldest FROM ${s}.rate_hits WHERE bucket = p_bucket;
+  o_remaining := CASE WHEN o_allowed THEN p_limit - v_n ELSE 0 END;
+  o_reset := CASE WHEN v_oldest IS NULL THEN 0 ELSE greatest(0, v_oldest + p_window - v_t) END;
+END $$;
+
+-- Takes a slot if fewer than p_cap unexpired leases are held; re-acquiring one extends it.
+CREATE FUNCTION ${s}.mg_acquire_lease(p_pool text, p_cap integer, p_lease text, p_ttl bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+DECLARE v_t bigint;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:ls:' || p_pool, 0));
+  v_t := ${s}.mg_now();
+  DELETE FROM ${s}.leases WHERE pool = p_pool AND expires_at <= v_t;
+  IF NOT EXISTS (SELECT 1 FROM ${s}.leases WHERE pool = p_pool AND lease_id = p_lease)
+     AND (SELECT count(*) FROM ${s}.leases WHERE pool = p_pool) >= p_cap THEN
+    RETURN false;
+  END IF;
+  INSERT INTO ${s}.leases AS l (pool, lease_id, expires_at) VALUES (p_pool, p_lease, v_t + p_ttl)
+    ON CONFLICT (pool, lease_id) DO UPDATE SET expires_at = excluded.expires_at;
+  RETURN true;
+END $$;
+
+-- Idempotency-Key get-or-create. The loop covers a record abandoned between the insert that
+-- found it and the read of it.
+CREATE FUNCTION ${s}.mg_idem_begin(
+  p_scope text, p_fingerprint text, p_ttl bigint,
+  OUT o_state text, OUT o_fingerprint text, OUT o_response jsonb
+) LANGUAGE plpgsql AS $$
+DECLARE v_t bigint;
+BEGIN
+  LOOP
+    v_t := ${s}.mg_now();
+    DELETE FROM ${s}.idempotency WHERE scope = p_scope AND expires_at <= v_t;
+    INSERT INTO ${s}.idempotency (scope, fingerprint, response, expires_at)
+      VALUES (p_scope, p_fingerprint, NULL, v_t + p_ttl) ON CONFLICT DO NOTHING;
+    IF FOUND THEN o_state := 'started'; RETURN; END IF;
+    SELECT fingerprint, response INTO o_fingerprint, o_response FROM ${s}.idempotency WHERE scope = p_scope;
+    IF FOUND THEN
+      o_state := CASE WHEN o_response IS NULL THEN 'in_flight' ELSE 'done' END;
+      RETURN;
+    END IF;
+  END LOOP;
+END $$;
+
+-- Housekeeping: deletes what already counts for nothing. SKIP LOCKED, so the sweep never
+-- waits on (or deadlocks with) a request; what it skips, the next sweep takes.
+CREATE FUNCTION ${s}.mg_sweep() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_t bigint := ${s}.mg_now(); v_bucket text;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  DELETE FROM ${s}.holds WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.holds WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.closed_holds WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.closed_holds WHERE closed_at <= v_t - ${CLOSED_TTL_MS} LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  -- A window whose newest hit has left goes with all its hits, under the window's own lock
+  -- (tried, never waited for), checked again once held, so no hit is lost or miscounted.
+  FOR v_bucket IN SELECT bucket FROM ${s}.rate_windows WHERE until <= v_t LIMIT 500 LOOP
+    IF pg_try_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || v_bucket, 0)) THEN
+      DELETE FROM ${s}.rate_windows WHERE bucket = v_bucket AND until <= v_t;
+      IF FOUND THEN DELETE FROM ${s}.rate_hits WHERE bucket = v_bucket; END IF;
+    END IF;
+  END LOOP;
+  DELETE FROM ${s}.leases WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.leases WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.jobs WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.jobs WHERE gone_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.idempotency WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.idempotency WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+END $$;
+`,
+];
+
+/**
+ * Creates the schema if needed and applies the missing migrations, in one transaction under
+ * an advisory lock named after the schema.
+ */
+export async function migrate(sql: postgres.Sql<{ bigint: bigint }>, schema: string, quoted: string): Promise<void> {
+  await sql.begin(async (tx) => {
+    await tx.unsafe('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`model-gateway:migrate:${schema}`]);
+    await tx.unsafe(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
+    await tx.unsafe(
+      `CREATE TABLE IF NOT EXISTS ${quoted}.schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+    );
+    const rows = await tx.unsafe<{ v: number | null }[]>(`SELECT max(version) AS v FROM ${quoted}.schema_migrations`);
+    const applied = rows[0]?.v ?? 0;
+    if (applied > MIGRATIONS.length) {
+      throw new Error(
+        `schema "${schema}" was written by a newer model-gateway (version ${applied}; this one knows ${MIGRATIONS.length})`,
+      );
+    }
+    for (let v = applied; v < MIGRATIONS.length; v++) {
+      // Several statements in one message: the simple query protocol.
+      await tx.unsafe((MIGRATIONS[v] as (s: string, l: string) => string)(quoted, schema)).simple();
+      await tx.unsafe(`INSERT INTO ${quoted}.schema_migrations (version) VALUES ($1)`, [v + 1]);
+    }
+  });
+}

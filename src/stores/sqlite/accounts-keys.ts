@@ -1,0 +1,111 @@
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyStore } from '../types.js';
+import { big, num, type SqliteContext } from './connection.js';
+
+interface AccountRow {
+  id: string;
+  grants: string;
+  created_at: number;
+}
+
+const account = (r: AccountRow): AccountRecord => ({ id: r.id, grants: JSON.parse(r.grants) as string[], createdAt: num(r.created_at) });
+
+/** Accounts; `create` inserts the record and credits the wallet in one transaction. */
+export function createSqliteAccounts(ctx: SqliteContext): AccountStore {
+  const q = {
+    insert: ctx.prepare('INSERT INTO accounts (id, grants, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
+    credit: ctx.prepare(
+      'INSERT INTO wallets (account_id, balance) VALUES (?, ?) ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance',
+    ),
+    get: ctx.prepare('SELECT id, grants, created_at FROM accounts WHERE id = ?'),
+    setGrants: ctx.prepare('UPDATE accounts SET grants = ? WHERE id = ?'),
+    list: ctx.prepare('SELECT id, grants, created_at FROM accounts ORDER BY created_at, id'),
+  };
+
+  return {
+    async create(record: AccountRecord, initialBalance: bigint): Promise<boolean> {
+      return ctx.write('createAccount', () => {
+        if (q.insert.run(record.id, JSON.stringify(record.grants), record.createdAt).changes === 0) return false;
+        q.credit.run(record.id, initialBalance);
+        return true;
+      });
+    },
+    async get(id: string): Promise<AccountRecord | null> {
+      const row = ctx.run('getAccount', () => q.get.get(id) as AccountRow | undefined);
+      return row ? account(row) : null;
+    },
+    async setGrants(id: string, grants: string[]): Promise<boolean> {
+      return ctx.run('setGrants', () => q.setGrants.run(JSON.stringify(grants), id).changes === 1);
+    },
+    async list(): Promise<AccountRecord[]> {
+      return ctx.run('listAccounts', () => (q.list.all() as AccountRow[]).map(account));
+    },
+  };
+}
+
+interface KeyRow {
+  id: string;
+  digest: string;
+  prefix: string;
+  account_id: string;
+  kind: KeyKind;
+  model: string | null;
+  label: string | null;
+  monthly_cap: bigint | null;
+  disabled: bigint;
+  created_at: bigint;
+}
+
+const KEY_COLUMNS = 'id, digest, prefix, account_id, kind, model, label, monthly_cap, disabled, created_at';
+
+function key(r: KeyRow): ApiKeyRecord {
+  return {
+    id: r.id,
+    digest: r.digest,
+    prefix: r.prefix,
+    accountId: r.account_id,
+    kind: r.kind,
+    model: r.model,
+    label: r.label,
+    monthlyCap: r.monthly_cap === null ? null : big(r.monthly_cap),
+    disabled: num(r.disabled) === 1,
+    createdAt: num(r.created_at),
+  };
+}
+
+/** API keys; id and digest are both unique, so a duplicate of either inserts nothing. */
+export function createSqliteKeys(ctx: SqliteContext): KeyStore {
+  const q = {
+    insert: ctx.prepare(
+      `INSERT INTO api_keys (${KEY_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING`,
+    ),
+    byDigest: ctx.exact(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE digest = ?`),
+    byId: ctx.exact(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`),
+    setDisabled: ctx.prepare('UPDATE api_keys SET disabled = ? WHERE id = ?'),
+    byAccount: ctx.exact(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id`),
+  };
+
+  return {
+    async insert(k: ApiKeyRecord): Promise<boolean> {
+      return ctx.run(
+        'insertKey',
+        () =>
+          q.insert.run(k.id, k.digest, k.prefix, k.accountId, k.kind, k.model, k.label, k.monthlyCap, k.disabled ? 1 : 0, k.createdAt)
+            .changes === 1,
+      );
+    },
+    async findByDigest(digest: string): Promise<ApiKeyRecord | null> {
+      const row = ctx.run('findKey', () => q.byDigest.get(digest) as KeyRow | undefined);
+      return row ? key(row) : null;
+    },
+    async get(id: string): Promise<ApiKeyRecord | null> {
+      const row = ctx.run('getKey', () => q.byId.get(id) as KeyRow | undefined);
+      return row ? key(row) : null;
+    },
+    async setDisabled(id: string, disabled: boolean): Promise<boolean> {
+      return ctx.run('setKeyDisabled', () => q.setDisabled.run(disabled ? 1 : 0, id).changes === 1);
+    },
+    async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
+      return ctx.run('listKeys', () => (q.byAccount.all(accountId) as KeyRow[]).map(key));
+    },
+  };
+}

@@ -1,0 +1,222 @@
+import { checkLedgerQuery } from '../ledger-query.js';
+import type {
+  BillingStore,
+  HoldRequest,
+  HoldResult,
+  KeyUsage,
+  LedgerEntry,
+  LedgerPage,
+  LedgerQuery,
+  LedgerUnits,
+  Measurement,
+  SettleRequest,
+  SettleResult,
+  WalletView,
+} from '../types.js';
+import { big, num, type SqliteContext } from './connection.js';
+
+interface LedgerRow {
+  seq: bigint;
+  id: string;
+  account_id: string;
+  key_id: string;
+  model: string;
+  units: string;
+  cost: bigint;
+  held: bigint;
+  exceeded_hold: bigint;
+  measured: Measurement;
+  upstream: string | null;
+  at: bigint;
+}
+
+export const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at';
+
+export function ledgerEntry(r: LedgerRow): LedgerEntry {
+  const e: LedgerEntry = {
+    id: r.id,
+    accountId: r.account_id,
+    keyId: r.key_id,
+    model: r.model,
+    units: JSON.parse(r.units) as LedgerUnits,
+    cost: big(r.cost),
+    held: big(r.held),
+    exceededHold: num(r.exceeded_hold) === 1,
+    measured: r.measured,
+    at: num(r.at),
+  };
+  if (r.upstream !== null) e.upstream = r.upstream;
+  return e;
+}
+
+/**
+ * Billing on SQLite. Each of placeHold, settle and release is one IMMEDIATE transaction: the
+ * write lock is taken before the balance and holds are read, so the check and the write are
+ * one step, also against another process on the same file. Held amounts are summed from the
+ * open hold rows (an account has a handful), so no running total can drift.
+ */
+export function createSqliteBilling(ctx: SqliteContext): BillingStore {
+  const q = {
+    prune: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND expires_at <= ?'),
+    holdExists: ctx.prepare('SELECT 1 FROM holds WHERE account_id = ? AND hold_id = ?'),
+    balance: ctx.exact('SELECT balance FROM wallets WHERE account_id = ?'),
+    held: ctx.exact('SELECT coalesce(sum(amount), 0) AS held FROM holds WHERE account_id = ? AND expires_at > ?'),
+    heldByKey: ctx.exact(
+      'SELECT coalesce(sum(amount), 0) AS held FROM holds WHERE account_id = ? AND key_id = ? AND expires_at > ?',
+    ),
+    monthSpend: ctx.exact('SELECT amount FROM key_spend WHERE account_id = ? AND key_id = ? AND month = ?'),
+    totalSpend: ctx.exact('SELECT coalesce(sum(amount), 0) AS total FROM key_spend WHERE account_id = ? AND key_id = ?'),
+    insertHold: ctx.prepare(
+      'INSERT INTO holds (account_id, hold_id, key_id, amount, month, expires_at) VALUES (?, ?, ?, ?, ?, ?)',
+    ),
+    renew: ctx.prepare('UPDATE holds SET expires_at = ? WHERE account_id = ? AND hold_id = ? AND expires_at > ?'),
+    close: ctx.prepare('INSERT INTO closed_holds (account_id, hold_id, closed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
+    everSettled: ctx.prepare('SELECT 1 FROM ledger WHERE account_id = ? AND hold_id = ?'),
+    takeHold: ctx.exact('DELETE FROM holds WHERE account_id = ? AND hold_id = ? RETURNING amount, month, expires_at'),
+    debit: ctx.prepare(
+      'INSERT INTO wallets (account_id, balance) VALUES (?, ?) ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance',
+    ),
+    credit: ctx.exact(
+      'INSERT INTO wallets (account_id, balance) VALUES (?, ?) ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance RETURNING balance',
+    ),
+    spend: ctx.prepare(
+      'INSERT INTO key_spend (account_id, key_id, month, amount) VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE SET amount = amount + excluded.amount',
+    ),
+    append: ctx.prepare(
+      `INSERT INTO ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    ),
+    ledger: ctx.exact(`SELECT ${LEDGER_COLUMNS} FROM ledger WHERE account_id = ? ORDER BY seq`),
+    openHolds: ctx.prepare('SELECT count(*) AS n FROM holds WHERE account_id = ? AND expires_at > ?'),
+  };
+
+  const balanceOf = (accountId: string) => big((q.balance.get(accountId) as { balance: bigint } | undefined)?.balance);
+  const heldOf = (accountId: string, t: number) => big((q.held.get(accountId, t) as { held: bigint }).held);
+  const heldByKey = (accountId: string, keyId: string, t: number) =>
+    big((q.heldByKey.get(accountId, keyId, t) as { held: bigint }).held);
+  const monthSpend = (accountId: string, keyId: string, month: string) =>
+    big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount);
+
+  return {
+    async placeHold(req: HoldRequest): Promise<HoldResult> {
+      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+      ctx.sweep();
+      return ctx.write('placeHold', (): HoldResult => {
+        const t = ctx.now();
+        q.prune.run(req.accountId, t);
+        // Placing an open hold again is a no-op, so a retried call cannot hold twice.
+        if (q.holdExists.get(req.accountId, req.holdId)) return { ok: true };
+        const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
+        if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
+        if (req.monthlyCap !== null) {
+          const room = req.monthlyCap - monthSpend(req.accountId, req.keyId, req.month) - heldByKey(req.accountId, req.keyId, t);
+          if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
+        }
+        q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
+        return { ok: true };
+      });
+    },
+
+    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+      const t = ctx.now();
+      return ctx.run('renewHold', () => q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1);
+    },
+
+    async settle(req: SettleRequest): Promise<SettleResult> {
+      if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
+      return ctx.write('settle', (): SettleResult => {
+        const t = ctx.now();
+        q.prune.run(req.accountId, t);
+        // A replayed settle, or a settle after release, finds the hold id closed. The ledger's
+        // unique (account, hold) also catches one replayed after the marker was swept.
+        if (q.close.run(req.accountId, req.holdId, t).changes === 0) return { settled: false, charged: 0n };
+        if (q.everSettled.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
+        const hold = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string } | undefined;
+        const held = hold ? hold.amount : 0n;
+        // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
+        const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));
+        // The full list cost, even past the hold: delivered output is never given away.
+        const cost = req.cost;
+        q.debit.run(req.accountId, -cost);
+        q.spend.run(req.accountId, req.entry.keyId, month, cost);
+        const e = req.entry;
+        q.append.run(
+          req.accountId,
+          req.holdId,
+          e.id,
+          e.keyId,
+          e.model,
+          JSON.stringify(e.units),
+          cost,
+          held,
+          cost > held ? 1 : 0,
+          e.measured ?? null,
+          e.upstream ?? null,
+          e.at,
+          t,
+        );
+        return { settled: true, charged: cost, held };
+      });
+    },
+
+    async release(accountId: string, holdId: string): Promise<boolean> {
+      return ctx.write('release', () => {
+        const t = ctx.now();
+        q.close.run(accountId, holdId, t);
+        const hold = q.takeHold.get(accountId, holdId) as { expires_at: bigint } | undefined;
+        return hold !== undefined && num(hold.expires_at) > t;
+      });
+    },
+
+    async topUp(accountId: string, amount: bigint): Promise<bigint> {
+      if (amount < 0n) throw new RangeError('top-up amount must not be negative');
+      return ctx.run('topUp', () => big((q.credit.get(accountId, amount) as { balance: bigint }).balance));
+    },
+
+    async wallet(accountId: string): Promise<WalletView> {
+      const t = ctx.now();
+      return ctx.read('wallet', () => ({ balance: balanceOf(accountId), held: heldOf(accountId, t) }));
+    },
+
+    async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
+      const t = ctx.now();
+      return ctx.read('keyUsage', () => ({
+        total: big((q.totalSpend.get(accountId, keyId) as { total: bigint }).total),
+        monthly: monthSpend(accountId, keyId, month),
+        held: heldByKey(accountId, keyId, t),
+      }));
+    },
+
+    async ledger(accountId: string): Promise<LedgerEntry[]> {
+      return ctx.run('ledger', () => (q.ledger.all(accountId) as LedgerRow[]).map(ledgerEntry));
+    },
+
+    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+      const c = checkLedgerQuery(query);
+      // The cursor is the seq of the last entry a page returned. Seqs only grow, and one
+      // account's settles are serialised by the write lock, so a page never skips an entry
+      // that commits later with a smaller seq.
+      const where = ['account_id = ?', 'seq > ?'];
+      const args: (string | number | bigint)[] = [c.accountId, c.start];
+      if (c.keyId !== undefined) where.push('key_id = ?'), args.push(c.keyId);
+      if (c.from !== undefined) where.push('at >= ?'), args.push(c.from);
+      if (c.to !== undefined) where.push('at < ?'), args.push(c.to);
+      const sql = `SELECT ${LEDGER_COLUMNS} FROM ledger WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`;
+      return ctx.run('queryLedger', () => {
+        const rows = ctx.exact(sql).all(...args, c.limit + 1) as LedgerRow[];
+        const page = rows.slice(0, c.limit);
+        const last = page[page.length - 1];
+        return {
+          entries: page.map(ledgerEntry),
+          nextCursor: last ? String(last.seq) : String(c.start),
+          more: rows.length > c.limit,
+        };
+      });
+    },
+
+    async openHolds(accountId: string): Promise<number> {
+      const t = ctx.now();
+      return ctx.run('openHolds', () => num((q.openHolds.get(accountId, t) as { n: number }).n));
+    },
+  };
+}

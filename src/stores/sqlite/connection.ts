@@ -1,0 +1,149 @@
+/**
+ * Opening a SQLite database for the stores: load better-sqlite3 (an optional peer, loaded
+ * only when SQLite storage is used), set WAL mode, run the migrations, and map driver
+ * failures to StoreUnavailableError.
+ */
+import { mkdirSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import { dirname, resolve } from 'node:path';
+import type BetterSqlite3 from 'better-sqlite3';
+import { StoreUnavailableError } from '../errors.js';
+import { MIGRATIONS } from './schema.js';
+
+export type Database = BetterSqlite3.Database;
+export type Statement = BetterSqlite3.Statement;
+
+/** Thrown when the database cannot be read or written (the gateway answers 503). */
+export class SqliteStoreError extends StoreUnavailableError {
+  override readonly name = 'SqliteStoreError';
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+  }
+}
+
+/** better-sqlite3, loaded on first use so that only SQLite users need it installed. */
+function loadDriver(): typeof BetterSqlite3 {
+  const require = createRequire(import.meta.url);
+  try {
+    return require('better-sqlite3') as typeof BetterSqlite3;
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    const hint =
+      code === 'MODULE_NOT_FOUND'
+        ? 'install it: npm install better-sqlite3 (npm 11 also needs its install script allowed: npm install-scripts approve better-sqlite3)'
+        : 'its native module did not load; rebuild it: npm rebuild better-sqlite3';
+    throw new SqliteStoreError(`storage driver "sqlite" needs the better-sqlite3 package: ${hint}. (${(err as Error).message})`, {
+      cause: err,
+    });
+  }
+}
+
+export interface OpenOptions {
+  path: string;
+  synchronous: 'normal' | 'full';
+  busyTimeoutMs: number;
+}
+
+export function openDatabase({ path, synchronous, busyTimeoutMs }: OpenOptions): Database {
+  const Driver = loadDriver();
+  const memory = path === ':memory:';
+  let db: Database;
+  try {
+    if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
+    db = new Driver(path, { timeout: busyTimeoutMs });
+  } catch (err) {
+    throw new SqliteStoreError(`cannot open SQLite database ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  try {
+    // WAL: readers never block the writer, and a commit is one append to the log. With
+    // synchronous=NORMAL a committed transaction survives the process being killed (the OS
+    // has the log); FULL also fsyncs every commit, so it survives power loss too.
+    if (!memory) db.pragma('journal_mode = WAL');
+    db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
+    migrate(db);
+  } catch (err) {
+    db.close();
+    throw err instanceof SqliteStoreError ? err : new SqliteStoreError(`cannot prepare SQLite database ${path}: ${(err as Error).message}`, { cause: err });
+  }
+  return db;
+}
+
+function migrate(db: Database): void {
+  db.transaction(() => {
+    const applied = db.pragma('user_version', { simple: true }) as number;
+    if (applied > MIGRATIONS.length) {
+      throw new SqliteStoreError(
+        `the database was written by a newer model-gateway (schema version ${applied}; this one knows ${MIGRATIONS.length})`,
+      );
+    }
+    for (let v = applied; v < MIGRATIONS.length; v++) db.exec(MIGRATIONS[v] as string);
+    // PRAGMA takes no parameters; the value is a trusted integer.
+    db.pragma(`user_version = ${MIGRATIONS.length}`);
+  }).immediate();
+}
+
+/** What every SQLite store shares: the database, the clock, and error mapping. */
+export class SqliteContext {
+  private closed = false;
+  /** One transaction wrapper for every write: `fn` is its argument, not a new wrapper per call. */
+  private readonly tx: BetterSqlite3.Transaction<(fn: () => unknown) => unknown>;
+  /** Lazy housekeeping, called by the busiest writes (placeHold, hit); set by the factory. */
+  sweep: () => void = () => {};
+
+  constructor(
+    readonly db: Database,
+    readonly now: () => number,
+  ) {
+    this.tx = db.transaction((fn: () => unknown) => fn());
+  }
+
+  /** Prepares a statement whose integers come back as bigints (money must stay exact). */
+  exact(sql: string): Statement {
+    return this.db.prepare(sql).safeIntegers(true);
+  }
+
+  prepare(sql: string): Statement {
+    return this.db.prepare(sql);
+  }
+
+  /**
+   * Runs `fn` in one IMMEDIATE transaction: it takes the write lock before reading, so its
+   * reads and writes are one atomic step, also against other processes on the same file.
+   */
+  write<T>(what: string, fn: () => T): T {
+    return this.run(what, () => this.tx.immediate(fn) as T);
+  }
+
+  /** Runs several reads in one transaction, so they see one snapshot. */
+  read<T>(what: string, fn: () => T): T {
+    return this.run(what, () => this.tx.deferred(fn) as T);
+  }
+
+  /** Runs one statement: a read, or a write that is atomic by itself. */
+  run<T>(what: string, fn: () => T): T {
+    if (this.closed) throw new SqliteStoreError(`SQLite ${what} failed: the database is closed`);
+    try {
+      return fn();
+    } catch (err) {
+      if (err instanceof SqliteStoreError || err instanceof RangeError) throw err;
+      throw new SqliteStoreError(`SQLite ${what} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    }
+  }
+
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.db.close();
+  }
+}
+
+/** A bigint column (or null) as a number: for times and counts, which stay far below 2^53. */
+export function num(v: unknown): number {
+  return v === null || v === undefined ? 0 : Number(v);
+}
+
+/** A bigint column (or null) as a bigint. */
+export function big(v: unknown): bigint {
+  if (v === null || v === undefined) return 0n;
+  return typeof v === 'bigint' ? v : BigInt(v as number);
+}

@@ -1,0 +1,89 @@
+import { createSweeper } from '../memory/sweep.js';
+import type { Stores } from '../types.js';
+import { createSqliteAccounts, createSqliteKeys } from './accounts-keys.js';
+import { createSqliteBilling } from './billing.js';
+import { openDatabase, SqliteContext } from './connection.js';
+import { createSqliteContent } from './content.js';
+import { createSqliteIdempotency } from './idempotency.js';
+import { createSqliteJobs } from './jobs.js';
+import { createSqliteLimits } from './limits.js';
+
+export { SqliteStoreError } from './connection.js';
+
+export interface SqliteStoreOptions {
+  /**
+   * The database file, created (with its directory) when missing. A relative path is taken
+   * from the working directory. `":memory:"` gives a throwaway database (tests).
+   * @example "./data/gateway.db"
+   */
+  path: string;
+  /** The only clock the stores read (unix ms). Tests pass a fake one. Default: Date.now. */
+  now?: () => number;
+  /**
+   * "normal" (default): a committed change survives the process being killed (a crash,
+   * `kill -9`); a power loss or OS crash may lose the last few commits. "full": every
+   * commit is fsynced, so it survives those too, at the cost of a disk flush per write.
+   */
+  synchronous?: 'normal' | 'full';
+  /** How long a write waits for another process's write lock before failing (default 5000 ms). */
+  busyTimeoutMs?: number;
+}
+
+/** How often (by the store's clock) expired holds, windows, leases, jobs and records are deleted. */
+const SWEEP_INTERVAL_MS = 60_000;
+/** How long a closed hold id is remembered (as the other drivers do). */
+const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
+
+/**
+ * Every store in one SQLite file (better-sqlite3, WAL mode): durable books for one gateway
+ * process. Calls are synchronous underneath, so one process never interleaves two of them;
+ * every read-then-write runs in an IMMEDIATE transaction, so it stays atomic even when
+ * another process (an admin command of the CLI) writes to the same file.
+ */
+export function createSqliteStores(options: SqliteStoreOptions): Stores {
+  if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');
+  const now = options.now ?? Date.now;
+  const db = openDatabase({
+    path: options.path,
+    synchronous: options.synchronous ?? 'normal',
+    busyTimeoutMs: options.busyTimeoutMs ?? 5_000,
+  });
+  const ctx = new SqliteContext(db, now);
+
+  // Lazy housekeeping on ordinary calls (no timer keeps the process alive). Expired rows
+  // already count for nothing; this only keeps the file from growing.
+  const sweepNow = (() => {
+    const statements = [
+      ['DELETE FROM holds WHERE expires_at <= ?', 0],
+      ['DELETE FROM closed_holds WHERE closed_at <= ?', CLOSED_TTL_MS],
+      // A window whose newest hit has left goes with all its hits (same transaction as the hits' writes).
+      ['DELETE FROM rate_hits WHERE bucket IN (SELECT bucket FROM rate_windows WHERE until <= ?)', 0],
+      ['DELETE FROM rate_windows WHERE until <= ?', 0],
+      ['DELETE FROM leases WHERE expires_at <= ?', 0],
+      ['DELETE FROM jobs WHERE gone_at <= ?', 0],
+      ['DELETE FROM idempotency WHERE expires_at <= ?', 0],
+    ] as const;
+    const prepared = statements.map(([sql, age]) => [db.prepare(sql), age] as const);
+    return (t: number) => ctx.write('sweep', () => prepared.forEach(([s, age]) => s.run(t - age)));
+  })();
+  ctx.sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
+    try {
+      sweepNow(t);
+    } catch {
+      // Housekeeping only: the next interval tries again.
+    }
+  });
+
+  return {
+    accounts: createSqliteAccounts(ctx),
+    keys: createSqliteKeys(ctx),
+    billing: createSqliteBilling(ctx),
+    limits: createSqliteLimits(ctx),
+    jobs: createSqliteJobs(ctx),
+    content: createSqliteContent(ctx),
+    idempotency: createSqliteIdempotency(ctx),
+    async close() {
+      ctx.close();
+    },
+  };
+}

@@ -1,0 +1,153 @@
+/**
+ * The SQLite schema, as numbered migrations. `PRAGMA user_version` records how many ran; they
+ * run inside one IMMEDIATE transaction, so two processes opening one file never both apply one.
+ *
+ * Rules the schema keeps:
+ * - Money (balances, holds, spend, costs) is INTEGER nano-USD, never REAL; tables are STRICT, so
+ *   SQLite refuses any value that is not an exact integer.
+ * - Times are INTEGER unix ms from the store's clock.
+ * - The ledger is append-only: triggers refuse UPDATE and DELETE on it.
+ */
+export const MIGRATIONS: readonly string[] = [
+  `
+CREATE TABLE accounts (
+  id TEXT PRIMARY KEY,
+  grants TEXT NOT NULL,
+  created_at INTEGER NOT NULL
+) STRICT;
+
+-- A wallet is apart from its account record: a top-up may come first, as in every driver.
+CREATE TABLE wallets (
+  account_id TEXT PRIMARY KEY,
+  balance INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE api_keys (
+  id TEXT PRIMARY KEY,
+  digest TEXT NOT NULL UNIQUE,
+  prefix TEXT NOT NULL,
+  account_id TEXT NOT NULL,
+  kind TEXT NOT NULL,
+  model TEXT,
+  label TEXT,
+  monthly_cap INTEGER,
+  disabled INTEGER NOT NULL,
+  created_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX api_keys_account ON api_keys (account_id);
+
+-- Open holds. A row whose expires_at has passed counts for nothing and is deleted by the
+-- next write of its account (or the sweep).
+CREATE TABLE holds (
+  account_id TEXT NOT NULL,
+  hold_id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  amount INTEGER NOT NULL CHECK (amount >= 0),
+  month TEXT NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (account_id, hold_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX holds_expiry ON holds (expires_at);
+
+-- Hold ids closed by a settle or a release, kept a day, so a replay changes nothing.
+CREATE TABLE closed_holds (
+  account_id TEXT NOT NULL,
+  hold_id TEXT NOT NULL,
+  closed_at INTEGER NOT NULL,
+  PRIMARY KEY (account_id, hold_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX closed_holds_age ON closed_holds (closed_at);
+
+CREATE TABLE key_spend (
+  account_id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  month TEXT NOT NULL,
+  amount INTEGER NOT NULL,
+  PRIMARY KEY (account_id, key_id, month)
+) STRICT, WITHOUT ROWID;
+
+CREATE TABLE ledger (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  account_id TEXT NOT NULL,
+  hold_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  units TEXT NOT NULL,
+  cost INTEGER NOT NULL,
+  held INTEGER NOT NULL,
+  exceeded_hold INTEGER NOT NULL,
+  measured TEXT CHECK (measured IN ('usage', 'tokenizer', 'estimate')),
+  upstream TEXT,
+  at INTEGER NOT NULL,
+  recorded_at INTEGER NOT NULL
+) STRICT;
+-- One entry per hold id and account, for good: a settle replayed after the closed marker
+-- was swept still changes nothing.
+CREATE UNIQUE INDEX ledger_hold ON ledger (account_id, hold_id);
+CREATE INDEX ledger_account ON ledger (account_id, seq);
+CREATE INDEX ledger_key ON ledger (account_id, key_id, seq);
+CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+
+-- A rate window: how many hits it counts (kept beside them, so a hit never counts rows) and
+-- when its newest hit leaves it; and one row per counted hit.
+CREATE TABLE rate_windows (
+  bucket TEXT PRIMARY KEY,
+  hits INTEGER NOT NULL,
+  until INTEGER NOT NULL
+) STRICT;
+CREATE INDEX rate_windows_until ON rate_windows (until);
+CREATE TABLE rate_hits (
+  bucket TEXT NOT NULL,
+  at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX rate_hits_bucket ON rate_hits (bucket, at);
+
+CREATE TABLE leases (
+  pool TEXT NOT NULL,
+  lease_id TEXT NOT NULL,
+  expires_at INTEGER NOT NULL,
+  PRIMARY KEY (pool, lease_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX leases_expiry ON leases (expires_at);
+
+CREATE TABLE jobs (
+  id TEXT PRIMARY KEY,
+  status TEXT NOT NULL,
+  gone_at INTEGER NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+CREATE INDEX jobs_unfinished ON jobs (status) WHERE status NOT IN ('completed', 'failed');
+CREATE INDEX jobs_gone ON jobs (gone_at);
+
+CREATE TABLE brands (
+  account_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  data TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (account_id, id)
+) STRICT;
+
+CREATE TABLE documents (
+  account_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  data TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  PRIMARY KEY (account_id, id)
+) STRICT;
+
+CREATE TABLE document_versions (
+  account_id TEXT PRIMARY KEY,
+  version INTEGER NOT NULL
+) STRICT;
+
+CREATE TABLE idempotency (
+  scope TEXT PRIMARY KEY,
+  fingerprint TEXT NOT NULL,
+  response TEXT,
+  expires_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX idempotency_expiry ON idempotency (expires_at);
+`,
+];

@@ -1,0 +1,189 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import Database from 'better-sqlite3';
+import { afterAll, describe, expect, it } from 'vitest';
+import { createSqliteStores, SqliteStoreError } from '../../src/sqlite.js';
+import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
+import { accountsKeysSuite } from './accounts-keys.suite.js';
+import { billingSuite } from './billing.suite.js';
+import { contentSuite } from './content.suite.js';
+import { type StoreHarness, uid } from './harness.js';
+import { idempotencySuite } from './idempotency.suite.js';
+import { jobsSuite } from './jobs.suite.js';
+import { limitsSuite } from './limits.suite.js';
+
+/** Every database of this run lives here; afterAll deletes it. */
+const dir = mkdtempSync(join(tmpdir(), 'mg-sqlite-'));
+afterAll(() => rmSync(dir, { recursive: true, force: true }));
+const MONTH = '2025-01';
+
+/** SQLite stores on a real file and a fake clock: `advance` moves time instantly and exactly. */
+async function makeSqlite(): Promise<StoreHarness & { now(): number; path: string }> {
+  let t = Date.UTC(2025, 0, 15);
+  const path = join(dir, `${uid('db')}.db`);
+  const stores = createSqliteStores({ path, now: () => t });
+  return {
+    stores,
+    path,
+    now: () => t,
+    advance(ms) {
+      t += ms;
+    },
+    cleanup: () => stores.close(),
+  };
+}
+
+accountsKeysSuite('sqlite', makeSqlite);
+billingSuite('sqlite', makeSqlite);
+limitsSuite('sqlite', makeSqlite);
+jobsSuite('sqlite', makeSqlite);
+contentSuite('sqlite', makeSqlite);
+idempotencySuite('sqlite', makeSqlite);
+
+function hold(a: { accountId: string; keyId: string }, amount: bigint): HoldRequest {
+  return { holdId: uid('hold'), ...a, amount, monthlyCap: null, month: MONTH, ttlMs: 60_000 };
+}
+
+function settleReq(a: { accountId: string; keyId: string }, holdId: string, cost: bigint): SettleRequest {
+  return {
+    holdId,
+    accountId: a.accountId,
+    month: MONTH,
+    cost,
+    entry: { id: holdId, accountId: a.accountId, keyId: a.keyId, model: 'm', units: { kind: 'tokens', prompt: 1, completion: 1 }, measured: 'usage', at: 1 },
+  };
+}
+
+async function account(stores: Stores, balance: bigint) {
+  const accountId = uid('acct');
+  await stores.accounts.create({ id: accountId, grants: [], createdAt: 0 }, balance);
+  return { accountId, keyId: uid('key') };
+}
+
+describe('sqlite: a file', () => {
+  it('keeps everything across a reopen: balances, holds, spend, the ledger, keys, limits', async () => {
+    const h = await makeSqlite();
+    const a = await account(h.stores, 1_000n);
+    const open = hold(a, 100n);
+    const settled = hold(a, 300n);
+    await h.stores.billing.placeHold(open);
+    await h.stores.billing.placeHold(settled);
+    await h.stores.billing.settle(settleReq(a, settled.holdId, 250n));
+    await h.stores.limits.hit('bucket', 2, 60_000);
+    await h.stores.close();
+
+    const again = createSqliteStores({ path: h.path, now: h.now });
+    try {
+      expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 750n, held: 100n });
+      expect(await again.billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 250n, monthly: 250n, held: 100n });
+      expect((await again.billing.ledger(a.accountId)).map((e) => e.cost)).toEqual([250n]);
+      // The hold id stays closed, and the account is not credited again.
+      expect(await again.billing.settle(settleReq(a, settled.holdId, 250n))).toEqual({ settled: false, charged: 0n });
+      expect(await again.accounts.create({ id: a.accountId, grants: [], createdAt: 0 }, 1_000n)).toBe(false);
+      expect(await again.limits.hit('bucket', 2, 60_000)).toMatchObject({ allowed: true, remaining: 0 });
+    } finally {
+      await again.close();
+    }
+  });
+
+  it('keeps money exact up to 2^53 - 1 and beyond, in INTEGER columns', async () => {
+    const h = await makeSqlite();
+    try {
+      const a = await account(h.stores, 2n ** 62n);
+      expect(await h.stores.billing.topUp(a.accountId, 1n)).toBe(2n ** 62n + 1n);
+      const req = hold(a, 2n ** 53n + 1n);
+      expect(await h.stores.billing.placeHold(req)).toEqual({ ok: true });
+      expect(await h.stores.billing.settle(settleReq(a, req.holdId, 2n ** 53n + 3n))).toEqual({ settled: true, charged: 2n ** 53n + 3n });
+      expect(await h.stores.billing.wallet(a.accountId)).toEqual({ balance: 2n ** 62n + 1n - (2n ** 53n + 3n), held: 0n });
+      const db = new Database(h.path, { readonly: true });
+      const types = db.prepare('SELECT typeof(balance) AS t FROM wallets UNION SELECT typeof(cost) FROM ledger').all();
+      db.close();
+      expect(types).toEqual([{ t: 'integer' }]);
+    } finally {
+      await h.cleanup();
+    }
+  });
+
+  it('refuses to change or delete a ledger entry', async () => {
+    const h = await makeSqlite();
+    try {
+      const a = await account(h.stores, 1_000n);
+      const req = hold(a, 10n);
+      await h.stores.billing.placeHold(req);
+      await h.stores.billing.settle(settleReq(a, req.holdId, 10n));
+      const db = new Database(h.path);
+      expect(() => db.prepare('UPDATE ledger SET cost = 0').run()).toThrow(/append-only/);
+      expect(() => db.prepare('DELETE FROM ledger').run()).toThrow(/append-only/);
+      db.close();
+      expect((await h.stores.billing.ledger(a.accountId))[0]?.cost).toBe(10n);
+    } finally {
+      await h.cleanup();
+    }
+  });
+
+  it('two store objects on one file (two processes, e.g. the CLI beside a server) never overdraw', async () => {
+    const h = await makeSqlite();
+    const other = createSqliteStores({ path: h.path, now: h.now });
+    try {
+      const a = await account(h.stores, 10n * 7_000n);
+      const results = await Promise.all(
+        Array.from({ length: 50 }, (_, i) => (i % 2 ? h.stores : other).billing.placeHold(hold(a, 7_000n))),
+      );
+      expect(results.filter((r) => r.ok)).toHaveLength(10);
+      expect(await other.billing.wallet(a.accountId)).toEqual({ balance: 70_000n, held: 70_000n });
+    } finally {
+      await other.close();
+      await h.cleanup();
+    }
+  });
+
+  it('uses WAL mode, creates the directory, and fails clearly when closed or unopenable', async () => {
+    const path = join(dir, uid('nested'), 'deeper', 'gateway.db');
+    const stores = createSqliteStores({ path });
+    const db = new Database(path, { readonly: true });
+    expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+    db.close();
+    await stores.close();
+    await expect(stores.billing.wallet('a')).rejects.toBeInstanceOf(SqliteStoreError);
+    // A path under a plain file cannot be created.
+    expect(() => createSqliteStores({ path: join(path, 'inside-a-file.db') })).toThrow(SqliteStoreError);
+    expect(() => createSqliteStores({ path: join(path, 'inside-a-file.db') })).toThrow(/cannot open SQLite database/);
+    expect(() => createSqliteStores({ path: '' })).toThrow(/path/);
+  });
+
+  it('the lazy sweep drops idle windows and expired rows, and live windows keep counting exactly', async () => {
+    const h = await makeSqlite();
+    try {
+      const { limits, billing } = h.stores;
+      for (let i = 0; i < 3; i++) await limits.hit('idle', 5, 1_000);
+      expect((await limits.hit('live', 2, 600_000)).allowed).toBe(true);
+      expect((await limits.hit('live', 2, 600_000)).allowed).toBe(true);
+      const a = await account(h.stores, 100n);
+      await billing.placeHold({ ...hold(a, 10n), ttlMs: 1_000 });
+      await limits.acquireLease('pool', 1, 'l', 1_000);
+      h.advance(120_000);
+      // This call runs the sweep first; the ten-minute window must survive it.
+      expect(await limits.hit('live', 2, 600_000)).toMatchObject({ allowed: false, remaining: 0, resetMs: 480_000 });
+      const db = new Database(h.path, { readonly: true });
+      const count = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
+      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'idle'")).toBe(0);
+      expect(count("SELECT count(*) AS n FROM rate_windows WHERE bucket = 'idle'")).toBe(0);
+      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'live'")).toBe(2);
+      expect(count('SELECT count(*) AS n FROM holds')).toBe(0);
+      expect(count('SELECT count(*) AS n FROM leases')).toBe(0);
+      db.close();
+      expect(await limits.hit('idle', 5, 1_000)).toMatchObject({ allowed: true, remaining: 4 });
+    } finally {
+      await h.cleanup();
+    }
+  });
+
+  it('refuses a database written by a newer schema', async () => {
+    const path = join(dir, `${uid('db')}.db`);
+    const db = new Database(path);
+    db.pragma('user_version = 999');
+    db.close();
+    expect(() => createSqliteStores({ path })).toThrow(/newer model-gateway/);
+  });
+});
