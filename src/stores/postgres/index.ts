@@ -89,6 +89,9 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
     jobs: createPostgresJobs(ctx),
     content: createPostgresContent(ctx),
     idempotency: createPostgresIdempotency(ctx),
+    async ping() {
+      await ctx.one('ping', 'SELECT 1 AS one');
+    },
     async close() {
       ctx.markClosed();
       await sql.end({ timeout: 5 });

@@ -82,6 +82,9 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     jobs: createSqliteJobs(ctx),
     content: createSqliteContent(ctx),
     idempotency: createSqliteIdempotency(ctx),
+    async ping() {
+      ctx.run('ping', () => db.prepare('SELECT 1').get());
+    },
     async close() {
       ctx.close();
     },
