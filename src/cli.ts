@@ -297,7 +297,7 @@ async function admin(argv: string[]): Promise<void> {
   const [group, action] = positionals;
   if (group === 'serve') return serve(need(values.config, 'config'), port(values.port), values.host ?? '127.0.0.1');
   const known = ['accounts create', 'accounts list', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable'];
-  if (!known.includes(`${group} ${action}`)) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
+  if (!known.includes(`${group} ${action}`) && !(group === 'ledger' && action === undefined)) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
   const configFile = need(values.config, 'config');
   // Flags are checked before anything connects to the storage.
   const wallet = values.wallet === undefined ? '0' : usd(values.wallet, 'wallet', false);

@@ -141,7 +141,7 @@ if (unreachable !== null) {
         const a = await account(stores, 2n ** 62n);
         const req = hold(a, MAX_NANO + 2n, { monthlyCap: MAX_NANO + 2n });
         expect(await stores.billing.placeHold(req)).toEqual({ ok: true });
-        expect(await stores.billing.settle(settleReq(a, req.holdId, MAX_NANO + 4n))).toEqual({ settled: true, charged: MAX_NANO + 4n });
+        expect(await stores.billing.settle(settleReq(a, req.holdId, MAX_NANO + 4n))).toEqual({ settled: true, charged: MAX_NANO + 4n, held: MAX_NANO + 2n });
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 2n ** 62n - MAX_NANO - 4n, held: 0n });
         expect((await stores.billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO + 4n, held: MAX_NANO + 2n, exceededHold: true });
       } finally {

@@ -94,7 +94,7 @@ describe('sqlite: a file', () => {
       expect(await h.stores.billing.topUp(a.accountId, 1n)).toBe(2n ** 62n + 1n);
       const req = hold(a, 2n ** 53n + 1n);
       expect(await h.stores.billing.placeHold(req)).toEqual({ ok: true });
-      expect(await h.stores.billing.settle(settleReq(a, req.holdId, 2n ** 53n + 3n))).toEqual({ settled: true, charged: 2n ** 53n + 3n });
+      expect(await h.stores.billing.settle(settleReq(a, req.holdId, 2n ** 53n + 3n))).toEqual({ settled: true, charged: 2n ** 53n + 3n, held: 2n ** 53n + 1n });
       expect(await h.stores.billing.wallet(a.accountId)).toEqual({ balance: 2n ** 62n + 1n - (2n ** 53n + 3n), held: 0n });
       const db = new Database(h.path, { readonly: true });
       const types = db.prepare('SELECT typeof(balance) AS t FROM wallets UNION SELECT typeof(cost) FROM ledger').all();
