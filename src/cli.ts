@@ -12,7 +12,7 @@ import { createHash } from 'node:crypto';
 import { AdminError, toUnixMs } from './admin.js';
 import { loadConfigFile } from './config-file.js';
 import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
-import { consoleLogger, silentLogger } from './log.js';
+import { silentLogger } from './log.js';
 import { parseUsd } from './money.js';
 import { ConfigError, parseOptions } from './options.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './ledger-export.js';
@@ -194,7 +194,7 @@ async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gate
       ...config,
       settleJournalDir: journalDir(config),
       stores,
-      logger: quiet ? silentLogger : consoleLogger(),
+      ...(quiet ? { logger: silentLogger } : {}),
     });
     await gateway.ready;
     return { gateway, stores };

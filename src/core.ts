@@ -11,6 +11,7 @@ import type { Breaker } from './upstream/breaker.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { ContextService } from './context/inject.js';
 import type { Hooks } from './plugins.js';
+import type { Tracked } from './observability/record.js';
 
 export interface Core {
   cfg: GatewayConfig;
@@ -31,6 +32,8 @@ export interface Core {
   track(p: Promise<unknown>): void;
   /** The user plugins' hooks the routes run (onUpstreamRequest; onError for failed streams). */
   hooks: Hooks;
+  /** Live counts the metrics read. */
+  counters: { openStreams: number };
   /** Aborted by dispose(): long-running background work stops. */
   shutdown: AbortSignal;
 }
@@ -43,6 +46,8 @@ export interface RequestContext {
   params: Record<string, string>;
   query: URLSearchParams;
   key: ApiKeyRecord;
+  /** What is observed of this request (access log, metrics, traces); streams hold it open. */
+  observed: Tracked;
   /** The request body, read once within the body limits (413 / 408 otherwise). */
   body(): Promise<Uint8Array>;
 }

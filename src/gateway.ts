@@ -17,7 +17,11 @@ import { GatewayError, errorResponse, errors } from './errors.js';
 import { json, readBody } from './http.js';
 import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
-import { consoleLogger, type Logger } from './log.js';
+import type { Logger } from './log.js';
+import { accessLog, createLogger } from './observability/logs.js';
+import { createMetrics } from './observability/metrics.js';
+import { newRecord, type Observer, track as trackRecord, type Tracked } from './observability/record.js';
+import { startRequestSpan, tracing } from './observability/traces.js';
 import { parseOptions, type GatewayConfigInput } from './options.js';
 import { chatCompletions } from './routes/chat.js';
 import { listBrands, listKnowledge, listModels, readKey } from './routes/discovery.js';
@@ -111,12 +115,15 @@ interface Exchange {
   route?: MatchedRoute;
   key?: ApiKeyRecord;
   ctx?: RequestContext;
+  observed: Tracked;
 }
 
 /** A pipeline stage: answers, or hands the request to the stages after it with `next()`. */
 type Stage = (x: Exchange, next: () => Promise<Response>) => Promise<Response> | Response;
 
 interface MatchedRoute {
+  /** The route's pattern, e.g. "/v1/videos/{id}": what logs and metrics name it by. */
+  name: string;
   handler: RouteHandler;
   params: Record<string, string>;
   idempotent: boolean;
@@ -139,6 +146,7 @@ function compose(stages: readonly Stage[]): (x: Exchange) => Promise<Response> {
 }
 
 interface Route {
+  path: string;
   pattern: RegExp;
   keys: string[];
   methods: Partial<Record<string, RouteHandler>>;
@@ -154,14 +162,14 @@ function route(path: string, methods: Route['methods'], idempotent = false): Rou
       return '([^/]+)';
     })}$`,
   );
-  return { pattern, keys, methods, idempotent };
+  return { path, pattern, keys, methods, idempotent };
 }
 
 export function createGateway(options: GatewayOptions = {}): Gateway {
   const { stores: givenStores, now: givenNow, logger, basePath = '', plugins = [], ...config } = options;
   const cfg = parseOptions(config);
   const now = givenNow ?? Date.now;
-  const log = logger ?? consoleLogger();
+  const log = logger ?? createLogger(cfg.logLevel);
   const hooks = createHooks(plugins, log);
   const shutdown = new AbortController();
   const pending = new Set<Promise<unknown>>();
@@ -187,6 +195,19 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
     throw new GatewayError('internal_error', `${what} needs stores built first: ${how}, or use the CLI.`);
   }
+
+  /** Streams being relayed now (for the open-streams gauge). */
+  const counters = { openStreams: 0 };
+  const metrics = cfg.metrics
+    ? createMetrics(cfg.metrics, {
+        circuits: () => [...upstreams.keys()].map((u) => [u, breaker.isOpen(u)] as [string, boolean]),
+        openHolds: () => core.meter.openCalls(),
+        openStreams: () => counters.openStreams,
+      })
+    : null;
+  // Store latency by operation is measured around every store call when metrics are on.
+  if (metrics) stores = metrics.timeStores(stores);
+  const observers: Observer[] = [...(cfg.accessLog ? [accessLog(log)] : []), ...(metrics ? [metrics.observer] : []), tracing];
 
   const tokenizer = createTokenizer();
   const upstreams = new Map<string, Upstream>();
@@ -227,6 +248,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     },
     track,
     hooks,
+    counters,
     shutdown: shutdown.signal,
     // Set right below: the job runner needs the rest of the core.
     jobs: undefined as unknown as JobRunner,
@@ -278,6 +300,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route('/videos/{id}/content', { GET: videoContent }),
   ];
 
+  const metricsPath = cfg.metrics ? `${basePath.replace(/\/+$/, '')}${cfg.metrics.path}` : null;
   const healthPath = `${basePath.replace(/\/+$/, '')}/health`;
   const readyPath = `${basePath.replace(/\/+$/, '')}/ready`;
 
@@ -287,6 +310,17 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
    * thrown error becomes the error envelope in `errorEnvelope`, with the headers gathered so far.
    */
   const stages: Stage[] = [
+    // Timing, Server-Timing, and the record the access log, metrics and traces report once the
+    // request is over (a stream: when it ended).
+    async function observe(x, next) {
+      const res = await next();
+      const r = x.observed.record;
+      r.status = res.status;
+      r.respondedMs = performance.now() - r.startedAt;
+      res.headers.set('server-timing', `gateway;dur=${Math.max(0, r.respondedMs - r.upstreamMs).toFixed(1)}, upstream;dur=${r.upstreamMs.toFixed(1)}`);
+      x.observed.release();
+      return res;
+    },
     // User plugins first and last: onRequest may answer; onResponse sees every answer.
     async function userRequestAndResponse(x, next) {
       let res: Response | undefined;
@@ -311,13 +345,22 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         return res;
       } catch (err) {
         if (hooks.has('onError')) await hooks.run('onError', { error: err, requestId: x.requestId });
-        return toErrorResponse(err, x.requestId, x.headers, x.request.signal?.aborted === true);
+        const res = toErrorResponse(err, x.requestId, x.headers, x.request.signal?.aborted === true);
+        if (err instanceof GatewayError) {
+          const r = x.observed.record;
+          r.errorCode = err.code;
+          const meta = err.metadata as { limit?: unknown; limit_source?: unknown } | undefined;
+          const limit = meta?.limit ?? meta?.limit_source;
+          if (typeof limit === 'string') r.limit = limit;
+        }
+        return res;
       }
     },
     // Liveness and readiness answer while seeding runs, without a key and outside every limit.
     function probesOutsideV1(x, next) {
       if (x.path === healthPath) return probes.answer('health', x.request, x.requestId);
       if (x.path === readyPath) return probes.answer('ready', x.request, x.requestId);
+      if (metrics && x.path === metricsPath) return metrics.answer(x.request, x.requestId);
       return next();
     },
     async function startupAndShutdown(x, next) {
@@ -339,10 +382,13 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     },
     function routing(x, next) {
       x.route = matchRoute(x.path.slice(v1.length), x.request.method, x.path);
+      x.observed.record.route = x.route.name;
       return next();
     },
     async function authentication(x, next) {
       x.key = await core.auth.authenticate(x.request.headers.get('authorization'));
+      x.observed.record.keyId = x.key.id;
+      x.observed.record.account = x.key.accountId;
       if (hooks.has('onAuthenticated')) {
         await hooks.run('onAuthenticated', { request: x.request, requestId: x.requestId, key: pluginKey(x.key), account: x.key.accountId });
       }
@@ -385,7 +431,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
           params[k] = raw;
         }
       });
-      return { handler, params, idempotent: r.idempotent, sub };
+      return { name: `/v1${r.path}`, handler, params, idempotent: r.idempotent, sub };
     }
     throw new GatewayError('not_found', `Unknown route ${method} ${path.slice(0, 200)}.`);
   }
@@ -404,6 +450,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         return new URLSearchParams(query);
       },
       key: x.key!,
+      observed: x.observed,
       body: () => (bodyBytes ??= readBody(request, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs)),
     };
     x.ctx = ctx;
@@ -414,7 +461,12 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
     const requestId = `req_${randomUUID().replaceAll('-', '')}`;
     const { path, query } = requestTarget(request, serverContext);
-    const x: Exchange = { request, serverContext, requestId, path, query, headers: { 'x-request-id': requestId }, clientIp: '' };
+    // Until routing names it: the probes by their path, anything else as unmatched (a label
+    // per unknown path would let any client grow the metrics without bound).
+    const routeName = path === healthPath || path === readyPath || path === metricsPath ? path : 'unmatched';
+    const record = newRecord(requestId, request.method, routeName, startRequestSpan(request.method));
+    const observed = trackRecord(record, observers, (err) => log.error({ msg: 'an observer failed', requestId, err: String(err) }));
+    const x: Exchange = { request, serverContext, requestId, path, query, headers: { 'x-request-id': requestId }, clientIp: '', observed };
     inFlight++;
     try {
       return await pipeline(x);

@@ -256,6 +256,21 @@ export const optionsSchema = z.strictObject({
    * The CLI uses `./data/settle-journal` for every storage but memory. @default null
    */
   settleJournalDir: z.string().min(1).nullable().default(null),
+  /**
+   * Prometheus metrics in the text format at `path` (outside /v1), off when absent. With a
+   * `token`, scrapes must send it as a bearer token. @default null
+   */
+  metrics: z
+    .strictObject({
+      path: z.string().regex(/^\/[A-Za-z0-9/_.-]*$/, 'must be a path such as "/metrics"').default('/metrics'),
+      token: z.string().min(1).optional(),
+    })
+    .nullable()
+    .default(null),
+  /** Level of the default logger (pino, JSON lines on stdout); LOG_LEVEL overrides it. @default "info" */
+  logLevel: z.enum(['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent']).default('info'),
+  /** One JSON line per request (request id, route, status, key id, model, timings, tokens, cost). @default true */
+  accessLog: z.boolean().default(true),
   /** Proxies (IPs or CIDRs) whose X-Forwarded-For is believed. @default [] */
   trustProxy: z.array(z.string()).default([]),
   /**

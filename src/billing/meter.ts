@@ -27,6 +27,7 @@ import type {
   SettleResult,
   WalletView,
 } from '../stores/types.js';
+import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
 import { listCost } from './pricing.js';
 
@@ -58,6 +59,8 @@ export interface OpenRequest {
    * that adopts it, instead of aborting it.
    */
   durable?: boolean;
+  /** The request being observed: its record gets the model, units and cost, and stays open until the call ends. */
+  observed?: Tracked | undefined;
 }
 
 export interface SettleOptions {
@@ -147,7 +150,20 @@ class CallImpl implements BilledCall {
     readonly model: Model | undefined,
     readonly held: bigint,
     readonly durable: boolean,
-  ) {}
+    private readonly observed?: Tracked | undefined,
+  ) {
+    if (observed && model) {
+      observed.record.model = model.id;
+      observed.record.upstream = model.upstream;
+      // A job that outlives its request (videos) is not part of the request's access line.
+      if (!durable) observed.hold();
+    }
+  }
+
+  /** The call ended: the request it belongs to may be reported. */
+  private ended(): void {
+    if (this.observed && !this.durable) this.observed.release();
+  }
 
   bill(units: LedgerUnits, measured: Measurement, options: SettleOptions = {}): Promise<void> {
     if (this.closed) return Promise.resolve();
@@ -156,11 +172,23 @@ class CallImpl implements BilledCall {
     this.closed = true;
     this.meter.forget(this);
     const at = this.meter.now();
+    const cost = listCost(model, units);
+    if (this.observed) {
+      const r = this.observed.record;
+      if (units.kind === 'tokens') {
+        r.promptTokens = units.prompt;
+        r.completionTokens = units.completion;
+      } else if (units.kind === 'speech_tokens') {
+        r.promptTokens = units.tokens;
+      }
+      r.costNano = cost;
+    }
+    this.ended();
     const req: SettleRequest = {
       holdId: this.id,
       accountId: this.accountId,
       month: monthOf(at),
-      cost: listCost(model, units),
+      cost,
       entry: {
         id: options.entryId ?? this.id,
         accountId: this.accountId,
@@ -179,6 +207,7 @@ class CallImpl implements BilledCall {
     if (this.closed) return Promise.resolve();
     this.closed = true;
     this.meter.forget(this);
+    this.ended();
     return this.meter.release(this);
   }
 
@@ -322,7 +351,7 @@ export function createMeter(deps: MeterDeps): Meter {
         ttlMs,
       });
       if (!result.ok) return result;
-      const call = new CallImpl(internals, req.id, req.key.accountId, req.key.id, req.model, req.amount, req.durable === true);
+      const call = new CallImpl(internals, req.id, req.key.accountId, req.key.id, req.model, req.amount, req.durable === true, req.observed);
       register(call, ttlMs);
       return { ok: true, call };
     },

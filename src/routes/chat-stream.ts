@@ -69,9 +69,18 @@ export function relayStream(
     billing.finish({ prompt: billing.promptTokens(), completion: core.tokenizer.count(produced) }, 'tokenizer');
   };
 
+  const record = ctx.observed.record;
+  record.stream = true;
+  core.counters.openStreams++;
+  /** Time to the first byte of the answer's body, for the access log and the TTFT histogram. */
+  const firstByte = () => {
+    if (record.ttfbMs === null) record.ttfbMs = performance.now() - record.startedAt;
+  };
+
   const end = () => {
     if (ended) return false;
     ended = true;
+    core.counters.openStreams--;
     clearTimeout(keepAlive);
     bill();
     return true;
@@ -293,7 +302,13 @@ export function relayStream(
         callback(err);
       },
     });
-    const sink: Sink = { push: (chunk) => void readable.push(chunk), close: () => void readable.push(null) };
+    const sink: Sink = {
+      push: (chunk) => {
+        firstByte();
+        readable.push(chunk);
+      },
+      close: () => void readable.push(null),
+    };
     startKeepAlive(sink);
     stream = readable;
   } else {
@@ -302,7 +317,14 @@ export function relayStream(
         start(controller) {
           startKeepAlive({ push: (chunk) => controller.enqueue(chunk), close: () => controller.close() });
         },
-        pull: (controller) => pullInto({ push: (chunk) => controller.enqueue(chunk), close: () => controller.close() }),
+        pull: (controller) =>
+          pullInto({
+            push: (chunk) => {
+              firstByte();
+              controller.enqueue(chunk);
+            },
+            close: () => controller.close(),
+          }),
         cancel,
       },
       { highWaterMark: 0 },

@@ -95,7 +95,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const worstCase = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: maxOutput });
   let estimate: number | undefined;
   const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
-  const open = (prompt: number) => core.meter.tryOpen({ id: ctx.requestId, key: ctx.key, model, amount: worstCase(prompt) });
+  const open = (prompt: number) => core.meter.tryOpen({ id: ctx.requestId, key: ctx.key, model, amount: worstCase(prompt), observed: ctx.observed });
   // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
   // Only when that is refused are the tokens counted, and the exact estimate decides.
   const bound = promptTokensBound(input);
@@ -144,8 +144,8 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
       headers: upstreamHeaders(ctx.requestId),
       body: upstreamBody,
       signal: ctx.request.signal ?? undefined,
-    });
-    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+    }, ctx.observed.record);
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
   } catch (err) {
     billing.finish(null);
     throw err;

@@ -94,8 +94,8 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
         headers: upstreamHeaders(ctx.requestId),
         body: upstreamBody,
         signal: abort.signal,
-      });
-      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+      }, ctx.observed.record);
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
       const text = await res.text();
       let parsed: unknown;
       try {

@@ -40,7 +40,7 @@ export async function holdMedia(
   what: string,
 ): Promise<BilledCall> {
   const { amount } = hold;
-  return core.meter.open({ ...hold, key: ctx.key }, (refused) =>
+  return core.meter.open({ ...hold, key: ctx.key, observed: ctx.observed }, (refused) =>
     insufficientQuota(
       refused,
       `This request requires more credits: ${what} costs ${formatUsd(amount)} USD, but only ${formatUsd(refused.available)} USD can be spent.` +

@@ -88,8 +88,8 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
       headers: upstreamHeaders(ctx.requestId),
       body: upstreamBody,
       signal: abort.signal,
-    });
-    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+    }, ctx.observed.record);
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
   } catch (err) {
     finish(false);
     throw err;

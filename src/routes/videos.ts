@@ -125,8 +125,8 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
         path: '/videos',
         headers: upstreamHeaders(ctx.requestId, out.contentType),
         body: out.body,
-      });
-      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+      }, ctx.observed.record);
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
       const parsed = JSON.parse(await res.text()) as unknown;
       if (!parsed || typeof parsed !== 'object' || typeof (parsed as { id?: unknown }).id !== 'string') {
         throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed video job.`);
@@ -323,8 +323,8 @@ export async function videoContent(core: Core, ctx: RequestContext): Promise<Res
     path: `/videos/${encodeURIComponent(job.upstreamJobId)}/content${query}`,
     headers: upstreamHeaders(ctx.requestId),
     signal: ctx.request.signal,
-  });
-  if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
+  }, ctx.observed.record);
+  if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
   const iterator = res.body[Symbol.asyncIterator]();
   const stream = new ReadableStream<Uint8Array>(
     {

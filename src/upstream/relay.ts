@@ -4,13 +4,24 @@ import type { Core, RequestContext } from '../core.js';
 import { pluginKey } from '../plugins.js';
 import { GatewayError } from '../errors.js';
 import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
+import { SpanStatusCode } from '@opentelemetry/api';
+import type { Logger } from '../log.js';
+import { failureCause } from '../observability/logs.js';
+import type { CallRecord } from '../observability/record.js';
+import { startUpstreamSpan } from '../observability/traces.js';
 
 /** Request headers sent upstream: built from scratch, never copied from the client. */
 export function upstreamHeaders(requestId: string, contentType = 'application/json'): Record<string, string> {
   return { 'content-type': contentType, accept: '*/*', 'x-request-id': requestId };
 }
 
-export async function callUpstream(core: Core, upstreamName: string, call: UpstreamCall): Promise<UpstreamResponse> {
+/**
+ * Calls an upstream through its circuit breaker. With the request's `record`, the wait for
+ * the answer's headers is timed, the call is a child span whose trace context travels
+ * upstream, and a transport failure is logged with its cause (DNS, connect refused, TLS,
+ * timeout, reset).
+ */
+export async function callUpstream(core: Core, upstreamName: string, call: UpstreamCall, record?: CallRecord): Promise<UpstreamResponse> {
   const upstream = core.upstreams.get(upstreamName);
   if (!upstream) throw new GatewayError('internal_error', `No upstream named ${upstreamName}.`);
   const admitted = core.breaker.admit(upstreamName);
@@ -19,14 +30,31 @@ export async function callUpstream(core: Core, upstreamName: string, call: Upstr
       headers: { 'retry-after': String(admitted.retryAfterS) },
     });
   }
+  const span = record ? startUpstreamSpan(record.span, upstreamName, call.path, call.headers) : null;
+  const started = performance.now();
   let res: UpstreamResponse;
   try {
     res = await upstream.call(call);
   } catch (err) {
+    if (record) record.upstreamMs += performance.now() - started;
+    span?.setStatus({ code: SpanStatusCode.ERROR, message: failureCause(err) });
+    span?.end();
     if (call.signal?.aborted) throw err;
     core.breaker.failure(upstreamName);
+    core.log.warn({
+      msg: 'upstream failure',
+      request_id: call.headers['x-request-id'],
+      upstream: upstreamName,
+      path: call.path,
+      cause: failureCause(err),
+      error: err instanceof Error ? err.message : String(err),
+    });
     throw upstreamFailure(err, upstreamName);
   }
+  if (record) record.upstreamMs += performance.now() - started;
+  span?.setAttribute('http.response.status_code', res.status);
+  if (res.status >= 500) span?.setStatus({ code: SpanStatusCode.ERROR });
+  span?.end();
   if (res.status >= 500) core.breaker.failure(upstreamName);
   else core.breaker.success(upstreamName);
   return res;
@@ -47,7 +75,26 @@ const CODE_BY_STATUS: Record<number, string> = {
  * except 401 / 402 / 403: those are about the gateway's own upstream account, so the client
  * gets 502 instead of being told its key or wallet is wrong. 5xx is 502.
  */
-export async function upstreamError(res: UpstreamResponse, upstreamName: string): Promise<GatewayError> {
+export async function upstreamError(
+  res: UpstreamResponse,
+  upstreamName: string,
+  /** Where to log the failure (its status and the upstream's message), and the request's id. */
+  report?: { log: Logger; requestId: string },
+): Promise<GatewayError> {
+  const err = await errorOf(res, upstreamName);
+  report?.log.warn({
+    msg: 'upstream failure',
+    request_id: report.requestId,
+    upstream: upstreamName,
+    cause: `status ${res.status}`,
+    status: res.status,
+    // The upstream's own message (its key redacted by the transport), when it gave one.
+    error: err.upstreamMessage ?? err.message,
+  });
+  return err;
+}
+
+async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<GatewayError & { upstreamMessage?: string }> {
   let text = '';
   try {
     text = await res.text();
@@ -55,7 +102,10 @@ export async function upstreamError(res: UpstreamResponse, upstreamName: string)
     // The status alone decides.
   }
   if (res.status >= 500 || res.status === 401 || res.status === 402 || res.status === 403) {
-    return new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${res.status}).`);
+    // The client is not told the upstream's words (they are about our provider account); the log is.
+    return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${res.status}).`), {
+      upstreamMessage: text.slice(0, 500),
+    });
   }
   let upstreamErr: Record<string, unknown> = {};
   try {
