@@ -10,8 +10,9 @@
  */
 import { randomBytes } from 'node:crypto';
 import { randomBase62 } from '../auth/keys.js';
-import type { Core } from '../core.js';
-import type { JobRecord, JobStatus } from '../stores/types.js';
+import type { Logger } from '../log.js';
+import type { GatewayConfig } from '../options.js';
+import type { JobRecord, JobStatus, Stores } from '../stores/types.js';
 
 export const UNFINISHED: JobStatus[] = ['queued', 'in_progress'];
 
@@ -41,7 +42,17 @@ export function leasePool(kind: 'image' | 'video', accountId: string): string {
   return `${kind}:${accountId}`;
 }
 
-export function createJobRunner(core: Core): JobRunner {
+/** What the runner uses of the gateway's services. */
+export interface JobRunnerDeps {
+  cfg: Pick<GatewayConfig, 'limits'>;
+  stores: Pick<Stores, 'limits' | 'jobs'>;
+  now(): number;
+  log: Logger;
+  /** Registers background work that `dispose()` waits for. */
+  track(p: Promise<unknown>): void;
+}
+
+export function createJobRunner(core: JobRunnerDeps): JobRunner {
   const instanceId = `gw_${randomBytes(8).toString('hex')}`;
   const ttl = core.cfg.limits.inFlightLeaseTtlMs;
   const kept = new Map<string, LeaseRef>();

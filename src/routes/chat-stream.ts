@@ -12,7 +12,7 @@ import { redactKey, upstreamFailure } from '../upstream/client.js';
 import { SseFastPath, type EventVerdict } from '../upstream/sse-fast.js';
 import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent, frameEvent } from '../upstream/sse.js';
 import { choicesText } from '../billing/output.js';
-import { type ChatBilling, usageFrom, type Usage } from './chat.js';
+import { type ChatBilling, usageFrom, type Usage } from './chat-billing.js';
 import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
 

@@ -6,38 +6,11 @@
 import { Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
 import { createFetchUpstream } from './fetch-upstream.js';
+import type { HttpUpstreamOptions, Upstream } from './types.js';
 
-export interface UpstreamCall {
-  method: 'GET' | 'POST';
-  /** Path below the upstream's base URL, e.g. "/chat/completions". */
-  path: string;
-  headers: Record<string, string>;
-  body?: string | Uint8Array | null;
-  signal?: AbortSignal;
-}
-
-export interface UpstreamResponse {
-  status: number;
-  header(name: string): string | undefined;
-  body: AsyncIterable<Uint8Array>;
-  text(): Promise<string>;
-  /** Stops reading and frees the connection. */
-  discard(): void;
-}
-
-export interface Upstream {
-  name: string;
-  simulated: boolean;
-  call(call: UpstreamCall): Promise<UpstreamResponse>;
-  close(): Promise<void>;
-}
-
-export interface HttpUpstreamOptions {
-  baseUrl: string;
-  apiKey: string;
-  timeoutMs: number;
-  connections: number;
-}
+// The transport contract lives in types.ts (both transports implement it); re-exported here
+// for the modules that import it with the client.
+export type { HttpUpstreamOptions, Upstream, UpstreamCall, UpstreamResponse } from './types.js';
 
 /** Maps a transport failure to the SPEC's status: timeout 504, anything else 502. */
 export function upstreamFailure(err: unknown, upstream: string): GatewayError {
