@@ -62,7 +62,7 @@ async function insertKey(core: Core, plain: string, input: CreateKeyInput, id: s
   const model = input.model ?? null;
   if (kind === 'agent') {
     const m = model ? core.catalog.get(model) : undefined;
-    if (!m || m.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.');
+    if (m?.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.');
   } else if (model !== null) {
     throw new AdminError('Only agent keys are pinned to a model.');
   }

@@ -55,7 +55,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;
   const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
-  const messages = injected && injected.length ? [...injected, ...req.messages] : req.messages;
+  const messages = injected?.length ? [...injected, ...req.messages] : req.messages;
 
   // The most output the call may produce: the larger of the two caps a client may send (an
   // upstream may honour either), else the model's own, for each of the n choices.

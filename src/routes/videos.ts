@@ -39,7 +39,7 @@ interface Submission {
 }
 
 /** Reads JSON or multipart; keeps the bytes so they can be relayed in the encoding they came in. */
-async function readSubmission(core: Core, ctx: RequestContext): Promise<Submission> {
+async function readSubmission(ctx: RequestContext): Promise<Submission> {
   const bytes = await ctx.body();
   const contentType = ctx.request.headers.get('content-type') ?? 'application/json';
   if (!/^multipart\/form-data/i.test(contentType)) {
@@ -84,7 +84,7 @@ async function withModel(sub: Submission, upstreamModel: string): Promise<Submis
 
 export async function createVideo(core: Core, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
-  const sub = await readSubmission(core, ctx);
+  const sub = await readSubmission(ctx);
   const checked = videoSchema.safeParse(sub.fields);
   if (!checked.success) throw zodError(checked.error, sub.fields);
   const req = checked.data;

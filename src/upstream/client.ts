@@ -3,7 +3,7 @@
  * undici Pool (keep-alive, pooled connections) and the simulator is an in-process handler
  * with the same shape.
  */
-import { Pool, errors as undiciErrors } from 'undici';
+import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
 import { createFetchUpstream } from './fetch-upstream.js';
 import type { HttpUpstreamOptions, Upstream } from './types.js';
@@ -51,7 +51,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
     simulated: false,
     async call(c) {
       const headers = auth ? { ...c.headers, authorization: auth } : c.headers;
-      let res;
+      let res: Dispatcher.ResponseData;
       try {
         res = await pool.request({
           origin: base.origin,
