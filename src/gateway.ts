@@ -14,7 +14,7 @@ import { createTokenizer } from './billing/tokens.js';
 import { createCatalog } from './catalog/catalog.js';
 import type { Core, RequestContext, RouteHandler } from './core.js';
 import { GatewayError, errorResponse, errors } from './errors.js';
-import { readBody } from './http.js';
+import { readBody } from './http/body.js';
 import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
 import { consoleLogger, type Logger } from './log.js';

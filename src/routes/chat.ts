@@ -7,7 +7,7 @@ import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../bi
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { jsonText, parseJsonObject } from '../http.js';
+import { jsonText, parseJsonObject } from '../http/json.js';
 import { affordableUnits } from '../money.js';
 import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';

@@ -9,7 +9,7 @@ import { z } from 'zod';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError, errors } from '../errors.js';
-import { json, parseJsonObject } from '../http.js';
+import { json, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED } from '../jobs/runner.js';
 import { listCost } from '../billing/pricing.js';
 import type { BilledCall } from '../billing/meter.js';
