@@ -24,7 +24,9 @@ import { listBrands, listKnowledge, listModels, readKey } from './routes/discove
 import { adoptLostImage, createImage } from './routes/images.js';
 import { getJob } from './routes/media.js';
 import { createSpeech } from './routes/speech.js';
-import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
+import { adoptVideo } from './routes/videos/adopt.js';
+import { videoContent } from './routes/videos/content.js';
+import { createVideo } from './routes/videos/create.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
 import { createCors } from './cors.js';
