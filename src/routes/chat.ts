@@ -13,7 +13,7 @@ import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { type ChatBilling, type Usage, usageFrom } from './chat-billing.js';
-import { relayStream } from './chat-stream.js';
+import { relayStream } from './chat-stream/relay.js';
 import { zodError } from './validation.js';
 
 const part = z.looseObject({ type: z.string() });
