@@ -1,5 +1,5 @@
 /**
- * The admin API (SPEC section 1): programmatic, on the gateway object, and behind the CLI.
+ * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
 import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from './auth/keys.js';
@@ -157,7 +157,10 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
   };
 }
 
-/** Seeds accounts, keys, brands and documents from the options. Idempotent (SPEC section 7). */
+/**
+ * Seeds accounts, keys, brands and documents from the options. Idempotent: a record that
+ * exists is left as it is, so a restart with the same config credits no wallet twice.
+ */
 export async function seed(core: Core, admin: Admin): Promise<void> {
   const cfg = core.cfg;
   for (const a of cfg.accounts) await admin.createAccount({ id: a.id, walletUsd: a.walletUsd, grants: a.grants });

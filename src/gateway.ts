@@ -1,7 +1,7 @@
 /**
  * createGateway(options) -> a @whatwg-node/server adapter: mount it on node:http as is, call
  * `.fetch(Request)` in tests, `dispose()` to release everything. The route table and the
- * order of checks (SPEC section 4) live here.
+ * order of checks (IP throttle, then auth, then the key's rate) live here.
  */
 import { randomUUID } from 'node:crypto';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';

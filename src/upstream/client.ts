@@ -12,7 +12,7 @@ import type { HttpUpstreamOptions, Upstream } from './types.js';
 // for the modules that import it with the client.
 export type { HttpUpstreamOptions, Upstream, UpstreamCall, UpstreamResponse } from './types.js';
 
-/** Maps a transport failure to the SPEC's status: timeout 504, anything else 502. */
+/** Maps a transport failure to what the client sees: a timeout is 504 upstream_timeout, anything else 502 upstream_error. */
 export function upstreamFailure(err: unknown, upstream: string): GatewayError {
   if (err instanceof GatewayError) return err;
   if (
