@@ -3,6 +3,7 @@ import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
 import { contentSuite } from './content.suite.js';
+import { idempotencySuite } from './idempotency.suite.js';
 import type { StoreHarness } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
@@ -26,6 +27,7 @@ billingSuite('memory', makeMemory);
 limitsSuite('memory', makeMemory);
 jobsSuite('memory', makeMemory);
 contentSuite('memory', makeMemory);
+idempotencySuite('memory', makeMemory);
 
 // Boundaries only a fake clock can pin to the millisecond.
 describe('memory: exact clock boundaries', () => {

@@ -10,6 +10,7 @@ import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
 import { contentSuite } from './content.suite.js';
+import { idempotencySuite } from './idempotency.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
@@ -141,6 +142,7 @@ if (unreachable !== null) {
     limitsSuite('redis', makeRedis);
     jobsSuite('redis', makeRedis);
     contentSuite('redis', makeRedis);
+    idempotencySuite('redis', makeRedis);
   });
 
   describe('redis: money across instances', () => {
