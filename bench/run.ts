@@ -289,7 +289,10 @@ async function main(): Promise<void> {
   if (PROFILE) mkdirSync(PROFILES, { recursive: true });
   const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-bench-'));
   const children: Child[] = [];
-  const track = (c: Child) => (children.push(c), c);
+  const track = (c: Child) => {
+    children.push(c);
+    return c;
+  };
   const began = Date.now();
   const log = (s: string) => process.stdout.write(`${s}\n`);
   const machine = {

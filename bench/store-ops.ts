@@ -41,14 +41,26 @@ async function open(driver: string): Promise<Opened | string> {
   if (driver === 'sqlite') {
     const dir = mkdtempSync(join(tmpdir(), 'mg-store-ops-'));
     const stores = createSqliteStores({ path: join(dir, 'bench.db') });
-    return { stores, done: async () => (await stores.close(), rmSync(dir, { recursive: true, force: true })) };
+    return {
+      stores,
+      done: async () => {
+        await stores.close();
+        rmSync(dir, { recursive: true, force: true });
+      },
+    };
   }
   if (driver === 'postgres') {
     const problem = await postgresProblem();
     if (problem) return `PostgreSQL unreachable (${problem})`;
     const schema = freshSchema('mgbench');
     const stores = await createPostgresStores({ url: POSTGRES_URL, schema });
-    return { stores, done: async () => (await stores.close(), await dropSchema(schema)) };
+    return {
+      stores,
+      done: async () => {
+        await stores.close();
+        await dropSchema(schema);
+      },
+    };
   }
   if (driver === 'redis') {
     const problem = await redisProblem();

@@ -1,5 +1,5 @@
 /**
- * The admin API (SPEC section 1): programmatic, on the gateway object, and behind the CLI.
+ * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
 import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from './auth/keys.js';
@@ -111,7 +111,7 @@ async function insertKey(core: Core, plain: string, input: CreateKeyInput, id: s
   const model = input.model ?? null;
   if (kind === 'agent') {
     const m = model ? core.catalog.get(model) : undefined;
-    if (!m || m.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.');
+    if (m?.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.');
   } else if (model !== null) {
     throw new AdminError('Only agent keys are pinned to a model.');
   }
@@ -228,7 +228,10 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
   };
 }
 
-/** Seeds accounts, keys, brands and documents from the options. Idempotent (SPEC section 7). */
+/**
+ * Seeds accounts, keys, brands and documents from the options. Idempotent: a record that
+ * exists is left as it is, so a restart with the same config credits no wallet twice.
+ */
 export async function seed(core: Core, admin: Admin): Promise<void> {
   const cfg = core.cfg;
   for (const a of cfg.accounts) {

@@ -1,5 +1,5 @@
 /**
- * The one error class and the one writer of the error envelope (SPEC section 3):
+ * The one error class and the one writer of the OpenAI-shaped error envelope:
  *   {"error": {"message", "type", "code", "param", "metadata"?}}
  */
 

@@ -1,7 +1,7 @@
 /**
  * createGateway(options) -> a @whatwg-node/server adapter: mount it on node:http as is, call
  * `.fetch(Request)` in tests, `dispose()` to release everything. The route table and the
- * order of checks (SPEC section 4) live here.
+ * order of checks (IP throttle, then auth, then the key's rate) live here.
  */
 import { randomUUID } from 'node:crypto';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
@@ -14,7 +14,7 @@ import { createTokenizer } from './billing/tokens.js';
 import { createCatalog } from './catalog/catalog.js';
 import type { Core, RequestContext, RouteHandler } from './core.js';
 import { GatewayError, errorResponse, errors } from './errors.js';
-import { json, readBody } from './http.js';
+import { readBody } from './http/body.js';
 import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
 import type { Logger } from './log.js';
@@ -28,7 +28,9 @@ import { listBrands, listKnowledge, listModels, readKey } from './routes/discove
 import { adoptLostImage, createImage } from './routes/images.js';
 import { getJob } from './routes/media.js';
 import { createSpeech } from './routes/speech.js';
-import { adoptVideo, createVideo, videoContent } from './routes/videos.js';
+import { adoptVideo } from './routes/videos/adopt.js';
+import { videoContent } from './routes/videos/content.js';
+import { createVideo } from './routes/videos/create.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
 import { createCors } from './cors.js';

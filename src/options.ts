@@ -1,5 +1,5 @@
 /**
- * One zod schema for the options object and the config file (SPEC section 7). Every field
+ * One zod schema for the options object and the config file (one shape for both). Every field
  * has its default here; errors name the path of the bad field.
  */
 import { z } from 'zod';

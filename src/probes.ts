@@ -8,7 +8,7 @@
  *   and a Redis error names internal addresses.
  */
 import { GatewayError, errorResponse } from './errors.js';
-import { json } from './http.js';
+import { json } from './http/json.js';
 import type { Logger } from './log.js';
 import type { Stores } from './stores/types.js';
 

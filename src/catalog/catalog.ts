@@ -56,7 +56,7 @@ export interface CatalogDeps {
 export interface Catalog {
   get(id: string): Model | undefined;
   /**
-   * Resolves a model for a call by `key`, or throws the SPEC's error:
+   * Resolves a model for a call by `key`, or throws the error a client gets:
    * 404 model_not_found (unknown, retired, wrong modality), 403 model_not_allowed (agent key,
    * another model), 403 permission_denied ("Contact sales" without a grant).
    */

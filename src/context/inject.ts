@@ -8,9 +8,9 @@
  */
 import { LRUCache } from 'lru-cache';
 import { contentText } from '../billing/tokens.js';
-import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import type { BrandRecord, ContentStore, DocumentRecord } from '../stores/types.js';
+import type { GatewayConfig } from '../options.js';
+import type { BrandRecord, ContentStore, DocumentRecord, Stores } from '../stores/types.js';
 import { createKnowledgeIndex, DEFAULT_MAX_PASSAGES, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
 
 export interface ContextFields {
@@ -26,7 +26,7 @@ interface AccountIndex {
 
 export interface ContextService {
   /** System messages to prepend (brand first, then knowledge), or null when neither field is set. */
-  apply(ctx: RequestContext, req: ContextFields, messages: readonly unknown[]): Promise<unknown[] | null>;
+  apply(accountId: string, req: ContextFields, messages: readonly unknown[]): Promise<unknown[] | null>;
   /** The account's index (built or reused). */
   indexFor(accountId: string): Promise<AccountIndex>;
 }
@@ -50,7 +50,10 @@ const knowledgeNotFound = (id: string) =>
     param: 'knowledge',
   });
 
-export function createContextService(core: Pick<Core, 'cfg' | 'stores'>, maxAccounts = 500): ContextService {
+export function createContextService(
+  core: { cfg: Pick<GatewayConfig, 'limits'>; stores: Pick<Stores, 'content'> },
+  maxAccounts = 500,
+): ContextService {
   const content: ContentStore = core.stores.content;
   const cache = new LRUCache<string, AccountIndex>({ max: maxAccounts });
   const building = new Map<string, Promise<AccountIndex>>();
@@ -102,9 +105,8 @@ export function createContextService(core: Pick<Core, 'cfg' | 'stores'>, maxAcco
 
   return {
     indexFor,
-    async apply(ctx, req, messages) {
+    async apply(accountId, req, messages) {
       if (req.brand === undefined && req.knowledge === undefined) return null;
-      const accountId = ctx.key.accountId;
       const out: unknown[] = [];
       if (req.brand !== undefined) {
         const brand = await content.getBrand(accountId, req.brand);

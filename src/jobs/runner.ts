@@ -1,17 +1,18 @@
 /**
  * Media job lifecycle on one instance:
  * - in-flight slots are leases in the limit store, renewed while this instance works on them,
- *   so a crashed instance frees its slots within one lease TTL (SPEC section 4);
+ *   so a crashed instance frees its slots within one lease TTL;
  * - video jobs are tracked against the upstream by the gateway itself, so they complete,
  *   settle and free their slot even when nobody polls;
  * - a sweeper adopts jobs whose owner stopped renewing: an image job is then `failed`
  *   (`job_lost`, its hold released: nothing is charged for lost work) and a video job is
- *   tracked to its end by this instance (SPEC section 8).
+ *   tracked to its end by this instance, and billed once.
  */
 import { randomBytes } from 'node:crypto';
 import { randomBase62 } from '../auth/keys.js';
-import type { Core } from '../core.js';
-import type { JobRecord, JobStatus } from '../stores/types.js';
+import type { Logger } from '../log.js';
+import type { GatewayConfig } from '../options.js';
+import type { JobRecord, JobStatus, Stores } from '../stores/types.js';
 
 export const UNFINISHED: JobStatus[] = ['queued', 'in_progress'];
 
@@ -41,7 +42,17 @@ export function leasePool(kind: 'image' | 'video', accountId: string): string {
   return `${kind}:${accountId}`;
 }
 
-export function createJobRunner(core: Core): JobRunner {
+/** What the runner uses of the gateway's services. */
+export interface JobRunnerDeps {
+  cfg: Pick<GatewayConfig, 'limits'>;
+  stores: Pick<Stores, 'limits' | 'jobs'>;
+  now(): number;
+  log: Logger;
+  /** Registers background work that `dispose()` waits for. */
+  track(p: Promise<unknown>): void;
+}
+
+export function createJobRunner(core: JobRunnerDeps): JobRunner {
   const instanceId = `gw_${randomBytes(8).toString('hex')}`;
   const ttl = core.cfg.limits.inFlightLeaseTtlMs;
   const kept = new Map<string, LeaseRef>();
@@ -126,7 +137,7 @@ export function createJobRunner(core: Core): JobRunner {
   };
 }
 
-/** The job object clients see (SPEC section 5). */
+/** The job object clients see: the OpenAI job fields, plus prompt, seconds and size for a video. */
 export function jobView(job: JobRecord): Record<string, unknown> {
   const view: Record<string, unknown> = {
     id: job.id,

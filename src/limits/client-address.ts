@@ -1,7 +1,7 @@
 import { isIPv4, isIPv6 } from 'node:net';
 
 /**
- * The client's address for per-IP limits (SPEC section 4): the socket peer, unless the peer
+ * The client's address for per-IP limits: the socket peer, unless the peer
  * is a trusted proxy, in which case X-Forwarded-For is walked right to left past trusted hops.
  * Trust entries are parsed once, here, into integer networks and masks, so a lookup is a few
  * integer comparisons.

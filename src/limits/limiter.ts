@@ -1,5 +1,5 @@
 /**
- * The per-IP throttle and the per-key rate (SPEC section 4): exact sliding windows of
+ * The per-IP throttle and the per-key rate: exact sliding windows of
  * 60 s in the limit store, counted only when under the limit. Both refusals carry
  * Retry-After (whole seconds until the oldest counted request leaves the window, 1..59)
  * and retry-after-ms; authenticated answers carry the ratelimit headers.

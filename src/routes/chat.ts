@@ -1,18 +1,19 @@
 /** POST /chat/completions: validate, hold, relay (plain or SSE), settle. */
 import { z } from 'zod';
-import { type BilledCall, insufficientQuota } from '../billing/meter.js';
+import { insufficientQuota } from '../billing/meter.js';
 import { choicesText } from '../billing/output.js';
 import { listCost } from '../billing/pricing.js';
 import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { jsonText, parseJsonObject } from '../http.js';
+import { jsonText, parseJsonObject } from '../http/json.js';
 import { affordableUnits } from '../money.js';
 import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
-import { relayStream } from './chat-stream.js';
+import { type ChatBilling, type Usage, usageFrom } from './chat-billing.js';
+import { relayStream } from './chat-stream/relay.js';
 import { zodError } from './validation.js';
 
 const part = z.looseObject({ type: z.string() });
@@ -45,31 +46,6 @@ const chatSchema = z.looseObject({
 
 export type ChatBody = z.infer<typeof chatSchema>;
 
-export interface Usage {
-  prompt: number;
-  completion: number;
-}
-
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
-
-/** Token counts from an upstream `usage` object, or null when it is missing or malformed. */
-export function usageFrom(value: unknown): Usage | null {
-  if (!value || typeof value !== 'object') return null;
-  const u = value as { prompt_tokens?: unknown; completion_tokens?: unknown };
-  return isCount(u.prompt_tokens) && isCount(u.completion_tokens)
-    ? { prompt: u.prompt_tokens, completion: u.completion_tokens }
-    : null;
-}
-
-export interface ChatBilling {
-  call: BilledCall;
-  model: Model;
-  /** The tokenizer's estimate of the prompt, for billing a stream that ended without usage. */
-  promptTokens(): number;
-  /** Settles `usage` measured as said (or releases when null: nothing was produced). */
-  finish(usage: Usage | null, measured?: Measurement): void;
-}
-
 export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
@@ -78,8 +54,8 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const req = body as ChatBody;
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;
-  const injected = await core.context.apply(ctx, req, req.messages);
-  const messages = injected && injected.length ? [...injected, ...req.messages] : req.messages;
+  const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
+  const messages = injected?.length ? [...injected, ...req.messages] : req.messages;
 
   // The most output the call may produce: the larger of the two caps a client may send (an
   // upstream may honour either), else the model's own, for each of the n choices.

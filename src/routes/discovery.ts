@@ -2,7 +2,7 @@
 import { nextMonthStart } from '../billing/meter.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { json } from '../http.js';
+import { json } from '../http/json.js';
 import { usdNumber } from '../money.js';
 
 const MEDIA_TYPES = new Set(['image', 'audio', 'video']);

@@ -8,7 +8,7 @@ import { listCost } from '../billing/pricing.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { json, jsonText, parseJsonObject } from '../http.js';
+import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
 import { callUpstream, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';

@@ -3,7 +3,7 @@ import { type BilledCall, insufficientQuota } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { json } from '../http.js';
+import { json } from '../http/json.js';
 import { jobView, leasePool, type LeaseRef } from '../jobs/runner.js';
 import { formatUsd } from '../money.js';
 import type { JobRecord } from '../stores/types.js';

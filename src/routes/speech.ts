@@ -8,7 +8,7 @@ import { z } from 'zod';
 import { listCost } from '../billing/pricing.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
-import { parseJsonObject } from '../http.js';
+import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys } from './media.js';

@@ -18,6 +18,7 @@ export class StoreUnavailableError extends Error {
 
   static override [Symbol.hasInstance](this: abstract new (...args: never[]) => unknown, value: unknown): boolean {
     // Subclasses (RedisStoreError) keep the ordinary prototype check.
+    // biome-ignore lint/complexity/noThisInStatic: `this` tells the base class from a subclass here.
     if (this !== StoreUnavailableError) return Function.prototype[Symbol.hasInstance].call(this, value);
     return isStoreUnavailable(value);
   }

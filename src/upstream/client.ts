@@ -3,34 +3,14 @@
  * undici Pool (keep-alive, pooled connections) and the simulator is an in-process handler
  * with the same shape.
  */
-import { Pool, errors as undiciErrors } from 'undici';
+import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
 import { createFetchUpstream } from './fetch-upstream.js';
+import type { HttpUpstreamOptions, Upstream, UpstreamCall, UpstreamResponse } from './types.js';
 
-export interface UpstreamCall {
-  method: 'GET' | 'POST';
-  /** Path below the upstream's base URL, e.g. "/chat/completions". */
-  path: string;
-  headers: Record<string, string>;
-  body?: string | Uint8Array | null;
-  signal?: AbortSignal;
-}
-
-export interface UpstreamResponse {
-  status: number;
-  header(name: string): string | undefined;
-  body: AsyncIterable<Uint8Array>;
-  text(): Promise<string>;
-  /** Stops reading and frees the connection. */
-  discard(): void;
-}
-
-export interface Upstream {
-  name: string;
-  simulated: boolean;
-  call(call: UpstreamCall): Promise<UpstreamResponse>;
-  close(): Promise<void>;
-}
+// The transport contract lives in types.ts (both transports implement it); re-exported here
+// for the modules that import it with the client.
+export type { HttpUpstreamOptions, Upstream, UpstreamCall, UpstreamResponse } from './types.js';
 
 /**
  * An upstream client of your own, given in `upstreams` instead of a `{baseUrl, apiKey}`
@@ -55,14 +35,7 @@ export function customUpstream(name: string, client: UpstreamClient): Upstream {
   };
 }
 
-export interface HttpUpstreamOptions {
-  baseUrl: string;
-  apiKey: string;
-  timeoutMs: number;
-  connections: number;
-}
-
-/** Maps a transport failure to the SPEC's status: timeout 504, anything else 502. */
+/** Maps a transport failure to what the client sees: a timeout is 504 upstream_timeout, anything else 502 upstream_error. */
 export function upstreamFailure(err: unknown, upstream: string): GatewayError {
   if (err instanceof GatewayError) return err;
   if (
@@ -101,7 +74,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
     simulated: false,
     async call(c) {
       const headers = auth ? { ...c.headers, authorization: auth } : c.headers;
-      let res;
+      let res: Dispatcher.ResponseData;
       try {
         res = await pool.request({
           origin: base.origin,

@@ -4,7 +4,7 @@
  * undici transport: a header timeout, an idle timeout between body chunks, 504 / 502 errors.
  */
 import { GatewayError } from '../errors.js';
-import type { HttpUpstreamOptions, Upstream, UpstreamResponse } from './client.js';
+import type { HttpUpstreamOptions, Upstream, UpstreamResponse } from './types.js';
 
 const timeoutError = (name: string) =>
   new GatewayError('upstream_timeout', `The upstream "${name}" did not answer in time.`);

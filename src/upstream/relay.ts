@@ -1,4 +1,7 @@
-/** Calling an upstream through its circuit breaker, and turning its failures into the SPEC's errors. */
+/**
+ * Calling an upstream through its circuit breaker (open: 503 model_unavailable with Retry-After),
+ * and turning its failures into the gateway's errors (502 upstream_error, 504 upstream_timeout).
+ */
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { pluginKey } from '../plugins.js';

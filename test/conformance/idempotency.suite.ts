@@ -1,38 +1,121 @@
 import { describe, expect, it } from 'vitest';
-import { type MakeStores, uid, useHarness } from './harness.js';
+import type { StoredResponse } from '../../src/stores/types.js';
+import { type MakeStores, SLACK_MS, uid, useHarness } from './harness.js';
 
-const response = { status: 200, headers: { 'content-type': 'application/json' }, body: 'e30=' };
+function response(overrides: Partial<StoredResponse> = {}): StoredResponse {
+  return {
+    status: 200,
+    headers: { 'content-type': 'application/json', 'x-request-id': uid('req') },
+    body: Buffer.from('{"id":"chatcmpl-1","choices":[]}').toString('base64'),
+    ...overrides,
+  };
+}
 
-/** IdempotencyStore: create-if-absent records, in flight until completed or abandoned, with TTLs. */
+/**
+ * IdempotencyStore: `begin` is an atomic create-if-absent (exactly one caller gets "started"),
+ * the in-flight lock lapses after its TTL, `complete` replaces it with the finished response for
+ * its own TTL, and `abandon` forgets the scope so the request may run again.
+ */
 export function idempotencySuite(name: string, make: MakeStores): void {
   describe(`${name}: IdempotencyStore`, () => {
     const h = useHarness(make);
     const idem = () => h().stores.idempotency;
 
-    it('begins once, reports in-flight and done records, and forgets abandoned ones', async () => {
+    it('the first begin starts; later ones see the first request in flight', async () => {
       const scope = uid('scope');
       expect(await idem().begin(scope, 'fp-1', 60_000)).toEqual({ state: 'started' });
+      // Same fingerprint (a retry) or another one (a different body under the same key): both
+      // see the first request's record, never a second "started".
+      expect(await idem().begin(scope, 'fp-1', 60_000)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
       expect(await idem().begin(scope, 'fp-2', 60_000)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
-      await idem().complete(scope, 'fp-1', response, 60_000);
-      expect(await idem().begin(scope, 'fp-1', 60_000)).toEqual({ state: 'done', fingerprint: 'fp-1', response });
-      await idem().abandon(scope);
-      expect(await idem().begin(scope, 'fp-3', 60_000)).toEqual({ state: 'started' });
-      await idem().abandon(uid('never-begun'));
     });
 
-    it('an in-flight lock and a finished record expire with their TTLs', async () => {
-      const [locked, done] = [uid('scope'), uid('scope')];
-      expect(await idem().begin(locked, 'fp', 150)).toEqual({ state: 'started' });
-      await idem().complete(done, 'fp', response, 150);
-      await h().advance(250);
-      expect(await idem().begin(locked, 'fp', 60_000)).toEqual({ state: 'started' });
-      expect(await idem().begin(done, 'fp', 60_000)).toEqual({ state: 'started' });
+    it('scopes are independent', async () => {
+      const a = uid('scope');
+      const b = uid('scope');
+      expect(await idem().begin(a, 'fp-a', 60_000)).toEqual({ state: 'started' });
+      expect(await idem().begin(b, 'fp-b', 60_000)).toEqual({ state: 'started' });
+      await idem().complete(a, 'fp-a', response(), 60_000);
+      expect(await idem().begin(b, 'fp-x', 60_000)).toEqual({ state: 'in_flight', fingerprint: 'fp-b' });
     });
 
-    it('concurrent begins start exactly one', async () => {
+    it('complete replaces the lock with the response, returned exactly and as a copy', async () => {
       const scope = uid('scope');
-      const results = await Promise.all(Array.from({ length: 30 }, (_, i) => idem().begin(scope, `fp-${i}`, 60_000)));
-      expect(results.filter((r) => r.state === 'started')).toHaveLength(1);
+      const stored = response({
+        status: 201,
+        headers: { 'content-type': 'application/json', 'x-ratelimit-remaining': '59' },
+        body: Buffer.from([0, 1, 2, 250, 255]).toString('base64'),
+      });
+      await idem().begin(scope, 'fp-1', 60_000);
+      await idem().complete(scope, 'fp-1', stored, 60_000);
+      const got = await idem().begin(scope, 'fp-1', 60_000);
+      expect(got).toEqual({ state: 'done', fingerprint: 'fp-1', response: stored });
+      if (got.state !== 'done') throw new Error('unreachable');
+      expect(Buffer.from(got.response.body, 'base64')).toEqual(Buffer.from([0, 1, 2, 250, 255]));
+
+      // What a caller does with a replayed response never changes the stored one.
+      got.response.headers['x-mutated'] = '1';
+      got.response.status = 500;
+      expect(await idem().begin(scope, 'fp-2', 60_000)).toEqual({ state: 'done', fingerprint: 'fp-1', response: stored });
+    });
+
+    it('the finished record keeps the fingerprint complete was given', async () => {
+      const scope = uid('scope');
+      await idem().begin(scope, 'fp-begin', 60_000);
+      await idem().complete(scope, 'fp-complete', response(), 60_000);
+      expect(await idem().begin(scope, 'fp-other', 60_000)).toMatchObject({ state: 'done', fingerprint: 'fp-complete' });
+    });
+
+    it('abandon forgets an in-flight or finished record, so the request may run again', async () => {
+      const inFlight = uid('scope');
+      await idem().begin(inFlight, 'fp-1', 60_000);
+      await idem().abandon(inFlight);
+      expect(await idem().begin(inFlight, 'fp-2', 60_000)).toEqual({ state: 'started' });
+      expect(await idem().begin(inFlight, 'fp-1', 60_000)).toEqual({ state: 'in_flight', fingerprint: 'fp-2' });
+
+      const finished = uid('scope');
+      await idem().begin(finished, 'fp-1', 60_000);
+      await idem().complete(finished, 'fp-1', response(), 60_000);
+      await idem().abandon(finished);
+      expect(await idem().begin(finished, 'fp-1', 60_000)).toEqual({ state: 'started' });
+
+      // Abandoning a scope that holds nothing is a no-op, not an error.
+      await expect(idem().abandon(uid('scope'))).resolves.toBeUndefined();
+    });
+
+    it('an in-flight lock lapses after lockTtlMs: a crashed request does not block its key forever', async () => {
+      const scope = uid('scope');
+      expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'started' });
+      await h().advance(100); // t=100: still locked
+      expect(await idem().begin(scope, 'fp-2', 200)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
+      await h().advance(100 + SLACK_MS); // past t=200: the lock is gone
+      expect(await idem().begin(scope, 'fp-2', 200)).toEqual({ state: 'started' });
+      expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'in_flight', fingerprint: 'fp-2' });
+    });
+
+    it("a finished record lives ttlMs from complete, not the lock's TTL from begin", async () => {
+      const scope = uid('scope');
+      const stored = response();
+      await idem().begin(scope, 'fp-1', 200);
+      await h().advance(100); // t=100
+      await idem().complete(scope, 'fp-1', stored, 300);
+      await h().advance(150); // t=250: past the lock's TTL, within the record's
+      expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'done', fingerprint: 'fp-1', response: stored });
+      await h().advance(150 + SLACK_MS); // past t=400: the record has expired
+      expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'started' });
+    });
+
+    it('concurrent begins on one scope: exactly one starts, every other sees its fingerprint', async () => {
+      const scope = uid('scope');
+      const results = await Promise.all(
+        Array.from({ length: 25 }, (_, i) => idem().begin(scope, `fp-${i}`, 60_000).then((r) => ({ i, r }))),
+      );
+      const started = results.filter(({ r }) => r.state === 'started');
+      expect(started).toHaveLength(1);
+      const winner = `fp-${started[0]!.i}`;
+      for (const { r } of results) {
+        if (r.state !== 'started') expect(r).toEqual({ state: 'in_flight', fingerprint: winner });
+      }
     });
   });
 }

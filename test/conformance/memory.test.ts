@@ -3,8 +3,8 @@ import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
 import { contentSuite } from './content.suite.js';
-import type { StoreHarness } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
+import type { StoreHarness } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
 

@@ -10,8 +10,8 @@ import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
 import { contentSuite } from './content.suite.js';
-import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
+import { type StoreHarness, uid } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';

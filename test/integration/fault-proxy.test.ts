@@ -7,7 +7,7 @@
  *             deterministic), and billed the same;
  *   latency   per chunk: the answer arrives whole and identical;
  *   hang      504 upstream_timeout, nothing charged;
- *   reset     before the head: 502; mid-stream: the SPEC's in-stream error event then [DONE];
+ *   reset     before the head: 502; mid-stream: one in-stream error event then [DONE];
  *   truncate  a clean FIN mid-body: 502 for plain answers, an error event for streams (a
  *             close-delimited SSE body without [DONE] is never a finished answer);
  *   trickle   a slow body arrives whole; one slower than the timeout is 504 / an error event.
@@ -115,7 +115,7 @@ function contentOf(events: string[]): string {
 
 const chunksContent = (chunks: Chunk[]) => chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
 
-/** The SPEC's tail of a failed stream: exactly one error event, then [DONE], no "stop". */
+/** The tail of a failed stream: exactly one error event, then [DONE], no "stop". */
 function expectErrorTail(text: string, code = 'upstream_error'): Chunk[] {
   const events = sseData(text);
   expect(events.at(-1)).toBe('[DONE]');

@@ -12,8 +12,8 @@
  *   & paths   outside, with encoded characters, "..", malformed escapes, very long segments.
  *
  * Every answer: no 5xx (the upstreams are the built-in simulator and a healthy test upstream,
- * so not even the documented 502/503/504), x-request-id, and for errors exactly the SPEC
- * envelope with a (status, code, type) of the SPEC's table. No unhandled rejection.
+ * so not even the documented 502/503/504), x-request-id, and for errors exactly the
+ * error envelope with a (status, code, type) of the README's error table. No unhandled rejection.
  *
  * Nothing invalid reaches the upstream: two models run on a real HTTP test upstream (one with
  * an upstreamModel, so the body is rebuilt; one without, so the client's bytes go through as
@@ -57,8 +57,9 @@ const otherKey = testKey();
 const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
 
 /**
- * The SPEC's error table (plus the codes errors.ts documents beside it), written out here on
- * purpose rather than imported: the test checks src/errors.ts against the SPEC, not against itself.
+ * The README's error table (plus the codes errors.ts documents beside it), written out here on
+ * purpose rather than imported: the test checks src/errors.ts against the documented table,
+ * not against itself.
  */
 const ERROR_TABLE: Record<string, [number, string]> = {
   invalid_json: [400, 'invalid_request_error'],
@@ -215,7 +216,7 @@ async function checkResponse(res: Response): Promise<Outcome> {
     expect(err.metadata !== null && typeof err.metadata === 'object' && !Array.isArray(err.metadata)).toBe(true);
   }
   const row = ERROR_TABLE[String(err.code)];
-  expect(row, `code ${String(err.code)} is in the SPEC table`).toBeDefined();
+  expect(row, `code ${String(err.code)} is in the error table`).toBeDefined();
   expect([status, err.type]).toEqual(row);
   if (status === 405) expect(res.headers.get('allow')).toBeTruthy();
   if (err.code === 'rate_limit_exceeded' && String((err.metadata as { limit?: string })?.limit).endsWith('per_minute')) {

@@ -1,5 +1,5 @@
 /**
- * Rate limits end to end (SPEC section 4): the per-key window across client addresses, the
+ * Rate limits end to end: the per-key window across client addresses, the
  * per-IP throttle before auth (spoofed X-Forwarded-For ignored), trusted proxies, the exact
  * sliding window on an injected clock, the openai SDK's RateLimitError, and the rate headers
  * on every authenticated /v1 answer.

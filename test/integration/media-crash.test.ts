@@ -1,5 +1,5 @@
 /**
- * Jobs and crashes (SPEC section 8), in process: gateway instances A and B share one set of
+ * Jobs and crashes, in process: gateway instances A and B share one set of
  * memory stores and one HTTP media upstream. A "crashes" by having its store access frozen
  * (test/helpers/media.ts `freezable`): from then on A cannot renew a lease, update a job,
  * settle or release, exactly as if its process were gone; B's sweep sees A's jobs stop being

@@ -1,5 +1,5 @@
 /**
- * Media through `gateway.fetch` (SPEC sections 4 and 5): images inline (200) or as a job
+ * Media through `gateway.fetch`: images inline (200) or as a job
  * (202, polled, billed once), the per-account in-flight image cap across keys, video jobs
  * that complete, settle and free their slot with nobody polling, refunds of failed jobs,
  * jobs visible only to their account, exact billing per tier / second / token, validation,

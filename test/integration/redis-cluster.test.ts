@@ -15,6 +15,7 @@ import { createRedisStores } from '../../src/redis.js';
 import { accountsKeysSuite } from '../conformance/accounts-keys.suite.js';
 import { billingSuite } from '../conformance/billing.suite.js';
 import { contentSuite } from '../conformance/content.suite.js';
+import { idempotencySuite } from '../conformance/idempotency.suite.js';
 import type { MakeStores } from '../conformance/harness.js';
 import { uid } from '../conformance/harness.js';
 import { jobsSuite } from '../conformance/jobs.suite.js';
@@ -67,6 +68,7 @@ if (missing !== null) {
     limitsSuite('redis cluster', makeCluster);
     jobsSuite('redis cluster', makeCluster);
     contentSuite('redis cluster', makeCluster);
+    idempotencySuite('redis cluster', makeCluster);
   });
 
   describe('Redis Cluster: across clients, readiness, persistence', () => {

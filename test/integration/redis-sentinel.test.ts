@@ -12,6 +12,7 @@ import { createRedisStores } from '../../src/redis.js';
 import { accountsKeysSuite } from '../conformance/accounts-keys.suite.js';
 import { billingSuite } from '../conformance/billing.suite.js';
 import { contentSuite } from '../conformance/content.suite.js';
+import { idempotencySuite } from '../conformance/idempotency.suite.js';
 import type { MakeStores } from '../conformance/harness.js';
 import { jobsSuite } from '../conformance/jobs.suite.js';
 import { limitsSuite } from '../conformance/limits.suite.js';
@@ -58,6 +59,7 @@ if (!hasRedisServer) {
     limitsSuite('redis sentinel', makeSentinel);
     jobsSuite('redis sentinel', makeSentinel);
     contentSuite('redis sentinel', makeSentinel);
+    idempotencySuite('redis sentinel', makeSentinel);
   });
 
   describe('Redis Sentinel: readiness and persistence', () => {

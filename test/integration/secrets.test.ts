@@ -1,5 +1,5 @@
 /**
- * Secrets (SPEC sections 1, 3 and 6):
+ * Secrets: no credential of a client reaches an upstream, and no key material reaches a client:
  *
  * (a) Upstream requests are built from an allowlist. A client sends credentials (Authorization,
  *     Cookie, Proxy-Authorization, X-Api-Key), hop-by-hop headers (Connection naming a custom

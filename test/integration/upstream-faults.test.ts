@@ -1,7 +1,7 @@
 /**
  * Upstream faults and what the gateway sends upstream, against a real test upstream over
- * HTTP: errors map to the SPEC's codes, nothing is charged for failures, holds never stay,
- * and the relayed request carries only what the SPEC allows.
+ * HTTP: errors map to the codes of the README's error table, nothing is charged for failures,
+ * holds never stay, and the relayed request carries only allowlisted headers and fields.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseUsd } from '../../src/money.js';

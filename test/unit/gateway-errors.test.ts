@@ -96,7 +96,7 @@ interface Envelope {
   metadata?: Record<string, unknown>;
 }
 
-/** Checks the SPEC envelope exactly and returns the inner error. */
+/** Checks the error envelope exactly and returns the inner error. */
 async function envelope(res: Response, status: number, code: string): Promise<Envelope> {
   expect(res.status).toBe(status);
   expect(res.headers.get('content-type')).toMatch(/^application\/json/);
@@ -250,7 +250,7 @@ describe('413 request_too_large', () => {
 describe('GET /models', () => {
   const ROW_KEYS = ['context_length', 'created', 'id', 'name', 'object', 'owned_by', 'posture', 'pricing', 'retires_at', 'status', 'type'];
 
-  it('text rows per SPEC section 5', async () => {
+  it('text rows carry exactly the documented fields', async () => {
     const res = await call('/v1/models');
     expect(res.status).toBe(200);
     const body = (await res.json()) as { object: string; data: Array<Record<string, unknown>> };

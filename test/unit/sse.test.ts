@@ -69,7 +69,7 @@ describe('SseParser', () => {
     );
   });
 
-  it('frames events, [DONE] and keep-alives as the SPEC says', () => {
+  it('frames events, [DONE] and keep-alives in the canonical form', () => {
     const dec = new TextDecoder();
     expect(dec.decode(encodeEvent('{"a":1}'))).toBe('data: {"a":1}\n\n');
     expect(dec.decode(DONE_EVENT)).toBe('data: [DONE]\n\n');

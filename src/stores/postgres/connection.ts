@@ -2,7 +2,7 @@
  * What every PostgreSQL store shares: the client (the `postgres` package, an optional peer),
  * the schema name, and error mapping.
  */
-import postgres from 'postgres';
+import type postgres from 'postgres';
 import { StoreUnavailableError } from '../errors.js';
 
 export type Sql = postgres.Sql<{ bigint: bigint }>;

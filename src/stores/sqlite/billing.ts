@@ -198,9 +198,18 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
       // that commits later with a smaller seq.
       const where = ['account_id = ?', 'seq > ?'];
       const args: (string | number | bigint)[] = [c.accountId, c.start];
-      if (c.keyId !== undefined) where.push('key_id = ?'), args.push(c.keyId);
-      if (c.from !== undefined) where.push('at >= ?'), args.push(c.from);
-      if (c.to !== undefined) where.push('at < ?'), args.push(c.to);
+      if (c.keyId !== undefined) {
+        where.push('key_id = ?');
+        args.push(c.keyId);
+      }
+      if (c.from !== undefined) {
+        where.push('at >= ?');
+        args.push(c.from);
+      }
+      if (c.to !== undefined) {
+        where.push('at < ?');
+        args.push(c.to);
+      }
       const sql = `SELECT ${LEDGER_COLUMNS} FROM ledger WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`;
       return ctx.run('queryLedger', () => {
         const rows = ctx.exact(sql).all(...args, c.limit + 1) as LedgerRow[];

@@ -64,7 +64,10 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
       ['DELETE FROM idempotency WHERE expires_at <= ?', 0],
     ] as const;
     const prepared = statements.map(([sql, age]) => [db.prepare(sql), age] as const);
-    return (t: number) => ctx.write('sweep', () => prepared.forEach(([s, age]) => s.run(t - age)));
+    return (t: number) =>
+      ctx.write('sweep', () => {
+        for (const [s, age] of prepared) s.run(t - age);
+      });
   })();
   ctx.sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
     try {

@@ -1,0 +1,162 @@
+/**
+ * The chat stream's protocol: upstream SSE events in, client frames out. Each event is
+ * re-framed as `data: ...\n\n`. Canonical events take a byte fast path and go out as they came
+ * when nothing in them needs a look; the others are parsed: usage is kept (and hidden unless
+ * the client asked for it), the model is renamed to the one the client called, the upstream's
+ * key is redacted, and an error event or a malformed one throws. `[DONE]` ends the answer.
+ */
+import type { Model } from '../../catalog/catalog.js';
+import { GatewayError } from '../../errors.js';
+import { redactKey } from '../../upstream/client.js';
+import { type EventVerdict, SseFastPath } from '../../upstream/sse-fast.js';
+import { encodeEvent, frameEvent, SseParser } from '../../upstream/sse.js';
+import { usageFrom } from '../chat-billing.js';
+import type { StreamOutput } from './output.js';
+
+const encoder = new TextEncoder();
+/**
+ * A `usage` or `error` key with a non-null value. Inside a JSON string a quote is escaped
+ * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
+ */
+const MAY_CARRY = /"(?:usage|error)"\s*:\s*[^n\s]/;
+
+export interface ChatEventsOptions {
+  model: Pick<Model, 'id' | 'upstreamModel'>;
+  /** The upstream's key, or '' when there is none to hide. */
+  apiKey: string;
+  /** Whether the client asked for the usage chunk (stream_options.include_usage). */
+  clientWantsUsage: boolean;
+  /** Where usage and produced text are recorded for billing. */
+  output: StreamOutput;
+}
+
+export interface ChatEvents {
+  /** The frames to send for one upstream read. Throws on an error event or a malformed one. */
+  push(chunk: Uint8Array): Uint8Array[];
+  /** The frames of what the upstream left when its body ended. Throws like `push`. */
+  end(): Uint8Array[];
+  /** True once `[DONE]` was seen: the answer is complete. */
+  readonly done: boolean;
+}
+
+/** The error event a stream that failed after its 200 ends with (then `[DONE]`). */
+export const errorEvent = (err: GatewayError): Uint8Array =>
+  encodeEvent(
+    JSON.stringify({
+      ...err.toJSON(),
+      choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+    }),
+  );
+
+export function createChatEvents({ model, apiKey, clientWantsUsage, output }: ChatEventsOptions): ChatEvents {
+  const parser = new SseParser();
+  const fast = new SseFastPath();
+  /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
+  let slow = false;
+  let sawDone = false;
+  const renames = model.upstreamModel !== model.id;
+  // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
+  // that contains it leaves the byte fast path and goes out redacted.
+  const keyBytes = apiKey ? Buffer.from(apiKey) : null;
+
+  /** Handles one upstream event; returns the frame to send, or null to skip it. Throws on a bad event. */
+  const onEvent = (raw: string): string | null => {
+    const data = apiKey ? redactKey(raw, apiKey) : raw;
+    if (data === '[DONE]') {
+      sawDone = true;
+      return null;
+    }
+    // Fast path: a JSON object that carries no usage and no error, under the model's own name,
+    // goes out as it came, unparsed; its text is counted later only if usage never arrives.
+    if (!renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
+      output.defer(data);
+      return frameEvent(data);
+    }
+    let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
+    try {
+      chunk = JSON.parse(data) as typeof chunk;
+    } catch {
+      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+    }
+    if (chunk === null || typeof chunk !== 'object') {
+      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+    }
+    if (chunk.error) {
+      const e = chunk.error as { message?: unknown };
+      throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+    }
+    const u = usageFrom(chunk.usage);
+    if (u) output.usage = u;
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    output.add(chunk);
+    // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
+    if (u && choices.length === 0 && !clientWantsUsage) return null;
+    // Like plain answers: the client sees the model it called, not the upstream's name for it.
+    const { id, upstreamModel } = model;
+    if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
+      return frameEvent(JSON.stringify({ ...chunk, model: id }));
+    }
+    return frameEvent(data);
+  };
+
+  /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts). */
+  const onEventBytes = (data: Buffer): EventVerdict => {
+    const plainObject = data[0] === 123 && data[data.length - 1] === 125;
+    if (
+      !renames &&
+      plainObject &&
+      data.indexOf('"usage"') === -1 &&
+      data.indexOf('"error"') === -1 &&
+      (keyBytes === null || data.indexOf(keyBytes) === -1)
+    ) {
+      output.defer(data);
+      return 'verbatim';
+    }
+    const frame = onEvent(data.toString('utf8'));
+    return frame === null ? null : encoder.encode(frame);
+  };
+
+  /**
+   * The frames of one upstream read go out as one chunk: a read usually holds several events,
+   * and one write per event would cost a syscall each.
+   */
+  const framesOf = (events: string[]): string => {
+    let out = '';
+    for (const data of events) {
+      if (sawDone) break;
+      const frame = onEvent(data);
+      if (frame) out += frame;
+    }
+    return out;
+  };
+
+  /** Everything to send for one upstream read. */
+  const relay = (chunk: Uint8Array): Uint8Array[] => {
+    if (slow) {
+      const text = framesOf(parser.push(chunk));
+      return text ? [encoder.encode(text)] : [];
+    }
+    const r = fast.push(chunk, onEventBytes);
+    if (r.done) sawDone = true;
+    if (r.rest) {
+      slow = true;
+      const text = framesOf(parser.push(r.rest));
+      if (text) r.out.push(encoder.encode(text));
+    }
+    return r.out;
+  };
+
+  return {
+    push: relay,
+    end() {
+      const pending = fast.takePending();
+      const parts = pending ? relay(pending) : [];
+      const text = framesOf(parser.end().events);
+      if (text) parts.push(encoder.encode(text));
+      return parts;
+    },
+    get done() {
+      return sawDone;
+    },
+  };
+}

@@ -1,0 +1,114 @@
+/**
+ * The gateway's own poller of an upstream video job: it runs until the job is terminal, then
+ * settles (the seconds the upstream reports) or refunds once, and frees the job's slot.
+ */
+import type { BilledCall } from '../../billing/meter.js';
+import type { Core } from '../../core.js';
+import { leasePool, UNFINISHED } from '../../jobs/runner.js';
+import type { JobRecord } from '../../stores/types.js';
+import { callUpstream, upstreamHeaders } from '../../upstream/relay.js';
+import { unixSeconds } from '../media.js';
+import { DEFAULT_SECONDS } from './submission.js';
+
+const sleep = (ms: number, signal: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(t);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+
+/** Longest clip the gateway believes an upstream rendered; anything else is a malformed report. */
+const MAX_REPORTED_SECONDS = 3600;
+
+/**
+ * The seconds to bill: what the upstream reports it rendered (in full, even past what was
+ * asked and held), else the seconds requested.
+ */
+function reportedSeconds(value: unknown): number | null {
+  const n = typeof value === 'string' && /^\d{1,5}$/.test(value) ? Number(value) : value;
+  return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= MAX_REPORTED_SECONDS ? n : null;
+}
+
+/** Polls the upstream job until it is terminal; settles or refunds once (through `call`); frees the slot. */
+export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal, call: BilledCall): Promise<void> {
+  const model = core.catalog.get(job.model);
+  const lease = { pool: leasePool('video', job.accountId), leaseId: job.leaseId };
+  const fail = async (code: string, message: string) => {
+    const updated = await core.stores.jobs.update(
+      job.id,
+      { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
+      UNFINISHED,
+    );
+    if (updated) await call.cancel();
+    await core.jobs.drop(lease);
+  };
+  if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
+  const expiresAtMs = (job.expiresAt ?? Infinity) * 1000;
+
+  while (!signal.aborted) {
+    await sleep(core.cfg.limits.jobPollIntervalMs, signal);
+    if (signal.aborted) return;
+    if (core.now() >= expiresAtMs) return fail('job_expired', 'The upstream did not finish the video before the job expired.');
+    let upstream: Record<string, unknown>;
+    try {
+      const res = await callUpstream(core, model.upstream, {
+        method: 'GET',
+        path: `/videos/${encodeURIComponent(job.upstreamJobId)}`,
+        headers: upstreamHeaders(job.id),
+      });
+      if (res.status === 404) return fail('upstream_job_not_found', 'The upstream no longer knows this video job.');
+      if (res.status < 200 || res.status >= 300) {
+        res.discard();
+        continue;
+      }
+      upstream = JSON.parse(await res.text()) as Record<string, unknown>;
+    } catch (err) {
+      core.log.warn({ msg: 'video poll failed', jobId: job.id, err: err instanceof Error ? err.message : String(err) });
+      continue;
+    }
+    const status = upstream.status;
+    if (status === 'completed') {
+      const reported = reportedSeconds(upstream.seconds);
+      const seconds = reported ?? job.seconds ?? DEFAULT_SECONDS;
+      const updated = await core.stores.jobs.update(
+        job.id,
+        {
+          status: 'completed',
+          progress: 100,
+          completedAt: unixSeconds(core.now()),
+          result: {
+            url: `/v1/videos/${job.id}/content`,
+            content_type: 'video/mp4',
+            seconds,
+            size: typeof upstream.size === 'string' ? upstream.size : (job.size ?? null),
+          },
+        },
+        UNFINISHED,
+      );
+      if (updated) {
+        await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
+          upstream: model.upstream,
+        });
+      }
+      await core.jobs.drop(lease);
+      return;
+    }
+    if (status === 'failed') {
+      const e = (upstream.error ?? {}) as { code?: unknown; message?: unknown };
+      return fail(
+        typeof e.code === 'string' ? e.code : 'generation_failed',
+        typeof e.message === 'string' ? e.message : 'The upstream failed to generate the video.',
+      );
+    }
+    const progress = typeof upstream.progress === 'number' ? Math.max(0, Math.min(99, Math.floor(upstream.progress))) : 0;
+    await core.stores.jobs
+      .update(job.id, { status: status === 'queued' ? 'queued' : 'in_progress', progress }, UNFINISHED)
+      .catch(() => undefined);
+  }
+}
