@@ -11,6 +11,11 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { freePort, repoRoot, run, spawnServer, writeConfig } from './spawn.js';
 
+/** The script's own result: its last line (the gateway's access lines come before it on stdout). */
+function lastJsonLine(stdout: string): Record<string, unknown> {
+  return JSON.parse(stdout.trim().split('\n').at(-1) ?? '') as Record<string, unknown>;
+}
+
 const SUBPATHS = [
   'model-gateway',
   'model-gateway/express',
@@ -89,7 +94,7 @@ describe('the packed tarball', () => {
       `console.log(JSON.stringify(out));`,
     ].join('\n');
     await writeFile(join(app, 'esm.mjs'), script);
-    const out = JSON.parse(await run(process.execPath, ['esm.mjs'], { cwd: app })) as Record<string, unknown>;
+    const out = lastJsonLine(await run(process.execPath, ['esm.mjs'], { cwd: app }));
     for (const s of SUBPATHS) expect(out[s], s).toBe(EXPECTED[s]![1]);
     expect(out.health).toBe(200);
     expect(out.version).toBe('0.1.0');
@@ -107,7 +112,7 @@ describe('the packed tarball', () => {
       `});`,
     ].join('\n');
     await writeFile(join(app, 'cjs.cjs'), script);
-    const out = JSON.parse(await run(process.execPath, ['cjs.cjs'], { cwd: app })) as Record<string, unknown>;
+    const out = lastJsonLine(await run(process.execPath, ['cjs.cjs'], { cwd: app }));
     for (const s of SUBPATHS) expect(out[s], s).toBe(EXPECTED[s]![1]);
     expect(out.health).toBe(200);
   });
