@@ -127,7 +127,7 @@ export const CONSOLE_JS = `'use strict';
       height: 240,
       scales: { x: { time: true } },
       series: [{}, { label: 'USD', stroke: '#2563eb', fill: 'rgba(37,99,235,0.25)', width: 2, paths: uPlot.paths.bars({ size: [0.6, 40] }) }],
-      axes: [{}, { values: function (u, vals) { return vals.map(function (v) { return '$' + v; }); } }],
+      axes: [{}, { size: 80, values: function (u, vals) { return vals.map(function (v) { return '$' + v; }); } }],
     }, [xs, ys], el);
     el.dataset.points = String(ys.filter(function (y) { return y > 0; }).length);
   }

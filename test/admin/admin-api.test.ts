@@ -3,7 +3,6 @@
  * ledger export and usage reports, and the OpenAPI document (validated). Memory storage, and
  * the money routes once more on SQLite.
  */
-import { createHash } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -11,10 +10,9 @@ import SwaggerParser from '@apidevtools/swagger-parser';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminHandler } from '../../src/index.js';
 import { createSqliteStores } from '../../src/stores/sqlite/index.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
 import { ACCOUNT, MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 
-export const ADMIN_TOKEN = 'adm-test-token-0123456789abcdefghijklmnop';
-export const ADMIN_SHA = createHash('sha256').update(ADMIN_TOKEN).digest('hex');
 
 function client(origin: string, token = ADMIN_TOKEN) {
   return async (method: string, path: string, body?: unknown) => {
