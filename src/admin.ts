@@ -56,6 +56,19 @@ export interface Admin {
   /** Lets a disabled key authenticate again (within the key cache's 5 s everywhere). */
   enableKey(id: string): Promise<void>;
   listKeys(accountId: string): Promise<KeyView[]>;
+  getKey(id: string): Promise<KeyView | null>;
+  /** Sets (a USD amount) or clears (null) a key's monthly cap. */
+  setMonthlyCap(id: string, usd: string | number | null): Promise<KeyView>;
+  /** Replaces a key's secret, keeping its id, spend and settings; the old secret stops working. */
+  rotateKey(id: string): Promise<CreatedKey>;
+  /** Deletes a key; its ledger entries stay. */
+  deleteKey(id: string): Promise<void>;
+  /**
+   * Changes an account's wallet by a signed USD amount with a reason, as one ledger entry
+   * (units `{kind: 'credit', reason}`). `id` makes it idempotent: a credit id already applied
+   * changes nothing. A negative amount (an adjustment) may leave the wallet below zero.
+   */
+  credit(accountId: string, input: { amountUsd: string | number; reason: string; id?: string }): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
   /** Every ledger entry of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /**
@@ -184,6 +197,40 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
     },
     async listKeys(accountId) {
       return (await stores.keys.listByAccount(accountId)).map(keyView);
+    },
+    async getKey(id) {
+      const key = await stores.keys.get(id);
+      return key ? keyView(key) : null;
+    },
+    async setMonthlyCap(id, usd) {
+      const key = await stores.keys.update(id, { monthlyCap: usd === null ? null : parseUsd(usd) });
+      if (!key) throw new AdminError(`No key "${id}".`);
+      core.auth.forget(key.digest);
+      return keyView(key);
+    },
+    async rotateKey(id) {
+      const old = await stores.keys.get(id);
+      if (!old) throw new AdminError(`No key "${id}".`);
+      const plain = generateKey();
+      const key = await stores.keys.update(id, { digest: { digest: digestKey(plain), prefix: displayPrefix(plain) } });
+      if (!key) throw new AdminError(`No key "${id}".`);
+      core.auth.forget(old.digest);
+      return { key: plain, id, prefix: key.prefix };
+    },
+    async deleteKey(id) {
+      const key = await stores.keys.get(id);
+      if (!key || !(await stores.keys.delete(id))) throw new AdminError(`No key "${id}".`);
+      core.auth.forget(key.digest);
+    },
+    async credit(accountId, { amountUsd, reason, id }) {
+      await requireAccount(accountId);
+      const text = String(amountUsd).trim();
+      const negative = text.startsWith('-');
+      const amount = parseUsd(negative ? text.slice(1) : text);
+      if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
+      const creditId = id ?? `cr_${randomBase62(20)}`;
+      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, at: core.now() });
+      return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };
     },
     ledger: (async (arg: string | LedgerQueryInput) => {
       if (typeof arg === 'string') return stores.billing.ledger(arg);

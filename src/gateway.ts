@@ -7,6 +7,8 @@ import { randomUUID } from 'node:crypto';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { LRUCache } from 'lru-cache';
 import { createAdmin, seed, type Admin } from './admin.js';
+import { createAdminHttp, type AdminHttpOptions } from './admin/http.js';
+import { budgetAlerts } from './alerts/alerts.js';
 import { createAuthenticator } from './auth/keys.js';
 import { fileJournal, memoryJournal } from './billing/journal.js';
 import { createMeter } from './billing/meter.js';
@@ -100,6 +102,11 @@ export interface GatewayExtras {
   config: ReturnType<typeof parseOptions>;
   /** Whether any upstream is the built-in simulator. */
   usesSimulator: boolean;
+  /**
+   * The admin API and console as a fetch handler of their own, for mounting apart from /v1
+   * (the request path must start with /admin). `options.admin` mounts them in the gateway.
+   */
+  adminHandler(options: AdminHttpOptions): (request: Request) => Promise<Response>;
 }
 
 export type Gateway = ServerAdapter<GatewayServerContext, ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras>;
@@ -172,7 +179,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const cfg = parseOptions(config);
   const now = givenNow ?? Date.now;
   const log = logger ?? createLogger(cfg.logLevel);
-  const hooks = createHooks(plugins, log);
+  // Budget alerts are a plugin like any other (onBilled), ahead of the user's.
+  const alerts = cfg.alerts ? budgetAlerts(cfg.alerts, () => core) : null;
+  const hooks = createHooks(alerts ? [alerts, ...plugins] : plugins, log);
   const shutdown = new AbortController();
   const pending = new Set<Promise<unknown>>();
   const track = (p: Promise<unknown>) => {
@@ -303,6 +312,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   ];
 
   const metricsPath = cfg.metrics ? `${basePath.replace(/\/+$/, '')}${cfg.metrics.path}` : null;
+  const adminHttp = cfg.admin ? createAdminHttp(core, admin, cfg.admin) : null;
+  const adminPath = `${basePath.replace(/\/+$/, '')}/admin`;
   const healthPath = `${basePath.replace(/\/+$/, '')}/health`;
   const readyPath = `${basePath.replace(/\/+$/, '')}/ready`;
 
@@ -364,6 +375,12 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       if (x.path === readyPath) return probes.answer('ready', x.request, x.requestId);
       if (metrics && x.path === metricsPath) return metrics.answer(x.request, x.requestId);
       return next();
+    },
+    // The admin API and console (when configured): operators only, outside /v1 and its limits.
+    async function adminApi(x, next) {
+      if (!adminHttp || !(x.path === adminPath || x.path.startsWith(`${adminPath}/`))) return next();
+      if (!isReady) await ready;
+      return adminHttp.handle(x.request, x.path.slice(basePath.replace(/\/+$/, '').length), x.query, x.requestId);
     },
     async function startupAndShutdown(x, next) {
       if (!isReady) await ready;
@@ -513,6 +530,14 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     admin,
     config: cfg,
     usesSimulator: [...upstreams.values()].some((u) => u.simulated),
+    adminHandler(options) {
+      const http = createAdminHttp(core, admin, options);
+      return async (request) => {
+        await ready;
+        const { path, query } = requestTarget(request, undefined);
+        return http.handle(request, path, query, `req_${randomUUID().replaceAll('-', '')}`);
+      };
+    },
   };
   return createServerAdapter<GatewayServerContext, typeof base>(base, {
     plugins: [

@@ -22,3 +22,8 @@ export type {
   PluginKey,
 } from './plugins.js';
 export type { UpstreamCall, UpstreamClient, UpstreamResponse } from './upstream/client.js';
+export type { AdminHttpOptions } from './admin/http.js';
+export { signWebhook } from './alerts/alerts.js';
+export type { BudgetAlert } from './alerts/alerts.js';
+
+export { createAdminHandler } from './admin/handler.js';

@@ -25,6 +25,7 @@ const COLUMNS = [
   'exceeded_hold',
   'measured',
   'upstream',
+  'reason',
 ] as const;
 
 type Row = Record<(typeof COLUMNS)[number], string | number | boolean | null>;
@@ -49,6 +50,8 @@ function row(e: LedgerEntry): Row {
     exceeded_hold: e.exceededHold,
     measured: e.measured ?? null,
     upstream: e.upstream ?? null,
+    // Credits (top-ups, adjustments): why the operator made them. Their cost_usd is negative.
+    reason: u.kind === 'credit' ? u.reason : null,
   };
 }
 

@@ -158,6 +158,34 @@ const redisLimits = z.strictObject({
   keyPrefix: z.string().default('mg:'),
 });
 
+const alertThresholds = z.strictObject({
+  /** Percents of a key's monthly cap, e.g. [50, 80, 100]. */
+  capPercent: z.array(z.number().positive().max(1000)).optional(),
+  /** Wallet balances (USD) whose crossing downwards alerts, e.g. ["10", "1"]. */
+  balanceBelowUsd: z.array(usdAmount).optional(),
+});
+
+/** Budget alerts (see src/alerts): thresholds by default, per account and per key id. */
+const budgetAlertsSchema = z.strictObject({
+  webhook: z.strictObject({
+    url: z.url({ protocol: /^https?$/ }),
+    /** The HMAC-SHA256 key the receiver verifies `x-mg-signature` with. */
+    secret,
+    /** Attempts per alert (the first included). @default 6 */
+    maxAttempts: z.number().int().min(1).max(20).default(6),
+    /** Delay before the first retry; it doubles each time. @default 500 */
+    backoffMs: z.number().int().nonnegative().default(500),
+    /** Per attempt. @default 10000 */
+    timeoutMs: z.number().int().positive().default(10_000),
+  }),
+  /** @default {capPercent: [50, 80, 100]} */
+  defaults: alertThresholds.default({ capPercent: [50, 80, 100] }),
+  /** By account id: replaces the defaults for that account (its keys included). @default {} */
+  accounts: z.record(z.string(), alertThresholds).default({}),
+  /** By key id ("key_..."): replaces the cap percents for that key. @default {} */
+  keys: z.record(z.string(), alertThresholds.pick({ capPercent: true })).default({}),
+});
+
 export const optionsSchema = z.strictObject({
   /** Shown as `owned_by` on media rows. @default "model-gateway" */
   serviceName: z.string().min(1).default('model-gateway'),
@@ -289,6 +317,18 @@ export const optionsSchema = z.strictObject({
     })
     .nullable()
     .default(null),
+  /**
+   * The admin HTTP API under /admin/v1 and the web console at /admin, served only when set.
+   * Only the hex SHA-256 of the admin token is configured: the token itself is never stored.
+   * @example { "tokenSha256": "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" }
+   * @default null
+   */
+  admin: z
+    .strictObject({ tokenSha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the admin token (64 hex digits)') })
+    .nullable()
+    .default(null),
+  /** Budget alerts: signed webhooks when spend or a balance crosses a threshold. @default null */
+  alerts: budgetAlertsSchema.nullable().default(null),
   storage: z
     .discriminatedUnion('driver', [
       /** Everything in this process's memory: lost on exit (tests, trying things out). */

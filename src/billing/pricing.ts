@@ -31,5 +31,8 @@ export function listCost(model: Model, units: LedgerUnits): bigint {
       return cost(tierPrice(model, units.tier), units.seconds);
     case 'speech_tokens':
       return cost(tierPrice(model, model.media?.defaultTier ?? 'default'), units.tokens);
+    case 'credit':
+      // An operator's credit is an amount, not a use of a model.
+      throw new RangeError('a credit has no list price');
   }
 }

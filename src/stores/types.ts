@@ -43,6 +43,20 @@ export interface KeyStore {
   /** Returns false when no such key exists. */
   setDisabled(id: string, disabled: boolean): Promise<boolean>;
   listByAccount(accountId: string): Promise<ApiKeyRecord[]>;
+  /**
+   * Atomic per key: sets the monthly cap and/or replaces the digest and display prefix (a
+   * rotated key keeps its id, so its spend and ledger stay its own). Returns the updated key,
+   * or null when no such key exists or the new digest belongs to another key.
+   */
+  update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null>;
+  /** Deletes the key (its ledger entries stay). Returns false when no such key exists. */
+  delete(id: string): Promise<boolean>;
+}
+
+export interface KeyPatch {
+  monthlyCap?: bigint | null;
+  /** A new digest, with its display prefix. */
+  digest?: { digest: string; prefix: string };
 }
 
 export interface AccountStore {
@@ -62,7 +76,12 @@ export type LedgerUnits =
   | { kind: 'tokens'; prompt: number; completion: number }
   | { kind: 'images'; images: number; tier: string }
   | { kind: 'seconds'; seconds: number; tier: string }
-  | { kind: 'speech_tokens'; tokens: number };
+  | { kind: 'speech_tokens'; tokens: number }
+  /**
+   * Money put into (a top-up) or taken out of (a negative adjustment) a wallet by an operator,
+   * not a call: its entry's `cost` is minus the amount credited, its key and model are "".
+   */
+  | { kind: 'credit'; reason: string };
 
 /**
  * How a ledger entry's units were measured: the upstream's own `usage` report, a count of the
@@ -84,7 +103,8 @@ export interface LedgerEntry {
   held: bigint;
   /** The cost was above the hold: the estimate was low, and the excess was debited anyway. */
   exceededHold: boolean;
-  measured: Measurement;
+  /** Null on credit entries (nothing was measured). */
+  measured: Measurement | null;
   /** The upstream that served the call, when one did. */
   upstream?: string;
   at: number;
@@ -160,6 +180,25 @@ export interface SettleResult {
   held?: bigint;
 }
 
+/** A top-up or adjustment, recorded in the ledger. */
+export interface CreditRequest {
+  accountId: string;
+  /** Names the credit for good: a credit with an id already in the account's ledger changes nothing. */
+  creditId: string;
+  /** Nano-USD added to the wallet; negative takes money out (it may leave the wallet below zero). */
+  amount: bigint;
+  reason: string;
+  /** Unix ms of the entry. */
+  at: number;
+}
+
+export interface CreditResult {
+  /** False when this credit id was already applied: nothing changed. */
+  applied: boolean;
+  /** The wallet balance after the credit (or now, when not applied). */
+  balance: bigint;
+}
+
 export interface WalletView {
   balance: bigint;
   held: bigint;
@@ -198,8 +237,14 @@ export interface BillingStore {
    * settle of it changes nothing. Returns whether an open hold was dropped.
    */
   release(accountId: string, holdId: string): Promise<boolean>;
-  /** Adds to the wallet; returns the new balance. */
+  /** Adds to the wallet; returns the new balance. Writes no ledger entry (seeding uses it). */
   topUp(accountId: string, amount: bigint): Promise<bigint>;
+  /**
+   * Atomic, idempotent per (account, creditId): changes the balance by `amount` and appends
+   * one ledger entry (units `{kind: 'credit', reason}`, cost = -amount, held 0, keyId and
+   * model ""). It touches no key's spend. Operators' top-ups and adjustments go through it.
+   */
+  credit(req: CreditRequest): Promise<CreditResult>;
   wallet(accountId: string): Promise<WalletView>;
   keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
   /** Ledger entries of an account, oldest first. */

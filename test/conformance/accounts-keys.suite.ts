@@ -114,6 +114,30 @@ export function accountsKeysSuite(name: string, make: MakeStores): void {
       expect(await keys().setDisabled(uid('key'), true)).toBe(false);
     });
 
+    it('updates the monthly cap and the digest (rotation keeps the id) and deletes keys', async () => {
+      const k = key(uid('acct'), { monthlyCap: 5n });
+      await keys().insert(k);
+      expect((await keys().update(k.id, { monthlyCap: 9n }))?.monthlyCap).toBe(9n);
+      expect((await keys().update(k.id, { monthlyCap: null }))?.monthlyCap).toBeNull();
+      const digest = uid('digest');
+      const rotated = await keys().update(k.id, { digest: { digest, prefix: 'sk-mg-New' } });
+      expect(rotated).toMatchObject({ id: k.id, digest, prefix: 'sk-mg-New', monthlyCap: null });
+      expect(await keys().findByDigest(k.digest)).toBeNull();
+      expect((await keys().findByDigest(digest))?.id).toBe(k.id);
+      expect(await keys().listByAccount(k.accountId)).toHaveLength(1);
+      // Another key's digest is refused and changes nothing.
+      const other = key(k.accountId);
+      await keys().insert(other);
+      expect(await keys().update(k.id, { digest: { digest: other.digest, prefix: 'x' } })).toBeNull();
+      expect((await keys().get(k.id))?.digest).toBe(digest);
+      expect(await keys().update(uid('key'), { monthlyCap: 1n })).toBeNull();
+      expect(await keys().delete(k.id)).toBe(true);
+      expect(await keys().get(k.id)).toBeNull();
+      expect(await keys().findByDigest(digest)).toBeNull();
+      expect(await keys().delete(k.id)).toBe(false);
+      expect((await keys().listByAccount(k.accountId)).map((x) => x.id)).toEqual([other.id]);
+    });
+
     it('lists only the account’s keys and returns copies', async () => {
       const [a, b] = [uid('acct'), uid('acct')];
       const mine = [key(a, { createdAt: 1 }), key(a, { createdAt: 2 })];

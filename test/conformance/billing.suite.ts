@@ -357,6 +357,40 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 151n, held: 150n });
     });
 
+    it('credits and adjustments change the balance once per credit id, as ledger entries', async () => {
+      const stores = h().stores;
+      const a = await account(stores, 100n);
+      const up = await billing().credit({ accountId: a.accountId, creditId: 'c1', amount: 50n, reason: 'invoice 7', at: 1_000 });
+      expect(up).toEqual({ applied: true, balance: 150n });
+      expect(await billing().credit({ accountId: a.accountId, creditId: 'c1', amount: 50n, reason: 'again', at: 1_001 })).toEqual({
+        applied: false,
+        balance: 150n,
+      });
+      const down = await billing().credit({ accountId: a.accountId, creditId: 'c2', amount: -200n, reason: 'refund "x", y', at: 2_000 });
+      expect(down).toEqual({ applied: true, balance: -50n });
+      const ledger = await billing().ledger(a.accountId);
+      expect(ledger).toHaveLength(2);
+      expect(ledger[0]).toMatchObject({
+        id: 'c1',
+        accountId: a.accountId,
+        keyId: '',
+        model: '',
+        units: { kind: 'credit', reason: 'invoice 7' },
+        cost: -50n,
+        held: 0n,
+        exceededHold: false,
+        measured: null,
+        at: 1_000,
+      });
+      expect(ledger[1]).toMatchObject({ id: 'c2', cost: 200n, units: { kind: 'credit', reason: 'refund "x", y' } });
+      // No key's spend moved; the wallet below zero refuses holds.
+      expect((await billing().keyUsage(a.accountId, a.keyId, MONTH)).total).toBe(0n);
+      expect((await billing().placeHold(hold(a, 1n))).ok).toBe(false);
+      const page = await billing().queryLedger({ accountId: a.accountId, limit: 1 });
+      expect(page.entries.map((e) => e.id)).toEqual(['c1']);
+      expect(page.more).toBe(true);
+    });
+
     it('200 concurrent holds against a wallet worth exactly 10 place exactly 10', async () => {
       const a = await account(h().stores, 10n * 7_000n);
       const results = await Promise.all(Array.from({ length: 200 }, () => billing().placeHold(hold(a, 7_000n))));

@@ -161,7 +161,7 @@ if (unreachable !== null) {
         const sql = postgres(POSTGRES_URL, { max: 1, onnotice: () => {} });
         const versions = await sql.unsafe(`SELECT version FROM "${schema}".schema_migrations`);
         await sql.end();
-        expect(versions.map((r) => r.version)).toEqual([1]);
+        expect(versions.map((r) => r.version)).toEqual([1, 2]);
       } finally {
         await dropSchema(schema);
       }

@@ -222,7 +222,7 @@ describe('CLI processes on one SQLite file', () => {
 
     const csv = (await cli(['ledger', '--config', configFile, '--account', 'acct_holds', '--format', 'csv'])).trim().split('\n');
     expect(csv[0]).toBe(
-      'at,id,account,key,model,units,prompt_tokens,completion_tokens,images,seconds,tokens,tier,cost_usd,held_usd,exceeded_hold,measured,upstream',
+      'at,id,account,key,model,units,prompt_tokens,completion_tokens,images,seconds,tokens,tier,cost_usd,held_usd,exceeded_hold,measured,upstream,reason',
     );
     expect(csv).toHaveLength(16);
     const costColumn = csv[0]!.split(',').indexOf('cost_usd');

@@ -1,4 +1,4 @@
-import type { AccountRecord, AccountStore, ApiKeyRecord, KeyStore } from '../types.js';
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyPatch, KeyStore } from '../types.js';
 import type { Balances } from './billing.js';
 
 /** Accounts; `create` credits the shared wallet balances in the same synchronous step. */
@@ -66,6 +66,29 @@ export function createMemoryKeys(): KeyStore {
 
     async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
       return structuredClone([...byId.values()].filter((k) => k.accountId === accountId));
+    },
+
+    async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
+      const key = byId.get(id);
+      if (!key) return null;
+      if (patch.digest) {
+        const owner = idByDigest.get(patch.digest.digest);
+        if (owner !== undefined && owner !== id) return null;
+        idByDigest.delete(key.digest);
+        idByDigest.set(patch.digest.digest, id);
+        key.digest = patch.digest.digest;
+        key.prefix = patch.digest.prefix;
+      }
+      if (patch.monthlyCap !== undefined) key.monthlyCap = patch.monthlyCap;
+      return structuredClone(key);
+    },
+
+    async delete(id: string): Promise<boolean> {
+      const key = byId.get(id);
+      if (!key) return false;
+      byId.delete(id);
+      idByDigest.delete(key.digest);
+      return true;
     },
   };
 }

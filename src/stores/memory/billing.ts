@@ -1,5 +1,7 @@
 import type {
   BillingStore,
+  CreditRequest,
+  CreditResult,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -58,6 +60,21 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   const trimmed = new Map<string, number>();
   /** Closed hold ids ("account\0hold") -> when they may be forgotten, oldest first. */
   const closed = new Map<string, number>();
+
+  /** Applied credit ids ("account\0credit"). */
+  const credited = new Set<string>();
+
+  function appendEntry(accountId: string, entry: LedgerEntry): void {
+    let ledger = ledgers.get(accountId);
+    if (!ledger) ledgers.set(accountId, (ledger = []));
+    ledger.push(entry);
+    // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
+    if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) {
+      const dropped = ledger.length - ledgerLimit;
+      ledger.splice(0, dropped);
+      trimmed.set(accountId, (trimmed.get(accountId) ?? 0) + dropped);
+    }
+  }
 
   function close(accountId: string, holdId: string, t: number): boolean {
     const id = `${accountId}\u0000${holdId}`;
@@ -184,12 +201,10 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
       balances.set(req.accountId, (balances.get(req.accountId) ?? 0n) - charged);
       addSpend(req.accountId, req.entry.keyId, month, charged);
 
-      let ledger = ledgers.get(req.accountId);
-      if (!ledger) ledgers.set(req.accountId, (ledger = []));
-      // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
       const e = req.entry;
+      // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
       // One object shape for every entry (a spread gives each its own hidden class).
-      ledger.push({
+      appendEntry(req.accountId, {
         id: e.id,
         accountId: e.accountId,
         keyId: e.keyId,
@@ -202,12 +217,6 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
         upstream: e.upstream,
         at: e.at,
       });
-      // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
-      if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) {
-        const dropped = ledger.length - ledgerLimit;
-        ledger.splice(0, dropped);
-        trimmed.set(req.accountId, (trimmed.get(req.accountId) ?? 0) + dropped);
-      }
       return { settled: true, charged, held };
     },
 
@@ -227,6 +236,29 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
       const balance = (balances.get(accountId) ?? 0n) + amount;
       balances.set(accountId, balance);
       return balance;
+    },
+
+    async credit(req: CreditRequest): Promise<CreditResult> {
+      // Credit ids are remembered for good (credits are rare), so a replay never pays twice.
+      const id = `${req.accountId}\u0000${req.creditId}`;
+      if (credited.has(id)) return { applied: false, balance: balances.get(req.accountId) ?? 0n };
+      credited.add(id);
+      const balance = (balances.get(req.accountId) ?? 0n) + req.amount;
+      balances.set(req.accountId, balance);
+      appendEntry(req.accountId, {
+        id: req.creditId,
+        accountId: req.accountId,
+        keyId: '',
+        model: '',
+        units: { kind: 'credit', reason: req.reason },
+        cost: -req.amount,
+        held: 0n,
+        exceededHold: false,
+        measured: null,
+        upstream: undefined,
+        at: req.at,
+      });
+      return { applied: true, balance };
     },
 
     async wallet(accountId: string): Promise<WalletView> {

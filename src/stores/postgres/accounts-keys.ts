@@ -1,4 +1,4 @@
-import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyStore } from '../types.js';
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type PgContext } from './connection.js';
 
 interface AccountRow {
@@ -106,6 +106,32 @@ export function createPostgresKeys(ctx: PgContext): KeyStore {
         id,
         disabled,
       ]);
+      return rows.length === 1;
+    },
+    async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
+      const sets: string[] = [];
+      const params: (string | null)[] = [id];
+      if (patch.digest) {
+        params.push(patch.digest.digest, patch.digest.prefix);
+        sets.push(`digest = $${params.length - 1}`, `prefix = $${params.length}`);
+      }
+      if (patch.monthlyCap !== undefined) {
+        params.push(patch.monthlyCap === null ? null : patch.monthlyCap.toString());
+        sets.push(`monthly_cap = $${params.length}::bigint`);
+      }
+      if (sets.length === 0) return this.get(id);
+      // A digest that belongs to another key conflicts with the unique index: nothing changes.
+      const rows = await ctx.q<KeyRow>(
+        'updateKey',
+        `UPDATE ${s}.api_keys SET ${sets.join(', ')} WHERE id = $1
+           AND NOT EXISTS (SELECT 1 FROM ${s}.api_keys o WHERE o.id <> $1 AND o.digest = ${patch.digest ? '$2' : 'NULL'})
+         RETURNING ${KEY_COLUMNS}`,
+        params,
+      );
+      return rows[0] ? key(rows[0]) : null;
+    },
+    async delete(id: string): Promise<boolean> {
+      const rows = await ctx.q('deleteKey', `DELETE FROM ${s}.api_keys WHERE id = $1 RETURNING 1 AS one`, [id]);
       return rows.length === 1;
     },
     async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {

@@ -1,6 +1,8 @@
 import { checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
+  CreditRequest,
+  CreditResult,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -25,7 +27,7 @@ interface LedgerRow {
   cost: bigint;
   held: bigint;
   exceeded_hold: boolean;
-  measured: Measurement;
+  measured: Measurement | null;
   upstream: string | null;
   at: bigint;
 }
@@ -127,6 +129,15 @@ export function createPostgresBilling(ctx: PgContext, sweep: () => void): Billin
         [accountId, amount.toString()],
       );
       return big(r?.balance);
+    },
+
+    async credit(req: CreditRequest): Promise<CreditResult> {
+      const r = await ctx.one<{ o_applied: boolean; o_balance: bigint }>(
+        'credit',
+        `SELECT * FROM ${s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, $5::bigint)`,
+        [req.accountId, req.creditId, req.amount.toString(), JSON.stringify({ kind: 'credit', reason: req.reason }), req.at],
+      );
+      return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
     },
 
     async wallet(accountId: string): Promise<WalletView> {

@@ -379,6 +379,25 @@ BEGIN
     SELECT ctid FROM ${s}.idempotency WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
 END $$;
 `,
+  // Credits (operators' top-ups and adjustments) as ledger entries, once per credit id. The
+  // wallet lock comes first, as in settle, so ledger seqs stay in commit order.
+  (s) => `
+CREATE FUNCTION ${s}.mg_credit(
+  p_account text, p_credit text, p_amount bigint, p_units jsonb, p_at bigint,
+  OUT o_applied boolean, OUT o_balance bigint
+) LANGUAGE plpgsql AS $$
+DECLARE v_t bigint;
+BEGIN
+  o_balance := ${s}.mg_lock_wallet(p_account);
+  v_t := ${s}.mg_now();
+  o_applied := false;
+  IF EXISTS (SELECT 1 FROM ${s}.ledger WHERE account_id = p_account AND hold_id = 'credit:' || p_credit) THEN RETURN; END IF;
+  UPDATE ${s}.wallets SET balance = balance + p_amount WHERE account_id = p_account RETURNING balance INTO o_balance;
+  INSERT INTO ${s}.ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+    VALUES (p_account, 'credit:' || p_credit, p_credit, '', '', p_units, -p_amount, 0, false, NULL, NULL, p_at, v_t);
+  o_applied := true;
+END $$;
+`,
 ];
 
 /**

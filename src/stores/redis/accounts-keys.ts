@@ -1,4 +1,4 @@
-import type { AccountRecord, AccountStore, ApiKeyRecord, KeyStore } from '../types.js';
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyPatch, KeyStore } from '../types.js';
 import { int, list, type RedisContext, str } from './connection.js';
 
 /**
@@ -121,6 +121,45 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
         if (digest === null) return false;
         const r = await scripts.mgKeySetDisabled([ctx.keyByDigest(digest)], [id, disabled ? '1' : '0']);
         return int(r) === 1;
+      });
+    },
+
+    async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
+      return ctx.run('updateKey', async () => {
+        const digest = await digestOf(id);
+        if (digest === null) return null;
+        const [oldRec, disabled] = list(await byDigest(digest)).map(str);
+        if (oldRec === null || oldRec === undefined) return null;
+        const stored = JSON.parse(oldRec) as StoredKey;
+        if (stored.id !== id) return null;
+        if (patch.monthlyCap !== undefined) stored.monthlyCap = patch.monthlyCap === null ? null : patch.monthlyCap.toString();
+        if (!patch.digest || patch.digest.digest === digest) {
+          if (int(await scripts.mgKeyReplace([ctx.keyByDigest(digest)], [id, oldRec, JSON.stringify(stored)])) !== 1) return null;
+          return byId(id);
+        }
+        // A new digest lives under another hash tag: write the record there first, then point
+        // the id at it, then drop the old record (the old key stops working at that step).
+        stored.digest = patch.digest.digest;
+        stored.prefix = patch.digest.prefix;
+        const inserted = await scripts.mgKeyInsert(
+          [ctx.keyByDigest(stored.digest)],
+          [id, JSON.stringify(stored), disabled === '1' ? '1' : '0'],
+        );
+        if (int(inserted) !== 1) return null;
+        await client.set(ctx.keyIdIndex(id), stored.digest);
+        await scripts.mgKeyDelete([ctx.keyByDigest(digest)], [id]);
+        return byId(id);
+      });
+    },
+
+    async delete(id: string): Promise<boolean> {
+      return ctx.run('deleteKey', async () => {
+        const key = await byId(id);
+        if (!key) return false;
+        await scripts.mgKeyDelete([ctx.keyByDigest(key.digest)], [id]);
+        await scripts.mgDelIfEquals([ctx.keyIdIndex(id)], [key.digest]);
+        await client.srem(ctx.account(key.accountId, 'keys'), id);
+        return true;
       });
     },
 

@@ -1,5 +1,7 @@
 import type {
   BillingStore,
+  CreditRequest,
+  CreditResult,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -108,6 +110,31 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
     async topUp(accountId: string, amount: bigint): Promise<bigint> {
       if (amount < 0n) throw new RangeError('top-up amount must not be negative');
       return big(await ctx.run('topUp', () => scripts.mgTopUp([a(accountId).bal], [amount.toString()])));
+    },
+
+    async credit(req: CreditRequest): Promise<CreditResult> {
+      const k = a(req.accountId);
+      const entry: Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string } = {
+        id: req.creditId,
+        accountId: req.accountId,
+        keyId: '',
+        model: '',
+        units: { kind: 'credit', reason: req.reason },
+        cost: (-req.amount).toString(),
+        held: '0',
+        exceededHold: false,
+        measured: null,
+        at: req.at,
+      };
+      const reply = list(
+        await ctx.run('credit', () =>
+          scripts.mgCredit(
+            [k.bal, k.ledger, ctx.account(req.accountId, `credit:${esc(req.creditId)}`)],
+            [req.amount.toString(), JSON.stringify(entry)],
+          ),
+        ),
+      );
+      return { applied: int(reply[0]) === 1, balance: big(reply[1]) };
     },
 
     async wallet(accountId: string): Promise<WalletView> {

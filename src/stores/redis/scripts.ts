@@ -308,6 +308,47 @@ return 1
 `,
   },
 
+  /**
+   * Compare-and-set of a key record's JSON. KEYS: key record (by digest).
+   * ARGV: id the record must have, the record JSON it must hold, the new JSON. Returns 1 when set.
+   */
+  mgKeyReplace: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'rec') ~= ARGV[2] then return 0 end
+redis.call('HSET', KEYS[1], 'rec', ARGV[3])
+return 1
+`,
+  },
+
+  /** Deletes a key record if it belongs to the id. KEYS: key record (by digest). ARGV: id. */
+  mgKeyDelete: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+return redis.call('DEL', KEYS[1])
+`,
+  },
+
+  /**
+   * Credit (an operator's top-up or adjustment), once per credit id: changes the balance and
+   * appends the ledger entry. The marker has no TTL: credits are rare and must never repeat.
+   * KEYS: balance, ledger, credit marker. ARGV: amount (may be negative), full entry JSON.
+   * Returns {1, balance} or {0, balance}.
+   */
+  mgCredit: {
+    numberOfKeys: 3,
+    lua: `
+if redis.call('SET', KEYS[3], '1', 'NX') == false then
+  return {0, redis.call('GET', KEYS[1]) or '0'}
+end
+local b = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('RPUSH', KEYS[2], ARGV[2])
+return {1, tostring(b)}
+`,
+  },
+
   /** Compare-and-delete. KEYS: a string key. ARGV: the value it must hold. */
   mgDelIfEquals: {
     numberOfKeys: 1,

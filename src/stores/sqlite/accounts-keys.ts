@@ -1,4 +1,4 @@
-import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyStore } from '../types.js';
+import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
 
 interface AccountRow {
@@ -82,6 +82,9 @@ export function createSqliteKeys(ctx: SqliteContext): KeyStore {
     byId: ctx.exact(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE id = ?`),
     setDisabled: ctx.prepare('UPDATE api_keys SET disabled = ? WHERE id = ?'),
     byAccount: ctx.exact(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id`),
+    setCap: ctx.prepare('UPDATE api_keys SET monthly_cap = ? WHERE id = ?'),
+    setDigest: ctx.prepare('UPDATE OR IGNORE api_keys SET digest = ?, prefix = ? WHERE id = ?'),
+    delete: ctx.prepare('DELETE FROM api_keys WHERE id = ?'),
   };
 
   return {
@@ -106,6 +109,19 @@ export function createSqliteKeys(ctx: SqliteContext): KeyStore {
     },
     async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
       return ctx.run('listKeys', () => (q.byAccount.all(accountId) as KeyRow[]).map(key));
+    },
+    async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
+      return ctx.write('updateKey', () => {
+        if (!q.byId.get(id)) return null;
+        // A digest that belongs to another key is refused (the unique index ignores the update).
+        if (patch.digest && q.setDigest.run(patch.digest.digest, patch.digest.prefix, id).changes === 0) return null;
+        if (patch.monthlyCap !== undefined) q.setCap.run(patch.monthlyCap, id);
+        const row = q.byId.get(id) as KeyRow | undefined;
+        return row ? key(row) : null;
+      });
+    },
+    async delete(id: string): Promise<boolean> {
+      return ctx.run('deleteKey', () => q.delete.run(id).changes === 1);
     },
   };
 }

@@ -1,6 +1,8 @@
 import { checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
+  CreditRequest,
+  CreditResult,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -25,7 +27,7 @@ interface LedgerRow {
   cost: bigint;
   held: bigint;
   exceeded_hold: bigint;
-  measured: Measurement;
+  measured: Measurement | null;
   upstream: string | null;
   at: bigint;
 }
@@ -171,6 +173,19 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
     async topUp(accountId: string, amount: bigint): Promise<bigint> {
       if (amount < 0n) throw new RangeError('top-up amount must not be negative');
       return ctx.run('topUp', () => big((q.credit.get(accountId, amount) as { balance: bigint }).balance));
+    },
+
+    async credit(req: CreditRequest): Promise<CreditResult> {
+      return ctx.write('credit', (): CreditResult => {
+        const t = ctx.now();
+        // The credit id takes the ledger's hold-id slot: unique per account, for good.
+        const creditSlot = `credit:${req.creditId}`;
+        if (q.everSettled.get(req.accountId, creditSlot)) return { applied: false, balance: balanceOf(req.accountId) };
+        const balance = big((q.credit.get(req.accountId, req.amount) as { balance: bigint }).balance);
+        const units = JSON.stringify({ kind: 'credit', reason: req.reason });
+        q.append.run(req.accountId, creditSlot, req.creditId, '', '', units, -req.amount, 0n, 0, null, null, req.at, t);
+        return { applied: true, balance };
+      });
     },
 
     async wallet(accountId: string): Promise<WalletView> {

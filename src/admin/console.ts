@@ -1,0 +1,47 @@
+/**
+ * The web console's assets: one page and one script, kept here as strings so they ship inside
+ * the built package with no build step at run time; the chart library (uPlot) is read from
+ * node_modules, where it is a dependency. The page talks only to /admin/v1 with the token the
+ * operator signs in with (kept in sessionStorage, never sent anywhere else).
+ */
+import { readFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { Response } from '@whatwg-node/server';
+import { CONSOLE_HTML, CONSOLE_JS } from './console-page.js';
+
+const cache = new Map<string, string>();
+
+async function vendor(file: string): Promise<string> {
+  let text = cache.get(file);
+  if (text === undefined) {
+    const require = createRequire(import.meta.url);
+    text = await readFile(require.resolve(`uplot/dist/${file}`), 'utf8');
+    cache.set(file, text);
+  }
+  return text;
+}
+
+const headers = (type: string) => ({
+  'content-type': type,
+  'cache-control': 'no-cache',
+  // The console runs only its own scripts and talks only to its own origin.
+  'content-security-policy': "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+  'x-content-type-options': 'nosniff',
+});
+
+/** The asset at `sub` (the path after /admin), or null. */
+export async function consoleAsset(sub: string): Promise<Response | null> {
+  switch (sub) {
+    case '/':
+    case '/index.html':
+      return new Response(CONSOLE_HTML, { headers: headers('text/html; charset=utf-8') });
+    case '/console.js':
+      return new Response(CONSOLE_JS, { headers: headers('text/javascript; charset=utf-8') });
+    case '/uplot.js':
+      return new Response(await vendor('uPlot.iife.min.js'), { headers: headers('text/javascript; charset=utf-8') });
+    case '/uplot.css':
+      return new Response(await vendor('uPlot.min.css'), { headers: headers('text/css; charset=utf-8') });
+    default:
+      return null;
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * The admin API's request schemas (zod): one source for validation and for the OpenAPI
+ * document. Bodies use the same camelCase names as the programmatic admin and the config file.
+ */
+import { z } from 'zod';
+
+const id = z.string().min(1).max(200);
+/** A non-negative USD decimal (string or number); exactness is checked where it is parsed. */
+const usd = z.union([z.string().regex(/^\d{1,15}(\.\d{1,9})?$/), z.number().nonnegative()]);
+/** A signed USD decimal: adjustments may take money out. */
+const signedUsd = z.union([z.string().regex(/^-?\d{1,15}(\.\d{1,9})?$/), z.number()]);
+/** Unix ms, or an ISO 8601 date or date-time. */
+const time = z.string().min(1).max(40);
+
+export const createAccountBody = z.strictObject({
+  id: id.regex(/^[\w.:@-]+$/, 'letters, digits and _ . : @ - only'),
+  walletUsd: usd.optional(),
+  grants: z.array(id).optional(),
+});
+
+export const creditBody = z.strictObject({
+  amountUsd: usd,
+  reason: z.string().min(1).max(500),
+  /** Makes the credit idempotent: the same id is applied once. */
+  id: id.optional(),
+});
+
+export const adjustmentBody = z.strictObject({
+  amountUsd: signedUsd,
+  reason: z.string().min(1).max(500),
+  id: id.optional(),
+});
+
+export const grantsBody = z.strictObject({ models: z.array(id) });
+
+export const createKeyBody = z.strictObject({
+  account: id,
+  kind: z.enum(['developer', 'agent']).optional(),
+  model: id.nullable().optional(),
+  label: z.string().max(200).nullable().optional(),
+  monthlyCapUsd: usd.nullable().optional(),
+});
+
+export const monthlyCapBody = z.strictObject({ monthlyCapUsd: usd.nullable() });
+
+export const brandBody = z.strictObject({
+  name: z.string().max(200).optional(),
+  description: z.string().max(2_000).optional(),
+  voice: z.string().min(1).max(10_000),
+});
+
+export const documentBody = z.strictObject({
+  title: z.string().max(500).optional(),
+  brand: id.nullable().optional(),
+  text: z.string().min(1),
+});
+
+export const keysQuery = z.strictObject({ account: id });
+
+export const ledgerQuery = z.strictObject({
+  account: id,
+  key: id.optional(),
+  from: time.optional(),
+  to: time.optional(),
+  cursor: z.string().max(40).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).optional(),
+  /** json (a page), csv or jsonl (every matching entry, streamed). */
+  format: z.enum(['json', 'csv', 'jsonl']).optional(),
+});
+
+export const usageQuery = z.strictObject({
+  account: id,
+  group_by: z.enum(['day', 'model', 'key']),
+  from: time.optional(),
+  to: time.optional(),
+});
+
+export const jobsQuery = z.strictObject({ account: id });

@@ -1,0 +1,173 @@
+/**
+ * Budget alerts: a plugin on `onBilled`. After each charge it compares the key's month-to-date
+ * spend with its monthly cap (percent thresholds) and the account's wallet balance with
+ * amounts (balance-below thresholds), and sends one signed webhook per crossing.
+ *
+ * Once per crossing, also across restarts and instances: a crossing is recorded in the store
+ * (the idempotency store's atomic create-if-absent, scope "alert:..."), and only the caller
+ * that creates the record sends the webhook. Cap crossings are named by their month, so they
+ * re-arm when the month turns; a balance crossing re-arms when a later charge finds the
+ * balance back at or above the threshold (after a top-up). With memory storage the records
+ * live as long as the process.
+ *
+ * Delivery: POST of a JSON body; `x-mg-signature: t=<unix s>,v1=<hex HMAC-SHA256 of
+ * "<t>.<body>" with the webhook secret>`, `x-mg-timestamp`, and `idempotency-key` (the
+ * alert id, stable across retries). Network errors, 408, 429 and 5xx are retried with
+ * exponential backoff up to `maxAttempts`; the gateway's dispose() stops retrying.
+ */
+import { createHmac } from 'node:crypto';
+import type { Core } from '../core.js';
+import { formatUsd, parseUsd } from '../money.js';
+import type { GatewayConfig } from '../options.js';
+import type { GatewayPlugin } from '../plugins.js';
+import type { LedgerEntry } from '../stores/types.js';
+
+type AlertsConfig = NonNullable<GatewayConfig['alerts']>;
+
+/** Crossing records outlive any month (a cap crossing is named by its month anyway). */
+const RECORD_TTL_MS = 40 * 24 * 60 * 60 * 1000;
+
+export interface BudgetAlert {
+  /** Stable per crossing: the receiver's idempotency key. */
+  id: string;
+  type: 'budget.key_monthly_cap' | 'budget.balance_below';
+  created: number;
+  account: string;
+  key: string | null;
+  /** A percent of the cap, or a USD amount. */
+  threshold: number | string;
+  month?: string;
+  spentUsd?: string;
+  capUsd?: string;
+  balanceUsd?: string;
+  /** The ledger entry whose charge crossed the threshold. */
+  entry: string;
+}
+
+/** The signature header of a body sent at `t` (unix seconds). */
+export function signWebhook(secret: string, t: number, body: string): string {
+  return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
+}
+
+export function budgetAlerts(cfg: AlertsConfig, getCore: () => Core): GatewayPlugin {
+  const thresholdsOf = (account: string) => cfg.accounts[account] ?? cfg.defaults;
+
+  /** Records the crossing; true for the one caller that records it first. */
+  async function firstCrossing(core: Core, scope: string): Promise<boolean> {
+    const r = await core.stores.idempotency.begin(scope, 'alert', RECORD_TTL_MS);
+    if (r.state !== 'started') return false;
+    await core.stores.idempotency.complete(scope, 'alert', { status: 200, headers: {}, body: '' }, RECORD_TTL_MS);
+    return true;
+  }
+
+  async function deliver(core: Core, alert: BudgetAlert): Promise<void> {
+    const { url, secret, maxAttempts, backoffMs, timeoutMs } = cfg.webhook;
+    const body = JSON.stringify(alert);
+    for (let attempt = 1; attempt <= maxAttempts && !core.shutdown.aborted; attempt++) {
+      const t = Math.floor(core.now() / 1000);
+      try {
+        const res = await fetch(url, {
+          method: 'POST',
+          headers: {
+            'content-type': 'application/json',
+            'idempotency-key': alert.id,
+            'x-mg-timestamp': String(t),
+            'x-mg-signature': signWebhook(secret, t, body),
+          },
+          body,
+          signal: AbortSignal.any([AbortSignal.timeout(timeoutMs), core.shutdown]),
+        });
+        await res.arrayBuffer().catch(() => undefined);
+        if (res.ok) return;
+        if (res.status < 500 && res.status !== 408 && res.status !== 429) {
+          core.log.warn({ msg: 'budget alert refused by the webhook; not retried', alert: alert.id, status: res.status });
+          return;
+        }
+      } catch {
+        // A network error or timeout: retried below.
+      }
+      if (attempt < maxAttempts) {
+        await new Promise<void>((resolve) => {
+          const timer = setTimeout(resolve, backoffMs * 2 ** (attempt - 1));
+          core.shutdown.addEventListener(
+            'abort',
+            () => {
+              clearTimeout(timer);
+              resolve();
+            },
+            { once: true },
+          );
+        });
+      }
+    }
+    core.log.warn({ msg: 'budget alert not delivered', alert: alert.id });
+  }
+
+  async function check(entry: LedgerEntry): Promise<void> {
+    const core = getCore();
+    const t = thresholdsOf(entry.accountId);
+    const found: BudgetAlert[] = [];
+    const month = new Date(entry.at).toISOString().slice(0, 7);
+
+    const capPercent = cfg.keys[entry.keyId]?.capPercent ?? t.capPercent ?? [];
+    if (capPercent.length > 0) {
+      const key = await core.stores.keys.get(entry.keyId);
+      if (key?.monthlyCap) {
+        const spent = (await core.stores.billing.keyUsage(entry.accountId, entry.keyId, month)).monthly;
+        for (const pct of capPercent) {
+          // spent >= cap * pct / 100, exactly (percents may have decimals: scaled by 1000).
+          if (spent * 100_000n < key.monthlyCap * BigInt(Math.round(pct * 1000))) continue;
+          const scope = `alert:cap:${entry.accountId}:${entry.keyId}:${month}:${pct}`;
+          if (!(await firstCrossing(core, scope))) continue;
+          found.push({
+            id: `alrt_${Buffer.from(scope).toString('base64url')}`,
+            type: 'budget.key_monthly_cap',
+            created: core.now(),
+            account: entry.accountId,
+            key: entry.keyId,
+            threshold: pct,
+            month,
+            spentUsd: formatUsd(spent),
+            capUsd: formatUsd(key.monthlyCap),
+            entry: entry.id,
+          });
+        }
+      }
+    }
+
+    const below = t.balanceBelowUsd ?? [];
+    if (below.length > 0) {
+      const balance = (await core.stores.billing.wallet(entry.accountId)).balance;
+      for (const amount of below) {
+        const limit = parseUsd(amount);
+        const scope = `alert:balance:${entry.accountId}:${formatUsd(limit)}`;
+        if (balance >= limit) {
+          // Back above (a top-up): the next fall below is a new crossing.
+          await core.stores.idempotency.abandon(scope);
+          continue;
+        }
+        if (!(await firstCrossing(core, scope))) continue;
+        found.push({
+          id: `alrt_${Buffer.from(`${scope}:${entry.id}`).toString('base64url')}`,
+          type: 'budget.balance_below',
+          created: core.now(),
+          account: entry.accountId,
+          key: null,
+          threshold: formatUsd(limit),
+          balanceUsd: formatUsd(balance),
+          entry: entry.id,
+        });
+      }
+    }
+    for (const alert of found) core.track(deliver(core, alert));
+  }
+
+  return {
+    name: 'budget-alerts',
+    onBilled({ entry }) {
+      // Not awaited by the settle: the checks and deliveries run in the background.
+      const core = getCore();
+      core.track(check(entry).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
+    },
+  };
+}

@@ -1,0 +1,220 @@
+/**
+ * The admin HTTP API over real HTTP: every route, auth failures, bad input, the envelope, the
+ * ledger export and usage reports, and the OpenAPI document (validated). Memory storage, and
+ * the money routes once more on SQLite.
+ */
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import SwaggerParser from '@apidevtools/swagger-parser';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { createAdminHandler } from '../../src/index.js';
+import { createSqliteStores } from '../../src/stores/sqlite/index.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
+import { ACCOUNT, MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+
+
+function client(origin: string, token = ADMIN_TOKEN) {
+  return async (method: string, path: string, body?: unknown) => {
+    const res = await fetch(`${origin}/admin/v1${path}`, {
+      method,
+      headers: { authorization: `Bearer ${token}`, ...(body === undefined ? {} : { 'content-type': 'application/json' }) },
+      body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+    });
+    const text = await res.text();
+    let json: any = null;
+    try {
+      json = JSON.parse(text);
+    } catch {
+      /* csv, jsonl */
+    }
+    return { status: res.status, json, text, headers: res.headers };
+  };
+}
+
+function adminSuite(name: string, makeStores?: () => { stores: any; cleanup(): void }) {
+  describe(`admin API (${name})`, () => {
+    let gw: RunningGateway;
+    let api: ReturnType<typeof client>;
+    let devKey: string;
+    let cleanup = () => {};
+    beforeAll(async () => {
+      const setup = testConfig({ walletUsd: 10 });
+      devKey = setup.devKey;
+      const made = makeStores?.();
+      if (made) cleanup = made.cleanup;
+      gw = await startGateway({ ...setup.options, ...(made ? { stores: made.stores } : {}), admin: { tokenSha256: ADMIN_SHA } });
+      api = client(gw.origin);
+    });
+    afterAll(async () => {
+      await gw?.close();
+      cleanup();
+    });
+
+    it('refuses a missing or wrong token with 401 in the envelope, and never with a /v1 key', async () => {
+      for (const token of ['', 'wrong', devKey]) {
+        const r = await client(gw.origin, token)('GET', '/accounts');
+        expect(r.status).toBe(401);
+        expect(r.json.error).toMatchObject({ code: 'invalid_api_key', type: 'authentication_error' });
+        expect(r.headers.get('x-request-id')).toMatch(/^req_/);
+        expect(r.text).not.toContain(ADMIN_TOKEN);
+      }
+      // /v1 does not take the admin token either.
+      expect((await postChat(gw.baseURL, ADMIN_TOKEN, { model: MODEL, messages: [{ role: 'user', content: 'hi' }] })).status).toBe(401);
+    });
+
+    it('accounts: create (201, 409 twice), get, list, credits and adjustments as ledger entries', async () => {
+      expect((await api('POST', '/accounts', { id: 'acme', walletUsd: '5' })).status).toBe(201);
+      const again = await api('POST', '/accounts', { id: 'acme' });
+      expect(again.status).toBe(409);
+      const got = await api('GET', '/accounts/acme');
+      expect(got.json).toMatchObject({ id: 'acme', balanceUsd: '5', heldUsd: '0', openHolds: 0 });
+      expect((await api('GET', '/accounts')).json.data.map((a: any) => a.id)).toEqual(expect.arrayContaining(['acme', ACCOUNT]));
+      const credit = await api('POST', '/accounts/acme/credits', { amountUsd: '2.5', reason: 'invoice 42', id: 'inv-42' });
+      expect(credit.status).toBe(201);
+      expect(credit.json).toMatchObject({ id: 'inv-42', applied: true, balanceUsd: '7.5' });
+      expect((await api('POST', '/accounts/acme/credits', { amountUsd: '2.5', reason: 'invoice 42', id: 'inv-42' })).json.applied).toBe(false);
+      const adj = await api('POST', '/accounts/acme/adjustments', { amountUsd: '-1.25', reason: 'goodwill reversal' });
+      expect(adj.json).toMatchObject({ applied: true, balanceUsd: '6.25' });
+      const ledger = await api('GET', '/ledger?account=acme');
+      expect(ledger.json.data.map((e: any) => [e.costUsd, e.units])).toEqual([
+        ['-2.5', { kind: 'credit', reason: 'invoice 42' }],
+        ['1.25', { kind: 'credit', reason: 'goodwill reversal' }],
+      ]);
+      expect((await api('PUT', '/accounts/acme/grants', { models: [MODEL] })).json.grants).toEqual([MODEL]);
+      expect((await api('GET', '/accounts/nope')).status).toBe(404);
+    });
+
+    it('refuses bad input with 400 naming the field', async () => {
+      const cases: Array<[string, string, unknown, string | null]> = [
+        ['POST', '/accounts', { id: '' }, 'id'],
+        ['POST', '/accounts', { id: 'x', extra: 1 }, null],
+        ['POST', '/accounts/acme/credits', { amountUsd: '-1', reason: 'x' }, 'amountUsd'],
+        ['POST', '/accounts/acme/credits', { amountUsd: '1' }, 'reason'],
+        ['POST', '/keys', { account: 'acme', kind: 'root' }, 'kind'],
+        ['PUT', '/keys/key_x/monthly-cap', {}, 'monthlyCapUsd'],
+        ['GET', '/usage?account=acme&group_by=week', undefined, 'group_by'],
+        ['GET', '/ledger?account=acme&limit=0', undefined, 'limit'],
+      ];
+      for (const [method, path, body, param] of cases) {
+        const r = await api(method, path, body);
+        expect(r.status, `${method} ${path}`).toBe(400);
+        expect(r.json.error.code).toBe('invalid_request');
+        if (param) expect(r.json.error.param).toBe(param);
+      }
+      expect((await api('POST', '/accounts', '{not json')).json.error.code).toBe('invalid_json');
+      expect((await api('GET', '/ledger?account=acme&from=yesterday')).status).toBe(400);
+      expect((await api('GET', '/nowhere')).status).toBe(404);
+      const wrong = await api('PATCH', '/accounts');
+      expect(wrong.status).toBe(405);
+      expect(wrong.headers.get('allow')).toBe('GET, POST');
+    });
+
+    it('keys: create (shown once), list, get, cap, disable/enable (401 then 200), rotate, delete', async () => {
+      const created = await api('POST', '/keys', { account: 'acme', label: 'ci', monthlyCapUsd: '3' });
+      expect(created.status).toBe(201);
+      const { id, key } = created.json;
+      expect(key).toMatch(/^sk-mg-/);
+      expect(created.json).toMatchObject({ id, accountId: 'acme', label: 'ci', monthlyCapUsd: '3', disabled: false });
+      expect(created.json.digest).toBeUndefined();
+      const listed = await api('GET', '/keys?account=acme');
+      expect(listed.text).not.toContain(key);
+      expect(listed.json.data.map((k: any) => k.id)).toEqual([id]);
+      expect((await api('GET', `/keys/${id}`)).json.prefix).toBe(key.slice(0, created.json.prefix.length));
+      expect((await api('PUT', `/keys/${id}/monthly-cap`, { monthlyCapUsd: null })).json.monthlyCapUsd).toBeNull();
+      const chat = () => postChat(gw.baseURL, key, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
+      expect((await chat()).status).toBe(200);
+      expect((await api('POST', `/keys/${id}/disable`)).json.disabled).toBe(true);
+      expect((await chat()).status).toBe(401);
+      expect((await api('POST', `/keys/${id}/enable`)).json.disabled).toBe(false);
+      expect((await chat()).status).toBe(200);
+      const rotated = await api('POST', `/keys/${id}/rotate`);
+      expect(rotated.json).toMatchObject({ id });
+      expect(rotated.json.key).not.toBe(key);
+      expect((await chat()).status).toBe(401);
+      const newChat = await postChat(gw.baseURL, rotated.json.key, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
+      expect(newChat.status).toBe(200);
+      expect((await api('DELETE', `/keys/${id}`)).json.deleted).toBe(true);
+      expect((await api('GET', `/keys/${id}`)).status).toBe(404);
+      expect((await postChat(gw.baseURL, rotated.json.key, { model: MODEL, messages: [] })).status).toBe(401);
+      // Its ledger entries stay.
+      const ledger = await api('GET', `/ledger?account=acme&key=${id}`);
+      expect(ledger.json.data.length).toBe(3);
+    });
+
+    it('brands and documents: CRUD', async () => {
+      expect((await api('PUT', '/accounts/acme/brands/b1', { name: 'B', voice: 'calm' })).json).toMatchObject({ id: 'b1', voice: 'calm' });
+      expect((await api('GET', '/accounts/acme/brands')).json.data).toHaveLength(1);
+      expect((await api('GET', '/accounts/acme/brands/b1')).json.name).toBe('B');
+      expect((await api('PUT', '/accounts/acme/documents/d1', { title: 'T', brand: 'b1', text: 'Hello docs' })).json.brand).toBe('b1');
+      expect((await api('GET', '/accounts/acme/documents')).json.data[0]).toMatchObject({ id: 'd1', bytes: 10 });
+      expect((await api('GET', '/accounts/acme/documents/d1')).json.text).toBe('Hello docs');
+      expect((await api('PUT', '/accounts/acme/documents/d2', { brand: 'nope', text: 'x' })).status).toBe(400);
+      expect((await api('DELETE', '/accounts/acme/documents/d1')).json.deleted).toBe(true);
+      expect((await api('DELETE', '/accounts/acme/documents/d1')).status).toBe(404);
+      expect((await api('DELETE', '/accounts/acme/brands/b1')).json.deleted).toBe(true);
+      expect((await api('GET', '/accounts/acme/brands/b1')).status).toBe(404);
+    });
+
+    it('ledger: cursor paging, filters, CSV and JSONL; usage by day, model and key; jobs', async () => {
+      for (let i = 0; i < 3; i++) {
+        expect((await postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: `n${i}` }], max_tokens: 5 })).status).toBe(200);
+      }
+      const p1 = await api('GET', `/ledger?account=${ACCOUNT}&limit=2`);
+      expect(p1.json.data).toHaveLength(2);
+      expect(p1.json.more).toBe(true);
+      const p2 = await api('GET', `/ledger?account=${ACCOUNT}&limit=2&cursor=${p1.json.nextCursor}`);
+      expect(p2.json.data.length).toBeGreaterThanOrEqual(1);
+      expect(p2.json.data[0].id).not.toBe(p1.json.data[1].id);
+      expect((await api('GET', `/ledger?account=${ACCOUNT}&from=2999-01-01`)).json.data).toEqual([]);
+      const csv = await api('GET', `/ledger?account=${ACCOUNT}&format=csv`);
+      expect(csv.headers.get('content-type')).toMatch(/text\/csv/);
+      const lines = csv.text.trim().split('\n');
+      expect(lines[0]).toMatch(/^at,id,account,key,model/);
+      expect(lines.length).toBe(1 + (await api('GET', `/ledger?account=${ACCOUNT}&limit=1000`)).json.data.length);
+      const jsonl = await api('GET', `/ledger?account=${ACCOUNT}&format=jsonl`);
+      expect(jsonl.text.trim().split('\n').map((l) => JSON.parse(l).model)).toContain(MODEL);
+
+      const all = (await api('GET', `/ledger?account=${ACCOUNT}&limit=1000`)).json.data as any[];
+      const sum = all.reduce((s, e) => s + BigInt(Math.round(Number(e.costUsd) * 1e9)), 0n);
+      const byDay = await api('GET', `/usage?account=${ACCOUNT}&group_by=day&from=2000-01-01`);
+      expect(byDay.json.data[0].group).toBe(new Date().toISOString().slice(0, 10));
+      expect(BigInt(Math.round(Number(byDay.json.totalUsd) * 1e9))).toBe(sum);
+      expect((await api('GET', `/usage?account=${ACCOUNT}&group_by=model`)).json.data.map((r: any) => r.group)).toEqual([MODEL]);
+      const byKey = await api('GET', `/usage?account=${ACCOUNT}&group_by=key`);
+      expect(byKey.json.data[0]).toMatchObject({ calls: all.length });
+      expect((await api('GET', `/usage?account=${ACCOUNT}&group_by=day&to=2000-01-01`)).json.data).toEqual([]);
+      expect((await api('GET', `/jobs?account=${ACCOUNT}`)).json).toEqual({ object: 'list', data: [] });
+      expect((await api('GET', '/jobs/img_nope')).status).toBe(404);
+    });
+  });
+}
+
+adminSuite('memory');
+adminSuite('sqlite', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mg-admin-'));
+  return { stores: createSqliteStores({ path: join(dir, 'g.db') }), cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+});
+
+describe('admin API: OpenAPI and mounting', () => {
+  it('serves a valid OpenAPI 3.1 document naming every route, and mounts apart from /v1', async () => {
+    const setup = testConfig();
+    const gw = await startGateway(setup.options); // no `admin` option: not served here
+    try {
+      expect((await fetch(`${gw.origin}/admin/v1/accounts`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).status).toBe(404);
+      const handler = createAdminHandler(gw.gateway, { tokenSha256: ADMIN_SHA });
+      const res = await handler(new Request('http://internal/admin/v1/openapi.json'));
+      const doc = (await res.json()) as any;
+      expect(doc.openapi).toBe('3.1.0');
+      for (const p of ['/admin/v1/accounts', '/admin/v1/accounts/{id}/credits', '/admin/v1/keys/{id}/rotate', '/admin/v1/ledger', '/admin/v1/usage', '/admin/v1/jobs']) {
+        expect(doc.paths[p], p).toBeDefined();
+      }
+      expect(doc.paths['/admin/v1/keys'].post.requestBody.content['application/json'].schema.properties.account).toBeDefined();
+      await SwaggerParser.validate(structuredClone(doc));
+      const list = await handler(new Request('http://internal/admin/v1/accounts', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }));
+      expect(((await list.json()) as any).data.map((a: any) => a.id)).toContain(ACCOUNT);
+    } finally {
+      await gw.close();
+    }
+  });
+});

@@ -1,0 +1,88 @@
+/**
+ * Budget alerts: a real webhook receiver gets each crossing exactly once (also after a
+ * restart on the same SQLite file), signed, with the same idempotency key on a retry.
+ */
+import { createHmac } from 'node:crypto';
+import { once } from 'node:events';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { createServer } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { createSqliteStores } from '../../src/stores/sqlite/index.js';
+import { MODEL, eventually, postChat, startGateway, testConfig } from '../helpers/gateway.js';
+
+const SECRET = 'whsec-test-secret';
+const received: Array<{ body: any; headers: Record<string, string | string[] | undefined>; raw: string }> = [];
+let failNext = 1;
+const receiver = createServer((req, res) => {
+  let raw = '';
+  req.on('data', (c) => (raw += c));
+  req.on('end', () => {
+    // The first delivery fails: the retry must carry the same idempotency key.
+    if (failNext > 0) {
+      failNext--;
+      res.writeHead(503).end();
+      return;
+    }
+    received.push({ body: JSON.parse(raw), headers: req.headers, raw });
+    res.writeHead(204).end();
+  });
+});
+let url = '';
+const dir = mkdtempSync(join(tmpdir(), 'mg-alerts-'));
+
+beforeAll(async () => {
+  receiver.listen(0, '127.0.0.1');
+  await once(receiver, 'listening');
+  url = `http://127.0.0.1:${(receiver.address() as AddressInfo).port}/hook`;
+});
+afterAll(() => {
+  receiver.close();
+  rmSync(dir, { recursive: true, force: true });
+});
+
+it('sends each crossing once, signed, and not again after a restart', async () => {
+  const setup = testConfig({ walletUsd: '0.0003' });
+  const options = {
+    ...setup.options,
+    alerts: {
+      webhook: { url, secret: SECRET, backoffMs: 20 },
+      defaults: { capPercent: [25, 50], balanceBelowUsd: ['0.00025'] },
+    },
+  };
+  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'g.db') }) });
+  let gw = await open();
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  await gw.gateway.admin.setMonthlyCap(devId, '0.0002');
+  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+
+  // Calls until the key has spent at least half its cap.
+  for (let i = 0; i < 30; i++) {
+    expect((await call()).status).toBe(200);
+    const spent = (await gw.stores.billing.keyUsage(setup.account, devId, new Date().toISOString().slice(0, 7))).monthly;
+    if (spent * 2n >= 200_000n) break;
+  }
+  await eventually(() => received.length >= 3, 'three alerts', 10_000);
+  expect((await call()).status).toBe(200);
+  await gw.close();
+
+  // A restart on the same file: more charges, no repeated alert.
+  gw = await open();
+  expect((await call()).status).toBe(200);
+  await new Promise((r) => setTimeout(r, 300));
+  await gw.close();
+
+  const kinds = received.map((r) => `${r.body.type}:${r.body.threshold}`).sort();
+  expect(kinds).toEqual(['budget.balance_below:0.00025', 'budget.key_monthly_cap:25', 'budget.key_monthly_cap:50']);
+  for (const r of received) {
+    const t = r.headers['x-mg-timestamp'] as string;
+    const expected = `t=${t},v1=${createHmac('sha256', SECRET).update(`${t}.${r.raw}`).digest('hex')}`;
+    expect(r.headers['x-mg-signature']).toBe(expected);
+    expect(r.headers['idempotency-key']).toBe(r.body.id);
+    expect(r.body).toMatchObject({ account: setup.account });
+  }
+  expect(new Set(received.map((r) => r.body.id)).size).toBe(3);
+  expect(failNext).toBe(0);
+});

@@ -1,0 +1,67 @@
+/**
+ * The web console in real headless Chromium: sign in with the admin token, see the spend
+ * chart drawn from seeded spend, disable a key and see calls with it refused (401).
+ * Screenshots go to test/artifacts/ (git-ignored).
+ */
+import { mkdirSync } from 'node:fs';
+import { chromium, type Browser } from 'playwright-core';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import { MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
+
+const ARTIFACTS = new URL('../artifacts/', import.meta.url).pathname;
+let browser: Browser;
+let gw: RunningGateway;
+const setup = testConfig({ walletUsd: 50 });
+
+beforeAll(async () => {
+  mkdirSync(ARTIFACTS, { recursive: true });
+  gw = await startGateway({ ...setup.options, admin: { tokenSha256: ADMIN_SHA } });
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
+  });
+}, 60_000);
+afterAll(async () => {
+  await browser?.close();
+  await gw?.close();
+});
+
+it('signs in, draws the spend chart, disables a key (then 401)', async () => {
+  // Seeded spend: a few real calls with the developer key.
+  for (let i = 0; i < 3; i++) {
+    expect((await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: `hello ${i}` }], max_tokens: 20 })).status).toBe(200);
+  }
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  await page.goto(`${gw.origin}/admin`);
+  await page.fill('#token', 'not-the-token');
+  await page.click('#signin-button');
+  await page.waitForSelector('#signin-error:has-text("not accepted")');
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#signin-button');
+  await page.waitForSelector('body[data-loaded]');
+  await page.waitForSelector('#spend-chart canvas');
+  expect(await page.getAttribute('#spend-chart', 'data-points')).toBe('1');
+  // The bar was painted: some canvas pixel is not transparent.
+  const painted = await page.evaluate(() => {
+    const c = document.querySelector('#spend-chart canvas') as HTMLCanvasElement;
+    const d = c.getContext('2d')!.getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; i < d.length; i += 4) if (d[i]! > 0) n++;
+    return n;
+  });
+  expect(painted).toBeGreaterThan(100);
+  expect(await page.textContent('#by-model tbody')).toContain(MODEL);
+  expect(Number(await page.textContent('#balance'))).toBeLessThan(50);
+  expect(await page.locator('#ledger tbody tr').count()).toBe(3);
+  await page.screenshot({ path: `${ARTIFACTS}console-signed-in.png`, fullPage: true });
+
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  const row = page.locator(`#keys tr[data-key="${devId}"]`);
+  await row.locator('button.disable').click();
+  await page.waitForSelector(`#keys tr[data-key="${devId}"] button.enable`);
+  expect(await row.textContent()).toContain('disabled');
+  await page.screenshot({ path: `${ARTIFACTS}console-key-disabled.png`, fullPage: true });
+  expect((await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'x' }] })).status).toBe(401);
+  await page.close();
+}, 60_000);
