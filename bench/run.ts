@@ -32,6 +32,8 @@
  *                             for a storage other than memory)
  *   BENCH_PROMPT_BYTES [0]    pad every user message by this many bytes (each call's prompt is unique either way)
  *   BENCH_FIXED_PROMPT []     "1": send the very same prompt every call (not real traffic; shows what prompt caches save)
+ *   BENCH_OBSERVE [on]        "on": access log (to the gateway's stdout pipe) and /metrics on, as a
+ *                             production gateway runs; "off": both off, to see what they cost
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
  *
  * Targets are printed as met / not met. They are a report, never a test: nothing fails on them.
@@ -73,6 +75,7 @@ const OUT = env.BENCH_OUT ?? (PROFILE ? 'profile' : STORAGE === 'memory' ? 'late
 const FIXED_PROMPT = env.BENCH_FIXED_PROMPT === '1';
 /** A measurement disturbed by other load is taken again, up to this many times (the quietest is kept). */
 const RETRIES = num(env.BENCH_RETRIES, 2);
+const OBSERVE = env.BENCH_OBSERVE !== 'off';
 
 /** Other load (cores) above which a measurement is flagged as disturbed. */
 const NOISY_CORES = 0.2;
@@ -109,6 +112,8 @@ function gatewayConfig(upstreamUrl: string, storage: Record<string, unknown>) {
     keys: [{ key: KEY, account: 'bench', kind: 'developer', label: 'bench' }],
     limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
     storage,
+    accessLog: OBSERVE,
+    metrics: OBSERVE ? { path: '/metrics' } : null,
   };
 }
 
@@ -321,7 +326,7 @@ async function main(): Promise<void> {
         : STORAGE === 'redis'
           ? { driver: 'redis', url: REDIS_URL, keyPrefix: redisPrefix }
           : { driver: 'memory' };
-  log(`gateway storage: ${STORAGE}`);
+  log(`gateway storage: ${STORAGE}; access log and metrics: ${OBSERVE ? 'on' : 'off'}`);
 
   try {
     const upstream = track(await startNode('upstream', [...TSX, 'bench/upstream.ts'], ROOT));
