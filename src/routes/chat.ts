@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { type BilledCall, insufficientQuota } from '../billing/meter.js';
 import { choicesText } from '../billing/output.js';
 import { listCost } from '../billing/pricing.js';
-import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
+import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
@@ -13,6 +13,7 @@ import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { relayStream } from './chat-stream.js';
+import { checkContextWindow, checkOutputCap } from './context-window.js';
 import { zodError } from './validation.js';
 
 const part = z.looseObject({ type: z.string() });
@@ -78,6 +79,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const req = body as ChatBody;
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;
+  checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
   const injected = await core.context.apply(ctx, req, req.messages);
   const messages = injected && injected.length ? [...injected, ...req.messages] : req.messages;
 
@@ -99,6 +101,8 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
   // Only when that is refused are the tokens counted, and the exact estimate decides.
   const bound = promptTokensBound(input);
+  // The injected brand and knowledge count too: they are part of what the model must read.
+  checkContextWindow(model, bound, () => countPromptTokens(core.tokenizer, input), 'messages');
   let opened = await open(bound);
   if (!opened.ok && promptTokens() < bound) opened = await open(promptTokens());
   if (!opened.ok) {
