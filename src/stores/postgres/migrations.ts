@@ -379,6 +379,10 @@ BEGIN
     SELECT ctid FROM ${s}.idempotency WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
 END $$;
 `,
+  // 2: an account's job listing (GET /videos) reads through this index, in its page order.
+  (s) => `
+CREATE INDEX jobs_account ON ${s}.jobs ((data ->> 'accountId'), (data ->> 'object'), ((data ->> 'createdAt')::bigint), id COLLATE "C");
+`,
 ];
 
 /**
