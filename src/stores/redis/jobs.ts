@@ -59,7 +59,8 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
         await reindex(job.id, job.status, goneAt);
         const listed = byAccount(job.accountId, job.object);
         await client.zadd(listed, String(whole(job.createdAt)), job.id);
-        await client.pexpire(listed, whole(ttlMs));
+        // The listing lives as long as its longest-lived job (never shortened by a shorter one).
+        if ((await client.pttl(listed)) < ttlMs) await client.pexpire(listed, whole(ttlMs));
       });
     },
 
