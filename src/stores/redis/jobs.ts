@@ -57,10 +57,12 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
           [whole(ttlMs), 'id', JSON.stringify(job.id), ...encode(job, true)],
         );
         await reindex(job.id, job.status, goneAt);
-        const listed = byAccount(job.accountId, job.object);
-        await client.zadd(listed, String(whole(job.createdAt)), job.id);
-        // The listing lives as long as its longest-lived job (never shortened by a shorter one).
-        if ((await client.pttl(listed)) < ttlMs) await client.pexpire(listed, whole(ttlMs));
+        if (typeof job.accountId === 'string' && typeof job.object === 'string') {
+          const listed = byAccount(job.accountId, job.object);
+          await client.zadd(listed, String(whole(job.createdAt ?? 0)), job.id);
+          // The listing lives as long as its longest-lived job (never shortened by a shorter one).
+          if ((await client.pttl(listed)) < ttlMs) await client.pexpire(listed, whole(ttlMs));
+        }
       });
     },
 
