@@ -26,12 +26,16 @@ import { newRecord, type Observer, track as trackRecord, type Tracked } from './
 import { startRequestSpan, tracing } from './observability/traces.js';
 import { parseOptions, type GatewayConfigInput } from './options.js';
 import { chatCompletions } from './routes/chat.js';
-import { listBrands, listKnowledge, listModels, readKey } from './routes/discovery.js';
+import { listBrands, listKnowledge, listModels, readKey, retrieveModel } from './routes/discovery.js';
+import { createCompletion } from './routes/completions.js';
+import { createEmbeddings } from './routes/embeddings.js';
+import { createResponse } from './routes/responses.js';
 import { adoptLostImage, createImage } from './routes/images.js';
 import { getJob } from './routes/media.js';
 import { createSpeech } from './routes/speech.js';
 import { adoptVideo } from './routes/videos/adopt.js';
 import { videoContent } from './routes/videos/content.js';
+import { deleteVideo, listVideos } from './routes/videos/list.js';
 import { createVideo } from './routes/videos/create.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
@@ -166,9 +170,11 @@ interface Route {
 function route(path: string, methods: Route['methods'], idempotent = false): Route {
   const keys: string[] = [];
   const pattern = new RegExp(
-    `^${path.replace(/\{(\w+)\}/g, (_, k: string) => {
+    // `{id}` is one path segment; `{id...}` takes the rest of the path, slashes included
+    // (model ids such as "sim/fast-chat").
+    `^${path.replace(/\{(\w+)(\.\.\.)?\}/g, (_, k: string, rest?: string) => {
       keys.push(k);
-      return '([^/]+)';
+      return rest ? '(.+)' : '([^/]+)';
     })}$`,
   );
   return { path, pattern, keys, methods, idempotent };
@@ -299,15 +305,19 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const v1Slash = `${v1}/`;
   const routes: Route[] = [
     route('/chat/completions', { POST: chatCompletions }, true),
+    route('/completions', { POST: createCompletion }, true),
+    route('/responses', { POST: createResponse }, true),
+    route('/embeddings', { POST: createEmbeddings }, true),
     route('/models', { GET: listModels }),
+    route('/models/{id...}', { GET: retrieveModel }),
     route('/key', { GET: readKey }),
     route('/brands', { GET: listBrands }),
     route('/knowledge', { GET: listKnowledge }),
     route('/images/generations', { POST: createImage }, true),
     route('/images/{id}', { GET: (c, x) => getJob(c, x, 'image') }),
     route('/audio/speech', { POST: createSpeech }, true),
-    route('/videos', { POST: createVideo }, true),
-    route('/videos/{id}', { GET: (c, x) => getJob(c, x, 'video') }),
+    route('/videos', { POST: createVideo, GET: listVideos }, true),
+    route('/videos/{id}', { GET: (c, x) => getJob(c, x, 'video'), DELETE: deleteVideo }),
     route('/videos/{id}/content', { GET: videoContent }),
   ];
 

@@ -97,6 +97,11 @@ export const modelSchema = z
     parameters: z.record(z.string(), z.unknown()).optional(),
     /** Unix seconds shown as `created` in the listing. @default 0 */
     created: z.number().int().nonnegative().default(0),
+    /**
+     * A text model that serves POST /embeddings (billed per input token at its prompt price).
+     * Only such models are accepted there. @default false
+     */
+    embedding: z.boolean().default(false),
     /** Media models with named modes (video): the modes, each one a priced tier. */
     modes: z.array(z.string()).optional(),
     /** Tier billed when the request names none. @default the cheapest tier, else "default" */

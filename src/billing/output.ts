@@ -73,3 +73,56 @@ export function choicesText(choices: unknown, field: 'delta' | 'message'): strin
   }
   return out;
 }
+
+/** The text the choices of a legacy completion (or of one streamed chunk of it) produced. */
+export function completionText(choices: unknown): string {
+  if (!Array.isArray(choices)) return '';
+  let out = '';
+  for (const c of choices) {
+    const text = (c as { text?: unknown } | null)?.text;
+    if (typeof text === 'string') out += text;
+  }
+  return out;
+}
+
+/**
+ * The countable text of one streamed Responses event: every `*.delta` event carrying text
+ * (output text, refusals, reasoning and its summary, function and custom tool call
+ * arguments, audio transcripts, code) adds its `delta`. `response.audio.delta` is excluded:
+ * its delta is base64 audio, billed through the transcript that comes with it.
+ */
+export function responseEventText(event: unknown): string {
+  if (!event || typeof event !== 'object') return '';
+  const { type, delta } = event as { type?: unknown; delta?: unknown };
+  if (typeof type !== 'string' || typeof delta !== 'string' || !type.endsWith('.delta')) return '';
+  return type === 'response.audio.delta' ? '' : delta;
+}
+
+/**
+ * The countable text of a Responses `output` array (a plain answer): message text and
+ * refusals, function and custom tool calls (name and arguments or input), reasoning text and
+ * summaries.
+ */
+export function responseOutputText(output: unknown): string {
+  if (!Array.isArray(output)) return '';
+  let out = '';
+  const texts = (parts: unknown) => {
+    if (!Array.isArray(parts)) return;
+    for (const p of parts) {
+      if (!p || typeof p !== 'object') continue;
+      const { text, refusal } = p as { text?: unknown; refusal?: unknown };
+      if (typeof text === 'string') out += text;
+      if (typeof refusal === 'string') out += refusal;
+    }
+  };
+  for (const item of output) {
+    if (!item || typeof item !== 'object') continue;
+    const i = item as { name?: unknown; arguments?: unknown; input?: unknown; content?: unknown; summary?: unknown };
+    texts(i.content);
+    texts(i.summary);
+    if (typeof i.name === 'string') out += i.name;
+    if (typeof i.arguments === 'string') out += i.arguments;
+    if (typeof i.input === 'string') out += i.input;
+  }
+  return out;
+}

@@ -155,6 +155,11 @@ export function promptTokensBound(input: PromptInput): number {
   return promptSize(utf8Bytes, input);
 }
 
+/** Prompt tokens of a chat request counted with the tokenizer, without a margin. */
+export function countPromptTokens(tokenizer: Tokenizer, input: PromptInput): number {
+  return promptSize((text) => tokenizer.count(text), input);
+}
+
 /** Prompt tokens of a chat request counted with the tokenizer, plus a 5% margin. */
 export function estimatePromptTokens(tokenizer: Tokenizer, input: PromptInput): number {
   return Math.ceil(promptSize((text) => tokenizer.count(text), input) * 1.05);

@@ -36,6 +36,8 @@ export interface Model {
   maxTokensPerImage: number;
   /** Prompt tokens held for each audio part of a chat prompt. */
   maxTokensPerAudio: number;
+  /** A text model that serves /embeddings (the only models accepted there). */
+  embedding: boolean;
   /** Text models: prices in pico-USD per token. */
   text: { promptPico: bigint; completionPico: bigint } | null;
   media: MediaPrice | null;
@@ -162,6 +164,7 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     maxOutputTokens: m.maxOutputTokens,
     maxTokensPerImage: m.maxTokensPerImage,
     maxTokensPerAudio: m.maxTokensPerAudio,
+    embedding: m.embedding,
     text,
     media,
     parameters,

@@ -153,7 +153,8 @@ export function jobView(job: JobRecord): Record<string, unknown> {
   };
   if (job.object === 'video') {
     view.prompt = job.prompt ?? null;
-    view.seconds = job.seconds ?? null;
+    // A string, as OpenAI's video object (and its SDKs) type it.
+    view.seconds = job.seconds === undefined ? null : String(job.seconds);
     view.size = job.size ?? null;
   }
   return view;

@@ -3,7 +3,7 @@ import { z } from 'zod';
 import { insufficientQuota } from '../billing/meter.js';
 import { choicesText } from '../billing/output.js';
 import { listCost } from '../billing/pricing.js';
-import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
+import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
@@ -14,6 +14,7 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { type ChatBilling, type Usage, usageFrom } from './chat-billing.js';
 import { relayStream } from './chat-stream/relay.js';
+import { checkContextWindow, checkOutputCap } from './context-window.js';
 import { zodError } from './validation.js';
 
 const part = z.looseObject({ type: z.string() });
@@ -54,6 +55,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const req = body as ChatBody;
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;
+  checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
   const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
   const messages = injected?.length ? [...injected, ...req.messages] : req.messages;
 
@@ -75,6 +77,8 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
   // Only when that is refused are the tokens counted, and the exact estimate decides.
   const bound = promptTokensBound(input);
+  // The injected brand and knowledge count too: they are part of what the model must read.
+  checkContextWindow(model, bound, () => countPromptTokens(core.tokenizer, input), 'messages');
   let opened = await open(bound);
   if (!opened.ok && promptTokens() < bound) opened = await open(promptTokens());
   if (!opened.ok) {

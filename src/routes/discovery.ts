@@ -18,6 +18,18 @@ export async function listModels(core: Core, ctx: RequestContext): Promise<Respo
   return json(200, { object: 'list', data });
 }
 
+/** GET /models/{id}: the model's row as the key's listings show it (text or media), else 404. */
+export async function retrieveModel(core: Core, ctx: RequestContext): Promise<Response> {
+  const id = ctx.params.id ?? '';
+  for (const type of [null, 'image', 'audio', 'video'] as const) {
+    const row = core.catalog.list(ctx.key, type).find((m) => m.id === id);
+    if (row) return json(200, row);
+  }
+  throw new GatewayError('model_not_found', `The model \`${id.slice(0, 200)}\` does not exist or you do not have access to it.`, {
+    param: 'model',
+  });
+}
+
 const seconds = (ms: number) => Math.floor(ms / 1000);
 
 export async function readKey(core: Core, ctx: RequestContext): Promise<Response> {

@@ -323,6 +323,23 @@ export interface JobStore {
   update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null>;
   /** Jobs not yet completed or failed. */
   listUnfinished(): Promise<JobRecord[]>;
+  /**
+   * One page of an account's unexpired jobs of one kind, in (createdAt, id) order (`asc` or
+   * `desc`), strictly after the `after` position when given, at most `limit` of them.
+   */
+  listByAccount(accountId: string, object: JobRecord['object'], page: JobPage): Promise<JobRecord[]>;
+  /**
+   * Atomic compare-and-delete: removes the job only if its status is one of `whenStatus`
+   * (any status when omitted). True when it was removed.
+   */
+  delete(id: string, whenStatus?: JobStatus[]): Promise<boolean>;
+}
+
+export interface JobPage {
+  order: 'asc' | 'desc';
+  /** The position of the last job of the previous page. */
+  after?: { createdAt: number; id: string };
+  limit: number;
 }
 
 export interface BrandRecord {

@@ -29,7 +29,7 @@ function job(overrides: Partial<JobRecord> = {}): JobRecord {
   };
 }
 
-/** JobStore: create with TTL, get, compare-and-set update, listUnfinished. */
+/** JobStore: create with TTL, get, compare-and-set update, listUnfinished, listByAccount, compare-and-delete. */
 export function jobsSuite(name: string, make: MakeStores): void {
   describe(`${name}: JobStore`, () => {
     const h = useHarness(make);
@@ -105,6 +105,76 @@ export function jobsSuite(name: string, make: MakeStores): void {
       await jobs().update(all[0]!.id, { status: 'failed', error: { code: 'job_lost', message: 'lost' } });
       const after = (await jobs().listUnfinished()).filter((j) => mine.has(j.id));
       expect(after.map((j) => j.id)).toEqual([all[1]!.id]);
+    });
+
+    it("lists one account's jobs of one kind in (createdAt, id) order, paged after a position", async () => {
+      const account = uid('acct');
+      // Two pairs share a second: the id decides between them, in byte order.
+      const specs: Array<[number, string]> = [
+        [100, 'video_B'],
+        [100, 'video_a'],
+        [101, 'video_A'],
+        [99, 'video_z'],
+        [102, 'video_0'],
+        [102, 'video_9'],
+      ];
+      const made = specs.map(([createdAt, id]) => job({ id: `${id}_${uid('j')}`, accountId: account, createdAt }));
+      for (const j of made) await jobs().create(j, 60_000);
+      // Neither another account's jobs nor the account's image jobs are listed.
+      await jobs().create(job({ accountId: uid('acct'), createdAt: 100 }), 60_000);
+      await jobs().create(job({ accountId: account, object: 'image', createdAt: 100 }), 60_000);
+      const expected = [...made]
+        .sort((a, b) => a.createdAt - b.createdAt || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+        .map((j) => j.id);
+
+      const all = await jobs().listByAccount(account, 'video', { order: 'asc', limit: 100 });
+      expect(all.map((j) => j.id)).toEqual(expected);
+      expect(all[0]).toEqual(made.find((j) => j.id === expected[0]));
+      const desc = await jobs().listByAccount(account, 'video', { order: 'desc', limit: 100 });
+      expect(desc.map((j) => j.id)).toEqual([...expected].reverse());
+
+      for (const order of ['asc', 'desc'] as const) {
+        const want = order === 'asc' ? expected : [...expected].reverse();
+        const seen: string[] = [];
+        let after: { createdAt: number; id: string } | undefined;
+        for (;;) {
+          const page = await jobs().listByAccount(account, 'video', { order, limit: 4, ...(after ? { after } : {}) });
+          seen.push(...page.map((j) => j.id));
+          const last = page[page.length - 1];
+          if (page.length < 4 || !last) break;
+          after = { createdAt: last.createdAt, id: last.id };
+        }
+        expect(seen).toEqual(want);
+      }
+      expect(await jobs().listByAccount(uid('acct'), 'video', { order: 'asc', limit: 10 })).toEqual([]);
+    });
+
+    it('delete is a compare-and-delete on the status; deleted and expired jobs are not listed', async () => {
+      const account = uid('acct');
+      const running = job({ accountId: account, status: 'in_progress', createdAt: 1 });
+      const done = job({ accountId: account, status: 'completed', createdAt: 2 });
+      const short = job({ accountId: account, status: 'failed', createdAt: 3 });
+      await jobs().create(running, 60_000);
+      await jobs().create(done, 60_000);
+      await jobs().create(short, 300);
+
+      expect(await jobs().delete(running.id, ['completed', 'failed'])).toBe(false);
+      expect(await jobs().get(running.id)).toEqual(running);
+      expect(await jobs().delete(done.id, ['completed', 'failed'])).toBe(true);
+      expect(await jobs().get(done.id)).toBeNull();
+      expect(await jobs().delete(done.id)).toBe(false);
+      expect(await jobs().delete(uid('job'))).toBe(false);
+
+      await h().advance(400);
+      const listed = await jobs().listByAccount(account, 'video', { order: 'asc', limit: 10 });
+      expect(listed.map((j) => j.id)).toEqual([running.id]);
+      // Paging after a job that is gone still starts at its place.
+      const after = await jobs().listByAccount(account, 'video', { order: 'desc', limit: 10, after: { createdAt: 3, id: short.id } });
+      expect(after.map((j) => j.id)).toEqual([running.id]);
+
+      expect(await jobs().delete(running.id)).toBe(true);
+      expect((await jobs().listUnfinished()).some((j) => j.id === running.id)).toBe(false);
+      expect(await jobs().listByAccount(account, 'video', { order: 'asc', limit: 10 })).toEqual([]);
     });
   });
 }

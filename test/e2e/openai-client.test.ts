@@ -31,6 +31,8 @@ beforeAll(async () => {
   const setup = testConfig({
     upstreamUrl: up.url,
     walletUsd: 100,
+    // The 402 test asks for 100,000 output tokens: the model must allow that many.
+    maxOutputTokens: 100_000,
     models: [
       {
         id: OTHER_MODEL,

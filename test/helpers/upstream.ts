@@ -54,6 +54,31 @@ export type Behavior =
       /** The `model` field of each chunk. Default: the model the request named. */
       model?: string;
     }
+  /** 200 embeddings list, one vector per input; `promptTokens` null sends no usage. Default 9. */
+  | { kind: 'embeddings'; promptTokens?: number | null }
+  /** 200 legacy text_completion (plain), or its SSE stream when the request has stream: true. */
+  | {
+      kind: 'completion';
+      chunks?: string[];
+      /** Usage to report (plain; streamed only when asked with include_usage). null: none. */
+      usage?: UsageCounts | null;
+      /** Destroys the socket after this many streamed chunks. */
+      resetAfter?: number;
+    }
+  /**
+   * 200 Responses API answer (plain), or its typed SSE events when the request has
+   * stream: true: response.created, one output_text.delta per chunk, response.completed.
+   */
+  | {
+      kind: 'response';
+      chunks?: string[];
+      /** input / output tokens to report; null: no usage in the answer or in response.completed. */
+      usage?: { input_tokens: number; output_tokens: number } | null;
+      /** Destroys the socket after this many streamed deltas (no response.completed). */
+      resetAfter?: number;
+      /** Sends an `error` event after this many deltas, then ends the stream. */
+      errorAfter?: number;
+    }
   /** An OpenAI-style error answer. */
   | { kind: 'error'; status: number; message?: string; type?: string; code?: string | null; param?: string | null; body?: string }
   /** Reads the request and never answers. */
@@ -199,6 +224,106 @@ export async function startTestUpstream(): Promise<TestUpstream> {
         }
         case 'hang':
           return;
+        case 'embeddings': {
+          const input = rec.body?.input;
+          const items = typeof input === 'string' || (Array.isArray(input) && typeof input[0] === 'number') ? [input] : (input as unknown[]);
+          const tokens = b.promptTokens === undefined ? 9 : b.promptTokens;
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(
+            JSON.stringify({
+              object: 'list',
+              data: items.map((_, index) => ({ object: 'embedding', index, embedding: [0.1, 0.2, 0.3] })),
+              model,
+              ...(tokens === null ? {} : { usage: { prompt_tokens: tokens, total_tokens: tokens } }),
+            }),
+          );
+          return;
+        }
+        case 'completion': {
+          const chunks = b.chunks ?? ['Once', ' upon', ' a', ' time'];
+          const usage = b.usage === undefined ? { prompt_tokens: 11, completion_tokens: chunks.length } : b.usage;
+          const base = { id: 'cmpl-test', object: 'text_completion', created: 1_700_000_000, model };
+          const withTotal = (u: UsageCounts) => ({ ...u, total_tokens: u.prompt_tokens + u.completion_tokens });
+          if (rec.body?.stream !== true) {
+            res.writeHead(200, { 'content-type': 'application/json' });
+            res.end(
+              JSON.stringify({
+                ...base,
+                choices: [{ index: 0, text: chunks.join(''), logprobs: null, finish_reason: 'stop' }],
+                ...(usage ? { usage: withTotal(usage) } : {}),
+              }),
+            );
+            return;
+          }
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.flushHeaders();
+          const event = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+            res.write(`data: ${JSON.stringify({ ...base, choices, ...extra })}\n\n`);
+          for (let i = 0; i < chunks.length; i++) {
+            if (b.resetAfter !== undefined && i === b.resetAfter) {
+              await sleep(10);
+              req.socket.resetAndDestroy();
+              return;
+            }
+            event([{ index: 0, text: chunks[i], logprobs: null, finish_reason: null }]);
+            rec.chunksSent++;
+          }
+          event([{ index: 0, text: '', logprobs: null, finish_reason: 'stop' }]);
+          const opts = rec.body?.stream_options as { include_usage?: unknown } | undefined;
+          if (usage && opts?.include_usage === true) event([], { usage: withTotal(usage) });
+          res.end('data: [DONE]\n\n');
+          return;
+        }
+        case 'response': {
+          const chunks = b.chunks ?? ['Hello', ' from', ' Responses'];
+          const usage = b.usage === undefined ? { input_tokens: 13, output_tokens: chunks.length } : b.usage;
+          const text = chunks.join('');
+          const message = { id: 'msg_test', type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] };
+          const response = (status: string, output: unknown[], u: typeof usage) => ({
+            id: 'resp_test',
+            object: 'response',
+            created_at: 1_700_000_000,
+            model,
+            status,
+            error: null,
+            incomplete_details: null,
+            instructions: rec.body?.instructions ?? null,
+            output,
+            parallel_tool_calls: true,
+            tool_choice: 'auto',
+            tools: [],
+            ...(u ? { usage: { ...u, total_tokens: u.input_tokens + u.output_tokens, input_tokens_details: { cached_tokens: 0 }, output_tokens_details: { reasoning_tokens: 0 } } } : { usage: null }),
+          });
+          if (rec.body?.stream !== true) {
+            res.writeHead(200, { 'content-type': 'application/json' });
+            res.end(JSON.stringify(response('completed', [message], usage)));
+            return;
+          }
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.flushHeaders();
+          let seq = 0;
+          const event = (type: string, data: Record<string, unknown>) =>
+            res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
+          event('response.created', { response: response('in_progress', [], null) });
+          for (let i = 0; i < chunks.length; i++) {
+            if (b.resetAfter !== undefined && i === b.resetAfter) {
+              await sleep(10);
+              req.socket.resetAndDestroy();
+              return;
+            }
+            if (b.errorAfter !== undefined && i === b.errorAfter) {
+              event('error', { code: 'server_error', message: 'upstream broke mid-answer', param: null });
+              res.end();
+              return;
+            }
+            event('response.output_text.delta', { item_id: 'msg_test', output_index: 0, content_index: 0, delta: chunks[i] });
+            rec.chunksSent++;
+          }
+          event('response.output_text.done', { item_id: 'msg_test', output_index: 0, content_index: 0, text });
+          event('response.completed', { response: response('completed', [message], usage) });
+          res.end();
+          return;
+        }
         case 'custom':
           await b.handle(req, res, rec);
           return;

@@ -294,7 +294,7 @@ describe('video jobs', () => {
     expect(res.status).toBe(202);
     const job = await body(res);
     expect(res.headers.get('location')).toBe(`/v1/videos/${job.id}`);
-    expect(job).toMatchObject({ object: 'video', status: 'queued', progress: 0, prompt: 'a tandem at dawn', seconds: 6, result: null });
+    expect(job).toMatchObject({ object: 'video', status: 'queued', progress: 0, prompt: 'a tandem at dawn', seconds: '6', result: null });
     expect(await leases('video')).toBe(1);
     expect((await wallet()).held).toBe(videoCost('1080P', 6));
 
@@ -325,7 +325,7 @@ describe('video jobs', () => {
     const res = await api('/videos', { body: { model: VIDEO, prompt: 'a fixie', seconds: '3', resolution: '1080P' } });
     expect(res.status).toBe(202);
     const job = await body(res);
-    expect(job).toMatchObject({ seconds: 3, size: '1080P' });
+    expect(job).toMatchObject({ seconds: '3', size: '1080P' });
     await eventually(async () => (await entriesFor(job.id)).length === 1, 'settled without polling');
     await settled();
     expect((await entriesFor(job.id))[0]!.cost).toBe(videoCost('1080P', 3));

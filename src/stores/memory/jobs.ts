@@ -1,4 +1,5 @@
-import type { JobRecord, JobStatus, JobStore } from '../types.js';
+import { pageOf } from '../job-page.js';
+import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import { createSweeper } from './sweep.js';
 
 interface StoredJob {
@@ -60,6 +61,22 @@ export function createMemoryJobs(now: () => number): JobStore {
         else if (!FINISHED.has(stored.job.status)) out.push(structuredClone(stored.job));
       }
       return out;
+    },
+
+    async listByAccount(accountId: string, object: JobRecord['object'], page: JobPage): Promise<JobRecord[]> {
+      const t = now();
+      const mine: JobRecord[] = [];
+      for (const stored of jobs.values()) {
+        if (stored.goneAt > t && stored.job.accountId === accountId && stored.job.object === object) mine.push(stored.job);
+      }
+      return pageOf(mine, page).map((j) => structuredClone(j));
+    },
+
+    async delete(id: string, whenStatus?: JobStatus[]): Promise<boolean> {
+      const stored = live(id);
+      if (!stored) return false;
+      if (whenStatus && !whenStatus.includes(stored.job.status)) return false;
+      return jobs.delete(id);
     },
   };
 }

@@ -1,4 +1,4 @@
-import type { JobRecord, JobStatus, JobStore } from '../types.js';
+import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import type { PgContext } from './connection.js';
 
 const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
@@ -48,6 +48,35 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
         `SELECT data FROM ${s}.jobs WHERE status NOT IN ('completed', 'failed') AND gone_at > ${s}.mg_now()`,
       );
       return rows.map((r) => r.data);
+    },
+
+    async listByAccount(accountId: string, object: JobRecord['object'], page: JobPage): Promise<JobRecord[]> {
+      const asc = page.order === 'asc';
+      // Without `after` the page starts at the first job of the order: a position before
+      // (or after) every real one. Ids compare in byte order, as in every driver.
+      const created = page.after?.createdAt ?? (asc ? -1 : Number.MAX_SAFE_INTEGER);
+      const id = page.after?.id ?? '';
+      const position = `((data ->> 'createdAt')::bigint, id COLLATE "C")`;
+      const rows = await ctx.q<{ data: JobRecord }>(
+        'listAccountJobs',
+        `SELECT data FROM ${s}.jobs
+          WHERE data ->> 'accountId' = $1 AND data ->> 'object' = $2 AND gone_at > ${s}.mg_now()
+            AND ${position} ${asc ? '>' : '<'} ($3::bigint, $4::text COLLATE "C")
+          ORDER BY (data ->> 'createdAt')::bigint ${asc ? 'ASC' : 'DESC'}, id COLLATE "C" ${asc ? 'ASC' : 'DESC'}
+          LIMIT $5`,
+        [accountId, object, created, id, Math.max(0, page.limit)],
+      );
+      return rows.map((r) => r.data);
+    },
+
+    async delete(id: string, whenStatus?: JobStatus[]): Promise<boolean> {
+      const r = await ctx.one<{ id: string }>(
+        'deleteJob',
+        `DELETE FROM ${s}.jobs WHERE id = $1 AND gone_at > ${s}.mg_now()
+          AND ($2::text::jsonb IS NULL OR jsonb_exists($2::text::jsonb, status)) RETURNING id`,
+        [id, whenStatus === undefined ? null : JSON.stringify(whenStatus)],
+      );
+      return r !== undefined;
     },
   };
 }

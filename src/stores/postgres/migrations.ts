@@ -398,6 +398,10 @@ BEGIN
   o_applied := true;
 END $$;
 `,
+  // 3: an account's job listing (GET /videos) reads through this index, in its page order.
+  (s) => `
+CREATE INDEX jobs_account ON ${s}.jobs ((data ->> 'accountId'), (data ->> 'object'), ((data ->> 'createdAt')::bigint), id COLLATE "C");
+`,
 ];
 
 /**

@@ -1,4 +1,4 @@
-import type { JobRecord, JobStatus, JobStore } from '../types.js';
+import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import { hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 
 const FINISHED: ReadonlySet<JobStatus> = new Set(['completed', 'failed']);
@@ -30,6 +30,12 @@ function decode(entries: [string, string][]): JobRecord | null {
  * with its own command after the job's script: a crash in between can leave a job out of the
  * index (it still expires with its TTL) or leave a finished job in it (readers filter by
  * status, and entries are dropped once the job's TTL has passed).
+ *
+ * Each account's jobs of one kind are listed in `P{a:<account>}:jobs:<kind>`, a sorted set of
+ * id -> createdAt (members of one score sort by id, byte order: the listing's order), written
+ * after the job's script like the unfinished index and expiring with the newest job. An entry
+ * whose job is gone (expired, deleted, or a crash between the two writes) is skipped and
+ * dropped when a listing meets it.
  */
 export function createRedisJobs(ctx: RedisContext): JobStore {
   const { client, scripts } = ctx;
@@ -41,6 +47,8 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
     else await client.zadd(index, String(int(goneAt)), id);
   }
 
+  const byAccount = (accountId: string, object: string) => ctx.account(accountId, `jobs:${object}`);
+
   return {
     async create(job: JobRecord, ttlMs: number): Promise<void> {
       await ctx.run('createJob', async () => {
@@ -49,6 +57,66 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
           [whole(ttlMs), 'id', JSON.stringify(job.id), ...encode(job, true)],
         );
         await reindex(job.id, job.status, goneAt);
+        if (typeof job.accountId === 'string' && typeof job.object === 'string') {
+          const listed = byAccount(job.accountId, job.object);
+          await client.zadd(listed, String(whole(job.createdAt ?? 0)), job.id);
+          // The listing lives as long as its longest-lived job (never shortened by a shorter one).
+          if ((await client.pttl(listed)) < ttlMs) await client.pexpire(listed, whole(ttlMs));
+        }
+      });
+    },
+
+    async listByAccount(accountId: string, object: JobRecord['object'], page: JobPage): Promise<JobRecord[]> {
+      const listed = byAccount(accountId, object);
+      const asc = page.order === 'asc';
+      const limit = Math.max(0, page.limit);
+      return ctx.run('listAccountJobs', async () => {
+        const out: JobRecord[] = [];
+        let start = 0;
+        if (page.after) {
+          // The position right after `after`; when it is no longer listed, counted from its place.
+          const rank = asc ? await client.zrank(listed, page.after.id) : await client.zrevrank(listed, page.after.id);
+          if (rank !== null) start = rank + 1;
+          else {
+            const { createdAt, id } = page.after;
+            const members = await client.zrange(listed, '0', '-1', 'WITHSCORES');
+            let before = 0;
+            for (let i = 0; i + 1 < members.length; i += 2) {
+              const m = { id: members[i]!, createdAt: Number(members[i + 1]) };
+              const cmp = m.createdAt !== createdAt ? m.createdAt - createdAt : m.id < id ? -1 : m.id > id ? 1 : 0;
+              if (asc ? cmp <= 0 : cmp >= 0) before++;
+            }
+            start = before;
+          }
+        }
+        while (out.length < limit) {
+          const want = limit - out.length;
+          const ids = asc
+            ? await client.zrange(listed, String(start), String(start + want - 1))
+            : await client.zrevrange(listed, start, start + want - 1);
+          if (ids.length === 0) break;
+          start += ids.length;
+          const jobs = await Promise.all(ids.map(async (id) => decode(hashEntries(await client.hgetall(ctx.job(id))))));
+          const gone = ids.filter((_, i) => jobs[i] === null);
+          for (const j of jobs) if (j) out.push(j);
+          if (gone.length) {
+            await client.zrem(listed, ...gone);
+            start -= gone.length;
+          }
+        }
+        return out;
+      });
+    },
+
+    async delete(id: string, whenStatus?: JobStatus[]): Promise<boolean> {
+      const when = whenStatus === undefined ? ['-1'] : [String(whenStatus.length), ...whenStatus.map((s) => JSON.stringify(s))];
+      return ctx.run('deleteJob', async () => {
+        const reply = await scripts.mgJobDelete([ctx.job(id)], when);
+        if (reply === null || reply === undefined) return false;
+        const [accountId, object] = list(reply).map((v) => JSON.parse(str(v) ?? 'null') as unknown);
+        await client.zrem(index, id);
+        if (typeof accountId === 'string' && typeof object === 'string') await client.zrem(byAccount(accountId, object), id);
+        return true;
       });
     },
 

@@ -485,6 +485,29 @@ return {fmt(now_ms() + pttl), redis.call('HGETALL', KEYS[1])}
 `,
   },
 
+  /**
+   * Compare-and-delete. KEYS: job hash. ARGV: n (-1 = any status), n JSON statuses.
+   * Returns nil, or {accountId JSON, object JSON} of the deleted job (to drop it from its indexes).
+   */
+  mgJobDelete: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+local n = tonumber(ARGV[1])
+if n >= 0 then
+  local status = redis.call('HGET', KEYS[1], 'status')
+  local ok = false
+  for j = 2, n + 1 do
+    if ARGV[j] == status then ok = true end
+  end
+  if not ok then return false end
+end
+local found = redis.call('HMGET', KEYS[1], 'accountId', 'object')
+redis.call('DEL', KEYS[1])
+return {found[1] or 'null', found[2] or 'null'}
+`,
+  },
+
   /** KEYS: job index (zset of id -> gone-at ms). Drops gone jobs, returns the rest. */
   mgJobIndex: {
     numberOfKeys: 1,

@@ -1,4 +1,4 @@
-import type { JobRecord, JobStatus, JobStore } from '../types.js';
+import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import type { SqliteContext } from './connection.js';
 
 /**
@@ -6,6 +6,9 @@ import type { SqliteContext } from './connection.js';
  * `update` is a compare-and-set in one IMMEDIATE transaction that merges top-level fields
  * like the memory store (undefined fields skipped, the id never changes) and keeps the TTL.
  */
+const BY_ACCOUNT = "json_extract(data, '$.accountId') = ? AND json_extract(data, '$.object') = ? AND gone_at > ?";
+const POSITION = "json_extract(data, '$.createdAt'), id";
+
 export function createSqliteJobs(ctx: SqliteContext): JobStore {
   const q = {
     put: ctx.prepare(
@@ -14,6 +17,15 @@ export function createSqliteJobs(ctx: SqliteContext): JobStore {
     get: ctx.prepare('SELECT data FROM jobs WHERE id = ? AND gone_at > ?'),
     set: ctx.prepare('UPDATE jobs SET status = ?, data = ? WHERE id = ?'),
     unfinished: ctx.prepare("SELECT data FROM jobs WHERE status NOT IN ('completed', 'failed') AND gone_at > ?"),
+    // The account's jobs through the jobs_account index; row values compare (created, id) as a pair.
+    pageAsc: ctx.prepare(
+      `SELECT data FROM jobs WHERE ${BY_ACCOUNT} AND (${POSITION}) > (?, ?) ORDER BY ${POSITION} LIMIT ?`,
+    ),
+    pageDesc: ctx.prepare(
+      `SELECT data FROM jobs WHERE ${BY_ACCOUNT} AND (${POSITION}) < (?, ?) ORDER BY json_extract(data, '$.createdAt') DESC, id DESC LIMIT ?`,
+    ),
+    status: ctx.prepare('SELECT status FROM jobs WHERE id = ? AND gone_at > ?'),
+    remove: ctx.prepare('DELETE FROM jobs WHERE id = ?'),
   };
   const parse = (row: unknown) => JSON.parse((row as { data: string }).data) as JobRecord;
 
@@ -45,6 +57,27 @@ export function createSqliteJobs(ctx: SqliteContext): JobStore {
 
     async listUnfinished(): Promise<JobRecord[]> {
       return ctx.run('listUnfinishedJobs', () => q.unfinished.all(ctx.now()).map(parse));
+    },
+
+    async listByAccount(accountId: string, object: JobRecord['object'], page: JobPage): Promise<JobRecord[]> {
+      const asc = page.order === 'asc';
+      // Without `after` the page starts at the first job of the order: a position before
+      // (or after) every real one.
+      const created = page.after?.createdAt ?? (asc ? -1 : Number.MAX_SAFE_INTEGER);
+      const id = page.after?.id ?? '';
+      const limit = Math.max(0, page.limit);
+      return ctx.run('listAccountJobs', () =>
+        (asc ? q.pageAsc : q.pageDesc).all(accountId, object, ctx.now(), created, id, limit).map(parse),
+      );
+    },
+
+    async delete(id: string, whenStatus?: JobStatus[]): Promise<boolean> {
+      return ctx.write('deleteJob', () => {
+        const row = q.status.get(id, ctx.now()) as { status: JobStatus } | undefined;
+        if (!row || (whenStatus && !whenStatus.includes(row.status))) return false;
+        q.remove.run(id);
+        return true;
+      });
     },
   };
 }

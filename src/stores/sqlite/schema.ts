@@ -150,4 +150,10 @@ CREATE TABLE idempotency (
 ) STRICT;
 CREATE INDEX idempotency_expiry ON idempotency (expires_at);
 `,
+  // 2: an account's job listing (GET /videos) reads through this index, in its page order.
+  `
+CREATE INDEX jobs_account ON jobs (
+  json_extract(data, '$.accountId'), json_extract(data, '$.object'), json_extract(data, '$.createdAt'), id
+);
+`,
 ];
