@@ -423,7 +423,7 @@ export function billingSuite(name: string, make: MakeStores): void {
           const stores = h().stores;
           const a = await account(stores, initial);
           const keys = [a.keyId, uid('key')] as const;
-          const placed: { holdId: string; amount: bigint }[] = [];
+          const placed: { holdId: string; amount: bigint; keyId: string }[] = [];
           let toppedUp = 0n;
           /** What settles debited beyond their holds: the only way below zero or past the cap. */
           let excess = 0n;
@@ -433,10 +433,11 @@ export function billingSuite(name: string, make: MakeStores): void {
               const keyId = keys[o.key] ?? a.keyId;
               // Key 0 has a monthly cap; key 1 has none.
               const req = hold({ accountId: a.accountId, keyId }, o.amount, { monthlyCap: o.key === 0 ? CAP : null });
-              if ((await stores.billing.placeHold(req)).ok) placed.push({ holdId: req.holdId, amount: o.amount });
+              if ((await stores.billing.placeHold(req)).ok) placed.push({ holdId: req.holdId, amount: o.amount, keyId });
             } else if (o.t === 'settle' && placed.length > 0) {
               const p = placed[o.pick % placed.length]!;
-              const r = await stores.billing.settle(settleReq(a, p.holdId, o.cost));
+              // The settle is the holding key's (as the lifecycle always sends it).
+              const r = await stores.billing.settle(settleReq({ accountId: a.accountId, keyId: p.keyId }, p.holdId, o.cost));
               expect(r.charged === (r.settled ? o.cost : 0n)).toBe(true);
               if (r.settled) excess += o.cost > p.amount ? o.cost - p.amount : 0n;
             } else if (o.t === 'release' && placed.length > 0) {

@@ -140,8 +140,10 @@ describe('observability', () => {
   });
 
   it('a refusal: the access line names the limit, and the refusals counter counts it', async () => {
-    // The 1 USD wallet cannot hold a call of up to 1,000,000 output tokens (2 USD).
-    const res = await postChat(gw.baseURL, devKey, { model: MODEL, max_tokens: 1_000_000, messages: [{ role: 'user', content: 'a lot' }] });
+    // A 0.001 USD wallet cannot hold a call of up to 4,096 output tokens (0.008 USD).
+    await gw.gateway.admin.createAccount({ id: 'acct_poor', walletUsd: '0.001' });
+    const { key: poorKey } = await gw.gateway.admin.createKey({ account: 'acct_poor', kind: 'developer' });
+    const res = await postChat(gw.baseURL, poorKey, { model: MODEL, messages: [{ role: 'user', content: 'a lot' }] });
     expect(res.status).toBe(402);
     const requestId = res.headers.get('x-request-id');
     await eventually(() => access().some((l) => l.request_id === requestId), 'the refusal access line');
