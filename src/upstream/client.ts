@@ -104,6 +104,8 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
           }
         },
         discard() {
+          // Destroying emits an abort error: nobody reads this body any more, so it is dropped.
+          body.on('error', () => undefined);
           body.destroy();
         },
       };

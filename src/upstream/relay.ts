@@ -146,6 +146,11 @@ const pause = (ms: number, signal?: AbortSignal) =>
     signal?.addEventListener('abort', done, { once: true });
   });
 
+/** A failed attempt's answer that another attempt replaced: logged with the upstream's words, its body read to the end. */
+function dropAnswer(core: Core, ctx: ModelCallContext, answer: ModelAnswer): void {
+  void upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId }).catch(() => undefined);
+}
+
 /**
  * Calls a model: its targets in orderTargets' order, each through its circuit breaker, with
  * retries. An attempt is retried after a connection failure, a timeout, an upstream 5xx or 429,
@@ -210,12 +215,12 @@ export async function callModel(
       }
       tried++;
       lastError = err;
-      lastAnswer?.res.discard();
+      if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
       lastAnswer = null;
       continue;
     }
     tried++;
-    lastAnswer?.res.discard();
+    if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
     lastAnswer = null;
     lastError = null;
     if (!retryable(res.status)) {
