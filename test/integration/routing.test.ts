@@ -16,7 +16,6 @@ import { type Behavior, startTestUpstream, type TestUpstream } from '../helpers/
 
 const ROUTED = 'route/chat';
 const BALANCED = 'route/balanced';
-const WALLET = 100;
 
 let a: TestUpstream;
 let b: TestUpstream;
