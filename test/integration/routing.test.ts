@@ -12,6 +12,8 @@ import type { GatewayOptions } from '../../src/index.js';
 import { orderTargets } from '../../src/upstream/relay.js';
 import { chatCost } from '../helpers/billing.js';
 import { eventually, postChat, type RunningGateway, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
+import { VIDEO_TIERS } from '../helpers/media.js';
+import { startMediaUpstream } from '../helpers/media-upstream.js';
 import { type Behavior, startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const ROUTED = 'route/chat';
@@ -303,6 +305,60 @@ describe('fair circuit breaking', () => {
       expect(res.status).toBe(503);
     } finally {
       await down.close();
+    }
+  });
+});
+
+/** A base URL on a port nothing listens on: connections are refused. */
+async function closedPortUrl(): Promise<string> {
+  const server = createServer();
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  const port = (server.address() as { port: number }).port;
+  await new Promise<void>((r) => server.close(() => r()));
+  return `http://127.0.0.1:${port}/v1`;
+}
+
+describe('video jobs', () => {
+  it('a job accepted by the fallback is polled and fetched there, and its ledger entry names it', async () => {
+    const media = await startMediaUpstream();
+    const setup = testConfig({
+      models: [
+        {
+          id: 'route/video',
+          type: 'video',
+          pricing: { unit: 'second', from: '0.05', tiers: { ...VIDEO_TIERS } },
+          targets: [
+            { upstream: 'dead', upstreamModel: 'dead-video', priority: 0 },
+            { upstream: 'media', upstreamModel: 'media-video', priority: 1 },
+          ],
+        },
+      ],
+    });
+    const vg = await startGateway({
+      ...setup.options,
+      upstreams: { ...setup.options.upstreams, dead: { baseUrl: await closedPortUrl() }, media: { baseUrl: media.url } },
+      routing: { retries: 2, backoffMs: 5 },
+      limits: { ...setup.options.limits, jobPollIntervalMs: 20 },
+    });
+    const api = (path: string, init: RequestInit = {}) =>
+      fetch(`${vg.baseURL}${path}`, { ...init, headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' } });
+    try {
+      const res = await api('/videos', { method: 'POST', body: JSON.stringify({ model: 'route/video', prompt: 'a dog', seconds: 4, resolution: '720P' }) });
+      expect(res.status).toBe(202);
+      const job = (await res.json()) as { id: string };
+      expect(media.videos()).toHaveLength(1);
+      expect(media.videos()[0]!.model).toBe('media-video');
+      media.finishVideo(media.videos()[0]!.id);
+      await eventually(async () => ((await (await api(`/videos/${job.id}`)).json()) as { status: string }).status === 'completed', 'the job to complete');
+      const content = await api(`/videos/${job.id}/content`);
+      expect(content.status).toBe(200);
+      expect(Buffer.from(await content.arrayBuffer()).equals(media.clip)).toBe(true);
+      await eventually(async () => (await vg.gateway.admin.ledger(setup.account)).length === 1, 'a ledger entry');
+      const [entry] = await vg.gateway.admin.ledger(setup.account);
+      expect(entry!.upstream).toBe('media');
+    } finally {
+      await vg.close();
+      await media.close();
     }
   });
 });
