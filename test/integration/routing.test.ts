@@ -9,6 +9,8 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServer } from 'node:net';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayOptions } from '../../src/index.js';
+import { parseOptions } from '../../src/options.js';
+import { createBreaker } from '../../src/upstream/breaker.js';
 import { orderTargets } from '../../src/upstream/relay.js';
 import { chatCost } from '../helpers/billing.js';
 import { eventually, postChat, type RunningGateway, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
@@ -203,6 +205,85 @@ describe('fallbacks and retries', () => {
     expect(c.requests).toHaveLength(0);
     const entry = await billedOnce(before);
     expect(entry.upstream).toBe('a');
+  });
+});
+
+describe('limits of retrying', () => {
+  it('the retry budget: with every target failing, 1 + retries attempts in priority order, then 502, nothing charged', async () => {
+    const before = await ledgerIds();
+    for (const up of [a, b, c]) up.setBehavior({ kind: 'error', status: 503 });
+    const res = await postChat(gw.baseURL, devKey, { model: ROUTED, messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(502);
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('upstream_error');
+    // retries: 3 -> four attempts: a, b, c, then a again.
+    expect([a.requests.length, b.requests.length, c.requests.length]).toEqual([2, 1, 1]);
+    await eventually(noHoldLeft, 'no hold left');
+    expect((await gw.gateway.admin.ledger(account)).length).toBe(before.size);
+  });
+
+  it('the deadline: no attempt starts once it has passed (the first one hung past it)', async () => {
+    const up = await startTestUpstream();
+    const spare = await startTestUpstream();
+    const setup = testConfig({
+      models: [
+        {
+          id: 'route/deadline',
+          type: 'text',
+          pricing: { prompt: '0.000001', completion: '0.000002' },
+          targets: [
+            { upstream: 'slow', priority: 0 },
+            { upstream: 'spare', priority: 1 },
+          ],
+        },
+      ],
+    });
+    const dg = await startGateway({
+      ...setup.options,
+      upstreams: { ...setup.options.upstreams, slow: { baseUrl: up.url, timeoutMs: 300 }, spare: { baseUrl: spare.url } },
+      routing: { retries: 3, backoffMs: 5, deadlineMs: 200 },
+    });
+    try {
+      up.setBehavior({ kind: 'hang' });
+      const res = await postChat(dg.baseURL, setup.devKey, { model: 'route/deadline', messages: [{ role: 'user', content: 'hi' }] });
+      expect(res.status).toBe(504);
+      expect(up.requests).toHaveLength(1);
+      expect(spare.requests).toHaveLength(0);
+    } finally {
+      await dg.close();
+      await Promise.all([up.close(), spare.close()]);
+    }
+  });
+});
+
+describe('configuration', () => {
+  it('a model names exactly one of upstream and targets, and only configured upstreams', () => {
+    const upstreams = { x: { baseUrl: 'http://127.0.0.1:1/v1' } };
+    const pricing = { prompt: '0.000001', completion: '0.000001' };
+    expect(() => parseOptions({ upstreams, models: [{ id: 'm', pricing }] })).toThrow(/exactly one of `upstream` or `targets`/);
+    expect(() => parseOptions({ upstreams, models: [{ id: 'm', pricing, upstream: 'x', targets: [{ upstream: 'x' }] }] })).toThrow(
+      /exactly one of/,
+    );
+    expect(() => parseOptions({ upstreams, models: [{ id: 'm', pricing, targets: [{ upstream: 'y' }] }] })).toThrow(
+      /models\.0\.targets\.0\.upstream: no upstream named "y"/,
+    );
+    const ok = parseOptions({ upstreams, models: [{ id: 'm', pricing, targets: [{ upstream: 'x' }] }] });
+    expect(ok.models[0]!.targets).toEqual([{ upstream: 'x', priority: 0, weight: 1 }]);
+  });
+});
+
+describe('the breaker, on its own', () => {
+  it('failures older than the window are forgotten; connection failures alone open it', () => {
+    let clock = 0;
+    const breaker = createBreaker(() => clock, { threshold: 5, windowMs: 1_000, minAccounts: 3 });
+    for (const acct of ['p', 'q', 'r', 'p']) breaker.failure('u', acct);
+    clock += 1_001;
+    // The four old ones left the window: one new failure does not open it.
+    breaker.failure('u', 's');
+    expect(breaker.isOpen('u')).toBe(false);
+    for (let i = 0; i < 3; i++) breaker.failure('u', 's');
+    expect(breaker.isOpen('u')).toBe(false);
+    for (let i = 0; i < 5; i++) breaker.failure('v', null);
+    expect(breaker.isOpen('v')).toBe(true);
   });
 });
 
