@@ -45,6 +45,15 @@ const httpUpstream = z.strictObject({
   timeoutMs: z.number().int().positive().default(60_000),
   /** Upstream connections kept per origin. @default 256 */
   connections: z.number().int().positive().default(256),
+  /** The most connections opened to this upstream at once (overrides `connections`). */
+  maxConnections: z.number().int().positive().optional(),
+  /**
+   * Extra headers sent on every call, e.g. Azure's `{"api-key": "..."}` or Anthropic's
+   * `{"anthropic-version": "2023-06-01"}`. They replace a client header of the same name. @default {}
+   */
+  headers: z.record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a header name'), z.string()).default({}),
+  /** Query parameters added to every call's URL, e.g. Azure's `{"api-version": "2024-10-21"}`. @default {} */
+  query: z.record(z.string().min(1), z.string()).default({}),
 });
 
 /** An upstream client object of the embedder's (options only: a config file holds no functions). */
@@ -78,8 +87,27 @@ export const modelSchema = z
     type: z.enum(['text', 'image', 'audio', 'video']).default('text'),
     name: z.string().optional(),
     ownedBy: z.string().optional(),
-    upstream: z.string().min(1),
+    /** The one upstream serving the model (short form of `targets`). */
+    upstream: z.string().min(1).optional(),
     upstreamModel: z.string().min(1).optional(),
+    /**
+     * Several upstreams serving the model: lower `priority` first (fallbacks), a weighted
+     * random choice among targets of equal priority (load balancing).
+     */
+    targets: z
+      .array(
+        z.strictObject({
+          upstream: z.string().min(1),
+          /** The model name this upstream knows it by. @default the model's `upstreamModel`, else its id */
+          upstreamModel: z.string().min(1).optional(),
+          /** @default 0 */
+          priority: z.number().int().nonnegative().default(0),
+          /** @default 1 */
+          weight: z.number().positive().default(1),
+        }),
+      )
+      .min(1)
+      .optional(),
     pricing: z.union([textPricingSchema, mediaPricingSchema]),
     /** @default "GA" */
     posture: z.enum(['GA', 'Preview', 'Contact sales', 'Deprecated']).default('GA'),
@@ -108,6 +136,9 @@ export const modelSchema = z
     defaultTier: z.string().optional(),
   })
   .superRefine((m, ctx) => {
+    if ((m.upstream === undefined) === (m.targets === undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['upstream'], message: 'a model needs exactly one of `upstream` or `targets`' });
+    }
     const isText = m.type === 'text';
     const hasText = 'prompt' in m.pricing;
     if (isText !== hasText) {
@@ -279,6 +310,23 @@ export const optionsSchema = z.strictObject({
     })
     .prefault({}),
   /**
+   * Retries and fallbacks of upstream calls. A call is retried (on the next target, or the same
+   * one when the model has one) after a connection failure, a timeout, an upstream 5xx or 429,
+   * and only while nothing has been sent to the client.
+   */
+  routing: z
+    .strictObject({
+      /** Extra attempts per call after the first. @default 2 */
+      retries: z.number().int().nonnegative().max(10).default(2),
+      /** Base of the jittered exponential backoff between attempts. @default 100 */
+      backoffMs: z.number().int().nonnegative().default(100),
+      /** No new attempt starts this long after the first one did. @default 30000 */
+      deadlineMs: z.number().int().positive().default(30_000),
+      /** An upstream 429's Retry-After up to this is waited out before retrying it; a longer one is not. @default 2000 */
+      maxRetryAfterMs: z.number().int().nonnegative().default(2000),
+    })
+    .prefault({}),
+  /**
    * On shutdown (SIGTERM, dispose()), how long calls and streams in flight may take to finish
    * before they are cut (what they produced is billed). @default 30000
    */
@@ -390,7 +438,10 @@ function crossCheck(cfg: GatewayConfig): GatewayConfig {
   cfg.models.forEach((m, i) => {
     if (modelIds.has(m.id)) problems.push(`models.${i}.id: duplicate model id "${m.id}"`);
     modelIds.add(m.id);
-    if (!cfg.upstreams[m.upstream]) problems.push(`models.${i}.upstream: no upstream named "${m.upstream}"`);
+    if (m.upstream !== undefined && !cfg.upstreams[m.upstream]) problems.push(`models.${i}.upstream: no upstream named "${m.upstream}"`);
+    m.targets?.forEach((t, j) => {
+      if (!cfg.upstreams[t.upstream]) problems.push(`models.${i}.targets.${j}.upstream: no upstream named "${t.upstream}"`);
+    });
   });
   const accountIds = new Set(cfg.accounts.map((a) => a.id));
   cfg.keys.forEach((k, i) => {

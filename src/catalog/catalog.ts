@@ -18,14 +18,28 @@ export interface MediaPrice {
   modes: ReadonlySet<string>;
 }
 
+/** One upstream serving a model. */
+export interface Target {
+  upstream: string;
+  /** The name sent to this upstream. */
+  upstreamModel: string;
+  /** Lower first; the next priority is the fallback. */
+  priority: number;
+  /** Share of the calls among targets of the same priority. */
+  weight: number;
+}
+
 export interface Model {
   id: string;
   type: Modality;
   name: string;
   ownedBy: string;
+  /** The upstream that serves the call: the first target's until a call picked one. */
   upstream: string;
-  /** The name sent upstream. */
+  /** The name sent upstream (the serving target's). */
   upstreamModel: string;
+  /** Every upstream that may serve the model, lowest priority first. */
+  targets: readonly Target[];
   posture: Posture;
   /** 00:00 UTC of the `retires_at` date, unix ms; the model is retired from then on. */
   retiresAtMs: number | null;
@@ -135,13 +149,16 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     };
   }
   const isText = m.type === 'text';
+  const targets: Target[] = (m.targets ?? [{ upstream: m.upstream!, priority: 0, weight: 1 }])
+    .map((t) => ({ upstream: t.upstream, upstreamModel: ('upstreamModel' in t && t.upstreamModel) || m.upstreamModel || m.id, priority: t.priority, weight: t.weight }))
+    .sort((a, b) => a.priority - b.priority);
   const parameters = m.type === 'text' ? {} : (m.parameters ?? DEFAULT_MEDIA_PARAMETERS[m.type]);
   const row: Record<string, unknown> = {
     id: m.id,
     object: 'model',
     type: m.type,
     name: m.name ?? m.id,
-    owned_by: isText ? (m.ownedBy ?? m.upstream) : serviceName,
+    owned_by: isText ? (m.ownedBy ?? targets[0]!.upstream) : serviceName,
     created: m.created,
     context_length: isText ? m.contextLength : undefined,
     pricing,
@@ -155,8 +172,9 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     type: m.type,
     name: m.name ?? m.id,
     ownedBy: String(row.owned_by),
-    upstream: m.upstream,
-    upstreamModel: m.upstreamModel ?? m.id,
+    upstream: targets[0]!.upstream,
+    upstreamModel: targets[0]!.upstreamModel,
+    targets,
     posture: m.posture,
     retiresAtMs,
     retiresAt: m.retiresAt,
@@ -187,7 +205,7 @@ export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
   const isRetired = (m: Model) => m.retiresAtMs !== null && deps.now() >= m.retiresAtMs;
   const withStatus = (m: Model) => ({
     ...m.row,
-    status: deps.isUnavailable(m.upstream) ? 'Unavailable' : 'Active',
+    status: m.targets.every((t) => deps.isUnavailable(t.upstream)) ? 'Unavailable' : 'Active',
   });
   const notFound = (id: string) =>
     new GatewayError('model_not_found', `The model \`${id}\` does not exist or you do not have access to it.`, {

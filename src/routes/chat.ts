@@ -11,7 +11,7 @@ import { jsonText, parseJsonObject } from '../http/json.js';
 import { affordableUnits } from '../money.js';
 import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { type ChatBilling, type Usage, usageFrom } from './chat-billing.js';
 import { relayStream } from './chat-stream/relay.js';
 import { checkContextWindow, checkOutputCap } from './context-window.js';
@@ -99,33 +99,37 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
     promptTokens,
     finish(usage, measured = 'usage') {
       if (!usage) void call.cancel();
-      else void call.bill({ kind: 'tokens', prompt: usage.prompt, completion: usage.completion }, measured, { upstream: model.upstream });
+      else void call.bill({ kind: 'tokens', prompt: usage.prompt, completion: usage.completion }, measured, { upstream: billing.model.upstream });
     },
   };
 
   const stream = req.stream === true;
-  // The body is forwarded as it came unless the gateway must change something in it.
-  let upstreamBody: string | Uint8Array = bytes;
   const plugins = core.hooks.has('onUpstreamRequest');
-  if (plugins || stream || injected || model.upstreamModel !== model.id || 'brand' in req || 'knowledge' in req) {
-    const out: Record<string, unknown> = { ...body, model: model.upstreamModel, messages };
+  const changes = plugins || stream || injected || 'brand' in req || 'knowledge' in req;
+  /** The body for one target: forwarded as it came unless the gateway must change something in it. */
+  const bodyFor = async (served: Model): Promise<string | Uint8Array> => {
+    if (!changes && served.upstreamModel === model.id) return bytes;
+    const out: Record<string, unknown> = { ...body, model: served.upstreamModel, messages };
     delete out.brand;
     delete out.knowledge;
     if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
-    upstreamBody = JSON.stringify((plugins && (await pluginFields(core, ctx, model, '/chat/completions', out))) || out);
-  }
+    return JSON.stringify((plugins && (await pluginFields(core, ctx, served, '/chat/completions', out))) || out);
+  };
 
   let res: UpstreamResponse;
   try {
-    // The client's signal is the upstream call's: a client that goes away aborts it.
-    res = await callUpstream(core, model.upstream, {
+    // Retries and fallbacks happen inside this one billed call, before anything reaches the
+    // client. The client's signal is the upstream call's: a client that goes away aborts it.
+    const answer = await callModel(core, ctx, model, async (served) => ({
       method: 'POST',
       path: '/chat/completions',
       headers: upstreamHeaders(ctx.requestId),
-      body: upstreamBody,
+      body: await bodyFor(served),
       signal: ctx.request.signal ?? undefined,
-    }, ctx.observed.record);
-    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
+    }));
+    res = answer.res;
+    billing.model = answer.served;
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
   } catch (err) {
     billing.finish(null);
     throw err;
@@ -133,11 +137,12 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
 
   const headers: Record<string, string> = model.deprecationHeaders ?? {};
   if (stream) return relayStream(core, ctx, res, billing, req.stream_options?.include_usage === true, headers);
-  return plainAnswer(core, res, billing, model, headers);
+  return plainAnswer(core, ctx, res, billing, billing.model, headers);
 }
 
 async function plainAnswer(
   core: Core,
+  ctx: RequestContext,
   res: UpstreamResponse,
   billing: ChatBilling,
   model: Model,
@@ -162,7 +167,7 @@ async function plainAnswer(
   } catch (err) {
     billing.finish(null);
     if (err instanceof GatewayError) throw err;
-    core.breaker.failure(model.upstream);
+    core.breaker.failure(model.upstream, ctx.key.accountId);
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
   // Cut by shutdown while the answer was on its way: the hold was released, so the answer

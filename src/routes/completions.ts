@@ -60,7 +60,7 @@ export async function createCompletion(core: Core, ctx: RequestContext): Promise
       });
     }
   }
-  const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+  let model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   checkOutputCap(model, { max_tokens: req.max_tokens });
 
   const prompts = promptsOf(req.prompt);
@@ -86,7 +86,10 @@ export async function createCompletion(core: Core, ctx: RequestContext): Promise
   const out: Record<string, unknown> = { ...body, model: model.upstreamModel };
   if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
   const unchanged = !stream && model.upstreamModel === model.id;
-  const res = await sendTokenCall(core, ctx, model, call, '/completions', out, unchanged ? bytes : null);
+  const sent = await sendTokenCall(core, ctx, model, call, '/completions', out, unchanged ? bytes : null);
+  const res = sent.res;
+  // From here on, the model as served: its upstream is the target that answered.
+  model = sent.served;
   const headers = model.deprecationHeaders ?? {};
   const renames = model.upstreamModel !== model.id;
 
@@ -126,10 +129,10 @@ export async function createCompletion(core: Core, ctx: RequestContext): Promise
     return relayEvents(core, ctx, res, { call, model, promptTokens }, handler, headers);
   }
 
-  const answer = await readPlainAnswer(core, model, call, res);
+  const answer = await readPlainAnswer(core, ctx, model, call, res);
   if (!Array.isArray(answer.choices)) {
     void call.cancel();
-    core.breaker.failure(model.upstream);
+    core.breaker.failure(model.upstream, ctx.key.accountId);
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
   refuseIfClosed(call);

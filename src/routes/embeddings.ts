@@ -43,7 +43,7 @@ export async function createEmbeddings(core: Core, ctx: RequestContext): Promise
   const checked = embeddingsSchema.safeParse(body);
   if (!checked.success) throw zodError(checked.error, body);
   const req = checked.data;
-  const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+  let model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   if (!model.embedding) {
     throw new GatewayError('model_not_found', `The model \`${model.id}\` is not an embedding model.`, { param: 'model' });
   }
@@ -61,11 +61,14 @@ export async function createEmbeddings(core: Core, ctx: RequestContext): Promise
   const call = await openTokenCall(core, ctx, model, { bound, estimate: count, maxOutput: 0 });
 
   const renamed = model.upstreamModel !== model.id;
-  const res = await sendTokenCall(core, ctx, model, call, '/embeddings', { ...body, model: model.upstreamModel }, renamed ? null : bytes);
-  const answer = await readPlainAnswer(core, model, call, res);
+  const sent = await sendTokenCall(core, ctx, model, call, '/embeddings', { ...body, model: model.upstreamModel }, renamed ? null : bytes);
+  const res = sent.res;
+  // From here on, the model as served: its upstream is the target that answered.
+  model = sent.served;
+  const answer = await readPlainAnswer(core, ctx, model, call, res);
   if (!Array.isArray(answer.data)) {
     void call.cancel();
-    core.breaker.failure(model.upstream);
+    core.breaker.failure(model.upstream, ctx.key.accountId);
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
   refuseIfClosed(call);

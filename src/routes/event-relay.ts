@@ -150,7 +150,7 @@ export function relayEvents(
     } catch (err) {
       if (ended) return;
       const gErr = err instanceof GatewayError ? err : upstreamFailure(err, model.upstream);
-      if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(model.upstream);
+      if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(model.upstream, ctx.key.accountId);
       fail(gErr);
     }
   };

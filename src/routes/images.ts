@@ -11,7 +11,7 @@ import { GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
-import { callUpstream, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import type { BilledCall } from '../billing/meter.js';
 import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from './media.js';
 import { zodError } from './validation.js';
@@ -56,6 +56,8 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     throw err;
   }
 
+  /** The upstream that serves the call (the model's first target until one answered). */
+  let servedBy = model.upstream;
   // Billed for the images the upstream returned (at most n), else nothing.
   const finish = async (outcome: Outcome): Promise<void> => {
     if (outcome.ok) {
@@ -64,7 +66,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
       const images = counted ? Math.min(n, data.length) : n;
       await call.bill({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
         entryId: ledgerId,
-        upstream: model.upstream,
+        upstream: servedBy,
       });
     } else {
       await call.cancel();
@@ -72,14 +74,6 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
     await core.jobs.drop(lease);
   };
 
-  const upstreamBody = await pluginBody(
-    core,
-    ctx,
-    model,
-    '/images/generations',
-    { ...body, model: model.upstreamModel },
-    model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel }),
-  );
   const abort = new AbortController();
   const onClientGone = () => abort.abort(new Error('client disconnected'));
   ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
@@ -88,14 +82,23 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
 
   const work: Promise<Outcome> = (async () => {
     try {
-      const res = await callUpstream(core, model.upstream, {
+      const answer = await callModel(core, ctx, model, async (served) => ({
         method: 'POST',
         path: '/images/generations',
         headers: upstreamHeaders(ctx.requestId),
-        body: upstreamBody,
+        body: await pluginBody(
+          core,
+          ctx,
+          served,
+          '/images/generations',
+          { ...body, model: served.upstreamModel },
+          served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
+        ),
         signal: abort.signal,
-      }, ctx.observed.record);
-      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
+      }));
+      const res = answer.res;
+      servedBy = answer.served.upstream;
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
       const text = await res.text();
       let parsed: unknown;
       try {
@@ -104,7 +107,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
         parsed = null;
       }
       if (!parsed || typeof parsed !== 'object') {
-        throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed images answer.`);
+        throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed images answer.`);
       }
       return { ok: true, body: parsed as Record<string, unknown>, text };
     } catch (err) {

@@ -75,7 +75,7 @@ export async function createResponse(core: Core, ctx: RequestContext): Promise<R
   if (req.input === undefined && !req.instructions) {
     throw new GatewayError('invalid_request', "Invalid value for 'input': is required", { param: 'input' });
   }
-  const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+  let model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
 
   const messages = asMessages(req.input);
@@ -99,7 +99,10 @@ export async function createResponse(core: Core, ctx: RequestContext): Promise<R
   delete out.knowledge;
   if (injected) out.instructions = instructions;
   const unchanged = !injected && model.upstreamModel === model.id && !('brand' in body) && !('knowledge' in body);
-  const res = await sendTokenCall(core, ctx, model, call, '/responses', out, unchanged ? bytes : null);
+  const sent = await sendTokenCall(core, ctx, model, call, '/responses', out, unchanged ? bytes : null);
+  const res = sent.res;
+  // From here on, the model as served: its upstream is the target that answered.
+  model = sent.served;
   const headers = model.deprecationHeaders ?? {};
   const renames = model.upstreamModel !== model.id;
 
@@ -143,7 +146,7 @@ export async function createResponse(core: Core, ctx: RequestContext): Promise<R
     return relayEvents(core, ctx, res, { call, model, promptTokens }, handler, headers);
   }
 
-  const answer = await readPlainAnswer(core, model, call, res);
+  const answer = await readPlainAnswer(core, ctx, model, call, res);
   refuseIfClosed(call);
   const reported = usageOf(answer.usage, 'input_tokens', 'output_tokens');
   const usage = reported ?? { prompt: promptTokens(), completion: core.tokenizer.count(responseOutputText(answer.output)) };

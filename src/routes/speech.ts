@@ -10,7 +10,7 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callUpstream, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import { holdMedia, refuseAgentKeys } from './media.js';
 import { zodError } from './validation.js';
 import { Response } from '@whatwg-node/server';
@@ -58,11 +58,13 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
   // Once a byte of audio went out the speech was produced and is billed; else nothing is.
   const finish = (produced: boolean) => {
     ctx.request.signal?.removeEventListener('abort', onClientGone);
-    if (produced) void call.bill(units, 'tokenizer', { upstream: model.upstream });
+    if (produced) void call.bill(units, 'tokenizer', { upstream: servedBy });
     else void call.cancel();
   };
 
   let res: UpstreamResponse | undefined;
+  /** The upstream that serves the call (the model's first target until one answered). */
+  let servedBy = model.upstream;
   let sentAny = false;
   let cut: ((err: Error) => void) | null = null;
   // Shutdown's grace period is over: stop the audio; what already went out is billed.
@@ -73,23 +75,24 @@ export async function createSpeech(core: Core, ctx: RequestContext): Promise<Res
     cut?.(new GatewayError('service_unavailable', 'The gateway is shutting down; the audio was cut.'));
   });
 
-  const upstreamBody = await pluginBody(
-    core,
-    ctx,
-    model,
-    '/audio/speech',
-    { ...body, model: model.upstreamModel },
-    model.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: model.upstreamModel }),
-  );
   try {
-    res = await callUpstream(core, model.upstream, {
+    const answer = await callModel(core, ctx, model, async (served) => ({
       method: 'POST',
       path: '/audio/speech',
       headers: upstreamHeaders(ctx.requestId),
-      body: upstreamBody,
+      body: await pluginBody(
+        core,
+        ctx,
+        served,
+        '/audio/speech',
+        { ...body, model: served.upstreamModel },
+        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
+      ),
       signal: abort.signal,
-    }, ctx.observed.record);
-    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
+    }));
+    res = answer.res;
+    servedBy = answer.served.upstream;
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
   } catch (err) {
     finish(false);
     throw err;

@@ -11,7 +11,7 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { affordableUnits, formatUsd } from '../money.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callModel, type ModelAnswer, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 
 export interface TokenHold {
   /** An upper bound of the prompt's tokens that needs no tokenizer (its UTF-8 bytes). */
@@ -51,9 +51,11 @@ export async function openTokenCall(core: Core, ctx: RequestContext, model: Mode
 }
 
 /**
- * Sends `body` (the fields to relay, already with the upstream's model name) to `path`,
- * after the plugins' onUpstreamRequest; `encoded` goes as is when nothing changed it. A
- * failure before any answer, or a non-2xx answer, cancels the call (nothing was produced).
+ * Sends `body` (the fields to relay, already with the model's first target's model name) to
+ * `path` through the model's targets (retries and fallbacks, callModel), after the plugins'
+ * onUpstreamRequest; `encoded` goes as is when nothing changed it and the serving target
+ * knows the model by the same name. A failure before any answer, or a non-2xx answer, cancels
+ * the call (nothing was produced). With the answer comes the model as served (its upstream).
  */
 export async function sendTokenCall(
   core: Core,
@@ -63,19 +65,23 @@ export async function sendTokenCall(
   path: string,
   body: Record<string, unknown>,
   encoded: string | Uint8Array | null,
-): Promise<UpstreamResponse> {
+): Promise<ModelAnswer> {
   try {
-    const replaced = await pluginFields(core, ctx, model, path, body);
-    const res = await callUpstream(core, model.upstream, {
-      method: 'POST',
-      path,
-      headers: upstreamHeaders(ctx.requestId),
-      body: replaced ? JSON.stringify(replaced) : (encoded ?? JSON.stringify(body)),
-      // The client's signal is the upstream call's: a client that goes away aborts it.
-      signal: ctx.request.signal ?? undefined,
+    const answer = await callModel(core, ctx, model, async (served) => {
+      const same = served.upstreamModel === model.upstreamModel;
+      const fields = same ? body : { ...body, model: served.upstreamModel };
+      const replaced = await pluginFields(core, ctx, served, path, fields);
+      return {
+        method: 'POST',
+        path,
+        headers: upstreamHeaders(ctx.requestId),
+        body: replaced ? JSON.stringify(replaced) : ((same ? encoded : null) ?? JSON.stringify(fields)),
+        // The client's signal is the upstream call's: a client that goes away aborts it.
+        signal: ctx.request.signal ?? undefined,
+      };
     });
-    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream);
-    return res;
+    if (answer.res.status < 200 || answer.res.status >= 300) throw await upstreamError(answer.res, answer.served.upstream);
+    return answer;
   } catch (err) {
     void call.cancel();
     throw err;
@@ -93,7 +99,7 @@ export function usageOf(value: unknown, promptField: string, completionField: st
 }
 
 /** The answer of a plain (non-streamed) call: parsed JSON, or 502 (and the call cancelled) when malformed. */
-export async function readPlainAnswer(core: Core, model: Model, call: BilledCall, res: UpstreamResponse): Promise<Record<string, unknown>> {
+export async function readPlainAnswer(core: Core, ctx: RequestContext, model: Model, call: BilledCall, res: UpstreamResponse): Promise<Record<string, unknown>> {
   try {
     const parsed = JSON.parse(await res.text()) as unknown;
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
@@ -101,7 +107,7 @@ export async function readPlainAnswer(core: Core, model: Model, call: BilledCall
   } catch (err) {
     void call.cancel();
     if (err instanceof GatewayError) throw err;
-    core.breaker.failure(model.upstream);
+    core.breaker.failure(model.upstream, ctx.key.accountId);
     throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed answer.`);
   }
 }

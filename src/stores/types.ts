@@ -308,6 +308,8 @@ export interface JobRecord {
   leaseId: string;
   tier: string;
   upstreamJobId?: string | null;
+  /** The upstream that accepted the job: polls and content go to it (absent: the model's first target). */
+  upstream?: string | null;
   /** Instance currently responsible for the job, and until when (unix ms). */
   owner?: string | null;
   ownerUntil?: number;

@@ -6,7 +6,7 @@
 import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
 import { createFetchUpstream } from './fetch-upstream.js';
-import type { HttpUpstreamOptions, Upstream, UpstreamCall, UpstreamResponse } from './types.js';
+import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type UpstreamCall, type UpstreamResponse, withQuery } from './types.js';
 
 // The transport contract lives in types.ts (both transports implement it); re-exported here
 // for the modules that import it with the client.
@@ -62,7 +62,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
   const base = new URL(opts.baseUrl);
   const prefix = base.pathname.replace(/\/+$/, '');
   const pool = new Pool(base.origin, {
-    connections: opts.connections,
+    connections: opts.maxConnections ?? opts.connections,
     keepAliveTimeout: 30_000,
     headersTimeout: opts.timeoutMs,
     bodyTimeout: opts.timeoutMs,
@@ -73,12 +73,12 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
     name,
     simulated: false,
     async call(c) {
-      const headers = auth ? { ...c.headers, authorization: auth } : c.headers;
+      const headers = outgoingHeaders(c.headers, opts.headers, auth);
       let res: Dispatcher.ResponseData;
       try {
         res = await pool.request({
           origin: base.origin,
-          path: prefix + c.path,
+          path: withQuery(prefix + c.path, opts.query),
           method: c.method,
           headers,
           body: c.body ?? null,
@@ -104,6 +104,8 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
           }
         },
         discard() {
+          // Destroying emits an abort error: nobody reads this body any more, so it is dropped.
+          body.on('error', () => undefined);
           body.destroy();
         },
       };

@@ -4,7 +4,7 @@
  * undici transport: a header timeout, an idle timeout between body chunks, 504 / 502 errors.
  */
 import { GatewayError } from '../errors.js';
-import type { HttpUpstreamOptions, Upstream, UpstreamResponse } from './types.js';
+import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type UpstreamResponse, withQuery } from './types.js';
 
 const timeoutError = (name: string) =>
   new GatewayError('upstream_timeout', `The upstream "${name}" did not answer in time.`);
@@ -16,10 +16,29 @@ export function createFetchUpstream(
 ): Upstream {
   const base = opts.baseUrl.replace(/\/+$/, '');
   const auth = opts.apiKey ? `Bearer ${opts.apiKey}` : null;
+  // fetch has no pool of its own to size: calls beyond maxConnections wait for a free slot.
+  const limit = opts.maxConnections ?? Number.POSITIVE_INFINITY;
+  let active = 0;
+  const waiting: (() => void)[] = [];
+  const acquire = async () => {
+    while (active >= limit) await new Promise<void>((r) => waiting.push(r));
+    active++;
+  };
+  const release = () => {
+    active--;
+    waiting.shift()?.();
+  };
   return {
     name,
     simulated: false,
     async call(c) {
+      await acquire();
+      let held = true;
+      const free = () => {
+        if (!held) return;
+        held = false;
+        release();
+      };
       const ac = new AbortController();
       const onAbort = () => ac.abort(c.signal?.reason);
       if (c.signal?.aborted) onAbort();
@@ -31,20 +50,22 @@ export function createFetchUpstream(
       }, opts.timeoutMs);
       let res: Response;
       try {
-        res = await fetch(base + c.path, {
+        res = await fetch(base + withQuery(c.path, opts.query), {
           method: c.method,
-          headers: auth ? { ...c.headers, authorization: auth } : c.headers,
+          headers: outgoingHeaders(c.headers, opts.headers, auth),
           body: (c.body ?? undefined) as BodyInit | undefined,
           signal: ac.signal,
         });
       } catch (err) {
         clearTimeout(timer);
+        free();
         if (c.signal?.aborted) throw err;
         if (timedOut) throw timeoutError(name);
         throw new GatewayError('upstream_error', `The upstream "${name}" could not be reached or failed.`, { cause: err });
       }
       clearTimeout(timer);
       const reader = res.body?.getReader();
+      if (!reader) free();
       async function* chunks(): AsyncGenerator<Uint8Array> {
         if (!reader) return;
         try {
@@ -64,6 +85,7 @@ export function createFetchUpstream(
           if (err instanceof GatewayError || c.signal?.aborted) throw err;
           throw new GatewayError('upstream_error', `The upstream "${name}" failed mid-answer.`, { cause: err });
         } finally {
+          free();
           c.signal?.removeEventListener('abort', onAbort);
         }
       }
@@ -78,6 +100,7 @@ export function createFetchUpstream(
           return redact(Buffer.concat(parts).toString('utf8'));
         },
         discard() {
+          free();
           ac.abort();
           void reader?.cancel().catch(() => undefined);
         },

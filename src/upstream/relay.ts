@@ -2,7 +2,7 @@
  * Calling an upstream through its circuit breaker (open: 503 model_unavailable with Retry-After),
  * and turning its failures into the gateway's errors (502 upstream_error, 504 upstream_timeout).
  */
-import type { Model } from '../catalog/catalog.js';
+import type { Model, Target } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { pluginKey } from '../plugins.js';
 import { GatewayError } from '../errors.js';
@@ -18,13 +18,33 @@ export function upstreamHeaders(requestId: string, contentType = 'application/js
   return { 'content-type': contentType, accept: '*/*', 'x-request-id': requestId };
 }
 
+/** Transport failures that happen before a request was sent: no request's content can cause them. */
+const CONNECTION_CAUSES = new Set(['connect_refused', 'dns', 'tls']);
+
+function isConnectionFailure(err: unknown): boolean {
+  const cause = failureCause(err);
+  if (CONNECTION_CAUSES.has(cause)) return true;
+  // A connect timeout too (a headers or body timeout is not: the request was sent).
+  for (let e: unknown = err, i = 0; e && typeof e === 'object' && i < 5; e = (e as { cause?: unknown }).cause, i++) {
+    if ((e as { code?: unknown }).code === 'UND_ERR_CONNECT_TIMEOUT') return true;
+  }
+  return false;
+}
+
 /**
  * Calls an upstream through its circuit breaker. With the request's `record`, the wait for
  * the answer's headers is timed, the call is a child span whose trace context travels
  * upstream, and a transport failure is logged with its cause (DNS, connect refused, TLS,
  * timeout, reset).
  */
-export async function callUpstream(core: Core, upstreamName: string, call: UpstreamCall, record?: CallRecord): Promise<UpstreamResponse> {
+export async function callUpstream(
+  core: Core,
+  upstreamName: string,
+  call: UpstreamCall,
+  record?: CallRecord,
+  /** The account whose request this is (breaker fairness); null for the gateway's own calls. */
+  account: string | null = null,
+): Promise<UpstreamResponse> {
   const upstream = core.upstreams.get(upstreamName);
   if (!upstream) throw new GatewayError('internal_error', `No upstream named ${upstreamName}.`);
   const admitted = core.breaker.admit(upstreamName);
@@ -43,7 +63,7 @@ export async function callUpstream(core: Core, upstreamName: string, call: Upstr
     span?.setStatus({ code: SpanStatusCode.ERROR, message: failureCause(err) });
     span?.end();
     if (call.signal?.aborted) throw err;
-    core.breaker.failure(upstreamName);
+    core.breaker.failure(upstreamName, isConnectionFailure(err) ? null : account);
     core.log.warn({
       msg: 'upstream failure',
       request_id: call.headers['x-request-id'],
@@ -58,9 +78,169 @@ export async function callUpstream(core: Core, upstreamName: string, call: Upstr
   span?.setAttribute('http.response.status_code', res.status);
   if (res.status >= 500) span?.setStatus({ code: SpanStatusCode.ERROR });
   span?.end();
-  if (res.status >= 500) core.breaker.failure(upstreamName);
+  if (res.status >= 500) core.breaker.failure(upstreamName, account);
   else core.breaker.success(upstreamName);
   return res;
+}
+
+/** What a route tells callModel about its request. */
+export interface ModelCallContext {
+  requestId: string;
+  key: { accountId: string };
+  observed: { record: CallRecord };
+}
+
+/** The answer of callModel, and the model as served: `upstream` / `upstreamModel` are the serving target's. */
+export interface ModelAnswer {
+  res: UpstreamResponse;
+  served: Model;
+}
+
+/**
+ * The order in which a call tries a model's targets: by priority, lowest first; within one
+ * priority a weighted random order (each next target drawn with probability weight / the
+ * weights left). `random` returns [0, 1).
+ */
+export function orderTargets(targets: readonly Target[], random: () => number = Math.random): Target[] {
+  const out: Target[] = [];
+  let i = 0;
+  while (i < targets.length) {
+    let j = i;
+    while (j < targets.length && targets[j]!.priority === targets[i]!.priority) j++;
+    const group = targets.slice(i, j);
+    while (group.length) {
+      const total = group.reduce((sum, t) => sum + t.weight, 0);
+      let r = random() * total;
+      let k = 0;
+      while (k < group.length - 1 && r >= group[k]!.weight) r -= group[k++]!.weight;
+      out.push(group.splice(k, 1)[0]!);
+    }
+    i = j;
+  }
+  return out;
+}
+
+/** An upstream answer worth another attempt: 5xx (the upstream failed) or 429 (it is busy). */
+const retryable = (status: number) => status >= 500 || status === 429;
+
+/** Retry-After of a 429 in ms (seconds or an HTTP date), null when absent or unreadable. */
+function retryAfterMs(res: UpstreamResponse, now: number): number | null {
+  const h = res.header('retry-after-ms') ?? null;
+  if (h && /^\d+(\.\d+)?$/.test(h)) return Number(h);
+  const v = res.header('retry-after');
+  if (!v) return null;
+  if (/^\d+(\.\d+)?$/.test(v.trim())) return Number(v) * 1000;
+  const at = Date.parse(v);
+  return Number.isNaN(at) ? null : Math.max(0, at - now);
+}
+
+const pause = (ms: number, signal?: AbortSignal) =>
+  new Promise<void>((resolve) => {
+    if (ms <= 0 || signal?.aborted) return resolve();
+    const t = setTimeout(done, ms);
+    function done() {
+      clearTimeout(t);
+      signal?.removeEventListener('abort', done);
+      resolve();
+    }
+    signal?.addEventListener('abort', done, { once: true });
+  });
+
+/** A failed attempt's answer that another attempt replaced: logged with the upstream's words, its body read to the end. */
+function dropAnswer(core: Core, ctx: ModelCallContext, answer: ModelAnswer): void {
+  void upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId }).catch(() => undefined);
+}
+
+/**
+ * Calls a model: its targets in orderTargets' order, each through its circuit breaker, with
+ * retries. An attempt is retried after a connection failure, a timeout, an upstream 5xx or 429,
+ * on the next target (the model's targets are cycled through when the budget allows more
+ * attempts than there are targets). Everything happens before the answer is handed back, so
+ * nothing has reached the client yet: once it has, nothing is retried. Limits: at most
+ * `routing.retries` extra attempts; no attempt starts once `routing.deadlineMs` has passed
+ * since the first; between attempts a jittered exponential backoff, or a 429's Retry-After
+ * when it is no longer than `routing.maxRetryAfterMs` (a longer one is not waited out: the
+ * next target is tried, or the 429 is relayed when there is none). A target whose circuit is
+ * open is skipped; when every one is, 503 model_unavailable. The last failure is what the
+ * caller gets: a thrown error, or the failing answer (the route turns it into its error).
+ * `build` makes the request for one target (its `upstreamModel` goes in the body's `model`).
+ */
+export async function callModel(
+  core: Core,
+  ctx: ModelCallContext,
+  model: Model,
+  build: (served: Model) => UpstreamCall | Promise<UpstreamCall>,
+): Promise<ModelAnswer> {
+  const routing = core.cfg.routing;
+  const started = core.now();
+  const order = orderTargets(model.targets);
+  const attempts = routing.retries + 1;
+  const built = new Map<string, UpstreamCall>();
+  let lastError: unknown = null;
+  let lastAnswer: { res: UpstreamResponse; served: Model } | null = null;
+  let unavailable: GatewayError | null = null;
+  let signal: AbortSignal | undefined;
+  let tried = 0;
+  for (let n = 0; tried < attempts; n++) {
+    // Every target was skipped (open circuits) in a full round: nothing can serve the call.
+    if (n >= order.length && tried === 0) break;
+    if (n >= order.length * attempts) break;
+    const target = order[n % order.length]!;
+    if (tried > 0 && core.now() - started >= routing.deadlineMs) break;
+    const served: Model =
+      target.upstream === model.upstream && target.upstreamModel === model.upstreamModel
+        ? model
+        : { ...model, upstream: target.upstream, upstreamModel: target.upstreamModel };
+    let call = built.get(target.upstreamModel);
+    if (!call) built.set(target.upstreamModel, (call = await build(served)));
+    signal = call.signal;
+    if (tried > 0) {
+      // A short Retry-After of the same upstream is waited out; else the jittered backoff.
+      const ra = lastAnswer?.res.status === 429 && lastAnswer.served.upstream === target.upstream ? retryAfterMs(lastAnswer.res, core.now()) : null;
+      const wait = ra !== null && ra <= routing.maxRetryAfterMs ? ra : Math.random() * routing.backoffMs * 2 ** (tried - 1);
+      await pause(Math.min(wait, routing.deadlineMs - (core.now() - started)), signal);
+      if (signal?.aborted) break;
+    }
+    let res: UpstreamResponse;
+    try {
+      res = await callUpstream(core, target.upstream, call, ctx.observed.record, ctx.key.accountId);
+    } catch (err) {
+      if (signal?.aborted) {
+        lastAnswer?.res.discard();
+        throw err;
+      }
+      if (err instanceof GatewayError && err.code === 'model_unavailable') {
+        unavailable ??= err;
+        continue;
+      }
+      tried++;
+      lastError = err;
+      if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
+      lastAnswer = null;
+      continue;
+    }
+    tried++;
+    if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
+    lastAnswer = null;
+    lastError = null;
+    if (!retryable(res.status)) {
+      ctx.observed.record.upstream = target.upstream;
+      return { res, served };
+    }
+    if (res.status === 429) {
+      const wait = retryAfterMs(res, core.now());
+      const next = order[(n + 1) % order.length]!;
+      // A long Retry-After is not waited out: the 429 is relayed unless another upstream can serve.
+      if (wait !== null && wait > routing.maxRetryAfterMs && next.upstream === target.upstream) return { res, served };
+    }
+    lastAnswer = { res, served };
+  }
+  if (lastAnswer) {
+    ctx.observed.record.upstream = lastAnswer.served.upstream;
+    return lastAnswer;
+  }
+  if (lastError) throw lastError;
+  throw unavailable ?? new GatewayError('model_unavailable', 'The model is temporarily unavailable. Try again later.');
 }
 
 /** The code of a relayed upstream 4xx that named none. */

@@ -30,4 +30,30 @@ export interface HttpUpstreamOptions {
   apiKey: string;
   timeoutMs: number;
   connections: number;
+  /** The most connections open at once; overrides `connections`. */
+  maxConnections?: number;
+  /** Extra headers on every call (Azure's `api-key`, an `anthropic-version`). */
+  headers?: Record<string, string>;
+  /** Query parameters added to every call's URL (Azure's `api-version`). */
+  query?: Record<string, string>;
+}
+
+/** The path and query sent upstream: `path` below the base with the upstream's own query parameters added. */
+export function withQuery(path: string, query: Record<string, string> | undefined): string {
+  if (!query || Object.keys(query).length === 0) return path;
+  const extra = new URLSearchParams(query).toString();
+  return path + (path.includes('?') ? '&' : '?') + extra;
+}
+
+/** Headers sent upstream: the call's, then the upstream's own extras, then its bearer key. */
+export function outgoingHeaders(
+  headers: Record<string, string>,
+  extra: Record<string, string> | undefined,
+  auth: string | null,
+): Record<string, string> {
+  if (!auth && (!extra || Object.keys(extra).length === 0)) return headers;
+  const out: Record<string, string> = { ...headers };
+  if (extra) for (const [k, v] of Object.entries(extra)) out[k.toLowerCase()] = v;
+  if (auth) out.authorization = auth;
+  return out;
 }

@@ -16,6 +16,7 @@ import {
   sseData,
   startGateway,
   testConfig,
+  testKey,
   type RunningGateway,
 } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
@@ -28,6 +29,9 @@ const ENVELOPE_KEYS = ['code', 'message', 'param', 'type'];
 let up: TestUpstream;
 let gw: RunningGateway;
 let devKey: string;
+/** Developer keys of two other accounts (upstream 5xx open the circuit only across three accounts). */
+const otherKey = testKey();
+const thirdKey = testKey();
 
 async function start(timeoutMs?: number, limits: Record<string, number> = {}) {
   const setup = testConfig({
@@ -35,7 +39,11 @@ async function start(timeoutMs?: number, limits: Record<string, number> = {}) {
     walletUsd: 100,
     ...(timeoutMs ? { timeoutMs } : {}),
     limits,
-    accounts: [{ id: 'acct_other', walletUsd: 1 }],
+    accounts: [{ id: 'acct_other', walletUsd: 1 }, { id: 'acct_third', walletUsd: 1 }],
+    keys: [
+      { key: otherKey, account: 'acct_other', kind: 'developer' },
+      { key: thirdKey, account: 'acct_third', kind: 'developer' },
+    ],
     brands: [
       { id: 'brand_acme', account: ACCOUNT, name: 'Acme', voice: 'Cheerful and brief.' },
       { id: 'brand_of_someone_else', account: 'acct_other', name: 'Other', voice: 'Grim.' },
@@ -53,7 +61,8 @@ async function start(timeoutMs?: number, limits: Record<string, number> = {}) {
     ],
   });
   devKey = setup.devKey;
-  gw = await startGateway(setup.options);
+  // One attempt per call: these cases are about a single upstream answer (retries: routing.test.ts).
+  gw = await startGateway({ ...setup.options, routing: { retries: 0 } });
 }
 
 beforeEach(async () => {
@@ -244,10 +253,11 @@ describe('the client goes away before the upstream answered', () => {
 describe('circuit breaker', () => {
   beforeEach(() => start());
 
-  it('after 5 upstream failures in a row: 503 model_unavailable with Retry-After, no upstream call, listed Unavailable', async () => {
+  it('after 5 upstream failures in a row across 3 accounts: 503 model_unavailable with Retry-After, no upstream call, listed Unavailable', async () => {
     up.setBehavior({ kind: 'error', status: 503 });
+    const keys = [devKey, otherKey, thirdKey];
     for (let i = 0; i < 5; i++) {
-      const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES });
+      const res = await postChat(gw.baseURL, keys[i % 3]!, { model: MODEL, messages: MESSAGES });
       expect(res.status).toBe(502);
       await res.text();
     }
@@ -278,13 +288,29 @@ describe('circuit breaker: cooldown and the half-open probe (clock injected)', (
 
   async function startAt(upstreamUrl: string) {
     clock = Date.UTC(2026, 0, 15, 12, 0, 0);
-    const setup = testConfig({ upstreamUrl, walletUsd: 100, timeoutMs: 2_000, now: () => clock });
+    const setup = testConfig({
+      upstreamUrl,
+      walletUsd: 100,
+      timeoutMs: 2_000,
+      now: () => clock,
+      accounts: [{ id: 'acct_b', walletUsd: 100 }, { id: 'acct_c', walletUsd: 100 }],
+      keys: otherKeys.map((key, i) => ({ key, account: i === 0 ? 'acct_b' : 'acct_c', kind: 'developer' as const })),
+    });
     devKey = setup.devKey;
-    gw = await startGateway(setup.options);
+    gw = await startGateway({ ...setup.options, routing: { retries: 0 } });
   }
 
+  /** Keys of two more accounts: upstream 5xx open the circuit only when seen across three accounts. */
+  const otherKeys = [testKey(), testKey()];
+  let turn = 0;
   const call = async (extra: Record<string, unknown> = {}) => {
     const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES, ...extra });
+    return { res, text: await res.text() };
+  };
+  /** A call from each of the three accounts in turn. */
+  const callAny = async () => {
+    const key = [devKey, ...otherKeys][turn++ % 3]!;
+    const res = await postChat(gw.baseURL, key, { model: MODEL, messages: MESSAGES });
     return { res, text: await res.text() };
   };
 
@@ -346,7 +372,7 @@ describe('circuit breaker: cooldown and the half-open probe (clock injected)', (
   it('5xx: half-open lets exactly one probe through at a time; its success closes the circuit', async () => {
     await startAt(up.url);
     up.setBehavior({ kind: 'error', status: 500 });
-    for (let i = 0; i < 5; i++) expect((await call()).res.status).toBe(502);
+    for (let i = 0; i < 5; i++) expect((await callAny()).res.status).toBe(502);
     expectFastFail(await call(), '10');
     expect(up.requests).toHaveLength(5);
 
@@ -368,11 +394,11 @@ describe('circuit breaker: cooldown and the half-open probe (clock injected)', (
     await eventually(noHoldLeft, 'no hold left');
   });
 
-  it('only consecutive failures count: a success or an upstream 4xx (it answered) resets them; 4xx never opens it', async () => {
+  it('only consecutive failures (from three accounts) count: a success or an upstream 4xx (it answered) resets them; 4xx never opens it', async () => {
     await startAt(up.url);
     const run = async (status: number, n: number) => {
       up.setBehavior(status === 200 ? { kind: 'json' } : { kind: 'error', status });
-      for (let i = 0; i < n; i++) expect((await call()).res.status).toBe(status === 200 ? 200 : status >= 500 ? 502 : status);
+      for (let i = 0; i < n; i++) expect((await callAny()).res.status).toBe(status === 200 ? 200 : status >= 500 ? 502 : status);
     };
     await run(500, 4);
     await run(200, 1);

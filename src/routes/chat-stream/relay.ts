@@ -90,7 +90,7 @@ export function relayStream(
       if (ended) return;
       res.discard();
       const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
-      if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream);
+      if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
       core.log.warn({ msg: 'stream failed', requestId: ctx.requestId, code: gErr.code });
       if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
       end();

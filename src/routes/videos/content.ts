@@ -20,13 +20,15 @@ export async function videoContent(core: Core, ctx: RequestContext): Promise<Res
   if (!model) throw new GatewayError('job_not_found', 'The model of this job is no longer configured.');
   const variant = ctx.query.get('variant');
   const query = variant && /^[a-z_]{1,32}$/.test(variant) ? `?variant=${variant}` : '';
-  const res = await callUpstream(core, model.upstream, {
+  // The clip is fetched from the upstream that accepted the job: no other one knows its id.
+  const upstreamName = job.upstream ?? model.upstream;
+  const res = await callUpstream(core, upstreamName, {
     method: 'GET',
     path: `/videos/${encodeURIComponent(job.upstreamJobId)}/content${query}`,
     headers: upstreamHeaders(ctx.requestId),
     signal: ctx.request.signal,
-  }, ctx.observed.record);
-  if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
+  }, ctx.observed.record, ctx.key.accountId);
+  if (res.status < 200 || res.status >= 300) throw await upstreamError(res, upstreamName, { log: core.log, requestId: ctx.requestId });
   const iterator = res.body[Symbol.asyncIterator]();
   const stream = new ReadableStream<Uint8Array>(
     {

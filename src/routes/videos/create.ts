@@ -12,7 +12,7 @@ import { errors, GatewayError } from '../../errors.js';
 import { json } from '../../http/json.js';
 import { jobView, newJobId } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
-import { callUpstream, pluginFields, upstreamError, upstreamHeaders } from '../../upstream/relay.js';
+import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../../upstream/relay.js';
 import { holdMedia, refuseAgentKeys, takeSlot, unixSeconds } from '../media.js';
 import { zodError } from '../validation.js';
 import { DEFAULT_SECONDS, forUpstream, readSubmission } from './submission.js';
@@ -45,6 +45,8 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
   const jobId = newJobId('video');
   const lease = await takeSlot(core, ctx, 'video', jobId);
   let upstreamJob: Record<string, unknown>;
+  /** The upstream that accepted the job (the model's first target until one did). */
+  let servedBy = model.upstream;
   let call: BilledCall | undefined;
   try {
     // A job any instance can finish: the hold lives as long as the job and survives shutdown.
@@ -55,18 +57,17 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
       `${seconds} s of video at tier ${tier}`,
     );
     try {
-      const replaced = await pluginFields(core, ctx, model, '/videos', { ...sub.fields, model: model.upstreamModel });
-      const out = await forUpstream(sub, model.upstreamModel, replaced);
-      const res = await callUpstream(
-        core,
-        model.upstream,
-        { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body },
-        ctx.observed.record,
-      );
-      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, model.upstream, { log: core.log, requestId: ctx.requestId });
+      const answer = await callModel(core, ctx, model, async (served) => {
+        const replaced = await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
+        const out = await forUpstream(sub, served.upstreamModel, replaced);
+        return { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body };
+      });
+      const res = answer.res;
+      servedBy = answer.served.upstream;
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
       const parsed = JSON.parse(await res.text()) as unknown;
       if (!parsed || typeof parsed !== 'object' || typeof (parsed as { id?: unknown }).id !== 'string') {
-        throw new GatewayError('upstream_error', `The upstream "${model.upstream}" sent a malformed video job.`);
+        throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed video job.`);
       }
       upstreamJob = parsed as Record<string, unknown>;
     } catch (err) {
@@ -99,6 +100,7 @@ export async function createVideo(core: Core, ctx: RequestContext): Promise<Resp
     leaseId: lease.leaseId,
     tier,
     upstreamJobId: upstreamJob.id as string,
+    upstream: servedBy,
     owner: core.jobs.instanceId,
     ownerUntil: core.jobs.ownerUntil(),
   };

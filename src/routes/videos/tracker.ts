@@ -50,6 +50,8 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
   };
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
   const expiresAtMs = (job.expiresAt ?? Infinity) * 1000;
+  // Polls go to the upstream that accepted the job: no other one knows its id.
+  const upstreamName = job.upstream ?? model.upstream;
 
   while (!signal.aborted) {
     await sleep(core.cfg.limits.jobPollIntervalMs, signal);
@@ -57,7 +59,7 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
     if (core.now() >= expiresAtMs) return fail('job_expired', 'The upstream did not finish the video before the job expired.');
     let upstream: Record<string, unknown>;
     try {
-      const res = await callUpstream(core, model.upstream, {
+      const res = await callUpstream(core, upstreamName, {
         method: 'GET',
         path: `/videos/${encodeURIComponent(job.upstreamJobId)}`,
         headers: upstreamHeaders(job.id),
@@ -93,7 +95,7 @@ export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal
       );
       if (updated) {
         await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
-          upstream: model.upstream,
+          upstream: upstreamName,
         });
       }
       await core.jobs.drop(lease);
