@@ -15,6 +15,7 @@ import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
 import { redactKey, upstreamFailure, type UpstreamResponse } from '../upstream/client.js';
 import { KEEP_ALIVE, SseParser } from '../upstream/sse.js';
+import { type Sink, streamBody } from './chat-stream/bodies.js';
 
 const encoder = new TextEncoder();
 
@@ -56,7 +57,8 @@ export function relayEvents(
   const apiKey = upstreamCfg && 'apiKey' in upstreamCfg && upstreamCfg.apiKey.length >= 8 ? upstreamCfg.apiKey : '';
   let ended = false;
   let keepAlive: NodeJS.Timeout | undefined;
-  let controllerRef: ReadableStreamDefaultController<Uint8Array> | null = null;
+  /** Where the answer is written (set when the body starts). */
+  let sink: Sink | null = null;
 
   const bill = () => {
     const usage = handler.usage();
@@ -78,14 +80,14 @@ export function relayEvents(
 
   const send = (text: string) => {
     try {
-      if (text) controllerRef?.enqueue(encoder.encode(text));
+      if (text) sink?.push(encoder.encode(text));
     } catch {
       // The client is gone.
     }
   };
   const close = () => {
     try {
-      controllerRef?.close();
+      sink?.close();
     } catch {
       // Already closed.
     }
@@ -167,26 +169,24 @@ export function relayEvents(
   call.onAbort(() => fail(new GatewayError('service_unavailable', 'The gateway is shutting down; the answer was cut.')));
   ctx.request.signal?.addEventListener('abort', cancel, { once: true });
 
-  const stream = new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        controllerRef = controller;
-        keepAlive = setTimeout(function tick() {
-          if (ended) return;
-          try {
-            controller.enqueue(KEEP_ALIVE);
-          } catch {
-            return;
-          }
-          keepAlive?.refresh();
-        }, core.cfg.limits.streamKeepAliveMs);
-      },
-      pull,
-      cancel,
+  const stream = streamBody({
+    start(s) {
+      sink = s;
+      keepAlive = setTimeout(function tick() {
+        if (ended) return;
+        try {
+          s.push(KEEP_ALIVE);
+        } catch {
+          return;
+        }
+        keepAlive?.refresh();
+      }, core.cfg.limits.streamKeepAliveMs);
     },
-    { highWaterMark: 0 },
-  );
-  return new Response(stream, {
+    pull: () => pull(),
+    cancel,
+    ended: () => ended,
+  });
+  return new Response(stream as ReadableStream<Uint8Array>, {
     status: 200,
     headers: {
       ...headers,
