@@ -36,6 +36,7 @@ if (missing !== null) {
     });
   } else {
     console.warn(`\n!!! SKIPPING the Redis Cluster tests: ${missing} is not installed (under CI=true this fails).\n`);
+    // Skipped only outside CI, and loudly: a developer without redis-server still runs the rest.
     describe.skip(`redis cluster (skipped: ${missing} is not installed)`, () => {
       it('conformance, several instances, failover', () => {});
     });
