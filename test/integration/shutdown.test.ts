@@ -8,10 +8,8 @@
  * - a settle the store cannot take (Redis down) is journaled on disk and lands after the
  *   gateway was killed with -9 and started again.
  */
-import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -23,6 +21,7 @@ import type { Stores } from '../../src/stores/types.js';
 import { chatCost, loadTokenizer } from '../helpers/billing.js';
 import { COMPLETION_PRICE, eventually, MODEL, postChat, PROMPT_PRICE, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { startGatewayProcess, writeConfig } from '../helpers/processes.js';
+import { hasRedisServer, startRedisServer } from '../helpers/redis-servers.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const redisUp = (await redisProblem(REDIS_URL)) === null;
@@ -30,7 +29,6 @@ const needRedis = redisUp || process.env.CI === 'true';
 if (!redisUp && process.env.CI !== 'true') {
   console.warn(`\n!!! SKIPPING the Redis shutdown tests: Redis at ${REDIS_URL} is unreachable (under CI=true this fails).\n`);
 }
-const hasRedisServer = spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0;
 const PREFIX = `mgsd:${randomBytes(4).toString('hex')}:`;
 
 let up: TestUpstream;
@@ -190,36 +188,20 @@ describe.runIf(needRedis)('the CLI on Redis', () => {
   });
 });
 
-async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const a = s.address();
-      s.close(() => (typeof a === 'object' && a ? resolve(a.port) : reject(new Error('no port'))));
-    });
-  });
-}
-
 describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store cannot take', () => {
   it('is journaled on disk and lands after the gateway is killed with -9 and started again', async () => {
-    const port = await freePort();
     const dataDir = mkdtempSync(join(tmpdir(), 'mg-redis-aof-'));
     const journal = mkdtempSync(join(tmpdir(), 'mg-journal-'));
-    const url = `redis://127.0.0.1:${port}`;
-    // A Redis that keeps everything on disk, so restarting it loses nothing but what never reached it.
-    const startRedis = (): ChildProcess =>
-      spawn('redis-server', ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'yes', '--appendfsync', 'always', '--dir', dataDir], {
-        stdio: 'ignore',
-      });
-    const ready = () => eventually(async () => (await redisProblem(url)) === null, 'redis to answer', 10_000);
-    let redis = startRedis();
+    // A Redis that keeps everything on disk (in a directory that outlives it), so restarting it
+    // on the same port loses nothing but what never reached it.
+    const durable = ['--appendonly', 'yes', '--appendfsync', 'always', '--dir', dataDir];
+    let redis = await startRedisServer(durable);
+    const { port, url } = redis;
     const key = testKey();
     const file = writeConfig(cliConfig({ driver: 'redis', url, keyPrefix: 'mg:' }, journal, key));
     let gw: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
     let second: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
     try {
-      await ready();
       gw = await startGatewayProcess(file);
       up.setBehavior({ kind: 'stream', chunks: ['one ', 'two ', 'three ', 'four '], delayMs: 300, usageCounts: { prompt_tokens: 30, completion_tokens: 4 } });
       const res = await postChat(gw.baseURL, key, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] });
@@ -227,15 +209,13 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store 
       const body = readAll(res);
       await eventually(() => up.requests.at(-1)!.chunksSent >= 1, 'the stream to start');
       // The store goes away while the answer is being delivered.
-      redis.kill('SIGKILL');
-      await new Promise<void>((r) => (redis.exitCode !== null || redis.signalCode !== null ? r() : redis.once('exit', () => r())));
+      await redis.kill();
       const events = await body;
       expect(events.at(-1)).toBe('[DONE]');
       await eventually(() => readdirSync(journal).some((f) => f.endsWith('.jsonl')), 'the settle to be journaled', 10_000);
       await gw.kill('SIGKILL');
 
-      redis = startRedis();
-      await ready();
+      redis = await startRedisServer(durable, port);
       second = await startGatewayProcess(file);
       const stores = createRedisStores({ url, keyPrefix: 'mg:' });
       try {
@@ -251,7 +231,7 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store 
     } finally {
       await gw?.kill('SIGKILL');
       await second?.kill('SIGKILL');
-      redis.kill('SIGKILL');
+      await redis.kill();
       rmSync(dataDir, { recursive: true, force: true });
       rmSync(journal, { recursive: true, force: true });
     }
