@@ -34,6 +34,8 @@
  *   BENCH_FIXED_PROMPT []     "1": send the very same prompt every call (not real traffic; shows what prompt caches save)
  *   BENCH_OBSERVE [on]        "on": access log (to the gateway's stdout pipe) and /metrics on, as a
  *                             production gateway runs; "off": both off, to see what they cost
+ *   BENCH_UPSTREAM_WRITES [single]  "single": the upstream writes a streamed answer in one write;
+ *                             "chunked": 22 writes back to back (inflates the baseline's cost)
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
  *
  * Targets are printed as met / not met. They are a report, never a test: nothing fails on them.
@@ -76,6 +78,8 @@ const FIXED_PROMPT = env.BENCH_FIXED_PROMPT === '1';
 /** A measurement disturbed by other load is taken again, up to this many times (the quietest is kept). */
 const RETRIES = num(env.BENCH_RETRIES, 2);
 const OBSERVE = env.BENCH_OBSERVE !== 'off';
+/** How the upstream writes a streamed answer: "single" (one write, the default) or "chunked" (22 writes). */
+const UPSTREAM_WRITES = env.BENCH_UPSTREAM_WRITES === 'chunked' ? 'chunked' : 'single';
 
 /** Other load (cores) above which a measurement is flagged as disturbed. */
 const NOISY_CORES = 0.2;
@@ -329,7 +333,7 @@ async function main(): Promise<void> {
   log(`gateway storage: ${STORAGE}; access log and metrics: ${OBSERVE ? 'on' : 'off'}`);
 
   try {
-    const upstream = track(await startNode('upstream', [...TSX, 'bench/upstream.ts'], ROOT));
+    const upstream = track(await startNode('upstream', [...TSX, 'bench/upstream.ts', '--writes', UPSTREAM_WRITES], ROOT));
     const configFile = join(tmp, 'gateway.config.json');
     writeFileSync(configFile, JSON.stringify(gatewayConfig(upstream.url, storage), null, 2));
 

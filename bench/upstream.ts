@@ -5,14 +5,16 @@
  *
  *   POST /v1/chat/completions        fast: a fixed chat.completion with usage or, when the
  *                                    body has "stream":true, 20 SSE chunks + a usage chunk +
- *                                    [DONE], written back to back (no delay).
+ *                                    [DONE]: one write by default (--writes single, as a fast
+ *                                    provider's answer arrives: one TCP read for the relay), or
+ *                                    22 writes back to back with --writes chunked.
  *   POST /slow/v1/chat/completions   held: SSE headers and a first chunk at once, then one
  *                                    chunk every --tick-ms until POST /__release (or
  *                                    --max-hold-ms), then finish + usage + [DONE].
  *   GET  /__held                     {"open": <held streams now>}
  *   POST /__release                  ends every held stream.
  *
- * node --import tsx bench/upstream.ts [--port 0] [--tick-ms 1000] [--max-hold-ms 120000]
+ * node --import tsx bench/upstream.ts [--port 0] [--tick-ms 1000] [--max-hold-ms 120000] [--writes single|chunked]
  * Prints "upstream listening on http://127.0.0.1:PORT" when ready.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -25,10 +27,14 @@ const { values } = parseArgs({
     host: { type: 'string', default: '127.0.0.1' },
     'tick-ms': { type: 'string', default: '1000' },
     'max-hold-ms': { type: 'string', default: '120000' },
+    writes: { type: 'string', default: 'single' },
   },
 });
 const TICK_MS = Number(values['tick-ms']);
 const MAX_HOLD_MS = Number(values['max-hold-ms']);
+const SINGLE_WRITE = values.writes !== 'chunked';
+/** The whole streamed answer as one buffer, for the single-write variant. */
+const STREAM_ALL = Buffer.concat([...STREAM_EVENTS, USAGE_EVENT, DONE]);
 
 const PLAIN_HEADERS = { 'content-type': 'application/json', 'content-length': String(PLAIN.length) };
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
@@ -50,6 +56,10 @@ function fast(body: string, res: ServerResponse): void {
     return;
   }
   res.writeHead(200, SSE_HEADERS);
+  if (SINGLE_WRITE) {
+    res.end(STREAM_ALL);
+    return;
+  }
   for (const e of STREAM_EVENTS) res.write(e);
   res.write(USAGE_EVENT);
   res.end(DONE);
