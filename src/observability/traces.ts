@@ -5,7 +5,7 @@
  * gen_ai.usage.output_tokens, ...); the upstream call is a child span and its trace context
  * travels upstream (traceparent). Without a provider every span is a no-op.
  */
-import { context, propagation, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
+import { context, ProxyTracerProvider, propagation, type Span, SpanKind, SpanStatusCode, trace } from '@opentelemetry/api';
 import type { Observer } from './record.js';
 
 const tracer = () => trace.getTracer('model-gateway');
@@ -21,8 +21,20 @@ const OPERATIONS: Record<string, string> = {
   '/v1/videos': 'video_generation',
 };
 
-/** The request's span, started on arrival. */
-export function startRequestSpan(method: string): Span {
+/**
+ * Whether a tracer provider is registered. The API's global provider is a proxy that hands
+ * out no-op spans until an SDK registers; with none, the gateway makes no spans at all (a
+ * no-op span, its context and its attributes still cost allocations on every request).
+ * Checked per request, so a provider registered after the gateway started is picked up.
+ */
+export function tracingActive(): boolean {
+  const provider = trace.getTracerProvider();
+  return !(provider instanceof ProxyTracerProvider) || provider.getDelegateTracer('model-gateway') !== undefined;
+}
+
+/** The request's span, started on arrival; null when no tracer provider is registered. */
+export function startRequestSpan(method: string): Span | null {
+  if (!tracingActive()) return null;
   return tracer().startSpan(`${method} model-gateway`, { kind: SpanKind.SERVER, attributes: { 'http.request.method': method } });
 }
 

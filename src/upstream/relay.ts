@@ -53,7 +53,8 @@ export async function callUpstream(
       headers: { 'retry-after': String(admitted.retryAfterS) },
     });
   }
-  const span = record ? startUpstreamSpan(record.span, upstreamName, call.path, call.headers) : null;
+  // No request span: no tracer provider is registered, so no upstream span either.
+  const span = record?.span ? startUpstreamSpan(record.span, upstreamName, call.path, call.headers) : null;
   const started = performance.now();
   let res: UpstreamResponse;
   try {

@@ -9,6 +9,7 @@ import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Logger } from '../../src/log.js';
+import { createLogger } from '../../src/observability/logs.js';
 import { formatUsd } from '../../src/money.js';
 import { chatCost } from '../helpers/billing.js';
 import { eventually, MODEL, postChat, startGateway, testConfig, type RunningGateway, UPSTREAM_API_KEY } from '../helpers/gateway.js';
@@ -23,11 +24,14 @@ let gw: RunningGateway;
 let devKey: string;
 let account: string;
 const lines: Array<Record<string, unknown>> = [];
-const capture: Logger = {
-  info: (e) => void lines.push({ level: 'info', ...e }),
-  warn: (e) => void lines.push({ level: 'warn', ...e }),
-  error: (e) => void lines.push({ level: 'error', ...e }),
-};
+const LEVELS: Record<number, string> = { 30: 'info', 40: 'warn', 50: 'error' };
+// The default logger (pino, with the hand-serialised access line), writing into this array.
+const capture: Logger = createLogger('info', {
+  write(line: string) {
+    const parsed = JSON.parse(line) as Record<string, unknown>;
+    lines.push({ ...parsed, level: LEVELS[parsed.level as number] ?? parsed.level });
+  },
+});
 
 beforeAll(async () => {
   trace.setGlobalTracerProvider(provider);
