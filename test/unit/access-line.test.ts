@@ -4,7 +4,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { accessLine, accessLog, createLogger } from '../../src/observability/logs.js';
+import { accessLog, createLogger } from '../../src/observability/logs.js';
 import { type CallRecord, newRecord } from '../../src/observability/record.js';
 
 /** The line written through each path for `record`, parsed. */
