@@ -5,10 +5,11 @@
  * money here are for dashboards only: USD as floating-point sums, never read back as money.
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { GatewayError, errorResponse } from '../errors.js';
 import type { Stores } from '../stores/types.js';
 import { Response } from '@whatwg-node/server';
+import { HotCounter, HotHistogram } from './hot-metrics.js';
 import type { Observer } from './record.js';
 
 export interface MetricsOptions {
@@ -34,57 +35,39 @@ export interface Metrics {
 
 const LATENCY = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
 const OVERHEAD = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+/** Status codes as label text, made once each. */
+const STATUS_TEXT = new Map<number, string>();
+const statusText = (status: number): string => {
+  let text = STATUS_TEXT.get(status);
+  if (text === undefined) STATUS_TEXT.set(status, (text = String(status)));
+  return text;
+};
 const STORE = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1];
 
 export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metrics {
   const registry = new Registry();
   // Process metrics, event-loop lag among them.
   collectDefaultMetrics({ register: registry, prefix: 'model_gateway_' });
-  const requests = new Counter({
-    name: 'model_gateway_requests_total',
-    help: 'Requests answered, by route, status and model.',
-    labelNames: ['route', 'status', 'model'],
-    registers: [registry],
-  });
-  const duration = new Histogram({
-    name: 'model_gateway_request_duration_seconds',
-    help: 'Total time of a request, to the end of its answer (streams included).',
-    labelNames: ['route'],
-    buckets: LATENCY,
-    registers: [registry],
-  });
-  const overhead = new Histogram({
-    name: 'model_gateway_overhead_seconds',
-    help: "The gateway's own time before the answer went out: total time to the answer's headers minus the wait on the upstream.",
-    labelNames: ['route'],
-    buckets: OVERHEAD,
-    registers: [registry],
-  });
-  const ttft = new Histogram({
-    name: 'model_gateway_time_to_first_token_seconds',
-    help: 'Streams: time from arrival to the first byte of the answer.',
-    labelNames: ['model'],
-    buckets: LATENCY,
-    registers: [registry],
-  });
-  const tokens = new Counter({
-    name: 'model_gateway_tokens_total',
-    help: 'Tokens billed, by model and direction (in: prompt, out: completion).',
-    labelNames: ['model', 'direction'],
-    registers: [registry],
-  });
-  const spend = new Counter({
-    name: 'model_gateway_spend_usd_total',
-    help: 'USD billed, by model (for dashboards; the ledger is the exact figure).',
-    labelNames: ['model'],
-    registers: [registry],
-  });
-  const refusals = new Counter({
-    name: 'model_gateway_refusals_total',
-    help: 'Requests refused by a limit, by limit.',
-    labelNames: ['limit'],
-    registers: [registry],
-  });
+  // The request path's counters and histograms (see hot-metrics.ts: no per-update label hashing).
+  const requests = new HotCounter('model_gateway_requests_total', 'Requests answered, by route, status and model.', ['route', 'status', 'model'], registry);
+  const duration = new HotHistogram(
+    'model_gateway_request_duration_seconds',
+    'Total time of a request, to the end of its answer (streams included).',
+    ['route'],
+    LATENCY,
+    registry,
+  );
+  const overhead = new HotHistogram(
+    'model_gateway_overhead_seconds',
+    "The gateway's own time before the answer went out: total time to the answer's headers minus the wait on the upstream.",
+    ['route'],
+    OVERHEAD,
+    registry,
+  );
+  const ttft = new HotHistogram('model_gateway_time_to_first_token_seconds', 'Streams: time from arrival to the first byte of the answer.', ['model'], LATENCY, registry);
+  const tokens = new HotCounter('model_gateway_tokens_total', 'Tokens billed, by model and direction (in: prompt, out: completion).', ['model', 'direction'], registry);
+  const spend = new HotCounter('model_gateway_spend_usd_total', 'USD billed, by model (for dashboards; the ledger is the exact figure).', ['model'], registry);
+  const refusals = new HotCounter('model_gateway_refusals_total', 'Requests refused by a limit, by limit.', ['limit'], registry);
   new Gauge({
     name: 'model_gateway_circuit_open',
     help: 'Whether an upstream circuit is open (1) or closed (0).',
@@ -110,24 +93,19 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
       this.set(deps.openHolds());
     },
   });
-  const storeCalls = new Histogram({
-    name: 'model_gateway_store_call_seconds',
-    help: 'Latency of store calls, by operation (store.method).',
-    labelNames: ['operation'],
-    buckets: STORE,
-    registers: [registry],
-  });
+  const storeCalls = new HotHistogram('model_gateway_store_call_seconds', 'Latency of store calls, by operation (store.method).', ['operation'], STORE, registry);
 
   const observer: Observer = {
     end(r, totalMs) {
-      requests.inc({ route: r.route, status: String(r.status), model: r.model ?? '' });
-      duration.observe({ route: r.route }, totalMs / 1000);
-      if (r.respondedMs !== null) overhead.observe({ route: r.route }, Math.max(0, r.respondedMs - r.upstreamMs) / 1000);
-      if (r.ttfbMs !== null && r.model) ttft.observe({ model: r.model }, r.ttfbMs / 1000);
-      if (r.model && r.promptTokens !== null) tokens.inc({ model: r.model, direction: 'in' }, r.promptTokens);
-      if (r.model && r.completionTokens !== null) tokens.inc({ model: r.model, direction: 'out' }, r.completionTokens);
-      if (r.model && r.costNano !== null) spend.inc({ model: r.model }, Number(r.costNano) / 1e9);
-      if (r.limit) refusals.inc({ limit: r.limit });
+      const model = r.model ?? '';
+      requests.inc(1, r.route, statusText(r.status), model);
+      duration.observe(totalMs / 1000, r.route);
+      if (r.respondedMs !== null) overhead.observe(Math.max(0, r.respondedMs - r.upstreamMs) / 1000, r.route);
+      if (r.ttfbMs !== null && model) ttft.observe(r.ttfbMs / 1000, model);
+      if (model && r.promptTokens !== null) tokens.inc(r.promptTokens, model, 'in');
+      if (model && r.completionTokens !== null) tokens.inc(r.completionTokens, model, 'out');
+      if (model && r.costNano !== null) spend.inc(Number(r.costNano) / 1e9, model);
+      if (r.limit) refusals.inc(1, r.limit);
     },
   };
 
@@ -136,28 +114,42 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
   return {
     observer,
     timeStores(stores) {
+      // Each store is copied into a plain object whose methods time the store's own (a Proxy
+      // would run a trap on every property read of the request path).
       const wrap = (name: string, store: object): object => {
-        const cache = new Map<PropertyKey, unknown>();
-        return new Proxy(store, {
-          get(target, key, receiver) {
-            const v = Reflect.get(target, key, receiver) as unknown;
-            if (typeof v !== 'function' || typeof key !== 'string') return v;
-            let w = cache.get(key);
-            if (!w) {
-              const end = storeCalls.labels({ operation: `${name}.${key}` });
-              const fn = v as (...a: unknown[]) => unknown;
-              w = (...args: unknown[]) => {
-                const t = performance.now();
-                const out = fn.apply(target, args);
-                if (out instanceof Promise) return out.finally(() => end.observe((performance.now() - t) / 1000));
-                end.observe((performance.now() - t) / 1000);
-                return out;
-              };
-              cache.set(key, w);
+        const out: Record<string, unknown> = {};
+        for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
+          for (const key of Object.getOwnPropertyNames(o)) {
+            if (key === 'constructor' || key in out) continue;
+            const v = (store as Record<string, unknown>)[key];
+            if (typeof v !== 'function') {
+              Object.defineProperty(out, key, { get: () => (store as Record<string, unknown>)[key], enumerable: true });
+              continue;
             }
-            return w;
-          },
-        });
+            const fn = v as (...a: unknown[]) => unknown;
+            const operation = `${name}.${key}`;
+            const done = (t: number) => storeCalls.observe((performance.now() - t) / 1000, operation);
+            out[key] = (...args: unknown[]) => {
+              const t = performance.now();
+              const result = fn.apply(store, args);
+              if (result instanceof Promise) {
+                return result.then(
+                  (value) => {
+                    done(t);
+                    return value;
+                  },
+                  (err: unknown) => {
+                    done(t);
+                    throw err;
+                  },
+                );
+              }
+              done(t);
+              return result;
+            };
+          }
+        }
+        return out;
       };
       const out: Record<string, unknown> = {};
       for (const [name, store] of Object.entries(stores)) {
