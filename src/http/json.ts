@@ -13,27 +13,18 @@ import { GatewayError } from '../errors.js';
  */
 export const MAX_JSON_DEPTH = 128;
 
-/** Whether `value` nests deeper than `max` (iterative: the check itself cannot overflow). */
-function nestsDeeperThan(value: unknown, max: number): boolean {
-  const stack: Array<[unknown, number]> = [[value, 1]];
-  while (stack.length) {
-    const [v, depth] = stack.pop()!;
-    if (v === null || typeof v !== 'object') continue;
-    if (depth > max) return true;
-    for (const child of Array.isArray(v) ? v : Object.values(v)) {
-      if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
-    }
-  }
-  return false;
-}
+/** What a scan of valid JSON text found wrong: a key repeated in one object, or nesting too deep. */
+type JsonFault = { duplicate: string } | { tooDeep: true } | null;
 
 /**
- * The first key that appears twice in one object of `text` (valid JSON), or null. JSON.parse
- * keeps the last one; an upstream's parser may keep the first. A body the gateway relays as it
- * came would then be checked and billed as one request and run as another (another model,
- * more tokens, more images), so such a body is refused.
+ * One pass over `text` (valid JSON) for the first key that appears twice in one object, and
+ * for nesting deeper than MAX_JSON_DEPTH; null when neither. JSON.parse keeps the last of two
+ * keys; an upstream's parser may keep the first. A body the gateway relays as it came would
+ * then be checked and billed as one request and run as another (another model, more tokens,
+ * more images), so such a body is refused. Outside strings, each bracket opens or closes a
+ * level, so the count of open scopes is the nesting depth.
  */
-function duplicateKey(text: string): string | null {
+function scanJson(text: string): JsonFault {
   const scopes: Array<Set<string> | null> = [];
   let wantKey = false;
   for (let i = 0; i < text.length; i++) {
@@ -51,16 +42,16 @@ function duplicateKey(text: string): string | null {
         const raw = text.slice(i + 1, end);
         const key = raw.includes('\\') ? (JSON.parse(text.slice(i, end + 1)) as string) : raw;
         const scope = scopes[scopes.length - 1]!;
-        if (scope.has(key)) return key;
+        if (scope.has(key)) return { duplicate: key };
         scope.add(key);
         wantKey = false;
       }
       i = end;
     } else if (c === 123 /* { */) {
-      scopes.push(new Set());
+      if (scopes.push(new Set()) > MAX_JSON_DEPTH) return { tooDeep: true };
       wantKey = true;
     } else if (c === 91 /* [ */) {
-      scopes.push(null);
+      if (scopes.push(null) > MAX_JSON_DEPTH) return { tooDeep: true };
     } else if (c === 125 /* } */ || c === 93 /* ] */) {
       scopes.pop();
       wantKey = false;
@@ -87,12 +78,12 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) {
     throw new GatewayError('invalid_request', 'The request body must be a JSON object.');
   }
-  if (nestsDeeperThan(value, MAX_JSON_DEPTH)) {
+  const fault = scanJson(text);
+  if (fault && 'tooDeep' in fault) {
     throw new GatewayError('invalid_request', `The request body nests more than ${MAX_JSON_DEPTH} levels deep.`);
   }
-  const dup = duplicateKey(text);
-  if (dup !== null) {
-    throw new GatewayError('invalid_request', `The request body repeats the key ${JSON.stringify(dup.slice(0, 100))} in one object.`);
+  if (fault) {
+    throw new GatewayError('invalid_request', `The request body repeats the key ${JSON.stringify(fault.duplicate.slice(0, 100))} in one object.`);
   }
   return value as Record<string, unknown>;
 }
