@@ -42,6 +42,14 @@ const versionOf = (dir: string, pkg: string): string | null => {
   }
 };
 
+/** npm's own words for a failed install: its error code and the first line that says what happened. */
+function npmFailure(stderr: string): string | null {
+  const lines = stderr.split('\n').map((l) => l.replace(/^npm (?:error|ERR!) ?/, '').trim());
+  const code = lines.find((l) => l.startsWith('code '))?.slice(5);
+  const what = lines.find((l) => l !== '' && !/^(code|syscall|errno|at) /.test(l) && !l.startsWith('A complete log'));
+  return code || what ? [code, what].filter(Boolean).join(': ') : null;
+}
+
 /** Installs the pinned peer into `dir` unless it is there already; never throws. */
 export async function installPeer(dir: string, log: (s: string) => void): Promise<PeerInstall> {
   const entry = join(dir, 'node_modules', PEER_PACKAGE, 'build/start-server.js');
@@ -59,7 +67,7 @@ export async function installPeer(dir: string, log: (s: string) => void): Promis
         'npm',
         ['install', '--prefix', dir, '--no-audit', '--no-fund', '--loglevel=error'],
         { timeout: 300_000, maxBuffer: 16 * 1024 * 1024 },
-        (err, _stdout, stderr) => (err ? reject(new Error(`${err.message.split('\n')[0]}\n${String(stderr).trim().slice(-600)}`)) : resolve()),
+        (err, _stdout, stderr) => (err ? reject(new Error(npmFailure(String(stderr)) ?? err.message.split('\n')[0]!)) : resolve()),
       ),
     );
   } catch (err) {
