@@ -59,7 +59,7 @@ import { Redis } from 'ioredis';
 import { HELD_MODEL, MODEL, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
-import { installPeer, PEER_LABEL, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
+import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
 import { dropSchema, freshSchema, POSTGRES_URL, postgresProblem } from './postgres-util.js';
 import { type Child, freePort, memoryOf, RssSampler, sleep, startNode } from './procs.js';
 import type { CommandCount } from './redis-commands.js';
@@ -493,7 +493,8 @@ async function main(): Promise<void> {
     ];
     if (redisCommands && 'failed' in redisCommands) notes.push(`The Redis command count failed: ${redisCommands.failed}`);
     const intro =
-      `Every storage driver of the gateway and ${PEER ? 'a peer gateway ' : ''}against a bare Node relay (node:http in, undici out, JSON parsed once each way, streams piped), ` +
+      `The gateway on ${ALL_STORAGES ? 'every storage driver' : `${STORAGE_LIST.join(', ')} storage`}${PEER ? `, and ${PEER_PACKAGE} as a peer,` : ''} ` +
+      'against a bare Node relay (node:http in, undici out, JSON parsed once each way, streams piped), ' +
       `all in front of the same fast local upstream, which writes a streamed answer in ${UPSTREAM_WRITES === 'single' ? 'one write' : '22 writes'}. ` +
       `${machine.cores} cores (${machine.cpu}) shared by upstream, relays and load generator; node ${machine.node}; commit ${machine.gitCommit}; ` +
       `gateways run as \`${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts serve' : 'node dist/cli.js serve'}\` with auth, rate limits, hold and settle, ` +
