@@ -14,6 +14,8 @@ declare module 'autocannon' {
     /** Seconds before a request counts as timed out. */
     timeout?: number;
     expectBody?: string;
+    /** Returns false for a wrong body (counted as a mismatch); takes the place of expectBody. */
+    verifyBody?: (body: string) => boolean;
     /** Replace every `[<id>]` in the body with a fresh id per request. */
     idReplacement?: boolean;
     renderProgressBar?: boolean;

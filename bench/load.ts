@@ -22,10 +22,15 @@ export interface LoadSpec {
   settleS?: number;
   /** A response whose body differs counts as an error. */
   expectBody: string;
+  /** Instead of `expectBody`: a response for which this returns false counts as an error. */
+  verifyBody?: (body: string) => boolean;
   /** Replace `[<id>]` in the body with a fresh id per call (default true). */
   uniqueIds?: boolean;
-  /** Processes whose CPU time is measured over the window (e.g. the target and the upstream). */
-  cpuPids?: Record<string, number>;
+  /**
+   * Processes whose CPU time is measured over the window (e.g. the target and the upstream);
+   * a list is summed (e.g. the database backends that serve the target).
+   */
+  cpuPids?: Record<string, number | number[]>;
   /** Every benchmark process besides this one: CPU the machine spent beyond them is "other load". */
   benchPids?: number[];
 }
@@ -40,7 +45,7 @@ export interface LoadResult {
   /** Errors over the whole run, settle time included. */
   errors: number;
   errorDetail: { connection: number; timeouts: number; non2xx: number; mismatches: number };
-  /** CPU ms each watched process used per 1,000 responses. */
+  /** CPU ms each watched process (or list of processes) used per 1,000 responses, i.e. µs per call. */
   cpuMsPer1k: Record<string, number>;
   /**
    * How many cores' worth of CPU processes outside the benchmark used during the window,
@@ -83,7 +88,9 @@ export function runLoad(spec: LoadSpec): Promise<LoadResult> {
   const snapshot = (responses: number): Snapshot => ({
     at: performance.now(),
     responses,
-    pids: Object.fromEntries(Object.entries(spec.cpuPids ?? {}).map(([k, pid]) => [k, cpuMsOf(pid)])),
+    pids: Object.fromEntries(
+      Object.entries(spec.cpuPids ?? {}).map(([k, pids]) => [k, typeof pids === 'number' ? cpuMsOf(pids) : pids.reduce((sum, pid) => sum + cpuMsOf(pid), 0)]),
+    ),
     machine: machineCpuMs().busy,
     ours: benchPids.reduce((sum, pid) => sum + (cpuMsOf(pid) || 0), selfCpuMs()),
   });
@@ -105,7 +112,7 @@ export function runLoad(spec: LoadSpec): Promise<LoadResult> {
         pipelining: 1,
         duration: spec.duration + settleMs / 1000,
         timeout: 10,
-        expectBody: spec.expectBody,
+        ...(spec.verifyBody ? { verifyBody: spec.verifyBody } : { expectBody: spec.expectBody }),
         // `[<id>]` in the body becomes a fresh id on every call (see fixtures.ts).
         idReplacement: spec.uniqueIds ?? true,
         renderProgressBar: false,

@@ -1,6 +1,7 @@
 /** Child processes for the benchmark: start, wait for "listening on URL", read RSS / CPU from /proc, stop. */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync, readlinkSync } from 'node:fs';
+import { createServer } from 'node:net';
 
 export interface Child {
   name: string;
@@ -18,8 +19,11 @@ export interface Child {
 
 const LISTENING = /listening on (https?:\/\/[^\s/]+)/;
 
-/** Starts `node <nodeArgs...>` in `cwd` and waits until it prints "listening on URL". */
-export function startNode(name: string, nodeArgs: string[], cwd: string, timeoutMs = 60_000): Promise<Child> {
+/**
+ * Starts `node <nodeArgs...>` in `cwd` and waits until its stdout matches `ready` (by default
+ * "listening on URL"); the first group of the match is the child's URL.
+ */
+export function startNode(name: string, nodeArgs: string[], cwd: string, timeoutMs = 60_000, ready: RegExp = LISTENING): Promise<Child> {
   const proc = spawn(process.execPath, nodeArgs, { cwd, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env } });
   const tail: string[] = [];
   const keep = (s: string) => {
@@ -45,7 +49,7 @@ export function startNode(name: string, nodeArgs: string[], cwd: string, timeout
     proc.stdout!.setEncoding('utf8').on('data', (s: string) => {
       if (done) return;
       out += s;
-      const m = LISTENING.exec(out);
+      const m = ready.exec(out);
       if (!m) return;
       done = true;
       clearTimeout(timer);
@@ -146,3 +150,56 @@ export class RssSampler {
 }
 
 export const sleep = (ms: number) => new Promise<void>((r) => setTimeout(r, ms));
+
+/** A TCP port on 127.0.0.1 that was free a moment ago, for a server that cannot be told to pick its own. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const srv = createServer();
+    srv.once('error', reject);
+    srv.listen(0, '127.0.0.1', () => {
+      const addr = srv.address();
+      const port = typeof addr === 'object' && addr ? addr.port : 0;
+      srv.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * The local ports of a process's TCP connections to `remotePort`: its socket inodes from
+ * /proc/<pid>/fd, matched against the kernel's TCP tables. A server on the other end can map
+ * these ports to the processes that serve them (PostgreSQL's pg_stat_activity.client_port).
+ */
+export function tcpLocalPortsTo(pid: number, remotePort: number): number[] {
+  const inodes = new Set<string>();
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return [];
+  }
+  for (const fd of fds) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m) inodes.add(m[1]!);
+    } catch {
+      // The descriptor closed while the list was read.
+    }
+  }
+  const ports: number[] = [];
+  for (const table of ['tcp', 'tcp6']) {
+    let text: string;
+    try {
+      text = readFileSync(`/proc/${pid}/net/${table}`, 'utf8');
+    } catch {
+      continue;
+    }
+    // sl local_address rem_address st tx:rx tr:when retrnsmt uid timeout inode ...
+    for (const line of text.split('\n').slice(1)) {
+      const f = line.trim().split(/\s+/);
+      if (f.length < 10 || !inodes.has(f[9]!)) continue;
+      const port = (addr: string) => Number.parseInt(addr.slice(addr.lastIndexOf(':') + 1), 16);
+      if (port(f[2]!) === remotePort) ports.push(port(f[1]!));
+    }
+  }
+  return ports;
+}

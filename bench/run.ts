@@ -1,35 +1,44 @@
 /**
- * The gateway benchmark: what the gateway costs over the least a Node relay does.
+ * The gateway benchmark: what the gateway costs over the least a Node relay does, on every
+ * storage driver, with another Node AI gateway measured the same way for reference.
  *
  *   npm run bench
  *
  * On loopback, each as its own process: a fast OpenAI-compatible upstream (bench/upstream.ts),
- * the bare relay baseline (bench/bare-relay.ts) and the gateway through its CLI (memory
- * storage unless BENCH_STORAGE says otherwise, real auth, rate limits, hold and settle; limits
- * raised so they never trip).
- * autocannon runs in this process, alternating bare / gateway per cell and flipping the
- * order every round so machine drift hits both alike; each cell's figure is the median of
- * the rounds. Both targets get 2 x 3 s of unmeasured load first (JIT, connection pools), and
- * the first second of every run is not counted (see bench/load.ts). Then 2,000 streamed calls are held open by the slow upstream on a fresh
- * gateway (and a fresh bare relay, for reference) to measure RSS growth over idle.
+ * the bare relay baseline (bench/bare-relay.ts), one gateway per storage through its CLI
+ * (memory; sqlite in a temp file; postgres in a fresh schema, dropped after; redis under a
+ * fresh key prefix, deleted after; real auth, rate limits, hold and settle, limits raised so
+ * they never trip) and the peer, `@portkey-ai/gateway` from npm (bench/peer.ts). A storage whose
+ * service does not answer, or a peer that cannot be installed or answers wrongly, is reported
+ * as skipped with the reason.
+ *
+ * autocannon runs in this process. In every round and cell, each relay is measured once, the
+ * bare relay included, and the order flips every round so machine drift hits all alike; each
+ * ratio to the bare relay is taken within a round, and the report gives the median over the
+ * rounds. Every relay gets unmeasured load first (JIT, connection pools), and the first second
+ * of every run is not counted (see bench/load.ts). Then 2,000 streamed calls are held open by
+ * the slow upstream on a fresh gateway per storage (and a fresh bare relay, for reference) to
+ * measure RSS growth over idle. Last, the Redis commands per billed call are counted
+ * (bench/redis-commands.ts).
  *
  * Writes bench/results/<out>.json and <out>.md (out = "latest" by default).
  *
  * Environment knobs (defaults in brackets):
- *   BENCH_DURATION [5]        seconds measured per cell and target
+ *   BENCH_DURATION [4]        seconds measured per cell and relay
  *   BENCH_SETTLE [1]          seconds at the start of each run that are not counted (connection burst)
- *   BENCH_WARMUP [3]          seconds of unmeasured load per kind and target before round 1
- *   BENCH_ROUNDS [3]          rounds; the median round value is reported
- *   BENCH_CONCURRENCY [1,50,256]
+ *   BENCH_WARMUP [3]          seconds of unmeasured load per kind and relay before round 1
+ *   BENCH_ROUNDS [5]          rounds; the median is reported
+ *   BENCH_CONCURRENCY [50]    connections; the targets are judged at 50 (e.g. "1,50,256" adds cells)
  *   BENCH_KINDS [plain,stream]
+ *   BENCH_STORAGE [memory,sqlite,postgres,redis]  the gateways to measure (postgres at POSTGRES_URL,
+ *                             redis at REDIS_URL)
+ *   BENCH_PEER [on]           "off": leave out @portkey-ai/gateway
  *   BENCH_HELD [2000]         held streams (0 skips that phase)
  *   BENCH_GATEWAY [tsx]       "tsx": node --import tsx src/cli.ts; "dist": node dist/cli.js (needs a build)
- *   BENCH_PROFILE []          "1" / "gateway": run the load-phase gateway with --cpu-prof
+ *   BENCH_PROFILE []          "1" / "gateway": run the load-phase gateways with --cpu-prof
  *                             (profiles in bench/results/profiles, summary printed); "all": bare too
- *   BENCH_STORAGE [memory]    the gateway's storage: memory, sqlite (a temp file), postgres (a fresh
- *                             schema at POSTGRES_URL, dropped after) or redis (a fresh prefix at REDIS_URL)
- *   BENCH_OUT [latest]        results file name ("profile" when BENCH_PROFILE is set; "latest-<storage>"
- *                             for a storage other than memory)
+ *   BENCH_OUT [latest]        results file name ("profile" when BENCH_PROFILE is set; "latest-<storages>"
+ *                             when BENCH_STORAGE names fewer than all four)
  *   BENCH_PROMPT_BYTES [0]    pad every user message by this many bytes (each call's prompt is unique either way)
  *   BENCH_FIXED_PROMPT []     "1": send the very same prompt every call (not real traffic; shows what prompt caches save)
  *   BENCH_OBSERVE [on]        "on": access log (to the gateway's stdout pipe) and /metrics on, as a
@@ -38,7 +47,7 @@
  *                             "chunked": 22 writes back to back (inflates the baseline's cost)
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
  *
- * Targets are printed as met / not met. They are a report, never a test: nothing fails on them.
+ * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
  */
 import { execFileSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
@@ -46,33 +55,59 @@ import { existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, writeFileSync 
 import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { MODEL, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST, HELD_MODEL } from './fixtures.js';
-import { heldStreams, type HeldResult } from './held.js';
-import { runLoad, type LoadResult } from './load.js';
-import { memoryOf, RssSampler, sleep, startNode, type Child } from './procs.js';
-import { formatSummary, summarize } from './top-profile.js';
-import { POSTGRES_URL, dropSchema, freshSchema } from './postgres-util.js';
-import { REDIS_URL, deleteKeysWithPrefix } from './redis-util.js';
 import { Redis } from 'ioredis';
+import { HELD_MODEL, MODEL, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { type HeldResult, heldStreams } from './held.js';
+import { type LoadResult, runLoad } from './load.js';
+import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
+import { dropSchema, freshSchema, POSTGRES_URL, postgresProblem } from './postgres-util.js';
+import { type Child, freePort, memoryOf, RssSampler, sleep, startNode } from './procs.js';
+import type { CommandCount } from './redis-commands.js';
+import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from './redis-util.js';
+import {
+  type Cell,
+  type CellSummary,
+  evaluate,
+  fmtInt,
+  fmtMb,
+  fmtMs,
+  type Kind,
+  NOISY_CORES,
+  renderMarkdown,
+  type StorageState,
+  summarizeCell,
+  type TargetId,
+} from './report.js';
+import { postgresBackendPids, redisServerPid } from './storage-processes.js';
+import { HEADLINE_C, STORAGES, type Storage } from './targets.js';
+import { formatSummary, summarize } from './top-profile.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const RESULTS = join(ROOT, 'bench/results');
 const PROFILES = join(RESULTS, 'profiles');
+/** Where the peer is installed on demand (gitignored; never a dependency of the project). */
+const PEER_DIR = join(ROOT, 'bench/.peer');
 
 const env = process.env;
 const num = (v: string | undefined, d: number) => (v === undefined || v === '' ? d : Number(v));
-const DURATION = num(env.BENCH_DURATION, 5);
+const list = (v: string | undefined, d: string) => (v === undefined || v === '' ? d : v).split(',').map((s) => s.trim());
+// 5 rounds of 4 s: more rounds steady the per-round ratios more than longer runs do, and a full
+// run (6 relays x 2 kinds x 5 rounds x 5 s, plus warm-up and held streams) stays near 7 minutes.
+const DURATION = num(env.BENCH_DURATION, 4);
 const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
-const ROUNDS = num(env.BENCH_ROUNDS, 3);
-const CONCURRENCY = (env.BENCH_CONCURRENCY ?? '1,50,256').split(',').map(Number);
-const KINDS = (env.BENCH_KINDS ?? 'plain,stream').split(',') as Kind[];
+const ROUNDS = num(env.BENCH_ROUNDS, 5);
+const CONCURRENCY = list(env.BENCH_CONCURRENCY, String(HEADLINE_C)).map(Number);
+const KINDS = list(env.BENCH_KINDS, 'plain,stream') as Kind[];
+for (const k of KINDS) if (k !== 'plain' && k !== 'stream') throw new Error(`BENCH_KINDS: unknown kind ${k}`);
 const HELD = num(env.BENCH_HELD, 2000);
 const GATEWAY_MODE = env.BENCH_GATEWAY === 'dist' ? 'dist' : 'tsx';
 const PROFILE = env.BENCH_PROFILE === 'all' ? 'all' : env.BENCH_PROFILE ? 'gateway' : '';
-const STORAGE = (env.BENCH_STORAGE ?? 'memory') as 'memory' | 'sqlite' | 'postgres' | 'redis';
-if (!['memory', 'sqlite', 'postgres', 'redis'].includes(STORAGE)) throw new Error(`BENCH_STORAGE: unknown storage ${STORAGE}`);
-const OUT = env.BENCH_OUT ?? (PROFILE ? 'profile' : STORAGE === 'memory' ? 'latest' : `latest-${STORAGE}`);
+const STORAGE_LIST = list(env.BENCH_STORAGE, STORAGES.join(',')) as Storage[];
+for (const s of STORAGE_LIST) if (!STORAGES.includes(s)) throw new Error(`BENCH_STORAGE: unknown storage ${s}`);
+const ALL_STORAGES = STORAGES.every((s) => STORAGE_LIST.includes(s));
+const PEER = env.BENCH_PEER !== 'off' && env.BENCH_PEER !== '0';
+const OUT = env.BENCH_OUT ?? (PROFILE ? 'profile' : ALL_STORAGES ? 'latest' : `latest-${STORAGE_LIST.join('-')}`);
 /** The same prompt on every call (shows what a prompt-keyed cache would save; not real traffic). */
 const FIXED_PROMPT = env.BENCH_FIXED_PROMPT === '1';
 /** A measurement disturbed by other load is taken again, up to this many times (the quietest is kept). */
@@ -81,26 +116,32 @@ const OBSERVE = env.BENCH_OBSERVE !== 'off';
 /** How the upstream writes a streamed answer: "single" (one write, the default) or "chunked" (22 writes). */
 const UPSTREAM_WRITES = env.BENCH_UPSTREAM_WRITES === 'chunked' ? 'chunked' : 'single';
 
-/** Other load (cores) above which a measurement is flagged as disturbed. */
-const NOISY_CORES = 0.2;
-
-type Kind = 'plain' | 'stream';
-type Target = 'bare' | 'gateway';
-const TARGETS: Target[] = ['bare', 'gateway'];
-
-interface CellKey {
-  kind: Kind;
-  c: number;
-}
-interface Cell extends CellKey {
-  runs: Record<Target, LoadResult[]>;
-}
-
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
+const AUTH = { authorization: `Bearer ${KEY}` };
 const TSX = ['--import', 'tsx'];
 const stamp = new Date().toISOString().replace(/[:.]/g, '-');
 
-function gatewayConfig(upstreamUrl: string, storage: Record<string, unknown>) {
+const LABEL: Record<TargetId, string> = {
+  bare: 'bare relay (baseline)',
+  memory: 'gateway, memory',
+  sqlite: 'gateway, sqlite',
+  postgres: 'gateway, postgres',
+  redis: 'gateway, redis',
+  peer: `${PEER_LABEL} (peer)`,
+};
+
+/** A relay under load: its process, how to call it, and which processes do its storage work. */
+interface Relay {
+  id: TargetId;
+  child: Child;
+  headers: Record<string, string>;
+  /** "content" for a peer that re-serialises answers: bodies are compared parsed, not byte for byte. */
+  bodyCheck: 'bytes' | 'content';
+  /** The storage service's processes serving this relay, looked up before each measurement. */
+  storagePids: () => Promise<number[]>;
+}
+
+function gatewayConfig(upstreamUrl: string, storage: Record<string, unknown>, journalDir: string | null) {
   const pricing = { prompt: '0.00000015', completion: '0.0000006' };
   return {
     serviceName: 'model-gateway-bench',
@@ -116,6 +157,8 @@ function gatewayConfig(upstreamUrl: string, storage: Record<string, unknown>) {
     keys: [{ key: KEY, account: 'bench', kind: 'developer', label: 'bench' }],
     limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
     storage,
+    // As the CLI does for every storage but memory, only in the run's temp folder.
+    settleJournalDir: journalDir,
     accessLog: OBSERVE,
     metrics: OBSERVE ? { path: '/metrics' } : null,
   };
@@ -136,8 +179,8 @@ function mainThreadProfile(name: string): string | null {
   return file ? join(dir, file) : null;
 }
 
-function gatewayArgs(configFile: string, profile: boolean, name: string): string[] {
-  const prof = profile ? profFlags(name) : [];
+function gatewayArgs(configFile: string, profileAs: string | null): string[] {
+  const prof = profileAs ? profFlags(profileAs) : [];
   if (GATEWAY_MODE === 'dist') {
     if (!existsSync(join(ROOT, 'dist/cli.js'))) throw new Error('BENCH_GATEWAY=dist but dist/cli.js is missing: run `npm run build` first');
     return [...prof, 'dist/cli.js', 'serve', '--config', configFile, '--port', '0'];
@@ -150,134 +193,32 @@ function bareArgs(upstreamUrl: string, connections: number, profile: boolean): s
   return [...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
 }
 
-const AUTH = { authorization: `Bearer ${KEY}` };
-const headersFor = (t: Target): Record<string, string> => (t === 'gateway' ? AUTH : {});
+const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST);
+const answerOf = (kind: Kind) => (kind === 'plain' ? PLAIN_BODY : STREAM_BODY);
+const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = { plain: sameContentAs(PLAIN_BODY), stream: sameContentAs(STREAM_BODY) };
 
-/** One plain and one streamed call through a target, answers checked byte for byte. */
-async function sanityCheck(target: Target, url: string): Promise<void> {
-  for (const [body, expected] of [
-    [PLAIN_REQUEST, PLAIN_BODY],
-    [STREAM_REQUEST, STREAM_BODY],
-  ] as const) {
+/**
+ * One plain and one streamed call through a relay. Ours must answer byte for byte; the peer may
+ * re-serialise, so when its bytes differ its answer must still say the same (parsed content).
+ * Returns how the relay's bodies are checked under load.
+ */
+async function sanityCheck(id: TargetId, url: string, headers: Record<string, string>): Promise<'bytes' | 'content'> {
+  let check: 'bytes' | 'content' = 'bytes';
+  for (const kind of ['plain', 'stream'] as const) {
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', ...headersFor(target) },
-      body,
+      headers: { 'content-type': 'application/json', ...headers },
+      body: requestOf(kind).replace('[<id>]', 'sanity'),
     });
     const text = await res.text();
-    if (res.status !== 200 || text !== expected) {
-      throw new Error(`${target} answered ${res.status} with an unexpected body:\n${text.slice(0, 600)}`);
+    if (res.status === 200 && text === answerOf(kind)) continue;
+    if (id === 'peer' && res.status === 200 && CONTENT_CHECK[kind](text)) {
+      check = 'content';
+      continue;
     }
+    throw new Error(`${LABEL[id]} answered ${res.status} with an unexpected ${kind} body:\n${text.slice(0, 600)}`);
   }
-}
-
-// ---- statistics and formatting -------------------------------------------------------------
-
-function median(xs: number[]): number {
-  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
-  if (s.length === 0) return NaN;
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-}
-
-const fmtInt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
-const fmtMs = (n: number) => (!Number.isFinite(n) ? 'n/a' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0));
-const fmtX = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}x` : 'n/a');
-const fmtMb = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / 1024 / 1024).toFixed(1)} MB` : 'n/a');
-
-interface CellSummary extends CellKey {
-  bare: TargetSummary;
-  gateway: TargetSummary;
-  ratio: { rps: number; p50: number; p99: number };
-}
-interface TargetSummary {
-  rps: number;
-  p50: number;
-  p90: number;
-  p99: number;
-  /** Median CPU µs per call of the target process and of the upstream. */
-  cpuUsPerCall: number;
-  upstreamCpuUsPerCall: number;
-  errors: number;
-  /** Median cores used by processes outside the benchmark while this target was measured. */
-  otherLoadCores: number;
-  rounds: Array<{ rps: number; p50: number; p99: number; errors: number; otherLoadCores: number }>;
-}
-
-function summarizeTarget(runs: LoadResult[]): TargetSummary {
-  return {
-    rps: median(runs.map((r) => r.rps)),
-    p50: median(runs.map((r) => r.latency.p50)),
-    p90: median(runs.map((r) => r.latency.p90)),
-    p99: median(runs.map((r) => r.latency.p99)),
-    cpuUsPerCall: median(runs.map((r) => r.cpuMsPer1k.target ?? NaN)),
-    upstreamCpuUsPerCall: median(runs.map((r) => r.cpuMsPer1k.upstream ?? NaN)),
-    errors: runs.reduce((s, r) => s + r.errors, 0),
-    otherLoadCores: median(runs.map((r) => r.otherLoadCores)),
-    rounds: runs.map((r) => ({ rps: r.rps, p50: r.latency.p50, p99: r.latency.p99, errors: r.errors, otherLoadCores: r.otherLoadCores })),
-  };
-}
-
-interface Check {
-  name: string;
-  target: string;
-  actual: string;
-  met: boolean;
-}
-
-function evaluate(cells: CellSummary[], held: HeldResult | null): Check[] {
-  const checks: Check[] = [];
-  const find = (kind: Kind, c: number) => cells.find((x) => x.kind === kind && x.c === c);
-  const plain50 = find('plain', 50);
-  if (plain50) {
-    checks.push({
-      name: 'plain chat c=50 throughput',
-      target: '>= 0.6x bare',
-      actual: fmtX(plain50.ratio.rps),
-      met: plain50.ratio.rps >= 0.6,
-    });
-    checks.push({
-      name: 'plain chat c=50 p99 latency',
-      target: "<= 2x bare's",
-      actual: `${fmtX(plain50.ratio.p99)} (${fmtMs(plain50.gateway.p99)} vs ${fmtMs(plain50.bare.p99)} ms)`,
-      met: plain50.ratio.p99 <= 2,
-    });
-  }
-  const stream50 = find('stream', 50);
-  if (stream50) {
-    checks.push({
-      name: 'streamed chat c=50 throughput',
-      target: '>= 0.6x bare',
-      actual: fmtX(stream50.ratio.rps),
-      met: stream50.ratio.rps >= 0.6,
-    });
-  }
-  if (held) {
-    checks.push({
-      name: `${held.count.toLocaleString('en-US')} held streams, gateway RSS over idle`,
-      target: '<= 150 MB',
-      actual: fmtMb(held.growth),
-      met: held.growth <= 150 * 1024 * 1024 && held.upstreamHeld === held.count,
-    });
-  }
-  const errs = cells.reduce((s, c) => s + c.bare.errors + c.gateway.errors, 0) + (held?.errors ?? 0) + (held ? held.count - held.opened : 0);
-  checks.push({ name: 'errors, every cell', target: '0', actual: String(errs), met: errs === 0 });
-  return checks;
-}
-
-function table(cells: CellSummary[]): string[] {
-  const rows = [
-    '| Call | c | bare req/s | gateway req/s | ratio | bare p50 / p99 (ms) | gateway p50 / p99 (ms) | p99 ratio | CPU µs/call bare / gateway | errors |',
-    '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
-  ];
-  for (const c of cells) {
-    rows.push(
-      `| ${c.kind === 'plain' ? 'plain chat' : 'streamed chat'} | ${c.c} | ${fmtInt(c.bare.rps)} | ${fmtInt(c.gateway.rps)} | ${fmtX(c.ratio.rps)} | ` +
-        `${fmtMs(c.bare.p50)} / ${fmtMs(c.bare.p99)} | ${fmtMs(c.gateway.p50)} / ${fmtMs(c.gateway.p99)} | ${fmtX(c.ratio.p99)} | ` +
-        `${fmtInt(c.bare.cpuUsPerCall)} / ${fmtInt(c.gateway.cpuUsPerCall)} | ${c.bare.errors + c.gateway.errors} |`,
-    );
-  }
-  return rows;
+  return check;
 }
 
 /** The commit measured, "+dirty" when src/ has uncommitted changes. */
@@ -291,7 +232,7 @@ function gitDescribe(): string {
   }
 }
 
-// ---- main --------------------------------------------------------------------------------
+const firstLine = (err: unknown) => (err instanceof Error ? err.message : String(err)).split('\n')[0]!;
 
 async function main(): Promise<void> {
   mkdirSync(RESULTS, { recursive: true });
@@ -315,218 +256,312 @@ async function main(): Promise<void> {
   log(`model-gateway bench at ${machine.gitCommit}: ${machine.cores} x ${machine.cpu}, node ${machine.node}, load average ${machine.loadAvgAtStart.toFixed(2)}`);
   if (machine.loadAvgAtStart > 0.5 * machine.cores) log('warning: the machine is busy; other processes will distort the numbers (see "other load" per cell)');
   log(
-    `cells: ${KINDS.join(', ')} at c=${CONCURRENCY.join(', ')}; ${ROUNDS} rounds x (${SETTLE} s settle + ${DURATION} s measured); ` +
-      `gateway via ${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts' : 'node dist/cli.js'}${PROFILE ? `; profiling ${PROFILE}` : ''}`,
+    `cells: ${KINDS.join(', ')} at c=${CONCURRENCY.join(', ')}; ${ROUNDS} rounds x (${SETTLE} s settle + ${DURATION} s measured) per relay; ` +
+      `gateway via ${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts' : 'node dist/cli.js'}; access log and metrics ${OBSERVE ? 'on' : 'off'}` +
+      `${PROFILE ? `; profiling ${PROFILE}` : ''}`,
   );
 
-  // Where the gateway keeps its books; removed in `finally`.
+  // ---- which storages and peer can run here ----
+  const storages: StorageState[] = [];
+  for (const storage of STORAGE_LIST) {
+    const problem = storage === 'postgres' ? await postgresProblem() : storage === 'redis' ? await redisProblem() : null;
+    const skipped = problem === null ? null : `${storage === 'postgres' ? `PostgreSQL at ${POSTGRES_URL}` : `Redis at ${REDIS_URL}`} does not answer (${problem})`;
+    if (skipped) log(`skipping ${storage}: ${skipped}`);
+    storages.push({ storage, skipped });
+  }
+  const measured = storages.filter((s) => !s.skipped).map((s) => s.storage);
+  let peerSkipped: string | null = PEER ? null : 'BENCH_PEER=off';
+  const peerInstall = PEER ? await installPeer(PEER_DIR, log) : null;
+  if (peerInstall && 'skipped' in peerInstall) peerSkipped = peerInstall.skipped;
+  if (peerSkipped && PEER) log(`skipping the peer: ${peerSkipped}`);
+
+  // Where each gateway keeps its books; removed in `finally`.
   const pgSchema = freshSchema('mgbench');
   const redisPrefix = `mgbench:${randomBytes(4).toString('hex')}:`;
-  const storage =
-    STORAGE === 'sqlite'
+  const storageConfig = (s: Storage) =>
+    s === 'sqlite'
       ? { driver: 'sqlite', path: join(tmp, 'gateway.db') }
-      : STORAGE === 'postgres'
+      : s === 'postgres'
         ? { driver: 'postgres', url: POSTGRES_URL, schema: pgSchema }
-        : STORAGE === 'redis'
+        : s === 'redis'
           ? { driver: 'redis', url: REDIS_URL, keyPrefix: redisPrefix }
           : { driver: 'memory' };
-  log(`gateway storage: ${STORAGE}; access log and metrics: ${OBSERVE ? 'on' : 'off'}`);
+  const redisPid = measured.includes('redis') ? await redisServerPid(REDIS_URL) : null;
+  const storagePidsOf = (s: Storage, child: Child) => async (): Promise<number[]> => {
+    if (s === 'postgres') return postgresBackendPids(POSTGRES_URL, child.pid).catch(() => []);
+    if (s === 'redis') return redisPid === null ? [] : [redisPid];
+    return [];
+  };
+  const configFiles: Partial<Record<Storage, string>> = {};
 
+  let redisCommands: CommandCount | { skipped: string } | { failed: string } | null = null;
   try {
     const upstream = track(await startNode('upstream', [...TSX, 'bench/upstream.ts', '--writes', UPSTREAM_WRITES], ROOT));
-    const configFile = join(tmp, 'gateway.config.json');
-    writeFileSync(configFile, JSON.stringify(gatewayConfig(upstream.url, storage), null, 2));
+    for (const s of measured) {
+      const file = join(tmp, `gateway-${s}.config.json`);
+      writeFileSync(file, JSON.stringify(gatewayConfig(upstream.url, storageConfig(s), s === 'memory' ? null : join(tmp, `journal-${s}`)), null, 2));
+      configFiles[s] = file;
+    }
 
-    // ---- throughput and latency ----
+    // ---- the relays under load ----
+    const relays: Relay[] = [];
+    const none = async () => [];
     const bare = track(await startNode('bare relay', bareArgs(upstream.url, 256, PROFILE === 'all'), ROOT));
-    const gateway = track(await startNode('gateway', gatewayArgs(configFile, PROFILE !== '', 'gateway'), ROOT));
-    const proc: Record<Target, Child> = { bare, gateway };
-    log(`upstream ${upstream.url} (pid ${upstream.pid}), bare relay ${bare.url} (pid ${bare.pid}), gateway ${gateway.url} (pid ${gateway.pid})`);
-    for (const t of TARGETS) await sanityCheck(t, proc[t].url);
+    relays.push({ id: 'bare', child: bare, headers: {}, bodyCheck: 'bytes', storagePids: none });
+    for (const s of measured) {
+      const child = track(await startNode(`gateway (${s})`, gatewayArgs(configFiles[s]!, PROFILE ? `gateway-${s}` : null), ROOT));
+      relays.push({ id: s, child, headers: AUTH, bodyCheck: 'bytes', storagePids: storagePidsOf(s, child) });
+    }
+    if (peerInstall && !('skipped' in peerInstall)) {
+      try {
+        const port = await freePort();
+        const child = track(await startNode('peer', [peerInstall.entry, `--port=${port}`, '--headless'], peerInstall.dir, 60_000, PEER_READY));
+        const url = `http://127.0.0.1:${port}`;
+        const headers = peerHeaders(upstream.url);
+        const bodyCheck = await sanityCheck('peer', url, headers).catch(async (err: unknown) => {
+          await child.stop(3_000);
+          throw err;
+        });
+        relays.push({ id: 'peer', child: { ...child, url }, headers, bodyCheck, storagePids: none });
+      } catch (err) {
+        peerSkipped = `it did not answer correctly: ${firstLine(err)}`;
+        log(`skipping the peer: ${peerSkipped}`);
+      }
+    }
+    log(`upstream ${upstream.url} (pid ${upstream.pid}); ${relays.map((r) => `${LABEL[r.id]} ${r.child.url} (pid ${r.child.pid})`).join('; ')}`);
+    for (const r of relays) if (r.id !== 'peer') await sanityCheck(r.id, r.child.url, r.headers);
 
-    // JIT, pools and lazy state warm up once for both targets before anything is measured.
+    const loadSpec = (r: Relay, kind: Kind, c: number) => ({
+      url: `${r.child.url}/v1/chat/completions`,
+      body: requestOf(kind),
+      expectBody: answerOf(kind),
+      ...(r.bodyCheck === 'content' ? { verifyBody: CONTENT_CHECK[kind] } : {}),
+      headers: r.headers,
+      connections: c,
+    });
+    const dropPeer = (reason: string) => {
+      peerSkipped = reason;
+      log(`skipping the peer: ${reason}`);
+      const i = relays.findIndex((r) => r.id === 'peer');
+      if (i >= 0) void relays.splice(i, 1)[0]!.child.stop(3_000);
+    };
+
+    // JIT, pools and lazy state warm up once for every relay before anything is measured.
     if (WARMUP > 0) {
-      for (const t of TARGETS) {
+      for (const r of [...relays]) {
         for (const kind of KINDS) {
-          const [body, expectBody] = kind === 'plain' ? [PLAIN_REQUEST, PLAIN_BODY] : [STREAM_REQUEST, STREAM_BODY];
-          const w = await runLoad({ url: `${proc[t].url}/v1/chat/completions`, body, expectBody, headers: headersFor(t), connections: 50, duration: WARMUP });
-          if (w.errors) throw new Error(`${t} failed ${w.errors} calls while warming up: ${JSON.stringify(w.errorDetail)}`);
+          const w = await runLoad({ ...loadSpec(r, kind, HEADLINE_C), duration: WARMUP });
+          if (!w.errors) continue;
+          const why = `${w.errors} calls failed while warming up: ${JSON.stringify(w.errorDetail)}`;
+          if (r.id !== 'peer') throw new Error(`${LABEL[r.id]}: ${why}`);
+          dropPeer(why);
+          break;
         }
       }
     }
 
-    const sampler = new RssSampler([gateway.pid, bare.pid, upstream.pid]);
+    const allPids = () => [upstream.pid, ...relays.map((r) => r.child.pid)];
+    const sampler = new RssSampler(allPids());
     const cells: Cell[] = [];
-    for (const kind of KINDS) {
-      for (const c of CONCURRENCY) cells.push({ kind, c, runs: { bare: [], gateway: [] } });
-    }
+    for (const kind of KINDS) for (const c of CONCURRENCY) cells.push({ kind, c, runs: {} });
+    const measure = async (r: Relay, kind: Kind, c: number): Promise<LoadResult> => {
+      const storagePids = await r.storagePids();
+      const once = () =>
+        runLoad({
+          ...loadSpec(r, kind, c),
+          duration: DURATION,
+          settleS: SETTLE,
+          uniqueIds: !FIXED_PROMPT,
+          cpuPids: { target: r.child.pid, upstream: upstream.pid, ...(storagePids.length ? { storage: storagePids } : {}) },
+          // The storage service works for this relay: its CPU is not "other load".
+          benchPids: [...allPids(), ...storagePids],
+        });
+      let res = await once();
+      for (let retry = 0; retry < RETRIES && res.otherLoadCores > NOISY_CORES; retry++) {
+        log(`  (${LABEL[r.id]} ${kind} c=${c} saw ${res.otherLoadCores.toFixed(2)} cores of other load: measuring again)`);
+        await sleep(2_000);
+        const again = await once();
+        // The quietest attempt is kept, but no attempt's errors are dropped.
+        res = { ...(again.otherLoadCores < res.otherLoadCores ? again : res), errors: res.errors + again.errors };
+      }
+      return res;
+    };
     for (let round = 0; round < ROUNDS; round++) {
       for (const cell of cells) {
-        const order: Target[] = round % 2 === 0 ? ['bare', 'gateway'] : ['gateway', 'bare'];
-        for (const t of order) {
-          const spec = {
-            url: `${proc[t].url}/v1/chat/completions`,
-            body: cell.kind === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST,
-            expectBody: cell.kind === 'plain' ? PLAIN_BODY : STREAM_BODY,
-            headers: headersFor(t),
-            connections: cell.c,
-          };
-          let r = await runLoad({
-            ...spec,
-            duration: DURATION,
-            settleS: SETTLE,
-            uniqueIds: !FIXED_PROMPT,
-            cpuPids: { target: proc[t].pid, upstream: upstream.pid },
-            benchPids: [upstream.pid, bare.pid, gateway.pid],
-          });
-          for (let retry = 0; retry < RETRIES && r.otherLoadCores > NOISY_CORES; retry++) {
-            log(`  (${t} ${cell.kind} c=${cell.c} saw ${r.otherLoadCores.toFixed(2)} cores of other load: measuring again)`);
-            await sleep(2_000);
-            const again = await runLoad({
-              ...spec,
-              duration: DURATION,
-              settleS: SETTLE,
-              uniqueIds: !FIXED_PROMPT,
-              cpuPids: { target: proc[t].pid, upstream: upstream.pid },
-              benchPids: [upstream.pid, bare.pid, gateway.pid],
-            });
-            // The quietest attempt is kept, but no attempt's errors are dropped.
-            const errors = r.errors + again.errors;
-            r = { ...(again.otherLoadCores < r.otherLoadCores ? again : r), errors };
-          }
-          cell.runs[t].push(r);
+        const order = round % 2 === 0 ? [...relays] : [...relays].reverse();
+        for (const r of order) {
+          if (!relays.includes(r)) continue;
+          const res = await measure(r, cell.kind, cell.c);
+          (cell.runs[r.id] ??= []).push(res);
           log(
-            `round ${round + 1}/${ROUNDS}  ${cell.kind.padEnd(6)} c=${String(cell.c).padEnd(3)}  ${t.padEnd(7)}  ` +
-              `${fmtInt(r.rps).padStart(6)} req/s  p50 ${fmtMs(r.latency.p50)} ms  p99 ${fmtMs(r.latency.p99)} ms  ` +
-              `cpu ${fmtInt(r.cpuMsPer1k.target ?? NaN)} µs/call  other load ${r.otherLoadCores.toFixed(2)} cores  ` +
-              `errors ${r.errors}${r.errors ? ` ${JSON.stringify(r.errorDetail)}` : ''}`,
+            `round ${round + 1}/${ROUNDS}  ${cell.kind.padEnd(6)} c=${String(cell.c).padEnd(3)}  ${LABEL[r.id].padEnd(34)}  ` +
+              `${fmtInt(res.rps).padStart(6)} req/s  p50 ${fmtMs(res.latency.p50)} ms  p99 ${fmtMs(res.latency.p99)} ms  ` +
+              `cpu ${fmtInt(res.cpuMsPer1k.target ?? NaN)} µs/call` +
+              `${res.cpuMsPer1k.storage === undefined ? '' : ` (+${fmtInt(res.cpuMsPer1k.storage)} storage)`}  ` +
+              `other load ${res.otherLoadCores.toFixed(2)} cores  errors ${res.errors}${res.errors ? ` ${JSON.stringify(res.errorDetail)}` : ''}`,
           );
-          for (const ch of [bare, gateway, upstream]) {
-            if (ch.proc.exitCode !== null) throw new Error(`${ch.name} exited:\n${ch.stderrTail()}`);
+          if (upstream.proc.exitCode !== null) throw new Error(`upstream exited:\n${upstream.stderrTail()}`);
+          for (const x of [...relays]) {
+            if (x.child.proc.exitCode === null) continue;
+            if (x.id !== 'peer') throw new Error(`${LABEL[x.id]} exited:\n${x.child.stderrTail()}`);
+            dropPeer(`it exited during the load: ${x.child.stderrTail().slice(-300)}`);
           }
         }
       }
     }
+    // A peer dropped part-way has no complete rounds to compare.
+    if (peerSkipped) for (const cell of cells) delete cell.runs.peer;
     sampler.stop();
-    const gatewayMem = memoryOf(gateway.pid);
-    const bareMem = memoryOf(bare.pid);
-    const peakRss = {
-      gateway: Math.max(gatewayMem?.hwm ?? 0, sampler.peak(gateway.pid)),
-      bare: Math.max(bareMem?.hwm ?? 0, sampler.peak(bare.pid)),
-      upstream: Math.max(memoryOf(upstream.pid)?.hwm ?? 0, sampler.peak(upstream.pid)),
-    };
-    await gateway.stop();
-    await bare.stop();
-
-    const summaries: CellSummary[] = cells.map((cell) => {
-      const b = summarizeTarget(cell.runs.bare);
-      const g = summarizeTarget(cell.runs.gateway);
-      return { kind: cell.kind, c: cell.c, bare: b, gateway: g, ratio: { rps: g.rps / b.rps, p50: g.p50 / b.p50, p99: g.p99 / b.p99 } };
-    });
+    const peakRss: Partial<Record<TargetId, number>> = {};
+    for (const r of relays) peakRss[r.id] = Math.max(memoryOf(r.child.pid)?.hwm ?? 0, sampler.peak(r.child.pid));
+    for (const r of relays) await r.child.stop();
+    const summaries: CellSummary[] = cells.map(summarizeCell);
 
     // ---- memory under held streams (fresh processes) ----
-    let held: HeldResult | null = null;
-    let heldBare: HeldResult | null = null;
+    const held: Partial<Record<'bare' | Storage, HeldResult>> = {};
     if (HELD > 0) {
-      const warm = async (t: Target, url: string) => {
-        for (const [body, expectBody] of [
-          [PLAIN_REQUEST, PLAIN_BODY],
-          [STREAM_REQUEST, STREAM_BODY],
-        ] as const) {
-          const w = await runLoad({ url: `${url}/v1/chat/completions`, body, expectBody, headers: headersFor(t), connections: 10, duration: 1 });
-          if (w.errors) throw new Error(`${t} failed ${w.errors} calls before the held-stream test: ${JSON.stringify(w.errorDetail)}`);
+      const warm = async (name: string, url: string, headers: Record<string, string>) => {
+        for (const kind of ['plain', 'stream'] as const) {
+          const w = await runLoad({ url: `${url}/v1/chat/completions`, body: requestOf(kind), expectBody: answerOf(kind), headers, connections: 10, duration: 1 });
+          if (w.errors) throw new Error(`${name} failed ${w.errors} calls before the held-stream test: ${JSON.stringify(w.errorDetail)}`);
         }
         await sleep(1_000);
       };
       const report = (name: string, h: HeldResult) =>
         log(
-          `held streams  ${name.padEnd(7)}  ${h.count} opened in ${h.openSeconds.toFixed(1)} s (upstream held ${h.upstreamHeld}); ` +
+          `held streams  ${name.padEnd(22)}  ${h.count} opened in ${h.openSeconds.toFixed(1)} s (upstream held ${h.upstreamHeld}); ` +
             `idle ${fmtMb(h.idleRss)}, held ${fmtMb(h.heldRss)} (peak ${fmtMb(h.heldPeakRss)}): +${fmtMb(h.growth)}, ` +
             `${h.perStreamKb.toFixed(1)} KB/stream; completed ${h.completed}, errors ${h.errors}${h.firstError ? ` (${h.firstError})` : ''}`,
         );
-
-      const gw2 = track(await startNode('gateway (held)', gatewayArgs(configFile, false, 'gateway-held'), ROOT));
-      await warm('gateway', gw2.url);
-      held = await heldStreams({ url: gw2.url, path: '/v1/chat/completions', headers: AUTH, pid: gw2.pid, upstreamUrl: upstream.url, count: HELD });
-      report('gateway', held);
-      await gw2.stop();
-
+      for (const s of measured) {
+        const gw = track(await startNode(`gateway (${s}, held)`, gatewayArgs(configFiles[s]!, null), ROOT));
+        await warm(LABEL[s], gw.url, AUTH);
+        held[s] = await heldStreams({ url: gw.url, path: '/v1/chat/completions', headers: AUTH, pid: gw.pid, upstreamUrl: upstream.url, count: HELD });
+        report(LABEL[s], held[s]!);
+        await gw.stop();
+      }
       const bare2 = track(await startNode('bare relay (held)', bareArgs(upstream.url, 4096, false), ROOT));
-      await warm('bare', bare2.url);
-      heldBare = await heldStreams({ url: bare2.url, path: '/slow/v1/chat/completions', headers: {}, pid: bare2.pid, upstreamUrl: upstream.url, count: HELD });
-      report('bare', heldBare);
+      await warm(LABEL.bare, bare2.url, {});
+      held.bare = await heldStreams({ url: bare2.url, path: '/slow/v1/chat/completions', headers: {}, pid: bare2.pid, upstreamUrl: upstream.url, count: HELD });
+      report(LABEL.bare, held.bare);
       await bare2.stop();
     }
     await upstream.stop();
 
+    // ---- Redis commands per billed call ----
+    if (STORAGE_LIST.includes('redis')) {
+      const skipped = storages.find((s) => s.storage === 'redis')?.skipped;
+      if (skipped) redisCommands = { skipped };
+      else {
+        try {
+          // Loaded only here: it builds a gateway in this process, which the load phase must not carry.
+          const { countRedisCommands } = await import('./redis-commands.js');
+          redisCommands = await countRedisCommands(REDIS_URL, 50);
+          log(`Redis commands per billed chat call: ${redisCommands.perCall.toFixed(2)} (${JSON.stringify(redisCommands.byCommand)} over ${redisCommands.calls} calls)`);
+        } catch (err) {
+          redisCommands = { failed: firstLine(err) };
+        }
+      }
+    }
+
     // ---- report ----
-    const checks = evaluate(summaries, held);
+    const checks = evaluate({ cells: summaries, kinds: KINDS, storages, held, heldCount: HELD, redisCommands });
+    const peerRow = PEER ? [{ id: 'peer' as const, label: LABEL.peer, skipped: peerSkipped }] : [];
+    const rows = [
+      { id: 'bare' as const, label: LABEL.bare, skipped: null },
+      ...storages.map((s) => ({ id: s.storage, label: LABEL[s.storage], skipped: s.skipped })),
+      ...peerRow,
+    ];
     const command = [
       ...Object.entries(env)
         .filter(([k]) => k.startsWith('BENCH_'))
         .map(([k, v]) => `${k}=${v}`),
       'npm run bench',
     ].join(' ');
-    const md: string[] = [
-      `Gateway vs a bare Node relay (node:http in, undici out, JSON parsed once each way, streams piped), both in front of the same fast local upstream. ` +
-        `${machine.cores} cores (${machine.cpu}) shared by upstream, relay and load generator; node ${machine.node}; commit ${machine.gitCommit}; ` +
-        `gateway run as \`${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts serve' : 'node dist/cli.js serve'}\` with ${STORAGE} storage, auth, rate limits, hold and settle. ` +
-        `Median of ${ROUNDS} alternating rounds of ${DURATION} s per cell (each run's first ${SETTLE} s, the connection burst, not counted). ` +
-        (FIXED_PROMPT
-          ? `Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); `
-          : `Every call sends a unique user message (${PLAIN_REQUEST.length} B body) after a fixed system prompt; `) +
-        'streamed calls get 20 chunks + usage.',
-      '',
-      ...table(summaries),
-      '',
-      `Peak RSS during the load runs: gateway ${fmtMb(peakRss.gateway)}, bare relay ${fmtMb(peakRss.bare)}.`,
+    const peer = relays.find((r) => r.id === 'peer');
+    const notes = [
+      'CPU µs/call is the CPU time the relay process used per completed call (from /proc). Storage service CPU is, for postgres, the PostgreSQL backends serving that ' +
+        "gateway's connections, and for redis the Redis server process (which includes any other client of the same server); it is not in the gateway's figure or ratio.",
+      ...(peer
+        ? [
+            `The peer was installed from npm on demand and routed to the same upstream with x-portkey-provider: openai and x-portkey-custom-host. ` +
+              (peer.bodyCheck === 'bytes'
+                ? 'Its answers were checked byte for byte, as ours are (they were byte-identical).'
+                : 'Its answers differ in bytes from the upstream\'s, so they were checked by parsed content (the JSON body, or every SSE event\'s JSON).'),
+          ]
+        : []),
     ];
-    const allRuns = cells.flatMap((c) => [...c.runs.bare, ...c.runs.gateway]);
-    const otherLoad = median(allRuns.map((r) => r.otherLoadCores));
-    const worstLoad = Math.max(...allRuns.map((r) => r.otherLoadCores));
-    const disturbed = allRuns.filter((r) => r.otherLoadCores > NOISY_CORES).length;
-    md.push(
-      '',
-      `Other processes on the machine used ${otherLoad.toFixed(2)} cores during the measurements (median; worst ${worstLoad.toFixed(2)}). ` +
-        (disturbed
-          ? `${disturbed} of ${allRuns.length} measurements still saw more than ${NOISY_CORES} cores of other load after ${RETRIES} retries; the medians damp this, but a quiet machine gives steadier numbers.`
-          : 'The machine was quiet.'),
-    );
-    if (held) {
-      md.push(
-        '',
-        `${held.count.toLocaleString('en-US')} streamed calls held open by a slow upstream: gateway RSS ${fmtMb(held.idleRss)} idle, ` +
-          `${fmtMb(held.heldRss)} held (peak ${fmtMb(held.heldPeakRss)}): **+${fmtMb(held.growth)}** (${held.perStreamKb.toFixed(0)} KB per stream)` +
-          (heldBare ? `; bare relay +${fmtMb(heldBare.growth)} (${heldBare.perStreamKb.toFixed(0)} KB per stream).` : '.'),
-      );
-    }
-    md.push('', '| Target | Goal | Measured | |', '|---|---|---|---|');
-    for (const ch of checks) md.push(`| ${ch.name} | ${ch.target} | ${ch.actual} | ${ch.met ? 'met' : '**not met**'} |`);
+    if (redisCommands && 'failed' in redisCommands) notes.push(`The Redis command count failed: ${redisCommands.failed}`);
+    const intro =
+      `The gateway on ${ALL_STORAGES ? 'every storage driver' : `${STORAGE_LIST.join(', ')} storage`}${PEER ? `, and ${PEER_PACKAGE} as a peer,` : ''} ` +
+      'against a bare Node relay (node:http in, undici out, JSON parsed once each way, streams piped), ' +
+      `all in front of the same fast local upstream, which writes a streamed answer in ${UPSTREAM_WRITES === 'single' ? 'one write' : '22 writes'}. ` +
+      `${machine.cores} cores (${machine.cpu}) shared by upstream, relays and load generator; node ${machine.node}; commit ${machine.gitCommit}; ` +
+      `gateways run as \`${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts serve' : 'node dist/cli.js serve'}\` with auth, rate limits, hold and settle, ` +
+      `access log and metrics ${OBSERVE ? 'on' : 'off'}. ` +
+      `Median of ${ROUNDS} rounds of ${DURATION} s per relay and cell, the order flipped every round, each ratio taken within a round ` +
+      `(each run's first ${SETTLE} s, the connection burst, not counted). ` +
+      (FIXED_PROMPT
+        ? 'Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); '
+        : `Every call sends a unique user message (${PLAIN_REQUEST.length} B body) after a fixed system prompt; `) +
+      'streamed calls get 20 chunks + usage.';
     const took = (Date.now() - began) / 1000;
-    md.push('', `Reproduce: \`${command}\` (${took < 120 ? `${Math.round(took)} s` : `about ${Math.round(took / 60)} minutes`}).`);
-
+    const md = renderMarkdown({
+      intro,
+      cells: summaries,
+      kinds: KINDS,
+      concurrency: CONCURRENCY,
+      rows,
+      held,
+      heldCount: HELD,
+      peakRss,
+      checks,
+      notes,
+      allRuns: cells.flatMap((c) => Object.values(c.runs).flat()),
+      retries: RETRIES,
+      reproduce: `Reproduce: \`${command}\` (${took < 120 ? `${Math.round(took)} s` : `about ${Math.round(took / 60)} minutes`}).`,
+    });
     const json = {
       date: new Date().toISOString(),
       command,
       machine,
-      settings: { fixedPrompt: FIXED_PROMPT, retries: RETRIES, promptBytes: Number(env.BENCH_PROMPT_BYTES ?? 0), requestBytes: PLAIN_REQUEST.length, durationS: DURATION, settleS: SETTLE, warmupS: WARMUP, rounds: ROUNDS, concurrency: CONCURRENCY, kinds: KINDS, held: HELD, gateway: GATEWAY_MODE, profile: PROFILE || null },
+      settings: {
+        fixedPrompt: FIXED_PROMPT,
+        retries: RETRIES,
+        promptBytes: Number(env.BENCH_PROMPT_BYTES ?? 0),
+        requestBytes: PLAIN_REQUEST.length,
+        durationS: DURATION,
+        settleS: SETTLE,
+        warmupS: WARMUP,
+        rounds: ROUNDS,
+        concurrency: CONCURRENCY,
+        kinds: KINDS,
+        storages: STORAGE_LIST,
+        held: HELD,
+        gateway: GATEWAY_MODE,
+        observe: OBSERVE,
+        upstreamWrites: UPSTREAM_WRITES,
+        profile: PROFILE || null,
+      },
+      storages,
+      peer: PEER ? { label: PEER_LABEL, skipped: peerSkipped, bodyCheck: peer?.bodyCheck ?? null } : null,
       cells: summaries,
       peakRssBytes: peakRss,
-      heldStreams: held ? { gateway: held, bare: heldBare } : null,
+      heldStreams: HELD > 0 ? held : null,
+      redisCommands,
       targets: checks,
-      elapsedS: (Date.now() - began) / 1000,
+      elapsedS: took,
     };
     writeFileSync(join(RESULTS, `${OUT}.json`), `${JSON.stringify(json, null, 2)}\n`);
-    writeFileSync(join(RESULTS, `${OUT}.md`), `${md.join('\n')}\n`);
+    writeFileSync(join(RESULTS, `${OUT}.md`), md);
 
     log('');
-    log(md.join('\n'));
-    log('');
-    for (const ch of checks) log(`${ch.met ? 'MET    ' : 'NOT MET'}  ${ch.name}: ${ch.actual} (target ${ch.target})`);
+    log(md);
+    for (const ch of checks) log(`${ch.status.toUpperCase().padEnd(9)}  ${ch.name}: ${ch.actual} (target ${ch.goal || 'n/a'})`);
     log(`\nwrote ${relative(ROOT, join(RESULTS, `${OUT}.json`))} and ${relative(ROOT, join(RESULTS, `${OUT}.md`))}`);
 
     if (PROFILE) {
-      for (const name of PROFILE === 'all' ? ['gateway', 'bare'] : ['gateway']) {
+      for (const name of [...measured.map((s) => `gateway-${s}`), ...(PROFILE === 'all' ? ['bare'] : [])]) {
         const file = mainThreadProfile(name);
         if (!file) {
           log(`\n(no main-thread profile in ${relative(ROOT, profDir(name))})`);
@@ -540,8 +575,8 @@ async function main(): Promise<void> {
   } finally {
     await Promise.allSettled(children.map((c) => c.stop(3_000)));
     rmSync(tmp, { recursive: true, force: true });
-    if (STORAGE === 'postgres') await dropSchema(pgSchema).catch(() => {});
-    if (STORAGE === 'redis') {
+    if (measured.includes('postgres')) await dropSchema(pgSchema).catch(() => {});
+    if (measured.includes('redis')) {
       const c = new Redis(REDIS_URL);
       await deleteKeysWithPrefix(c, redisPrefix).catch(() => {});
       c.disconnect();

@@ -1,0 +1,317 @@
+/**
+ * The benchmark's numbers: per-round ratios to the bare relay, the performance targets judged
+ * from the measured figures, and the Markdown report (bench/run.ts measures, this file reads).
+ */
+import type { HeldResult } from './held.js';
+import type { LoadResult } from './load.js';
+import type { CommandCount } from './redis-commands.js';
+import { CPU_RATIO_GOAL, HEADLINE_C, HELD_GROWTH_GOAL_BYTES, MAX_REDIS_COMMANDS_PER_CALL, P99_RATIO_GOAL, type Storage } from './targets.js';
+
+export type Kind = 'plain' | 'stream';
+export type TargetId = 'bare' | Storage | 'peer';
+/** Other load (cores) above which a measurement is flagged as disturbed. */
+export const NOISY_CORES = 0.2;
+
+export interface Cell {
+  kind: Kind;
+  c: number;
+  /** Each target's measurement in each round, by round index (the bare relay is in every round). */
+  runs: Partial<Record<TargetId, LoadResult[]>>;
+}
+
+export interface TargetSummary {
+  rps: number;
+  p50: number;
+  p90: number;
+  p99: number;
+  /** Median CPU µs per call of the relay process. */
+  cpuUsPerCall: number;
+  /** Median CPU µs per call of the storage service's processes (PostgreSQL backends, Redis); NaN when none. */
+  storageCpuUsPerCall: number;
+  upstreamCpuUsPerCall: number;
+  errors: number;
+  /** Median cores used by processes outside the benchmark while this target was measured. */
+  otherLoadCores: number;
+  rounds: Array<{ rps: number; p50: number; p99: number; cpuUsPerCall: number; errors: number; otherLoadCores: number }>;
+}
+
+/** Medians over the rounds of (target / bare relay in the same round). */
+export interface Ratios {
+  cpu: number;
+  p99: number;
+  rps: number;
+}
+
+export interface CellSummary {
+  kind: Kind;
+  c: number;
+  targets: Partial<Record<TargetId, TargetSummary>>;
+  vsBare: Partial<Record<TargetId, Ratios>>;
+}
+
+export type Status = 'met' | 'not met' | 'no target' | 'skipped';
+export interface Check {
+  name: string;
+  goal: string;
+  actual: string;
+  status: Status;
+}
+
+export function median(xs: number[]): number {
+  const s = xs.filter((x) => Number.isFinite(x)).sort((a, b) => a - b);
+  if (s.length === 0) return NaN;
+  const m = s.length >> 1;
+  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
+}
+
+export const fmtInt = (n: number) => (Number.isFinite(n) ? Math.round(n).toLocaleString('en-US') : 'n/a');
+export const fmtMs = (n: number) => (!Number.isFinite(n) ? 'n/a' : n < 10 ? n.toFixed(2) : n < 100 ? n.toFixed(1) : n.toFixed(0));
+export const fmtX = (n: number) => (Number.isFinite(n) ? `${n.toFixed(2)}x` : 'n/a');
+export const fmtMb = (bytes: number) => (Number.isFinite(bytes) ? `${(bytes / 1024 / 1024).toFixed(1)} MB` : 'n/a');
+
+function summarizeTarget(runs: LoadResult[]): TargetSummary {
+  return {
+    rps: median(runs.map((r) => r.rps)),
+    p50: median(runs.map((r) => r.latency.p50)),
+    p90: median(runs.map((r) => r.latency.p90)),
+    p99: median(runs.map((r) => r.latency.p99)),
+    cpuUsPerCall: median(runs.map((r) => r.cpuMsPer1k.target ?? NaN)),
+    storageCpuUsPerCall: median(runs.map((r) => r.cpuMsPer1k.storage ?? NaN)),
+    upstreamCpuUsPerCall: median(runs.map((r) => r.cpuMsPer1k.upstream ?? NaN)),
+    errors: runs.reduce((s, r) => s + r.errors, 0),
+    otherLoadCores: median(runs.map((r) => r.otherLoadCores)),
+    rounds: runs.map((r) => ({
+      rps: r.rps,
+      p50: r.latency.p50,
+      p99: r.latency.p99,
+      cpuUsPerCall: r.cpuMsPer1k.target ?? NaN,
+      errors: r.errors,
+      otherLoadCores: r.otherLoadCores,
+    })),
+  };
+}
+
+/**
+ * Every ratio compares two figures of the same round (the order flips every round), and the
+ * reported ratio is the median of the per-round ratios: drift between rounds cancels out.
+ */
+export function summarizeCell(cell: Cell): CellSummary {
+  const out: CellSummary = { kind: cell.kind, c: cell.c, targets: {}, vsBare: {} };
+  const bare = cell.runs.bare ?? [];
+  for (const [id, runs] of Object.entries(cell.runs) as Array<[TargetId, LoadResult[]]>) {
+    out.targets[id] = summarizeTarget(runs);
+    const per = (f: (r: LoadResult) => number) => median(runs.map((r, i) => (bare[i] ? f(r) / f(bare[i]!) : NaN)));
+    out.vsBare[id] = { cpu: per((r) => r.cpuMsPer1k.target ?? NaN), p99: per((r) => r.latency.p99), rps: per((r) => r.rps) };
+  }
+  return out;
+}
+
+export interface StorageState {
+  storage: Storage;
+  /** Why this storage was not measured (its service did not answer), or null. */
+  skipped: string | null;
+}
+
+export interface Evaluation {
+  cells: CellSummary[];
+  kinds: Kind[];
+  storages: StorageState[];
+  held: Partial<Record<'bare' | Storage, HeldResult>>;
+  heldCount: number;
+  /** The Redis command count, why it was not taken, or how it failed; null when Redis was not asked for. */
+  redisCommands: CommandCount | { skipped: string } | { failed: string } | null;
+}
+
+const kindName = (k: Kind) => (k === 'plain' ? 'plain' : 'streamed');
+
+/** The targets, each judged from the measured figures only. */
+export function evaluate(e: Evaluation): Check[] {
+  const checks: Check[] = [];
+  const cellAt = (kind: Kind) => e.cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
+  for (const { storage, skipped } of e.storages) {
+    if (skipped) {
+      checks.push({ name: `${storage}: every target`, goal: '', actual: skipped, status: 'skipped' });
+      continue;
+    }
+    for (const kind of e.kinds) {
+      const r = cellAt(kind)?.vsBare[storage];
+      const goal = CPU_RATIO_GOAL[storage];
+      const name = `${storage}: ${kindName(kind)} CPU per call, c=${HEADLINE_C}`;
+      if (!r) checks.push({ name, goal: goal === null ? 'none set' : `<= ${goal.toFixed(1)}x bare`, actual: `c=${HEADLINE_C} not measured`, status: 'skipped' });
+      else if (goal === null) checks.push({ name, goal: 'none set', actual: fmtX(r.cpu), status: 'no target' });
+      else checks.push({ name, goal: `<= ${goal.toFixed(1)}x bare`, actual: fmtX(r.cpu), status: r.cpu <= goal ? 'met' : 'not met' });
+    }
+    for (const kind of e.kinds) {
+      const cell = cellAt(kind);
+      const r = cell?.vsBare[storage];
+      const name = `${storage}: ${kindName(kind)} p99 latency, c=${HEADLINE_C}`;
+      const goal = `<= ${P99_RATIO_GOAL.toFixed(1)}x bare's`;
+      if (!r || !cell) checks.push({ name, goal, actual: `c=${HEADLINE_C} not measured`, status: 'skipped' });
+      else
+        checks.push({
+          name,
+          goal,
+          actual: `${fmtX(r.p99)} (${fmtMs(cell.targets[storage]?.p99 ?? NaN)} vs ${fmtMs(cell.targets.bare?.p99 ?? NaN)} ms)`,
+          status: r.p99 <= P99_RATIO_GOAL ? 'met' : 'not met',
+        });
+    }
+    if (e.heldCount > 0) {
+      const h = e.held[storage];
+      const name = `${storage}: ${e.heldCount.toLocaleString('en-US')} held streams, RSS over idle`;
+      const goal = `< ${fmtMb(HELD_GROWTH_GOAL_BYTES)}`;
+      if (!h) checks.push({ name, goal, actual: 'not measured', status: 'skipped' });
+      else {
+        // The figure only counts when the upstream really held every stream at once.
+        const allHeld = h.upstreamHeld === h.count;
+        checks.push({
+          name,
+          goal,
+          actual: `${fmtMb(h.growth)}${allHeld ? '' : ` (the upstream held only ${h.upstreamHeld})`}`,
+          status: h.growth < HELD_GROWTH_GOAL_BYTES && allHeld ? 'met' : 'not met',
+        });
+      }
+    }
+  }
+  if (e.redisCommands) {
+    const name = 'redis: commands per billed chat call';
+    const goal = `<= ${MAX_REDIS_COMMANDS_PER_CALL}`;
+    if ('skipped' in e.redisCommands) checks.push({ name, goal, actual: e.redisCommands.skipped, status: 'skipped' });
+    else if ('failed' in e.redisCommands) checks.push({ name, goal, actual: `the count failed: ${e.redisCommands.failed}`, status: 'not met' });
+    else {
+      const rc = e.redisCommands;
+      checks.push({
+        name,
+        goal,
+        actual: `${rc.perCall.toFixed(2)} (${Object.entries(rc.byCommand)
+          .map(([k, v]) => `${k} ${v}`)
+          .join(', ')} over ${rc.calls} calls)`,
+        status: rc.perCall <= MAX_REDIS_COMMANDS_PER_CALL ? 'met' : 'not met',
+      });
+    }
+  }
+  // Errors of the gateways and the bare relay: a wrong or failed answer is never speed.
+  const ours = (id: TargetId) => id !== 'peer';
+  const loadErrors = e.cells.reduce(
+    (s, c) => s + (Object.entries(c.targets) as Array<[TargetId, TargetSummary]>).filter(([id]) => ours(id)).reduce((t, [, x]) => t + x.errors, 0),
+    0,
+  );
+  const heldErrors = Object.values(e.held).reduce((s, h) => s + h.errors + (h.count - h.opened), 0);
+  const errs = loadErrors + heldErrors;
+  checks.push({ name: 'errors, every gateway cell and held stream', goal: '0', actual: String(errs), status: errs === 0 ? 'met' : 'not met' });
+  return checks;
+}
+
+export interface ReportInput {
+  intro: string;
+  cells: CellSummary[];
+  kinds: Kind[];
+  concurrency: number[];
+  /** Row order and labels of the relays measured (skipped ones carry their reason). */
+  rows: Array<{ id: TargetId; label: string; skipped: string | null }>;
+  held: Partial<Record<'bare' | Storage, HeldResult>>;
+  heldCount: number;
+  peakRss: Partial<Record<TargetId, number>>;
+  checks: Check[];
+  notes: string[];
+  allRuns: LoadResult[];
+  retries: number;
+  reproduce: string;
+}
+
+const statusCell = (s: Status) => (s === 'met' ? 'met' : s === 'not met' ? '**not met**' : s);
+
+export function renderMarkdown(r: ReportInput): string {
+  const md: string[] = [r.intro, ''];
+  const at = (kind: Kind) => r.cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
+  const plain = at('plain');
+  const stream = at('stream');
+
+  // ---- headline: CPU per call at c=50 ----
+  md.push(
+    `### CPU per call at c=${HEADLINE_C}, gateway / bare relay`,
+    '',
+    '| Relay | plain CPU µs/call | plain vs bare | streamed CPU µs/call | streamed vs bare | p99 vs bare (plain / streamed) | req/s (plain / streamed) | storage service CPU µs/call (plain / streamed) | errors |',
+    '|---|---:|---:|---:|---:|---:|---:|---:|---:|',
+  );
+  for (const row of r.rows) {
+    if (row.skipped) {
+      md.push(`| ${row.label} | skipped: ${row.skipped.replace(/\n/g, ' ').replace(/\|/g, '/')} | | | | | | | |`);
+      continue;
+    }
+    const p = plain?.targets[row.id];
+    const s = stream?.targets[row.id];
+    const pr = plain?.vsBare[row.id];
+    const sr = stream?.vsBare[row.id];
+    const storageCpu = [p, s].some((x) => x && Number.isFinite(x.storageCpuUsPerCall))
+      ? `${fmtInt(p?.storageCpuUsPerCall ?? NaN)} / ${fmtInt(s?.storageCpuUsPerCall ?? NaN)}`
+      : '';
+    const errors = (p?.errors ?? 0) + (s?.errors ?? 0);
+    md.push(
+      `| ${row.label} | ${fmtInt(p?.cpuUsPerCall ?? NaN)} | ${row.id === 'bare' ? '' : fmtX(pr?.cpu ?? NaN)} | ` +
+        `${fmtInt(s?.cpuUsPerCall ?? NaN)} | ${row.id === 'bare' ? '' : fmtX(sr?.cpu ?? NaN)} | ` +
+        `${row.id === 'bare' ? '' : `${fmtX(pr?.p99 ?? NaN)} / ${fmtX(sr?.p99 ?? NaN)}`} | ` +
+        `${fmtInt(p?.rps ?? NaN)} / ${fmtInt(s?.rps ?? NaN)} | ${storageCpu} | ${errors} |`,
+    );
+  }
+
+  // ---- targets ----
+  md.push('', '### Targets', '', '| Target | Goal | Measured | |', '|---|---|---|---|');
+  for (const ch of r.checks) md.push(`| ${ch.name} | ${ch.goal} | ${ch.actual.replace(/\n/g, ' ').replace(/\|/g, '/')} | ${statusCell(ch.status)} |`);
+
+  // ---- every cell ----
+  md.push(
+    '',
+    '### Every cell',
+    '',
+    '| Relay | Call | c | req/s | p50 / p99 (ms) | CPU µs/call | vs bare: CPU / p99 / req/s | other load (cores) | errors |',
+    '|---|---|---:|---:|---:|---:|---:|---:|---:|',
+  );
+  for (const cell of r.cells) {
+    for (const row of r.rows) {
+      const t = cell.targets[row.id];
+      if (!t) continue;
+      const v = cell.vsBare[row.id];
+      md.push(
+        `| ${row.label} | ${kindName(cell.kind)} | ${cell.c} | ${fmtInt(t.rps)} | ${fmtMs(t.p50)} / ${fmtMs(t.p99)} | ${fmtInt(t.cpuUsPerCall)} | ` +
+          `${row.id === 'bare' || !v ? '' : `${fmtX(v.cpu)} / ${fmtX(v.p99)} / ${fmtX(v.rps)}`} | ${t.otherLoadCores.toFixed(2)} | ${t.errors} |`,
+      );
+    }
+  }
+
+  // ---- held streams ----
+  const heldRows = Object.entries(r.held) as Array<['bare' | Storage, HeldResult]>;
+  if (heldRows.length) {
+    md.push(
+      '',
+      `### ${r.heldCount.toLocaleString('en-US')} streamed calls held open by a slow upstream (fresh process each)`,
+      '',
+      '| Relay | idle RSS | held RSS (peak) | growth over idle | per stream | upstream held | completed / errors |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+    );
+    for (const row of r.rows) {
+      const h = r.held[row.id as 'bare' | Storage];
+      if (!h) continue;
+      md.push(
+        `| ${row.label} | ${fmtMb(h.idleRss)} | ${fmtMb(h.heldRss)} (${fmtMb(h.heldPeakRss)}) | **${fmtMb(h.growth)}** | ${h.perStreamKb.toFixed(0)} KB | ` +
+          `${h.upstreamHeld} | ${h.completed} / ${h.errors}${h.firstError ? ` (${h.firstError.replace(/\|/g, '/')})` : ''} |`,
+      );
+    }
+  }
+
+  // ---- the machine ----
+  const peaks = r.rows.filter((row) => Number.isFinite(r.peakRss[row.id] ?? NaN)).map((row) => `${row.label} ${fmtMb(r.peakRss[row.id]!)}`);
+  if (peaks.length) md.push('', `Peak RSS during the load runs: ${peaks.join(', ')}.`);
+  const otherLoad = median(r.allRuns.map((x) => x.otherLoadCores));
+  const worstLoad = Math.max(...r.allRuns.map((x) => x.otherLoadCores));
+  const disturbed = r.allRuns.filter((x) => x.otherLoadCores > NOISY_CORES).length;
+  md.push(
+    '',
+    `Other processes on the machine used ${otherLoad.toFixed(2)} cores during the measurements (median; worst ${worstLoad.toFixed(2)}). ` +
+      (disturbed
+        ? `${disturbed} of ${r.allRuns.length} measurements still saw more than ${NOISY_CORES} cores of other load after ${r.retries} retries; the medians damp this, but a quiet machine gives steadier numbers.`
+        : 'The machine was quiet.'),
+  );
+  for (const n of r.notes) md.push('', n);
+  md.push('', r.reproduce);
+  return `${md.join('\n')}\n`;
+}
