@@ -34,7 +34,9 @@
  *                             redis at REDIS_URL)
  *   BENCH_PEER [on]           "off": leave out @portkey-ai/gateway
  *   BENCH_HELD [2000]         held streams (0 skips that phase)
- *   BENCH_GATEWAY [tsx]       "tsx": node --import tsx src/cli.ts; "dist": node dist/cli.js (needs a build)
+ *   BENCH_GATEWAY [dist]      "dist": node dist/cli.js, the published build (`npm run bench` builds it first);
+ *                             "tsx": node --import tsx src/cli.ts (tsx keeps function names at run time,
+ *                             a few µs per call, and runs a loader thread)
  *   BENCH_PROFILE []          "1" / "gateway": run the load-phase gateways with --cpu-prof
  *                             (profiles in bench/results/profiles, summary printed); "all": bare too
  *   BENCH_OUT [latest]        results file name ("profile" when BENCH_PROFILE is set; "latest-<storages>"
@@ -101,7 +103,7 @@ const CONCURRENCY = list(env.BENCH_CONCURRENCY, String(HEADLINE_C)).map(Number);
 const KINDS = list(env.BENCH_KINDS, 'plain,stream') as Kind[];
 for (const k of KINDS) if (k !== 'plain' && k !== 'stream') throw new Error(`BENCH_KINDS: unknown kind ${k}`);
 const HELD = num(env.BENCH_HELD, 2000);
-const GATEWAY_MODE = env.BENCH_GATEWAY === 'dist' ? 'dist' : 'tsx';
+const GATEWAY_MODE = env.BENCH_GATEWAY === 'tsx' ? 'tsx' : 'dist';
 const PROFILE = env.BENCH_PROFILE === 'all' ? 'all' : env.BENCH_PROFILE ? 'gateway' : '';
 const STORAGE_LIST = list(env.BENCH_STORAGE, STORAGES.join(',')) as Storage[];
 for (const s of STORAGE_LIST) if (!STORAGES.includes(s)) throw new Error(`BENCH_STORAGE: unknown storage ${s}`);
