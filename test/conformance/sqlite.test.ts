@@ -1,3 +1,4 @@
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -17,6 +18,7 @@ import { limitsSuite } from './limits.suite.js';
 const dir = mkdtempSync(join(tmpdir(), 'mg-sqlite-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const MONTH = '2025-01';
+const ROOT = join(import.meta.dirname, '..', '..');
 
 /** SQLite stores on a real file and a fake clock: `advance` moves time instantly and exactly. */
 async function makeSqlite(): Promise<StoreHarness & { now(): number; path: string }> {
@@ -53,6 +55,15 @@ function settleReq(a: { accountId: string; keyId: string }, holdId: string, cost
     cost,
     entry: { id: holdId, accountId: a.accountId, keyId: a.keyId, model: 'm', units: { kind: 'tokens', prompt: 1, completion: 1 }, measured: 'usage', at: 1 },
   };
+}
+
+/** Runs a TypeScript file in its own node process; resolves with its stdout. */
+function runProcess(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, timeout: 25_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
+    );
+  });
 }
 
 async function account(stores: Stores, balance: bigint) {
@@ -137,6 +148,34 @@ describe('sqlite: a file', () => {
       await h.cleanup();
     }
   });
+
+  it('three processes folding key hits into holds on one file count exactly the limit and hold exactly the wallet', async () => {
+    const h = await makeSqlite();
+    try {
+      const a = await account(h.stores, 30n * 7_000n);
+      await h.stores.close();
+      const startAt = Date.now() + 4_000;
+      const runs = await Promise.all(
+        Array.from({ length: 3 }, () =>
+          runProcess(['test/helpers/sqlite-fold-process.ts', h.path, a.accountId, a.keyId, '40', '50', '7000', String(startAt)]),
+        ),
+      );
+      const results = runs.flatMap((out) => JSON.parse(out) as [boolean, boolean | null][]);
+      expect(results).toHaveLength(120);
+      expect(results.filter(([allowed]) => allowed)).toHaveLength(50);
+      expect(results.filter(([, held]) => held === true)).toHaveLength(30);
+      for (const [allowed, held] of results) if (!allowed) expect(held).toBeNull();
+      const again = createSqliteStores({ path: h.path });
+      try {
+        expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 210_000n, held: 210_000n });
+        expect(await again.limits.hit(`key:${a.keyId}`, 50, 60_000, a.accountId)).toMatchObject({ allowed: false });
+      } finally {
+        await again.close();
+      }
+    } finally {
+      await h.cleanup();
+    }
+  }, 30_000);
 
   it('uses WAL mode, creates the directory, and fails clearly when closed or unopenable', async () => {
     const path = join(dir, uid('nested'), 'deeper', 'gateway.db');

@@ -17,9 +17,10 @@
  *   P{a:<account>}:brands          hash   brandId -> JSON
  *   P{a:<account>}:docs            hash   documentId -> JSON
  *   P{a:<account>}:docver          string documents version
+ *   P{a:<account>}:rl:<bucket>     zset   unique hit -> ms (a rate window of the account's, e.g. a key's)
  *   P{k:<digest>}                  hash   id, rec (JSON), disabled
  *   P{kid:<key id>}                string digest (the id -> digest index)
- *   P{rl:<bucket>}                 zset   unique hit -> ms (rate window)
+ *   P{rl:<bucket>}                 zset   unique hit -> ms (a rate window of no account, e.g. an IP's)
  *   P{ls:<pool>}                   zset   leaseId -> expiry ms
  *   P{j:<job id>}                  hash   top-level job field -> JSON value, with PEXPIRE
  *   P{idem:<scope>}                string Idempotency-Key record JSON, with PEXPIRE
@@ -74,8 +75,15 @@ export class RedisContext {
   keyIdIndex(keyId: string): string {
     return `${this.prefix}{kid:${esc(keyId)}}`;
   }
-  bucket(name: string): string {
-    return `${this.prefix}{rl:${esc(name)}}`;
+  /**
+   * A rate window. One that belongs to an account (a key's) lives under the account's hash
+   * tag, so a hold's script can count a hit in it in the same step. Key windows were once
+   * `P{rl:key:<id>}`: after an upgrade they start empty under their new name, and since a
+   * window spans 60 s, a key may get at most one extra window's worth of requests during
+   * that minute (or while old and new instances run side by side); the old key expires.
+   */
+  bucket(name: string, accountId?: string): string {
+    return accountId === undefined ? `${this.prefix}{rl:${esc(name)}}` : this.account(accountId, `rl:${esc(name)}`);
   }
   pool(name: string): string {
     return `${this.prefix}{ls:${esc(name)}}`;

@@ -89,12 +89,14 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
   }
   const waitMs = owned ? timeoutMs : (givenTimeout(client) ?? DEFAULT_TIMEOUT_MS);
   const ctx = new RedisContext(client, keyPrefix, waitMs);
+  // The windows live in this Redis beside the books: a hold may count a window hit in its script.
+  const windowsId = Symbol('redis windows');
 
   return {
     accounts: createRedisAccounts(ctx),
     keys: createRedisKeys(ctx),
-    billing: createRedisBilling(ctx),
-    limits: createRedisLimits(ctx),
+    billing: createRedisBilling(ctx, windowsId),
+    limits: createRedisLimits(ctx, windowsId),
     jobs: createRedisJobs(ctx),
     content: createRedisContent(ctx),
     idempotency: createRedisIdempotency(ctx),

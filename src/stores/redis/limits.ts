@@ -2,22 +2,22 @@ import { randomBytes } from 'node:crypto';
 import type { LimitStore, WindowResult } from '../types.js';
 import { int, list, type RedisContext, whole } from './connection.js';
 
+/** A window member unique per hit, so two hits in the same millisecond are two members. */
+export const hitMember = () => randomBytes(12).toString('base64url');
+
 /**
  * Rate windows and lease pools. `hit`, `acquireLease`, `renewLease` and `activeLeases` are one
  * EVALSHA each on a single key (a sorted set scored by Redis TIME in ms), so they are atomic
  * and Cluster-safe. Idle buckets and pools expire by themselves.
  */
-export function createRedisLimits(ctx: RedisContext): LimitStore {
+export function createRedisLimits(ctx: RedisContext, windowsId: symbol): LimitStore {
   const { client, scripts } = ctx;
 
   return {
-    async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
-      // Unique per hit, so two hits in the same millisecond are two members.
-      const member = randomBytes(12).toString('base64url');
+    windowsId,
+    async hit(bucket: string, limit: number, windowMs: number, accountId?: string): Promise<WindowResult> {
       const reply = list(
-        await ctx.run('hit', () =>
-          scripts.mgHit([ctx.bucket(bucket)], [whole(limit), whole(windowMs), member]),
-        ),
+        await ctx.run('hit', () => scripts.mgHit([ctx.bucket(bucket, accountId)], [whole(limit), whole(windowMs), hitMember()])),
       );
       const allowed = int(reply[0]) === 1;
       return { allowed, limit, remaining: int(reply[1]), resetMs: int(reply[2]) };

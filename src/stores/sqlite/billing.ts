@@ -1,6 +1,7 @@
 import { checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
+  CountedHold,
   CreditRequest,
   CreditResult,
   HoldRequest,
@@ -14,8 +15,10 @@ import type {
   SettleRequest,
   SettleResult,
   WalletView,
+  WindowHit,
 } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
+import type { SqliteLimits } from './limits.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -55,9 +58,10 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
  * Billing on SQLite. Each of placeHold, settle and release is one IMMEDIATE transaction: the
  * write lock is taken before the balance and holds are read, so the check and the write are
  * one step, also against another process on the same file. Held amounts are summed from the
- * open hold rows (an account has a handful), so no running total can drift.
+ * open hold rows (an account has a handful), so no running total can drift. Given the limit
+ * store's `windows`, a hold can count a rate-window hit in its own transaction.
  */
-export function createSqliteBilling(ctx: SqliteContext): BillingStore {
+export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
   const q = {
     prune: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND expires_at <= ?'),
     holdExists: ctx.prepare('SELECT 1 FROM holds WHERE account_id = ? AND hold_id = ?'),
@@ -99,25 +103,42 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
   const monthSpend = (accountId: string, keyId: string, month: string) =>
     big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount);
 
+  /** The hold-if-affordable step, inside the caller's IMMEDIATE transaction. */
+  function placeInTransaction(req: HoldRequest, t: number): HoldResult {
+    q.prune.run(req.accountId, t);
+    // Placing an open hold again is a no-op, so a retried call cannot hold twice.
+    if (q.holdExists.get(req.accountId, req.holdId)) return { ok: true };
+    const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
+    if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
+    if (req.monthlyCap !== null) {
+      const room = req.monthlyCap - monthSpend(req.accountId, req.keyId, req.month) - heldByKey(req.accountId, req.keyId, t);
+      if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
+    }
+    q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
+    return { ok: true };
+  }
+
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
       ctx.sweep();
-      return ctx.write('placeHold', (): HoldResult => {
-        const t = ctx.now();
-        q.prune.run(req.accountId, t);
-        // Placing an open hold again is a no-op, so a retried call cannot hold twice.
-        if (q.holdExists.get(req.accountId, req.holdId)) return { ok: true };
-        const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
-        if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
-        if (req.monthlyCap !== null) {
-          const room = req.monthlyCap - monthSpend(req.accountId, req.keyId, req.month) - heldByKey(req.accountId, req.keyId, t);
-          if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
-        }
-        q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
-        return { ok: true };
-      });
+      return ctx.write('placeHold', () => placeInTransaction(req, ctx.now()));
     },
+
+    // One IMMEDIATE transaction, one commit, for the key's window hit and the hold: on SQLite
+    // the commit is most of what a write costs.
+    ...(windows && {
+      windowsId: windows.windowsId,
+      async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+        if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+        ctx.sweep();
+        return ctx.write('hitAndPlaceHold', (): CountedHold => {
+          const t = ctx.now();
+          const window = windows.hitInTransaction(hit.bucket, hit.limit, hit.windowMs, t);
+          return { window, hold: window.allowed ? placeInTransaction(req, t) : null };
+        });
+      },
+    }),
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
       const t = ctx.now();

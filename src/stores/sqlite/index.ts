@@ -77,11 +77,12 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     }
   });
 
+  const limits = createSqliteLimits(ctx);
   return {
     accounts: createSqliteAccounts(ctx),
     keys: createSqliteKeys(ctx),
-    billing: createSqliteBilling(ctx),
-    limits: createSqliteLimits(ctx),
+    billing: createSqliteBilling(ctx, limits),
+    limits,
     jobs: createSqliteJobs(ctx),
     content: createSqliteContent(ctx),
     idempotency: createSqliteIdempotency(ctx),

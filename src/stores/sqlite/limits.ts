@@ -1,13 +1,20 @@
 import type { LimitStore, WindowResult } from '../types.js';
 import { num, type SqliteContext } from './connection.js';
 
+/** The SQLite limit store, with its hit as a step of a transaction already open (billing counts one inside a hold). */
+export interface SqliteLimits extends LimitStore {
+  readonly windowsId: symbol;
+  /** Counts a hit at time `t`; the caller runs it inside its IMMEDIATE transaction. */
+  hitInTransaction(bucket: string, limit: number, windowMs: number, t: number): WindowResult;
+}
+
 /**
  * Rate windows and lease pools on SQLite. `hit` and `acquireLease` are one IMMEDIATE
  * transaction each (drop what left the window or expired, count, insert), so the count and
  * the insert are one step. A window keeps one row per counted hit and its count beside them,
  * so a hit costs O(log n) however high the limit.
  */
-export function createSqliteLimits(ctx: SqliteContext): LimitStore {
+export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
   const q = {
     trim: ctx.prepare('DELETE FROM rate_hits WHERE bucket = ? AND at <= ?'),
     counted: ctx.prepare('SELECT hits FROM rate_windows WHERE bucket = ?'),
@@ -26,27 +33,30 @@ export function createSqliteLimits(ctx: SqliteContext): LimitStore {
     release: ctx.prepare('DELETE FROM leases WHERE pool = ? AND lease_id = ?'),
   };
 
+  function hitInTransaction(bucket: string, limit: number, windowMs: number, t: number): WindowResult {
+    const left = q.trim.run(bucket, t - windowMs).changes;
+    let n = num((q.counted.get(bucket) as { hits: number } | undefined)?.hits) - left;
+    const allowed = n < limit;
+    if (allowed) {
+      q.count.run(bucket, t);
+      n++;
+    }
+    q.save.run(bucket, n, allowed ? t + windowMs : 0);
+    const oldest = (q.oldest.get(bucket) as { oldest: number | null }).oldest;
+    return {
+      allowed,
+      limit,
+      remaining: allowed ? limit - n : 0,
+      resetMs: oldest === null ? 0 : Math.max(0, num(oldest) + windowMs - t),
+    };
+  }
+
   return {
+    windowsId: Symbol('sqlite windows'),
+    hitInTransaction,
     async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
       ctx.sweep();
-      return ctx.write('hit', (): WindowResult => {
-        const t = ctx.now();
-        const left = q.trim.run(bucket, t - windowMs).changes;
-        let n = num((q.counted.get(bucket) as { hits: number } | undefined)?.hits) - left;
-        const allowed = n < limit;
-        if (allowed) {
-          q.count.run(bucket, t);
-          n++;
-        }
-        q.save.run(bucket, n, allowed ? t + windowMs : 0);
-        const oldest = (q.oldest.get(bucket) as { oldest: number | null }).oldest;
-        return {
-          allowed,
-          limit,
-          remaining: allowed ? limit - n : 0,
-          resetMs: oldest === null ? 0 : Math.max(0, num(oldest) + windowMs - t),
-        };
-      });
+      return ctx.write('hit', () => hitInTransaction(bucket, limit, windowMs, ctx.now()));
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
