@@ -55,16 +55,16 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
 }
 
 /**
- * Billing on SQLite. Each of placeHold, settle and release is one IMMEDIATE transaction: the
- * write lock is taken before the balance and holds are read, so the check and the write are
- * one step, also against another process on the same file. Held amounts are summed from the
- * open hold rows (an account has a handful), so no running total can drift. Given the limit
- * store's `windows`, a hold can count a rate-window hit in its own transaction.
+ * Billing on SQLite. Each of placeHold, settle, release and renewHold runs inside an IMMEDIATE
+ * transaction, whose write lock is taken before the balance and holds are read, so the check
+ * and the write are one step, also against another process on the same file. Held amounts are summed from the open hold rows
+ * (an account has a handful), so no running total can drift. Given the limit store's
+ * `windows`, a hold can count a rate-window hit in the same step.
  */
 export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
   const q = {
-    prune: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND expires_at <= ?'),
-    holdExists: ctx.prepare('SELECT 1 FROM holds WHERE account_id = ? AND hold_id = ?'),
+    holdExpiry: ctx.prepare('SELECT expires_at FROM holds WHERE account_id = ? AND hold_id = ?').pluck(),
+    dropHold: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND hold_id = ?'),
     balance: ctx.exact('SELECT balance FROM wallets WHERE account_id = ?'),
     held: ctx.exact('SELECT coalesce(sum(amount), 0) AS held FROM holds WHERE account_id = ? AND expires_at > ?'),
     heldByKey: ctx.exact(
@@ -77,6 +77,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     ),
     renew: ctx.prepare('UPDATE holds SET expires_at = ? WHERE account_id = ? AND hold_id = ? AND expires_at > ?'),
     close: ctx.prepare('INSERT INTO closed_holds (account_id, hold_id, closed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
+    released: ctx.prepare('SELECT 1 FROM closed_holds WHERE account_id = ? AND hold_id = ?'),
     everSettled: ctx.prepare('SELECT 1 FROM ledger WHERE account_id = ? AND hold_id = ?'),
     takeHold: ctx.exact('DELETE FROM holds WHERE account_id = ? AND hold_id = ? RETURNING amount, month, expires_at'),
     debit: ctx.prepare(
@@ -103,11 +104,18 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
   const monthSpend = (accountId: string, keyId: string, month: string) =>
     big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount);
 
-  /** The hold-if-affordable step, inside the caller's IMMEDIATE transaction. */
+  /**
+   * The hold-if-affordable step, inside the caller's IMMEDIATE transaction. Expired holds
+   * count for nothing (every sum reads only unexpired ones); the sweep deletes them, so no
+   * call pays for scanning and deleting its account's expired holds.
+   */
   function placeInTransaction(req: HoldRequest, t: number): HoldResult {
-    q.prune.run(req.accountId, t);
-    // Placing an open hold again is a no-op, so a retried call cannot hold twice.
-    if (q.holdExists.get(req.accountId, req.holdId)) return { ok: true };
+    const expiresAt = q.holdExpiry.get(req.accountId, req.holdId) as number | undefined;
+    if (expiresAt !== undefined) {
+      // Placing an open hold again is a no-op, so a retried call cannot hold twice.
+      if (expiresAt > t) return { ok: true };
+      q.dropHold.run(req.accountId, req.holdId);
+    }
     const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
     if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
     if (req.monthlyCap !== null) {
@@ -125,8 +133,8 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
       return ctx.write('placeHold', () => placeInTransaction(req, ctx.now()));
     },
 
-    // One IMMEDIATE transaction, one commit, for the key's window hit and the hold: on SQLite
-    // the commit is most of what a write costs.
+    // One step, one commit, for the key's window hit and the hold: on SQLite the commit is
+    // most of what a write costs.
     ...(windows && {
       windowsId: windows.windowsId,
       async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
@@ -141,20 +149,23 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     }),
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      const t = ctx.now();
-      return ctx.run('renewHold', () => q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1);
+      return ctx.write('renewHold', () => {
+        const t = ctx.now();
+        return q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1;
+      });
     },
 
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
       return ctx.write('settle', (): SettleResult => {
         const t = ctx.now();
-        q.prune.run(req.accountId, t);
-        // A replayed settle, or a settle after release, finds the hold id closed. The ledger's
-        // unique (account, hold) also catches one replayed after the marker was swept.
-        if (q.close.run(req.accountId, req.holdId, t).changes === 0) return { settled: false, charged: 0n };
+        // A settle after release finds the hold id closed; a replayed settle finds its ledger
+        // entry (unique per account and hold id, for good), so settling writes no marker.
+        if (q.released.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
         if (q.everSettled.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
-        const hold = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string } | undefined;
+        const taken = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string; expires_at: bigint } | undefined;
+        // A hold that expired before its settle counts as gone: nothing was held.
+        const hold = taken && num(taken.expires_at) > t ? taken : undefined;
         const held = hold ? hold.amount : 0n;
         // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
         const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));

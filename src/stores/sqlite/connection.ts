@@ -57,7 +57,9 @@ export function openDatabase({ path, synchronous, busyTimeoutMs }: OpenOptions):
   try {
     // WAL: readers never block the writer, and a commit is one append to the log. With
     // synchronous=NORMAL a committed transaction survives the process being killed (the OS
-    // has the log); FULL also fsyncs every commit, so it survives power loss too.
+    // has the log), and a power loss or OS crash may lose the last transactions but never
+    // corrupts the database (the log is fsynced at each checkpoint); FULL also fsyncs every
+    // commit, so it survives power loss too, at the cost of a disk flush per commit.
     if (!memory) db.pragma('journal_mode = WAL');
     db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
     migrate(db);

@@ -54,6 +54,7 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
   // already count for nothing; this only keeps the file from growing.
   const sweepNow = (() => {
     const statements = [
+      // A scan of the open holds (no expiry index: holds and settles would pay to keep it).
       ['DELETE FROM holds WHERE expires_at <= ?', 0],
       ['DELETE FROM closed_holds WHERE closed_at <= ?', CLOSED_TTL_MS],
       // A window whose newest hit has left goes with all its hits (same transaction as the hits' writes).
