@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createSqliteStores, SqliteStoreError } from '../../src/sqlite.js';
+import { openDatabase, SqliteContext } from '../../src/stores/sqlite/connection.js';
 import { MIGRATIONS } from '../../src/stores/sqlite/schema.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
@@ -217,6 +218,54 @@ describe('sqlite: a file', () => {
       expect(await limits.hit('idle', 5, 1_000)).toMatchObject({ allowed: true, remaining: 4 });
     } finally {
       await h.cleanup();
+    }
+  });
+
+  it('writes of one turn of the event loop commit together, each atomic on its own', async () => {
+    const path = join(dir, `${uid('db')}.db`);
+    const db = openDatabase({ path, synchronous: 'normal', busyTimeoutMs: 1_000 });
+    const ctx = new SqliteContext(db, Date.now);
+    const put = db.prepare('INSERT INTO wallets (account_id, balance) VALUES (?, ?)');
+    try {
+      const outcomes = await Promise.allSettled([
+        ctx.batch('a', () => put.run('a', 1)),
+        ctx.batch('b', () => {
+          put.run('b', 2);
+          throw new Error('b fails half-way');
+        }),
+        ctx.batch('c', () => put.run('c', 3).changes),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect((outcomes[1] as PromiseRejectedResult).reason).toBeInstanceOf(SqliteStoreError);
+      expect((outcomes[2] as PromiseFulfilledResult<number>).value).toBe(1);
+      // b's own write was rolled back with it; a's and c's are in.
+      expect(db.prepare('SELECT account_id FROM wallets ORDER BY account_id').pluck().all()).toEqual(['a', 'c']);
+      // What another connection sees: one commit for two writes.
+      const other = new Database(path);
+      const seen = () => Number(other.pragma('data_version', { simple: true }));
+      const before = seen();
+      await Promise.all([ctx.batch('d', () => put.run('d', 4)), ctx.batch('e', () => put.run('e', 5))]);
+      expect(seen() - before).toBe(1);
+      other.close();
+    } finally {
+      ctx.close();
+    }
+  });
+
+  it('close() commits the writes still queued; a write after it fails', async () => {
+    const h = await makeSqlite();
+    const a = await account(h.stores, 1_000n);
+    const req = hold(a, 100n);
+    await h.stores.billing.placeHold(req);
+    const settled = h.stores.billing.settle(settleReq(a, req.holdId, 70n));
+    await h.stores.close();
+    expect(await settled).toEqual({ settled: true, charged: 70n, held: 100n });
+    await expect(h.stores.billing.placeHold(hold(a, 1n))).rejects.toBeInstanceOf(SqliteStoreError);
+    const again = createSqliteStores({ path: h.path, now: h.now });
+    try {
+      expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 930n, held: 0n });
+    } finally {
+      await again.close();
     }
   });
 

@@ -55,9 +55,10 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
 }
 
 /**
- * Billing on SQLite. Each of placeHold, settle, release and renewHold runs inside an IMMEDIATE
- * transaction, whose write lock is taken before the balance and holds are read, so the check
- * and the write are one step, also against another process on the same file. Held amounts are summed from the open hold rows
+ * Billing on SQLite. Each of placeHold, settle, release and renewHold is one atomic step of a
+ * group commit (`SqliteContext.batch`): inside an IMMEDIATE transaction, whose write lock is
+ * taken before the balance and holds are read, so the check and the write are one step, also
+ * against another process on the same file. Held amounts are summed from the open hold rows
  * (an account has a handful), so no running total can drift. Given the limit store's
  * `windows`, a hold can count a rate-window hit in the same step.
  */
@@ -130,7 +131,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     async placeHold(req: HoldRequest): Promise<HoldResult> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
       ctx.sweep();
-      return ctx.write('placeHold', () => placeInTransaction(req, ctx.now()));
+      return ctx.batch('placeHold', () => placeInTransaction(req, ctx.now()));
     },
 
     // One step, one commit, for the key's window hit and the hold: on SQLite the commit is
@@ -140,7 +141,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
       async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
         if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
         ctx.sweep();
-        return ctx.write('hitAndPlaceHold', (): CountedHold => {
+        return ctx.batch('hitAndPlaceHold', (): CountedHold => {
           const t = ctx.now();
           const window = windows.hitInTransaction(hit.bucket, hit.limit, hit.windowMs, t);
           return { window, hold: window.allowed ? placeInTransaction(req, t) : null };
@@ -149,7 +150,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     }),
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      return ctx.write('renewHold', () => {
+      return ctx.batch('renewHold', () => {
         const t = ctx.now();
         return q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1;
       });
@@ -157,7 +158,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
 
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      return ctx.write('settle', (): SettleResult => {
+      return ctx.batch('settle', (): SettleResult => {
         const t = ctx.now();
         // A settle after release finds the hold id closed; a replayed settle finds its ledger
         // entry (unique per account and hold id, for good), so settling writes no marker.
@@ -194,7 +195,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     },
 
     async release(accountId: string, holdId: string): Promise<boolean> {
-      return ctx.write('release', () => {
+      return ctx.batch('release', () => {
         const t = ctx.now();
         q.close.run(accountId, holdId, t);
         const hold = q.takeHold.get(accountId, holdId) as { expires_at: bigint } | undefined;

@@ -38,7 +38,8 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
  * Every store in one SQLite file (better-sqlite3, WAL mode): durable books for one gateway
  * process. Calls are synchronous underneath, so one process never interleaves two of them;
  * every read-then-write runs in an IMMEDIATE transaction, so it stays atomic even when
- * another process (an admin command of the CLI) writes to the same file.
+ * another process (an admin command of the CLI) writes to the same file. The per-call writes
+ * (window hits, holds, settles) of one event-loop turn share one transaction and one commit.
  */
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
   if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');

@@ -16,7 +16,7 @@ export interface SqliteLimits extends LimitStore {
 const UNTIL_STEP_MS = 60_000;
 
 /**
- * Rate windows and lease pools on SQLite. `hit` and `acquireLease`
+ * Rate windows and lease pools on SQLite. `hit` (a step of a group commit) and `acquireLease`
  * run inside an IMMEDIATE transaction (drop what left the window or expired, count, insert),
  * so the count and the insert are one step. A window keeps its hits as one row per millisecond (with how many
  * hits it counted) and their total beside them, so a hit costs O(log n) however high the
@@ -70,7 +70,7 @@ export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
     hitInTransaction,
     async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
       ctx.sweep();
-      return ctx.write('hit', () => hitInTransaction(bucket, limit, windowMs, ctx.now()));
+      return ctx.batch('hit', () => hitInTransaction(bucket, limit, windowMs, ctx.now()));
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
