@@ -16,7 +16,6 @@ import type {
 } from '../types.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
-import { hitMember } from './limits.js';
 
 /** How long a closed (settled or released) hold id is remembered, so a replayed settle never debits twice. */
 export const CLOSED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
@@ -47,7 +46,7 @@ function fields(keyId: string, month: string) {
  * release are one EVALSHA each; every key they touch is under the account's hash tag. See
  * scripts.ts for the atomic steps.
  */
-export function createRedisBilling(ctx: RedisContext, windowsId: symbol): BillingStore {
+export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMember: () => string): BillingStore {
   const { scripts } = ctx;
   const closedMarker = (accountId: string, holdId: string) => ctx.account(accountId, `settled:${esc(holdId)}`);
   const a = (accountId: string) => ({

@@ -45,8 +45,11 @@ export class RedisStoreError extends StoreUnavailableError {
 
 /** Escapes the characters that structure key names, so any id is safe inside one. */
 export function esc(id: string): string {
-  return id.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  // Most ids have none of them: testing first skips building a new string.
+  return STRUCTURAL.test(id) ? id.replace(STRUCTURAL_ALL, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : id;
 }
+const STRUCTURAL = /[%{}:]/;
+const STRUCTURAL_ALL = /[%{}:]/g;
 
 export class RedisContext {
   readonly scripts: Scripts;
