@@ -481,6 +481,29 @@ describe.each([
     expect(await stores.billing.ledger(ACCOUNT)).toHaveLength(1);
   });
 
+  it('a billed call counts its key once and reaches the store in as few steps as the stores allow (metrics wrap them)', async () => {
+    const setup = testConfig({ now: () => T, limits: { keyRequestsPerMinute: 5 } });
+    stores = makeStores(() => T);
+    ({ gateway } = await makeGateway({ ...setup.options, stores, metrics: { path: '/metrics' } }));
+    const res = await gateway.fetch(
+      new Request('http://gw.test/v1/chat/completions', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(chat),
+      }),
+      { clientAddress: '192.0.2.21' },
+    );
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('4');
+    await res.arrayBuffer();
+    const text = await (await gateway.fetch(new Request('http://gw.test/metrics'))).text();
+    const calls = (op: string) => Number(new RegExp(`store_call_seconds_count\\{operation="${op}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+    const folded = stores.billing.windowsId !== undefined && stores.billing.windowsId === stores.limits.windowsId;
+    expect({ hitAndPlaceHold: calls('billing.hitAndPlaceHold'), placeHold: calls('billing.placeHold'), hits: calls('limits.hit') }).toEqual(
+      folded ? { hitAndPlaceHold: 1, placeHold: 0, hits: 1 } : { hitAndPlaceHold: 0, placeHold: 1, hits: 2 },
+    );
+  });
+
   it('the key check comes before the in-flight cap, and a limited key never takes a slot', async () => {
     const { send } = await start({ limits: { keyRequestsPerMinute: 2, inFlightImageJobs: 1 } });
     const pool = leasePool('image', ACCOUNT);
