@@ -30,6 +30,12 @@ export interface Core {
   grants(accountId: string): Promise<readonly string[]>;
   /** Registers background work that `dispose()` waits for. */
   track(p: Promise<unknown>): void;
+  /**
+   * Runs the request's key-rate check now if it still waits for the request's hold: a route
+   * that takes an in-flight slot before its hold calls it first, so a limited key gets its
+   * 429 without ever taking a slot.
+   */
+  runKeyCheck(requestId: string): Promise<void>;
   /** The user plugins' hooks the routes run (onUpstreamRequest; onError for failed streams). */
   hooks: Hooks;
   /** Live counts the metrics read. */

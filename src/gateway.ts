@@ -246,6 +246,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       now,
       log,
       holdTtlMs: cfg.limits.holdTtlMs,
+      // A billable request's key-rate check rides on its hold (see the keyRate stage).
+      windowsId: stores.limits.windowsId,
+      deferredCheck: (holdId) => limiter.take(holdId),
       // Not awaited: a slow plugin never holds up the answer or the next settle.
       onBilled: hooks.has('onBilled') ? (entry) => void hooks.run('onBilled', { entry }) : undefined,
     }),
@@ -264,6 +267,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return g;
     },
     track,
+    runKeyCheck: (requestId) => limiter.runDeferred(requestId),
     hooks,
     counters,
     shutdown: shutdown.signal,
@@ -423,7 +427,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       }
       return next();
     },
+    // A billable POST counts against its key in the same store step as its hold (one step
+    // fewer per call); the limiter still answers 429 before any other answer it would get.
+    // Every other request is counted here, before its route runs.
     async function keyRate(x, next) {
+      if (x.route!.idempotent && x.request.method === 'POST') return limiter.deferKey(x.requestId, x.key!, x.headers, next);
       Object.assign(x.headers, await limiter.checkKey(x.key!));
       return next();
     },

@@ -18,6 +18,7 @@ import type { Logger } from '../log.js';
 import type {
   ApiKeyRecord,
   BillingStore,
+  HoldRequest,
   HoldResult,
   KeyUsage,
   LedgerEntry,
@@ -26,6 +27,8 @@ import type {
   SettleRequest,
   SettleResult,
   WalletView,
+  WindowHit,
+  WindowResult,
 } from '../stores/types.js';
 import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
@@ -93,8 +96,26 @@ export interface BilledCall {
 }
 
 
+/**
+ * A request's key-rate check, deferred to its hold (the hold's id is the request id): the
+ * hold counts the hit in the same atomic store step when the stores can (one step fewer per
+ * billed call), else the check runs on its own just before the hold. A window that refuses
+ * means no hold and the 429 the check throws.
+ */
+export interface DeferredCheck {
+  readonly hit: WindowHit;
+  /** Takes the window's answer: keeps the rate headers for the answer, or throws the 429. */
+  settle(r: WindowResult): void;
+  /** Counts the hit on its own now and settles it. */
+  run(): Promise<void>;
+}
+
 export interface MeterDeps {
   billing: BillingStore;
+  /** The windows deferred key checks count in; a hold folds the hit in when `billing` shares them. */
+  windowsId?: symbol | undefined;
+  /** The deferred key check of the request whose id is `holdId`, taken (it runs once, with this hold). */
+  deferredCheck?: ((holdId: string) => DeferredCheck | undefined) | undefined;
   journal: SettleJournal;
   now: () => number;
   log: Logger;
@@ -105,7 +126,10 @@ export interface MeterDeps {
 }
 
 export interface Meter {
-  /** Opens a call; a refused hold is a returned value (nothing was held). */
+  /**
+   * Opens a call; a refused hold is a returned value (nothing was held). A key-rate check
+   * deferred to this hold (see `DeferredCheck`) that refuses throws its 429 instead.
+   */
   tryOpen(req: OpenRequest): Promise<{ ok: true; call: BilledCall } | HoldRefusal>;
   /** Opens a call; a refused hold throws what `refuse` builds (the route words its 402). */
   open(req: OpenRequest, refuse: (r: HoldRefusal) => GatewayError): Promise<BilledCall>;
@@ -338,10 +362,27 @@ export function createMeter(deps: MeterDeps): Meter {
     if (!call.durable) nonDurable++;
   }
 
+  // The key's window hit rides on the hold only when both live in one place (one driver).
+  const folds = billing.hitAndPlaceHold !== undefined && billing.windowsId !== undefined && billing.windowsId === deps.windowsId;
+
+  /** Places the hold, counting the request's deferred key check first, in the same step when the stores can. */
+  async function place(hold: HoldRequest): Promise<HoldResult> {
+    const check = deps.deferredCheck?.(hold.holdId);
+    if (!check) return billing.placeHold(hold);
+    if (!folds) {
+      await check.run();
+      return billing.placeHold(hold);
+    }
+    const r = await billing.hitAndPlaceHold!(check.hit, hold);
+    check.settle(r.window);
+    // A window that allowed the hit went on to the hold, so it has a result.
+    return r.hold!;
+  }
+
   const meter: Meter = {
     async tryOpen(req) {
       const ttlMs = req.ttlMs ?? deps.holdTtlMs;
-      const result = await billing.placeHold({
+      const result = await place({
         holdId: req.id,
         accountId: req.key.accountId,
         keyId: req.key.id,

@@ -3,10 +3,18 @@
  * 60 s in the limit store, counted only when under the limit. Both refusals carry
  * Retry-After (whole seconds until the oldest counted request leaves the window, 1..59)
  * and retry-after-ms; authenticated answers carry the ratelimit headers.
+ *
+ * The key's check may be deferred to the request's hold (`deferKey`), so that on a store that
+ * keeps windows beside the books the hit and the hold are one atomic step. The order of
+ * checks stays what clients see: a request that ends before its hold (refused by validation,
+ * an unknown model, a replayed Idempotency-Key...) runs the check on its own before its answer
+ * goes out, so a limited key gets 429 rather than that answer, and an accepted request is
+ * counted exactly once either way.
  */
+import type { DeferredCheck } from '../billing/meter.js';
 import type { Core } from '../core.js';
 import { GatewayError } from '../errors.js';
-import type { ApiKeyRecord, WindowResult } from '../stores/types.js';
+import type { ApiKeyRecord, WindowHit, WindowResult } from '../stores/types.js';
 import { createAddressResolver } from './client-address.js';
 
 export const WINDOW_MS = 60_000;
@@ -17,6 +25,16 @@ export interface Limiter {
   checkIp(ip: string): Promise<void>;
   /** Counts the request against its key; returns the headers for the answer, or throws 429. */
   checkKey(key: ApiKeyRecord): Promise<Record<string, string>>;
+  /**
+   * Runs `next` with the key's check deferred to the hold of request `requestId` (taken with
+   * `take`). Whatever `next` answers or throws, a check still pending then runs on its own
+   * first: a refusal replaces the answer with the 429. The rate headers go into `headers`.
+   */
+  deferKey(requestId: string, key: ApiKeyRecord, headers: Record<string, string>, next: () => Promise<Response>): Promise<Response>;
+  /** The pending deferred check of `requestId`, taken: whoever takes it runs or settles it. */
+  take(requestId: string): DeferredCheck | undefined;
+  /** Runs the pending deferred check of `requestId` now, if any (before an in-flight slot is taken). */
+  runDeferred(requestId: string): Promise<void>;
 }
 
 function retryHeaders(r: WindowResult): Record<string, string> {
@@ -33,28 +51,76 @@ function rateLimited(limit: 'key_requests_per_minute' | 'ip_requests_per_minute'
   );
 }
 
+/** The key's rate headers for a window result; throws the 429 (with them) when it refused. */
+function keyHeaders(r: WindowResult): Record<string, string> {
+  const resetS = Math.max(r.resetMs > 0 ? 1 : 0, Math.ceil(r.resetMs / 1000));
+  const headers: Record<string, string> = {
+    'ratelimit-policy': `"key";q=${r.limit};w=${WINDOW_MS / 1000}`,
+    ratelimit: `"key";r=${r.remaining};t=${resetS}`,
+    'x-ratelimit-limit-requests': String(r.limit),
+    'x-ratelimit-remaining-requests': String(r.remaining),
+    'x-ratelimit-reset-requests': `${resetS}s`,
+  };
+  if (!r.allowed) throw rateLimited('key_requests_per_minute', r, { ...headers, ...retryHeaders(r) });
+  return headers;
+}
+
 export function createLimiter(core: Core): Limiter {
   const resolve = createAddressResolver(core.cfg.trustProxy);
   const { keyRequestsPerMinute, ipRequestsPerMinute } = core.cfg.limits;
-  const hit = (bucket: string, limit: number) => core.stores.limits.hit(bucket, limit, WINDOW_MS);
-  return {
+  const limits = core.stores.limits;
+  /** Deferred key checks not yet taken, by request id. */
+  const pending = new Map<string, DeferredCheck>();
+
+  const keyHit = (key: ApiKeyRecord): WindowHit => ({
+    bucket: `key:${key.id}`,
+    limit: keyRequestsPerMinute,
+    windowMs: WINDOW_MS,
+    accountId: key.accountId,
+  });
+
+  const limiter: Limiter = {
     clientAddress: resolve,
     async checkIp(ip) {
-      const r = await hit(`ip:${ip}`, ipRequestsPerMinute);
+      const r = await limits.hit(`ip:${ip}`, ipRequestsPerMinute, WINDOW_MS);
       if (!r.allowed) throw rateLimited('ip_requests_per_minute', r, retryHeaders(r));
     },
     async checkKey(key) {
-      const r = await hit(`key:${key.id}`, keyRequestsPerMinute);
-      const resetS = Math.max(r.resetMs > 0 ? 1 : 0, Math.ceil(r.resetMs / 1000));
-      const headers: Record<string, string> = {
-        'ratelimit-policy': `"key";q=${r.limit};w=${WINDOW_MS / 1000}`,
-        ratelimit: `"key";r=${r.remaining};t=${resetS}`,
-        'x-ratelimit-limit-requests': String(r.limit),
-        'x-ratelimit-remaining-requests': String(r.remaining),
-        'x-ratelimit-reset-requests': `${resetS}s`,
+      const h = keyHit(key);
+      return keyHeaders(await limits.hit(h.bucket, h.limit, h.windowMs, h.accountId));
+    },
+    async deferKey(requestId, key, headers, next) {
+      const hit = keyHit(key);
+      const check: DeferredCheck = {
+        hit,
+        settle: (r) => void Object.assign(headers, keyHeaders(r)),
+        run: async () => check.settle(await limits.hit(hit.bucket, hit.limit, hit.windowMs, hit.accountId)),
       };
-      if (!r.allowed) throw rateLimited('key_requests_per_minute', r, { ...headers, ...retryHeaders(r) });
-      return headers;
+      pending.set(requestId, check);
+      try {
+        let res: Response;
+        try {
+          res = await next();
+        } catch (err) {
+          // Taken before its answer: the check throws its 429 in place of `err` when the key is limited.
+          await limiter.runDeferred(requestId);
+          throw err;
+        }
+        await limiter.runDeferred(requestId);
+        return res;
+      } finally {
+        pending.delete(requestId);
+      }
+    },
+    take(requestId) {
+      const check = pending.get(requestId);
+      // Taken once: a store step that failed half-way is never counted a second time.
+      if (check) pending.delete(requestId);
+      return check;
+    },
+    async runDeferred(requestId) {
+      await limiter.take(requestId)?.run();
     },
   };
+  return limiter;
 }

@@ -16,6 +16,7 @@ export function refuseAgentKeys(ctx: RequestContext): void {
 
 /** Takes an in-flight slot for the account, or 429 without Retry-After (wait for a job instead). */
 export async function takeSlot(core: Core, ctx: RequestContext, kind: 'image' | 'video', leaseId: string): Promise<LeaseRef> {
+  await core.runKeyCheck(ctx.requestId);
   const pool = leasePool(kind, ctx.key.accountId);
   const cap = kind === 'image' ? core.cfg.limits.inFlightImageJobs : core.cfg.limits.inFlightVideoJobs;
   const ok = await core.stores.limits.acquireLease(pool, cap, leaseId, core.cfg.limits.inFlightLeaseTtlMs);

@@ -210,7 +210,33 @@ export interface KeyUsage {
   held: bigint;
 }
 
+/** One hit on a rate window (see `LimitStore.hit`), for a hold to count in the same step. */
+export interface WindowHit {
+  bucket: string;
+  limit: number;
+  windowMs: number;
+  /** The account the window belongs to (see `LimitStore.hit`). */
+  accountId: string;
+}
+
+export interface CountedHold {
+  window: WindowResult;
+  /** Null when the window refused the hit: then nothing was held. */
+  hold: HoldResult | null;
+}
+
 export interface BillingStore {
+  /**
+   * Optional: only a driver that keeps rate windows beside its books has it, and it counts in
+   * the windows of the LimitStore whose `windowsId` equals this store's. Atomic: counts `hit`
+   * exactly as that store's `hit` would and, only when the window allowed it, places the hold
+   * exactly as `placeHold` would, in one step (one transaction, one script, one round trip).
+   * A refused hold leaves the hit counted: the request passed its rate check, as it would
+   * with the two operations one after the other.
+   */
+  hitAndPlaceHold?(hit: WindowHit, req: HoldRequest): Promise<CountedHold>;
+  /** Names the rate windows `hitAndPlaceHold` counts in (see `LimitStore.windowsId`). */
+  readonly windowsId?: symbol;
   /**
    * Atomic hold-if-affordable. Places the hold only if
    *   balance - held(account) >= amount            (else limitSource 'wallet'), and
@@ -271,9 +297,18 @@ export interface LimitStore {
   /**
    * Atomic count-if-under-limit over an exact sliding window: the request is counted (and
    * allowed) only if fewer than `limit` requests were counted in the last `windowMs`.
-   * Refused requests are not counted.
+   * Refused requests are not counted. `accountId` names the account a bucket belongs to (a
+   * key's window): a driver may keep that window beside the account's books, so a hold can
+   * count it in the same step. Every hit of one bucket must pass the same `accountId`.
    */
-  hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult>;
+  hit(bucket: string, limit: number, windowMs: number, accountId?: string): Promise<WindowResult>;
+  /**
+   * Names where this store keeps its windows, one symbol per store instance: a BillingStore
+   * with the same `windowsId` can count a hit in them inside a hold (`hitAndPlaceHold`).
+   * Absent (or another symbol) when limits and books live apart, e.g. limits on Redis and
+   * books on PostgreSQL: then a hit and a hold are two operations.
+   */
+  readonly windowsId?: symbol;
   /** Atomic: takes a slot in `pool` if fewer than `cap` unexpired leases are held. */
   acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean>;
   /** Extends a live lease; false when it already expired or was released. */

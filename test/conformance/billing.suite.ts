@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
+import type { HoldRequest, SettleRequest, Stores, WindowHit } from '../../src/stores/types.js';
 import { type MakeStores, uid, useHarness } from './harness.js';
 
 const MONTH = '2025-01';
@@ -459,6 +459,102 @@ export function billingSuite(name: string, make: MakeStores): void {
         }),
         { numRuns: 60 },
       );
+    });
+  });
+
+  describe(`${name}: BillingStore.hitAndPlaceHold (a key's window hit and its hold in one step)`, () => {
+    const h = useHarness(make);
+    const stores = () => h().stores;
+    const billing = () => stores().billing;
+    /** Every driver keeps its windows beside its books, so every one folds. */
+    const fold = () => {
+      const f = stores().billing.hitAndPlaceHold;
+      if (!f) throw new Error(`${name} has no hitAndPlaceHold`);
+      return f.bind(stores().billing);
+    };
+
+    async function account(balance: bigint) {
+      const accountId = uid('acct');
+      expect(await stores().accounts.create({ id: accountId, grants: [], createdAt: 0 }, balance)).toBe(true);
+      return { accountId, keyId: uid('key') };
+    }
+    const hold = (a: { accountId: string; keyId: string }, amount: bigint): HoldRequest => ({
+      holdId: uid('hold'),
+      ...a,
+      amount,
+      monthlyCap: null,
+      month: MONTH,
+      ttlMs: LONG_TTL,
+    });
+    const settleOf = (a: { accountId: string; keyId: string }, holdId: string, cost: bigint): SettleRequest => ({
+      holdId,
+      accountId: a.accountId,
+      month: MONTH,
+      cost,
+      entry: { id: holdId, accountId: a.accountId, keyId: a.keyId, model: 'm-1', units: { kind: 'tokens', prompt: 1, completion: 1 }, measured: 'usage', at: 1 },
+    });
+    const hitOf = (a: { accountId: string; keyId: string }, limit: number): WindowHit => ({
+      bucket: `key:${a.keyId}`,
+      limit,
+      windowMs: LONG_TTL,
+      accountId: a.accountId,
+    });
+
+    it('counts in the limit store’s own windows, and holds only what the window let through', async () => {
+      expect(stores().billing.windowsId).toBeTypeOf('symbol');
+      expect(stores().billing.windowsId).toBe(stores().limits.windowsId);
+      const a = await account(1_000n);
+      const hit = hitOf(a, 3);
+      expect(await stores().limits.hit(hit.bucket, 3, hit.windowMs, a.accountId)).toMatchObject({ allowed: true, remaining: 2 });
+      const first = hold(a, 100n);
+      expect(await fold()(hit, first)).toMatchObject({ window: { allowed: true, limit: 3, remaining: 1 }, hold: { ok: true } });
+      expect(await fold()(hit, hold(a, 100n))).toMatchObject({ window: { allowed: true, remaining: 0 }, hold: { ok: true } });
+      // The window is full: refused, not counted, and nothing held.
+      const refused = await fold()(hit, hold(a, 100n));
+      expect(refused).toMatchObject({ window: { allowed: false, limit: 3, remaining: 0 }, hold: null });
+      expect(refused.window.resetMs).toBeGreaterThan(LONG_TTL - 5_000);
+      expect(await billing().openHolds(a.accountId)).toBe(2);
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 200n });
+      expect(await stores().limits.hit(hit.bucket, 3, hit.windowMs, a.accountId)).toMatchObject({ allowed: false });
+      // The hold it placed is an ordinary hold: it settles once.
+      expect(await billing().settle(settleOf(a, first.holdId, 80n))).toEqual({ settled: true, charged: 80n, held: 100n });
+    });
+
+    it('a hold the wallet refuses still counts the hit: the request passed its rate check', async () => {
+      const a = await account(50n);
+      const hit = hitOf(a, 2);
+      expect(await fold()(hit, hold(a, 51n))).toEqual({
+        window: expect.objectContaining({ allowed: true, remaining: 1 }),
+        hold: { ok: false, limitSource: 'wallet', available: 50n },
+      });
+      expect(await fold()(hit, { ...hold(a, 10n), monthlyCap: 5n })).toMatchObject({
+        window: { allowed: true, remaining: 0 },
+        hold: { ok: false, limitSource: 'key_monthly_cap', available: 5n },
+      });
+      expect(await fold()(hit, hold(a, 1n))).toMatchObject({ window: { allowed: false }, hold: null });
+      expect(await billing().openHolds(a.accountId)).toBe(0);
+    });
+
+    it('an open hold id placed again holds once but counts its hit', async () => {
+      const a = await account(1_000n);
+      const req = hold(a, 400n);
+      expect((await fold()(hitOf(a, 5), req)).hold).toEqual({ ok: true });
+      expect(await fold()(hitOf(a, 5), req)).toMatchObject({ window: { remaining: 3 }, hold: { ok: true } });
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 400n });
+    });
+
+    it('concurrent calls against a window of 25 and a wallet worth 10 holds count exactly 25 and hold exactly 10', async () => {
+      const a = await account(10n * 7_000n);
+      const hit = hitOf(a, 25);
+      const results = await Promise.all(Array.from({ length: 60 }, () => fold()(hit, hold(a, 7_000n))));
+      const counted = results.filter((r) => r.window.allowed);
+      expect(counted).toHaveLength(25);
+      expect(counted.map((r) => r.window.remaining).sort((x, y) => x - y)).toEqual(Array.from({ length: 25 }, (_, i) => i));
+      expect(results.filter((r) => r.hold?.ok)).toHaveLength(10);
+      for (const r of results) if (!r.window.allowed) expect(r.hold).toBeNull();
+      expect(await billing().wallet(a.accountId)).toEqual({ balance: 70_000n, held: 70_000n });
+      expect(await billing().openHolds(a.accountId)).toBe(10);
+      expect(await stores().limits.hit(hit.bucket, 25, hit.windowMs, a.accountId)).toMatchObject({ allowed: false });
     });
   });
 }

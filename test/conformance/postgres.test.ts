@@ -136,6 +136,24 @@ if (unreachable !== null) {
       }
     });
 
+    it('key hits folded into holds from two pools count exactly the limit and hold exactly the wallet', async () => {
+      const [one, two] = await Promise.all([open(8), open(8)]);
+      try {
+        const a = await account(one, 30n * 7_000n);
+        const hit = { bucket: `key:${a.keyId}`, limit: 50, windowMs: 60_000, accountId: a.accountId };
+        const results = await Promise.all(
+          Array.from({ length: 120 }, (_, i) => (i % 2 ? one : two).billing.hitAndPlaceHold!(hit, hold(a, 7_000n))),
+        );
+        expect(results.filter((r) => r.window.allowed)).toHaveLength(50);
+        expect(results.filter((r) => r.hold?.ok)).toHaveLength(30);
+        for (const r of results) if (!r.window.allowed) expect(r.hold).toBeNull();
+        expect(await two.billing.wallet(a.accountId)).toEqual({ balance: 210_000n, held: 210_000n });
+        expect(await one.limits.hit(hit.bucket, 50, 60_000, a.accountId)).toMatchObject({ allowed: false, remaining: 0 });
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
     it('amounts past 2^53 stay exact (BIGINT columns, decimal strings on the wire)', async () => {
       const stores = await open();
       try {

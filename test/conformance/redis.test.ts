@@ -255,6 +255,31 @@ if (unreachable !== null) {
       }
     });
 
+    it('key hits folded into holds from two clients count exactly the limit and hold exactly the wallet', async () => {
+      const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(one, 30n * 7_000n);
+        const hit = { bucket: `key:${a.keyId}`, limit: 50, windowMs: 60_000, accountId: a.accountId };
+        const results = await Promise.all(
+          Array.from({ length: 120 }, (_, i) => (i % 2 ? one : two).billing.hitAndPlaceHold!(hit, hold(a, 7_000n))),
+        );
+        expect(results.filter((r) => r.window.allowed)).toHaveLength(50);
+        expect(results.filter((r) => r.hold?.ok)).toHaveLength(30);
+        for (const r of results) if (!r.window.allowed) expect(r.hold).toBeNull();
+        expect(await two.billing.wallet(a.accountId)).toEqual({ balance: 210_000n, held: 210_000n });
+        // The stand-alone hit of the same window (GET routes) sees the folded hits.
+        expect(await one.limits.hit(hit.bucket, 50, 60_000, a.accountId)).toMatchObject({ allowed: false, remaining: 0 });
+        const c = new Redis(REDIS_URL);
+        const windows = await c.keys(`${PREFIX}*:rl:*${a.keyId}*`);
+        c.disconnect();
+        // The key's window lives under its account's hash tag, beside the books.
+        expect(windows.map(hashTag)).toEqual([`a:${a.accountId}`]);
+      } finally {
+        await Promise.all([one.close(), two.close()]);
+      }
+    });
+
     it('leases shared by two clients take exactly the cap', async () => {
       const one = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
       const two = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
@@ -344,11 +369,17 @@ if (unreachable !== null) {
         await stores.billing.settle(settleReq(a, warm.holdId, 1n));
         await stores.billing.release(a.accountId, uid('hold'));
         await stores.limits.hit(uid('bucket'), 5, 1_000);
+        await stores.billing.hitAndPlaceHold!({ bucket: uid('bucket'), limit: 5, windowMs: 1_000, accountId: a.accountId }, hold(a, 1n));
         await stores.limits.acquireLease(uid('pool'), 5, uid('lease'), 1_000);
 
         const req = hold(a, 100n, { monthlyCap: 10_000n });
         const counts: Record<string, string[]> = {
           placeHold: names(await commandsOf(() => stores.billing.placeHold(req))),
+          hitAndPlaceHold: names(
+            await commandsOf(() =>
+              stores.billing.hitAndPlaceHold!({ bucket: `key:${a.keyId}`, limit: 5, windowMs: 1_000, accountId: a.accountId }, hold(a, 1n)),
+            ),
+          ),
           settle: names(await commandsOf(() => stores.billing.settle(settleReq(a, req.holdId, 50n)))),
           release: names(await commandsOf(() => stores.billing.release(a.accountId, req.holdId))),
           hit: names(await commandsOf(() => stores.limits.hit(uid('bucket'), 5, 1_000))),
@@ -357,6 +388,7 @@ if (unreachable !== null) {
         };
         expect(counts).toEqual({
           placeHold: ['evalsha'],
+          hitAndPlaceHold: ['evalsha'],
           settle: ['evalsha'],
           release: ['evalsha'],
           hit: ['evalsha'],
@@ -383,6 +415,8 @@ if (unreachable !== null) {
         await stores.accounts.setGrants(a.accountId, ['x']);
         const h2 = hold(a, 10n);
         await stores.billing.placeHold(h2);
+        await stores.billing.hitAndPlaceHold!({ bucket: `key:${k.id}`, limit: 5, windowMs: 1_000, accountId: a.accountId }, hold(a, 10n));
+        await stores.limits.hit(`key:${k.id}`, 5, 1_000, a.accountId);
         await stores.billing.settle(settleReq(a, h2.holdId, 5n));
         await stores.billing.topUp(a.accountId, 5n);
         await stores.billing.wallet(a.accountId);

@@ -1,9 +1,12 @@
+import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createSqliteStores, SqliteStoreError } from '../../src/sqlite.js';
+import { openDatabase, SqliteContext } from '../../src/stores/sqlite/connection.js';
+import { MIGRATIONS } from '../../src/stores/sqlite/schema.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
@@ -17,6 +20,7 @@ import { limitsSuite } from './limits.suite.js';
 const dir = mkdtempSync(join(tmpdir(), 'mg-sqlite-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
 const MONTH = '2025-01';
+const ROOT = join(import.meta.dirname, '..', '..');
 
 /** SQLite stores on a real file and a fake clock: `advance` moves time instantly and exactly. */
 async function makeSqlite(): Promise<StoreHarness & { now(): number; path: string }> {
@@ -53,6 +57,15 @@ function settleReq(a: { accountId: string; keyId: string }, holdId: string, cost
     cost,
     entry: { id: holdId, accountId: a.accountId, keyId: a.keyId, model: 'm', units: { kind: 'tokens', prompt: 1, completion: 1 }, measured: 'usage', at: 1 },
   };
+}
+
+/** Runs a TypeScript file in its own node process; resolves with its stdout. */
+function runProcess(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, ['--import', 'tsx', ...args], { cwd: ROOT, timeout: 25_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`${err.message}\n${stderr}`)) : resolve(stdout),
+    );
+  });
 }
 
 async function account(stores: Stores, balance: bigint) {
@@ -138,6 +151,34 @@ describe('sqlite: a file', () => {
     }
   });
 
+  it('three processes folding key hits into holds on one file count exactly the limit and hold exactly the wallet', async () => {
+    const h = await makeSqlite();
+    try {
+      const a = await account(h.stores, 30n * 7_000n);
+      await h.stores.close();
+      const startAt = Date.now() + 4_000;
+      const runs = await Promise.all(
+        Array.from({ length: 3 }, () =>
+          runProcess(['test/helpers/sqlite-fold-process.ts', h.path, a.accountId, a.keyId, '40', '50', '7000', String(startAt)]),
+        ),
+      );
+      const results = runs.flatMap((out) => JSON.parse(out) as [boolean, boolean | null][]);
+      expect(results).toHaveLength(120);
+      expect(results.filter(([allowed]) => allowed)).toHaveLength(50);
+      expect(results.filter(([, held]) => held === true)).toHaveLength(30);
+      for (const [allowed, held] of results) if (!allowed) expect(held).toBeNull();
+      const again = createSqliteStores({ path: h.path });
+      try {
+        expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 210_000n, held: 210_000n });
+        expect(await again.limits.hit(`key:${a.keyId}`, 50, 60_000, a.accountId)).toMatchObject({ allowed: false });
+      } finally {
+        await again.close();
+      }
+    } finally {
+      await h.cleanup();
+    }
+  }, 30_000);
+
   it('uses WAL mode, creates the directory, and fails clearly when closed or unopenable', async () => {
     const path = join(dir, uid('nested'), 'deeper', 'gateway.db');
     const stores = createSqliteStores({ path });
@@ -169,13 +210,81 @@ describe('sqlite: a file', () => {
       const count = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
       expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'idle'")).toBe(0);
       expect(count("SELECT count(*) AS n FROM rate_windows WHERE bucket = 'idle'")).toBe(0);
-      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'live'")).toBe(2);
+      // Hits of one millisecond are one row with their count.
+      expect(count("SELECT sum(n) AS n FROM rate_hits WHERE bucket = 'live'")).toBe(2);
       expect(count('SELECT count(*) AS n FROM holds')).toBe(0);
       expect(count('SELECT count(*) AS n FROM leases')).toBe(0);
       db.close();
       expect(await limits.hit('idle', 5, 1_000)).toMatchObject({ allowed: true, remaining: 4 });
     } finally {
       await h.cleanup();
+    }
+  });
+
+  it('writes of one turn of the event loop commit together, each atomic on its own', async () => {
+    const path = join(dir, `${uid('db')}.db`);
+    const db = openDatabase({ path, synchronous: 'normal', busyTimeoutMs: 1_000 });
+    const ctx = new SqliteContext(db, Date.now);
+    const put = db.prepare('INSERT INTO wallets (account_id, balance) VALUES (?, ?)');
+    try {
+      const outcomes = await Promise.allSettled([
+        ctx.batch('a', () => put.run('a', 1)),
+        ctx.batch('b', () => {
+          put.run('b', 2);
+          throw new Error('b fails half-way');
+        }),
+        ctx.batch('c', () => put.run('c', 3).changes),
+      ]);
+      expect(outcomes.map((o) => o.status)).toEqual(['fulfilled', 'rejected', 'fulfilled']);
+      expect((outcomes[1] as PromiseRejectedResult).reason).toBeInstanceOf(SqliteStoreError);
+      expect((outcomes[2] as PromiseFulfilledResult<number>).value).toBe(1);
+      // b's own write was rolled back with it; a's and c's are in.
+      expect(db.prepare('SELECT account_id FROM wallets ORDER BY account_id').pluck().all()).toEqual(['a', 'c']);
+      // What another connection sees: one commit for two writes.
+      const other = new Database(path);
+      const seen = () => Number(other.pragma('data_version', { simple: true }));
+      const before = seen();
+      await Promise.all([ctx.batch('d', () => put.run('d', 4)), ctx.batch('e', () => put.run('e', 5))]);
+      expect(seen() - before).toBe(1);
+      other.close();
+    } finally {
+      ctx.close();
+    }
+  });
+
+  it('close() commits the writes still queued; a write after it fails', async () => {
+    const h = await makeSqlite();
+    const a = await account(h.stores, 1_000n);
+    const req = hold(a, 100n);
+    await h.stores.billing.placeHold(req);
+    const settled = h.stores.billing.settle(settleReq(a, req.holdId, 70n));
+    await h.stores.close();
+    expect(await settled).toEqual({ settled: true, charged: 70n, held: 100n });
+    await expect(h.stores.billing.placeHold(hold(a, 1n))).rejects.toBeInstanceOf(SqliteStoreError);
+    const again = createSqliteStores({ path: h.path, now: h.now });
+    try {
+      expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 930n, held: 0n });
+    } finally {
+      await again.close();
+    }
+  });
+
+  it('an upgrade from schema 2 keeps the hits its windows counted', async () => {
+    const path = join(dir, `${uid('db')}.db`);
+    const old = new Database(path);
+    for (const m of MIGRATIONS.slice(0, 2)) old.exec(m);
+    old.pragma('user_version = 2');
+    const t = Date.now();
+    const insert = old.prepare('INSERT INTO rate_hits (bucket, at) VALUES (?, ?)');
+    for (const at of [t - 1_000, t - 1_000, t - 500]) insert.run('key:k', at);
+    old.prepare('INSERT INTO rate_windows (bucket, hits, until) VALUES (?, ?, ?)').run('key:k', 3, t - 500 + 60_000);
+    old.close();
+    const stores = createSqliteStores({ path, now: () => t });
+    try {
+      expect(await stores.limits.hit('key:k', 4, 60_000)).toMatchObject({ allowed: true, remaining: 0, resetMs: 59_000 });
+      expect(await stores.limits.hit('key:k', 4, 60_000)).toMatchObject({ allowed: false });
+    } finally {
+      await stores.close();
     }
   });
 

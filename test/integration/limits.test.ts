@@ -12,8 +12,12 @@ import OpenAI, { RateLimitError } from 'openai';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { Gateway } from '../../src/gateway.js';
+import { leasePool } from '../../src/jobs/runner.js';
+import { createSqliteStores } from '../../src/sqlite.js';
+import { createMemoryStores } from '../../src/stores/memory/index.js';
+import type { Stores } from '../../src/stores/types.js';
 import { IMAGE, AUDIO, VIDEO, mediaModels } from '../helpers/media.js';
-import { MODEL, makeGateway, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, MODEL, makeGateway, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 
 const agents = new Map<string, Agent>();
 /** A dispatcher whose sockets leave from `localAddress`. */
@@ -383,5 +387,137 @@ describe('rate headers on every authenticated /v1 answer', () => {
     } finally {
       await gateway.dispose();
     }
+  });
+});
+
+/**
+ * A billable request's key check is counted in the same store step as its hold (where the
+ * stores allow it), yet clients see the order of checks unchanged: the key's 429 comes before
+ * any validation, model, in-flight or payment answer, and every request that passed the key
+ * check counts once, whatever it was answered. Run on a store that folds the two steps (memory,
+ * SQLite) and on one whose limits live apart from the books (two steps).
+ */
+describe.each([
+  ['memory: hit and hold in one step', (now: () => number) => createMemoryStores({ now })],
+  ['sqlite: hit and hold in one transaction', (now: () => number) => createSqliteStores({ path: ':memory:', now })],
+  [
+    'limits apart from the books: two steps',
+    (now: () => number) => ({ ...createMemoryStores({ now }), limits: createMemoryStores({ now }).limits }),
+  ],
+] as const)('the key check deferred to the hold (%s)', (_, makeStores) => {
+  const T = Date.UTC(2031, 6, 1, 9);
+  let gateway: Gateway | undefined;
+  let stores: Stores;
+  afterEach(async () => {
+    await gateway?.dispose();
+    await stores?.close();
+    gateway = undefined;
+  });
+
+  async function start(input: Parameters<typeof testConfig>[0]) {
+    const setup = testConfig({ now: () => T, models: mediaModels('test'), ...input });
+    stores = makeStores(() => T);
+    ({ gateway } = await makeGateway({ ...setup.options, stores }));
+    const send = (path: string, body?: unknown, headers: Record<string, string> = {}) =>
+      gateway!.fetch(
+        new Request(`http://gw.test/v1${path}`, {
+          method: body === undefined ? 'GET' : 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json', ...headers },
+          body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
+        }),
+        { clientAddress: '192.0.2.20' },
+      );
+    return { setup, send };
+  }
+  const chat = { model: MODEL, messages: [{ role: 'user', content: 'hi' }] };
+  async function answer(res: Response) {
+    const body = (await res.json()) as Answer['body'];
+    return { status: res.status, code: body.error?.code, limit: body.error?.metadata?.limit, remaining: res.headers.get('x-ratelimit-remaining-requests') };
+  }
+
+  it('refused requests count; a limited key gets 429 before 400 invalid_request, 400 invalid_json and 404 model_not_found', async () => {
+    const { send } = await start({ limits: { keyRequestsPerMinute: 4 } });
+    expect(await answer(await send('/chat/completions', { model: MODEL }))).toMatchObject({ status: 400, code: 'invalid_request', remaining: '3' });
+    expect(await answer(await send('/chat/completions', { ...chat, model: 'nope/nope' }))).toMatchObject({ status: 404, code: 'model_not_found', remaining: '2' });
+    expect(await answer(await send('/chat/completions', '{oops'))).toMatchObject({ status: 400, code: 'invalid_json', remaining: '1' });
+    const ok = await send('/chat/completions', chat);
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('ratelimit')).toBe('"key";r=0;t=60');
+    await ok.arrayBuffer();
+
+    for (const body of [{ model: MODEL }, { ...chat, model: 'nope/nope' }, '{oops', chat]) {
+      const res = await send('/chat/completions', body);
+      expect(await answer(res), JSON.stringify(body)).toMatchObject({ status: 429, code: 'rate_limit_exceeded', limit: 'key_requests_per_minute', remaining: '0' });
+      expect(res.headers.get('retry-after')).toBe('59'); // capped at 59
+    }
+    expect(await answer(await send('/embeddings', { model: MODEL }))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    expect(await answer(await send('/audio/speech', { model: AUDIO }))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    expect(await answer(await send('/models'))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    // Only the one accepted call was billed, and no hold was left behind by the refusals.
+    expect(await stores.billing.ledger(ACCOUNT)).toHaveLength(1);
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
+  });
+
+  it('a call the wallet refuses (402) counts and carries the rate headers; a limited key gets 429, not 402', async () => {
+    const { send } = await start({ walletUsd: 0, limits: { keyRequestsPerMinute: 2 } });
+    const first = await send('/chat/completions', chat);
+    expect(first.headers.get('x-should-retry')).toBe('false');
+    expect(await answer(first)).toMatchObject({ status: 402, code: 'insufficient_quota', remaining: '1' });
+    expect(await answer(await send('/chat/completions', { ...chat, stream: true }))).toMatchObject({ status: 402, remaining: '0' });
+    expect(await answer(await send('/chat/completions', chat))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
+  });
+
+  it('a replayed Idempotency-Key answer counts like any request, and a limited key gets 429 instead of the replay', async () => {
+    const { send } = await start({ limits: { keyRequestsPerMinute: 2 } });
+    const first = await send('/chat/completions', chat, { 'idempotency-key': 'k-1' });
+    expect(first.status).toBe(200);
+    const text = await first.text();
+    const replay = await send('/chat/completions', chat, { 'idempotency-key': 'k-1' });
+    expect(replay.headers.get('idempotent-replayed')).toBe('true');
+    expect(replay.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    expect(await replay.text()).toBe(text);
+    expect(await answer(await send('/chat/completions', chat, { 'idempotency-key': 'k-1' }))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    expect(await stores.billing.ledger(ACCOUNT)).toHaveLength(1);
+  });
+
+  it('a billed call counts its key once and reaches the store in as few steps as the stores allow (metrics wrap them)', async () => {
+    const setup = testConfig({ now: () => T, limits: { keyRequestsPerMinute: 5 } });
+    stores = makeStores(() => T);
+    ({ gateway } = await makeGateway({ ...setup.options, stores, metrics: { path: '/metrics' } }));
+    const res = await gateway.fetch(
+      new Request('http://gw.test/v1/chat/completions', {
+        method: 'POST',
+        headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify(chat),
+      }),
+      { clientAddress: '192.0.2.21' },
+    );
+    expect(res.status).toBe(200);
+    expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('4');
+    await res.arrayBuffer();
+    const text = await (await gateway.fetch(new Request('http://gw.test/metrics'))).text();
+    const calls = (op: string) => Number(new RegExp(`store_call_seconds_count\\{operation="${op}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+    const folded = stores.billing.windowsId !== undefined && stores.billing.windowsId === stores.limits.windowsId;
+    expect({ hitAndPlaceHold: calls('billing.hitAndPlaceHold'), placeHold: calls('billing.placeHold'), hits: calls('limits.hit') }).toEqual(
+      folded ? { hitAndPlaceHold: 1, placeHold: 0, hits: 1 } : { hitAndPlaceHold: 0, placeHold: 1, hits: 2 },
+    );
+  });
+
+  it('the key check comes before the in-flight cap, and a limited key never takes a slot', async () => {
+    const { send } = await start({ limits: { keyRequestsPerMinute: 2, inFlightImageJobs: 1 } });
+    const pool = leasePool('image', ACCOUNT);
+    expect(await stores.limits.acquireLease(pool, 1, 'busy', 60_000)).toBe(true);
+    expect(await answer(await send('/images/generations', { model: IMAGE, prompt: 'a bike' }))).toMatchObject({ status: 429, limit: 'in_flight_image_jobs', remaining: '1' });
+    await stores.limits.releaseLease(pool, 'busy');
+    const ok = await send('/images/generations', { model: IMAGE, prompt: 'a bike' });
+    expect(ok.status).toBe(200);
+    expect(ok.headers.get('x-ratelimit-remaining-requests')).toBe('0');
+    await ok.arrayBuffer();
+    expect(await stores.limits.acquireLease(pool, 1, 'busy', 60_000)).toBe(true);
+    expect(await answer(await send('/images/generations', { model: IMAGE, prompt: 'a bike' }))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    expect(await answer(await send('/videos', { model: VIDEO, prompt: 'a bike', seconds: 4 }))).toMatchObject({ status: 429, limit: 'key_requests_per_minute' });
+    expect(await stores.limits.activeLeases(pool)).toBe(1);
+    expect(await stores.limits.activeLeases(leasePool('video', ACCOUNT))).toBe(0);
   });
 });

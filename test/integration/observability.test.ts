@@ -126,7 +126,8 @@ describe('observability', () => {
     expect(sample(text, 'model_gateway_open_holds')).toBe(0);
     expect(sample(text, 'model_gateway_open_streams')).toBe(0);
     expect(sample(text, 'model_gateway_circuit_open{upstream="test"}')).toBe(0);
-    expect(text).toMatch(/model_gateway_store_call_seconds_count\{operation="billing\.placeHold"\} [1-9]/);
+    // The key's window hit rides on the hold: one store call for both.
+    expect(text).toMatch(/model_gateway_store_call_seconds_count\{operation="billing\.hitAndPlaceHold"\} [1-9]/);
     expect(text).toMatch(/model_gateway_nodejs_eventloop_lag_seconds \d/);
   });
 

@@ -1,5 +1,6 @@
 import type {
   BillingStore,
+  CountedHold,
   CreditRequest,
   CreditResult,
   HoldRequest,
@@ -11,7 +12,9 @@ import type {
   SettleRequest,
   SettleResult,
   WalletView,
+  WindowHit,
 } from '../types.js';
+import type { MemoryLimits } from './limits.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { createSweeper } from './sweep.js';
 
@@ -48,9 +51,10 @@ const CLOSED_MAX = 200_000;
 
 /**
  * Billing in one process. Every method does all its reads and writes synchronously (no await
- * in between), so each one is atomic with respect to every other call.
+ * in between), so each one is atomic with respect to every other call. Given the limit
+ * store's `windows`, a hold can count a rate-window hit in the same synchronous step.
  */
-export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 10_000): BillingStore {
+export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 10_000, windows?: MemoryLimits): BillingStore {
   /** Open holds by account, with running sums so no operation walks every hold. */
   const holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */
@@ -144,33 +148,47 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
     s.byMonth.set(month, (s.byMonth.get(month) ?? 0n) + amount);
   }
 
+  function placeNow(req: HoldRequest): HoldResult {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    sweep();
+    const t = now();
+    const mine = liveHolds(req.accountId, t);
+    // Placing an open hold again is a no-op, so a retried call cannot hold twice.
+    if (mine?.byId.has(req.holdId)) return { ok: true };
+
+    const free = (balances.get(req.accountId) ?? 0n) - heldBy(mine);
+    if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
+
+    if (req.monthlyCap !== null) {
+      const used = (keySpend(req.accountId, req.keyId)?.byMonth.get(req.month) ?? 0n) + heldBy(mine, req.keyId);
+      const room = req.monthlyCap - used;
+      if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
+    }
+
+    const target = mine ?? { byId: new Map<string, Hold>(), total: 0n, byKey: new Map<string, bigint>(), nextExpiry: Infinity };
+    const expiresAt = t + req.ttlMs;
+    target.byId.set(req.holdId, { keyId: req.keyId, amount: req.amount, month: req.month, expiresAt });
+    target.total += req.amount;
+    target.byKey.set(req.keyId, (target.byKey.get(req.keyId) ?? 0n) + req.amount);
+    if (expiresAt < target.nextExpiry) target.nextExpiry = expiresAt;
+    holds.set(req.accountId, target);
+    return { ok: true };
+  }
+
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {
-      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-      sweep();
-      const t = now();
-      const mine = liveHolds(req.accountId, t);
-      // Placing an open hold again is a no-op, so a retried call cannot hold twice.
-      if (mine?.byId.has(req.holdId)) return { ok: true };
-
-      const free = (balances.get(req.accountId) ?? 0n) - heldBy(mine);
-      if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
-
-      if (req.monthlyCap !== null) {
-        const used = (keySpend(req.accountId, req.keyId)?.byMonth.get(req.month) ?? 0n) + heldBy(mine, req.keyId);
-        const room = req.monthlyCap - used;
-        if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
-      }
-
-      const target = mine ?? { byId: new Map<string, Hold>(), total: 0n, byKey: new Map<string, bigint>(), nextExpiry: Infinity };
-      const expiresAt = t + req.ttlMs;
-      target.byId.set(req.holdId, { keyId: req.keyId, amount: req.amount, month: req.month, expiresAt });
-      target.total += req.amount;
-      target.byKey.set(req.keyId, (target.byKey.get(req.keyId) ?? 0n) + req.amount);
-      if (expiresAt < target.nextExpiry) target.nextExpiry = expiresAt;
-      holds.set(req.accountId, target);
-      return { ok: true };
+      return placeNow(req);
     },
+
+    // Both steps run synchronously, one after the other: nothing can come in between.
+    ...(windows && {
+      windowsId: windows.windowsId,
+      async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+        if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+        const window = windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
+        return { window, hold: window.allowed ? placeNow(req) : null };
+      },
+    }),
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
       const t = now();

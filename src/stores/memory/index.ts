@@ -25,11 +25,12 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
   const now = options.now ?? Date.now;
   // Wallets are shared: creating an account credits the same balances billing debits.
   const balances: Balances = new Map();
+  const limits = createMemoryLimits(now);
   return {
     accounts: createMemoryAccounts(balances),
     keys: createMemoryKeys(),
-    billing: createMemoryBilling(balances, now, options.ledgerLimit ?? 10_000),
-    limits: createMemoryLimits(now),
+    billing: createMemoryBilling(balances, now, options.ledgerLimit ?? 10_000, limits),
+    limits,
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
     idempotency: createMemoryIdempotency(now),

@@ -14,12 +14,18 @@ const counted = (b: Bucket) => b.hits.length - b.head;
 
 const SWEEP_INTERVAL_MS = 60_000;
 
+/** The memory limit store, with its hit as a synchronous call (billing counts one inside a hold). */
+export interface MemoryLimits extends LimitStore {
+  readonly windowsId: symbol;
+  hitNow(bucket: string, limit: number, windowMs: number): WindowResult;
+}
+
 /**
  * Rate windows and lease pools in one process. Each method reads and writes synchronously,
  * so it is atomic. Memory stays bounded: hits that left their window are dropped on every
  * hit, and idle buckets and empty pools are deleted by a lazy sweep.
  */
-export function createMemoryLimits(now: () => number): LimitStore {
+export function createMemoryLimits(now: () => number): MemoryLimits {
   const buckets = new Map<string, Bucket>();
   /** pool -> lease id -> expiry (unix ms). */
   const pools = new Map<string, Map<string, number>>();
@@ -64,24 +70,30 @@ export function createMemoryLimits(now: () => number): LimitStore {
     for (const pool of [...pools.keys()]) livePool(pool, t);
   });
 
+  function hitNow(name: string, limit: number, windowMs: number): WindowResult {
+    sweep();
+    const t = now();
+    const bucket = buckets.get(name) ?? { hits: [], head: 0, windowMs };
+    bucket.windowMs = windowMs;
+    trim(bucket, t);
+    const allowed = counted(bucket) < limit;
+    if (allowed) bucket.hits.push(t);
+    if (counted(bucket) > 0) buckets.set(name, bucket);
+    else buckets.delete(name);
+    const oldest = bucket.hits[bucket.head];
+    return {
+      allowed,
+      limit,
+      remaining: allowed ? limit - counted(bucket) : 0,
+      resetMs: oldest === undefined ? 0 : Math.max(0, oldest + windowMs - t),
+    };
+  }
+
   return {
+    windowsId: Symbol('memory windows'),
+    hitNow,
     async hit(name: string, limit: number, windowMs: number): Promise<WindowResult> {
-      sweep();
-      const t = now();
-      const bucket = buckets.get(name) ?? { hits: [], head: 0, windowMs };
-      bucket.windowMs = windowMs;
-      trim(bucket, t);
-      const allowed = counted(bucket) < limit;
-      if (allowed) bucket.hits.push(t);
-      if (counted(bucket) > 0) buckets.set(name, bucket);
-      else buckets.delete(name);
-      const oldest = bucket.hits[bucket.head];
-      return {
-        allowed,
-        limit,
-        remaining: allowed ? limit - counted(bucket) : 0,
-        resetMs: oldest === undefined ? 0 : Math.max(0, oldest + windowMs - t),
-      };
+      return hitNow(name, limit, windowMs);
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {

@@ -1,6 +1,7 @@
 import { checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
+  CountedHold,
   CreditRequest,
   CreditResult,
   HoldRequest,
@@ -14,8 +15,9 @@ import type {
   SettleRequest,
   SettleResult,
   WalletView,
+  WindowHit,
 } from '../types.js';
-import { big, num, type PgContext } from './connection.js';
+import { big, int32, num, type PgContext, whole } from './connection.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -30,6 +32,18 @@ interface LedgerRow {
   measured: Measurement | null;
   upstream: string | null;
   at: bigint;
+}
+
+interface HoldRow {
+  o_ok: boolean;
+  o_source: string | null;
+  o_available: bigint | null;
+}
+
+function holdResult(r: HoldRow | undefined): HoldResult {
+  if (r?.o_ok) return { ok: true };
+  const limitSource = r?.o_source === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
+  return { ok: false, limitSource, available: big(r?.o_available) };
 }
 
 const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at';
@@ -53,17 +67,18 @@ function ledgerEntry(r: LedgerRow): LedgerEntry {
 
 /**
  * Billing on PostgreSQL: placeHold, settle and release are one function call each (see
- * migrations.ts), atomic under the account's wallet row lock. Money travels as decimal
- * strings cast to bigint, so no amount ever passes through a float.
+ * migrations.ts), atomic under the account's wallet row lock; hitAndPlaceHold is the limit
+ * store's window hit and placeHold in one call. Money travels as decimal strings cast to
+ * bigint, so no amount ever passes through a float.
  */
-export function createPostgresBilling(ctx: PgContext, sweep: () => void): BillingStore {
+export function createPostgresBilling(ctx: PgContext, sweep: () => void, windowsId: symbol): BillingStore {
   const { s } = ctx;
 
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
       sweep();
-      const r = await ctx.one<{ o_ok: boolean; o_source: string | null; o_available: bigint | null }>(
+      const r = await ctx.one<HoldRow>(
         'placeHold',
         `SELECT * FROM ${s}.mg_place_hold($1, $2, $3, $4::bigint, $5::bigint, $6, $7::bigint)`,
         [
@@ -76,9 +91,34 @@ export function createPostgresBilling(ctx: PgContext, sweep: () => void): Billin
           Math.max(0, Math.floor(req.ttlMs)),
         ],
       );
-      if (r?.o_ok) return { ok: true };
-      const limitSource = r?.o_source === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
-      return { ok: false, limitSource, available: big(r?.o_available) };
+      return holdResult(r);
+    },
+
+    windowsId,
+    async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+      sweep();
+      const r = await ctx.one<HoldRow & { o_allowed: boolean; o_remaining: number; o_reset: bigint }>(
+        'hitAndPlaceHold',
+        `SELECT * FROM ${s}.mg_hit_place_hold($1, $2::integer, $3::bigint, $4, $5, $6, $7::bigint, $8::bigint, $9, $10::bigint)`,
+        [
+          hit.bucket,
+          int32(hit.limit),
+          whole(hit.windowMs),
+          req.accountId,
+          req.holdId,
+          req.keyId,
+          req.amount.toString(),
+          req.monthlyCap === null ? null : req.monthlyCap.toString(),
+          req.month,
+          whole(req.ttlMs),
+        ],
+      );
+      const allowed = r?.o_allowed === true;
+      return {
+        window: { allowed, limit: hit.limit, remaining: num(r?.o_remaining), resetMs: num(r?.o_reset) },
+        hold: allowed ? holdResult(r) : null,
+      };
     },
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {

@@ -61,3 +61,9 @@ export function big(v: unknown): bigint {
 export function num(v: unknown): number {
   return v === null || v === undefined ? 0 : Number(v);
 }
+
+/** A count or duration as a non-negative integer (Infinity -> 2^53 - 1). */
+export const whole = (n: number) => (Number.isNaN(n) ? 0 : Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n))));
+
+/** The limit and cap columns are integers; an "unlimited" Infinity is clamped to their top. */
+export const int32 = (n: number) => Math.min(whole(n), 2_147_483_647);

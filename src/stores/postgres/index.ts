@@ -81,11 +81,13 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
       .finally(() => (sweeping = false));
   };
 
+  // The windows live in this schema beside the books: a hold may count a window hit in its own call.
+  const windowsId = Symbol('postgres windows');
   return {
     accounts: createPostgresAccounts(ctx),
     keys: createPostgresKeys(ctx),
-    billing: createPostgresBilling(ctx, sweep),
-    limits: createPostgresLimits(ctx, sweep),
+    billing: createPostgresBilling(ctx, sweep, windowsId),
+    limits: createPostgresLimits(ctx, sweep, windowsId),
     jobs: createPostgresJobs(ctx),
     content: createPostgresContent(ctx),
     idempotency: createPostgresIdempotency(ctx),

@@ -1,18 +1,15 @@
 import type { LimitStore, WindowResult } from '../types.js';
-import { num, type PgContext } from './connection.js';
-
-const whole = (n: number) => (Number.isNaN(n) ? 0 : Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n))));
-/** The limit and cap columns are integers; an "unlimited" Infinity is clamped to their top. */
-const int32 = (n: number) => Math.min(whole(n), 2_147_483_647);
+import { int32, num, type PgContext, whole } from './connection.js';
 
 /**
  * Rate windows and lease pools on PostgreSQL: `hit` and `acquireLease` are one function call
  * each under an advisory lock on the bucket or pool; renew, release and count are single
  * statements.
  */
-export function createPostgresLimits(ctx: PgContext, sweep: () => void): LimitStore {
+export function createPostgresLimits(ctx: PgContext, sweep: () => void, windowsId: symbol): LimitStore {
   const { s } = ctx;
   return {
+    windowsId,
     async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
       sweep();
       const r = await ctx.one<{ o_allowed: boolean; o_remaining: number; o_reset: bigint }>(

@@ -1,5 +1,6 @@
 import type {
   BillingStore,
+  CountedHold,
   CreditRequest,
   CreditResult,
   HoldRequest,
@@ -11,6 +12,7 @@ import type {
   SettleRequest,
   SettleResult,
   WalletView,
+  WindowHit,
 } from '../types.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
@@ -27,16 +29,24 @@ function parseEntry(line: unknown): LedgerEntry {
   return { ...e, cost: BigInt(e.cost), held: BigInt(e.held) };
 }
 
+/** A hold script's answer from `at` on: {1} or {0, limitSource, available}. */
+function holdResult(reply: unknown[], at: number): HoldResult {
+  if (int(reply[at]) === 1) return { ok: true };
+  const limitSource = str(reply[at + 1]) === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
+  return { ok: false, limitSource, available: big(reply[at + 2]) };
+}
+
 /** Field names inside the account's `held` and `spend` hashes for one key (and month). */
 function fields(keyId: string, month: string) {
   return { held: `k:${keyId}`, monthly: `m:${esc(month)}:${keyId}`, total: `t:${keyId}` };
 }
 
 /**
- * Billing on Redis. placeHold, settle and release are one EVALSHA each; every key they touch
- * is under the account's hash tag. See scripts.ts for the atomic steps.
+ * Billing on Redis. placeHold, hitAndPlaceHold (a key's window hit and the hold), settle and
+ * release are one EVALSHA each; every key they touch is under the account's hash tag. See
+ * scripts.ts for the atomic steps.
  */
-export function createRedisBilling(ctx: RedisContext): BillingStore {
+export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMember: () => string): BillingStore {
   const { scripts } = ctx;
   const closedMarker = (accountId: string, holdId: string) => ctx.account(accountId, `settled:${esc(holdId)}`);
   const a = (accountId: string) => ({
@@ -69,9 +79,38 @@ export function createRedisBilling(ctx: RedisContext): BillingStore {
           ),
         ),
       );
-      if (int(reply[0]) === 1) return { ok: true };
-      const limitSource = str(reply[1]) === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
-      return { ok: false, limitSource, available: big(reply[2]) };
+      return holdResult(reply, 0);
+    },
+
+    windowsId,
+    async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+      const k = a(req.accountId);
+      const f = fields(req.keyId, req.month);
+      const reply = list(
+        await ctx.run('hitAndPlaceHold', () =>
+          scripts.mgHitPlaceHold(
+            [ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
+            [
+              whole(hit.limit),
+              whole(hit.windowMs),
+              hitMember(),
+              req.holdId,
+              req.amount.toString(),
+              req.monthlyCap === null ? '' : req.monthlyCap.toString(),
+              whole(req.ttlMs),
+              f.held,
+              f.monthly,
+              f.total,
+            ],
+          ),
+        ),
+      );
+      const allowed = int(reply[0]) === 1;
+      return {
+        window: { allowed, limit: hit.limit, remaining: int(reply[1]), resetMs: int(reply[2]) },
+        hold: allowed ? holdResult(reply, 3) : null,
+      };
     },
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {

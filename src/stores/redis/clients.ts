@@ -48,6 +48,16 @@ function failFast(timeoutMs: number): RedisOptions {
 }
 
 /**
+ * Owned clients send the commands of one event-loop turn in one write (auto-pipelining): one
+ * syscall for the many calls of a busy turn instead of one each. That is safe here: every
+ * command is a single-key command or a script whose keys share one hash slot (a Cluster groups
+ * a pipeline by node), no command waits for another's reply in the same turn, and a pipeline
+ * is not a transaction (each script still runs atomically on its own, one failing command
+ * fails alone, and the timeouts above still apply per command).
+ */
+const PIPELINED = { enableAutoPipelining: true } as const;
+
+/**
  * A primary that was turned into a replica (a Sentinel failover, a manual REPLICAOF) refuses
  * writes with READONLY while the connection stays up: drop the connection, so the next call
  * reconnects (through the sentinels: to the new primary). The refused command is not resent.
@@ -57,7 +67,13 @@ function reconnectOnReadOnly(err: Error): boolean {
 }
 
 export function singleClient(url: string, timeoutMs: number): Redis {
-  return new Redis(url, { ...failFast(timeoutMs), enableOfflineQueue: false, retryStrategy: reconnectDelay, reconnectOnError: reconnectOnReadOnly });
+  return new Redis(url, {
+    ...failFast(timeoutMs),
+    ...PIPELINED,
+    enableOfflineQueue: false,
+    retryStrategy: reconnectDelay,
+    reconnectOnError: reconnectOnReadOnly,
+  });
 }
 
 /**
@@ -74,6 +90,7 @@ export function clusterClient(urls: readonly string[], timeoutMs: number): Clust
   if (endpoints.some((e) => e.tls)) redisOptions.tls = {};
   const options: ClusterOptions = {
     redisOptions,
+    ...PIPELINED,
     enableOfflineQueue: false,
     // A command sent to a master that just died is retried after this delay, while the
     // client refreshes its slot table; the command timeout still bounds the caller's wait.
@@ -110,6 +127,7 @@ export function sentinelClient(
   const tls = endpoints.some((e) => e.tls);
   const options: RedisOptions = {
     ...failFast(timeoutMs),
+    ...PIPELINED,
     sentinels: endpoints.map((e) => ({ host: e.host, port: e.port })),
     name,
     role: 'master',

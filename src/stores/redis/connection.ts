@@ -17,9 +17,10 @@
  *   P{a:<account>}:brands          hash   brandId -> JSON
  *   P{a:<account>}:docs            hash   documentId -> JSON
  *   P{a:<account>}:docver          string documents version
+ *   P{a:<account>}:rl:<bucket>     zset   unique hit -> ms (a rate window of the account's, e.g. a key's)
  *   P{k:<digest>}                  hash   id, rec (JSON), disabled
  *   P{kid:<key id>}                string digest (the id -> digest index)
- *   P{rl:<bucket>}                 zset   unique hit -> ms (rate window)
+ *   P{rl:<bucket>}                 zset   unique hit -> ms (a rate window of no account, e.g. an IP's)
  *   P{ls:<pool>}                   zset   leaseId -> expiry ms
  *   P{j:<job id>}                  hash   top-level job field -> JSON value, with PEXPIRE
  *   P{idem:<scope>}                string Idempotency-Key record JSON, with PEXPIRE
@@ -44,8 +45,11 @@ export class RedisStoreError extends StoreUnavailableError {
 
 /** Escapes the characters that structure key names, so any id is safe inside one. */
 export function esc(id: string): string {
-  return id.replace(/[%{}:]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`);
+  // Most ids have none of them: testing first skips building a new string.
+  return STRUCTURAL.test(id) ? id.replace(STRUCTURAL_ALL, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`) : id;
 }
+const STRUCTURAL = /[%{}:]/;
+const STRUCTURAL_ALL = /[%{}:]/g;
 
 export class RedisContext {
   readonly scripts: Scripts;
@@ -74,8 +78,15 @@ export class RedisContext {
   keyIdIndex(keyId: string): string {
     return `${this.prefix}{kid:${esc(keyId)}}`;
   }
-  bucket(name: string): string {
-    return `${this.prefix}{rl:${esc(name)}}`;
+  /**
+   * A rate window. One that belongs to an account (a key's) lives under the account's hash
+   * tag, so a hold's script can count a hit in it in the same step. Key windows were once
+   * `P{rl:key:<id>}`: after an upgrade they start empty under their new name, and since a
+   * window spans 60 s, a key may get at most one extra window's worth of requests during
+   * that minute (or while old and new instances run side by side); the old key expires.
+   */
+  bucket(name: string, accountId?: string): string {
+    return accountId === undefined ? `${this.prefix}{rl:${esc(name)}}` : this.account(accountId, `rl:${esc(name)}`);
   }
   pool(name: string): string {
     return `${this.prefix}{ls:${esc(name)}}`;

@@ -7,7 +7,7 @@ import { createRedisContent } from './content.js';
 import { durabilityWarning, pingRedis } from './health.js';
 import { createRedisIdempotency } from './idempotency.js';
 import { createRedisJobs } from './jobs.js';
-import { createRedisLimits } from './limits.js';
+import { createRedisLimits, hitMembers } from './limits.js';
 
 export { RedisStoreError } from './connection.js';
 export { CLOSED_MARKER_TTL_MS } from './billing.js';
@@ -89,12 +89,15 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
   }
   const waitMs = owned ? timeoutMs : (givenTimeout(client) ?? DEFAULT_TIMEOUT_MS);
   const ctx = new RedisContext(client, keyPrefix, waitMs);
+  // The windows live in this Redis beside the books: a hold may count a window hit in its script.
+  const windowsId = Symbol('redis windows');
+  const hitMember = hitMembers();
 
   return {
     accounts: createRedisAccounts(ctx),
     keys: createRedisKeys(ctx),
-    billing: createRedisBilling(ctx),
-    limits: createRedisLimits(ctx),
+    billing: createRedisBilling(ctx, windowsId, hitMember),
+    limits: createRedisLimits(ctx, windowsId, hitMember),
     jobs: createRedisJobs(ctx),
     content: createRedisContent(ctx),
     idempotency: createRedisIdempotency(ctx),

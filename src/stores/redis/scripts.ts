@@ -68,6 +68,67 @@ local function expire_with_last(zset, ...)
 end
 `;
 
+/** Hold-if-affordable on one account's keys (see mgPlaceHold). Needs PRELUDE, HOLDS, EXPIRE_WITH_LAST. */
+const PLACE_HOLD = `
+-- Returns {1} when held (or already open), else {0, limitSource, available}.
+local function place_hold(bal, holds, hexp, held, spend, id, amount_s, cap_s, ttl, kf, mf, tf, t)
+  prune(holds, hexp, held, t)
+  -- Placing an open hold again is a no-op, so a retried call cannot hold twice.
+  if redis.call('HEXISTS', holds, id) == 1 then return {1} end
+  local amount = tonumber(amount_s)
+  local free = num(redis.call('GET', bal)) - num(redis.call('HGET', held, 'all'))
+  if free < amount then
+    if free < 0 then free = 0 end
+    return {0, 'wallet', fmt(free)}
+  end
+  if cap_s ~= '' then
+    local room = tonumber(cap_s) - num(redis.call('HGET', spend, mf)) - num(redis.call('HGET', held, kf))
+    if room < amount then
+      if room < 0 then room = 0 end
+      return {0, 'key_monthly_cap', fmt(room)}
+    end
+  end
+  redis.call('HSET', holds, id, cjson.encode({a = amount_s, kf = kf, mf = mf, tf = tf}))
+  redis.call('ZADD', hexp, fmt(t + tonumber(ttl)), id)
+  add_held(held, 'all', amount)
+  add_held(held, kf, amount)
+  -- The hold keys vanish together once the last hold has expired.
+  expire_with_last(hexp, holds, held)
+  return {1}
+end
+`;
+
+/**
+ * An exact sliding window: a sorted set of one unique member per counted hit, scored by its
+ * time (ms). Trimming is one ZREMRANGEBYSCORE over the hits that left (O(log n) plus what it
+ * removes, so each hit is trimmed once, amortised O(log n) per hit however high the limit);
+ * the count is ZCARD (O(1)) and the oldest hit one ZRANGE (O(log n)). Needs PRELUDE.
+ */
+const WINDOW = `
+-- Returns allowed (0 | 1), remaining, ms until the oldest counted hit leaves.
+local function window_hit(key, limit, w, member, t)
+  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - w))
+  local n = redis.call('ZCARD', key)
+  local allowed = 0
+  if n < limit then
+    redis.call('ZADD', key, fmt(t), member)
+    n = n + 1
+    allowed = 1
+  end
+  local reset = 0
+  if n > 0 then
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    reset = tonumber(first[2]) + w - t
+    if reset < 0 then reset = 0 end
+    -- The newest hit leaves the window within w, so an idle bucket disappears.
+    redis.call('PEXPIRE', key, fmt(w))
+  end
+  local remaining = 0
+  if allowed == 1 then remaining = limit - n end
+  return allowed, remaining, reset
+end
+`;
+
 const DOC_VERSION = `
 -- The documents version only grows: max(old + 1, now in ms), so it never repeats even
 -- after the key was lost.
@@ -99,33 +160,35 @@ export const SCRIPTS = {
       PRELUDE +
       HOLDS +
       EXPIRE_WITH_LAST +
+      PLACE_HOLD +
       `
-local bal, holds, hexp, held, spend = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5]
-local id, kf, mf = ARGV[1], ARGV[5], ARGV[6]
+return place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_ms())
+`,
+  },
+
+  /**
+   * A key's window hit, then (only when the window allowed it) hold-if-affordable, in one
+   * step: the window key lives under the account's hash tag, beside the hold's keys.
+   * KEYS: window (zset of hit -> ms), balance, holds, hold expiries, held sums, spend
+   * ARGV: limit, windowMs, unique member, then mgPlaceHold's ARGV (holdId, amount,
+   *       monthlyCap, ttlMs, held field, monthly spend field, all-time spend field)
+   * Returns {0, 0, resetMs} (refused by the window, nothing held), {1, remaining, resetMs, 1}
+   * (counted and held) or {1, remaining, resetMs, 0, limitSource, available} (counted, not held).
+   */
+  mgHitPlaceHold: {
+    numberOfKeys: 6,
+    lua:
+      PRELUDE +
+      HOLDS +
+      EXPIRE_WITH_LAST +
+      PLACE_HOLD +
+      WINDOW +
+      `
 local t = now_ms()
-prune(holds, hexp, held, t)
--- Placing an open hold again is a no-op, so a retried call cannot hold twice.
-if redis.call('HEXISTS', holds, id) == 1 then return {1} end
-local amount = tonumber(ARGV[2])
-local free = num(redis.call('GET', bal)) - num(redis.call('HGET', held, 'all'))
-if free < amount then
-  if free < 0 then free = 0 end
-  return {0, 'wallet', fmt(free)}
-end
-if ARGV[3] ~= '' then
-  local room = tonumber(ARGV[3]) - num(redis.call('HGET', spend, mf)) - num(redis.call('HGET', held, kf))
-  if room < amount then
-    if room < 0 then room = 0 end
-    return {0, 'key_monthly_cap', fmt(room)}
-  end
-end
-redis.call('HSET', holds, id, cjson.encode({a = ARGV[2], kf = kf, mf = mf, tf = ARGV[7]}))
-redis.call('ZADD', hexp, fmt(t + tonumber(ARGV[4])), id)
-add_held(held, 'all', amount)
-add_held(held, kf, amount)
--- The hold keys vanish together once the last hold has expired.
-expire_with_last(hexp, holds, held)
-return {1}
+local allowed, remaining, reset = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], t)
+if allowed == 0 then return {0, 0, reset} end
+local h = place_hold(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], t)
+return {1, remaining, reset, h[1], h[2], h[3]}
 `,
   },
 
@@ -367,27 +430,9 @@ return 0
     numberOfKeys: 1,
     lua:
       PRELUDE +
+      WINDOW +
       `
-local t = now_ms()
-local limit, w = tonumber(ARGV[1]), tonumber(ARGV[2])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(t - w))
-local n = redis.call('ZCARD', KEYS[1])
-local allowed = 0
-if n < limit then
-  redis.call('ZADD', KEYS[1], fmt(t), ARGV[3])
-  n = n + 1
-  allowed = 1
-end
-local reset = 0
-if n > 0 then
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  reset = tonumber(first[2]) + w - t
-  if reset < 0 then reset = 0 end
-  -- The newest hit leaves the window within windowMs, so an idle bucket disappears.
-  redis.call('PEXPIRE', KEYS[1], fmt(w))
-end
-local remaining = 0
-if allowed == 1 then remaining = limit - n end
+local allowed, remaining, reset = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], now_ms())
 return {allowed, remaining, reset}
 `,
   },

@@ -1,6 +1,7 @@
 import { checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
+  CountedHold,
   CreditRequest,
   CreditResult,
   HoldRequest,
@@ -14,8 +15,10 @@ import type {
   SettleRequest,
   SettleResult,
   WalletView,
+  WindowHit,
 } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
+import type { SqliteLimits } from './limits.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -52,15 +55,17 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
 }
 
 /**
- * Billing on SQLite. Each of placeHold, settle and release is one IMMEDIATE transaction: the
- * write lock is taken before the balance and holds are read, so the check and the write are
- * one step, also against another process on the same file. Held amounts are summed from the
- * open hold rows (an account has a handful), so no running total can drift.
+ * Billing on SQLite. Each of placeHold, settle, release and renewHold is one atomic step of a
+ * group commit (`SqliteContext.batch`): inside an IMMEDIATE transaction, whose write lock is
+ * taken before the balance and holds are read, so the check and the write are one step, also
+ * against another process on the same file. Held amounts are summed from the open hold rows
+ * (an account has a handful), so no running total can drift. Given the limit store's
+ * `windows`, a hold can count a rate-window hit in the same step.
  */
-export function createSqliteBilling(ctx: SqliteContext): BillingStore {
+export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
   const q = {
-    prune: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND expires_at <= ?'),
-    holdExists: ctx.prepare('SELECT 1 FROM holds WHERE account_id = ? AND hold_id = ?'),
+    holdExpiry: ctx.prepare('SELECT expires_at FROM holds WHERE account_id = ? AND hold_id = ?').pluck(),
+    dropHold: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND hold_id = ?'),
     balance: ctx.exact('SELECT balance FROM wallets WHERE account_id = ?'),
     held: ctx.exact('SELECT coalesce(sum(amount), 0) AS held FROM holds WHERE account_id = ? AND expires_at > ?'),
     heldByKey: ctx.exact(
@@ -73,6 +78,7 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
     ),
     renew: ctx.prepare('UPDATE holds SET expires_at = ? WHERE account_id = ? AND hold_id = ? AND expires_at > ?'),
     close: ctx.prepare('INSERT INTO closed_holds (account_id, hold_id, closed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
+    released: ctx.prepare('SELECT 1 FROM closed_holds WHERE account_id = ? AND hold_id = ?'),
     everSettled: ctx.prepare('SELECT 1 FROM ledger WHERE account_id = ? AND hold_id = ?'),
     takeHold: ctx.exact('DELETE FROM holds WHERE account_id = ? AND hold_id = ? RETURNING amount, month, expires_at'),
     debit: ctx.prepare(
@@ -99,41 +105,68 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
   const monthSpend = (accountId: string, keyId: string, month: string) =>
     big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount);
 
+  /**
+   * The hold-if-affordable step, inside the caller's IMMEDIATE transaction. Expired holds
+   * count for nothing (every sum reads only unexpired ones); the sweep deletes them, so no
+   * call pays for scanning and deleting its account's expired holds.
+   */
+  function placeInTransaction(req: HoldRequest, t: number): HoldResult {
+    const expiresAt = q.holdExpiry.get(req.accountId, req.holdId) as number | undefined;
+    if (expiresAt !== undefined) {
+      // Placing an open hold again is a no-op, so a retried call cannot hold twice.
+      if (expiresAt > t) return { ok: true };
+      q.dropHold.run(req.accountId, req.holdId);
+    }
+    const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
+    if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
+    if (req.monthlyCap !== null) {
+      const room = req.monthlyCap - monthSpend(req.accountId, req.keyId, req.month) - heldByKey(req.accountId, req.keyId, t);
+      if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
+    }
+    q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
+    return { ok: true };
+  }
+
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
       ctx.sweep();
-      return ctx.write('placeHold', (): HoldResult => {
-        const t = ctx.now();
-        q.prune.run(req.accountId, t);
-        // Placing an open hold again is a no-op, so a retried call cannot hold twice.
-        if (q.holdExists.get(req.accountId, req.holdId)) return { ok: true };
-        const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
-        if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
-        if (req.monthlyCap !== null) {
-          const room = req.monthlyCap - monthSpend(req.accountId, req.keyId, req.month) - heldByKey(req.accountId, req.keyId, t);
-          if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
-        }
-        q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
-        return { ok: true };
-      });
+      return ctx.batch('placeHold', () => placeInTransaction(req, ctx.now()));
     },
 
+    // One step, one commit, for the key's window hit and the hold: on SQLite the commit is
+    // most of what a write costs.
+    ...(windows && {
+      windowsId: windows.windowsId,
+      async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+        if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+        ctx.sweep();
+        return ctx.batch('hitAndPlaceHold', (): CountedHold => {
+          const t = ctx.now();
+          const window = windows.hitInTransaction(hit.bucket, hit.limit, hit.windowMs, t);
+          return { window, hold: window.allowed ? placeInTransaction(req, t) : null };
+        });
+      },
+    }),
+
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      const t = ctx.now();
-      return ctx.run('renewHold', () => q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1);
+      return ctx.batch('renewHold', () => {
+        const t = ctx.now();
+        return q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1;
+      });
     },
 
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      return ctx.write('settle', (): SettleResult => {
+      return ctx.batch('settle', (): SettleResult => {
         const t = ctx.now();
-        q.prune.run(req.accountId, t);
-        // A replayed settle, or a settle after release, finds the hold id closed. The ledger's
-        // unique (account, hold) also catches one replayed after the marker was swept.
-        if (q.close.run(req.accountId, req.holdId, t).changes === 0) return { settled: false, charged: 0n };
+        // A settle after release finds the hold id closed; a replayed settle finds its ledger
+        // entry (unique per account and hold id, for good), so settling writes no marker.
+        if (q.released.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
         if (q.everSettled.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
-        const hold = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string } | undefined;
+        const taken = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string; expires_at: bigint } | undefined;
+        // A hold that expired before its settle counts as gone: nothing was held.
+        const hold = taken && num(taken.expires_at) > t ? taken : undefined;
         const held = hold ? hold.amount : 0n;
         // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
         const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));
@@ -162,7 +195,7 @@ export function createSqliteBilling(ctx: SqliteContext): BillingStore {
     },
 
     async release(accountId: string, holdId: string): Promise<boolean> {
-      return ctx.write('release', () => {
+      return ctx.batch('release', () => {
         const t = ctx.now();
         q.close.run(accountId, holdId, t);
         const hold = q.takeHold.get(accountId, holdId) as { expires_at: bigint } | undefined;

@@ -57,7 +57,9 @@ export function openDatabase({ path, synchronous, busyTimeoutMs }: OpenOptions):
   try {
     // WAL: readers never block the writer, and a commit is one append to the log. With
     // synchronous=NORMAL a committed transaction survives the process being killed (the OS
-    // has the log); FULL also fsyncs every commit, so it survives power loss too.
+    // has the log), and a power loss or OS crash may lose the last transactions but never
+    // corrupts the database (the log is fsynced at each checkpoint); FULL also fsyncs every
+    // commit, so it survives power loss too, at the cost of a disk flush per commit.
     if (!memory) db.pragma('journal_mode = WAL');
     db.pragma(`synchronous = ${synchronous === 'full' ? 'FULL' : 'NORMAL'}`);
     migrate(db);
@@ -82,11 +84,20 @@ function migrate(db: Database): void {
   }).immediate();
 }
 
+interface Queued {
+  what: string;
+  fn: () => unknown;
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+}
+
 /** What every SQLite store shares: the database, the clock, and error mapping. */
 export class SqliteContext {
   private closed = false;
   /** One transaction wrapper for every write: `fn` is its argument, not a new wrapper per call. */
   private readonly tx: BetterSqlite3.Transaction<(fn: () => unknown) => unknown>;
+  /** Writes waiting for the next group commit (see `batch`). */
+  private queue: Queued[] = [];
   /** Lazy housekeeping, called by the busiest writes (placeHold, hit); set by the factory. */
   sweep: () => void = () => {};
 
@@ -114,6 +125,56 @@ export class SqliteContext {
     return this.run(what, () => this.tx.immediate(fn) as T);
   }
 
+  /**
+   * Runs `fn` as one atomic step of a group commit: the writes queued during this turn of the
+   * event loop run one after another in one IMMEDIATE transaction, each in its own savepoint
+   * (one that throws is rolled back alone and rejects alone), and commit together. The promise
+   * settles once the commit is done, so a resolved write is as durable as one committed on its
+   * own. In WAL mode a commit writes every page the transaction changed: the busy calls of a
+   * turn share their pages (the wallet, the window, the ledger's last page) and one commit.
+   */
+  batch<T>(what: string, fn: () => T): Promise<T> {
+    if (this.closed) return Promise.reject(new SqliteStoreError(`SQLite ${what} failed: the database is closed`));
+    return new Promise<T>((resolve, reject) => {
+      if (this.queue.push({ what, fn, resolve: resolve as (v: unknown) => void, reject }) === 1) setImmediate(() => this.flush());
+    });
+  }
+
+  /** Commits the queued writes (see `batch`). */
+  private flush(): void {
+    const ops = this.queue;
+    if (ops.length === 0) return;
+    this.queue = [];
+    const outcomes: ({ ok: true; value: unknown } | { ok: false; err: unknown })[] = [];
+    try {
+      if (this.closed) throw new SqliteStoreError('the database is closed');
+      this.tx.immediate(() => {
+        for (const op of ops) {
+          try {
+            // Inside the transaction, the wrapper runs `fn` in a savepoint.
+            outcomes.push({ ok: true, value: this.tx(op.fn) });
+          } catch (err) {
+            outcomes.push({ ok: false, err });
+          }
+        }
+      });
+    } catch (err) {
+      // BEGIN or COMMIT failed: nothing of the group was written.
+      for (const op of ops) op.reject(this.storeError(op.what, err));
+      return;
+    }
+    ops.forEach((op, i) => {
+      const o = outcomes[i]!;
+      if (o.ok) op.resolve(o.value);
+      else op.reject(this.storeError(op.what, o.err));
+    });
+  }
+
+  private storeError(what: string, err: unknown): unknown {
+    if (err instanceof SqliteStoreError || err instanceof RangeError) return err;
+    return new SqliteStoreError(`SQLite ${what} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+  }
+
   /** Runs several reads in one transaction, so they see one snapshot. */
   read<T>(what: string, fn: () => T): T {
     return this.run(what, () => this.tx.deferred(fn) as T);
@@ -125,13 +186,14 @@ export class SqliteContext {
     try {
       return fn();
     } catch (err) {
-      if (err instanceof SqliteStoreError || err instanceof RangeError) throw err;
-      throw new SqliteStoreError(`SQLite ${what} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+      throw this.storeError(what, err);
     }
   }
 
   close(): void {
     if (this.closed) return;
+    // Writes already queued are committed first: their callers were told nothing yet.
+    this.flush();
     this.closed = true;
     this.db.close();
   }

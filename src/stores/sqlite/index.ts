@@ -38,7 +38,8 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
  * Every store in one SQLite file (better-sqlite3, WAL mode): durable books for one gateway
  * process. Calls are synchronous underneath, so one process never interleaves two of them;
  * every read-then-write runs in an IMMEDIATE transaction, so it stays atomic even when
- * another process (an admin command of the CLI) writes to the same file.
+ * another process (an admin command of the CLI) writes to the same file. The per-call writes
+ * (window hits, holds, settles) of one event-loop turn share one transaction and one commit.
  */
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
   if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');
@@ -54,6 +55,7 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
   // already count for nothing; this only keeps the file from growing.
   const sweepNow = (() => {
     const statements = [
+      // A scan of the open holds (no expiry index: holds and settles would pay to keep it).
       ['DELETE FROM holds WHERE expires_at <= ?', 0],
       ['DELETE FROM closed_holds WHERE closed_at <= ?', CLOSED_TTL_MS],
       // A window whose newest hit has left goes with all its hits (same transaction as the hits' writes).
@@ -77,11 +79,12 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     }
   });
 
+  const limits = createSqliteLimits(ctx);
   return {
     accounts: createSqliteAccounts(ctx),
     keys: createSqliteKeys(ctx),
-    billing: createSqliteBilling(ctx),
-    limits: createSqliteLimits(ctx),
+    billing: createSqliteBilling(ctx, limits),
+    limits,
     jobs: createSqliteJobs(ctx),
     content: createSqliteContent(ctx),
     idempotency: createSqliteIdempotency(ctx),
