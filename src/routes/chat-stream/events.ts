@@ -14,6 +14,9 @@ import { usageFrom } from '../chat-billing.js';
 import type { StreamOutput } from './output.js';
 
 const encoder = new TextEncoder();
+// Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
+const USAGE_KEY = Buffer.from('"usage"');
+const ERROR_KEY = Buffer.from('"error"');
 /**
  * A `usage` or `error` key with a non-null value. Inside a JSON string a quote is escaped
  * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
@@ -105,8 +108,8 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
     if (
       !renames &&
       plainObject &&
-      data.indexOf('"usage"') === -1 &&
-      data.indexOf('"error"') === -1 &&
+      data.indexOf(USAGE_KEY) === -1 &&
+      data.indexOf(ERROR_KEY) === -1 &&
       (keyBytes === null || data.indexOf(keyBytes) === -1)
     ) {
       output.defer(data);

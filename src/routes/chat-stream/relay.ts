@@ -18,14 +18,29 @@ import { createStreamOutput } from './output.js';
 
 const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
 
-export function relayStream(
+/** What Promise.race returns when the upstream had nothing more buffered this turn. */
+const NOT_YET = Symbol('not yet');
+const nextTurn = (): Promise<typeof NOT_YET> => new Promise((resolve) => setImmediate(resolve, NOT_YET));
+
+/** Reads the rest of an upstream body nobody needs, so its connection can go back to the pool. */
+const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
+  void (async () => {
+    try {
+      while (!(await iterator.next()).done);
+    } catch {
+      // Failed after the answer was complete: nothing left to bill or tell.
+    }
+  })();
+};
+
+export async function relayStream(
   core: Core,
   ctx: RequestContext,
   res: UpstreamResponse,
   billing: ChatBilling,
   clientWantsUsage: boolean,
   headers: Record<string, string>,
-): Response {
+): Promise<Response> {
   const iterator = res.body[Symbol.asyncIterator]();
   const upstreamCfg = core.cfg.upstreams[billing.model.upstream];
   const apiKey = upstreamCfg && 'apiKey' in upstreamCfg && upstreamCfg.apiKey.length >= 8 ? upstreamCfg.apiKey : '';
@@ -45,13 +60,64 @@ export function relayStream(
     output.bill(billing, core.tokenizer);
     return true;
   };
+  const sseHeaders = {
+    ...headers,
+    'content-type': 'text/event-stream; charset=utf-8',
+    // no-transform: proxies and compression middleware must not buffer the stream.
+    'cache-control': 'no-cache, no-transform',
+    'x-accel-buffering': 'no',
+  };
+
+  // What the upstream sent along with its headers is read before the answer starts. A short
+  // answer from a fast upstream is often complete by then ([DONE] included): it goes out as
+  // one body with a Content-Length, in one write like a plain answer, instead of through a
+  // stream, chunked framing and a keep-alive timer. Otherwise the frames read so far (or the
+  // failure found in them) open the stream below, and nothing is read twice.
+  let pending: Promise<IteratorResult<Uint8Array>> | null = iterator.next();
+  let carried: Uint8Array[] | null = null;
+  let carriedError: unknown = null;
+  const early = await Promise.race([pending, nextTurn()]).catch((): typeof NOT_YET => NOT_YET);
+  if (typeof early === 'object' && !early.done) {
+    pending = null;
+    try {
+      carried = events.push(early.value);
+    } catch (err) {
+      carriedError = err;
+    }
+    if (carried && events.done) {
+      end();
+      carried.push(DONE_EVENT);
+      const body = joined(carried);
+      record.ttfbMs = performance.now() - record.startedAt;
+      drainRest(iterator);
+      return new Response(body as Uint8Array<ArrayBuffer>, { status: 200, headers: { ...sseHeaders, 'content-length': String(body.byteLength) } });
+    }
+  }
+  const read = (): Promise<IteratorResult<Uint8Array>> => {
+    const p = pending ?? iterator.next();
+    pending = null;
+    return p;
+  };
 
   /** Reads the upstream until something was sent or the stream ended; never throws. */
   const pullInto = async (sink: Sink): Promise<void> => {
     if (ended) return;
     try {
+      if (carriedError) {
+        const err = carriedError;
+        carriedError = null;
+        throw err;
+      }
+      if (carried) {
+        const parts = carried;
+        carried = null;
+        if (parts.length) {
+          sink.push(joined(parts));
+          return;
+        }
+      }
       for (;;) {
-        const next = await iterator.next();
+        const next = await read();
         if (ended) return;
         keepAlive?.refresh();
         if (next.done) {
@@ -72,13 +138,7 @@ export function relayStream(
           parts.push(DONE_EVENT);
           sink.push(joined(parts));
           sink.close();
-          void (async () => {
-            try {
-              while (!(await iterator.next()).done);
-            } catch {
-              // Failed after the answer was complete: nothing left to bill or tell.
-            }
-          })();
+          drainRest(iterator);
           return;
         }
         if (parts.length) {
@@ -159,14 +219,5 @@ export function relayStream(
     },
     { once: true },
   );
-  return new Response(stream as ReadableStream<Uint8Array>, {
-    status: 200,
-    headers: {
-      ...headers,
-      'content-type': 'text/event-stream; charset=utf-8',
-      // no-transform: proxies and compression middleware must not buffer the stream.
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-    },
-  });
+  return new Response(stream as ReadableStream<Uint8Array>, { status: 200, headers: sseHeaders });
 }
