@@ -20,7 +20,7 @@ import { readBody } from './http/body.js';
 import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
 import type { Logger } from './log.js';
-import { accessLog, createLogger } from './observability/logs.js';
+import { accessLog, createLogger, flushLogger } from './observability/logs.js';
 import { createMetrics } from './observability/metrics.js';
 import { newRecord, type Observer, track as trackRecord, type Tracked } from './observability/record.js';
 import { startRequestSpan, tracing } from './observability/traces.js';
@@ -569,6 +569,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
           await core.meter.dispose();
           await Promise.allSettled([...upstreams.values()].map((u) => u.close()));
           if (!givenStores) await stores.close();
+          flushLogger(log);
         },
       },
     ],

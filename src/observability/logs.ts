@@ -73,6 +73,19 @@ export function createLogger(
 /** Where a logger's JSON lines go (a pino destination, or any stream with `write`). */
 export interface LineDestination {
   write(line: string): unknown;
+  flushSync?(): void;
+}
+
+/**
+ * Writes out what a logger made by createLogger still buffers, now. Called when the gateway is
+ * disposed, so its last lines come before whatever the host process prints next.
+ */
+export function flushLogger(log: Logger): void {
+  try {
+    destinations.get(log)?.flushSync?.();
+  } catch {
+    // A destination that cannot write now keeps its lines for pino's exit flush.
+  }
 }
 
 /**
