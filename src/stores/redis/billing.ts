@@ -58,6 +58,17 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
     ledger: ctx.account(accountId, 'ledger'),
   });
 
+  /** The hold's arguments, shared by the hold script and the hit-and-hold script. */
+  const holdArgv = (req: HoldRequest, f: ReturnType<typeof fields>): Array<string | number> => [
+    req.holdId,
+    req.amount.toString(),
+    req.monthlyCap === null ? '' : req.monthlyCap.toString(),
+    whole(req.ttlMs),
+    f.held,
+    f.monthly,
+    f.total,
+  ];
+
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
@@ -67,15 +78,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
         await ctx.run('placeHold', () =>
           scripts.mgPlaceHold(
             [k.bal, k.holds, k.hexp, k.held, k.spend],
-            [
-              req.holdId,
-              req.amount.toString(),
-              req.monthlyCap === null ? '' : req.monthlyCap.toString(),
-              whole(req.ttlMs),
-              f.held,
-              f.monthly,
-              f.total,
-            ],
+            holdArgv(req, f),
           ),
         ),
       );
@@ -95,13 +98,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
               whole(hit.limit),
               whole(hit.windowMs),
               hitMember(),
-              req.holdId,
-              req.amount.toString(),
-              req.monthlyCap === null ? '' : req.monthlyCap.toString(),
-              whole(req.ttlMs),
-              f.held,
-              f.monthly,
-              f.total,
+              ...holdArgv(req, f),
             ],
           ),
         ),
