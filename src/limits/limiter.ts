@@ -21,8 +21,11 @@ export const WINDOW_MS = 60_000;
 
 export interface Limiter {
   clientAddress(peer: string, xForwardedFor: string | null): string;
-  /** Counts the request against its IP, or throws 429 ip_requests_per_minute. */
-  checkIp(ip: string): Promise<void>;
+  /**
+   * Counts the request against its IP, or throws 429 ip_requests_per_minute. Synchronous
+   * (undefined, or a throw) when the store counts in this process's memory; else a promise.
+   */
+  checkIp(ip: string): Promise<void> | undefined;
   /** Counts the request against its key; returns the headers for the answer, or throws 429. */
   checkKey(key: ApiKeyRecord): Promise<Record<string, string>>;
   /**
@@ -65,6 +68,12 @@ function keyHeaders(r: WindowResult): Record<string, string> {
   return headers;
 }
 
+/** Nothing when the IP's hit was counted; the 429 when it was refused. */
+function ipAnswer(r: WindowResult): undefined {
+  if (!r.allowed) throw rateLimited('ip_requests_per_minute', r, retryHeaders(r));
+  return undefined;
+}
+
 export function createLimiter(core: Core): Limiter {
   const resolve = createAddressResolver(core.cfg.trustProxy);
   const { keyRequestsPerMinute, ipRequestsPerMinute } = core.cfg.limits;
@@ -81,9 +90,10 @@ export function createLimiter(core: Core): Limiter {
 
   const limiter: Limiter = {
     clientAddress: resolve,
-    async checkIp(ip) {
-      const r = await limits.hit(`ip:${ip}`, ipRequestsPerMinute, WINDOW_MS);
-      if (!r.allowed) throw rateLimited('ip_requests_per_minute', r, retryHeaders(r));
+    checkIp(ip) {
+      const bucket = `ip:${ip}`;
+      if (limits.hitNow) return ipAnswer(limits.hitNow(bucket, ipRequestsPerMinute, WINDOW_MS));
+      return limits.hit(bucket, ipRequestsPerMinute, WINDOW_MS).then(ipAnswer);
     },
     async checkKey(key) {
       const h = keyHit(key);

@@ -303,6 +303,11 @@ export interface LimitStore {
    */
   hit(bucket: string, limit: number, windowMs: number, accountId?: string): Promise<WindowResult>;
   /**
+   * The same hit, answered synchronously. Only a store whose windows live in this process's
+   * memory has it; the gateway then counts a request without a promise.
+   */
+  hitNow?(bucket: string, limit: number, windowMs: number): WindowResult;
+  /**
    * Names where this store keeps its windows, one symbol per store instance: a BillingStore
    * with the same `windowsId` can count a hit in them inside a hold (`hitAndPlaceHold`).
    * Absent (or another symbol) when limits and books live apart, e.g. limits on Redis and

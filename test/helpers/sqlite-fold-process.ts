@@ -1,6 +1,7 @@
 /**
- * One process on a shared SQLite file, for the cross-process atomicity test of
- * `hitAndPlaceHold`: waits until `startAt` (unix ms) so every process starts together, then
+ * One process on a shared SQLite file, for the cross-process test of `hitAndPlaceHold` (each
+ * process counts its own rate window; the holds share the file's wallet): waits until
+ * `startAt` (unix ms) so every process starts together, then
  * makes `calls` folded hit-and-hold calls and prints one line of JSON: [allowed, held] per call.
  *
  *   node --import tsx test/helpers/sqlite-fold-process.ts <path> <account> <key> <calls> <limit> <amount> <startAt>

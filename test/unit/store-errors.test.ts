@@ -39,6 +39,10 @@ describe('StoreUnavailableError across copies of the package', () => {
     stores.limits.hit = async () => {
       throw new other.StoreUnavailableError('Redis hit failed: Redis is unreachable');
     };
+    // The memory store also counts synchronously; that path must map the error the same way.
+    stores.limits.hitNow = () => {
+      throw new other.StoreUnavailableError('Redis hit failed: Redis is unreachable');
+    };
     const gateway = createGateway({ stores, logger: silentLogger });
     try {
       const res = await gateway.fetch(new Request('http://gateway.test/v1/models'), { clientAddress: '192.0.2.1' });

@@ -60,7 +60,7 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
  * taken before the balance and holds are read, so the check and the write are one step, also
  * against another process on the same file. Held amounts are summed from the open hold rows
  * (an account has a handful), so no running total can drift. Given the limit store's
- * `windows`, a hold can count a rate-window hit in the same step.
+ * `windows`, a hold counts the key's rate-window hit first (hitAndPlaceHold).
  */
 export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
   const q = {
@@ -134,18 +134,16 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
       return ctx.batch('placeHold', () => placeInTransaction(req, ctx.now()));
     },
 
-    // One step, one commit, for the key's window hit and the hold: on SQLite the commit is
-    // most of what a write costs.
+    // The key's window is in this process's memory: its hit is counted synchronously, then
+    // the hold is placed only when the hit was allowed. A refused hit writes nothing.
     ...(windows && {
       windowsId: windows.windowsId,
       async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
         if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+        const window = windows.windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
+        if (!window.allowed) return { window, hold: null };
         ctx.sweep();
-        return ctx.batch('hitAndPlaceHold', (): CountedHold => {
-          const t = ctx.now();
-          const window = windows.hitInTransaction(hit.bucket, hit.limit, hit.windowMs, t);
-          return { window, hold: window.allowed ? placeInTransaction(req, t) : null };
-        });
+        return { window, hold: await ctx.batch('placeHold', () => placeInTransaction(req, ctx.now())) };
       },
     }),
 

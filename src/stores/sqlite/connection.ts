@@ -180,9 +180,14 @@ export class SqliteContext {
     return this.run(what, () => this.tx.deferred(fn) as T);
   }
 
-  /** Runs one statement: a read, or a write that is atomic by itself. */
+  /**
+   * Runs one statement: a read, or a write that is atomic by itself. Writes still queued for
+   * the group commit are committed first, so every read and write sees all the writes this
+   * process issued before it (a settle queued in this turn is in the ledger read after it).
+   */
   run<T>(what: string, fn: () => T): T {
     if (this.closed) throw new SqliteStoreError(`SQLite ${what} failed: the database is closed`);
+    if (this.queue.length > 0) this.flush();
     try {
       return fn();
     } catch (err) {

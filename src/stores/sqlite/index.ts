@@ -29,7 +29,7 @@ export interface SqliteStoreOptions {
   busyTimeoutMs?: number;
 }
 
-/** How often (by the store's clock) expired holds, windows, leases, jobs and records are deleted. */
+/** How often (by the store's clock) expired holds, leases, jobs and records are deleted. */
 const SWEEP_INTERVAL_MS = 60_000;
 /** How long a closed hold id is remembered (as the other drivers do). */
 const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
@@ -39,7 +39,8 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
  * process. Calls are synchronous underneath, so one process never interleaves two of them;
  * every read-then-write runs in an IMMEDIATE transaction, so it stays atomic even when
  * another process (an admin command of the CLI) writes to the same file. The per-call writes
- * (window hits, holds, settles) of one event-loop turn share one transaction and one commit.
+ * (holds, settles) of one event-loop turn share one transaction and one commit. Rate windows
+ * are kept in this process's memory (see createSqliteLimits).
  */
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
   if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');
@@ -58,9 +59,6 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
       // A scan of the open holds (no expiry index: holds and settles would pay to keep it).
       ['DELETE FROM holds WHERE expires_at <= ?', 0],
       ['DELETE FROM closed_holds WHERE closed_at <= ?', CLOSED_TTL_MS],
-      // A window whose newest hit has left goes with all its hits (same transaction as the hits' writes).
-      ['DELETE FROM rate_hits WHERE bucket IN (SELECT bucket FROM rate_windows WHERE until <= ?)', 0],
-      ['DELETE FROM rate_windows WHERE until <= ?', 0],
       ['DELETE FROM leases WHERE expires_at <= ?', 0],
       ['DELETE FROM jobs WHERE gone_at <= ?', 0],
       ['DELETE FROM idempotency WHERE expires_at <= ?', 0],

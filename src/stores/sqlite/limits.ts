@@ -1,36 +1,30 @@
-import type { LimitStore, WindowResult } from '../types.js';
+import type { LimitStore } from '../types.js';
+import { createMemoryLimits, type MemoryLimits } from '../memory/limits.js';
 import { num, type SqliteContext } from './connection.js';
 
-/** The SQLite limit store, with its hit as a step of a transaction already open (billing counts one inside a hold). */
+/**
+ * Limits for the SQLite driver, which serves one gateway process.
+ *
+ * Rate windows live in that process's memory, not in the file: they are counted exactly
+ * there (one process sees every hit), they are not books (nothing is owed or paid by a
+ * window), and writing two window hits per call into the file was most of what SQLite
+ * storage cost beyond the books themselves. They start empty when the process restarts.
+ * Several gateway processes that must share windows take their limits from Redis
+ * (`storage.limits`).
+ *
+ * In-flight lease pools (media jobs) stay in the file: a job outlives a restart, and so must
+ * the slot it holds. Taking a slot runs inside an IMMEDIATE transaction (drop the expired,
+ * count, insert), so the count and the insert are one step.
+ */
 export interface SqliteLimits extends LimitStore {
   readonly windowsId: symbol;
-  /** Counts a hit at time `t`; the caller runs it inside its IMMEDIATE transaction. */
-  hitInTransaction(bucket: string, limit: number, windowMs: number, t: number): WindowResult;
+  /** The rate windows, so billing can count a key's hit synchronously beside its hold. */
+  readonly windows: MemoryLimits;
 }
 
-/**
- * `until` of a window (when its newest hit leaves it) is kept rounded up to the next whole
- * minute: the sweep then drops the window at most a minute late, and an ordinary hit does not
- * move it, so it leaves the `until` index (a page write) alone.
- */
-const UNTIL_STEP_MS = 60_000;
-
-/**
- * Rate windows and lease pools on SQLite. `hit` (a step of a group commit) and `acquireLease`
- * run inside an IMMEDIATE transaction (drop what left the window or expired, count, insert),
- * so the count and the insert are one step. A window keeps its hits as one row per millisecond (with how many
- * hits it counted) and their total beside them, so a hit costs O(log n) however high the
- * limit and rate.
- */
 export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
+  const windows = createMemoryLimits(ctx.now);
   const q = {
-    trim: ctx.prepare('DELETE FROM rate_hits WHERE bucket = ? AND at <= ? RETURNING n'),
-    window: ctx.prepare('SELECT hits, until FROM rate_windows WHERE bucket = ?'),
-    count: ctx.prepare('INSERT INTO rate_hits (bucket, at, n) VALUES (?, ?, 1) ON CONFLICT DO UPDATE SET n = n + 1'),
-    create: ctx.prepare('INSERT INTO rate_windows (bucket, hits, until) VALUES (?, ?, ?)'),
-    setHits: ctx.prepare('UPDATE rate_windows SET hits = ? WHERE bucket = ?'),
-    setHitsUntil: ctx.prepare('UPDATE rate_windows SET hits = ?, until = ? WHERE bucket = ?'),
-    oldest: ctx.prepare('SELECT at FROM rate_hits WHERE bucket = ? ORDER BY at LIMIT 1').pluck(),
     expire: ctx.prepare('DELETE FROM leases WHERE pool = ? AND expires_at <= ?'),
     holds: ctx.prepare('SELECT 1 FROM leases WHERE pool = ? AND lease_id = ?'),
     size: ctx.prepare('SELECT count(*) AS n FROM leases WHERE pool = ? AND expires_at > ?'),
@@ -41,37 +35,11 @@ export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
     release: ctx.prepare('DELETE FROM leases WHERE pool = ? AND lease_id = ?'),
   };
 
-  function hitInTransaction(bucket: string, limit: number, windowMs: number, t: number): WindowResult {
-    let left = 0;
-    for (const row of q.trim.all(bucket, t - windowMs) as { n: number }[]) left += row.n;
-    const saved = q.window.get(bucket) as { hits: number; until: number } | undefined;
-    let n = (saved?.hits ?? 0) - left;
-    const allowed = n < limit;
-    if (allowed) {
-      q.count.run(bucket, t);
-      n++;
-    }
-    const until = allowed ? Math.ceil((t + windowMs) / UNTIL_STEP_MS) * UNTIL_STEP_MS : 0;
-    if (!saved) {
-      if (n > 0) q.create.run(bucket, n, until);
-    } else if (until > saved.until) q.setHitsUntil.run(n, until, bucket);
-    else if (n !== saved.hits) q.setHits.run(n, bucket);
-    const oldest = n > 0 ? (q.oldest.get(bucket) as number | undefined) : undefined;
-    return {
-      allowed,
-      limit,
-      remaining: allowed ? limit - n : 0,
-      resetMs: oldest === undefined ? 0 : Math.max(0, oldest + windowMs - t),
-    };
-  }
-
   return {
-    windowsId: Symbol('sqlite windows'),
-    hitInTransaction,
-    async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
-      ctx.sweep();
-      return ctx.batch('hit', () => hitInTransaction(bucket, limit, windowMs, ctx.now()));
-    },
+    windowsId: windows.windowsId,
+    windows,
+    hit: (bucket, limit, windowMs) => windows.hit(bucket, limit, windowMs),
+    hitNow: (bucket, limit, windowMs) => windows.hitNow(bucket, limit, windowMs),
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
       return ctx.write('acquireLease', () => {

@@ -186,4 +186,10 @@ DROP TABLE rate_windows;
 ALTER TABLE rate_windows_v3 RENAME TO rate_windows;
 CREATE INDEX rate_windows_until ON rate_windows (until);
 `,
+  // 4: rate windows moved to the gateway process's memory (the driver serves one process, and
+  // two window hits per call were most of the file's writes beyond the books).
+  `
+DROP TABLE rate_hits;
+DROP TABLE rate_windows;
+`,
 ];
