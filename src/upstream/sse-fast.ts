@@ -32,10 +32,17 @@ export class SseFastPath {
   private pending: Buffer | null = null;
 
   /**
-   * Splits `chunk` (with the bytes left from the previous one) into events. `onEvent` gets each
-   * event's data bytes and says what to send.
+   * `marks`: byte strings (none holding a newline) whose presence in an event means it needs a
+   * look; `onEvent` is told whether its event holds one. They are searched once per chunk and
+   * again only past each match, not once per event: a read holds a score of events.
    */
-  push(chunk: Uint8Array, onEvent: (data: Buffer) => EventVerdict): FastPathResult {
+  constructor(private readonly marks: readonly Buffer[] = []) {}
+
+  /**
+   * Splits `chunk` (with the bytes left from the previous one) into events. `onEvent` gets each
+   * event's data bytes, and whether they hold one of the marks, and says what to send.
+   */
+  push(chunk: Uint8Array, onEvent: (data: Buffer, marked: boolean) => EventVerdict): FastPathResult {
     const incoming = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     const buf = this.pending ? Buffer.concat([this.pending, incoming]) : incoming;
     this.pending = null;
@@ -46,11 +53,16 @@ export class SseFastPath {
       if (runStart !== -1) out.push(buf.subarray(runStart, runEnd));
       runStart = -1;
     };
+    // Where each mark next occurs at or after the event being looked at (-1: nowhere further).
+    const marks = this.marks;
+    const nextMark = marks.map((m) => buf.indexOf(m));
     // CR line ends are legal SSE but not canonical: the generic parser handles the whole rest.
     const firstCr = buf.indexOf(13);
     let pos = 0;
     while (pos < buf.length) {
-      const end = buf.indexOf(EVENT_END, pos);
+      // The event's end: its first newline when a second follows (one search, the usual case).
+      const nl = buf.indexOf(10, pos);
+      const end = nl !== -1 && buf[nl + 1] === 10 ? nl : nl === -1 ? -1 : buf.indexOf(EVENT_END, nl);
       if (end === -1 || (firstCr !== -1 && firstCr < end + 2)) {
         if (end === -1 && firstCr === -1 && this.looksCanonical(buf, pos, buf.length)) {
           this.pending = Buffer.from(buf.subarray(pos)); // an event still arriving
@@ -60,16 +72,22 @@ export class SseFastPath {
         return { out, rest: buf.subarray(pos), done: false };
       }
       // Canonical: "data: " then one line, and the line's end is the event's end.
-      if (!this.looksCanonical(buf, pos, end) || buf.indexOf(10, pos) !== end) {
+      if (nl !== end || !this.looksCanonical(buf, pos, end)) {
         flushRun();
         return { out, rest: buf.subarray(pos), done: false };
       }
-      const data = buf.subarray(pos + DATA_PREFIX.length, end);
-      if (data.equals(DONE)) {
+      const dataStart = pos + DATA_PREFIX.length;
+      if (end - dataStart === DONE.length && buf[dataStart] === 91 && buf.subarray(dataStart, end).equals(DONE)) {
         flushRun();
         return { out, rest: null, done: true };
       }
-      const verdict = onEvent(data);
+      let marked = false;
+      for (let i = 0; i < marks.length; i++) {
+        let at = nextMark[i]!;
+        if (at !== -1 && at < pos) nextMark[i] = at = buf.indexOf(marks[i]!, pos);
+        if (at !== -1 && at < end) marked = true;
+      }
+      const verdict = onEvent(buf.subarray(dataStart, end), marked);
       if (verdict === 'verbatim') {
         if (runStart === -1) runStart = pos;
         runEnd = end + 2;
@@ -90,8 +108,10 @@ export class SseFastPath {
     return p;
   }
 
+  /** Whether the bytes from `from` (up to `to`) start like "data: ", compared here rather than by a native call. */
   private looksCanonical(buf: Buffer, from: number, to: number): boolean {
     const n = Math.min(DATA_PREFIX.length, to - from);
-    return buf.compare(DATA_PREFIX, 0, n, from, from + n) === 0;
+    for (let i = 0; i < n; i++) if (buf[from + i] !== DATA_PREFIX[i]) return false;
+    return true;
   }
 }

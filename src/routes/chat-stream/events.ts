@@ -53,14 +53,15 @@ export const errorEvent = (err: GatewayError): Uint8Array =>
 
 export function createChatEvents({ model, apiKey, clientWantsUsage, output }: ChatEventsOptions): ChatEvents {
   const parser = new SseParser();
-  const fast = new SseFastPath();
+  // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
+  // that contains it leaves the byte fast path and goes out redacted. So does one that may
+  // carry usage or an error.
+  const keyBytes = apiKey ? Buffer.from(apiKey) : null;
+  const fast = new SseFastPath(keyBytes ? [USAGE_KEY, ERROR_KEY, keyBytes] : [USAGE_KEY, ERROR_KEY]);
   /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
   let slow = false;
   let sawDone = false;
   const renames = model.upstreamModel !== model.id;
-  // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
-  // that contains it leaves the byte fast path and goes out redacted.
-  const keyBytes = apiKey ? Buffer.from(apiKey) : null;
 
   /** Handles one upstream event; returns the frame to send, or null to skip it. Throws on a bad event. */
   const onEvent = (raw: string): string | null => {
@@ -102,16 +103,9 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
     return frameEvent(data);
   };
 
-  /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts). */
-  const onEventBytes = (data: Buffer): EventVerdict => {
-    const plainObject = data[0] === 123 && data[data.length - 1] === 125;
-    if (
-      !renames &&
-      plainObject &&
-      data.indexOf(USAGE_KEY) === -1 &&
-      data.indexOf(ERROR_KEY) === -1 &&
-      (keyBytes === null || data.indexOf(keyBytes) === -1)
-    ) {
+  /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts); `marked`: it holds usage, error or the key. */
+  const onEventBytes = (data: Buffer, marked: boolean): EventVerdict => {
+    if (!renames && !marked && data[0] === 123 && data[data.length - 1] === 125) {
       output.defer(data);
       return 'verbatim';
     }

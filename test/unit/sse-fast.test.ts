@@ -1,0 +1,71 @@
+/**
+ * The SSE byte fast path: events found by byte search, marks (usage, error, the upstream key)
+ * searched once per chunk. Whatever the chunking, every event reaches the callback whole, in
+ * order, told exactly whether it holds a mark, and the verbatim bytes sent are the input's.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { SseFastPath } from '../../src/upstream/sse-fast.js';
+
+const MARKS = ['"usage"', '"error"', 'sk-upstream-secret'].map((m) => Buffer.from(m));
+const pieces = ['{"a":1}', '"usage"', '"error"', 'sk-upstream-secret', 'sk-upstream', '"usa', 'ge"', 'x', ' ', 'é', '{', '}'];
+
+/** One event's data: a line of random pieces (no newline, no CR). */
+const dataArb = fc.array(fc.constantFrom(...pieces), { minLength: 1, maxLength: 6 }).map((p) => p.join(''));
+
+/** Splits `bytes` at the given cut points. */
+function split(bytes: Buffer, cuts: number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+  const out: Buffer[] = [];
+  let from = 0;
+  for (const c of at) {
+    out.push(bytes.subarray(from, c));
+    from = c;
+  }
+  out.push(bytes.subarray(from));
+  return out.filter((b) => b.length > 0);
+}
+
+describe('SseFastPath', () => {
+  it('hands every canonical event over whole, says exactly which hold a mark, and forwards verbatim bytes unchanged (property)', () => {
+    fc.assert(
+      fc.property(fc.array(dataArb, { minLength: 1, maxLength: 12 }), fc.array(fc.nat(), { maxLength: 8 }), fc.boolean(), (events, cuts, withDone) => {
+        const input = Buffer.from(events.map((d) => `data: ${d}\n\n`).join('') + (withDone ? 'data: [DONE]\n\n' : ''));
+        const fast = new SseFastPath(MARKS);
+        const seen: Array<{ data: string; marked: boolean }> = [];
+        const sent: Buffer[] = [];
+        let done = false;
+        for (const chunk of split(input, cuts)) {
+          const r = fast.push(chunk, (data, marked) => {
+            seen.push({ data: data.toString('utf8'), marked });
+            return 'verbatim';
+          });
+          expect(r.rest).toBeNull();
+          sent.push(...r.out.map((b) => Buffer.from(b)));
+          if (r.done) {
+            done = true;
+            break;
+          }
+        }
+        expect(seen).toEqual(events.map((data) => ({ data, marked: MARKS.some((m) => Buffer.from(data).includes(m)) })));
+        expect(Buffer.concat(sent).toString('utf8')).toBe(events.map((d) => `data: ${d}\n\n`).join(''));
+        expect(done).toBe(withDone);
+        if (!withDone) expect(fast.takePending()).toBeNull();
+      }),
+      { numRuns: 500 },
+    );
+  });
+
+  it('hands the rest to the generic parser at the first event that is not canonical', () => {
+    for (const odd of ['data: a\ndata: b\n\n', ': comment\n\n', 'event: x\ndata: y\n\n', 'data: a\r\n\r\n']) {
+      const fast = new SseFastPath(MARKS);
+      const seen: string[] = [];
+      const r = fast.push(Buffer.from(`data: {"ok":1}\n\n${odd}data: {"after":1}\n\n`), (data) => {
+        seen.push(data.toString());
+        return 'verbatim';
+      });
+      expect(seen).toEqual(['{"ok":1}']);
+      expect(Buffer.from(r.rest!).toString()).toBe(`${odd}data: {"after":1}\n\n`);
+    }
+  });
+});
