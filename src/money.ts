@@ -90,13 +90,23 @@ export function affordableUnits(budgetNano: bigint, fixedPico: bigint, pricePico
   return room / pricePico;
 }
 
+/** 10^0 .. 10^12 as bigints, so formatting computes no power (it runs for every access line). */
+const POWERS_OF_TEN = Array.from({ length: 13 }, (_, i) => 10n ** BigInt(i));
+
 function formatScaled(value: bigint, scaleDigits: number): string {
   const negative = value < 0n;
   const abs = negative ? -value : value;
-  const scale = 10n ** BigInt(scaleDigits);
+  const scale = POWERS_OF_TEN[scaleDigits] ?? 10n ** BigInt(scaleDigits);
   const whole = abs / scale;
-  const frac = (abs % scale).toString().padStart(scaleDigits, '0').replace(/0+$/, '');
-  return `${negative ? '-' : ''}${whole}${frac ? `.${frac}` : ''}`;
+  const rest = abs % scale;
+  const sign = negative ? '-' : '';
+  if (rest === 0n) return `${sign}${whole}`;
+  // The fraction's digits, left-padded to the scale, without its trailing zeros.
+  let frac = rest.toString().padStart(scaleDigits, '0');
+  let end = frac.length;
+  while (frac.charCodeAt(end - 1) === 48) end--;
+  if (end < frac.length) frac = frac.slice(0, end);
+  return `${sign}${whole}.${frac}`;
 }
 
 /** 75_000n pico -> "0.000000075". */

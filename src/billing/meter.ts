@@ -34,10 +34,18 @@ import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
 import { listCost } from './pricing.js';
 
+/** The month monthOf worked out last, and the unix-ms range it covers (every call of a month hits it). */
+let lastMonth = { from: 0, to: -1, month: '' };
+
 /** "YYYY-MM" of a unix-ms time, in UTC: the month a monthly cap counts. */
 export function monthOf(ms: number): string {
+  if (ms >= lastMonth.from && ms < lastMonth.to) return lastMonth.month;
   const d = new Date(ms);
-  return `${d.getUTCFullYear()}-${String(d.getUTCMonth() + 1).padStart(2, '0')}`;
+  const year = d.getUTCFullYear();
+  const month = d.getUTCMonth();
+  const name = `${year}-${String(month + 1).padStart(2, '0')}`;
+  if (!Number.isNaN(year)) lastMonth = { from: Date.UTC(year, month, 1), to: Date.UTC(year, month + 1, 1), month: name };
+  return name;
 }
 
 /** 00:00 UTC on the first day of the next month: when monthly caps reset. */

@@ -100,15 +100,48 @@ const round = (ms: number) => Math.round(ms * 10) / 10;
 
 const str = (v: string | null): string => (v === null ? 'null' : JSON.stringify(v));
 
+/**
+ * JSON strings of the values that repeat from line to line (method, route, key id, account,
+ * model, upstream): quoted once, then looked up. Bounded: a full cache starts over.
+ */
+const quoted = new Map<string, string>();
+function cachedStr(v: string | null): string {
+  if (v === null) return 'null';
+  let q = quoted.get(v);
+  if (q === undefined) {
+    if (quoted.size >= 2_000) quoted.clear();
+    quoted.set(v, (q = JSON.stringify(v)));
+  }
+  return q;
+}
+
+/** The ISO time of the current second up to its ".", made once per second ("2026-11-24T03:04:05."). */
+let isoSecond = Number.NaN;
+let isoPrefix = '';
+
+/** `new Date().toISOString()`, with the date part formatted once per second. */
+export function isoNow(ms = Date.now()): string {
+  const second = Math.floor(ms / 1000);
+  if (second !== isoSecond) {
+    const iso = new Date(ms).toISOString();
+    // Years past 9999 are written with a sign and six digits: no prefix to reuse.
+    if (iso.length !== 24) return iso;
+    isoSecond = second;
+    isoPrefix = iso.slice(0, 20);
+  }
+  const milli = ms - second * 1000;
+  return `${isoPrefix}${milli < 10 ? '00' : milli < 100 ? '0' : ''}${milli}Z`;
+}
+
 /** The access line as pino would write it at level info (30), with its newline. */
 export function accessLine(r: CallRecord, totalMs: number): string {
-  let line = `{"level":30,"time":"${new Date().toISOString()}","msg":"access","request_id":${str(r.requestId)},"method":${str(r.method)},"route":${str(r.route)},"status":${r.status},"key_id":${str(r.keyId)},"account":${str(r.account)},"model":${str(r.model)},"upstream":${str(r.upstream)},"ms":${round(totalMs)},"upstream_ms":${round(r.upstreamMs)}`;
+  let line = `{"level":30,"time":"${isoNow()}","msg":"access","request_id":${str(r.requestId)},"method":${cachedStr(r.method)},"route":${cachedStr(r.route)},"status":${r.status},"key_id":${cachedStr(r.keyId)},"account":${cachedStr(r.account)},"model":${cachedStr(r.model)},"upstream":${cachedStr(r.upstream)},"ms":${round(totalMs)},"upstream_ms":${round(r.upstreamMs)}`;
   if (r.ttfbMs !== null) line += `,"ttfb_ms":${round(r.ttfbMs)}`;
   if (r.promptTokens !== null) line += `,"prompt_tokens":${r.promptTokens}`;
   if (r.completionTokens !== null) line += `,"completion_tokens":${r.completionTokens}`;
   if (r.costNano !== null) line += `,"cost_usd":"${formatUsd(r.costNano)}"`;
-  if (r.limit !== null) line += `,"limit":${str(r.limit)}`;
-  if (r.errorCode !== null) line += `,"error":${str(r.errorCode)}`;
+  if (r.limit !== null) line += `,"limit":${cachedStr(r.limit)}`;
+  if (r.errorCode !== null) line += `,"error":${cachedStr(r.errorCode)}`;
   return `${line}}\n`;
 }
 

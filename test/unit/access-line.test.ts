@@ -4,7 +4,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { accessLog, createLogger } from '../../src/observability/logs.js';
+import { accessLog, createLogger, isoNow } from '../../src/observability/logs.js';
 import { type CallRecord, newRecord } from '../../src/observability/record.js';
 
 /** The line written through each path for `record`, parsed. */
@@ -62,6 +62,17 @@ describe('the hand-built access line', () => {
         expect(fast).toEqual(pino);
       }),
       { numRuns: 300 },
+    );
+  });
+
+  it('stamps the time exactly as toISOString does, second after second (property)', () => {
+    const edges = [0, 999, 1_000, 1_001, Date.UTC(2026, 11, 31, 23, 59, 59, 999), Date.UTC(2027, 0, 1), Date.UTC(10_000, 0, 1, 0, 0, 0, 5), -1, -1_001];
+    for (const ms of edges) expect(isoNow(ms)).toBe(new Date(ms).toISOString());
+    fc.assert(
+      fc.property(fc.array(fc.integer({ min: -62_000_000_000_000, max: 250_000_000_000_000 }), { minLength: 1, maxLength: 20 }), fc.nat({ max: 2_000 }), (starts, step) => {
+        // Runs of times in one second and across seconds, in any order.
+        for (const start of starts) for (const ms of [start, start + step, start + 1, start - step]) expect(isoNow(ms)).toBe(new Date(ms).toISOString());
+      }),
     );
   });
 

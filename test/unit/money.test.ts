@@ -151,6 +151,20 @@ describe('parseUsd / formatUsd', () => {
     );
   });
 
+  it('writes the shortest exact decimal, as plain bigint division says (property)', () => {
+    const reference = (nano: bigint) => {
+      const abs = nano < 0n ? -nano : nano;
+      const frac = (abs % NANO_PER_USD).toString().padStart(9, '0').replace(/0+$/, '');
+      return `${nano < 0n ? '-' : ''}${abs / NANO_PER_USD}${frac ? `.${frac}` : ''}`;
+    };
+    for (const nano of [0n, 1n, -1n, 10n, 100_000_000n, NANO_PER_USD, -NANO_PER_USD * 3n, 1_000_000_010n]) expect(formatUsd(nano)).toBe(reference(nano));
+    fc.assert(
+      fc.property(fc.bigInt({ min: -MAX_NANO, max: MAX_NANO }), (nano) => {
+        expect(formatUsd(nano)).toBe(reference(nano));
+      }),
+    );
+  });
+
   it('round-trips amounts of up to 15 significant digits through a JSON number (property)', () => {
     // usdNumber is what GET /key shows; reading such a number back must give the same nanos.
     fc.assert(
