@@ -4,6 +4,7 @@
  */
 
 import { Response } from '@whatwg-node/server';
+import { withHeaders } from './http/objects.js';
 
 export type ErrorCode =
   | 'invalid_json'
@@ -108,13 +109,11 @@ export function isGatewayError(value: unknown): value is GatewayError {
 /** Writes the envelope. The only place an error Response is built. */
 export function errorResponse(err: GatewayError, requestId: string, extraHeaders: Record<string, string> = {}): Response {
   const body = JSON.stringify(err.toJSON());
-  const headers: Record<string, string> = {
-    ...extraHeaders,
-    ...err.headers,
-    'content-type': 'application/json',
-    'content-length': String(Buffer.byteLength(body)),
-    'x-request-id': requestId,
-  };
+  // The envelope's own headers win over the error's, which win over the request's.
+  const headers = withHeaders(
+    withHeaders({ 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), 'x-request-id': requestId }, err.headers),
+    extraHeaders,
+  );
   if (err.status === 402) headers['x-should-retry'] = 'false';
   return new Response(body, { status: err.status, headers });
 }

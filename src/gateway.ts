@@ -180,6 +180,43 @@ function route(path: string, methods: Route['methods'], idempotent = false): Rou
   return { path, pattern, keys, methods, idempotent };
 }
 
+/**
+ * The per-request context routes see. A class, not an object literal: a literal with a getter
+ * is built through a slow path on every request.
+ */
+class Context implements RequestContext {
+  readonly request: Request;
+  readonly requestId: string;
+  readonly clientIp: string;
+  readonly params: Record<string, string>;
+  readonly key: ApiKeyRecord;
+  readonly observed: Tracked;
+  private readonly rawQuery: string;
+  private bodyBytes: Promise<Uint8Array> | undefined;
+
+  constructor(
+    x: Exchange,
+    private readonly maxBodyBytes: number,
+    private readonly bodyTimeoutMs: number,
+  ) {
+    this.request = x.request;
+    this.requestId = x.requestId;
+    this.clientIp = x.clientIp;
+    this.params = x.route!.params;
+    this.key = x.key!;
+    this.observed = x.observed;
+    this.rawQuery = x.query;
+  }
+
+  get query(): URLSearchParams {
+    return new URLSearchParams(this.rawQuery);
+  }
+
+  body(): Promise<Uint8Array> {
+    return (this.bodyBytes ??= readBody(this.request, this.maxBodyBytes, this.bodyTimeoutMs));
+  }
+}
+
 export function createGateway(options: GatewayOptions = {}): Gateway {
   const { stores: givenStores, now: givenNow, logger, basePath = '', plugins = [], ...config } = options;
   const cfg = parseOptions(config);
@@ -349,16 +386,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return res;
     },
     // User plugins first and last: onRequest may answer; onResponse sees every answer.
-    async function userRequestAndResponse(x, next) {
-      let res: Response | undefined;
-      if (hooks.has('onRequest')) {
-        await hooks.run('onRequest', { request: x.request, requestId: x.requestId, setResponse: (r) => void (res = r) });
-      }
-      res ??= await next();
-      if (hooks.has('onResponse')) {
-        await hooks.run('onResponse', { request: x.request, requestId: x.requestId, response: res, setResponse: (r) => void (res = r) });
-      }
-      return res;
+    function userRequestAndResponse(x, next) {
+      return hooks.has('onRequest') || hooks.has('onResponse') ? userHooks(x, next) : next();
     },
     function corsHeaders(x, next) {
       if (!cors) return next();
@@ -391,13 +420,15 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return next();
     },
     // The admin API and console (when configured): operators only, outside /v1 and its limits.
-    async function adminApi(x, next) {
+    function adminApi(x, next) {
       if (!adminHttp || !(x.path === adminPath || x.path.startsWith(`${adminPath}/`))) return next();
-      if (!isReady) await ready;
-      return adminHttp.handle(x.request, x.path.slice(basePath.replace(/\/+$/, '').length), x.query, x.requestId);
+      const admin = adminHttp;
+      const answer = () => admin.handle(x.request, x.path.slice(basePath.replace(/\/+$/, '').length), x.query, x.requestId);
+      return isReady ? answer() : ready.then(answer);
     },
-    async function startupAndShutdown(x, next) {
-      if (!isReady) await ready;
+    function startupAndShutdown(x, next): Promise<Response> | Response {
+      // Once seeded, no await: a settled promise still costs a turn of the microtask queue.
+      if (!isReady) return ready.then(() => startupAndShutdown(x, next));
       if (!x.path.startsWith(v1Slash)) throw new GatewayError('not_found', `Unknown route ${x.request.method} ${x.path.slice(0, 200)}.`);
       if (draining) {
         throw new GatewayError('service_unavailable', 'The gateway is shutting down. Retry the request.', {
@@ -407,25 +438,21 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return next();
     },
     // Every /v1 request counts against its IP before anything else is looked at.
-    async function ipThrottle(x, next) {
+    function ipThrottle(x, next) {
       const peer = x.serverContext?.clientAddress ?? x.serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
       x.clientIp = limiter.clientAddress(peer, x.request.headers.get('x-forwarded-for'));
-      await limiter.checkIp(x.clientIp);
-      return next();
+      const counted = limiter.checkIp(x.clientIp);
+      return counted ? counted.then(next) : next();
     },
     function routing(x, next) {
       x.route = matchRoute(x.path.slice(v1.length), x.request.method, x.path);
       x.observed.record.route = x.route.name;
       return next();
     },
-    async function authentication(x, next) {
-      x.key = await core.auth.authenticate(x.request.headers.get('authorization'));
-      x.observed.record.keyId = x.key.id;
-      x.observed.record.account = x.key.accountId;
-      if (hooks.has('onAuthenticated')) {
-        await hooks.run('onAuthenticated', { request: x.request, requestId: x.requestId, key: pluginKey(x.key), account: x.key.accountId });
-      }
-      return next();
+    function authentication(x, next) {
+      const key = core.auth.authenticate(x.request.headers.get('authorization'));
+      // A cached key is answered synchronously: no await, no microtask turn.
+      return key instanceof Promise ? key.then((k) => authenticated(x, k, next)) : authenticated(x, key, next);
     },
     // A billable POST counts against its key in the same store step as its hold (one step
     // fewer per call); the limiter still answers 429 before any other answer it would get.
@@ -444,6 +471,30 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     },
   ];
   const pipeline = compose(stages);
+
+  /** The request's key is known: recorded, then the plugins' onAuthenticated, then the rest. */
+  function authenticated(x: Exchange, key: ApiKeyRecord, next: () => Promise<Response>): Promise<Response> {
+    x.key = key;
+    x.observed.record.keyId = key.id;
+    x.observed.record.account = key.accountId;
+    if (!hooks.has('onAuthenticated')) return next();
+    return hooks
+      .run('onAuthenticated', { request: x.request, requestId: x.requestId, key: pluginKey(key), account: key.accountId })
+      .then(next);
+  }
+
+  /** The user plugins' onRequest (which may answer) and onResponse (which sees every answer). */
+  async function userHooks(x: Exchange, next: () => Promise<Response>): Promise<Response> {
+    let res: Response | undefined;
+    if (hooks.has('onRequest')) {
+      await hooks.run('onRequest', { request: x.request, requestId: x.requestId, setResponse: (r) => void (res = r) });
+    }
+    res ??= await next();
+    if (hooks.has('onResponse')) {
+      await hooks.run('onResponse', { request: x.request, requestId: x.requestId, response: res, setResponse: (r) => void (res = r) });
+    }
+    return res;
+  }
 
   /** The route for `sub` (the path after /v1), or 404 / 405 with Allow. */
   function matchRoute(sub: string, method: string, path: string): MatchedRoute {
@@ -475,23 +526,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
 
   /** The per-request context routes see, built once. */
   function contextOf(x: Exchange): RequestContext {
-    if (x.ctx) return x.ctx;
-    let bodyBytes: Promise<Uint8Array> | undefined;
-    const { request, query } = x;
-    const ctx: RequestContext = {
-      request,
-      requestId: x.requestId,
-      clientIp: x.clientIp,
-      params: x.route!.params,
-      get query() {
-        return new URLSearchParams(query);
-      },
-      key: x.key!,
-      observed: x.observed,
-      body: () => (bodyBytes ??= readBody(request, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs)),
-    };
-    x.ctx = ctx;
-    return ctx;
+    return (x.ctx ??= new Context(x, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs));
   }
 
   async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {

@@ -47,12 +47,23 @@ export function keyIdFor(digest: string): string {
 }
 
 export interface Authenticator {
-  authenticate(authorization: string | null): Promise<ApiKeyRecord>;
+  /**
+   * The key an Authorization header names, or a thrown 401. Answered synchronously (no
+   * promise) when the key is cached; a promise when the store must be asked.
+   */
+  authenticate(authorization: string | null): ApiKeyRecord | Promise<ApiKeyRecord>;
   /** Forget a cached key (after disable) on this instance. */
   forget(digest: string): void;
 }
 
 const unauthorized = (message: string) => new GatewayError('invalid_api_key', message);
+
+/** The key found for `plain` (false: none), or the 401 for an unknown or disabled one. */
+function admit(record: ApiKeyRecord | false, plain: string): ApiKeyRecord {
+  if (!record) throw unauthorized(`Incorrect API key provided: ${displayPrefix(plain)}…`);
+  if (record.disabled) throw unauthorized(`The API key ${record.prefix}… has been disabled.`);
+  return record;
+}
 
 /**
  * Looks keys up by digest, caching answers briefly (`cacheTtlMs`) so a hot key costs no
@@ -61,7 +72,7 @@ const unauthorized = (message: string) => new GatewayError('invalid_api_key', me
 export function createAuthenticator(keys: KeyStore, cacheTtlMs = 5_000): Authenticator {
   const cache = new LRUCache<string, ApiKeyRecord | false>({ max: 10_000, ttl: cacheTtlMs });
   return {
-    async authenticate(authorization) {
+    authenticate(authorization) {
       if (!authorization) {
         throw unauthorized('Missing API key. Send it as "Authorization: Bearer <key>".');
       }
@@ -71,14 +82,13 @@ export function createAuthenticator(keys: KeyStore, cacheTtlMs = 5_000): Authent
         throw unauthorized('Malformed API key. Keys look like "sk-mg-" followed by letters and digits.');
       }
       const digest = digestKey(plain);
-      let record = cache.get(digest);
-      if (record === undefined) {
-        record = (await keys.findByDigest(digest)) ?? false;
+      const cached = cache.get(digest);
+      if (cached !== undefined) return admit(cached, plain);
+      return keys.findByDigest(digest).then((found) => {
+        const record = found ?? false;
         cache.set(digest, record);
-      }
-      if (!record) throw unauthorized(`Incorrect API key provided: ${displayPrefix(plain)}…`);
-      if (record.disabled) throw unauthorized(`The API key ${record.prefix}… has been disabled.`);
-      return record;
+        return admit(record, plain);
+      });
     },
     forget(digest) {
       cache.delete(digest);

@@ -4,6 +4,7 @@
  */
 import { isUtf8 } from 'node:buffer';
 import { Response } from '@whatwg-node/server';
+import { withHeaders } from './objects.js';
 import { GatewayError } from '../errors.js';
 
 /**
@@ -101,6 +102,7 @@ export function json(status: number, value: unknown, headers?: Record<string, st
 export function jsonText(status: number, text: string, headers?: Record<string, string>): Response {
   return new Response(text, {
     status,
-    headers: { ...headers, 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) },
+    headers: withHeaders({ 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) }, headers),
   });
 }
+

@@ -7,6 +7,7 @@ import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokens
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
+import { withoutFields } from '../http/objects.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { affordableUnits } from '../money.js';
 import type { Measurement } from '../stores/types.js';
@@ -46,6 +47,9 @@ const chatSchema = z.looseObject({
 });
 
 export type ChatBody = z.infer<typeof chatSchema>;
+
+/** Request fields the gateway reads itself and never forwards. */
+const GATEWAY_FIELDS = ['brand', 'knowledge'] as const;
 
 export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
@@ -109,9 +113,10 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   /** The body for one target: forwarded as it came unless the gateway must change something in it. */
   const bodyFor = async (served: Model): Promise<string | Uint8Array> => {
     if (!changes && served.upstreamModel === model.id) return bytes;
-    const out: Record<string, unknown> = { ...body, model: served.upstreamModel, messages };
-    delete out.brand;
-    delete out.knowledge;
+    // The gateway's own fields (brand, knowledge) never go upstream.
+    const out = withoutFields(body, GATEWAY_FIELDS);
+    out.model = served.upstreamModel;
+    out.messages = messages;
     if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
     return JSON.stringify((plugins && (await pluginFields(core, ctx, served, '/chat/completions', out))) || out);
   };

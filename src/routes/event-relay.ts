@@ -9,6 +9,7 @@
  * answer never looks like a finished one.
  */
 import { Response } from '@whatwg-node/server';
+import { withHeaders } from '../http/objects.js';
 import type { BilledCall } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
@@ -188,13 +189,15 @@ export function relayEvents(
   });
   return new Response(stream as ReadableStream<Uint8Array>, {
     status: 200,
-    headers: {
-      ...headers,
-      'content-type': 'text/event-stream; charset=utf-8',
-      // no-transform: proxies and compression middleware must not buffer the stream.
-      'cache-control': 'no-cache, no-transform',
-      'x-accel-buffering': 'no',
-    },
+    headers: withHeaders(
+      {
+        'content-type': 'text/event-stream; charset=utf-8',
+        // no-transform: proxies and compression middleware must not buffer the stream.
+        'cache-control': 'no-cache, no-transform',
+        'x-accel-buffering': 'no',
+      },
+      headers,
+    ),
   });
 }
 

@@ -11,6 +11,7 @@ import { responseEventText, responseOutputText } from '../billing/output.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Core, RequestContext } from '../core.js';
 import { GatewayError } from '../errors.js';
+import { withoutFields } from '../http/objects.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { checkContextWindow, checkOutputCap } from './context-window.js';
 import { type EventHandler, parseEvent, relayEvents } from './event-relay.js';
@@ -94,9 +95,9 @@ export async function createResponse(core: Core, ctx: RequestContext): Promise<R
   const maxOutput = req.max_output_tokens ?? model.maxOutputTokens;
   const call = await openTokenCall(core, ctx, model, { bound, estimate: promptTokens, maxOutput });
 
-  const out: Record<string, unknown> = { ...body, model: model.upstreamModel };
-  delete out.brand;
-  delete out.knowledge;
+  // The gateway's own fields (brand, knowledge) never go upstream.
+  const out = withoutFields(body, ['brand', 'knowledge']);
+  out.model = model.upstreamModel;
   if (injected) out.instructions = instructions;
   const unchanged = !injected && model.upstreamModel === model.id && !('brand' in body) && !('knowledge' in body);
   const sent = await sendTokenCall(core, ctx, model, call, '/responses', out, unchanged ? bytes : null);

@@ -6,6 +6,7 @@
  * else the produced text counted with the tokenizer, else (nothing produced) the hold is released.
  */
 import { Response } from '@whatwg-node/server';
+import { withHeaders } from '../../http/objects.js';
 import type { Core, RequestContext } from '../../core.js';
 import { GatewayError } from '../../errors.js';
 import { upstreamFailure } from '../../upstream/client.js';
@@ -60,13 +61,17 @@ export async function relayStream(
     output.bill(billing, core.tokenizer);
     return true;
   };
-  const sseHeaders = {
-    ...headers,
-    'content-type': 'text/event-stream; charset=utf-8',
-    // no-transform: proxies and compression middleware must not buffer the stream.
-    'cache-control': 'no-cache, no-transform',
-    'x-accel-buffering': 'no',
-  };
+  /** The answer's headers, a fresh object each time (see withHeaders). */
+  const sseHeaders = (): Record<string, string> =>
+    withHeaders(
+      {
+        'content-type': 'text/event-stream; charset=utf-8',
+        // no-transform: proxies and compression middleware must not buffer the stream.
+        'cache-control': 'no-cache, no-transform',
+        'x-accel-buffering': 'no',
+      },
+      headers,
+    );
 
   // What the upstream sent along with its headers is read before the answer starts. A short
   // answer from a fast upstream is often complete by then ([DONE] included): it goes out as
@@ -90,7 +95,9 @@ export async function relayStream(
       const body = joined(carried);
       record.ttfbMs = performance.now() - record.startedAt;
       drainRest(iterator);
-      return new Response(body as Uint8Array<ArrayBuffer>, { status: 200, headers: { ...sseHeaders, 'content-length': String(body.byteLength) } });
+      const complete = sseHeaders();
+      complete['content-length'] = String(body.byteLength);
+      return new Response(body as Uint8Array<ArrayBuffer>, { status: 200, headers: complete });
     }
   }
   const read = (): Promise<IteratorResult<Uint8Array>> => {
@@ -219,5 +226,5 @@ export async function relayStream(
     },
     { once: true },
   );
-  return new Response(stream as ReadableStream<Uint8Array>, { status: 200, headers: sseHeaders });
+  return new Response(stream as ReadableStream<Uint8Array>, { status: 200, headers: sseHeaders() });
 }
