@@ -47,14 +47,15 @@ export function censorSecrets(line: Record<string, unknown>): Record<string, unk
  * environment variable wins when set). Any pino logger (or object with info/warn/error taking
  * an object) can be passed as `logger` instead.
  *
- * Lines are buffered and written in batches (at 4 KB, or every 100 ms, whichever comes
+ * Lines are buffered and written in batches (at 32 KB, or every 100 ms, whichever comes
  * first) rather than one write(2) per line: an access line per request made the system call
- * one of the gateway's largest costs per call. A process that exits flushes what is buffered
+ * one of the gateway's largest costs per call, and each write is a round trip through libuv's
+ * thread pool (at 4 KB batches that was still about 2% of the gateway's CPU per call). A process that exits flushes what is buffered
  * (pino registers that); one killed with SIGKILL can lose the last 100 ms of lines.
  */
 export function createLogger(
   level: LogLevel = 'info',
-  destination: LineDestination = pino.destination({ dest: 1, sync: false, minLength: 4096, periodicFlush: 100 }),
+  destination: LineDestination = pino.destination({ dest: 1, sync: false, minLength: 32 * 1024, maxWrite: 64 * 1024, periodicFlush: 100 }),
 ): Logger {
   const fromEnv = process.env.LOG_LEVEL;
   const logger = pino(
