@@ -4,6 +4,7 @@
  * order of checks (IP throttle, then auth, then the key's rate) live here.
  */
 import { randomUUID } from 'node:crypto';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { LRUCache } from 'lru-cache';
 import { createAdmin, seed, type Admin } from './admin.js';
@@ -17,6 +18,7 @@ import { createCatalog } from './catalog/catalog.js';
 import type { Core, RequestContext, RouteHandler } from './core.js';
 import { GatewayError, errorResponse, errors } from './errors.js';
 import { readBody } from './http/body.js';
+import { NodeRequest, writeAnswer } from './http/node-lane.js';
 import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
 import type { Logger } from './log.js';
@@ -129,6 +131,11 @@ interface Exchange {
   key?: ApiKeyRecord;
   ctx?: RequestContext;
   observed: Tracked;
+  /**
+   * Headers the answer gets when it is written (the gateway's node:http bridge writes them in
+   * the same writeHead), instead of being set on the Response; null: set them on the Response.
+   */
+  late: Record<string, string> | null;
 }
 
 /** A pipeline stage: answers, or hands the request to the stages after it with `next()`. */
@@ -381,7 +388,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       const r = x.observed.record;
       r.status = res.status;
       r.respondedMs = performance.now() - r.startedAt;
-      res.headers.set('server-timing', `gateway;dur=${Math.max(0, r.respondedMs - r.upstreamMs).toFixed(1)}, upstream;dur=${r.upstreamMs.toFixed(1)}`);
+      const timing = `gateway;dur=${Math.max(0, r.respondedMs - r.upstreamMs).toFixed(1)}, upstream;dur=${r.upstreamMs.toFixed(1)}`;
+      if (x.late) x.late['server-timing'] = timing;
+      else res.headers.set('server-timing', timing);
       x.observed.release();
       return res;
     },
@@ -397,7 +406,8 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       try {
         const res = await next();
         // Every answer names its request; authenticated ones carry the rate-limit state.
-        for (const k in x.headers) res.headers.set(k, x.headers[k]!);
+        if (x.late) for (const k in x.headers) x.late[k] = x.headers[k]!;
+        else for (const k in x.headers) res.headers.set(k, x.headers[k]!);
         return res;
       } catch (err) {
         if (hooks.has('onError')) await hooks.run('onError', { error: err, requestId: x.requestId });
@@ -529,7 +539,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     return (x.ctx ??= new Context(x, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs));
   }
 
-  async function handle(request: Request, serverContext: GatewayServerContext): Promise<Response> {
+  /**
+   * Runs one request through the pipeline. `late`: where the answer's gateway headers go when
+   * the caller writes them itself (the node:http bridge); without it they are set on the Response.
+   */
+  async function handle(request: Request, serverContext: GatewayServerContext, late: Record<string, string> | null = null): Promise<Response> {
     // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
     const requestId = `req_${randomUUID().replaceAll('-', '')}`;
     const { path, query } = requestTarget(request, serverContext);
@@ -538,7 +552,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     const routeName = path === healthPath || path === readyPath || path === metricsPath ? path : 'unmatched';
     const record = newRecord(requestId, request.method, routeName, startRequestSpan(request.method));
     const observed = trackRecord(record, observers, (err) => log.error({ msg: 'an observer failed', requestId, err: String(err) }));
-    const x: Exchange = { request, serverContext, requestId, path, query, headers: { 'x-request-id': requestId }, clientIp: '', observed };
+    const x: Exchange = { request, serverContext, requestId, path, query, headers: { 'x-request-id': requestId }, clientIp: '', observed, late };
     inFlight++;
     try {
       return await pipeline(x);
@@ -592,7 +606,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       };
     },
   };
-  return createServerAdapter<GatewayServerContext, typeof base>(base, {
+  const adapter = createServerAdapter<GatewayServerContext, typeof base>(base, {
     plugins: [
       {
         async onDispose() {
@@ -609,4 +623,49 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       },
     ],
   });
+
+  // The gateway's own node:http bridge (see src/http/node-lane.ts) takes /v1 requests handed
+  // over as node's (request, response) pair, unless a plugin is to see the request: a plugin
+  // gets the adapter's full Request.
+  const laneOpen = !(['onRequest', 'onResponse', 'onAuthenticated', 'onUpstreamRequest'] as const).some((h) => hooks.has(h));
+  function nodeLane(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    const late: Record<string, string> = {};
+    return handle(new NodeRequest(req, res) as unknown as Request, { req }, late)
+      .catch((err: unknown) => {
+        log.error({ msg: 'unexpected error', err });
+        return errorResponse(new GatewayError('internal_error', 'Internal error.'), late['x-request-id'] ?? 'unknown');
+      })
+      .then((response) => writeAnswer(req, res, response, late))
+      .catch((err: unknown) => log.error({ msg: 'writing an answer failed', err: String(err) }));
+  }
+  return new Proxy(adapter, {
+    // EventEmitter calls a listener as `listener.apply(server, args)`: the adapter's own proxy
+    // would hand out an `apply` bound to its handler, past this proxy's apply trap.
+    get(target, prop, receiver) {
+      if (prop === 'apply' || prop === 'call' || prop === 'bind') return Function.prototype[prop];
+      return Reflect.get(target, prop, receiver);
+    },
+    apply(target, thisArg, args: unknown[]) {
+      const [req, res] = args;
+      if (laneOpen && args.length === 2 && isNodeExchange(req, res) && req.url?.startsWith(v1Slash)) return nodeLane(req, res as ServerResponse);
+      return Reflect.apply(target, thisArg, args);
+    },
+  });
+}
+
+/** Whether a call's arguments are node:http's request and response (not a framework's next()). */
+function isNodeExchange(req: unknown, res: unknown): req is IncomingMessage & { url?: string } {
+  const r = req as Partial<IncomingMessage> | null;
+  const w = res as Partial<ServerResponse> | null;
+  return (
+    typeof r === 'object' &&
+    r !== null &&
+    typeof r.on === 'function' &&
+    typeof r.read === 'function' &&
+    typeof r.headers === 'object' &&
+    typeof w === 'object' &&
+    w !== null &&
+    typeof w.writeHead === 'function' &&
+    typeof w.end === 'function'
+  );
 }

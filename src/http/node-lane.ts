@@ -1,0 +1,285 @@
+/**
+ * The gateway's own bridge between node:http and its pipeline, for `createServer(gateway)`.
+ *
+ * The server adapter's bridge turns every node request into a full fetch `Request` (a URL,
+ * a Headers object, an abort controller, a body wrapper) and writes every answer back through
+ * a generic path that copies its Headers into the node response; with the promise chains
+ * around them that was about a tenth of the gateway's CPU per call. The pipeline reads little
+ * of a request: its method, a few headers, its body bytes and whether the client went away.
+ * `NodeRequest` answers exactly that from node's own objects, building nothing it is not
+ * asked for, and `writeAnswer` hands an answer's status, headers and body to node:http in one
+ * `writeHead` and one `end` (or a pipe, for a stream).
+ *
+ * Only the parts of a Request the gateway itself uses are here. The gateway sends a request
+ * this way only when no plugin can see it (a plugin gets a real Request) and only under /v1
+ * (the admin API and console read bodies their own way).
+ */
+import type { IncomingMessage, ServerResponse } from 'node:http';
+import type { Readable } from 'node:stream';
+
+/** Request headers read from node's parsed header object (names already lower case). */
+class NodeHeaders {
+  constructor(private readonly raw: IncomingMessage['headers']) {}
+
+  get(name: string): string | null {
+    const v = this.raw[name] ?? this.raw[name.toLowerCase()];
+    if (v === undefined) return null;
+    return typeof v === 'string' ? v : v.join(', ');
+  }
+
+  has(name: string): boolean {
+    return this.get(name) !== null;
+  }
+
+  forEach(fn: (value: string, name: string) => void): void {
+    for (const name in this.raw) {
+      const v = this.get(name);
+      if (v !== null) fn(v, name);
+    }
+  }
+
+  *entries(): IterableIterator<[string, string]> {
+    for (const name in this.raw) {
+      const v = this.get(name);
+      if (v !== null) yield [name, v];
+    }
+  }
+
+  [Symbol.iterator](): IterableIterator<[string, string]> {
+    return this.entries();
+  }
+}
+
+/**
+ * What the pipeline reads of a request, straight from node's IncomingMessage. The abort
+ * signal is made when first asked for and aborts, as the adapter's does, when the response
+ * closes before it finished (the client went away).
+ */
+export class NodeRequest {
+  readonly method: string;
+  readonly headers: NodeHeaders;
+  private controller: AbortController | undefined;
+  private consumed = false;
+
+  constructor(
+    readonly raw: IncomingMessage,
+    private readonly res: ServerResponse,
+  ) {
+    this.method = raw.method ?? 'GET';
+    this.headers = new NodeHeaders(raw.headers);
+  }
+
+  get url(): string {
+    const scheme = (this.raw.socket as { encrypted?: boolean } | null)?.encrypted ? 'https' : 'http';
+    return `${scheme}://${this.raw.headers.host ?? 'localhost'}${this.raw.url ?? '/'}`;
+  }
+
+  get signal(): AbortSignal {
+    if (this.controller) return this.controller.signal;
+    const controller = new AbortController();
+    this.controller = controller;
+    const res = this.res;
+    const gone = () => {
+      if (!res.writableFinished && !controller.signal.aborted) controller.abort(res.errored ?? undefined);
+    };
+    if (res.closed || res.destroyed) gone();
+    else {
+      res.once('close', gone);
+      res.once('error', gone);
+    }
+    return controller.signal;
+  }
+
+  get bodyUsed(): boolean {
+    return this.consumed;
+  }
+
+  /** The whole body, as one Buffer. Rejects when the connection fails or closes before its end. */
+  arrayBuffer(): Promise<Buffer> {
+    this.consumed = true;
+    const req = this.raw;
+    return new Promise((resolve, reject) => {
+      if (req.complete && req.readableEnded) {
+        resolve(Buffer.alloc(0));
+        return;
+      }
+      const parts: Buffer[] = [];
+      const onData = (chunk: Buffer) => parts.push(chunk);
+      const cleanup = () => {
+        req.off('data', onData);
+        req.off('end', onEnd);
+        req.off('error', onError);
+        req.off('close', onClose);
+      };
+      const onEnd = () => {
+        cleanup();
+        resolve(parts.length === 1 ? parts[0]! : Buffer.concat(parts));
+      };
+      const onError = (err: Error) => {
+        cleanup();
+        reject(err);
+      };
+      const onClose = () => {
+        if (req.complete) return;
+        cleanup();
+        reject(new Error('The client closed the connection before the body ended.'));
+      };
+      req.on('data', onData);
+      req.once('end', onEnd);
+      req.once('error', onError);
+      req.once('close', onClose);
+    });
+  }
+
+  async text(): Promise<string> {
+    return (await this.arrayBuffer()).toString('utf8');
+  }
+
+  async json(): Promise<unknown> {
+    return JSON.parse(await this.text()) as unknown;
+  }
+
+  /**
+   * The body as a web stream, for a body without a declared length. Cancelling it (the
+   * gateway does when a body passes the size limit) leaves the socket alone, so the 413 still
+   * reaches the client; the rest of the body is discarded.
+   */
+  get body(): ReadableStream<Uint8Array> | null {
+    if (this.method === 'GET' || this.method === 'HEAD') return null;
+    this.consumed = true;
+    const req = this.raw;
+    let done = false;
+    return new ReadableStream<Uint8Array>(
+      {
+        start(controller) {
+          req.on('data', (chunk: Buffer) => {
+            if (done) return;
+            controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+            if ((controller.desiredSize ?? 1) <= 0) req.pause();
+          });
+          req.once('end', () => {
+            if (done) return;
+            done = true;
+            controller.close();
+          });
+          req.once('error', (err) => {
+            if (done) return;
+            done = true;
+            controller.error(err);
+          });
+          req.once('close', () => {
+            if (done || req.complete) return;
+            done = true;
+            controller.error(new Error('The client closed the connection before the body ended.'));
+          });
+        },
+        pull() {
+          req.resume();
+        },
+        cancel() {
+          done = true;
+          req.resume();
+        },
+      },
+      { highWaterMark: 64 * 1024, size: (chunk) => chunk.byteLength },
+    );
+  }
+}
+
+/** The fields of the server adapter's Response that say what its body is without building a stream. */
+interface AdapterBody {
+  bodyType?: string;
+  bodyInit?: unknown;
+  _buffer?: Buffer;
+}
+
+const isNodeReadable = (v: unknown): v is Readable =>
+  v !== null && typeof v === 'object' && typeof (v as Readable).pipe === 'function' && typeof (v as Readable).read === 'function';
+
+/**
+ * Writes `response` to `res`: status and headers (the answer's own, then `late`, which win)
+ * in one writeHead, then the body: a string or bytes in one `end`, a node stream piped (and
+ * destroyed when the client goes away), a web stream pumped chunk by chunk.
+ */
+export function writeAnswer(req: IncomingMessage, res: ServerResponse, response: Response, late: Record<string, string> | null): void {
+  if (res.closed || res.destroyed || res.writableEnded) return;
+  const headers: Record<string, string | string[]> = {};
+  response.headers.forEach((value, name) => {
+    headers[name] = value;
+  });
+  if (late) for (const k in late) headers[k] = late[k]!;
+  const cookies = response.headers.getSetCookie?.();
+  if (cookies && cookies.length > 0) headers['set-cookie'] = cookies;
+  if (response.statusText) res.writeHead(response.status, response.statusText, headers);
+  else res.writeHead(response.status, headers);
+
+  const own = response as unknown as AdapterBody;
+  if (own.bodyType === 'String' && typeof own.bodyInit === 'string') {
+    res.end(own.bodyInit);
+    return;
+  }
+  if (own._buffer) {
+    res.end(own._buffer);
+    return;
+  }
+  if (own.bodyType === 'Readable' && isNodeReadable(own.bodyInit)) {
+    pipeStream(req, res, own.bodyInit);
+    return;
+  }
+  const body = response.body as unknown;
+  if (body == null) {
+    res.end();
+    return;
+  }
+  if (isNodeReadable(body)) {
+    pipeStream(req, res, body);
+    return;
+  }
+  pumpWebStream(req, res, body as ReadableStream<Uint8Array>);
+}
+
+/** A streamed answer's socket: no idle timeout, no Nagle delay, kept alive (as the adapter does). */
+function configureSocket(req: IncomingMessage): void {
+  req.socket?.setTimeout?.(0);
+  req.socket?.setNoDelay?.(true);
+  req.socket?.setKeepAlive?.(true);
+}
+
+function pipeStream(req: IncomingMessage, res: ServerResponse, body: Readable): void {
+  configureSocket(req);
+  res.once('close', () => body.destroy());
+  body.pipe(res, { end: true });
+}
+
+function pumpWebStream(req: IncomingMessage, res: ServerResponse, body: ReadableStream<Uint8Array>): void {
+  configureSocket(req);
+  const reader = body.getReader();
+  const onClose = () => void reader.cancel().catch(() => undefined);
+  res.once('close', onClose);
+  void (async () => {
+    try {
+      for (;;) {
+        const { done, value } = await reader.read();
+        if (done || res.destroyed) break;
+        if (!res.write(value)) await drained(res);
+      }
+      res.end();
+    } catch (err) {
+      res.destroy(err instanceof Error ? err : new Error(String(err)));
+    } finally {
+      res.off('close', onClose);
+    }
+  })();
+}
+
+function drained(res: ServerResponse): Promise<void> {
+  return new Promise((resolve) => {
+    const done = () => {
+      res.off('drain', done);
+      res.off('close', done);
+      resolve();
+    };
+    res.once('drain', done);
+    res.once('close', done);
+  });
+}
