@@ -24,7 +24,7 @@ const message = z.looseObject({
   content: z.union([z.string(), z.array(part), z.null()]).optional(),
 });
 
-const chatSchema = z.looseObject({
+export const chatSchema = z.looseObject({
   model: z.string().min(1),
   messages: z.array(message).min(1),
   stream: z.boolean().nullable().optional(),
@@ -48,14 +48,65 @@ const chatSchema = z.looseObject({
 
 export type ChatBody = z.infer<typeof chatSchema>;
 
+const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isPositiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
+
+/**
+ * Whether `body` is a chat request of the everyday shape that `chatSchema` surely accepts:
+ * a model, messages with a known role and string, null or typed-part content, and of the
+ * optional fields only the ones checked here (stream, max_tokens, temperature, stream_options).
+ * It answers in a fraction of zod's time; false means "not sure", and zod then decides (and
+ * words the 400), so it may never accept what the schema refuses (a property test holds it to that).
+ */
+export function isEverydayChat(body: Record<string, unknown>): boolean {
+  if (typeof body.model !== 'string' || body.model.length === 0) return false;
+  const messages = body.messages;
+  if (!Array.isArray(messages) || messages.length === 0) return false;
+  for (const m of messages) {
+    if (!isObject(m) || typeof m.role !== 'string' || !ROLES.has(m.role)) return false;
+    const content = m.content;
+    if (content === undefined || content === null || typeof content === 'string') continue;
+    if (!Array.isArray(content)) return false;
+    for (const part of content) if (!isObject(part) || typeof part.type !== 'string') return false;
+  }
+  for (const k in body) {
+    const v = body[k];
+    switch (k) {
+      case 'model':
+      case 'messages':
+        break;
+      case 'stream':
+        if (v !== null && typeof v !== 'boolean') return false;
+        break;
+      case 'max_tokens':
+        if (v !== null && !isPositiveInt(v)) return false;
+        break;
+      case 'temperature':
+        // JSON.parse reads 1e400 as Infinity, which the schema refuses.
+        if (v !== null && !(typeof v === 'number' && Number.isFinite(v))) return false;
+        break;
+      case 'stream_options':
+        if (v !== null && !(isObject(v) && (v.include_usage === undefined || typeof v.include_usage === 'boolean'))) return false;
+        break;
+      default:
+        // Any other field the schema knows goes to zod; one it does not know passes, as in the schema.
+        if (Object.hasOwn(chatSchema.shape, k)) return false;
+    }
+  }
+  return true;
+}
+
 /** Request fields the gateway reads itself and never forwards. */
 const GATEWAY_FIELDS = ['brand', 'knowledge'] as const;
 
 export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
-  const checked = chatSchema.safeParse(body);
-  if (!checked.success) throw zodError(checked.error, body);
+  if (!isEverydayChat(body)) {
+    const checked = chatSchema.safeParse(body);
+    if (!checked.success) throw zodError(checked.error, body);
+  }
   const req = body as ChatBody;
   const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
   const prices = model.text!;
