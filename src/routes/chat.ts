@@ -160,7 +160,10 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
 
   const stream = req.stream === true;
   const plugins = core.hooks.has('onUpstreamRequest');
-  const changes = plugins || stream || injected || 'brand' in req || 'knowledge' in req;
+  // A stream must ask the upstream for its usage chunk (the bill comes from it); a client that
+  // asked for it already needs no rewrite of its body.
+  const addsUsage = stream && req.stream_options?.include_usage !== true;
+  const changes = plugins || addsUsage || injected || 'brand' in req || 'knowledge' in req;
   /** The body for one target: forwarded as it came unless the gateway must change something in it. */
   const bodyFor = async (served: Model): Promise<string | Uint8Array> => {
     if (!changes && served.upstreamModel === model.id) return bytes;
