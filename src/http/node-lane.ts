@@ -51,6 +51,56 @@ class NodeHeaders {
 }
 
 /**
+ * The signal a bridged request aborts through when its client goes away. A native
+ * AbortSignal costs several microseconds to make and to listen on, per call; this one is a
+ * list of listeners. It has what the gateway and undici use of a signal (`aborted`, `reason`,
+ * `onabort`, add and remove `abort` listeners, `throwIfAborted`); code that needs a native one
+ * (a user's upstream client may hand it to fetch) gets one through `nativeSignal`.
+ */
+export class ClientSignal {
+  aborted = false;
+  reason: unknown = undefined;
+  onabort: ((event: Event) => void) | null = null;
+  private listeners: Array<(event: Event) => void> | null = null;
+
+  addEventListener(type: string, listener: ((event: Event) => void) | null): void {
+    if (type === 'abort' && typeof listener === 'function') (this.listeners ??= []).push(listener);
+  }
+
+  removeEventListener(type: string, listener: ((event: Event) => void) | null): void {
+    if (type !== 'abort' || !this.listeners) return;
+    const i = this.listeners.indexOf(listener as (event: Event) => void);
+    if (i !== -1) this.listeners.splice(i, 1);
+  }
+
+  throwIfAborted(): void {
+    if (this.aborted) throw this.reason;
+  }
+
+  /** Aborts once: every listener (each at most once, as `{once: true}` ones) and `onabort` run. */
+  abort(reason?: unknown): void {
+    if (this.aborted) return;
+    this.aborted = true;
+    this.reason = reason ?? new DOMException('This operation was aborted', 'AbortError');
+    const event = new Event('abort');
+    const listeners = this.listeners;
+    this.listeners = null;
+    this.onabort?.(event);
+    if (listeners) for (const l of listeners) l(event);
+  }
+}
+
+/** A native AbortSignal that follows `signal` (itself when it is native). */
+export function nativeSignal(signal: AbortSignal): AbortSignal {
+  if (!(signal instanceof ClientSignal)) return signal;
+  const controller = new AbortController();
+  const follow = signal as unknown as ClientSignal;
+  if (follow.aborted) controller.abort(follow.reason);
+  else follow.addEventListener('abort', () => controller.abort(follow.reason));
+  return controller.signal;
+}
+
+/**
  * What the pipeline reads of a request, straight from node's IncomingMessage. The abort
  * signal is made when first asked for and aborts, as the adapter's does, when the response
  * closes before it finished (the client went away).
@@ -58,7 +108,7 @@ class NodeHeaders {
 export class NodeRequest {
   readonly method: string;
   readonly headers: NodeHeaders;
-  private controller: AbortController | undefined;
+  private clientSignal: ClientSignal | undefined;
   private consumed = false;
 
   constructor(
@@ -75,19 +125,17 @@ export class NodeRequest {
   }
 
   get signal(): AbortSignal {
-    if (this.controller) return this.controller.signal;
-    const controller = new AbortController();
-    this.controller = controller;
+    if (this.clientSignal) return this.clientSignal as unknown as AbortSignal;
+    const signal = new ClientSignal();
+    this.clientSignal = signal;
     const res = this.res;
+    // 'close' follows an 'error' too: one listener sees both.
     const gone = () => {
-      if (!res.writableFinished && !controller.signal.aborted) controller.abort(res.errored ?? undefined);
+      if (!res.writableFinished) signal.abort(res.errored ?? undefined);
     };
     if (res.closed || res.destroyed) gone();
-    else {
-      res.once('close', gone);
-      res.once('error', gone);
-    }
-    return controller.signal;
+    else res.once('close', gone);
+    return signal as unknown as AbortSignal;
   }
 
   get bodyUsed(): boolean {

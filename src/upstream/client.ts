@@ -5,6 +5,7 @@
  */
 import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
+import { nativeSignal } from '../http/node-lane.js';
 import { createFetchUpstream } from './fetch-upstream.js';
 import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type UpstreamCall, type UpstreamResponse, withQuery } from './types.js';
 
@@ -28,7 +29,8 @@ export function customUpstream(name: string, client: UpstreamClient): Upstream {
   return {
     name,
     simulated: false,
-    call: (c) => client.call(c),
+    // A user's client may hand the signal to fetch, which takes only a native AbortSignal.
+    call: (c) => client.call(c.signal ? { ...c, signal: nativeSignal(c.signal) } : c),
     close: async () => {
       await client.close?.();
     },
