@@ -39,7 +39,8 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
  * process. Calls are synchronous underneath, so one process never interleaves two of them;
  * every read-then-write runs in an IMMEDIATE transaction, so it stays atomic even when
  * another process (an admin command of the CLI) writes to the same file. The per-call writes
- * (holds, settles) of one event-loop turn share one transaction and one commit. Rate windows
+ * (holds, settles) of one event-loop turn (of up to a millisecond under load) share one
+ * transaction and one commit. Rate windows
  * are kept in this process's memory (see createSqliteLimits).
  */
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
