@@ -4,6 +4,7 @@
  * a `Response` written back chunk by chunk, so an event stream is never held back.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { bodyStream, drained } from '../../src/http/node-lane.js';
 
 /** What an adapter needs of a Node request; Express's and Fastify's `raw` are both this. */
 export type NodeRequest = IncomingMessage;
@@ -51,44 +52,6 @@ function originOf(req: NodeRequest): string {
 }
 
 /**
- * The request body as a web stream. Unlike `Readable.toWeb`, cancelling it (the gateway does
- * when a body passes the size limit) leaves the socket alone, so the 413 still reaches the
- * client; the rest of the body is discarded and the connection closed after the answer.
- */
-function bodyStream(req: NodeRequest): ReadableStream<Uint8Array> {
-  let done = false;
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        req.on('data', (chunk: Buffer) => {
-          if (done) return;
-          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-          if ((controller.desiredSize ?? 1) <= 0) req.pause();
-        });
-        req.once('end', () => {
-          if (done) return;
-          done = true;
-          controller.close();
-        });
-        req.once('error', (err) => {
-          if (done) return;
-          done = true;
-          controller.error(err);
-        });
-      },
-      pull() {
-        req.resume();
-      },
-      cancel() {
-        done = true;
-        req.resume();
-      },
-    },
-    { highWaterMark: 64 * 1024, size: (chunk) => chunk.byteLength },
-  );
-}
-
-/**
  * Writes `response` to `res`: status, headers, then each body chunk as it comes (an event
  * stream's headers go out at once). Stops reading the body when the client goes away.
  */
@@ -127,16 +90,4 @@ export async function sendResponse(req: NodeRequest, res: ServerResponse, respon
   } finally {
     res.off('close', onClose);
   }
-}
-
-function drained(res: ServerResponse): Promise<void> {
-  return new Promise((resolve) => {
-    const done = () => {
-      res.off('drain', done);
-      res.off('close', done);
-      resolve();
-    };
-    res.once('drain', done);
-    res.once('close', done);
-  });
 }

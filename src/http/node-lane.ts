@@ -195,43 +195,52 @@ export class NodeRequest {
   get body(): ReadableStream<Uint8Array> | null {
     if (this.method === 'GET' || this.method === 'HEAD') return null;
     this.consumed = true;
-    const req = this.raw;
-    let done = false;
-    return new ReadableStream<Uint8Array>(
-      {
-        start(controller) {
-          req.on('data', (chunk: Buffer) => {
-            if (done) return;
-            controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
-            if ((controller.desiredSize ?? 1) <= 0) req.pause();
-          });
-          req.once('end', () => {
-            if (done) return;
-            done = true;
-            controller.close();
-          });
-          req.once('error', (err) => {
-            if (done) return;
-            done = true;
-            controller.error(err);
-          });
-          req.once('close', () => {
-            if (done || req.complete) return;
-            done = true;
-            controller.error(new Error('The client closed the connection before the body ended.'));
-          });
-        },
-        pull() {
-          req.resume();
-        },
-        cancel() {
-          done = true;
-          req.resume();
-        },
-      },
-      { highWaterMark: 64 * 1024, size: (chunk) => chunk.byteLength },
-    );
+    return bodyStream(this.raw);
   }
+}
+
+/**
+ * A node request's body as a web stream. Unlike `Readable.toWeb`, cancelling it (the gateway
+ * does when a body passes the size limit) leaves the socket alone, so the 413 still reaches
+ * the client; the rest of the body is discarded. A connection that closes before the body
+ * ended errors the stream.
+ */
+export function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
+  let done = false;
+  return new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        req.on('data', (chunk: Buffer) => {
+          if (done) return;
+          controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
+          if ((controller.desiredSize ?? 1) <= 0) req.pause();
+        });
+        req.once('end', () => {
+          if (done) return;
+          done = true;
+          controller.close();
+        });
+        req.once('error', (err) => {
+          if (done) return;
+          done = true;
+          controller.error(err);
+        });
+        req.once('close', () => {
+          if (done || req.complete) return;
+          done = true;
+          controller.error(new Error('The client closed the connection before the body ended.'));
+        });
+      },
+      pull() {
+        req.resume();
+      },
+      cancel() {
+        done = true;
+        req.resume();
+      },
+    },
+    { highWaterMark: 64 * 1024, size: (chunk) => chunk.byteLength },
+  );
 }
 
 /** The fields of the server adapter's Response that say what its body is without building a stream. */
@@ -320,7 +329,8 @@ function pumpWebStream(req: IncomingMessage, res: ServerResponse, body: Readable
   })();
 }
 
-function drained(res: ServerResponse): Promise<void> {
+/** Resolves when `res` can take more (or is closed). */
+export function drained(res: ServerResponse): Promise<void> {
   return new Promise((resolve) => {
     const done = () => {
       res.off('drain', done);
