@@ -462,7 +462,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     function authentication(x, next) {
       const key = core.auth.authenticate(x.request.headers.get('authorization'));
       // A cached key is answered synchronously: no await, no microtask turn.
-      return key instanceof Promise ? key.then((k) => authenticated(x, k, next)) : authenticated(x, key, next);
+      return typeof (key as Partial<Promise<ApiKeyRecord>>).then === 'function'
+        ? (key as Promise<ApiKeyRecord>).then((k) => authenticated(x, k, next))
+        : authenticated(x, key as ApiKeyRecord, next);
     },
     // A billable POST counts against its key in the same store step as its hold (one step
     // fewer per call); the limiter still answers 429 before any other answer it would get.
@@ -636,7 +638,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
         return errorResponse(new GatewayError('internal_error', 'Internal error.'), late['x-request-id'] ?? 'unknown');
       })
       .then((response) => writeAnswer(req, res, response, late))
-      .catch((err: unknown) => log.error({ msg: 'writing an answer failed', err: String(err) }));
+      .catch((err: unknown) => {
+        // No answer can be sent now (its head may be out already): end the exchange.
+        log.error({ msg: 'writing an answer failed', err: String(err) });
+        res.destroy(err instanceof Error ? err : new Error(String(err)));
+      });
   }
   return new Proxy(adapter, {
     // EventEmitter calls a listener as `listener.apply(server, args)`: the adapter's own proxy
@@ -653,9 +659,13 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   });
 }
 
-/** Whether a call's arguments are node:http's request and response (not a framework's next()). */
+/**
+ * Whether a call's arguments are node:http's HTTP/1 request, its body still unread, and its
+ * response (not a framework's next(), HTTP/2's compatibility objects, or a request whose body
+ * a middleware already read into `req.body`: the adapter takes those).
+ */
 function isNodeExchange(req: unknown, res: unknown): req is IncomingMessage & { url?: string } {
-  const r = req as Partial<IncomingMessage> | null;
+  const r = req as (Partial<IncomingMessage> & { body?: unknown }) | null;
   const w = res as Partial<ServerResponse> | null;
   return (
     typeof r === 'object' &&
@@ -663,6 +673,9 @@ function isNodeExchange(req: unknown, res: unknown): req is IncomingMessage & { 
     typeof r.on === 'function' &&
     typeof r.read === 'function' &&
     typeof r.headers === 'object' &&
+    r.httpVersionMajor === 1 &&
+    r.body === undefined &&
+    r.readableEnded === false &&
     typeof w === 'object' &&
     w !== null &&
     typeof w.writeHead === 'function' &&

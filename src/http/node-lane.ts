@@ -15,7 +15,7 @@
  * (the admin API and console read bodies their own way).
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
-import type { Readable } from 'node:stream';
+import { pipeline, type Readable } from 'node:stream';
 
 /** Request headers read from node's parsed header object (names already lower case). */
 class NodeHeaders {
@@ -23,8 +23,7 @@ class NodeHeaders {
 
   get(name: string): string | null {
     const v = this.raw[name] ?? this.raw[name.toLowerCase()];
-    if (v === undefined) return null;
-    return typeof v === 'string' ? v : v.join(', ');
+    return typeof v === 'string' ? v : Array.isArray(v) ? v.join(', ') : null;
   }
 
   has(name: string): boolean {
@@ -64,7 +63,10 @@ export class ClientSignal {
   private listeners: Array<(event: Event) => void> | null = null;
 
   addEventListener(type: string, listener: ((event: Event) => void) | null): void {
-    if (type === 'abort' && typeof listener === 'function') (this.listeners ??= []).push(listener);
+    if (type !== 'abort' || typeof listener !== 'function') return;
+    const listeners = (this.listeners ??= []);
+    // As on an EventTarget, the same listener added twice runs once.
+    if (!listeners.includes(listener)) listeners.push(listener);
   }
 
   removeEventListener(type: string, listener: ((event: Event) => void) | null): void {
@@ -77,16 +79,32 @@ export class ClientSignal {
     if (this.aborted) throw this.reason;
   }
 
-  /** Aborts once: every listener (each at most once, as `{once: true}` ones) and `onabort` run. */
+  /**
+   * Aborts once: `onabort` and every listener (each at most once, as `{once: true}` ones) run
+   * as an EventTarget runs them: with the signal as `this` and as the event's target, and a
+   * listener that throws neither stops the others nor the caller (its error is thrown on the
+   * next tick, as an uncaught error).
+   */
   abort(reason?: unknown): void {
     if (this.aborted) return;
     this.aborted = true;
     this.reason = reason ?? new DOMException('This operation was aborted', 'AbortError');
     const event = new Event('abort');
+    Object.defineProperty(event, 'target', { value: this });
+    Object.defineProperty(event, 'currentTarget', { value: this });
     const listeners = this.listeners;
     this.listeners = null;
-    this.onabort?.(event);
-    if (listeners) for (const l of listeners) l(event);
+    const run = (l: (event: Event) => void) => {
+      try {
+        l.call(this, event);
+      } catch (err) {
+        process.nextTick(() => {
+          throw err;
+        });
+      }
+    };
+    if (this.onabort) run(this.onabort);
+    if (listeners) for (const l of listeners) run(l);
   }
 }
 
@@ -133,7 +151,7 @@ export class NodeRequest {
     const gone = () => {
       if (!res.writableFinished) signal.abort(res.errored ?? undefined);
     };
-    if (res.closed || res.destroyed) gone();
+    if (res.closed || res.destroyed || this.raw.destroyed) gone();
     else res.once('close', gone);
     return signal as unknown as AbortSignal;
   }
@@ -147,8 +165,13 @@ export class NodeRequest {
     this.consumed = true;
     const req = this.raw;
     return new Promise((resolve, reject) => {
-      if (req.complete && req.readableEnded) {
+      if (req.readableEnded) {
         resolve(Buffer.alloc(0));
+        return;
+      }
+      // Gone before the body was read: its events have fired already, and will not again.
+      if (req.destroyed) {
+        reject(new Error('The client closed the connection before the body was read.'));
         return;
       }
       const parts: Buffer[] = [];
@@ -210,6 +233,17 @@ export function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
+        // Already over: its events have fired, and will not again.
+        if (req.readableEnded) {
+          done = true;
+          controller.close();
+          return;
+        }
+        if (req.destroyed) {
+          done = true;
+          controller.error(new Error('The client closed the connection before the body was read.'));
+          return;
+        }
         req.on('data', (chunk: Buffer) => {
           if (done) return;
           controller.enqueue(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength));
@@ -302,10 +336,10 @@ function configureSocket(req: IncomingMessage): void {
   req.socket?.setKeepAlive?.(true);
 }
 
+/** Pipes a node stream into the answer; either side failing or closing ends the other. */
 function pipeStream(req: IncomingMessage, res: ServerResponse, body: Readable): void {
   configureSocket(req);
-  res.once('close', () => body.destroy());
-  body.pipe(res, { end: true });
+  pipeline(body, res, () => undefined);
 }
 
 function pumpWebStream(req: IncomingMessage, res: ServerResponse, body: ReadableStream<Uint8Array>): void {

@@ -2,7 +2,7 @@
  * The bridged request's abort signal: what undici and the gateway use of an AbortSignal, and a
  * native signal that follows it for code that needs one (a user's upstream client and fetch).
  */
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import { ClientSignal, nativeSignal } from '../../src/http/node-lane.js';
 
 describe('ClientSignal', () => {
@@ -25,6 +25,31 @@ describe('ClientSignal', () => {
     expect(s.aborted).toBe(true);
     expect(s.reason).toBe(reason);
     expect(() => s.throwIfAborted()).toThrow('client went away');
+  });
+
+  it('runs listeners as an EventTarget does: the signal as this and as the target, duplicates once, a throwing one stops nothing', () => {
+    const s = new ClientSignal();
+    const seen: unknown[] = [];
+    const once = function (this: unknown, e: Event) {
+      seen.push([this === s, e.target === s, e.type]);
+    };
+    s.addEventListener('abort', once);
+    s.addEventListener('abort', once);
+    s.addEventListener('abort', () => {
+      throw new Error('a listener failed');
+    });
+    s.addEventListener('abort', () => seen.push('after the thrower'));
+    // The thrower's error is thrown again on the next tick, as an uncaught error.
+    let later: (() => void) | undefined;
+    const nextTick = vi.spyOn(process, 'nextTick').mockImplementationOnce((fn: () => void) => void (later = fn));
+    try {
+      expect(() => s.abort()).not.toThrow();
+    } finally {
+      nextTick.mockRestore();
+    }
+    expect(seen).toEqual([[true, true, 'abort'], 'after the thrower']);
+    expect(later).toBeTypeOf('function');
+    expect(() => later!()).toThrow('a listener failed');
   });
 
   it('without a reason aborts with an AbortError', () => {

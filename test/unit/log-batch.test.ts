@@ -24,6 +24,16 @@ describe('the default logger batches lines', () => {
     expect(lines.map((l) => JSON.parse(l).i)).toEqual(Array.from({ length: 2000 }, (_, i) => i));
   });
 
+  it('flushLogger writes the open batch before it returns: what the host prints next comes after', () => {
+    for (let run = 0; run < 3; run++) {
+      const lines = linesOf(
+        `import { flushLogger } from './src/observability/logs.ts'; const log = createLogger('info'); for (let i = 0; i < 50; i++) log.info({ msg: 'line', i, pad: 'x'.repeat(500) }); flushLogger(log); process.stdout.write('{"marker":true}\\n'); setTimeout(() => process.exit(0), 50);`,
+      );
+      expect(lines).toHaveLength(51);
+      expect(JSON.parse(lines[50]!)).toEqual({ marker: true });
+    }
+  });
+
   it('writes a lone line after its timer while the process keeps running', () => {
     const lines = linesOf(
       `const log = createLogger('info'); log.info({ msg: 'early' }); setTimeout(() => { process.stdout.write('{"marker":true}\\n'); process.exit(0); }, 400);`,
