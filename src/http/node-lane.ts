@@ -151,7 +151,8 @@ export class NodeRequest {
     const gone = () => {
       if (!res.writableFinished) signal.abort(res.errored ?? undefined);
     };
-    if (res.closed || res.destroyed || this.raw.destroyed) gone();
+    // The response, not the request: node destroys a request once its body has been read.
+    if (res.closed || res.destroyed) gone();
     else res.once('close', gone);
     return signal as unknown as AbortSignal;
   }
