@@ -101,6 +101,9 @@ export async function failoverScenario(opts: FailoverInput): Promise<void> {
     const each = chatCost(usage.prompt_tokens, usage.completion_tokens);
     for (const e of ledger) expect(e.cost).toBe(each);
     expect(await stores.billing.wallet(ACCOUNT)).toEqual({ balance: before - each * BigInt(succeeded.length), held: 0n });
+    // The store reports healthy again once every node's view of the cluster has caught up
+    // with the promotion (gossip can trail the first calls the new primary serves).
+    await eventually(() => stores.ping!().then(() => true, () => false), 'the store to report healthy', 15_000);
     await expect(stores.ping!()).resolves.toBeUndefined();
   } finally {
     await gateway.dispose();

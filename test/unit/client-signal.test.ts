@@ -31,7 +31,7 @@ describe('ClientSignal', () => {
     const s = new ClientSignal();
     const seen: unknown[] = [];
     const once = function (this: unknown, e: Event) {
-      seen.push([this === s, e.target === s, e.type]);
+      seen.push([this === s, (e.target as unknown) === s, e.type]);
     };
     s.addEventListener('abort', once);
     s.addEventListener('abort', once);
@@ -41,7 +41,7 @@ describe('ClientSignal', () => {
     s.addEventListener('abort', () => seen.push('after the thrower'));
     // The thrower's error is thrown again on the next tick, as an uncaught error.
     let later: (() => void) | undefined;
-    const nextTick = vi.spyOn(process, 'nextTick').mockImplementationOnce((fn: () => void) => void (later = fn));
+    const nextTick = vi.spyOn(process, 'nextTick').mockImplementationOnce((fn) => void (later = fn as () => void));
     try {
       expect(() => s.abort()).not.toThrow();
     } finally {
