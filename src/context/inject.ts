@@ -18,6 +18,9 @@ export interface ContextFields {
   knowledge?: string | string[] | undefined;
 }
 
+/** The request fields the gateway reads itself (ContextFields) and never forwards upstream. */
+export const CONTEXT_FIELDS = ['brand', 'knowledge'] as const;
+
 interface AccountIndex {
   version: number;
   index: KnowledgeIndex;

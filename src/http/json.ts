@@ -105,4 +105,3 @@ export function jsonText(status: number, text: string, headers?: Record<string, 
     headers: withHeaders({ 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(text)) }, headers),
   });
 }
-

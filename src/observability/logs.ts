@@ -159,9 +159,8 @@ export interface LineDestination {
  * disposed, so its last lines come before whatever the host process prints next.
  */
 export function flushLogger(log: Logger): void {
-  const destination = destinations.get(log);
   try {
-    destination?.flushSync?.();
+    destinations.get(log)?.flushSync?.();
   } catch {
     // A destination that cannot write now keeps its lines for pino's exit flush.
   }

@@ -6,6 +6,7 @@ import { listCost } from '../billing/pricing.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
 import type { Core, RequestContext } from '../core.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
@@ -97,9 +98,6 @@ export function isEverydayChat(body: Record<string, unknown>): boolean {
   return true;
 }
 
-/** Request fields the gateway reads itself and never forwards. */
-const GATEWAY_FIELDS = ['brand', 'knowledge'] as const;
-
 export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
@@ -168,7 +166,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
   const bodyFor = async (served: Model): Promise<string | Uint8Array> => {
     if (!changes && served.upstreamModel === model.id) return bytes;
     // The gateway's own fields (brand, knowledge) never go upstream.
-    const out = withoutFields(body, GATEWAY_FIELDS);
+    const out = withoutFields(body, CONTEXT_FIELDS);
     out.model = served.upstreamModel;
     out.messages = messages;
     if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };

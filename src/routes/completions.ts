@@ -7,6 +7,7 @@
  */
 import { z } from 'zod';
 import type { Core, RequestContext } from '../core.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { completionText } from '../billing/output.js';
@@ -53,7 +54,7 @@ export async function createCompletion(core: Core, ctx: RequestContext): Promise
   const checked = completionsSchema.safeParse(body);
   if (!checked.success) throw zodError(checked.error, body);
   const req = checked.data;
-  for (const field of ['brand', 'knowledge'] as const) {
+  for (const field of CONTEXT_FIELDS) {
     if (field in body) {
       throw new GatewayError('invalid_request', `'${field}' is supported on /chat/completions and /responses, not on legacy completions.`, {
         param: field,

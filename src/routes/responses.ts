@@ -10,6 +10,7 @@ import { z } from 'zod';
 import { responseEventText, responseOutputText } from '../billing/output.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Core, RequestContext } from '../core.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
@@ -96,7 +97,7 @@ export async function createResponse(core: Core, ctx: RequestContext): Promise<R
   const call = await openTokenCall(core, ctx, model, { bound, estimate: promptTokens, maxOutput });
 
   // The gateway's own fields (brand, knowledge) never go upstream.
-  const out = withoutFields(body, ['brand', 'knowledge']);
+  const out = withoutFields(body, CONTEXT_FIELDS);
   out.model = model.upstreamModel;
   if (injected) out.instructions = instructions;
   const unchanged = !injected && model.upstreamModel === model.id && !('brand' in body) && !('knowledge' in body);
