@@ -154,6 +154,56 @@ if (unreachable !== null) {
       }
     });
 
+    it("one account's concurrent operations share calls, and a settle the database refuses fails alone", async () => {
+      const stores = await open(2);
+      try {
+        const a = await account(stores, 100n * 7_000n);
+        const holds = Array.from({ length: 40 }, () => hold(a, 7_000n));
+        await Promise.all(holds.map((h) => stores.billing.placeHold(h)));
+        // The ledger's CHECK refuses this `measured`: its batch is retried one by one.
+        const bad = settleReq(a, holds[7]!.holdId, 5_000n);
+        bad.entry.measured = 'guessed' as never;
+        const results = await Promise.allSettled(
+          holds.map((h, i) => (i === 7 ? stores.billing.settle(bad) : stores.billing.settle(settleReq(a, h.holdId, 5_000n)))),
+        );
+        expect(results.filter((r) => r.status === 'rejected')).toHaveLength(1);
+        expect((results[7] as PromiseRejectedResult).reason).toBeInstanceOf(PostgresStoreError);
+        for (const [i, r] of results.entries()) if (i !== 7) expect(r).toEqual({ status: 'fulfilled', value: { settled: true, charged: 5_000n, held: 7_000n } });
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 700_000n - 39n * 5_000n, held: 7_000n });
+        expect(await stores.billing.ledger(a.accountId)).toHaveLength(39);
+        // The refused settle lands once it is well-formed (as a journal replay would).
+        expect(await stores.billing.settle(settleReq(a, holds[7]!.holdId, 5_000n))).toEqual({ settled: true, charged: 5_000n, held: 7_000n });
+      } finally {
+        await stores.close();
+      }
+    });
+
+    it('a batch with a settle commits synchronously; holds, hits and releases alone commit asynchronously', async () => {
+      const stores = await open(1);
+      const sql = postgres(POSTGRES_URL, { max: 1, onnotice: () => {} });
+      try {
+        const a = await account(stores, 10_000n);
+        const op = (o: Record<string, unknown>) => ({ hold: uid('hold'), key: a.keyId, month: MONTH, ...o });
+        const holdOp = (id: string) => op({ op: 'hold', hold: id, amount: '100', cap: null, ttl: 60_000 });
+        const settleOp = (id: string) =>
+          op({ op: 'settle', hold: id, cost: '50', id, model: 'm', units: { kind: 'tokens' }, measured: 'usage', upstream: null, at: 1 });
+        const commitMode = async (ops: unknown[]) =>
+          sql.begin(async (tx) => {
+            await tx.unsafe(`SELECT "${SCHEMA}".mg_account_batch($1, $2::text::jsonb)`, [a.accountId, JSON.stringify(ops)]);
+            const [row] = await tx.unsafe<{ mode: string }[]>(`SELECT current_setting('synchronous_commit') AS mode`);
+            return row?.mode;
+          });
+        expect(await commitMode([holdOp('h1'), holdOp('h2')])).toBe('off');
+        expect(await commitMode([op({ op: 'release', hold: 'h2' })])).toBe('off');
+        expect(await commitMode([holdOp('h3'), settleOp('h1'), holdOp('h4')])).toBe('on');
+        expect(await commitMode([settleOp('h3')])).toBe('on');
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 9_900n, held: 100n });
+      } finally {
+        await sql.end();
+        await stores.close();
+      }
+    });
+
     it('amounts past 2^53 stay exact (BIGINT columns, decimal strings on the wire)', async () => {
       const stores = await open();
       try {

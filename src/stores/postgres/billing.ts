@@ -17,7 +17,8 @@ import type {
   WalletView,
   WindowHit,
 } from '../types.js';
-import { big, int32, num, type PgContext, whole } from './connection.js';
+import { big, int32, isStatementError, num, type PgContext, whole } from './connection.js';
+import { Lanes } from './lanes.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -34,16 +35,31 @@ interface LedgerRow {
   at: bigint;
 }
 
-interface HoldRow {
-  o_ok: boolean;
-  o_source: string | null;
-  o_available: bigint | null;
+/** An operation in an account's batch, as mg_account_batch reads it. */
+type AccountOp = { op: 'hold' | 'hit_hold' | 'settle' | 'release' } & Record<string, unknown>;
+/** Its answer: the fields of the operation's own function, bigints as decimal strings. */
+type AccountResult = Record<string, unknown>;
+
+interface HoldOut {
+  ok?: boolean | null;
+  source?: string | null;
+  available?: string | null;
+}
+interface HitHoldOut extends HoldOut {
+  allowed?: boolean | null;
+  remaining?: number | null;
+  reset?: string | null;
+}
+interface SettleOut {
+  settled?: boolean;
+  charged?: string;
+  held?: string;
 }
 
-function holdResult(r: HoldRow | undefined): HoldResult {
-  if (r?.o_ok) return { ok: true };
-  const limitSource = r?.o_source === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
-  return { ok: false, limitSource, available: big(r?.o_available) };
+function holdResult(r: HoldOut): HoldResult {
+  if (r.ok === true) return { ok: true };
+  const limitSource = r.source === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
+  return { ok: false, limitSource, available: big(r.available) };
 }
 
 const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at';
@@ -65,58 +81,59 @@ function ledgerEntry(r: LedgerRow): LedgerEntry {
   return e;
 }
 
+/** What one hold asks of the account's batch (money as decimal strings). */
+function holdOp(req: HoldRequest) {
+  return {
+    hold: req.holdId,
+    key: req.keyId,
+    amount: req.amount.toString(),
+    cap: req.monthlyCap === null ? null : req.monthlyCap.toString(),
+    month: req.month,
+    ttl: whole(req.ttlMs),
+  };
+}
+
 /**
- * Billing on PostgreSQL: placeHold, settle and release are one function call each (see
- * migrations.ts), atomic under the account's wallet row lock; hitAndPlaceHold is the limit
- * store's window hit and placeHold in one call. Money travels as decimal strings cast to
- * bigint, so no amount ever passes through a float.
+ * Billing on PostgreSQL: placeHold, settle, release and hitAndPlaceHold (the limit store's
+ * window hit and a hold in one step) go through the account's lane (see lanes.ts): one call
+ * to mg_account_batch (migrations.ts) carries every such operation of the account that
+ * arrived while its previous call ran, atomic under the account's wallet row lock. Money
+ * travels as decimal strings cast to bigint, so no amount ever passes through a float.
  */
 export function createPostgresBilling(ctx: PgContext, sweep: () => void, windowsId: symbol): BillingStore {
   const { s } = ctx;
+  const accounts = new Lanes<AccountOp, AccountResult>(
+    (accountId, ops) =>
+      ctx
+        .one<{ out: AccountResult[] }>('billing batch', `SELECT ${s}.mg_account_batch($1, $2::text::jsonb) AS out`, [
+          accountId,
+          JSON.stringify(ops),
+        ])
+        .then((r) => r?.out ?? []),
+    isStatementError,
+  );
 
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
       sweep();
-      const r = await ctx.one<HoldRow>(
-        'placeHold',
-        `SELECT * FROM ${s}.mg_place_hold($1, $2, $3, $4::bigint, $5::bigint, $6, $7::bigint)`,
-        [
-          req.accountId,
-          req.holdId,
-          req.keyId,
-          req.amount.toString(),
-          req.monthlyCap === null ? null : req.monthlyCap.toString(),
-          req.month,
-          Math.max(0, Math.floor(req.ttlMs)),
-        ],
-      );
-      return holdResult(r);
+      return holdResult((await accounts.submit(req.accountId, { op: 'hold', ...holdOp(req) })) as HoldOut);
     },
 
     windowsId,
     async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
       if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
       sweep();
-      const r = await ctx.one<HoldRow & { o_allowed: boolean; o_remaining: number; o_reset: bigint }>(
-        'hitAndPlaceHold',
-        `SELECT * FROM ${s}.mg_hit_place_hold($1, $2::integer, $3::bigint, $4, $5, $6, $7::bigint, $8::bigint, $9, $10::bigint)`,
-        [
-          hit.bucket,
-          int32(hit.limit),
-          whole(hit.windowMs),
-          req.accountId,
-          req.holdId,
-          req.keyId,
-          req.amount.toString(),
-          req.monthlyCap === null ? null : req.monthlyCap.toString(),
-          req.month,
-          whole(req.ttlMs),
-        ],
-      );
-      const allowed = r?.o_allowed === true;
+      const r = (await accounts.submit(req.accountId, {
+        op: 'hit_hold',
+        bucket: hit.bucket,
+        limit: int32(hit.limit),
+        window: whole(hit.windowMs),
+        ...holdOp(req),
+      })) as HitHoldOut;
+      const allowed = r.allowed === true;
       return {
-        window: { allowed, limit: hit.limit, remaining: num(r?.o_remaining), resetMs: num(r?.o_reset) },
+        window: { allowed, limit: hit.limit, remaining: num(r.remaining), resetMs: num(r.reset) },
         hold: allowed ? holdResult(r) : null,
       };
     },
@@ -134,30 +151,26 @@ export function createPostgresBilling(ctx: PgContext, sweep: () => void, windows
     async settle(req: SettleRequest): Promise<SettleResult> {
       if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
       const e = req.entry;
-      const r = await ctx.one<{ o_settled: boolean; o_charged: bigint; o_held: bigint }>(
-        'settle',
-        `SELECT * FROM ${s}.mg_settle($1, $2, $3, $4::bigint, $5, $6, $7, $8::text::jsonb, $9, $10, $11::bigint)`,
-        [
-          req.accountId,
-          req.holdId,
-          // A caller that predates SettleRequest.month: the month the settle lands in.
-          req.month ?? new Date().toISOString().slice(0, 7),
-          req.cost.toString(),
-          e.id,
-          e.keyId,
-          e.model,
-          JSON.stringify(e.units),
-          e.measured ?? null,
-          e.upstream ?? null,
-          e.at,
-        ],
-      );
-      return r?.o_settled ? { settled: true, charged: big(r.o_charged), held: big(r.o_held) } : { settled: false, charged: 0n };
+      const r = (await accounts.submit(req.accountId, {
+        op: 'settle',
+        hold: req.holdId,
+        // A caller that predates SettleRequest.month: the month the settle lands in.
+        month: req.month ?? new Date().toISOString().slice(0, 7),
+        cost: req.cost.toString(),
+        id: e.id,
+        key: e.keyId,
+        model: e.model,
+        units: e.units,
+        measured: e.measured ?? null,
+        upstream: e.upstream ?? null,
+        at: e.at,
+      })) as SettleOut;
+      return r.settled === true ? { settled: true, charged: big(r.charged), held: big(r.held) } : { settled: false, charged: 0n };
     },
 
     async release(accountId: string, holdId: string): Promise<boolean> {
-      const r = await ctx.one<{ released: boolean }>('release', `SELECT ${s}.mg_release($1, $2) AS released`, [accountId, holdId]);
-      return r?.released === true;
+      const r = (await accounts.submit(accountId, { op: 'release', hold: holdId })) as { released?: boolean };
+      return r.released === true;
     },
 
     async topUp(accountId: string, amount: bigint): Promise<bigint> {

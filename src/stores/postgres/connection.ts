@@ -67,3 +67,12 @@ export const whole = (n: number) => (Number.isNaN(n) ? 0 : Math.max(0, Math.min(
 
 /** The limit and cap columns are integers; an "unlimited" Infinity is clamped to their top. */
 export const int32 = (n: number) => Math.min(whole(n), 2_147_483_647);
+
+/**
+ * Whether a failed statement was refused by PostgreSQL for what it asked (a constraint, a bad
+ * value, a timeout), as against a connection that failed: the server answered with an error.
+ */
+export function isStatementError(err: unknown): boolean {
+  const cause = (err as { cause?: unknown })?.cause ?? err;
+  return typeof (cause as { severity?: unknown })?.severity === 'string';
+}

@@ -1,23 +1,32 @@
 import type { LimitStore, WindowResult } from '../types.js';
-import { int32, num, type PgContext, whole } from './connection.js';
+import { int32, isStatementError, num, type PgContext, whole } from './connection.js';
+import { Lanes } from './lanes.js';
 
 /**
- * Rate windows and lease pools on PostgreSQL: `hit` and `acquireLease` are one function call
- * each under an advisory lock on the bucket or pool; renew, release and count are single
- * statements.
+ * Rate windows and lease pools on PostgreSQL: `hit` (batched per bucket) and `acquireLease`
+ * are one function call each under an advisory lock on the bucket or pool; renew, release and
+ * count are single statements.
  */
 export function createPostgresLimits(ctx: PgContext, sweep: () => void, windowsId: symbol): LimitStore {
   const { s } = ctx;
+  // A bucket's hits go through its lane (see lanes.ts): the hits that arrive while one call
+  // for the bucket runs go together in the next, one mg_hits call, counted in arrival order.
+  const buckets = new Lanes<[number, number], [boolean | null, number | null, string | null]>(
+    (bucket, hits) =>
+      ctx
+        .one<{ out: [boolean | null, number | null, string | null][] }>('hit', `SELECT ${s}.mg_hits($1, $2::text::jsonb) AS out`, [
+          bucket,
+          JSON.stringify(hits),
+        ])
+        .then((r) => r?.out ?? []),
+    isStatementError,
+  );
   return {
     windowsId,
     async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
       sweep();
-      const r = await ctx.one<{ o_allowed: boolean; o_remaining: number; o_reset: bigint }>(
-        'hit',
-        `SELECT * FROM ${s}.mg_hit($1, $2::integer, $3::bigint)`,
-        [bucket, int32(limit), whole(windowMs)],
-      );
-      return { allowed: r?.o_allowed === true, limit, remaining: num(r?.o_remaining), resetMs: num(r?.o_reset) };
+      const [allowed, remaining, reset] = await buckets.submit(bucket, [int32(limit), whole(windowMs)]);
+      return { allowed: allowed === true, limit, remaining: num(remaining), resetMs: num(reset) };
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {

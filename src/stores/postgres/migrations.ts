@@ -420,6 +420,72 @@ BEGIN
     FROM ${s}.mg_place_hold(p_account, p_hold, p_key, p_amount, p_cap, p_month, p_ttl) p;
 END $$;
 `,
+  // 5: batches. An instance sends one account's holds, settles and releases (and one bucket's
+  // window hits) that arrive while its previous call for that account (or bucket) runs as one
+  // call: one round trip, one transaction and one commit for them all, run in arrival order
+  // exactly as if sent one by one. Without this, fifty calls of one account queue in the
+  // database on its wallet row and window lock, a settle holding the row through its disk
+  // flush, and an account manages a few hundred calls per second.
+  // Lock order stays the one mg_hit_place_hold uses: every window lock the batch needs, in
+  // sorted order, then the wallet row; nothing takes them the other way round.
+  // Money travels as decimal strings in the JSON, never as JSON numbers.
+  (s, lockPrefix) => `
+CREATE FUNCTION ${s}.mg_account_batch(p_account text, p_ops jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  -- Holds, hits and releases ask for an asynchronous commit; a settle in the batch makes the
+  -- whole batch commit as a settle alone would.
+  v_commit text := current_setting('synchronous_commit');
+  v_settles boolean := false;
+  v_out jsonb := '[]'::jsonb;
+  v_op jsonb;
+  v_bucket text;
+  r record;
+BEGIN
+  FOR v_bucket IN
+    SELECT DISTINCT e ->> 'bucket' FROM jsonb_array_elements(p_ops) e WHERE e ->> 'op' = 'hit_hold' ORDER BY 1
+  LOOP
+    PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || v_bucket, 0));
+  END LOOP;
+  PERFORM ${s}.mg_lock_wallet(p_account);
+  FOR v_op IN SELECT e FROM jsonb_array_elements(p_ops) e LOOP
+    CASE v_op ->> 'op'
+    WHEN 'hold' THEN
+      SELECT * INTO r FROM ${s}.mg_place_hold(p_account, v_op ->> 'hold', v_op ->> 'key', (v_op ->> 'amount')::bigint,
+        (v_op ->> 'cap')::bigint, v_op ->> 'month', (v_op ->> 'ttl')::bigint);
+      v_out := v_out || jsonb_build_array(jsonb_build_object('ok', r.o_ok, 'source', r.o_source, 'available', r.o_available::text));
+    WHEN 'hit_hold' THEN
+      SELECT * INTO r FROM ${s}.mg_hit_place_hold(v_op ->> 'bucket', (v_op ->> 'limit')::integer, (v_op ->> 'window')::bigint,
+        p_account, v_op ->> 'hold', v_op ->> 'key', (v_op ->> 'amount')::bigint, (v_op ->> 'cap')::bigint, v_op ->> 'month',
+        (v_op ->> 'ttl')::bigint);
+      v_out := v_out || jsonb_build_array(jsonb_build_object('allowed', r.o_allowed, 'remaining', r.o_remaining,
+        'reset', r.o_reset::text, 'ok', r.o_ok, 'source', r.o_source, 'available', r.o_available::text));
+    WHEN 'settle' THEN
+      v_settles := true;
+      SELECT * INTO r FROM ${s}.mg_settle(p_account, v_op ->> 'hold', v_op ->> 'month', (v_op ->> 'cost')::bigint,
+        v_op ->> 'id', v_op ->> 'key', v_op ->> 'model', v_op -> 'units', v_op ->> 'measured', v_op ->> 'upstream',
+        (v_op ->> 'at')::bigint);
+      v_out := v_out || jsonb_build_array(jsonb_build_object('settled', r.o_settled, 'charged', r.o_charged::text, 'held', r.o_held::text));
+    WHEN 'release' THEN
+      v_out := v_out || jsonb_build_array(jsonb_build_object('released', ${s}.mg_release(p_account, v_op ->> 'hold')));
+    END CASE;
+  END LOOP;
+  IF v_settles THEN
+    PERFORM set_config('synchronous_commit', v_commit, true);
+  END IF;
+  RETURN v_out;
+END $$;
+
+-- One bucket's window hits, in order, in one call: [[limit, window ms], ...] -> [[allowed, remaining, reset ms], ...].
+CREATE FUNCTION ${s}.mg_hits(p_bucket text, p_hits jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE v_out jsonb := '[]'::jsonb; v_hit jsonb; r record;
+BEGIN
+  FOR v_hit IN SELECT e FROM jsonb_array_elements(p_hits) e LOOP
+    SELECT * INTO r FROM ${s}.mg_hit(p_bucket, (v_hit ->> 0)::integer, (v_hit ->> 1)::bigint);
+    v_out := v_out || jsonb_build_array(jsonb_build_array(r.o_allowed, r.o_remaining, r.o_reset::text));
+  END LOOP;
+  RETURN v_out;
+END $$;
+`,
 ];
 
 /**
