@@ -7,6 +7,8 @@
  * The operations that must be atomic are plpgsql functions, one round trip each:
  * - Money (placeHold, settle, release) first locks the account's wallet row (FOR UPDATE), so
  *   one account's holds and settles run one at a time and every check reads what it writes.
+ *   Since migration 5 an instance sends them in batches (mg_account_batch): the operations of
+ *   one account that arrived while its previous call ran, in one transaction, in order.
  *   Holding that lock also orders the account's ledger seqs by commit, so paging by seq
  *   never skips an entry.
  * - Rate windows and lease pools take a transaction-scoped advisory lock on the bucket or
@@ -430,7 +432,75 @@ END $$;
   // sorted order, then the wallet row; nothing takes them the other way round.
   // Money travels as decimal strings in the JSON, never as JSON numbers.
   (s, lockPrefix) => `
-CREATE FUNCTION ${s}.mg_account_batch(p_account text, p_ops jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+-- One bucket's window hits at time p_t, in order, under the bucket's lock (the caller's
+-- transaction may already hold it): [[limit, window ms], ...] -> [[allowed, remaining, reset
+-- ms], ...], each counted as mg_hit would count it at p_t. Hits that share one window (the
+-- usual case) cost one trim, one count and one insert for them all.
+CREATE FUNCTION ${s}.mg_hits_at(p_bucket text, p_hits jsonb, p_t bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
+DECLARE
+  v_out jsonb := '[]'::jsonb;
+  v_hit jsonb;
+  r record;
+  v_window bigint;
+  v_left integer;
+  v_n integer;
+  v_limit integer;
+  v_added integer := 0;
+  v_oldest bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
+  IF (SELECT count(DISTINCT e ->> 1) FROM jsonb_array_elements(p_hits) e) > 1 THEN
+    FOR v_hit IN SELECT e FROM jsonb_array_elements(p_hits) e LOOP
+      SELECT * INTO r FROM ${s}.mg_hit(p_bucket, (v_hit ->> 0)::integer, (v_hit ->> 1)::bigint);
+      v_out := v_out || jsonb_build_array(jsonb_build_array(r.o_allowed, r.o_remaining, r.o_reset::text));
+    END LOOP;
+    RETURN v_out;
+  END IF;
+  v_window := (p_hits -> 0 ->> 1)::bigint;
+  DELETE FROM ${s}.rate_hits WHERE bucket = p_bucket AND at <= p_t - v_window;
+  GET DIAGNOSTICS v_left = ROW_COUNT;
+  SELECT hits INTO v_n FROM ${s}.rate_windows WHERE bucket = p_bucket;
+  v_n := coalesce(v_n, 0) - v_left;
+  SELECT min(at) INTO v_oldest FROM ${s}.rate_hits WHERE bucket = p_bucket;
+  FOR v_hit IN SELECT e FROM jsonb_array_elements(p_hits) e LOOP
+    v_limit := (v_hit ->> 0)::integer;
+    IF v_n < v_limit THEN
+      v_n := v_n + 1;
+      v_added := v_added + 1;
+      v_oldest := coalesce(v_oldest, p_t);
+      v_out := v_out || jsonb_build_array(jsonb_build_array(true, v_limit - v_n, greatest(0, v_oldest + v_window - p_t)::text));
+    ELSE
+      v_out := v_out || jsonb_build_array(jsonb_build_array(false, 0,
+        (CASE WHEN v_oldest IS NULL THEN 0 ELSE greatest(0, v_oldest + v_window - p_t) END)::text));
+    END IF;
+  END LOOP;
+  IF v_added > 0 THEN
+    INSERT INTO ${s}.rate_hits (bucket, at) SELECT p_bucket, p_t FROM generate_series(1, v_added);
+  END IF;
+  INSERT INTO ${s}.rate_windows AS w (bucket, hits, until)
+    VALUES (p_bucket, v_n, CASE WHEN v_added > 0 THEN p_t + v_window ELSE 0 END)
+    ON CONFLICT (bucket) DO UPDATE SET hits = excluded.hits, until = greatest(w.until, excluded.until);
+  RETURN v_out;
+END $$;
+
+-- One bucket's window hits, in order, in one call (see mg_hits_at).
+CREATE FUNCTION ${s}.mg_hits(p_bucket text, p_hits jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
+  RETURN ${s}.mg_hits_at(p_bucket, p_hits, ${s}.mg_now());
+END $$;
+
+-- An account's holds ('hold', and 'hit_hold': a key's window hit, then the hold if the window
+-- allowed it), settles and releases, in order, with the steps and answers of mg_place_hold,
+-- mg_hit_place_hold, mg_settle and mg_release (which instances of earlier versions still
+-- call one at a time). The batch reads the clock once, drops the account's expired holds and
+-- sums what it holds once, counts each bucket's hits together, and writes the wallet and the
+-- keys' spend once at its end; each operation keeps the running balance, held and spend.
+CREATE INDEX holds_account_expiry ON ${s}.holds (account_id, expires_at);
+
+CREATE FUNCTION ${s}.mg_account_batch(p_account text, p_ops jsonb) RETURNS jsonb LANGUAGE plpgsql
+SET enable_bitmapscan = off AS $$
 DECLARE
   -- Holds, hits and releases ask for an asynchronous commit; a settle in the batch makes the
   -- whole batch commit as a settle alone would.
@@ -438,51 +508,162 @@ DECLARE
   v_settles boolean := false;
   v_out jsonb := '[]'::jsonb;
   v_op jsonb;
+  v_i bigint;
+  v_kind text;
   v_bucket text;
-  r record;
+  v_hits jsonb;
+  v_at bigint[];
+  v_windows jsonb := '{}'::jsonb;
+  v_t bigint;
+  v_balance bigint;
+  v_debit bigint := 0;
+  v_held bigint;
+  -- What this batch adds to each key's monthly spend: {key: {month: "amount"}}.
+  v_spend jsonb := '{}'::jsonb;
+  v_key text;
+  v_month text;
+  v_hold text;
+  v_amount bigint;
+  v_cap bigint;
+  v_room bigint;
+  v_cost bigint;
+  v_hold_amount bigint;
+  v_hold_month text;
+  v_expires bigint;
+  v_res jsonb;
+  v_dropped boolean;
 BEGIN
+  -- Every window lock the batch needs, in sorted order, then the wallet row.
   FOR v_bucket IN
     SELECT DISTINCT e ->> 'bucket' FROM jsonb_array_elements(p_ops) e WHERE e ->> 'op' = 'hit_hold' ORDER BY 1
   LOOP
     PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || v_bucket, 0));
   END LOOP;
-  PERFORM ${s}.mg_lock_wallet(p_account);
-  FOR v_op IN SELECT e FROM jsonb_array_elements(p_ops) e LOOP
-    CASE v_op ->> 'op'
-    WHEN 'hold' THEN
-      SELECT * INTO r FROM ${s}.mg_place_hold(p_account, v_op ->> 'hold', v_op ->> 'key', (v_op ->> 'amount')::bigint,
-        (v_op ->> 'cap')::bigint, v_op ->> 'month', (v_op ->> 'ttl')::bigint);
-      v_out := v_out || jsonb_build_array(jsonb_build_object('ok', r.o_ok, 'source', r.o_source, 'available', r.o_available::text));
-    WHEN 'hit_hold' THEN
-      SELECT * INTO r FROM ${s}.mg_hit_place_hold(v_op ->> 'bucket', (v_op ->> 'limit')::integer, (v_op ->> 'window')::bigint,
-        p_account, v_op ->> 'hold', v_op ->> 'key', (v_op ->> 'amount')::bigint, (v_op ->> 'cap')::bigint, v_op ->> 'month',
-        (v_op ->> 'ttl')::bigint);
-      v_out := v_out || jsonb_build_array(jsonb_build_object('allowed', r.o_allowed, 'remaining', r.o_remaining,
-        'reset', r.o_reset::text, 'ok', r.o_ok, 'source', r.o_source, 'available', r.o_available::text));
-    WHEN 'settle' THEN
-      v_settles := true;
-      SELECT * INTO r FROM ${s}.mg_settle(p_account, v_op ->> 'hold', v_op ->> 'month', (v_op ->> 'cost')::bigint,
-        v_op ->> 'id', v_op ->> 'key', v_op ->> 'model', v_op -> 'units', v_op ->> 'measured', v_op ->> 'upstream',
-        (v_op ->> 'at')::bigint);
-      v_out := v_out || jsonb_build_array(jsonb_build_object('settled', r.o_settled, 'charged', r.o_charged::text, 'held', r.o_held::text));
-    WHEN 'release' THEN
-      v_out := v_out || jsonb_build_array(jsonb_build_object('released', ${s}.mg_release(p_account, v_op ->> 'hold')));
-    END CASE;
+  v_balance := ${s}.mg_lock_wallet(p_account);
+  v_t := ${s}.mg_now();
+  -- Each bucket's hits, counted together: {"<op index>": [allowed, remaining, reset], ...}.
+  FOR v_bucket IN
+    SELECT DISTINCT e ->> 'bucket' FROM jsonb_array_elements(p_ops) e WHERE e ->> 'op' = 'hit_hold'
+  LOOP
+    SELECT jsonb_agg(jsonb_build_array((e ->> 'limit')::integer, (e ->> 'window')::bigint) ORDER BY i), array_agg(i ORDER BY i)
+      INTO v_hits, v_at
+      FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS x(e, i) WHERE e ->> 'op' = 'hit_hold' AND e ->> 'bucket' = v_bucket;
+    v_hits := ${s}.mg_hits_at(v_bucket, v_hits, v_t);
+    FOR j IN 1 .. array_length(v_at, 1) LOOP
+      v_windows := v_windows || jsonb_build_object(v_at[j]::text, v_hits -> (j - 1));
+    END LOOP;
   END LOOP;
+  DELETE FROM ${s}.holds WHERE account_id = p_account AND expires_at <= v_t;
+  SELECT coalesce(sum(amount), 0)::bigint INTO v_held FROM ${s}.holds WHERE account_id = p_account;
+
+  FOR v_op, v_i IN SELECT e, i FROM jsonb_array_elements(p_ops) WITH ORDINALITY AS x(e, i) LOOP
+    v_kind := v_op ->> 'op';
+    v_hold := v_op ->> 'hold';
+    v_key := v_op ->> 'key';
+    v_month := v_op ->> 'month';
+    IF v_kind IN ('hold', 'hit_hold') THEN
+      IF v_kind = 'hit_hold' THEN
+        v_res := v_windows -> v_i::text;
+        v_res := jsonb_build_object('allowed', v_res -> 0, 'remaining', v_res -> 1, 'reset', v_res -> 2);
+        IF NOT (v_res ->> 'allowed')::boolean THEN
+          v_out := v_out || jsonb_build_array(v_res);
+          CONTINUE;
+        END IF;
+      ELSE
+        v_res := '{}'::jsonb;
+      END IF;
+      -- Hold-if-affordable: balance - held >= amount, and, with a cap, spend(month) + held(key)
+      -- + amount <= cap. An open hold id placed again is a no-op.
+      v_amount := (v_op ->> 'amount')::bigint;
+      v_cap := (v_op ->> 'cap')::bigint;
+      IF v_amount < 0 THEN RAISE EXCEPTION 'hold amount must not be negative'; END IF;
+      IF v_balance - v_held < v_amount AND EXISTS (SELECT 1 FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold) THEN
+        v_out := v_out || jsonb_build_array(v_res || jsonb_build_object('ok', true));
+        CONTINUE;
+      END IF;
+      IF v_balance - v_held < v_amount THEN
+        v_out := v_out || jsonb_build_array(v_res || jsonb_build_object('ok', false, 'source', 'wallet', 'available', greatest(v_balance - v_held, 0)::text));
+        CONTINUE;
+      END IF;
+      IF v_cap IS NOT NULL THEN
+        v_room := v_cap
+          - coalesce((SELECT amount FROM ${s}.key_spend WHERE account_id = p_account AND key_id = v_key AND month = v_month), 0)
+          - coalesce((v_spend -> v_key ->> v_month)::bigint, 0)
+          - (SELECT coalesce(sum(amount), 0) FROM ${s}.holds WHERE account_id = p_account AND key_id = v_key)::bigint;
+        IF v_room < v_amount AND NOT EXISTS (SELECT 1 FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold) THEN
+          v_out := v_out || jsonb_build_array(v_res || jsonb_build_object('ok', false, 'source', 'key_monthly_cap', 'available', greatest(v_room, 0)::text));
+          CONTINUE;
+        END IF;
+      END IF;
+      -- The primary key finds an open hold of this id (then nothing changes) in the insert.
+      INSERT INTO ${s}.holds (account_id, hold_id, key_id, amount, month, expires_at)
+        VALUES (p_account, v_hold, v_key, v_amount, v_month, v_t + (v_op ->> 'ttl')::bigint)
+        ON CONFLICT (account_id, hold_id) DO NOTHING;
+      IF FOUND THEN v_held := v_held + v_amount; END IF;
+      v_out := v_out || jsonb_build_array(v_res || jsonb_build_object('ok', true));
+    ELSIF v_kind = 'settle' THEN
+      -- Settle, once per (account, hold id): debits the full cost (even past the hold, even
+      -- when the hold expired: the output was delivered), adds it to the key's spend, appends
+      -- the entry. The ledger keeps one entry per hold id for good, after the closed marker
+      -- is swept.
+      v_settles := true;
+      v_cost := (v_op ->> 'cost')::bigint;
+      IF v_cost < 0 THEN RAISE EXCEPTION 'settled cost must not be negative'; END IF;
+      INSERT INTO ${s}.closed_holds (account_id, hold_id, closed_at) VALUES (p_account, v_hold, v_t) ON CONFLICT DO NOTHING;
+      IF NOT FOUND THEN
+        v_out := v_out || jsonb_build_array(jsonb_build_object('settled', false));
+        CONTINUE;
+      END IF;
+      SELECT amount, month INTO v_hold_amount, v_hold_month FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold;
+      v_dropped := FOUND;
+      IF v_dropped THEN
+        v_month := v_hold_month;
+      ELSE
+        v_hold_amount := 0;
+      END IF;
+      -- The ledger's unique (account, hold id) index finds an entry already there (a replay
+      -- after the closed marker was swept): then nothing changes. Asking the index through
+      -- ON CONFLICT, not a lookup the planner might serve from another index of the account.
+      INSERT INTO ${s}.ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+        VALUES (p_account, v_hold, v_op ->> 'id', v_key, v_op ->> 'model', v_op -> 'units', v_cost, v_hold_amount,
+          v_cost > v_hold_amount, v_op ->> 'measured', v_op ->> 'upstream', (v_op ->> 'at')::bigint, v_t)
+        ON CONFLICT (account_id, hold_id) DO NOTHING;
+      IF NOT FOUND THEN
+        v_out := v_out || jsonb_build_array(jsonb_build_object('settled', false));
+        CONTINUE;
+      END IF;
+      IF v_dropped THEN
+        DELETE FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold;
+        v_held := v_held - v_hold_amount;
+      END IF;
+      v_balance := v_balance - v_cost;
+      v_debit := v_debit + v_cost;
+      v_spend := jsonb_set(v_spend, ARRAY[v_key], coalesce(v_spend -> v_key, '{}'::jsonb)
+        || jsonb_build_object(v_month, (coalesce((v_spend -> v_key ->> v_month)::bigint, 0) + v_cost)::text));
+      v_out := v_out || jsonb_build_array(jsonb_build_object('settled', true, 'charged', v_cost::text, 'held', v_hold_amount::text));
+    ELSIF v_kind = 'release' THEN
+      -- Release: closes the hold id and drops the hold; true when an open one was dropped.
+      INSERT INTO ${s}.closed_holds (account_id, hold_id, closed_at) VALUES (p_account, v_hold, v_t) ON CONFLICT DO NOTHING;
+      DELETE FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold RETURNING amount, expires_at INTO v_hold_amount, v_expires;
+      v_dropped := FOUND;
+      IF v_dropped THEN v_held := v_held - v_hold_amount; END IF;
+      v_out := v_out || jsonb_build_array(jsonb_build_object('released', v_dropped AND v_expires > v_t));
+    ELSE
+      RAISE EXCEPTION 'unknown operation %', v_kind;
+    END IF;
+  END LOOP;
+
+  IF v_debit <> 0 THEN
+    UPDATE ${s}.wallets SET balance = balance - v_debit WHERE account_id = p_account;
+  END IF;
+  INSERT INTO ${s}.key_spend AS ks (account_id, key_id, month, amount)
+    SELECT p_account, k.key, m.key, m.value::bigint FROM jsonb_each(v_spend) k, jsonb_each_text(k.value) m
+    ON CONFLICT (account_id, key_id, month) DO UPDATE SET amount = ks.amount + excluded.amount;
   IF v_settles THEN
     PERFORM set_config('synchronous_commit', v_commit, true);
+  ELSE
+    PERFORM ${s}.mg_async_commit();
   END IF;
-  RETURN v_out;
-END $$;
-
--- One bucket's window hits, in order, in one call: [[limit, window ms], ...] -> [[allowed, remaining, reset ms], ...].
-CREATE FUNCTION ${s}.mg_hits(p_bucket text, p_hits jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
-DECLARE v_out jsonb := '[]'::jsonb; v_hit jsonb; r record;
-BEGIN
-  FOR v_hit IN SELECT e FROM jsonb_array_elements(p_hits) e LOOP
-    SELECT * INTO r FROM ${s}.mg_hit(p_bucket, (v_hit ->> 0)::integer, (v_hit ->> 1)::bigint);
-    v_out := v_out || jsonb_build_array(jsonb_build_array(r.o_allowed, r.o_remaining, r.o_reset::text));
-  END LOOP;
   RETURN v_out;
 END $$;
 `,
