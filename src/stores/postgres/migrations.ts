@@ -604,26 +604,28 @@ BEGIN
     ELSIF v_kind = 'settle' THEN
       -- Settle, once per (account, hold id): debits the full cost (even past the hold, even
       -- when the hold expired: the output was delivered), adds it to the key's spend, appends
-      -- the entry. The ledger keeps one entry per hold id for good, after the closed marker
-      -- is swept.
+      -- the entry.
       v_settles := true;
       v_cost := (v_op ->> 'cost')::bigint;
       IF v_cost < 0 THEN RAISE EXCEPTION 'settled cost must not be negative'; END IF;
-      INSERT INTO ${s}.closed_holds (account_id, hold_id, closed_at) VALUES (p_account, v_hold, v_t) ON CONFLICT DO NOTHING;
-      IF NOT FOUND THEN
+      -- A released hold id stays closed. A settle leaves no closed marker of its own: its
+      -- ledger entry, one per (account, hold id) for good, is what a second settle meets, and
+      -- a release after it finds no hold to drop.
+      IF EXISTS (SELECT 1 FROM ${s}.closed_holds WHERE account_id = p_account AND hold_id = v_hold) THEN
         v_out := v_out || jsonb_build_array(jsonb_build_object('settled', false));
         CONTINUE;
       END IF;
-      SELECT amount, month INTO v_hold_amount, v_hold_month FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold;
-      v_dropped := FOUND;
-      IF v_dropped THEN
+      DELETE FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold RETURNING amount, month INTO v_hold_amount, v_hold_month;
+      IF FOUND THEN
+        v_held := v_held - v_hold_amount;
         v_month := v_hold_month;
       ELSE
         v_hold_amount := 0;
       END IF;
-      -- The ledger's unique (account, hold id) index finds an entry already there (a replay
-      -- after the closed marker was swept): then nothing changes. Asking the index through
-      -- ON CONFLICT, not a lookup the planner might serve from another index of the account.
+      -- The ledger's unique (account, hold id) index finds an entry already there (a replayed
+      -- settle): then nothing is charged. (A hold dropped just above had an id already
+      -- settled, so it could never be settled again.) Asked through ON CONFLICT, not a lookup
+      -- the planner might serve from another of the account's ledger indexes.
       INSERT INTO ${s}.ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
         VALUES (p_account, v_hold, v_op ->> 'id', v_key, v_op ->> 'model', v_op -> 'units', v_cost, v_hold_amount,
           v_cost > v_hold_amount, v_op ->> 'measured', v_op ->> 'upstream', (v_op ->> 'at')::bigint, v_t)
@@ -631,10 +633,6 @@ BEGIN
       IF NOT FOUND THEN
         v_out := v_out || jsonb_build_array(jsonb_build_object('settled', false));
         CONTINUE;
-      END IF;
-      IF v_dropped THEN
-        DELETE FROM ${s}.holds WHERE account_id = p_account AND hold_id = v_hold;
-        v_held := v_held - v_hold_amount;
       END IF;
       v_balance := v_balance - v_cost;
       v_debit := v_debit + v_cost;
