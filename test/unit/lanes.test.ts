@@ -122,4 +122,22 @@ describe('Lanes', () => {
     expect(results[0]).toMatchObject({ status: 'rejected' });
     expect(String((results[1] as PromiseRejectedResult).reason)).toMatch(/2 operations returned 1 results/);
   });
+
+  it('refuses a short reply to an operation retried alone, too', async () => {
+    const bad = new Error('refused');
+    const lanes = new Lanes(
+      async (_lane, ops: number[]) => {
+        if (ops.length > 1) throw bad;
+        return ops[0] === 2 ? [] : ops.map((o) => o * 10);
+      },
+      (err) => err === bad,
+    );
+    const first = lanes.submit('a', 0);
+    const results = await Promise.allSettled([first, lanes.submit('a', 1), lanes.submit('a', 2)]);
+    expect(results.slice(0, 2)).toEqual([
+      { status: 'fulfilled', value: 0 },
+      { status: 'fulfilled', value: 10 },
+    ]);
+    expect(String((results[2] as PromiseRejectedResult).reason)).toMatch(/1 operations returned 0 results/);
+  });
 });

@@ -17,8 +17,8 @@ import type {
   WalletView,
   WindowHit,
 } from '../types.js';
-import { big, int32, isStatementError, num, type PgContext, whole } from './connection.js';
-import { Lanes } from './lanes.js';
+import { big, int32, num, type PgContext, whole } from './connection.js';
+import { functionLanes } from './lanes.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -102,16 +102,7 @@ function holdOp(req: HoldRequest) {
  */
 export function createPostgresBilling(ctx: PgContext, sweep: () => void, windowsId: symbol): BillingStore {
   const { s } = ctx;
-  const accounts = new Lanes<AccountOp, AccountResult>(
-    (accountId, ops) =>
-      ctx
-        .one<{ out: AccountResult[] }>('billing batch', `SELECT ${s}.mg_account_batch($1, $2::text::jsonb) AS out`, [
-          accountId,
-          JSON.stringify(ops),
-        ])
-        .then((r) => r?.out ?? []),
-    isStatementError,
-  );
+  const accounts = functionLanes<AccountOp, AccountResult>(ctx, 'billing batch', 'mg_account_batch');
 
   return {
     async placeHold(req: HoldRequest): Promise<HoldResult> {

@@ -6,6 +6,7 @@
  * (each waiting for the one before to reach disk), and a busy lane's batches grow to absorb
  * its load while an idle lane's operation goes out at once, alone.
  */
+import { isStatementError, type PgContext } from './connection.js';
 
 /** The database's reply to a batch: one result per operation, in order. */
 export type RunBatch<Op, R> = (lane: string, ops: Op[]) => Promise<R[]>;
@@ -53,23 +54,29 @@ export class Lanes<Op, R> {
     return n;
   }
 
+  /** One call for `ops`; a reply that does not answer every operation is an error. */
+  private async send(lane: string, ops: Op[]): Promise<R[]> {
+    const results = await this.run(lane, ops);
+    if (results.length !== ops.length) {
+      throw new Error(`a batch of ${ops.length} operations returned ${results.length} results`);
+    }
+    return results;
+  }
+
   private async drain(lane: string, waiting: Waiting<Op, R>[]): Promise<void> {
     while (waiting.length > 0) {
       const batch = waiting.slice(0, MAX_BATCH);
       try {
-        const results = await this.run(
+        const results = await this.send(
           lane,
           batch.map((w) => w.op),
         );
-        if (results.length !== batch.length) {
-          throw new Error(`a batch of ${batch.length} operations returned ${results.length} results`);
-        }
         for (let i = 0; i < batch.length; i++) (batch[i] as Waiting<Op, R>).resolve(results[i] as R);
       } catch (err) {
         if (batch.length > 1 && this.isolate(err)) {
           for (const w of batch) {
             try {
-              const [r] = await this.run(lane, [w.op]);
+              const [r] = await this.send(lane, [w.op]);
               w.resolve(r as R);
             } catch (one) {
               w.reject(one);
@@ -84,4 +91,17 @@ export class Lanes<Op, R> {
     }
     this.lanes.delete(lane);
   }
+}
+
+/**
+ * Lanes whose batch is one call of the schema's PL/pgSQL function `fn(lane, ops jsonb)`,
+ * answering a jsonb array with one result per operation. A batch PostgreSQL refused for its
+ * content is retried one operation at a time.
+ */
+export function functionLanes<Op, R>(ctx: PgContext, what: string, fn: string): Lanes<Op, R> {
+  const text = `SELECT ${ctx.s}.${fn}($1, $2::text::jsonb) AS out`;
+  return new Lanes<Op, R>(
+    (lane, ops) => ctx.one<{ out: R[] }>(what, text, [lane, JSON.stringify(ops)]).then((r) => r?.out ?? []),
+    isStatementError,
+  );
 }

@@ -1,6 +1,6 @@
 import type { LimitStore, WindowResult } from '../types.js';
-import { int32, isStatementError, num, type PgContext, whole } from './connection.js';
-import { Lanes } from './lanes.js';
+import { int32, num, type PgContext, whole } from './connection.js';
+import { functionLanes } from './lanes.js';
 
 /**
  * Rate windows and lease pools on PostgreSQL: `hit` (batched per bucket) and `acquireLease`
@@ -11,16 +11,7 @@ export function createPostgresLimits(ctx: PgContext, sweep: () => void, windowsI
   const { s } = ctx;
   // A bucket's hits go through its lane (see lanes.ts): the hits that arrive while one call
   // for the bucket runs go together in the next, one mg_hits call, counted in arrival order.
-  const buckets = new Lanes<[number, number], [boolean | null, number | null, string | null]>(
-    (bucket, hits) =>
-      ctx
-        .one<{ out: [boolean | null, number | null, string | null][] }>('hit', `SELECT ${s}.mg_hits($1, $2::text::jsonb) AS out`, [
-          bucket,
-          JSON.stringify(hits),
-        ])
-        .then((r) => r?.out ?? []),
-    isStatementError,
-  );
+  const buckets = functionLanes<[number, number], [boolean | null, number | null, string | null]>(ctx, 'hit', 'mg_hits');
   return {
     windowsId,
     async hit(bucket: string, limit: number, windowMs: number): Promise<WindowResult> {
