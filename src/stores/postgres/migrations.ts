@@ -432,8 +432,8 @@ END $$;
   // sorted order, then the wallet row; nothing takes them the other way round.
   // Money travels as decimal strings in the JSON, never as JSON numbers.
   (s, lockPrefix) => `
--- One bucket's window hits at time p_t, in order, under the bucket's lock (the caller's
--- transaction may already hold it): [[limit, window ms], ...] -> [[allowed, remaining, reset
+-- One bucket's window hits at time p_t, in order, under the bucket's lock, which the caller
+-- has taken (before reading p_t): [[limit, window ms], ...] -> [[allowed, remaining, reset
 -- ms], ...], each counted as mg_hit would count it at p_t. Hits that share one window (the
 -- usual case) cost one trim, one count and one insert for them all.
 CREATE FUNCTION ${s}.mg_hits_at(p_bucket text, p_hits jsonb, p_t bigint) RETURNS jsonb LANGUAGE plpgsql AS $$
@@ -448,7 +448,6 @@ DECLARE
   v_added integer := 0;
   v_oldest bigint;
 BEGIN
-  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
   IF (SELECT count(DISTINCT e ->> 1) FROM jsonb_array_elements(p_hits) e) > 1 THEN
     FOR v_hit IN SELECT e FROM jsonb_array_elements(p_hits) e LOOP
       SELECT * INTO r FROM ${s}.mg_hit(p_bucket, (v_hit ->> 0)::integer, (v_hit ->> 1)::bigint);
