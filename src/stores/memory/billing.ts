@@ -16,6 +16,7 @@ import type {
 } from '../types.js';
 import type { MemoryLimits } from './limits.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
+import { createRecentIds } from './recent-ids.js';
 import { createSweeper } from './sweep.js';
 
 /** Wallet balances by account id; shared with the account store, which credits new accounts. */
@@ -62,8 +63,8 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   const ledgers = new Map<string, LedgerEntry[]>();
   /** Entries trimmed from the front of each ledger, so a page cursor (a position) stays valid. */
   const trimmed = new Map<string, number>();
-  /** Closed hold ids ("account\0hold") -> when they may be forgotten, oldest first. */
-  const closed = new Map<string, number>();
+  /** Closed hold ids ("account\0hold"), forgotten after a day or once CLOSED_MAX newer ones closed. */
+  const closed = createRecentIds(CLOSED_MAX, CLOSED_TTL_MS);
 
   /** Applied credit ids ("account\0credit"). */
   const credited = new Set<string>();
@@ -83,11 +84,7 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   function close(accountId: string, holdId: string, t: number): boolean {
     const id = `${accountId}\u0000${holdId}`;
     if (closed.has(id)) return false;
-    closed.set(id, t + CLOSED_TTL_MS);
-    if (closed.size > CLOSED_MAX) {
-      const oldest = closed.keys().next().value;
-      if (oldest !== undefined) closed.delete(oldest);
-    }
+    closed.add(id, t);
     return true;
   }
 
@@ -124,10 +121,7 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
   // Accounts nobody touches again would otherwise keep their expired holds forever.
   const sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
     for (const accountId of [...holds.keys()]) liveHolds(accountId, t);
-    for (const [id, until] of closed) {
-      if (until > t) break; // oldest first: the rest are younger
-      closed.delete(id);
-    }
+    closed.expire(t);
   });
 
   function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
