@@ -15,8 +15,10 @@ export const NOISY_CORES = 0.2;
 export interface Cell {
   kind: Kind;
   c: number;
-  /** Each target's measurement in each round, by round index (the bare relay is in every round). */
+  /** Each target's measurements in round order (the bare relay's: every one, several per round). */
   runs: Partial<Record<TargetId, LoadResult[]>>;
+  /** For each relay's run (same index as in `runs`): the bare relay's runs just before and after it. */
+  baselines: Partial<Record<TargetId, Array<[LoadResult, LoadResult]>>>;
 }
 
 export interface TargetSummary {
@@ -35,7 +37,7 @@ export interface TargetSummary {
   rounds: Array<{ rps: number; p50: number; p99: number; cpuUsPerCall: number; errors: number; otherLoadCores: number }>;
 }
 
-/** Medians over the rounds of (target / bare relay in the same round). */
+/** Medians over the rounds of (target / the bare relay's runs on either side of it). */
 export interface Ratios {
   cpu: number;
   p99: number;
@@ -92,15 +94,21 @@ function summarizeTarget(runs: LoadResult[]): TargetSummary {
 }
 
 /**
- * Every ratio compares two figures of the same round (the order flips every round), and the
- * reported ratio is the median of the per-round ratios: drift between rounds cancels out.
+ * Every ratio compares a relay's run with the mean of the bare relay's runs just before and
+ * just after it, and the reported ratio is the median of those per-round ratios: drift within
+ * a round and between rounds cancels out.
  */
 export function summarizeCell(cell: Cell): CellSummary {
   const out: CellSummary = { kind: cell.kind, c: cell.c, targets: {}, vsBare: {} };
-  const bare = cell.runs.bare ?? [];
   for (const [id, runs] of Object.entries(cell.runs) as Array<[TargetId, LoadResult[]]>) {
     out.targets[id] = summarizeTarget(runs);
-    const per = (f: (r: LoadResult) => number) => median(runs.map((r, i) => (bare[i] ? f(r) / f(bare[i]!) : NaN)));
+    if (id === 'bare') {
+      out.vsBare.bare = { cpu: 1, p99: 1, rps: 1 };
+      continue;
+    }
+    const sides = cell.baselines[id] ?? [];
+    const per = (f: (r: LoadResult) => number) =>
+      median(runs.map((r, i) => (sides[i] ? f(r) / ((f(sides[i]![0]) + f(sides[i]![1])) / 2) : NaN)));
     out.vsBare[id] = { cpu: per((r) => r.cpuMsPer1k.target ?? NaN), p99: per((r) => r.latency.p99), rps: per((r) => r.rps) };
   }
   return out;

@@ -12,10 +12,10 @@
  * service does not answer, or a peer that cannot be installed or answers wrongly, is reported
  * as skipped with the reason.
  *
- * autocannon runs in this process. In every round and cell, each relay is measured once, the
- * bare relay included, and the order flips every round so machine drift hits all alike; each
- * ratio to the bare relay is taken within a round, and the report gives the median over the
- * rounds. Every relay gets unmeasured load first (JIT, connection pools), and the first second
+ * autocannon runs in this process. In every round and cell, each relay is measured once, with
+ * the bare relay measured before, between and after them (bare, A, bare, B, ..., bare), and the
+ * order flips every round; each ratio is taken against the mean of the two bare runs next to
+ * it, and the report gives the median over the rounds. Every relay gets unmeasured load first (JIT, connection pools), and the first second
  * of every run is not counted (see bench/load.ts). Then 2,000 streamed calls are held open by
  * the slow upstream on a fresh gateway per storage (and a fresh bare relay, for reference) to
  * measure RSS growth over idle. Last, the Redis commands per billed call are counted
@@ -47,6 +47,8 @@
  *                             production gateway runs; "off": both off, to see what they cost
  *   BENCH_UPSTREAM_WRITES [single]  "single": the upstream writes a streamed answer in one write;
  *                             "chunked": 22 writes back to back (inflates the baseline's cost)
+ *   BENCH_NODE_FLAGS [--max-semi-space-size=32]  Node flags of every relay process, the bare relay and peer
+ *                             included (empty: Node's defaults)
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
  *
  * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
@@ -94,7 +96,7 @@ const env = process.env;
 const num = (v: string | undefined, d: number) => (v === undefined || v === '' ? d : Number(v));
 const list = (v: string | undefined, d: string) => (v === undefined || v === '' ? d : v).split(',').map((s) => s.trim());
 // 5 rounds of 4 s: more rounds steady the per-round ratios more than longer runs do, and a full
-// run (6 relays x 2 kinds x 5 rounds x 5 s, plus warm-up and held streams) stays near 7 minutes.
+// run (5 relays and 6 bare-relay runs x 2 kinds x 5 rounds x 5 s, plus warm-up and held streams) stays near 12 minutes.
 const DURATION = num(env.BENCH_DURATION, 4);
 const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
@@ -117,6 +119,12 @@ const RETRIES = num(env.BENCH_RETRIES, 2);
 const OBSERVE = env.BENCH_OBSERVE !== 'off';
 /** How the upstream writes a streamed answer: "single" (one write, the default) or "chunked" (22 writes). */
 const UPSTREAM_WRITES = env.BENCH_UPSTREAM_WRITES === 'chunked' ? 'chunked' : 'single';
+/**
+ * Node flags every relay process runs with, the bare relay and the peer alike, so the ratios
+ * compare code, not runtime settings. The default is the young-generation size the README
+ * recommends for a production gateway; an empty value runs Node's defaults.
+ */
+const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '--max-semi-space-size=32').split(/\s+/).filter(Boolean);
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const AUTH = { authorization: `Bearer ${KEY}` };
@@ -185,14 +193,14 @@ function gatewayArgs(configFile: string, profileAs: string | null): string[] {
   const prof = profileAs ? profFlags(profileAs) : [];
   if (GATEWAY_MODE === 'dist') {
     if (!existsSync(join(ROOT, 'dist/cli.js'))) throw new Error('BENCH_GATEWAY=dist but dist/cli.js is missing: run `npm run build` first');
-    return [...prof, 'dist/cli.js', 'serve', '--config', configFile, '--port', '0'];
+    return [...NODE_FLAGS, ...prof, 'dist/cli.js', 'serve', '--config', configFile, '--port', '0'];
   }
-  return [...prof, ...TSX, 'src/cli.ts', 'serve', '--config', configFile, '--port', '0'];
+  return [...NODE_FLAGS, ...prof, ...TSX, 'src/cli.ts', 'serve', '--config', configFile, '--port', '0'];
 }
 
 function bareArgs(upstreamUrl: string, connections: number, profile: boolean): string[] {
   const prof = profile ? profFlags('bare') : [];
-  return [...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
+  return [...NODE_FLAGS, ...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
 }
 
 const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST);
@@ -317,7 +325,7 @@ async function main(): Promise<void> {
     if (peerInstall && !('skipped' in peerInstall)) {
       try {
         const port = await freePort();
-        const child = track(await startNode('peer', [peerInstall.entry, `--port=${port}`, '--headless'], peerInstall.dir, 60_000, PEER_READY));
+        const child = track(await startNode('peer', [...NODE_FLAGS, peerInstall.entry, `--port=${port}`, '--headless'], peerInstall.dir, 60_000, PEER_READY));
         const url = `http://127.0.0.1:${port}`;
         const headers = peerHeaders(upstream.url);
         const bodyCheck = await sanityCheck('peer', url, headers).catch(async (err: unknown) => {
@@ -365,7 +373,7 @@ async function main(): Promise<void> {
     const allPids = () => [upstream.pid, ...relays.map((r) => r.child.pid)];
     const sampler = new RssSampler(allPids());
     const cells: Cell[] = [];
-    for (const kind of KINDS) for (const c of CONCURRENCY) cells.push({ kind, c, runs: {} });
+    for (const kind of KINDS) for (const c of CONCURRENCY) cells.push({ kind, c, runs: {}, baselines: {} });
     const measure = async (r: Relay, kind: Kind, c: number): Promise<LoadResult> => {
       const storagePids = await r.storagePids();
       const once = () =>
@@ -388,31 +396,55 @@ async function main(): Promise<void> {
       }
       return res;
     };
+    const report = (round: number, kind: Kind, c: number, r: Relay, res: LoadResult) => {
+      log(
+        `round ${round + 1}/${ROUNDS}  ${kind.padEnd(6)} c=${String(c).padEnd(3)}  ${LABEL[r.id].padEnd(34)}  ` +
+          `${fmtInt(res.rps).padStart(6)} req/s  p50 ${fmtMs(res.latency.p50)} ms  p99 ${fmtMs(res.latency.p99)} ms  ` +
+          `cpu ${fmtInt(res.cpuMsPer1k.target ?? NaN)} µs/call` +
+          `${res.cpuMsPer1k.storage === undefined ? '' : ` (+${fmtInt(res.cpuMsPer1k.storage)} storage)`}  ` +
+          `other load ${res.otherLoadCores.toFixed(2)} cores  errors ${res.errors}${res.errors ? ` ${JSON.stringify(res.errorDetail)}` : ''}`,
+      );
+      if (upstream.proc.exitCode !== null) throw new Error(`upstream exited:\n${upstream.stderrTail()}`);
+      for (const x of [...relays]) {
+        if (x.child.proc.exitCode === null) continue;
+        if (x.id !== 'peer') throw new Error(`${LABEL[x.id]} exited:\n${x.child.stderrTail()}`);
+        dropPeer(`it exited during the load: ${x.child.stderrTail().slice(-300)}`);
+      }
+    };
+    // The bare relay is measured between every two relays (bare, A, bare, B, ..., bare), and
+    // each relay's ratio is taken against the two bare runs on either side of it: the CPU a
+    // call costs on a shared machine drifts within seconds, so the nearest baseline is the
+    // fairest one.
     for (let round = 0; round < ROUNDS; round++) {
       for (const cell of cells) {
-        const order = round % 2 === 0 ? [...relays] : [...relays].reverse();
+        const others = relays.filter((r) => r.id !== 'bare');
+        const order = round % 2 === 0 ? others : [...others].reverse();
+        const bareRelay = relays.find((r) => r.id === 'bare')!;
+        const measureBare = async () => {
+          const res = await measure(bareRelay, cell.kind, cell.c);
+          (cell.runs.bare ??= []).push(res);
+          report(round, cell.kind, cell.c, bareRelay, res);
+          return res;
+        };
+        let before = await measureBare();
         for (const r of order) {
           if (!relays.includes(r)) continue;
           const res = await measure(r, cell.kind, cell.c);
           (cell.runs[r.id] ??= []).push(res);
-          log(
-            `round ${round + 1}/${ROUNDS}  ${cell.kind.padEnd(6)} c=${String(cell.c).padEnd(3)}  ${LABEL[r.id].padEnd(34)}  ` +
-              `${fmtInt(res.rps).padStart(6)} req/s  p50 ${fmtMs(res.latency.p50)} ms  p99 ${fmtMs(res.latency.p99)} ms  ` +
-              `cpu ${fmtInt(res.cpuMsPer1k.target ?? NaN)} µs/call` +
-              `${res.cpuMsPer1k.storage === undefined ? '' : ` (+${fmtInt(res.cpuMsPer1k.storage)} storage)`}  ` +
-              `other load ${res.otherLoadCores.toFixed(2)} cores  errors ${res.errors}${res.errors ? ` ${JSON.stringify(res.errorDetail)}` : ''}`,
-          );
-          if (upstream.proc.exitCode !== null) throw new Error(`upstream exited:\n${upstream.stderrTail()}`);
-          for (const x of [...relays]) {
-            if (x.child.proc.exitCode === null) continue;
-            if (x.id !== 'peer') throw new Error(`${LABEL[x.id]} exited:\n${x.child.stderrTail()}`);
-            dropPeer(`it exited during the load: ${x.child.stderrTail().slice(-300)}`);
-          }
+          report(round, cell.kind, cell.c, r, res);
+          const after = await measureBare();
+          (cell.baselines[r.id] ??= []).push([before, after]);
+          before = after;
         }
       }
     }
     // A peer dropped part-way has no complete rounds to compare.
-    if (peerSkipped) for (const cell of cells) delete cell.runs.peer;
+    if (peerSkipped) {
+      for (const cell of cells) {
+        delete cell.runs.peer;
+        delete cell.baselines.peer;
+      }
+    }
     sampler.stop();
     const peakRss: Partial<Record<TargetId, number>> = {};
     for (const r of relays) peakRss[r.id] = Math.max(memoryOf(r.child.pid)?.hwm ?? 0, sampler.peak(r.child.pid));
@@ -501,7 +533,9 @@ async function main(): Promise<void> {
       `${machine.cores} cores (${machine.cpu}) shared by upstream, relays and load generator; node ${machine.node}; commit ${machine.gitCommit}; ` +
       `gateways run as \`${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts serve' : 'node dist/cli.js serve'}\` with auth, rate limits, hold and settle, ` +
       `access log and metrics ${OBSERVE ? 'on' : 'off'}. ` +
-      `Median of ${ROUNDS} rounds of ${DURATION} s per relay and cell, the order flipped every round, each ratio taken within a round ` +
+      `${NODE_FLAGS.length ? `Every relay process (bare, gateways${PEER ? ', peer' : ''}) runs with \`node ${NODE_FLAGS.join(' ')}\`. ` : "Every relay process runs with Node's default flags. "}` +
+      `Median of ${ROUNDS} rounds of ${DURATION} s per relay and cell: in each round the bare relay runs before, between and after the others ` +
+      `(whose order flips every round), and each ratio is taken against the mean of the bare runs just before and just after it ` +
       `(each run's first ${SETTLE} s, the connection burst, not counted). ` +
       (FIXED_PROMPT
         ? 'Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); '
@@ -544,6 +578,7 @@ async function main(): Promise<void> {
         observe: OBSERVE,
         upstreamWrites: UPSTREAM_WRITES,
         profile: PROFILE || null,
+        nodeFlags: NODE_FLAGS,
       },
       storages,
       peer: PEER ? { label: PEER_LABEL, skipped: peerSkipped, bodyCheck: peer?.bodyCheck ?? null } : null,
