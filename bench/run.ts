@@ -47,8 +47,7 @@
  *                             production gateway runs; "off": both off, to see what they cost
  *   BENCH_UPSTREAM_WRITES [single]  "single": the upstream writes a streamed answer in one write;
  *                             "chunked": 22 writes back to back (inflates the baseline's cost)
- *   BENCH_NODE_FLAGS [--max-semi-space-size=32]  Node flags of every relay process, the bare relay and peer
- *                             included (empty: Node's defaults)
+ *   BENCH_NODE_FLAGS []       Node flags of every relay process, the bare relay and the peer included
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
  *
  * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
@@ -121,10 +120,9 @@ const OBSERVE = env.BENCH_OBSERVE !== 'off';
 const UPSTREAM_WRITES = env.BENCH_UPSTREAM_WRITES === 'chunked' ? 'chunked' : 'single';
 /**
  * Node flags every relay process runs with, the bare relay and the peer alike, so the ratios
- * compare code, not runtime settings. The default is the young-generation size the README
- * recommends for a production gateway; an empty value runs Node's defaults.
+ * compare code, not runtime settings (e.g. "--max-semi-space-size=32"). Default: none.
  */
-const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '--max-semi-space-size=32').split(/\s+/).filter(Boolean);
+const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const AUTH = { authorization: `Bearer ${KEY}` };
