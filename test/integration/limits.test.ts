@@ -8,14 +8,18 @@
  * 127.0.0.1 / 127.0.0.2 / 127.0.0.3 (undici Agent `localAddress`; in undici 7 a
  * `connect.localAddress` is overridden by the client option and has no effect).
  */
+import { randomBytes } from 'node:crypto';
 import OpenAI, { RateLimitError } from 'openai';
 import { Agent, fetch as undiciFetch } from 'undici';
 import { afterAll, afterEach, describe, expect, it } from 'vitest';
 import type { Gateway } from '../../src/gateway.js';
 import { leasePool } from '../../src/jobs/runner.js';
+import { createRedisStores } from '../../src/redis.js';
 import { createSqliteStores } from '../../src/sqlite.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
+import { Redis } from 'ioredis';
+import { deleteKeysWithPrefix, REDIS_URL } from '../../bench/redis-util.js';
 import { IMAGE, AUDIO, VIDEO, mediaModels } from '../helpers/media.js';
 import { ACCOUNT, MODEL, makeGateway, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 
@@ -397,6 +401,14 @@ describe('rate headers on every authenticated /v1 answer', () => {
  * check counts once, whatever it was answered. Run on a store that folds the two steps (memory,
  * SQLite) and on one whose limits live apart from the books (two steps).
  */
+/** Every Redis key the suite below writes starts with this (a fresh prefix per test under it); deleted after. */
+const REDIS_PREFIX = `mglim:${randomBytes(4).toString('hex')}:`;
+afterAll(async () => {
+  const client = new Redis(REDIS_URL);
+  await deleteKeysWithPrefix(client, REDIS_PREFIX);
+  client.disconnect();
+});
+
 describe.each([
   ['memory: hit and hold in one step', (now: () => number) => createMemoryStores({ now })],
   ['sqlite: hit and hold in one transaction', (now: () => number) => createSqliteStores({ path: ':memory:', now })],
@@ -404,6 +416,7 @@ describe.each([
     'limits apart from the books: two steps',
     (now: () => number) => ({ ...createMemoryStores({ now }), limits: createMemoryStores({ now }).limits }),
   ],
+  ['redis: hit and hold in one script', () => createRedisStores({ url: REDIS_URL, keyPrefix: `${REDIS_PREFIX}${randomBytes(4).toString('hex')}:` })],
 ] as const)('the key check deferred to the hold (%s)', (_, makeStores) => {
   const T = Date.UTC(2031, 6, 1, 9);
   let gateway: Gateway | undefined;
@@ -418,14 +431,14 @@ describe.each([
     const setup = testConfig({ now: () => T, models: mediaModels('test'), ...input });
     stores = makeStores(() => T);
     ({ gateway } = await makeGateway({ ...setup.options, stores }));
-    const send = (path: string, body?: unknown, headers: Record<string, string> = {}) =>
+    const send = (path: string, body?: unknown, headers: Record<string, string> = {}, clientAddress = '192.0.2.20') =>
       gateway!.fetch(
         new Request(`http://gw.test/v1${path}`, {
           method: body === undefined ? 'GET' : 'POST',
           headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json', ...headers },
           body: body === undefined ? undefined : typeof body === 'string' ? body : JSON.stringify(body),
         }),
-        { clientAddress: '192.0.2.20' },
+        { clientAddress },
       );
     return { setup, send };
   }
@@ -485,25 +498,71 @@ describe.each([
     const setup = testConfig({ now: () => T, limits: { keyRequestsPerMinute: 5 } });
     stores = makeStores(() => T);
     ({ gateway } = await makeGateway({ ...setup.options, stores, metrics: { path: '/metrics' } }));
-    const res = await gateway.fetch(
-      new Request('http://gw.test/v1/chat/completions', {
-        method: 'POST',
-        headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
-        body: JSON.stringify(chat),
-      }),
-      { clientAddress: '192.0.2.21' },
-    );
-    expect(res.status).toBe(200);
-    expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('4');
-    await res.arrayBuffer();
-    const text = await (await gateway.fetch(new Request('http://gw.test/metrics'))).text();
-    const calls = (op: string) => Number(new RegExp(`store_call_seconds_count\\{operation="${op}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+    const send = async (path: string, body?: unknown) => {
+      const res = await gateway!.fetch(
+        new Request(`http://gw.test/v1${path}`, {
+          method: body === undefined ? 'GET' : 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+          body: body === undefined ? undefined : JSON.stringify(body),
+        }),
+        { clientAddress: '192.0.2.21' },
+      );
+      expect(res.status).toBe(200);
+      await res.arrayBuffer();
+      return res;
+    };
+    const counts = async () => {
+      const text = await (await gateway!.fetch(new Request('http://gw.test/metrics'))).text();
+      const calls = (op: string) => Number(new RegExp(`store_call_seconds_count\\{operation="${op}"\\} (\\d+)`).exec(text)?.[1] ?? 0);
+      // A window hit is `limits.hit`, or `limits.hitNow` on a store that counts in memory.
+      return { hitAndPlaceHold: calls('billing.hitAndPlaceHold'), placeHold: calls('billing.placeHold'), hits: calls('limits.hit') + calls('limits.hitNow') };
+    };
+    // The key is looked up once, by a first request; the billed call finds it cached.
+    await send('/models');
+    const before = await counts();
+    const res = await send('/chat/completions', chat);
+    expect(res.headers.get('x-ratelimit-remaining-requests')).toBe('3');
+    const after = await counts();
     const folded = stores.billing.windowsId !== undefined && stores.billing.windowsId === stores.limits.windowsId;
-    // A window hit is `limits.hit`, or `limits.hitNow` on a store that counts in memory.
-    const hits = calls('limits.hit') + calls('limits.hitNow');
-    expect({ hitAndPlaceHold: calls('billing.hitAndPlaceHold'), placeHold: calls('billing.placeHold'), hits }).toEqual(
-      folded ? { hitAndPlaceHold: 1, placeHold: 0, hits: 1 } : { hitAndPlaceHold: 0, placeHold: 1, hits: 2 },
-    );
+    expect({
+      hitAndPlaceHold: after.hitAndPlaceHold - before.hitAndPlaceHold,
+      placeHold: after.placeHold - before.placeHold,
+      hits: after.hits - before.hits,
+    }).toEqual(folded ? { hitAndPlaceHold: 1, placeHold: 0, hits: 1 } : { hitAndPlaceHold: 0, placeHold: 1, hits: 2 });
+  });
+
+  it('the IP check still comes first: an IP over its limit gets 429 whatever else it would get, counts nothing against the key and holds nothing', async () => {
+    const { send } = await start({ limits: { keyRequestsPerMinute: 10, ipRequestsPerMinute: 3 } });
+    const ok = await send('/chat/completions', chat);
+    expect(ok.status).toBe(200);
+    await ok.arrayBuffer();
+    expect(await answer(await send('/chat/completions', { model: MODEL }))).toMatchObject({ status: 400, remaining: '8' });
+    expect(await answer(await send('/chat/completions', { ...chat, model: 'nope/nope' }))).toMatchObject({ status: 404, remaining: '7' });
+    // A key nobody has: looked up in the store only once the IP is let through.
+    const lookups: string[] = [];
+    const find = stores.keys.findByDigest.bind(stores.keys);
+    stores.keys.findByDigest = (digest) => {
+      lookups.push(digest);
+      return find(digest);
+    };
+    const stranger = { authorization: `Bearer ${testKey()}` };
+    for (const [body, headers] of [[chat, {}], [{ model: MODEL }, {}], ['{oops', {}], [{ ...chat, stream: true }, {}], [chat, stranger], [chat, { authorization: '' }]] as const) {
+      const res = await send('/chat/completions', body, headers);
+      expect(await answer(res), JSON.stringify([body, headers])).toMatchObject({ status: 429, code: 'rate_limit_exceeded', limit: 'ip_requests_per_minute' });
+      // Refused before the key was counted: no key headers.
+      expect(res.headers.get('ratelimit-policy')).toBeNull();
+    }
+    expect(lookups).toEqual([]);
+    // Another address: the stranger's key is looked up (and refused), and the developer key's
+    // window counted only the three requests its IP let through.
+    expect((await send('/chat/completions', chat, stranger, '192.0.2.99')).status).toBe(401);
+    expect(lookups).toHaveLength(1);
+    const other = await send('/chat/completions', chat, {}, '192.0.2.98');
+    expect(other.status).toBe(200);
+    expect(other.headers.get('x-ratelimit-remaining-requests')).toBe('6');
+    await other.arrayBuffer();
+    expect(await stores.billing.ledger(ACCOUNT)).toHaveLength(2);
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
   });
 
   it('the key check comes before the in-flight cap, and a limited key never takes a slot', async () => {
