@@ -1,0 +1,140 @@
+/**
+ * A/B: two builds of the gateway (or one build under two sets of Node flags) measured in one
+ * run against the same upstream, with the bare relay measured before, between and after them
+ * in every round (bare, A, bare, B, bare; the order of A and B flips every round). Each
+ * gateway's ratio is taken against the two bare runs next to it, and the median over the
+ * rounds is printed. On a shared machine the CPU a call costs drifts within seconds, so two
+ * versions are compared this way, never across two `npm run bench` runs.
+ *
+ *   git stash && npx tsup --out-dir distA && git stash pop && npx tsup
+ *   AB_A=distA AB_B=dist node --import tsx bench/ab.ts
+ *
+ * Environment (defaults in brackets):
+ *   AB_A [distA], AB_B [dist]   build folders (each with cli.js)
+ *   AB_A_FLAGS [], AB_B_FLAGS []  Node flags of each, e.g. "--max-semi-space-size=32"
+ *   AB_STORAGE [memory]         memory | sqlite (a temp file each) | redis (REDIS_URL, a fresh prefix each)
+ *   AB_KIND [plain]             plain | stream
+ *   AB_ROUNDS [8]               rounds; 5 s per run (1 s not counted)
+ */
+import { randomBytes } from 'node:crypto';
+import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join, resolve } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Redis } from 'ioredis';
+import { MODEL, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { type LoadResult, runLoad } from './load.js';
+import { type Child, startNode } from './procs.js';
+import { median } from './report.js';
+import { deleteKeysWithPrefix, REDIS_URL } from './redis-util.js';
+import { redisServerPid } from './storage-processes.js';
+
+const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
+const env = process.env;
+const flags = (v: string | undefined) => (v ?? '').split(/\s+/).filter(Boolean);
+const variants = [
+  { name: 'A', dist: env.AB_A ?? 'distA', flags: flags(env.AB_A_FLAGS) },
+  { name: 'B', dist: env.AB_B ?? 'dist', flags: flags(env.AB_B_FLAGS) },
+];
+const STORAGE = env.AB_STORAGE ?? 'memory';
+const KIND = env.AB_KIND === 'stream' ? 'stream' : 'plain';
+const ROUNDS = Number(env.AB_ROUNDS ?? 8);
+if (!['memory', 'sqlite', 'redis'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
+for (const v of variants) if (!existsSync(join(ROOT, v.dist, 'cli.js'))) throw new Error(`${v.dist}/cli.js is missing: build it first (see the header of bench/ab.ts)`);
+
+const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
+const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-ab-'));
+const redisPrefix = `mgab:${randomBytes(4).toString('hex')}:`;
+const children: Child[] = [];
+
+function config(upstreamUrl: string, i: number) {
+  return {
+    upstreams: { fast: { baseUrl: `${upstreamUrl}/v1`, connections: 256 } },
+    models: [{ id: MODEL, type: 'text', upstream: 'fast', pricing: { prompt: '0.00000015', completion: '0.0000006' } }],
+    accounts: [{ id: 'bench', walletUsd: '1000000' }],
+    keys: [{ key: KEY, account: 'bench', kind: 'developer', label: 'bench' }],
+    limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
+    storage:
+      STORAGE === 'sqlite'
+        ? { driver: 'sqlite', path: join(tmp, `gateway-${i}.db`) }
+        : STORAGE === 'redis'
+          ? { driver: 'redis', url: REDIS_URL, keyPrefix: `${redisPrefix}${i}:` }
+          : { driver: 'memory' },
+    accessLog: true,
+    metrics: { path: '/metrics' },
+  };
+}
+
+async function main(): Promise<void> {
+  const upstream = await startNode('upstream', ['--import', 'tsx', 'bench/upstream.ts', '--writes', 'single'], ROOT);
+  children.push(upstream);
+  const bare = await startNode('bare relay', ['--import', 'tsx', 'bench/bare-relay.ts', '--upstream', upstream.url, '--connections', '256'], ROOT);
+  children.push(bare);
+  const gateways: Child[] = [];
+  for (const [i, v] of variants.entries()) {
+    const file = join(tmp, `gateway-${i}.json`);
+    writeFileSync(file, JSON.stringify(config(upstream.url, i)));
+    const g = await startNode(`gateway ${v.name}`, [...v.flags, `${v.dist}/cli.js`, 'serve', '--config', file, '--port', '0'], ROOT);
+    children.push(g);
+    gateways.push(g);
+  }
+  const body = KIND === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST;
+  const expectBody = KIND === 'plain' ? PLAIN_BODY : STREAM_BODY;
+  // Redis works for the gateways: its CPU is not other load.
+  const redisPid = STORAGE === 'redis' ? await redisServerPid(REDIS_URL) : null;
+  const pids = [...children.map((c) => c.pid), ...(redisPid === null ? [] : [redisPid])];
+  const run = (c: Child, auth: boolean, duration = 4): Promise<LoadResult> =>
+    runLoad({
+      url: `${c.url}/v1/chat/completions`,
+      body,
+      expectBody,
+      headers: auth ? { authorization: `Bearer ${KEY}` } : {},
+      connections: 50,
+      duration,
+      settleS: 1,
+      cpuPids: { target: c.pid },
+      benchPids: pids,
+    });
+  const cpu = (r: LoadResult) => r.cpuMsPer1k.target ?? NaN;
+  for (const c of [bare, ...gateways]) await run(c, c !== bare, 3);
+  const ratios: number[][] = [[], []];
+  for (let round = 0; round < ROUNDS; round++) {
+    const order = round % 2 ? [1, 0] : [0, 1];
+    let before = await run(bare, false);
+    for (const i of order) {
+      const res = await run(gateways[i]!, true);
+      const after = await run(bare, false);
+      const base = (cpu(before) + cpu(after)) / 2;
+      ratios[i]!.push(cpu(res) / base);
+      process.stdout.write(
+        `round ${round + 1}/${ROUNDS}  ${variants[i]!.name} (${variants[i]!.dist}${variants[i]!.flags.length ? ` ${variants[i]!.flags.join(' ')}` : ''}): ` +
+          `${cpu(res).toFixed(0)} µs/call, bare ${base.toFixed(0)}: ${(cpu(res) / base).toFixed(2)}x; p99 ${res.latency.p99.toFixed(1)} ms; ` +
+          `errors ${res.errors}; other load ${res.otherLoadCores.toFixed(2)} cores\n`,
+      );
+      if (res.errors) throw new Error(`${variants[i]!.name} failed ${res.errors} calls: ${JSON.stringify(res.errorDetail)}`);
+      before = after;
+    }
+  }
+  process.stdout.write(
+    `\n${STORAGE}, ${KIND}, ${ROUNDS} rounds: CPU per call vs the bare relay, median (min - max):\n` +
+      variants
+        .map((v, i) => `  ${v.name} ${v.dist}: ${median(ratios[i]!).toFixed(2)}x (${Math.min(...ratios[i]!).toFixed(2)} - ${Math.max(...ratios[i]!).toFixed(2)})`)
+        .join('\n') +
+      '\n',
+  );
+}
+
+main()
+  .catch((err: unknown) => {
+    process.stderr.write(`ab failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exitCode = 1;
+  })
+  .finally(async () => {
+    await Promise.allSettled(children.map((c) => c.stop(3_000)));
+    rmSync(tmp, { recursive: true, force: true });
+    if (STORAGE === 'redis') {
+      const c = new Redis(REDIS_URL);
+      await deleteKeysWithPrefix(c, redisPrefix).catch(() => {});
+      c.disconnect();
+    }
+  });
