@@ -6,11 +6,15 @@
  * rounds is printed. On a shared machine the CPU a call costs drifts within seconds, so two
  * versions are compared this way, never across two `npm run bench` runs.
  *
- *   git stash && npx tsup --out-dir distA && git stash pop && npx tsup
+ *   # the change committed: the build before it into distA, the build with it into dist
+ *   git checkout HEAD~1 -- src && npx tsup --out-dir distA && git checkout HEAD -- src && npx tsup
  *   AB_A=distA AB_B=dist node --import tsx bench/ab.ts
  *
+ * (For a change not yet committed, `git stash` stands in for the first checkout and
+ * `git stash pop` for the second; with nothing to stash, `pop` would apply an older stash.)
+ *
  * Environment (defaults in brackets):
- *   AB_A [distA], AB_B [dist]   build folders (each with cli.js)
+ *   AB_A [distA], AB_B [dist]   build folders (each with cli.js), relative to the repository or absolute
  *   AB_A_FLAGS [], AB_B_FLAGS []  Node flags of each, e.g. "--max-semi-space-size=32"
  *   AB_STORAGE [memory]         memory | sqlite (a temp file each) | redis (REDIS_URL, a fresh prefix each)
  *   AB_KIND [plain]             plain | stream
@@ -40,7 +44,7 @@ const STORAGE = env.AB_STORAGE ?? 'memory';
 const KIND = env.AB_KIND === 'stream' ? 'stream' : 'plain';
 const ROUNDS = Number(env.AB_ROUNDS ?? 8);
 if (!['memory', 'sqlite', 'redis'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
-for (const v of variants) if (!existsSync(join(ROOT, v.dist, 'cli.js'))) throw new Error(`${v.dist}/cli.js is missing: build it first (see the header of bench/ab.ts)`);
+for (const v of variants) if (!existsSync(resolve(ROOT, v.dist, 'cli.js'))) throw new Error(`${v.dist}/cli.js is missing: build it first (see the header of bench/ab.ts)`);
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-ab-'));
@@ -74,7 +78,7 @@ async function main(): Promise<void> {
   for (const [i, v] of variants.entries()) {
     const file = join(tmp, `gateway-${i}.json`);
     writeFileSync(file, JSON.stringify(config(upstream.url, i)));
-    const g = await startNode(`gateway ${v.name}`, [...v.flags, `${v.dist}/cli.js`, 'serve', '--config', file, '--port', '0'], ROOT);
+    const g = await startNode(`gateway ${v.name}`, [...v.flags, resolve(ROOT, v.dist, 'cli.js'), 'serve', '--config', file, '--port', '0'], ROOT);
     children.push(g);
     gateways.push(g);
   }
@@ -101,9 +105,11 @@ async function main(): Promise<void> {
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 ? [1, 0] : [0, 1];
     let before = await run(bare, false);
+    if (before.errors) throw new Error(`the bare relay failed ${before.errors} calls: ${JSON.stringify(before.errorDetail)}`);
     for (const i of order) {
       const res = await run(gateways[i]!, true);
       const after = await run(bare, false);
+      if (after.errors) throw new Error(`the bare relay failed ${after.errors} calls: ${JSON.stringify(after.errorDetail)}`);
       const base = (cpu(before) + cpu(after)) / 2;
       ratios[i]!.push(cpu(res) / base);
       process.stdout.write(

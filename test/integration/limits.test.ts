@@ -19,7 +19,7 @@ import { createSqliteStores } from '../../src/sqlite.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
 import { Redis } from 'ioredis';
-import { deleteKeysWithPrefix, REDIS_URL } from '../../bench/redis-util.js';
+import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from '../../bench/redis-util.js';
 import { IMAGE, AUDIO, VIDEO, mediaModels } from '../helpers/media.js';
 import { ACCOUNT, MODEL, makeGateway, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 
@@ -403,9 +403,14 @@ describe('rate headers on every authenticated /v1 answer', () => {
  */
 /** Every Redis key the suite below writes starts with this (a fresh prefix per test under it); deleted after. */
 const REDIS_PREFIX = `mglim:${randomBytes(4).toString('hex')}:`;
+const redisUp = (await redisProblem(REDIS_URL)) === null;
+if (!redisUp && process.env.CI !== 'true') {
+  console.warn(`\n!!! SKIPPING the Redis case of the deferred key check: Redis at ${REDIS_URL} is unreachable (under CI=true this fails).\n`);
+}
 afterAll(async () => {
-  const client = new Redis(REDIS_URL);
-  await deleteKeysWithPrefix(client, REDIS_PREFIX);
+  if (!redisUp) return;
+  const client = new Redis(REDIS_URL, { maxRetriesPerRequest: 1 });
+  await deleteKeysWithPrefix(client, REDIS_PREFIX).catch(() => {});
   client.disconnect();
 });
 
@@ -416,7 +421,10 @@ describe.each([
     'limits apart from the books: two steps',
     (now: () => number) => ({ ...createMemoryStores({ now }), limits: createMemoryStores({ now }).limits }),
   ],
-  ['redis: hit and hold in one script', () => createRedisStores({ url: REDIS_URL, keyPrefix: `${REDIS_PREFIX}${randomBytes(4).toString('hex')}:` })],
+  // Redis counts by its own clock (TIME), not the injected one; every test here runs well inside one window.
+  ...(redisUp || process.env.CI === 'true'
+    ? [['redis: hit and hold in one script', () => createRedisStores({ url: REDIS_URL, keyPrefix: `${REDIS_PREFIX}${randomBytes(4).toString('hex')}:` })] as const]
+    : []),
 ] as const)('the key check deferred to the hold (%s)', (_, makeStores) => {
   const T = Date.UTC(2031, 6, 1, 9);
   let gateway: Gateway | undefined;

@@ -45,3 +45,23 @@ describe('createRecentIds', () => {
     expect(() => createRecentIds(1.5, 1)).toThrow(RangeError);
   });
 });
+
+describe('createRecentIds, expiring before it is full', () => {
+  it('keeps its order when ids expire while the ring is still growing, then wraps into the freed slot', () => {
+    const r = createRecentIds(4, 10);
+    r.add('a', 0);
+    r.add('b', 1);
+    r.expire(10); // a goes: the oldest id now sits in the second slot
+    expect([r.has('a'), r.has('b'), r.size]).toEqual([false, true, 1]);
+    r.add('c', 10);
+    r.add('d', 10);
+    r.add('e', 10); // wraps into the first slot, freed by a: full again
+    expect([r.has('b'), r.has('c'), r.has('d'), r.has('e'), r.size]).toEqual([true, true, true, true, 4]);
+    r.add('f', 10); // full: b, the oldest, is forgotten
+    expect([r.has('b'), r.has('f'), r.size]).toEqual([false, true, 4]);
+    r.add('g', 11); // then c
+    expect([r.has('c'), r.has('d'), r.has('g')]).toEqual([false, true, true]);
+    r.expire(20); // d, e and f expire at 20; g at 21
+    expect([r.has('d'), r.has('e'), r.has('f'), r.has('g'), r.size]).toEqual([false, false, false, true, 1]);
+  });
+});

@@ -20,8 +20,10 @@ export interface RecentIds {
 export function createRecentIds(max: number, ttlMs: number): RecentIds {
   if (!Number.isInteger(max) || max < 1) throw new RangeError('max must be a positive integer');
   const ids = new Set<string>();
-  const ring: Array<string | undefined> = new Array(max).fill(undefined);
-  const expiry = new Float64Array(max);
+  // Both grow to `max` slots as ids arrive (a store that sees few calls never pays for all of
+  // them), then the ring wraps around.
+  const ring: Array<string | undefined> = [];
+  const expiry: number[] = [];
   /** The oldest id's slot, and how many slots are in use after it (wrapping around). */
   let head = 0;
   let count = 0;
@@ -38,8 +40,14 @@ export function createRecentIds(max: number, ttlMs: number): RecentIds {
     add(id, t) {
       if (count === max) dropOldest();
       const slot = (head + count) % max;
-      ring[slot] = id;
-      expiry[slot] = t + ttlMs;
+      // Until the ring is full for the first time, the used slots end at its length.
+      if (slot === ring.length) {
+        ring.push(id);
+        expiry.push(t + ttlMs);
+      } else {
+        ring[slot] = id;
+        expiry[slot] = t + ttlMs;
+      }
       count++;
       ids.add(id);
     },
