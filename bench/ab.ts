@@ -26,7 +26,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { MODEL, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type LoadResult, runLoad } from './load.js';
 import { type Child, startNode } from './procs.js';
 import { median } from './report.js';
@@ -51,22 +51,11 @@ const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-ab-'));
 const redisPrefix = `mgab:${randomBytes(4).toString('hex')}:`;
 const children: Child[] = [];
 
-function config(upstreamUrl: string, i: number) {
-  return {
-    upstreams: { fast: { baseUrl: `${upstreamUrl}/v1`, connections: 256 } },
-    models: [{ id: MODEL, type: 'text', upstream: 'fast', pricing: { prompt: '0.00000015', completion: '0.0000006' } }],
-    accounts: [{ id: 'bench', walletUsd: '1000000' }],
-    keys: [{ key: KEY, account: 'bench', kind: 'developer', label: 'bench' }],
-    limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
-    storage:
-      STORAGE === 'sqlite'
-        ? { driver: 'sqlite', path: join(tmp, `gateway-${i}.db`) }
-        : STORAGE === 'redis'
-          ? { driver: 'redis', url: REDIS_URL, keyPrefix: `${redisPrefix}${i}:` }
-          : { driver: 'memory' },
-    accessLog: true,
-    metrics: { path: '/metrics' },
-  };
+/** Each gateway's books: memory, a SQLite file of its own, or a key prefix of its own on Redis. */
+function storageOf(i: number): Record<string, unknown> {
+  if (STORAGE === 'sqlite') return { driver: 'sqlite', path: join(tmp, `gateway-${i}.db`) };
+  if (STORAGE === 'redis') return { driver: 'redis', url: REDIS_URL, keyPrefix: `${redisPrefix}${i}:` };
+  return { driver: 'memory' };
 }
 
 async function main(): Promise<void> {
@@ -77,7 +66,10 @@ async function main(): Promise<void> {
   const gateways: Child[] = [];
   for (const [i, v] of variants.entries()) {
     const file = join(tmp, `gateway-${i}.json`);
-    writeFileSync(file, JSON.stringify(config(upstream.url, i)));
+    writeFileSync(
+      file,
+      JSON.stringify(gatewayConfig({ upstreamUrl: upstream.url, key: KEY, storage: storageOf(i), journalDir: STORAGE === 'memory' ? null : join(tmp, `journal-${i}`), observe: true })),
+    );
     const g = await startNode(`gateway ${v.name}`, [...v.flags, resolve(ROOT, v.dist, 'cli.js'), 'serve', '--config', file, '--port', '0'], ROOT);
     children.push(g);
     gateways.push(g);

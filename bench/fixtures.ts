@@ -83,3 +83,31 @@ export const HELD_REQUEST = JSON.stringify({
   stream: true,
   stream_options: { include_usage: true },
 });
+
+/**
+ * The config of a benchmarked gateway: the fast upstream for load and the slow one for held
+ * streams, one account with a wallet that never runs out, one developer key, and limits so
+ * high they never trip. `journalDir`: the settle journal, as the CLI keeps one for every
+ * storage but memory. `observe`: the access log and /metrics, as a production gateway runs.
+ */
+export function gatewayConfig(o: { upstreamUrl: string; key: string; storage: Record<string, unknown>; journalDir: string | null; observe: boolean }) {
+  const pricing = { prompt: '0.00000015', completion: '0.0000006' };
+  return {
+    serviceName: 'model-gateway-bench',
+    upstreams: {
+      fast: { baseUrl: `${o.upstreamUrl}/v1`, connections: 256 },
+      slow: { baseUrl: `${o.upstreamUrl}/slow/v1`, connections: 4096, timeoutMs: 300_000 },
+    },
+    models: [
+      { id: MODEL, type: 'text', upstream: 'fast', pricing },
+      { id: HELD_MODEL, type: 'text', upstream: 'slow', pricing },
+    ],
+    accounts: [{ id: 'bench', walletUsd: '1000000' }],
+    keys: [{ key: o.key, account: 'bench', kind: 'developer', label: 'bench' }],
+    limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
+    storage: o.storage,
+    settleJournalDir: o.journalDir,
+    accessLog: o.observe,
+    metrics: o.observe ? { path: '/metrics' } : null,
+  };
+}

@@ -59,7 +59,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { HELD_MODEL, MODEL, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -149,28 +149,6 @@ interface Relay {
   storagePids: () => Promise<number[]>;
 }
 
-function gatewayConfig(upstreamUrl: string, storage: Record<string, unknown>, journalDir: string | null) {
-  const pricing = { prompt: '0.00000015', completion: '0.0000006' };
-  return {
-    serviceName: 'model-gateway-bench',
-    upstreams: {
-      fast: { baseUrl: `${upstreamUrl}/v1`, connections: 256 },
-      slow: { baseUrl: `${upstreamUrl}/slow/v1`, connections: 4096, timeoutMs: 300_000 },
-    },
-    models: [
-      { id: MODEL, type: 'text', upstream: 'fast', pricing },
-      { id: HELD_MODEL, type: 'text', upstream: 'slow', pricing },
-    ],
-    accounts: [{ id: 'bench', walletUsd: '1000000' }],
-    keys: [{ key: KEY, account: 'bench', kind: 'developer', label: 'bench' }],
-    limits: { keyRequestsPerMinute: 100_000_000, ipRequestsPerMinute: 100_000_000 },
-    storage,
-    // As the CLI does for every storage but memory, only in the run's temp folder.
-    settleJournalDir: journalDir,
-    accessLog: OBSERVE,
-    metrics: OBSERVE ? { path: '/metrics' } : null,
-  };
-}
 
 /**
  * --cpu-prof flags writing into a directory of their own: with --import tsx the loader-hooks
@@ -307,7 +285,7 @@ async function main(): Promise<void> {
     const upstream = track(await startNode('upstream', [...TSX, 'bench/upstream.ts', '--writes', UPSTREAM_WRITES], ROOT));
     for (const s of measured) {
       const file = join(tmp, `gateway-${s}.config.json`);
-      writeFileSync(file, JSON.stringify(gatewayConfig(upstream.url, storageConfig(s), s === 'memory' ? null : join(tmp, `journal-${s}`)), null, 2));
+      writeFileSync(file, JSON.stringify(gatewayConfig({ upstreamUrl: upstream.url, key: KEY, storage: storageConfig(s), journalDir: s === 'memory' ? null : join(tmp, `journal-${s}`), observe: OBSERVE }), null, 2));
       configFiles[s] = file;
     }
 

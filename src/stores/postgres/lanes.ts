@@ -47,7 +47,7 @@ export class Lanes<Op, R> {
     });
   }
 
-  /** Operations waiting or in flight, over all lanes (for tests and metrics). */
+  /** Operations waiting or in flight, over all lanes (the tests read it). */
   get pending(): number {
     let n = 0;
     for (const w of this.lanes.values()) n += w.length;
