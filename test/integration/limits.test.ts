@@ -435,10 +435,10 @@ describe.each([
     gateway = undefined;
   });
 
-  async function start(input: Parameters<typeof testConfig>[0]) {
+  async function start(input: Parameters<typeof testConfig>[0], extra: { metrics?: { path: string } } = {}) {
     const setup = testConfig({ now: () => T, models: mediaModels('test'), ...input });
     stores = makeStores(() => T);
-    ({ gateway } = await makeGateway({ ...setup.options, stores }));
+    ({ gateway } = await makeGateway({ ...setup.options, stores, ...extra }));
     const send = (path: string, body?: unknown, headers: Record<string, string> = {}, clientAddress = '192.0.2.20') =>
       gateway!.fetch(
         new Request(`http://gw.test/v1${path}`, {
@@ -503,18 +503,9 @@ describe.each([
   });
 
   it('a billed call counts its key once and reaches the store in as few steps as the stores allow (metrics wrap them)', async () => {
-    const setup = testConfig({ now: () => T, limits: { keyRequestsPerMinute: 5 } });
-    stores = makeStores(() => T);
-    ({ gateway } = await makeGateway({ ...setup.options, stores, metrics: { path: '/metrics' } }));
+    const { send: sendAny } = await start({ limits: { keyRequestsPerMinute: 5 } }, { metrics: { path: '/metrics' } });
     const send = async (path: string, body?: unknown) => {
-      const res = await gateway!.fetch(
-        new Request(`http://gw.test/v1${path}`, {
-          method: body === undefined ? 'GET' : 'POST',
-          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
-          body: body === undefined ? undefined : JSON.stringify(body),
-        }),
-        { clientAddress: '192.0.2.21' },
-      );
+      const res = await sendAny(path, body);
       expect(res.status).toBe(200);
       await res.arrayBuffer();
       return res;
