@@ -189,7 +189,7 @@ export async function summarize(file: string, topN = 25): Promise<ProfileSummary
     }
   }
   const projectInclusive: Row[] = [];
-  for (const e of [...inclusive.values()].sort((a, b) => b.ms - a.ms).slice(0, 15)) {
+  for (const e of [...inclusive.values()].sort((a, b) => b.ms - a.ms).slice(0, Math.max(15, topN))) {
     projectInclusive.push({ name: e.cf.functionName || '(anonymous)', where: await locate(e.cf), selfMs: e.ms, pct: pct(e.ms) });
   }
   return { file, busyMs, idleMs, top, byFile, projectInclusive };

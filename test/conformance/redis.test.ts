@@ -6,6 +6,7 @@ import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MAX_NANO } from '../../src/money.js';
 import { createRedisStores, RedisStoreError, CLOSED_MARKER_TTL_MS } from '../../src/redis.js';
+import { RedisContext } from '../../src/stores/redis/connection.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
@@ -450,6 +451,112 @@ if (unreachable !== null) {
         expect(client.status).toBe('ready'); // a client we passed in is left open
         monitorClient.disconnect();
         client.disconnect();
+      }
+    });
+  });
+
+  describe('redis: per-call operations go out in batches, one batch in flight', () => {
+    /** An operation the test answers by hand, recording when it was sent. */
+    function manual(log: string[], name: string) {
+      let answer!: (v: string) => void;
+      let fail!: (e: Error) => void;
+      const op = () => {
+        log.push(name);
+        return new Promise<string>((resolve, reject) => {
+          answer = resolve;
+          fail = reject;
+        });
+      };
+      return { op, answer: (v = name) => answer(v), fail: (e: Error) => fail(e) };
+    }
+    const turn = () => new Promise((r) => setImmediate(r));
+
+    it('sends what one turn issues at once, holds what comes later until every answer is in, then sends it in order', async () => {
+      const client = new Redis(REDIS_URL);
+      await client.ping();
+      const ctx = new RedisContext(client, PREFIX, 1_000);
+      try {
+        const sent: string[] = [];
+        const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((n) => manual(sent, n));
+        const pa = ctx.batched('a', a!.op);
+        const pb = ctx.batched('b', b!.op);
+        await turn();
+        expect(sent).toEqual(['a', 'b']); // one batch: both issued in the same turn
+        const pc = ctx.batched('c', c!.op);
+        const pd = ctx.batched('d', d!.op);
+        await turn();
+        expect(sent).toEqual(['a', 'b']); // wait for the batch in flight
+        a!.answer();
+        expect(await pa).toBe('a');
+        await turn();
+        expect(sent).toEqual(['a', 'b']); // b is still out
+        b!.fail(new Error('NOSCRIPT or worse'));
+        await expect(pb).rejects.toBeInstanceOf(RedisStoreError); // a failure fails alone, and still ends the batch
+        await turn();
+        expect(sent).toEqual(['a', 'b', 'c', 'd']);
+        // Issued while c and d are out, in the turn after they went: waits for them.
+        const pe = ctx.batched('e', e!.op);
+        await turn();
+        expect(sent).toEqual(['a', 'b', 'c', 'd']);
+        d!.answer();
+        c!.answer();
+        expect(await Promise.all([pc, pd])).toEqual(['c', 'd']);
+        await turn();
+        expect(sent).toEqual(['a', 'b', 'c', 'd', 'e']);
+        e!.answer();
+        expect(await pe).toBe('e');
+        // Nothing in flight: the next goes at once.
+        const f = manual(sent, 'f');
+        const pf = ctx.batched('f', f.op);
+        expect(sent.at(-1)).toBe('f');
+        f.answer();
+        expect(await pf).toBe('f');
+      } finally {
+        client.disconnect();
+      }
+    });
+
+    it('never waits behind a batch while the client is not ready (the ready timeout alone bounds the wait)', async () => {
+      const client = new Redis(REDIS_URL);
+      await client.ping();
+      const ctx = new RedisContext(client, PREFIX, 200);
+      try {
+        const sent: string[] = [];
+        const stuck = manual(sent, 'stuck');
+        void ctx.batched('stuck', stuck.op).catch(() => undefined);
+        await turn();
+        // The connection drops with the batch still out (a manual operation: never answered,
+        // where a real command would fail at its timeout).
+        client.disconnect();
+        await eventually('the client to end', async () => client.status, (s) => s === 'end');
+        const t0 = Date.now();
+        const r = await timed(ctx.batched('next', async () => 'never sent'));
+        expect(r.storeError).toBe(true);
+        expect(Date.now() - t0).toBeLessThan(2_000);
+        expect(sent).toEqual(['stuck']);
+      } finally {
+        client.disconnect();
+      }
+    });
+
+    it('many calls at once on one account: every hold and settle lands exactly, as without batches', async () => {
+      const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(stores, 1_000_000n);
+        const calls = Array.from({ length: 200 }, (_, i) => ({ req: hold(a, 1_000n), cost: BigInt(i % 7) * 100n }));
+        await Promise.all(
+          calls.map(async ({ req, cost }) => {
+            const counted = await stores.billing.hitAndPlaceHold!({ bucket: `key:${a.keyId}`, limit: 1_000, windowMs: 60_000, accountId: a.accountId }, req);
+            expect(counted.hold).toEqual({ ok: true });
+            const s = await stores.billing.settle(settleReq(a, req.holdId, cost));
+            expect(s).toMatchObject({ settled: true, charged: cost });
+          }),
+        );
+        const spent = calls.reduce((sum, c) => sum + c.cost, 0n);
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 1_000_000n - spent, held: 0n });
+        expect((await stores.billing.ledger(a.accountId)).length).toBe(200);
+      } finally {
+        await stores.close();
       }
     });
   });

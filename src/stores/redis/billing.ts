@@ -75,7 +75,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       const k = a(req.accountId);
       const f = fields(req.keyId, req.month);
       const reply = list(
-        await ctx.run('placeHold', () =>
+        await ctx.batched('placeHold', () =>
           scripts.mgPlaceHold(
             [k.bal, k.holds, k.hexp, k.held, k.spend],
             holdArgv(req, f),
@@ -91,7 +91,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       const k = a(req.accountId);
       const f = fields(req.keyId, req.month);
       const reply = list(
-        await ctx.run('hitAndPlaceHold', () =>
+        await ctx.batched('hitAndPlaceHold', () =>
           scripts.mgHitPlaceHold(
             [ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
             [
@@ -122,7 +122,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       // The script appends "cost", "held" and "exceededHold" to this object.
       const entry = JSON.stringify(req.entry);
       const reply = list(
-        await ctx.run('settle', () =>
+        await ctx.batched('settle', () =>
           scripts.mgSettle(
             [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(req.accountId, req.holdId)],
             [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
@@ -136,7 +136,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       const k = a(accountId);
       return (
         int(
-          await ctx.run('release', () =>
+          await ctx.batched('release', () =>
             scripts.mgRelease([k.holds, k.hexp, k.held, closedMarker(accountId, holdId)], [holdId, CLOSED_MARKER_TTL_MS]),
           ),
         ) === 1

@@ -25,14 +25,14 @@ export function createRedisLimits(ctx: RedisContext, windowsId: symbol, hitMembe
     windowsId,
     async hit(bucket: string, limit: number, windowMs: number, accountId?: string): Promise<WindowResult> {
       const reply = list(
-        await ctx.run('hit', () => scripts.mgHit([ctx.bucket(bucket, accountId)], [whole(limit), whole(windowMs), hitMember()])),
+        await ctx.batched('hit', () => scripts.mgHit([ctx.bucket(bucket, accountId)], [whole(limit), whole(windowMs), hitMember()])),
       );
       const allowed = int(reply[0]) === 1;
       return { allowed, limit, remaining: int(reply[1]), resetMs: int(reply[2]) };
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
-      const r = await ctx.run('acquireLease', () =>
+      const r = await ctx.batched('acquireLease', () =>
         scripts.mgLeaseAcquire([ctx.pool(pool)], [whole(cap), leaseId, whole(ttlMs)]),
       );
       return int(r) === 1;
@@ -46,7 +46,7 @@ export function createRedisLimits(ctx: RedisContext, windowsId: symbol, hitMembe
     },
 
     async releaseLease(pool: string, leaseId: string): Promise<void> {
-      await ctx.run('releaseLease', () => client.zrem(ctx.pool(pool), leaseId));
+      await ctx.batched('releaseLease', () => client.zrem(ctx.pool(pool), leaseId));
     },
 
     async activeLeases(pool: string): Promise<number> {
