@@ -42,8 +42,11 @@ export interface Ratios {
   cpu: number;
   p99: number;
   rps: number;
+  p50: number;
   /** Median over the rounds of the mean p99 (ms) of the bare runs next to this relay's: what its p99 ratio compares with. */
   bareP99: number;
+  /** Median over the rounds of (CPU µs per call - the bare runs' next to it): the relay's own added cost. */
+  addedUs: number;
 }
 
 export interface CellSummary {
@@ -105,18 +108,21 @@ export function summarizeCell(cell: Cell): CellSummary {
   for (const [id, runs] of Object.entries(cell.runs) as Array<[TargetId, LoadResult[]]>) {
     out.targets[id] = summarizeTarget(runs);
     if (id === 'bare') {
-      out.vsBare.bare = { cpu: 1, p99: 1, rps: 1, bareP99: out.targets.bare!.p99 };
+      out.vsBare.bare = { cpu: 1, p99: 1, rps: 1, p50: 1, bareP99: out.targets.bare!.p99, addedUs: 0 };
       continue;
     }
     const sides = cell.baselines[id] ?? [];
     const base = (f: (r: LoadResult) => number, i: number) => (sides[i] ? (f(sides[i]![0]) + f(sides[i]![1])) / 2 : NaN);
     const per = (f: (r: LoadResult) => number) => median(runs.map((r, i) => f(r) / base(f, i)));
     const p99 = (r: LoadResult) => r.latency.p99;
+    const cpu = (r: LoadResult) => r.cpuMsPer1k.target ?? NaN;
     out.vsBare[id] = {
-      cpu: per((r) => r.cpuMsPer1k.target ?? NaN),
+      cpu: per(cpu),
       p99: per(p99),
       rps: per((r) => r.rps),
+      p50: per((r) => r.latency.p50),
       bareP99: median(runs.map((_, i) => base(p99, i))),
+      addedUs: median(runs.map((r, i) => cpu(r) - base(cpu, i))),
     };
   }
   return out;
@@ -268,6 +274,37 @@ export function renderMarkdown(r: ReportInput): string {
         `${fmtInt(s?.cpuUsPerCall ?? NaN)} | ${row.id === 'bare' ? '' : fmtX(sr?.cpu ?? NaN)} | ` +
         `${row.id === 'bare' ? '' : `${fmtX(pr?.p99 ?? NaN)} / ${fmtX(sr?.p99 ?? NaN)}`} | ` +
         `${fmtInt(p?.rps ?? NaN)} / ${fmtInt(s?.rps ?? NaN)} | ${storageCpu} | ${errors} |`,
+    );
+  }
+
+  // ---- what the ratios are made of ----
+  md.push(
+    '',
+    '### What the ratios are made of',
+    '',
+    'The CPU a relay adds per call over the bare relay (µs, against the bare runs next to it), the cores its process kept busy ' +
+      `(CPU per call x req/s), and what its latency follows. A relay that keeps one core busy at c=${HEADLINE_C} is bound by its ` +
+      `CPU per call: by Little's law its mean latency is ${HEADLINE_C} / req/s, so its latency ratio follows 1 / its req/s ratio, ` +
+      'which follows its CPU ratio, and its p99 ratio can be below its CPU ratio only when the bare relay\'s tail is the worse one. ' +
+      'A relay that keeps less than a core busy waits on something else (its storage service, on the same cores).',
+    '',
+    '| Relay | added CPU µs/call (plain / streamed) | cores busy (plain / streamed) | CPU vs bare (plain / streamed) | 1 / req/s vs bare (plain / streamed) | p50 vs bare (plain / streamed) | p99 vs bare (plain / streamed) |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+  );
+  const cores = (t: TargetSummary | undefined) => (t ? ((t.cpuUsPerCall * t.rps) / 1e6).toFixed(2) : 'n/a');
+  for (const row of r.rows) {
+    if (row.skipped) continue;
+    const pr = plain?.vsBare[row.id];
+    const sr = stream?.vsBare[row.id];
+    const pair = (f: (v: Ratios) => string) => `${pr ? f(pr) : 'n/a'} / ${sr ? f(sr) : 'n/a'}`;
+    const busy = `${cores(plain?.targets[row.id])} / ${cores(stream?.targets[row.id])}`;
+    if (row.id === 'bare') {
+      md.push(`| ${row.label} | | ${busy} | | | | |`);
+      continue;
+    }
+    md.push(
+      `| ${row.label} | ${pair((v) => fmtInt(v.addedUs))} | ${busy} | ${pair((v) => fmtX(v.cpu))} | ${pair((v) => fmtX(1 / v.rps))} | ` +
+        `${pair((v) => fmtX(v.p50))} | ${pair((v) => fmtX(v.p99))} |`,
     );
   }
 
