@@ -32,7 +32,7 @@
  * tolerate an index entry whose record is missing.
  */
 import { StoreUnavailableError } from '../errors.js';
-import type { RedisClient } from './clients.js';
+import { isCluster, type RedisClient } from './clients.js';
 import { defineScripts, type Scripts } from './scripts.js';
 
 /** Thrown when Redis cannot be reached or answered with an error (the gateway answers 503). */
@@ -64,6 +64,12 @@ export class RedisContext {
   ) {
     if (/[{}]/.test(prefix)) throw new RangeError('keyPrefix must not contain "{" or "}" (they form hash tags)');
     this.scripts = defineScripts(client);
+    // A Cluster's nodes answer independently: one batch for all of them would make every shard
+    // wait out a failing one. ioredis already keeps one pipeline in flight per node there.
+    this.batches = !isCluster(client);
+    // A command on a connection that closed may never be answered (a client passed in without
+    // a command timeout): its batch is given up, so the operations waiting behind it go on.
+    if (this.batches) client.on('close', this.giveUpBatch);
   }
 
   // ---- key layout -------------------------------------------------------------------------
@@ -121,52 +127,70 @@ export class RedisContext {
 
   /**
    * Runs a per-call operation (a window hit, a hold, a settle, a release, a lease) like `run`,
-   * but at most one batch of them is in flight at a time. What arrives while a batch is out
-   * waits for its answers and then goes out together, as the next batch, in one write
-   * (auto-pipelining sends what is issued in one event-loop turn as one write). Under load
-   * a round trip then carries the operations of many calls: the gateway's share of a call
-   * is a fraction of a socket write and a read instead of one or two of each, and Redis reads
-   * fewer, larger packets. The order is kept: operations go out in the order they came. With
-   * nothing in flight an operation goes out at once, and a client that is not ready is never
-   * waited on here (`run` bounds that wait), so a batch cannot hold others up beyond its own
-   * command timeout.
+   * but at most one batch of them is in flight at a time. The first operation from idle goes
+   * out at once, and so does every one issued before the current callback's work is done
+   * (until process.nextTick: the continuations of one answer join it). What arrives later
+   * waits for every answer of the batch out, then all of it goes out together as the next
+   * batch, in one write (auto-pipelining sends what is issued in one event-loop turn as one
+   * write). Under load a round trip then carries the operations of many calls: the gateway's
+   * share of a call is a fraction of a socket write and a read instead of one or two of each,
+   * and Redis reads fewer, larger packets; the price is that an operation may wait for one
+   * round trip before it goes. Queued operations go out in the order they came. Operations
+   * outside the batches (`run`), and any issued while the client is not ready (they never wait
+   * behind a batch: `run` bounds their wait for the connection), may overtake queued ones; no
+   * caller depends on the order of operations it has not yet been answered for. A Redis
+   * Cluster client sends every operation at once.
    */
   batched<T>(what: string, op: () => Promise<T>): Promise<T> {
-    if (this.inFlight === 0 || this.batchOpen || this.client.status !== 'ready') return this.send(what, op);
+    if (!this.batches || this.inFlight === 0 || this.batchOpen || this.client.status !== 'ready') return this.send(what, op);
     return new Promise<T>((resolve, reject) => {
       this.queued.push(() => this.send(what, op).then(resolve, reject));
     });
   }
 
+  /** False for a Cluster client (see the constructor). */
+  private readonly batches: boolean;
   /** Operations of the batch in flight that have not been answered yet. */
   private inFlight = 0;
-  /** True until the end of the turn in which the batch in flight began: operations issued meanwhile join it. */
+  /** Which batch is in flight: answers of a batch given up (giveUpBatch) no longer count. */
+  private batchNo = 0;
+  /** True until process.nextTick after the batch in flight began: operations issued meanwhile join it. */
   private batchOpen = false;
   /** Operations waiting for the batch in flight, in the order they came. */
   private queued: Array<() => void> = [];
   private readonly closeBatch = () => {
     this.batchOpen = false;
   };
-  private readonly answered = () => {
-    if (--this.inFlight !== 0 || this.queued.length === 0) return;
+  private readonly startQueued = () => {
+    this.inFlight = 0;
     const next = this.queued;
     this.queued = [];
     for (const start of next) start();
   };
+  private readonly giveUpBatch = () => {
+    this.batchNo++;
+    this.startQueued();
+  };
 
   private send<T>(what: string, op: () => Promise<T>): Promise<T> {
+    const p = this.run(what, op);
+    if (!this.batches) return p;
     if (!this.batchOpen) {
       this.batchOpen = true;
       process.nextTick(this.closeBatch);
     }
     this.inFlight++;
-    const p = this.run(what, op);
-    p.then(this.answered, this.answered);
+    const batch = this.batchNo;
+    const answered = () => {
+      if (batch === this.batchNo && --this.inFlight === 0 && this.queued.length > 0) this.startQueued();
+    };
+    p.then(answered, answered);
     return p;
   }
 
   markClosed(): void {
     this.closed = true;
+    this.client.off('close', this.giveUpBatch);
   }
 
   private ready(what: string): Promise<void> {

@@ -139,8 +139,8 @@ export class SqliteContext {
   /**
    * Runs `fn` as one atomic step of a group commit: the writes queued during this turn of the
    * event loop (or, while the database is busy, during the GROUP_MS since the last commit)
-   * run one after another in one IMMEDIATE transaction, each in its own savepoint
-   * (one that throws is rolled back alone and rejects alone), and commit together. The promise
+   * run one after another in one IMMEDIATE transaction and commit together; one that throws
+   * is rolled back alone and rejects alone (see commitGroup). The promise
    * settles once the commit is done, so a resolved write is as durable as one committed on its
    * own. In WAL mode a commit writes every page the transaction changed: the busy calls of a
    * turn share their pages (the wallet, the window, the ledger's last page) and one commit.
@@ -214,6 +214,10 @@ export class SqliteContext {
           // Inside the transaction, the wrapper runs `fn` in a savepoint.
           outcomes.push({ ok: true, value: this.tx(op.fn) });
         } catch (err) {
+          // Some failures (a full disk, an I/O error) roll back the whole transaction, not
+          // only the savepoint: the writes after it would then each commit on their own, so
+          // the whole group fails instead.
+          if (!this.db.inTransaction) throw err;
           outcomes.push({ ok: false, err });
         }
       }
