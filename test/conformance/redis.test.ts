@@ -470,18 +470,25 @@ if (unreachable !== null) {
       return { op, answer: (v = name) => answer(v), fail: (e: Error) => fail(e) };
     }
     const turn = () => new Promise((r) => setImmediate(r));
-
-    it('sends what one turn issues at once, holds what comes later until every answer is in, then sends it in order', async () => {
+    /** Runs `fn` with a context on a connected client of its own, closed after. */
+    async function withContext(readyTimeoutMs: number, fn: (ctx: RedisContext, client: Redis) => Promise<void>): Promise<void> {
       const client = new Redis(REDIS_URL);
       await client.ping();
-      const ctx = new RedisContext(client, PREFIX, 1_000);
       try {
+        await fn(new RedisContext(client, PREFIX, readyTimeoutMs), client);
+      } finally {
+        client.disconnect();
+      }
+    }
+
+    it('sends what is issued together at once, holds what comes later until every answer is in, then sends it in order', () =>
+      withContext(1_000, async (ctx) => {
         const sent: string[] = [];
         const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((n) => manual(sent, n));
         const pa = ctx.batched('a', a!.op);
         const pb = ctx.batched('b', b!.op);
         await turn();
-        expect(sent).toEqual(['a', 'b']); // one batch: both issued in the same turn
+        expect(sent).toEqual(['a', 'b']); // one batch: both issued before the batch closed
         const pc = ctx.batched('c', c!.op);
         const pd = ctx.batched('d', d!.op);
         await turn();
@@ -511,16 +518,10 @@ if (unreachable !== null) {
         expect(sent.at(-1)).toBe('f');
         f.answer();
         expect(await pf).toBe('f');
-      } finally {
-        client.disconnect();
-      }
-    });
+      }));
 
-    it('gives up a batch whose connection closed: what waits behind it goes on (and fails promptly with the connection gone)', async () => {
-      const client = new Redis(REDIS_URL);
-      await client.ping();
-      const ctx = new RedisContext(client, PREFIX, 200);
-      try {
+    it('gives up a batch whose connection closed: what waits behind it goes on (and fails promptly with the connection gone)', () =>
+      withContext(200, async (ctx, client) => {
         const sent: string[] = [];
         // A manual operation: never answered, as a command lost with its connection may never be.
         const stuck = manual(sent, 'stuck');
@@ -537,10 +538,7 @@ if (unreachable !== null) {
         // Nothing is held up afterwards either.
         const after = await timed(ctx.batched('after', async () => 'sent'));
         expect(after.storeError).toBe(true);
-      } finally {
-        client.disconnect();
-      }
-    });
+      }));
 
     it('many calls at once on one account: every hold and settle lands exactly, as without batches', async () => {
       const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
