@@ -68,4 +68,16 @@ describe('SseFastPath', () => {
       expect(Buffer.from(r.rest!).toString()).toBe(`${odd}data: {"after":1}\n\n`);
     }
   });
+
+  it('matches a mark byte for byte, whatever characters it holds (none is a pattern), multi-byte ones included', () => {
+    const key = 'sk.a+b$(c)|[d]\\e^é*?{2}/';
+    const fast = new SseFastPath([Buffer.from(key)]);
+    const seen: Array<[string, boolean]> = [];
+    const events = [`{"k":"${key}"}`, '{"k":"skXa+b$(c)|[d]\\e^é*?{2}/"}', '{"k":"sk.aab$(c)"}', '{"k":"sk.a+b$(c)|[d]\\e^e*?{2}/"}', `${key}`];
+    fast.push(Buffer.from(events.map((d) => `data: ${d}\n\n`).join('')), (data, marked) => {
+      seen.push([data.toString('utf8'), marked]);
+      return 'verbatim';
+    });
+    expect(seen).toEqual(events.map((d, i) => [d, i === 0 || i === 4]));
+  });
 });
