@@ -3,7 +3,6 @@
  * `.fetch(Request)` in tests, `dispose()` to release everything. The route table and the
  * order of checks (IP throttle, then auth, then the key's rate) live here.
  */
-import { randomUUID } from 'node:crypto';
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { LRUCache } from 'lru-cache';
@@ -19,6 +18,7 @@ import type { Core, RequestContext, RouteHandler } from './core.js';
 import { GatewayError, errorResponse, errors } from './errors.js';
 import { readBody } from './http/body.js';
 import { NodeRequest, writeAnswer } from './http/node-lane.js';
+import { newRequestId } from './http/request-id.js';
 import { withIdempotency } from './idempotency.js';
 import { createLimiter } from './limits/limiter.js';
 import type { Logger } from './log.js';
@@ -546,8 +546,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
    * the caller writes them itself (the node:http bridge); without it they are set on the Response.
    */
   async function handle(request: Request, serverContext: GatewayServerContext, late: Record<string, string> | null = null): Promise<Response> {
-    // randomUUID draws from a cached entropy pool: far cheaper per request than randomBytes.
-    const requestId = `req_${randomUUID().replaceAll('-', '')}`;
+    const requestId = newRequestId();
     const { path, query } = requestTarget(request, serverContext);
     // Until routing names it: the probes by their path, anything else as unmatched (a label
     // per unknown path would let any client grow the metrics without bound).
@@ -604,7 +603,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return async (request) => {
         await ready;
         const { path, query } = requestTarget(request, undefined);
-        return http.handle(request, path, query, `req_${randomUUID().replaceAll('-', '')}`);
+        return http.handle(request, path, query, newRequestId());
       };
     },
   };
