@@ -64,7 +64,26 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
  */
 export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
   const q = {
-    holdExpiry: ctx.prepare('SELECT expires_at FROM holds WHERE account_id = ? AND hold_id = ?').pluck(),
+    // What a hold decides on, in one statement (each statement is a round through the
+    // driver): the hold id's own open row, the balance and what the account's open holds
+    // hold; with a monthly cap also the key's month spend and what its open holds hold, in
+    // the same pass over the holds. Raw rows: [existing expiry, balance, held(, spent, held by key)].
+    holdFacts: ctx
+      .exact(
+        `SELECT (SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
+                (SELECT balance FROM wallets WHERE account_id = @account),
+                (SELECT coalesce(sum(amount), 0) FROM holds WHERE account_id = @account AND expires_at > @now)`,
+      )
+      .raw(),
+    holdFactsCapped: ctx
+      .exact(
+        `SELECT (SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
+                (SELECT balance FROM wallets WHERE account_id = @account),
+                h.held, (SELECT amount FROM key_spend WHERE account_id = @account AND key_id = @key AND month = @month), h.by_key
+           FROM (SELECT coalesce(sum(amount), 0) AS held, coalesce(sum(amount) FILTER (WHERE key_id = @key), 0) AS by_key
+                   FROM holds WHERE account_id = @account AND expires_at > @now) AS h`,
+      )
+      .raw(),
     dropHold: ctx.prepare('DELETE FROM holds WHERE account_id = ? AND hold_id = ?'),
     balance: ctx.exact('SELECT balance FROM wallets WHERE account_id = ?'),
     held: ctx.exact('SELECT coalesce(sum(amount), 0) AS held FROM holds WHERE account_id = ? AND expires_at > ?'),
@@ -78,7 +97,13 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     ),
     renew: ctx.prepare('UPDATE holds SET expires_at = ? WHERE account_id = ? AND hold_id = ? AND expires_at > ?'),
     close: ctx.prepare('INSERT INTO closed_holds (account_id, hold_id, closed_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
-    released: ctx.prepare('SELECT 1 FROM closed_holds WHERE account_id = ? AND hold_id = ?'),
+    // A settle after release finds the hold id closed; a replayed settle finds its ledger entry.
+    closedOrSettled: ctx
+      .prepare(
+        `SELECT EXISTS (SELECT 1 FROM closed_holds WHERE account_id = @account AND hold_id = @hold)
+             OR EXISTS (SELECT 1 FROM ledger WHERE account_id = @account AND hold_id = @hold)`,
+      )
+      .pluck(),
     everSettled: ctx.prepare('SELECT 1 FROM ledger WHERE account_id = ? AND hold_id = ?'),
     takeHold: ctx.exact('DELETE FROM holds WHERE account_id = ? AND hold_id = ? RETURNING amount, month, expires_at'),
     debit: ctx.prepare(
@@ -111,16 +136,22 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
    * call pays for scanning and deleting its account's expired holds.
    */
   function placeInTransaction(req: HoldRequest, t: number): HoldResult {
-    const expiresAt = q.holdExpiry.get(req.accountId, req.holdId) as number | undefined;
-    if (expiresAt !== undefined) {
+    const capped = req.monthlyCap !== null;
+    const args = capped
+      ? { account: req.accountId, hold: req.holdId, now: t, key: req.keyId, month: req.month }
+      : { account: req.accountId, hold: req.holdId, now: t };
+    const facts = (capped ? q.holdFactsCapped : q.holdFacts).get(args) as (bigint | null)[];
+    const expiresAt = facts[0];
+    if (expiresAt !== null && expiresAt !== undefined) {
       // Placing an open hold again is a no-op, so a retried call cannot hold twice.
-      if (expiresAt > t) return { ok: true };
+      if (num(expiresAt) > t) return { ok: true };
+      // An expired row of this id held nothing in the sums above; it makes way for the new one.
       q.dropHold.run(req.accountId, req.holdId);
     }
-    const free = balanceOf(req.accountId) - heldOf(req.accountId, t);
+    const free = big(facts[1]) - big(facts[2]);
     if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
-    if (req.monthlyCap !== null) {
-      const room = req.monthlyCap - monthSpend(req.accountId, req.keyId, req.month) - heldByKey(req.accountId, req.keyId, t);
+    if (capped) {
+      const room = (req.monthlyCap as bigint) - big(facts[3]) - big(facts[4]);
       if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
     }
     q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
@@ -160,8 +191,7 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
         const t = ctx.now();
         // A settle after release finds the hold id closed; a replayed settle finds its ledger
         // entry (unique per account and hold id, for good), so settling writes no marker.
-        if (q.released.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
-        if (q.everSettled.get(req.accountId, req.holdId)) return { settled: false, charged: 0n };
+        if (q.closedOrSettled.get({ account: req.accountId, hold: req.holdId })) return { settled: false, charged: 0n };
         const taken = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string; expires_at: bigint } | undefined;
         // A hold that expired before its settle counts as gone: nothing was held.
         const hold = taken && num(taken.expires_at) > t ? taken : undefined;
