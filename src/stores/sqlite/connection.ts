@@ -27,6 +27,11 @@ export class SqliteStoreError extends StoreUnavailableError {
   }
 }
 
+/** better-sqlite3's resolved entry point (the checkpoint thread loads it from there). */
+export function driverPath(): string {
+  return createRequire(import.meta.url).resolve('better-sqlite3');
+}
+
 /** better-sqlite3, loaded on first use so that only SQLite users need it installed. */
 function loadDriver(): typeof BetterSqlite3 {
   const require = createRequire(import.meta.url);
@@ -111,6 +116,8 @@ export class SqliteContext {
   private readonly flushQueued = () => this.flush();
   /** Lazy housekeeping, called by the busiest writes (placeHold, hit); set by the factory. */
   sweep: () => void = () => {};
+  /** Called after each group commit that committed (the checkpointer counts them). */
+  committed: () => void = () => {};
 
   constructor(
     readonly db: Database,
@@ -174,6 +181,7 @@ export class SqliteContext {
       for (const op of ops) op.reject(this.storeError(op.what, err));
       return;
     }
+    this.committed();
     ops.forEach((op, i) => {
       const o = outcomes[i]!;
       if (o.ok) op.resolve(o.value);

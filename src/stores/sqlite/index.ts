@@ -1,8 +1,10 @@
+import { resolve } from 'node:path';
 import { createSweeper } from '../memory/sweep.js';
 import type { Stores } from '../types.js';
 import { createSqliteAccounts, createSqliteKeys } from './accounts-keys.js';
 import { createSqliteBilling } from './billing.js';
-import { openDatabase, SqliteContext } from './connection.js';
+import { Checkpointer } from './checkpointer.js';
+import { driverPath, openDatabase, SqliteContext } from './connection.js';
 import { createSqliteContent } from './content.js';
 import { createSqliteIdempotency } from './idempotency.js';
 import { createSqliteJobs } from './jobs.js';
@@ -52,6 +54,17 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     busyTimeoutMs: options.busyTimeoutMs ?? 5_000,
   });
   const ctx = new SqliteContext(db, now);
+  // A file's checkpoints move to a thread of their own once the process is busy.
+  const checkpointer =
+    options.path === ':memory:'
+      ? null
+      : new Checkpointer(db, {
+          path: resolve(options.path),
+          synchronous: options.synchronous ?? 'normal',
+          busyTimeoutMs: options.busyTimeoutMs ?? 5_000,
+          driver: driverPath(),
+        });
+  if (checkpointer) ctx.committed = () => checkpointer.committed();
 
   // Lazy housekeeping on ordinary calls (no timer keeps the process alive). Expired rows
   // already count for nothing; this only keeps the file from growing.
@@ -91,6 +104,9 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
       ctx.run('ping', () => db.prepare('SELECT 1').get());
     },
     async close() {
+      // The checkpoint thread's connection closes first, so that this one is the last: its
+      // close then checkpoints the whole log and deletes it.
+      await checkpointer?.stop();
       ctx.close();
     },
   };
