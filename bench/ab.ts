@@ -94,6 +94,7 @@ async function main(): Promise<void> {
   const cpu = (r: LoadResult) => r.cpuMsPer1k.target ?? NaN;
   for (const c of [bare, ...gateways]) await run(c, c !== bare, 3);
   const ratios: number[][] = [[], []];
+  const p99Ratios: number[][] = [[], []];
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 ? [1, 0] : [0, 1];
     let before = await run(bare, false);
@@ -104,9 +105,11 @@ async function main(): Promise<void> {
       if (after.errors) throw new Error(`the bare relay failed ${after.errors} calls: ${JSON.stringify(after.errorDetail)}`);
       const base = (cpu(before) + cpu(after)) / 2;
       ratios[i]!.push(cpu(res) / base);
+      p99Ratios[i]!.push(res.latency.p99 / ((before.latency.p99 + after.latency.p99) / 2));
       process.stdout.write(
         `round ${round + 1}/${ROUNDS}  ${variants[i]!.name} (${variants[i]!.dist}${variants[i]!.flags.length ? ` ${variants[i]!.flags.join(' ')}` : ''}): ` +
-          `${cpu(res).toFixed(0)} µs/call, bare ${base.toFixed(0)}: ${(cpu(res) / base).toFixed(2)}x; p99 ${res.latency.p99.toFixed(1)} ms; ` +
+          `${cpu(res).toFixed(0)} µs/call, bare ${base.toFixed(0)}: ${(cpu(res) / base).toFixed(2)}x; ` +
+          `p99 ${res.latency.p99.toFixed(1)} ms (${p99Ratios[i]!.at(-1)!.toFixed(2)}x the bare runs'); ` +
           `errors ${res.errors}; other load ${res.otherLoadCores.toFixed(2)} cores\n`,
       );
       if (res.errors) throw new Error(`${variants[i]!.name} failed ${res.errors} calls: ${JSON.stringify(res.errorDetail)}`);
@@ -114,9 +117,13 @@ async function main(): Promise<void> {
     }
   }
   process.stdout.write(
-    `\n${STORAGE}, ${KIND}, ${ROUNDS} rounds: CPU per call vs the bare relay, median (min - max):\n` +
+    `\n${STORAGE}, ${KIND}, ${ROUNDS} rounds: CPU per call and p99 vs the bare relay, median (min - max):\n` +
       variants
-        .map((v, i) => `  ${v.name} ${v.dist}: ${median(ratios[i]!).toFixed(2)}x (${Math.min(...ratios[i]!).toFixed(2)} - ${Math.max(...ratios[i]!).toFixed(2)})`)
+        .map(
+          (v, i) =>
+            `  ${v.name} ${v.dist}: CPU ${median(ratios[i]!).toFixed(2)}x (${Math.min(...ratios[i]!).toFixed(2)} - ${Math.max(...ratios[i]!).toFixed(2)}); ` +
+            `p99 ${median(p99Ratios[i]!).toFixed(2)}x (${Math.min(...p99Ratios[i]!).toFixed(2)} - ${Math.max(...p99Ratios[i]!).toFixed(2)})`,
+        )
         .join('\n') +
       '\n',
   );
