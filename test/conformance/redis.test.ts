@@ -455,6 +455,76 @@ if (unreachable !== null) {
     });
   });
 
+  describe('redis: the IP window, the key window and the hold in one script (one server)', () => {
+    const W = 60_000;
+    const ipHit = (limit: number) => ({ bucket: `ip:${uid('addr')}`, limit, windowMs: W });
+    const keyHit = (a: { accountId: string; keyId: string }, limit: number) => ({ bucket: `key:${a.keyId}`, limit, windowMs: W, accountId: a.accountId });
+
+    it('counts the IP first, the key only when the IP allowed, and holds only when both did, in the windows limits.hit counts', async () => {
+      const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const both = stores.billing.hitsAndPlaceHold!.bind(stores.billing);
+        const a = await account(stores, 1_000n);
+        const ip = ipHit(3);
+        const key = keyHit(a, 10);
+        // The IP's window is the one limits.hit counts (no account), the key's the account's.
+        expect(await stores.limits.hit(ip.bucket, 3, W)).toMatchObject({ allowed: true, remaining: 2 });
+        expect(await stores.limits.hit(key.bucket, 10, W, a.accountId)).toMatchObject({ allowed: true, remaining: 9 });
+        const first = hold(a, 100n);
+        expect(await both(ip, key, first)).toMatchObject({
+          first: { allowed: true, limit: 3, remaining: 1 },
+          window: { allowed: true, limit: 10, remaining: 8 },
+          hold: { ok: true },
+        });
+        // The wallet refuses: both windows counted, nothing held.
+        expect(await both(ip, key, hold(a, 901n))).toMatchObject({
+          first: { allowed: true, remaining: 0 },
+          window: { allowed: true, remaining: 7 },
+          hold: { ok: false, limitSource: 'wallet', available: 900n },
+        });
+        // The IP is full: refused, and neither the key's window nor the wallet is touched.
+        const refused = await both(ip, key, hold(a, 1n));
+        expect(refused).toMatchObject({ first: { allowed: false, limit: 3, remaining: 0 }, window: null, hold: null });
+        expect(refused.first.resetMs).toBeGreaterThan(W - 5_000);
+        expect(await stores.limits.hit(key.bucket, 10, W, a.accountId)).toMatchObject({ allowed: true, remaining: 6 });
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 1_000n, held: 100n });
+        // The key is full behind an IP with room: the IP's hit counts, the key's does not, nothing held.
+        const roomy = ipHit(5);
+        const tight = keyHit({ accountId: a.accountId, keyId: uid('key') }, 1);
+        expect((await both(roomy, tight, hold(a, 1n))).hold).toEqual({ ok: true });
+        expect(await both(roomy, tight, hold(a, 1n))).toMatchObject({
+          first: { allowed: true, remaining: 3 },
+          window: { allowed: false, remaining: 0 },
+          hold: null,
+        });
+        expect(await stores.limits.hit(roomy.bucket, 5, W)).toMatchObject({ allowed: true, remaining: 2 });
+        expect(await stores.billing.openHolds(a.accountId)).toBe(2);
+        // The hold it placed is an ordinary hold: it settles once.
+        expect(await stores.billing.settle(settleReq(a, first.holdId, 80n))).toEqual({ settled: true, charged: 80n, held: 100n });
+      } finally {
+        await stores.close();
+      }
+    });
+
+    it('concurrent calls from one address against an IP window of 20, a key window of 30 and 10 holds: exactly 20, 20 and 10', async () => {
+      const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(stores, 10n * 7_000n);
+        const ip = ipHit(20);
+        const key = keyHit(a, 30);
+        const results = await Promise.all(Array.from({ length: 60 }, () => stores.billing.hitsAndPlaceHold!(ip, key, hold(a, 7_000n))));
+        expect(results.filter((r) => r.first.allowed)).toHaveLength(20);
+        expect(results.filter((r) => r.window?.allowed)).toHaveLength(20);
+        expect(results.filter((r) => r.hold?.ok)).toHaveLength(10);
+        for (const r of results) if (!r.first.allowed) expect(r).toMatchObject({ window: null, hold: null });
+        expect(await stores.limits.hit(key.bucket, 30, W, a.accountId)).toMatchObject({ allowed: true, remaining: 9 });
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 70_000n, held: 70_000n });
+      } finally {
+        await stores.close();
+      }
+    });
+  });
+
   describe('redis: per-call operations go out in batches, one batch in flight', () => {
     /** An operation the test answers by hand, recording when it was sent. */
     function manual(log: string[], name: string) {
