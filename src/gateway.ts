@@ -477,7 +477,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     async function keyRate(x, next) {
       if (x.route!.idempotent && x.request.method === 'POST') return limiter.deferKey(x.requestId, x.key!, x.headers, next);
       // A deferred IP check is counted before the key's.
-      await limiter.runDeferred(x.requestId);
+      if (limiter.defersIp) await limiter.runDeferred(x.requestId);
       Object.assign(x.headers, await limiter.checkKey(x.key!));
       return next();
     },
