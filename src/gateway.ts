@@ -451,9 +451,6 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     function ipThrottle(x, next) {
       const peer = x.serverContext?.clientAddress ?? x.serverContext?.req?.socket?.remoteAddress ?? '0.0.0.0';
       x.clientIp = limiter.clientAddress(peer, x.request.headers.get('x-forwarded-for'));
-      // Where the stores count the IP's hit, the key's and the hold in one step, a POST's IP
-      // check waits for its hold (or for its key check, or its answer), still counted first.
-      if (limiter.defersIp && x.request.method === 'POST') return limiter.deferIp(x.requestId, x.clientIp, next);
       const counted = limiter.checkIp(x.clientIp);
       return counted ? counted.then(next) : next();
     },
@@ -463,9 +460,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       return next();
     },
     function authentication(x, next) {
-      // A deferred IP check runs before the store is asked for a key it has not cached: a
-      // throttled address never gets to make the gateway look keys up.
-      const key = core.auth.authenticate(x.request.headers.get('authorization'), limiter.defersIp ? () => limiter.runDeferred(x.requestId) : undefined);
+      const key = core.auth.authenticate(x.request.headers.get('authorization'));
       // A cached key is answered synchronously: no await, no microtask turn.
       return typeof (key as Partial<Promise<ApiKeyRecord>>).then === 'function'
         ? (key as Promise<ApiKeyRecord>).then((k) => authenticated(x, k, next))
@@ -476,8 +471,6 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     // Every other request is counted here, before its route runs.
     async function keyRate(x, next) {
       if (x.route!.idempotent && x.request.method === 'POST') return limiter.deferKey(x.requestId, x.key!, x.headers, next);
-      // A deferred IP check is counted before the key's.
-      if (limiter.defersIp) await limiter.runDeferred(x.requestId);
       Object.assign(x.headers, await limiter.checkKey(x.key!));
       return next();
     },

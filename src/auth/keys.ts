@@ -49,10 +49,9 @@ export function keyIdFor(digest: string): string {
 export interface Authenticator {
   /**
    * The key an Authorization header names, or a thrown 401. Answered synchronously (no
-   * promise) when the key is cached; a promise when the store must be asked, after
-   * `beforeLookup` (a check that must pass before the store is asked for any key).
+   * promise) when the key is cached; a promise when the store must be asked.
    */
-  authenticate(authorization: string | null, beforeLookup?: () => Promise<void>): ApiKeyRecord | Promise<ApiKeyRecord>;
+  authenticate(authorization: string | null): ApiKeyRecord | Promise<ApiKeyRecord>;
   /** Forget a cached key (after disable) on this instance. */
   forget(digest: string): void;
 }
@@ -73,7 +72,7 @@ function admit(record: ApiKeyRecord | false, plain: string): ApiKeyRecord {
 export function createAuthenticator(keys: KeyStore, cacheTtlMs = 5_000): Authenticator {
   const cache = new LRUCache<string, ApiKeyRecord | false>({ max: 10_000, ttl: cacheTtlMs });
   return {
-    authenticate(authorization, beforeLookup) {
+    authenticate(authorization) {
       if (!authorization) {
         throw unauthorized('Missing API key. Send it as "Authorization: Bearer <key>".');
       }
@@ -85,13 +84,11 @@ export function createAuthenticator(keys: KeyStore, cacheTtlMs = 5_000): Authent
       const digest = digestKey(plain);
       const cached = cache.get(digest);
       if (cached !== undefined) return admit(cached, plain);
-      const lookup = () =>
-        keys.findByDigest(digest).then((found) => {
-          const record = found ?? false;
-          cache.set(digest, record);
-          return admit(record, plain);
-        });
-      return beforeLookup ? beforeLookup().then(lookup) : lookup();
+      return keys.findByDigest(digest).then((found) => {
+        const record = found ?? false;
+        cache.set(digest, record);
+        return admit(record, plain);
+      });
     },
     forget(digest) {
       cache.delete(digest);

@@ -112,14 +112,9 @@ export interface BilledCall {
  */
 export interface DeferredCheck {
   readonly hit: WindowHit;
-  /**
-   * A check that comes first (the request's IP, before its key), deferred with this one: it
-   * is counted first, and when it refuses this one is not counted at all.
-   */
-  readonly before?: DeferredCheck | undefined;
   /** Takes the window's answer: keeps the rate headers for the answer, or throws the 429. */
   settle(r: WindowResult): void;
-  /** Counts the hit on its own now (after `before`'s) and settles it. */
+  /** Counts the hit on its own now and settles it. */
   run(): Promise<void>;
 }
 
@@ -385,16 +380,6 @@ export function createMeter(deps: MeterDeps): Meter {
     if (!folds) {
       await check.run();
       return billing.placeHold(hold);
-    }
-    if (check.before) {
-      if (billing.hitsAndPlaceHold) {
-        const both = await billing.hitsAndPlaceHold(check.before.hit, check.hit, hold);
-        // Each settle throws its 429 when its window refused; what follows a refusal was not counted.
-        check.before.settle(both.first);
-        check.settle(both.window!);
-        return both.hold!;
-      }
-      await check.before.run();
     }
     const r = await billing.hitAndPlaceHold!(check.hit, hold);
     check.settle(r.window);

@@ -26,18 +26,6 @@ export interface Limiter {
    * (undefined, or a throw) when the store counts in this process's memory; else a promise.
    */
   checkIp(ip: string): Promise<void> | undefined;
-  /**
-   * Whether the IP's check can be deferred to the request's hold (`deferIp`): the stores count
-   * the IP's window, the key's and the hold in one step.
-   */
-  readonly defersIp: boolean;
-  /**
-   * Runs `next` with the IP's check deferred: a billable request's hold counts it, first, in
-   * its store step (the key's deferred check carries it); any other request runs it at its key
-   * check. Whatever `next` answers or throws, a check still pending then runs, and a refusal
-   * replaces the answer with the IP's 429, as if it had been counted before anything else.
-   */
-  deferIp(requestId: string, ip: string, next: () => Promise<Response>): Promise<Response>;
   /** Counts the request against its key; returns the headers for the answer, or throws 429. */
   checkKey(key: ApiKeyRecord): Promise<Record<string, string>>;
   /**
@@ -46,12 +34,9 @@ export interface Limiter {
    * first: a refusal replaces the answer with the 429. The rate headers go into `headers`.
    */
   deferKey(requestId: string, key: ApiKeyRecord, headers: Record<string, string>, next: () => Promise<Response>): Promise<Response>;
-  /**
-   * The pending deferred check of `requestId`, taken: whoever takes it runs or settles it. The
-   * key's check, carrying a deferred IP check as `before`; or the IP's alone.
-   */
+  /** The pending deferred check of `requestId`, taken: whoever takes it runs or settles it. */
   take(requestId: string): DeferredCheck | undefined;
-  /** Runs the pending deferred checks of `requestId` now, if any (before an in-flight slot is taken). */
+  /** Runs the pending deferred check of `requestId` now, if any (before an in-flight slot is taken). */
   runDeferred(requestId: string): Promise<void>;
 }
 
@@ -95,18 +80,6 @@ export function createLimiter(core: Core): Limiter {
   const limits = core.stores.limits;
   /** Deferred key checks not yet taken, by request id. */
   const pending = new Map<string, DeferredCheck>();
-  /** Deferred IP checks not yet taken (by a key check or a runner), by request id. */
-  const pendingIp = new Map<string, DeferredCheck>();
-  // The IP's hit folds into the hold only where one store step reaches both windows and the
-  // books (the same condition under which the meter folds the key's hit).
-  const billing = core.stores.billing;
-  const defersIp =
-    billing.hitsAndPlaceHold !== undefined && billing.windowsId !== undefined && billing.windowsId === limits.windowsId && !limits.hitNow;
-  const takeIp = (requestId: string) => {
-    const check = pendingIp.get(requestId);
-    if (check) pendingIp.delete(requestId);
-    return check;
-  };
 
   const keyHit = (key: ApiKeyRecord): WindowHit => ({
     bucket: `key:${key.id}`,
@@ -122,44 +95,16 @@ export function createLimiter(core: Core): Limiter {
       if (limits.hitNow) return ipAnswer(limits.hitNow(bucket, ipRequestsPerMinute, WINDOW_MS));
       return limits.hit(bucket, ipRequestsPerMinute, WINDOW_MS).then(ipAnswer);
     },
-    defersIp,
-    async deferIp(requestId, ip, next) {
-      const bucket = `ip:${ip}`;
-      pendingIp.set(requestId, {
-        hit: { bucket, limit: ipRequestsPerMinute, windowMs: WINDOW_MS },
-        settle: ipAnswer,
-        run: async () => ipAnswer(await limits.hit(bucket, ipRequestsPerMinute, WINDOW_MS)),
-      });
-      try {
-        let res: Response;
-        try {
-          res = await next();
-        } catch (err) {
-          await takeIp(requestId)?.run();
-          throw err;
-        }
-        await takeIp(requestId)?.run();
-        return res;
-      } finally {
-        pendingIp.delete(requestId);
-      }
-    },
     async checkKey(key) {
       const h = keyHit(key);
       return keyHeaders(await limits.hit(h.bucket, h.limit, h.windowMs, h.accountId));
     },
     async deferKey(requestId, key, headers, next) {
       const hit = keyHit(key);
-      // A deferred IP check goes with the key's: counted first, in the same step when the hold folds them.
-      const before = takeIp(requestId);
       const check: DeferredCheck = {
         hit,
-        before,
         settle: (r) => void Object.assign(headers, keyHeaders(r)),
-        run: async () => {
-          await before?.run();
-          check.settle(await limits.hit(hit.bucket, hit.limit, hit.windowMs, hit.accountId));
-        },
+        run: async () => check.settle(await limits.hit(hit.bucket, hit.limit, hit.windowMs, hit.accountId)),
       };
       pending.set(requestId, check);
       try {
@@ -181,7 +126,7 @@ export function createLimiter(core: Core): Limiter {
       const check = pending.get(requestId);
       // Taken once: a store step that failed half-way is never counted a second time.
       if (check) pending.delete(requestId);
-      return check ?? takeIp(requestId);
+      return check;
     },
     async runDeferred(requestId) {
       await limiter.take(requestId)?.run();

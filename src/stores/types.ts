@@ -215,22 +215,13 @@ export interface WindowHit {
   bucket: string;
   limit: number;
   windowMs: number;
-  /** The account the window belongs to (see `LimitStore.hit`); none for an IP's window. */
-  accountId?: string | undefined;
+  /** The account the window belongs to (see `LimitStore.hit`). */
+  accountId: string;
 }
 
 export interface CountedHold {
   window: WindowResult;
   /** Null when the window refused the hit: then nothing was held. */
-  hold: HoldResult | null;
-}
-
-/** What hitsAndPlaceHold did: each window's answer, up to the first that refused, and the hold. */
-export interface CountedHolds {
-  first: WindowResult;
-  /** Null when the first window refused: then the second hit was not counted. */
-  window: WindowResult | null;
-  /** Null when a window refused: then nothing was held. */
   hold: HoldResult | null;
 }
 
@@ -244,14 +235,6 @@ export interface BillingStore {
    * with the two operations one after the other.
    */
   hitAndPlaceHold?(hit: WindowHit, req: HoldRequest): Promise<CountedHold>;
-  /**
-   * Optional, beside hitAndPlaceHold, where one atomic step reaches every window whatever its
-   * bucket (one Redis server; not a Cluster, whose buckets live on different shards). Counts
-   * `first` (the request's IP), then, only when it allowed, `hit` (its key), then, only when
-   * both allowed, places the hold: as `hit`, `hit` and `placeHold` one after the other would,
-   * in one step.
-   */
-  hitsAndPlaceHold?(first: WindowHit, hit: WindowHit, req: HoldRequest): Promise<CountedHolds>;
   /** Names the rate windows `hitAndPlaceHold` counts in (see `LimitStore.windowsId`). */
   readonly windowsId?: symbol;
   /**

@@ -99,16 +99,6 @@ if (missing !== null) {
       }
     });
 
-    it("an IP's window and an account's keys live on different shards: no script joins them (the key's hit still rides on the hold)", async () => {
-      const stores = createRedisStores({ cluster: urls(), keyPrefix: PREFIX });
-      try {
-        expect(stores.billing.hitsAndPlaceHold).toBeUndefined();
-        expect(stores.billing.hitAndPlaceHold).toBeTypeOf('function');
-      } finally {
-        await stores.close();
-      }
-    });
-
     it('ping answers, and the start-up check names every master that keeps nothing on disk', async () => {
       const stores = createRedisStores({ cluster: urls(), keyPrefix: PREFIX });
       try {

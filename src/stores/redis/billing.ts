@@ -1,7 +1,6 @@
 import type {
   BillingStore,
   CountedHold,
-  CountedHolds,
   CreditRequest,
   CreditResult,
   HoldRequest,
@@ -110,35 +109,6 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
         hold: allowed ? holdResult(reply, 3) : null,
       };
     },
-
-    // On a Cluster the IP's window and the account's keys live on different shards: no one
-    // script reaches both, and the IP's hit stays a command of its own.
-    ...(!ctx.cluster && {
-      async hitsAndPlaceHold(first: WindowHit, hit: WindowHit, req: HoldRequest): Promise<CountedHolds> {
-        if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-        const k = a(req.accountId);
-        const f = fields(req.keyId, req.month);
-        const reply = list(
-          await ctx.batched('hitsAndPlaceHold', () =>
-            scripts.mgHitsPlaceHold(
-              [ctx.bucket(first.bucket, first.accountId), ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
-              [whole(first.limit), whole(first.windowMs), hitMember(), whole(hit.limit), whole(hit.windowMs), hitMember(), ...holdArgv(req, f)],
-            ),
-          ),
-        );
-        const firstAllowed = int(reply[0]) === 1;
-        const result: CountedHolds = {
-          first: { allowed: firstAllowed, limit: first.limit, remaining: int(reply[1]), resetMs: int(reply[2]) },
-          window: null,
-          hold: null,
-        };
-        if (!firstAllowed) return result;
-        const allowed = int(reply[3]) === 1;
-        result.window = { allowed, limit: hit.limit, remaining: int(reply[4]), resetMs: int(reply[5]) };
-        if (allowed) result.hold = holdResult(reply, 6);
-        return result;
-      },
-    }),
 
     async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
       const k = a(accountId);

@@ -66,8 +66,7 @@ export class RedisContext {
     this.scripts = defineScripts(client);
     // A Cluster's nodes answer independently: one batch for all of them would make every shard
     // wait out a failing one. ioredis already keeps one pipeline in flight per node there.
-    this.cluster = isCluster(client);
-    this.batches = !this.cluster;
+    this.batches = !isCluster(client);
     // A command on a connection that closed may never be answered (a client passed in without
     // a command timeout): its batch is given up, so the operations waiting behind it go on.
     if (this.batches) client.on('close', this.giveUpBatch);
@@ -151,8 +150,6 @@ export class RedisContext {
 
   /** False for a Cluster client (see the constructor). */
   private readonly batches: boolean;
-  /** Whether the client is a Cluster's: then one script reaches only keys of one hash tag. */
-  readonly cluster: boolean;
   /** Operations of the batch in flight that have not been answered yet. */
   private inFlight = 0;
   /** Which batch is in flight: answers of a batch given up (giveUpBatch) no longer count. */

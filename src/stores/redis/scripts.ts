@@ -193,34 +193,6 @@ return {1, remaining, reset, h[1], h[2], h[3]}
   },
 
   /**
-   * Two window hits (the request's IP, then its key), then hold-if-affordable, in one step,
-   * each only when what came before allowed it. The IP's window is not under the account's
-   * hash tag, so this runs only on a single server (or Sentinel), never on a Cluster.
-   * KEYS: first window, second window, balance, holds, hold expiries, held sums, spend
-   * ARGV: first limit, windowMs, member; second limit, windowMs, member; then mgPlaceHold's ARGV
-   * Returns {0, 0, reset1} (the first refused), {1, remaining1, reset1, 0, 0, reset2} (the
-   * second refused), or {1, remaining1, reset1, 1, remaining2, reset2, then mgPlaceHold's reply}.
-   */
-  mgHitsPlaceHold: {
-    numberOfKeys: 7,
-    lua:
-      PRELUDE +
-      HOLDS +
-      EXPIRE_WITH_LAST +
-      PLACE_HOLD +
-      WINDOW +
-      `
-local t = now_ms()
-local a1, r1, reset1 = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], t)
-if a1 == 0 then return {0, 0, reset1} end
-local a2, r2, reset2 = window_hit(KEYS[2], tonumber(ARGV[4]), tonumber(ARGV[5]), ARGV[6], t)
-if a2 == 0 then return {1, r1, reset1, 0, 0, reset2} end
-local h = place_hold(KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], ARGV[7], ARGV[8], ARGV[9], ARGV[10], ARGV[11], ARGV[12], ARGV[13], t)
-return {1, r1, reset1, 1, r2, reset2, h[1], h[2], h[3]}
-`,
-  },
-
-  /**
    * Settle, idempotent per holdId: debits the full list cost (even past the hold), whether or
    * not the hold is still open (an expired hold's output was still delivered).
    * KEYS: balance, holds, hold expiries, held sums, spend, ledger, closed marker of the hold
