@@ -88,12 +88,14 @@ async function main(): Promise<void> {
       connections: 50,
       duration,
       settleS: 1,
-      cpuPids: { target: c.pid },
+      // Redis's own CPU per call is read beside the gateway's (the two gateways never run at once).
+      cpuPids: redisPid === null ? { target: c.pid } : { target: c.pid, redis: redisPid },
       benchPids: pids,
     });
   const cpu = (r: LoadResult) => r.cpuMsPer1k.target ?? NaN;
   for (const c of [bare, ...gateways]) await run(c, c !== bare, 3);
   const ratios: number[][] = [[], []];
+  const redisUs: number[][] = [[], []];
   const p99Ratios: number[][] = [[], []];
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 ? [1, 0] : [0, 1];
@@ -105,11 +107,13 @@ async function main(): Promise<void> {
       if (after.errors) throw new Error(`the bare relay failed ${after.errors} calls: ${JSON.stringify(after.errorDetail)}`);
       const base = (cpu(before) + cpu(after)) / 2;
       ratios[i]!.push(cpu(res) / base);
+      if (redisPid !== null) redisUs[i]!.push(res.cpuMsPer1k.redis ?? NaN);
       p99Ratios[i]!.push(res.latency.p99 / ((before.latency.p99 + after.latency.p99) / 2));
       process.stdout.write(
         `round ${round + 1}/${ROUNDS}  ${variants[i]!.name} (${variants[i]!.dist}${variants[i]!.flags.length ? ` ${variants[i]!.flags.join(' ')}` : ''}): ` +
           `${cpu(res).toFixed(0)} µs/call, bare ${base.toFixed(0)}: ${(cpu(res) / base).toFixed(2)}x; ` +
           `p99 ${res.latency.p99.toFixed(1)} ms (${p99Ratios[i]!.at(-1)!.toFixed(2)}x the bare runs'); ` +
+          (redisPid === null ? '' : `Redis ${(res.cpuMsPer1k.redis ?? NaN).toFixed(0)} µs/call; `) +
           `errors ${res.errors}; other load ${res.otherLoadCores.toFixed(2)} cores\n`,
       );
       if (res.errors) throw new Error(`${variants[i]!.name} failed ${res.errors} calls: ${JSON.stringify(res.errorDetail)}`);
@@ -122,7 +126,8 @@ async function main(): Promise<void> {
         .map(
           (v, i) =>
             `  ${v.name} ${v.dist}: CPU ${median(ratios[i]!).toFixed(2)}x (${Math.min(...ratios[i]!).toFixed(2)} - ${Math.max(...ratios[i]!).toFixed(2)}); ` +
-            `p99 ${median(p99Ratios[i]!).toFixed(2)}x (${Math.min(...p99Ratios[i]!).toFixed(2)} - ${Math.max(...p99Ratios[i]!).toFixed(2)})`,
+            `p99 ${median(p99Ratios[i]!).toFixed(2)}x (${Math.min(...p99Ratios[i]!).toFixed(2)} - ${Math.max(...p99Ratios[i]!).toFixed(2)})` +
+            (redisPid === null ? '' : `; Redis's own CPU ${median(redisUs[i]!).toFixed(0)} µs/call`),
         )
         .join('\n') +
       '\n',
