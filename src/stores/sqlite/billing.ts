@@ -62,6 +62,10 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
  * (an account has a handful), so no running total can drift. Given the limit store's
  * `windows`, a hold counts the key's rate-window hit first (hitAndPlaceHold).
  */
+/** The first two facts a hold decides on: the hold id's own row's expiry, and the balance. */
+const OWN_HOLD_AND_BALANCE = `(SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
+                (SELECT balance FROM wallets WHERE account_id = @account)`;
+
 export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
   const q = {
     // What a hold decides on, in one statement (each statement is a round through the
@@ -69,16 +73,11 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     // hold; with a monthly cap also the key's month spend and what its open holds hold, in
     // the same pass over the holds. Raw rows: [existing expiry, balance, held(, spent, held by key)].
     holdFacts: ctx
-      .exact(
-        `SELECT (SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
-                (SELECT balance FROM wallets WHERE account_id = @account),
-                (SELECT coalesce(sum(amount), 0) FROM holds WHERE account_id = @account AND expires_at > @now)`,
-      )
+      .exact(`SELECT ${OWN_HOLD_AND_BALANCE}, (SELECT coalesce(sum(amount), 0) FROM holds WHERE account_id = @account AND expires_at > @now)`)
       .raw(),
     holdFactsCapped: ctx
       .exact(
-        `SELECT (SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
-                (SELECT balance FROM wallets WHERE account_id = @account),
+        `SELECT ${OWN_HOLD_AND_BALANCE},
                 h.held, (SELECT amount FROM key_spend WHERE account_id = @account AND key_id = @key AND month = @month), h.by_key
            FROM (SELECT coalesce(sum(amount), 0) AS held, coalesce(sum(amount) FILTER (WHERE key_id = @key), 0) AS by_key
                    FROM holds WHERE account_id = @account AND expires_at > @now) AS h`,

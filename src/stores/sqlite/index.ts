@@ -48,22 +48,11 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
   if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');
   const now = options.now ?? Date.now;
-  const db = openDatabase({
-    path: options.path,
-    synchronous: options.synchronous ?? 'normal',
-    busyTimeoutMs: options.busyTimeoutMs ?? 5_000,
-  });
+  const opened = { path: options.path, synchronous: options.synchronous ?? 'normal', busyTimeoutMs: options.busyTimeoutMs ?? 5_000 } as const;
+  const db = openDatabase(opened);
   const ctx = new SqliteContext(db, now);
   // A file's checkpoints move to a thread of their own once the process is busy.
-  const checkpointer =
-    options.path === ':memory:'
-      ? null
-      : new Checkpointer(db, {
-          path: resolve(options.path),
-          synchronous: options.synchronous ?? 'normal',
-          busyTimeoutMs: options.busyTimeoutMs ?? 5_000,
-          driver: driverPath(),
-        });
+  const checkpointer = db.memory ? null : new Checkpointer(db, { ...opened, path: resolve(opened.path), driver: driverPath() });
   if (checkpointer) ctx.committed = () => checkpointer.committed();
 
   // Lazy housekeeping on ordinary calls (no timer keeps the process alive). Expired rows
