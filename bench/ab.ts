@@ -120,13 +120,14 @@ async function main(): Promise<void> {
       before = after;
     }
   }
+  /** A list of ratios as its median and range. */
+  const spread = (xs: number[]) => `${median(xs).toFixed(2)}x (${Math.min(...xs).toFixed(2)} - ${Math.max(...xs).toFixed(2)})`;
   process.stdout.write(
     `\n${STORAGE}, ${KIND}, ${ROUNDS} rounds: CPU per call and p99 vs the bare relay, median (min - max):\n` +
       variants
         .map(
           (v, i) =>
-            `  ${v.name} ${v.dist}: CPU ${median(ratios[i]!).toFixed(2)}x (${Math.min(...ratios[i]!).toFixed(2)} - ${Math.max(...ratios[i]!).toFixed(2)}); ` +
-            `p99 ${median(p99Ratios[i]!).toFixed(2)}x (${Math.min(...p99Ratios[i]!).toFixed(2)} - ${Math.max(...p99Ratios[i]!).toFixed(2)})` +
+            `  ${v.name} ${v.dist}: CPU ${spread(ratios[i]!)}; p99 ${spread(p99Ratios[i]!)}` +
             (redisPid === null ? '' : `; Redis's own CPU ${median(redisUs[i]!).toFixed(0)} µs/call`),
         )
         .join('\n') +
