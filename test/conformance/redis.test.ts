@@ -1,11 +1,12 @@
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { createServer } from 'node:net';
+import { connect, createServer, type Socket } from 'node:net';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MAX_NANO } from '../../src/money.js';
 import { createRedisStores, RedisStoreError, CLOSED_MARKER_TTL_MS } from '../../src/redis.js';
+import { type BatchOp, Batches, hashTagOf, MAX_GROUP } from '../../src/stores/redis/batches.js';
 import { RedisContext } from '../../src/stores/redis/connection.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
@@ -456,89 +457,181 @@ if (unreachable !== null) {
   });
 
   describe('redis: per-call operations go out in batches, one batch in flight', () => {
-    /** An operation the test answers by hand, recording when it was sent. */
-    function manual(log: string[], name: string) {
-      let answer!: (v: string) => void;
-      let fail!: (e: Error) => void;
-      const op = () => {
-        log.push(name);
-        return new Promise<string>((resolve, reject) => {
-          answer = resolve;
-          fail = reject;
-        });
-      };
-      return { op, answer: (v = name) => answer(v), fail: (e: Error) => fail(e) };
-    }
     const turn = () => new Promise((r) => setImmediate(r));
-    /** Runs `fn` with a context on a connected client of its own, closed after. */
-    async function withContext(readyTimeoutMs: number, fn: (ctx: RedisContext, client: Redis) => Promise<void>): Promise<void> {
-      const client = new Redis(REDIS_URL);
-      await client.ping();
-      try {
-        await fn(new RedisContext(client, PREFIX, readyTimeoutMs), client);
-      } finally {
-        client.disconnect();
-      }
+    const op = (what: string, tag: string): BatchOp => ({ what, script: 'mgHit', keys: [`${PREFIX}{${tag}}:w`], args: [what] });
+    /** Batches whose groups the test answers by hand; `sent` lists each group's operations. */
+    function manualBatches() {
+      const sent: string[][] = [];
+      const answers: Array<{ answer: (replies: unknown[]) => void; fail: (err: Error) => void }> = [];
+      const batches = new Batches((ops) => {
+        sent.push(ops.map((o) => o.what));
+        return new Promise<unknown[]>((resolve, reject) => answers.push({ answer: resolve, fail: reject }));
+      });
+      return { batches, sent, answers };
     }
 
-    it('sends what is issued together at once, holds what comes later until every answer is in, then sends it in order', () =>
-      withContext(1_000, async (ctx) => {
-        const sent: string[] = [];
-        const [a, b, c, d, e] = ['a', 'b', 'c', 'd', 'e'].map((n) => manual(sent, n));
-        const pa = ctx.batched('a', a!.op);
-        const pb = ctx.batched('b', b!.op);
-        await turn();
-        expect(sent).toEqual(['a', 'b']); // one batch: both issued before the batch closed
-        const pc = ctx.batched('c', c!.op);
-        const pd = ctx.batched('d', d!.op);
-        await turn();
-        expect(sent).toEqual(['a', 'b']); // wait for the batch in flight
-        a!.answer();
-        expect(await pa).toBe('a');
-        await turn();
-        expect(sent).toEqual(['a', 'b']); // b is still out
-        b!.fail(new Error('NOSCRIPT or worse'));
-        await expect(pb).rejects.toBeInstanceOf(RedisStoreError); // a failure fails alone, and still ends the batch
-        await turn();
-        expect(sent).toEqual(['a', 'b', 'c', 'd']);
-        // Issued while c and d are out, in the turn after they went: waits for them.
-        const pe = ctx.batched('e', e!.op);
-        await turn();
-        expect(sent).toEqual(['a', 'b', 'c', 'd']);
-        d!.answer();
-        c!.answer();
-        expect(await Promise.all([pc, pd])).toEqual(['c', 'd']);
-        await turn();
-        expect(sent).toEqual(['a', 'b', 'c', 'd', 'e']);
-        e!.answer();
-        expect(await pe).toBe('e');
-        // Nothing in flight: the next goes at once.
-        const f = manual(sent, 'f');
-        const pf = ctx.batched('f', f.op);
-        expect(sent.at(-1)).toBe('f');
-        f.answer();
-        expect(await pf).toBe('f');
-      }));
+    it('sends what is issued together in one batch (one group per hash tag), holds what comes later until every answer is in', async () => {
+      const { batches, sent, answers } = manualBatches();
+      const pa = batches.submit(op('a', 'x'));
+      const pb = batches.submit(op('b', 'x'));
+      const pc = batches.submit(op('c', 'y'));
+      expect(sent).toEqual([]); // nothing goes before the turn's other operations can join
+      await turn();
+      expect(sent).toEqual([['a', 'b'], ['c']]);
+      const pd = batches.submit(op('d', 'y'));
+      const pe = batches.submit(op('e', 'x'));
+      await turn();
+      expect(sent).toHaveLength(2); // wait for the batch in flight
+      answers[0]!.answer(['ra', new Error('WRONGTYPE')]);
+      expect(await pa).toBe('ra');
+      await expect(pb).rejects.toThrow('WRONGTYPE'); // a failure fails alone
+      await turn();
+      expect(sent).toHaveLength(2); // c is still out
+      answers[1]!.fail(new Error('connection lost'));
+      await expect(pc).rejects.toThrow('connection lost'); // a group that failed fails each of its operations
+      await turn();
+      expect(sent).toEqual([['a', 'b'], ['c'], ['d'], ['e']]); // in the order they came
+      answers[2]!.answer(['rd']);
+      answers[3]!.answer(['re']);
+      expect(await Promise.all([pd, pe])).toEqual(['rd', 're']);
+      // A reply short of an operation fails that operation rather than leaving it hanging.
+      const pf = batches.submit(op('f', 'x'));
+      const pg = batches.submit(op('g', 'x'));
+      await turn();
+      answers[4]!.answer(['rf']);
+      expect(await pf).toBe('rf');
+      await expect(pg).rejects.toThrow('got 1 replies');
+    });
 
-    it('gives up a batch whose connection closed: what waits behind it goes on (and fails promptly with the connection gone)', () =>
-      withContext(200, async (ctx, client) => {
-        const sent: string[] = [];
-        // A manual operation: never answered, as a command lost with its connection may never be.
-        const stuck = manual(sent, 'stuck');
-        void ctx.batched('stuck', stuck.op).catch(() => undefined);
+    it(`splits a hash tag's operations into groups of at most ${MAX_GROUP}, sent in order`, async () => {
+      const { batches, sent, answers } = manualBatches();
+      const all = Array.from({ length: MAX_GROUP + 2 }, (_, i) => batches.submit(op(String(i), 'x')));
+      await turn();
+      expect(sent.map((g) => g.length)).toEqual([MAX_GROUP, 2]);
+      expect(sent.flat()).toEqual(all.map((_, i) => String(i)));
+      for (const [i, g] of sent.entries()) answers[i]!.answer(g);
+      expect(await Promise.all(all)).toEqual(all.map((_, i) => String(i)));
+      expect(hashTagOf('mg:{a:b}:c')).toBe('a:b');
+      expect(hashTagOf('mg:{}:c')).toBe('mg:{}:c'); // an empty tag: Redis hashes the whole key
+    });
+
+    it('gives up a batch whose connection closed: what waits behind it goes on (and fails promptly with the connection gone)', async () => {
+      // A proxy to Redis that stops passing commands on when told. The client reconnects and
+      // keeps its unanswered command to resend (no command timeout, no retry limit), so
+      // nothing would ever answer the batch that command belongs to.
+      const target = new URL(REDIS_URL);
+      let frozen = false;
+      const sockets = new Set<Socket>();
+      const proxy = createServer((c) => {
+        const up = connect(Number(target.port || 6379), target.hostname);
+        sockets.add(c);
+        c.on('data', (d) => {
+          if (!frozen) up.write(d);
+        });
+        up.pipe(c);
+        c.on('close', () => {
+          sockets.delete(c);
+          up.destroy();
+        });
+        up.on('close', () => c.destroy());
+        c.on('error', () => {});
+        up.on('error', () => {});
+      });
+      await new Promise<void>((r) => proxy.listen(0, '127.0.0.1', r));
+      const port = (proxy.address() as { port: number }).port;
+      const client = new Redis({ port, host: '127.0.0.1', maxRetriesPerRequest: null, retryStrategy: () => 50 });
+      client.on('error', () => {});
+      try {
+        await client.ping();
+        frozen = true;
+        const ctx = new RedisContext(client, PREFIX, 200);
+        let stuckSettled = false;
+        void ctx.batched('stuck', 'mgHit', [`${PREFIX}{x}:w`], [1, 1000, 'm1']).finally(() => {
+          stuckSettled = true;
+        }).catch(() => undefined);
         await turn();
-        const waiting = timed(ctx.batched('next', async () => 'sent'));
         await turn();
-        expect(sent).toEqual(['stuck']); // queued behind the batch
+        const waiting = timed(ctx.batched('next', 'mgHit', [`${PREFIX}{x}:w`], [1, 1000, 'm2']));
+        await turn();
         const t0 = Date.now();
-        client.disconnect();
+        for (const c of sockets) c.destroy(); // the connection closes under the client
         const r = await waiting;
-        expect(r.storeError).toBe(true); // it went on, to a closed connection
+        expect(stuckSettled).toBe(false); // the lost command is still unanswered
+        expect(r.storeError).toBe(true); // what waited behind it went on, to a reconnecting client
         expect(Date.now() - t0).toBeLessThan(2_000);
         // Nothing is held up afterwards either.
-        const after = await timed(ctx.batched('after', async () => 'sent'));
+        const after = await timed(ctx.batched('after', 'mgHit', [`${PREFIX}{x}:w`], [1, 1000, 'm3']));
         expect(after.storeError).toBe(true);
-      }));
+        expect(after.ms).toBeLessThan(2_000);
+      } finally {
+        client.disconnect();
+        await new Promise((r) => proxy.close(r));
+      }
+    });
+
+    it("one account's operations and one IP bucket's issued together: one script per hash tag, each answered as if sent alone", async () => {
+      const client = new Redis(REDIS_URL);
+      const monitorClient = new Redis(REDIS_URL);
+      const monitor = await monitorClient.monitor();
+      const seen: string[][] = [];
+      monitor.on('monitor', (_time: string, args: string[], source: string) => {
+        if (source === 'lua') return;
+        if (args.some((x) => x.includes(PREFIX) || x.startsWith('mgmark_'))) seen.push(args);
+      });
+      const stores = createRedisStores({ client, keyPrefix: PREFIX });
+      try {
+        const a = await account(stores, 10_000n);
+        const open = hold(a, 100n);
+        expect(await stores.billing.placeHold(open)).toEqual({ ok: true });
+        // Warm up both scripts (the first call of a script on a connection sends its body).
+        const [w1, w2] = [hold(a, 1n), hold(a, 1n)];
+        await Promise.all([stores.billing.placeHold(w1), stores.billing.placeHold(w2)]);
+        await Promise.all([stores.billing.release(a.accountId, w1.holdId), stores.billing.release(a.accountId, w2.holdId)]);
+        // An account window the script cannot read: its hit fails, and only its hit.
+        const broken = uid("broken");
+        await client.set(`${PREFIX}{a:${a.accountId}}:rl:${broken}`, 'not a window');
+        const ip = uid('ip');
+        const start = uid('mgmark');
+        await client.echo(start);
+        const hits = [
+          { bucket: `key:${a.keyId}`, limit: 2, windowMs: 60_000, accountId: a.accountId },
+          { bucket: `key:${a.keyId}`, limit: 2, windowMs: 60_000, accountId: a.accountId },
+          { bucket: `key:${a.keyId}`, limit: 2, windowMs: 60_000, accountId: a.accountId },
+        ];
+        const [h1, h2, h3, s, bad, i1, i2, rel] = await Promise.allSettled([
+          ...hits.map((hit) => stores.billing.hitAndPlaceHold!(hit, hold(a, 1_000n))),
+          stores.billing.settle(settleReq(a, open.holdId, 150n)),
+          stores.limits.hit(broken, 5, 60_000, a.accountId),
+          stores.limits.hit(`ip:${ip}`, 1, 60_000),
+          stores.limits.hit(`ip:${ip}`, 1, 60_000),
+          stores.billing.release(a.accountId, uid('hold')),
+        ]);
+        const end = uid('mgmark');
+        await client.echo(end);
+        await eventually('monitor output', async () => seen.some((x) => x[1] === end), Boolean);
+        const sent = seen.slice(seen.findIndex((x) => x[1] === start) + 1, seen.findIndex((x) => x[1] === end));
+        // Two scripts: the account's seven operations, the IP bucket's two.
+        expect(sent.map((x) => (x[0] ?? '').toLowerCase())).toEqual(['evalsha', 'evalsha']);
+        expect(sent.map((x) => Number(x[2]))).toEqual([3 * 6 + 7 + 1 + 4, 2]);
+        for (const x of sent) expect(new Set(x.slice(3, 3 + Number(x[2])).map(hashTag)).size).toBe(1);
+        // Each answered as it would have been alone, in the order issued.
+        expect(h1).toMatchObject({ status: 'fulfilled', value: { window: { allowed: true, remaining: 1 }, hold: { ok: true } } });
+        expect(h2).toMatchObject({ status: 'fulfilled', value: { window: { allowed: true, remaining: 0 }, hold: { ok: true } } });
+        expect(h3).toMatchObject({ status: 'fulfilled', value: { window: { allowed: false }, hold: null } });
+        expect(s).toMatchObject({ status: 'fulfilled', value: { settled: true, charged: 150n, held: 100n } });
+        expect(bad.status).toBe('rejected');
+        expect((bad as PromiseRejectedResult).reason).toBeInstanceOf(RedisStoreError);
+        expect(String((bad as PromiseRejectedResult).reason.message)).toMatch(/^Redis hit failed: .*WRONGTYPE/);
+        expect(i1).toMatchObject({ status: 'fulfilled', value: { allowed: true } });
+        expect(i2).toMatchObject({ status: 'fulfilled', value: { allowed: false } });
+        expect(rel).toEqual({ status: 'fulfilled', value: false });
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 10_000n - 150n, held: 2_000n });
+      } finally {
+        await stores.close();
+        monitorClient.disconnect();
+        client.disconnect();
+      }
+    });
 
     it('many calls at once on one account: every hold and settle lands exactly, as without batches', async () => {
       const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });

@@ -43,8 +43,8 @@ function fields(keyId: string, month: string) {
 
 /**
  * Billing on Redis. placeHold, hitAndPlaceHold (a key's window hit and the hold), settle and
- * release are one EVALSHA each; every key they touch is under the account's hash tag. See
- * scripts.ts for the atomic steps.
+ * release are one script each, sent in batches (connection.ts); every key they touch is under
+ * the account's hash tag. See scripts.ts for the atomic steps.
  */
 export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMember: () => string): BillingStore {
   const { scripts } = ctx;
@@ -75,12 +75,7 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       const k = a(req.accountId);
       const f = fields(req.keyId, req.month);
       const reply = list(
-        await ctx.batched('placeHold', () =>
-          scripts.mgPlaceHold(
-            [k.bal, k.holds, k.hexp, k.held, k.spend],
-            holdArgv(req, f),
-          ),
-        ),
+        await ctx.batched('placeHold', 'mgPlaceHold', [k.bal, k.holds, k.hexp, k.held, k.spend], holdArgv(req, f)),
       );
       return holdResult(reply, 0);
     },
@@ -91,16 +86,11 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       const k = a(req.accountId);
       const f = fields(req.keyId, req.month);
       const reply = list(
-        await ctx.batched('hitAndPlaceHold', () =>
-          scripts.mgHitPlaceHold(
-            [ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
-            [
-              whole(hit.limit),
-              whole(hit.windowMs),
-              hitMember(),
-              ...holdArgv(req, f),
-            ],
-          ),
+        await ctx.batched(
+          'hitAndPlaceHold',
+          'mgHitPlaceHold',
+          [ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
+          [whole(hit.limit), whole(hit.windowMs), hitMember(), ...holdArgv(req, f)],
         ),
       );
       const allowed = int(reply[0]) === 1;
@@ -122,11 +112,11 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       // The script appends "cost", "held" and "exceededHold" to this object.
       const entry = JSON.stringify(req.entry);
       const reply = list(
-        await ctx.batched('settle', () =>
-          scripts.mgSettle(
-            [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(req.accountId, req.holdId)],
-            [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
-          ),
+        await ctx.batched(
+          'settle',
+          'mgSettle',
+          [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(req.accountId, req.holdId)],
+          [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
         ),
       );
       return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]), held: big(reply[2]) } : { settled: false, charged: 0n };
@@ -136,9 +126,10 @@ export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMemb
       const k = a(accountId);
       return (
         int(
-          await ctx.batched('release', () =>
-            scripts.mgRelease([k.holds, k.hexp, k.held, closedMarker(accountId, holdId)], [holdId, CLOSED_MARKER_TTL_MS]),
-          ),
+          await ctx.batched('release', 'mgRelease', [k.holds, k.hexp, k.held, closedMarker(accountId, holdId)], [
+            holdId,
+            CLOSED_MARKER_TTL_MS,
+          ]),
         ) === 1
       );
     },

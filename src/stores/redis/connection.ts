@@ -33,7 +33,8 @@
  */
 import { StoreUnavailableError } from '../errors.js';
 import { isCluster, type RedisClient } from './clients.js';
-import { defineScripts, type Scripts } from './scripts.js';
+import { type BatchOp, Batches } from './batches.js';
+import { BATCHABLE, type BatchableName, defineScripts, type Scripts } from './scripts.js';
 
 /** Thrown when Redis cannot be reached or answered with an error (the gateway answers 503). */
 export class RedisStoreError extends StoreUnavailableError {
@@ -66,7 +67,7 @@ export class RedisContext {
     this.scripts = defineScripts(client);
     // A Cluster's nodes answer independently: one batch for all of them would make every shard
     // wait out a failing one. ioredis already keeps one pipeline in flight per node there.
-    this.batches = !isCluster(client);
+    this.batches = isCluster(client) ? null : new Batches(this.sendGroup);
     // A command on a connection that closed may never be answered (a client passed in without
     // a command timeout): its batch is given up, so the operations waiting behind it go on.
     if (this.batches) client.on('close', this.giveUpBatch);
@@ -126,67 +127,52 @@ export class RedisContext {
   }
 
   /**
-   * Runs a per-call operation (a window hit, a hold, a settle, a release, a lease) like `run`,
-   * but at most one batch of them is in flight at a time. The first operation from idle goes
-   * out at once, and so does every one issued before the current callback's work is done
-   * (until process.nextTick: the continuations of one answer join it). What arrives later
-   * waits for every answer of the batch out, then all of it goes out together as the next
-   * batch, in one write (auto-pipelining sends what is issued in one event-loop turn as one
-   * write). Under load a round trip then carries the operations of many calls: the gateway's
-   * share of a call is a fraction of a socket write and a read instead of one or two of each,
-   * and Redis reads fewer, larger packets; the price is that an operation may wait for one
-   * round trip before it goes. Queued operations go out in the order they came. Operations
-   * outside the batches (`run`), and any issued while the client is not ready (they never wait
-   * behind a batch: `run` bounds their wait for the connection), may overtake queued ones; no
-   * caller depends on the order of operations it has not yet been answered for. A Redis
-   * Cluster client sends every operation at once.
+   * Runs a per-call script (a window hit, a hold, a settle, a release, a lease) like `run`,
+   * but in batches (see batches.ts): at most one batch in flight, each hash tag's operations
+   * of a batch in one script. Operations issued while the client is not ready go at once
+   * through `run`, which bounds their wait for the connection; they and the operations
+   * outside the batches may overtake queued ones, and no caller depends on the order of
+   * operations it has not yet been answered for. A Redis Cluster client sends every
+   * operation at once, as its own script.
    */
-  batched<T>(what: string, op: () => Promise<T>): Promise<T> {
-    if (!this.batches || this.inFlight === 0 || this.batchOpen || this.client.status !== 'ready') return this.send(what, op);
-    return new Promise<T>((resolve, reject) => {
-      this.queued.push(() => this.send(what, op).then(resolve, reject));
-    });
+  batched(what: string, script: BatchableName, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
+    if (!this.batches || this.client.status !== 'ready') return this.run(what, () => this.scripts[script](keys, args));
+    return this.batches.submit({ what, script, keys, args });
   }
 
-  /** False for a Cluster client (see the constructor). */
-  private readonly batches: boolean;
-  /** Operations of the batch in flight that have not been answered yet. */
-  private inFlight = 0;
-  /** Which batch is in flight: answers of a batch given up (giveUpBatch) no longer count. */
-  private batchNo = 0;
-  /** True until process.nextTick after the batch in flight began: operations issued meanwhile join it. */
-  private batchOpen = false;
-  /** Operations waiting for the batch in flight, in the order they came. */
-  private queued: Array<() => void> = [];
-  private readonly closeBatch = () => {
-    this.batchOpen = false;
-  };
-  private readonly startQueued = () => {
-    this.inFlight = 0;
-    const next = this.queued;
-    this.queued = [];
-    for (const start of next) start();
-  };
-  private readonly giveUpBatch = () => {
-    this.batchNo++;
-    this.startQueued();
-  };
+  /** Null for a Cluster client (see the constructor). */
+  private readonly batches: Batches<BatchableName> | null;
+  private readonly giveUpBatch = () => this.batches?.giveUp();
 
-  private send<T>(what: string, op: () => Promise<T>): Promise<T> {
-    const p = this.run(what, op);
-    if (!this.batches) return p;
-    if (!this.batchOpen) {
-      this.batchOpen = true;
-      process.nextTick(this.closeBatch);
+  /** One group of a batch: alone as its own script, several as one mgBatch. */
+  private readonly sendGroup = async (ops: BatchOp<BatchableName>[]): Promise<unknown[]> => {
+    if (ops.length === 1) {
+      const op = ops[0] as BatchOp<BatchableName>;
+      try {
+        return [await this.run(op.what, () => this.scripts[op.script](op.keys, op.args))];
+      } catch (err) {
+        return [err];
+      }
     }
-    this.inFlight++;
-    const batch = this.batchNo;
-    const answered = () => {
-      if (batch === this.batchNo && --this.inFlight === 0 && this.queued.length > 0) this.startQueued();
-    };
-    p.then(answered, answered);
-    return p;
-  }
+    const keys: string[] = [];
+    const args: (string | number)[] = [];
+    for (const op of ops) {
+      for (const k of op.keys) keys.push(k);
+      args.push(BATCHABLE.indexOf(op.script) + 1, op.args.length);
+      for (const a of op.args) args.push(a);
+    }
+    let replies: unknown[];
+    try {
+      replies = list(await this.run('batch', () => this.scripts.mgBatch(keys, args)));
+    } catch (err) {
+      const message = (err as Error)?.message ?? String(err);
+      return ops.map((op) => new RedisStoreError(message.replace(/^Redis batch failed/, `Redis ${op.what} failed`), { cause: err }));
+    }
+    return ops.map((op, i) => {
+      const r = replies[i];
+      return r instanceof Error ? new RedisStoreError(`Redis ${op.what} failed: ${r.message}`, { cause: r }) : r;
+    });
+  };
 
   markClosed(): void {
     this.closed = true;

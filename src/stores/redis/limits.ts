@@ -19,22 +19,20 @@ export function hitMembers(): () => string {
  * and Cluster-safe. Idle buckets and pools expire by themselves.
  */
 export function createRedisLimits(ctx: RedisContext, windowsId: symbol, hitMember: () => string): LimitStore {
-  const { client, scripts } = ctx;
+  const { scripts } = ctx;
 
   return {
     windowsId,
     async hit(bucket: string, limit: number, windowMs: number, accountId?: string): Promise<WindowResult> {
       const reply = list(
-        await ctx.batched('hit', () => scripts.mgHit([ctx.bucket(bucket, accountId)], [whole(limit), whole(windowMs), hitMember()])),
+        await ctx.batched('hit', 'mgHit', [ctx.bucket(bucket, accountId)], [whole(limit), whole(windowMs), hitMember()]),
       );
       const allowed = int(reply[0]) === 1;
       return { allowed, limit, remaining: int(reply[1]), resetMs: int(reply[2]) };
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
-      const r = await ctx.batched('acquireLease', () =>
-        scripts.mgLeaseAcquire([ctx.pool(pool)], [whole(cap), leaseId, whole(ttlMs)]),
-      );
+      const r = await ctx.batched('acquireLease', 'mgLeaseAcquire', [ctx.pool(pool)], [whole(cap), leaseId, whole(ttlMs)]);
       return int(r) === 1;
     },
 
@@ -46,7 +44,7 @@ export function createRedisLimits(ctx: RedisContext, windowsId: symbol, hitMembe
     },
 
     async releaseLease(pool: string, leaseId: string): Promise<void> {
-      await ctx.batched('releaseLease', () => client.zrem(ctx.pool(pool), leaseId));
+      await ctx.batched('releaseLease', 'mgLeaseRelease', [ctx.pool(pool)], [leaseId]);
     },
 
     async activeLeases(pool: string): Promise<number> {

@@ -146,6 +146,16 @@ interface ScriptDef {
   lua: string;
 }
 
+/** A script that can also run inside mgBatch: its helpers and its body kept apart. */
+interface BatchableDef extends ScriptDef {
+  helpers: readonly string[];
+  body: string;
+}
+
+function batchable(numberOfKeys: number, helpers: readonly string[], body: string): BatchableDef {
+  return { numberOfKeys, lua: helpers.join('') + body, helpers, body };
+}
+
 export const SCRIPTS = {
   /**
    * Hold-if-affordable.
@@ -154,17 +164,9 @@ export const SCRIPTS = {
    *       monthly spend field, all-time spend field
    * Returns {1} or {0, limitSource, available}.
    */
-  mgPlaceHold: {
-    numberOfKeys: 5,
-    lua:
-      PRELUDE +
-      HOLDS +
-      EXPIRE_WITH_LAST +
-      PLACE_HOLD +
-      `
+  mgPlaceHold: batchable(5, [PRELUDE, HOLDS, EXPIRE_WITH_LAST, PLACE_HOLD], `
 return place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_ms())
-`,
-  },
+`),
 
   /**
    * A key's window hit, then (only when the window allowed it) hold-if-affordable, in one
@@ -175,22 +177,13 @@ return place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2],
    * Returns {0, 0, resetMs} (refused by the window, nothing held), {1, remaining, resetMs, 1}
    * (counted and held) or {1, remaining, resetMs, 0, limitSource, available} (counted, not held).
    */
-  mgHitPlaceHold: {
-    numberOfKeys: 6,
-    lua:
-      PRELUDE +
-      HOLDS +
-      EXPIRE_WITH_LAST +
-      PLACE_HOLD +
-      WINDOW +
-      `
+  mgHitPlaceHold: batchable(6, [PRELUDE, HOLDS, EXPIRE_WITH_LAST, PLACE_HOLD, WINDOW], `
 local t = now_ms()
 local allowed, remaining, reset = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], t)
 if allowed == 0 then return {0, 0, reset} end
 local h = place_hold(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], t)
 return {1, remaining, reset, h[1], h[2], h[3]}
-`,
-  },
+`),
 
   /**
    * Settle, idempotent per holdId: debits the full list cost (even past the hold), whether or
@@ -201,12 +194,7 @@ return {1, remaining, reset, h[1], h[2], h[3]}
    *       when the hold is gone
    * Returns {1, charged, held} or {0, '0'}.
    */
-  mgSettle: {
-    numberOfKeys: 7,
-    lua:
-      PRELUDE +
-      HOLDS +
-      `
+  mgSettle: batchable(7, [PRELUDE, HOLDS], `
 local bal, holds, hexp, held, spend, ledger, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
 local t = now_ms()
 prune(holds, hexp, held, t)
@@ -232,28 +220,21 @@ if cost > amount then exceeded = 'true' end
 redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '","held":"' .. fmt(amount) .. '","exceededHold":' .. exceeded .. '}')
 redis.call('SET', done, 's', 'PX', ARGV[4])
 return {1, c, fmt(amount)}
-`,
-  },
+`),
 
   /**
    * Release: drops the hold without charging and closes the hold id.
    * KEYS: holds, hold expiries, held sums, closed marker of the hold. ARGV: holdId, marker TTL ms.
    * Returns 1 when an open hold was dropped.
    */
-  mgRelease: {
-    numberOfKeys: 4,
-    lua:
-      PRELUDE +
-      HOLDS +
-      `
+  mgRelease: batchable(4, [PRELUDE, HOLDS], `
 prune(KEYS[1], KEYS[2], KEYS[3], now_ms())
 redis.call('SET', KEYS[4], 'r', 'NX', 'PX', ARGV[2])
 local raw = redis.call('HGET', KEYS[1], ARGV[1])
 if not raw then return 0 end
 drop_hold(KEYS[1], KEYS[2], KEYS[3], ARGV[1], raw)
 return 1
-`,
-  },
+`),
 
   /**
    * Renew: moves an open hold's expiry to now + ttl.
@@ -426,27 +407,16 @@ return 0
    * KEYS: bucket (zset of hit -> ms). ARGV: limit, windowMs, unique member.
    * Returns {allowed (0|1), remaining, resetMs}.
    */
-  mgHit: {
-    numberOfKeys: 1,
-    lua:
-      PRELUDE +
-      WINDOW +
-      `
+  mgHit: batchable(1, [PRELUDE, WINDOW], `
 local allowed, remaining, reset = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], now_ms())
 return {allowed, remaining, reset}
-`,
-  },
+`),
 
   /**
    * Take a slot if fewer than cap unexpired leases; re-acquiring a held lease extends it.
    * KEYS: pool (zset of lease -> expiry ms). ARGV: cap, leaseId, ttlMs. Returns 0 | 1.
    */
-  mgLeaseAcquire: {
-    numberOfKeys: 1,
-    lua:
-      PRELUDE +
-      EXPIRE_WITH_LAST +
-      `
+  mgLeaseAcquire: batchable(1, [PRELUDE, EXPIRE_WITH_LAST], `
 local t = now_ms()
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', fmt(t))
 if not redis.call('ZSCORE', KEYS[1], ARGV[2]) and redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[1]) then
@@ -455,8 +425,12 @@ end
 redis.call('ZADD', KEYS[1], fmt(t + tonumber(ARGV[3])), ARGV[2])
 expire_with_last(KEYS[1])
 return 1
-`,
-  },
+`),
+
+  /** Gives a slot back. KEYS: pool. ARGV: leaseId. Returns 1 when the lease was held. */
+  mgLeaseRelease: batchable(1, [], `
+return redis.call('ZREM', KEYS[1], ARGV[1])
+`),
 
   /** KEYS: pool. ARGV: leaseId, ttlMs. Returns 0 when the lease is not live. */
   mgLeaseRenew: {
@@ -606,10 +580,66 @@ return false
 
 export type ScriptName = keyof typeof SCRIPTS;
 
+/**
+ * The per-call scripts, which can also run inside mgBatch. Their place in this list is the
+ * code mgBatch knows them by.
+ */
+export const BATCHABLE = ['mgHit', 'mgLeaseAcquire', 'mgLeaseRelease', 'mgPlaceHold', 'mgHitPlaceHold', 'mgSettle', 'mgRelease'] as const;
+export type BatchableName = (typeof BATCHABLE)[number];
+
+/**
+ * mgBatch: several per-call scripts in one EVALSHA, run one after another exactly as if each
+ * had been sent alone. Redis then parses, looks up and starts one script where it would have
+ * started dozens, and the gateway builds and parses one command. The caller puts in one batch
+ * only operations whose keys share one hash tag, so the batch, like every script, touches one
+ * hash slot.
+ * KEYS: every operation's keys, in order.
+ * ARGV: for each operation, its code (1-based place in BATCHABLE), the number of its
+ *       arguments, then its arguments.
+ * Returns one reply per operation, in order: the script's own reply, or an error reply when
+ * that script failed (the operations before and after it still run, as they would have).
+ */
+export const BATCH_LUA = (() => {
+  const defs = BATCHABLE.map((name) => SCRIPTS[name] as BatchableDef);
+  // Each helper once, in an order where every helper comes after the ones it calls (each
+  // script lists its helpers in that order, and a helper's first appearance keeps it).
+  const helpers: string[] = [];
+  for (const d of defs) for (const h of d.helpers) if (!helpers.includes(h)) helpers.push(h);
+  const functions = defs.map((d, i) => `F[${i + 1}] = function(KEYS, ARGV)\n${d.body}\nend\n`).join('');
+  return `${helpers.join('')}
+local F = {}
+local NK = {${defs.map((d) => d.numberOfKeys).join(', ')}}
+${functions}
+local out = {}
+local k, a, n = 0, 1, #ARGV
+while a <= n do
+  local code = tonumber(ARGV[a])
+  local nargs = tonumber(ARGV[a + 1])
+  local keys, argv = {}, {}
+  for j = 1, NK[code] do keys[j] = KEYS[k + j] end
+  for j = 1, nargs do argv[j] = ARGV[a + 1 + j] end
+  k = k + NK[code]
+  a = a + 2 + nargs
+  local ok, r = pcall(F[code], keys, argv)
+  if not ok then
+    -- redis.call raises its error as a table {err = message}; a Lua error as a string.
+    if type(r) == 'table' and r.err then r = redis.error_reply(r.err) else r = redis.error_reply(tostring(r)) end
+  elseif r == nil then
+    r = false
+  end
+  out[#out + 1] = r
+end
+return out
+`;
+})();
+
 /** Runs one script: `keys` must have exactly the script's number of keys. */
 export type RunScript = (keys: readonly string[], args: readonly (string | number)[]) => Promise<unknown>;
 
-export type Scripts = Record<ScriptName, RunScript>;
+export type Scripts = Record<ScriptName, RunScript> & {
+  /** mgBatch: `args` as BATCH_LUA describes them. */
+  mgBatch: (keys: readonly string[], args: readonly (string | number)[]) => Promise<unknown>;
+};
 
 /**
  * Registers every script on `client` with `defineCommand` (names start with `mg`, so they do
@@ -629,5 +659,12 @@ export function defineScripts(client: RedisClient): Scripts {
       return command.call(client, ...keys, ...args);
     };
   }
+  // No numberOfKeys: the number of keys is the call's first argument.
+  client.defineCommand('mgBatch', { lua: BATCH_LUA });
+  out.mgBatch = (keys, args) => {
+    const command = commands.mgBatch;
+    if (!command) return Promise.reject(new Error('script mgBatch is not defined on the client'));
+    return command.call(client, keys.length, ...keys, ...args);
+  };
   return out;
 }
