@@ -569,6 +569,24 @@ if (unreachable !== null) {
       }
     });
 
+    it('an operation outside the batches never overtakes one issued before it on an idle connection', async () => {
+      const stores = createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX });
+      try {
+        const a = await account(stores, 1_000n);
+        const h = hold(a, 10n);
+        expect(await stores.billing.placeHold(h)).toEqual({ ok: true });
+        // As the gateway does: the settle is issued, not awaited, then the client's next
+        // request reads the books.
+        const settled = stores.billing.settle(settleReq(a, h.holdId, 7n));
+        const [wallet, ledger] = await Promise.all([stores.billing.wallet(a.accountId), stores.billing.ledger(a.accountId)]);
+        expect(wallet).toEqual({ balance: 993n, held: 0n });
+        expect(ledger.map((e) => e.id)).toEqual([h.holdId]);
+        expect(await settled).toMatchObject({ settled: true, charged: 7n });
+      } finally {
+        await stores.close();
+      }
+    });
+
     it("one account's operations and one IP bucket's issued together: one script per hash tag, each answered as if sent alone", async () => {
       const client = new Redis(REDIS_URL);
       const monitorClient = new Redis(REDIS_URL);

@@ -73,6 +73,16 @@ export class Batches<Name extends string> {
     this.schedule();
   }
 
+  /**
+   * Sends what is waiting now, if nothing is in flight, instead of at process.nextTick. An
+   * operation outside the batches calls it first, so that it never overtakes one issued
+   * before it while the connection was idle: a client that was answered after its settle was
+   * issued reads its charge on the next request.
+   */
+  flushNow(): void {
+    if (this.scheduled && this.inFlight === 0) this.flush();
+  }
+
   private schedule(): void {
     if (this.scheduled || this.inFlight > 0 || this.pending.length === 0) return;
     this.scheduled = true;
@@ -81,7 +91,7 @@ export class Batches<Name extends string> {
 
   private readonly flush = (): void => {
     this.scheduled = false;
-    if (this.inFlight > 0) return;
+    if (this.inFlight > 0 || this.pending.length === 0) return;
     const batch = this.pending;
     this.pending = [];
     // Groups in the order their first operation came; a full group is closed, and the next

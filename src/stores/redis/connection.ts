@@ -117,6 +117,7 @@ export class RedisContext {
    * readyTimeoutMs + commandTimeout.
    */
   async run<T>(what: string, op: () => Promise<T>): Promise<T> {
+    this.batches?.flushNow();
     if (this.client.status !== 'ready') await this.ready(what);
     try {
       return await op();
@@ -130,10 +131,11 @@ export class RedisContext {
    * Runs a per-call script (a window hit, a hold, a settle, a release, a lease) like `run`,
    * but in batches (see batches.ts): at most one batch in flight, each hash tag's operations
    * of a batch in one script. Operations issued while the client is not ready go at once
-   * through `run`, which bounds their wait for the connection; they and the operations
-   * outside the batches may overtake queued ones, and no caller depends on the order of
-   * operations it has not yet been answered for. A Redis Cluster client sends every
-   * operation at once, as its own script.
+   * through `run`, which bounds their wait for the connection. An operation outside the
+   * batches (`run`) first sends what waits for an idle connection, so it never overtakes
+   * those; it may overtake operations queued behind a batch in flight, and no caller depends
+   * on the order of operations it has not yet been answered for. A Redis Cluster client
+   * sends every operation at once, as its own script.
    */
   batched(what: string, script: BatchableName, keys: readonly string[], args: readonly (string | number)[]): Promise<unknown> {
     if (!this.batches || this.client.status !== 'ready') return this.run(what, () => this.scripts[script](keys, args));
