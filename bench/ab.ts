@@ -19,6 +19,8 @@
  *   AB_STORAGE [memory]         memory | sqlite (a temp file each) | redis (REDIS_URL, a fresh prefix each)
  *   AB_KIND [plain]             plain | stream
  *   AB_ROUNDS [8]               rounds; 5 s per run (1 s not counted)
+ *   AB_FRESH []                 1: new gateway processes every round (started in the round's
+ *                               order, warmed up 3 s), so no process's luck lasts the whole run
  */
 import { randomBytes } from 'node:crypto';
 import { existsSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
@@ -43,6 +45,7 @@ const variants = [
 const STORAGE = env.AB_STORAGE ?? 'memory';
 const KIND = env.AB_KIND === 'stream' ? 'stream' : 'plain';
 const ROUNDS = Number(env.AB_ROUNDS ?? 8);
+const FRESH = env.AB_FRESH === '1';
 if (!['memory', 'sqlite', 'redis'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
 for (const v of variants) if (!existsSync(resolve(ROOT, v.dist, 'cli.js'))) throw new Error(`${v.dist}/cli.js is missing: build it first (see the header of bench/ab.ts)`);
 
@@ -64,7 +67,8 @@ async function main(): Promise<void> {
   const bare = await startNode('bare relay', ['--import', 'tsx', 'bench/bare-relay.ts', '--upstream', upstream.url, '--connections', '256'], ROOT);
   children.push(bare);
   const gateways: Child[] = [];
-  for (const [i, v] of variants.entries()) {
+  const startGateway = async (i: number): Promise<Child> => {
+    const v = variants[i]!;
     const file = join(tmp, `gateway-${i}.json`);
     writeFileSync(
       file,
@@ -72,8 +76,9 @@ async function main(): Promise<void> {
     );
     const g = await startNode(`gateway ${v.name}`, [...v.flags, resolve(ROOT, v.dist, 'cli.js'), 'serve', '--config', file, '--port', '0'], ROOT);
     children.push(g);
-    gateways.push(g);
-  }
+    return g;
+  };
+  for (const i of variants.keys()) gateways.push(await startGateway(i));
   const body = KIND === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST;
   const expectBody = KIND === 'plain' ? PLAIN_BODY : STREAM_BODY;
   // Redis works for the gateways: its CPU is not other load.
@@ -99,6 +104,18 @@ async function main(): Promise<void> {
   const p99Ratios: number[][] = [[], []];
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 ? [1, 0] : [0, 1];
+    if (FRESH && round > 0) {
+      // New processes, started in this round's order, each warmed up like the first ones.
+      for (const i of order) {
+        const old = gateways[i]!;
+        await old.stop(3_000);
+        children.splice(children.indexOf(old), 1);
+        gateways[i] = await startGateway(i);
+        pids.splice(pids.indexOf(old.pid), 1, gateways[i]!.pid);
+        await run(gateways[i]!, true, 3);
+      }
+      process.stdout.write(`round ${round + 1}/${ROUNDS}  fresh gateway processes (pids ${gateways.map((g) => g.pid).join(', ')})\n`);
+    }
     let before = await run(bare, false);
     if (before.errors) throw new Error(`the bare relay failed ${before.errors} calls: ${JSON.stringify(before.errorDetail)}`);
     for (const i of order) {
