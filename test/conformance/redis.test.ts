@@ -113,6 +113,32 @@ async function timed(p: Promise<unknown>): Promise<{ ms: number; storeError: boo
   }
 }
 
+/**
+ * Watches, through MONITOR, the commands sent under this run's prefix (not those a script
+ * runs). `during(op)` answers op's result and the commands sent while it ran, between two
+ * ECHO marks of `client`.
+ */
+async function watchCommands(client: Redis) {
+  const monitorClient = new Redis(REDIS_URL);
+  const monitor = await monitorClient.monitor();
+  const seen: string[][] = [];
+  monitor.on('monitor', (_time: string, args: string[], source: string) => {
+    if (source === 'lua') return;
+    if (args.some((x) => x.includes(PREFIX) || x.startsWith('mgmark_'))) seen.push(args);
+  });
+  async function during<T>(op: () => Promise<T>): Promise<{ commands: string[][]; result: T }> {
+    const [start, end] = [uid('mgmark'), uid('mgmark')];
+    await client.echo(start);
+    const result = await op();
+    await client.echo(end);
+    await eventually('monitor output', async () => seen.some((x) => x[1] === end), Boolean);
+    const from = seen.findIndex((x) => x[1] === start);
+    const to = seen.findIndex((x) => x[1] === end);
+    return { commands: seen.slice(from + 1, to), result };
+  }
+  return { seen, during, stop: () => monitorClient.disconnect() };
+}
+
 if (unreachable !== null) {
   const notice = `Redis at ${REDIS_URL} is unreachable (${unreachable})`;
   if (process.env.CI === 'true') {
@@ -341,25 +367,9 @@ if (unreachable !== null) {
   describe('redis: round trips and Cluster safety', () => {
     it('placeHold, settle, hit and the other hot paths are one command each; every script keeps to one hash tag', async () => {
       const client = new Redis(REDIS_URL);
-      const monitorClient = new Redis(REDIS_URL);
-      const monitor = await monitorClient.monitor();
-      const seen: string[][] = [];
-      monitor.on('monitor', (_time: string, args: string[], source: string) => {
-        if (source === 'lua') return;
-        if (args.some((x) => x.includes(PREFIX) || x.startsWith('mgmark_'))) seen.push(args);
-      });
+      const { seen, during, stop } = await watchCommands(client);
       const stores = createRedisStores({ client, keyPrefix: PREFIX });
-
-      async function commandsOf(op: () => Promise<unknown>): Promise<string[][]> {
-        const [start, end] = [uid('mgmark'), uid('mgmark')];
-        await client.echo(start);
-        await op();
-        await client.echo(end);
-        await eventually('monitor output', async () => seen.some((x) => x[1] === end), Boolean);
-        const from = seen.findIndex((x) => x[1] === start);
-        const to = seen.findIndex((x) => x[1] === end);
-        return seen.slice(from + 1, to);
-      }
+      const commandsOf = async (op: () => Promise<unknown>) => (await during(op)).commands;
       const names = (cmds: string[][]) => cmds.map((x) => (x[0] ?? '').toLowerCase());
 
       try {
@@ -450,7 +460,7 @@ if (unreachable !== null) {
       } finally {
         await stores.close();
         expect(client.status).toBe('ready'); // a client we passed in is left open
-        monitorClient.disconnect();
+        stop();
         client.disconnect();
       }
     });
@@ -589,13 +599,7 @@ if (unreachable !== null) {
 
     it("one account's operations and one IP bucket's issued together: one script per hash tag, each answered as if sent alone", async () => {
       const client = new Redis(REDIS_URL);
-      const monitorClient = new Redis(REDIS_URL);
-      const monitor = await monitorClient.monitor();
-      const seen: string[][] = [];
-      monitor.on('monitor', (_time: string, args: string[], source: string) => {
-        if (source === 'lua') return;
-        if (args.some((x) => x.includes(PREFIX) || x.startsWith('mgmark_'))) seen.push(args);
-      });
+      const { during, stop } = await watchCommands(client);
       const stores = createRedisStores({ client, keyPrefix: PREFIX });
       try {
         const a = await account(stores, 10_000n);
@@ -606,28 +610,25 @@ if (unreachable !== null) {
         await Promise.all([stores.billing.placeHold(w1), stores.billing.placeHold(w2)]);
         await Promise.all([stores.billing.release(a.accountId, w1.holdId), stores.billing.release(a.accountId, w2.holdId)]);
         // An account window the script cannot read: its hit fails, and only its hit.
-        const broken = uid("broken");
+        const broken = uid('broken');
         await client.set(`${PREFIX}{a:${a.accountId}}:rl:${broken}`, 'not a window');
         const ip = uid('ip');
-        const start = uid('mgmark');
-        await client.echo(start);
         const hits = [
           { bucket: `key:${a.keyId}`, limit: 2, windowMs: 60_000, accountId: a.accountId },
           { bucket: `key:${a.keyId}`, limit: 2, windowMs: 60_000, accountId: a.accountId },
           { bucket: `key:${a.keyId}`, limit: 2, windowMs: 60_000, accountId: a.accountId },
         ];
-        const [h1, h2, h3, s, bad, i1, i2, rel] = await Promise.allSettled([
-          ...hits.map((hit) => stores.billing.hitAndPlaceHold!(hit, hold(a, 1_000n))),
-          stores.billing.settle(settleReq(a, open.holdId, 150n)),
-          stores.limits.hit(broken, 5, 60_000, a.accountId),
-          stores.limits.hit(`ip:${ip}`, 1, 60_000),
-          stores.limits.hit(`ip:${ip}`, 1, 60_000),
-          stores.billing.release(a.accountId, uid('hold')),
-        ]);
-        const end = uid('mgmark');
-        await client.echo(end);
-        await eventually('monitor output', async () => seen.some((x) => x[1] === end), Boolean);
-        const sent = seen.slice(seen.findIndex((x) => x[1] === start) + 1, seen.findIndex((x) => x[1] === end));
+        const { commands: sent, result } = await during(() =>
+          Promise.allSettled([
+            ...hits.map((hit) => stores.billing.hitAndPlaceHold!(hit, hold(a, 1_000n))),
+            stores.billing.settle(settleReq(a, open.holdId, 150n)),
+            stores.limits.hit(broken, 5, 60_000, a.accountId),
+            stores.limits.hit(`ip:${ip}`, 1, 60_000),
+            stores.limits.hit(`ip:${ip}`, 1, 60_000),
+            stores.billing.release(a.accountId, uid('hold')),
+          ]),
+        );
+        const [h1, h2, h3, s, bad, i1, i2, rel] = result;
         // Two scripts: the account's seven operations, the IP bucket's two.
         expect(sent.map((x) => (x[0] ?? '').toLowerCase())).toEqual(['evalsha', 'evalsha']);
         expect(sent.map((x) => Number(x[2]))).toEqual([3 * 6 + 7 + 1 + 4, 2]);
@@ -646,7 +647,7 @@ if (unreachable !== null) {
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 10_000n - 150n, held: 2_000n });
       } finally {
         await stores.close();
-        monitorClient.disconnect();
+        stop();
         client.disconnect();
       }
     });
