@@ -7,7 +7,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { MAX_NANO } from '../../src/money.js';
 import { createRedisStores, RedisStoreError, CLOSED_MARKER_TTL_MS } from '../../src/redis.js';
 import { type BatchOp, Batches, hashTagOf, MAX_GROUP } from '../../src/stores/redis/batches.js';
-import { RedisContext } from '../../src/stores/redis/connection.js';
+import { esc, RedisContext } from '../../src/stores/redis/connection.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
@@ -118,12 +118,13 @@ async function timed(p: Promise<unknown>): Promise<{ ms: number; storeError: boo
  * runs). `during(op)` answers op's result and the commands sent while it ran, between two
  * ECHO marks of `client`.
  */
-async function watchCommands(client: Redis) {
+async function watchCommands(client: Redis, { lua = false } = {}) {
   const monitorClient = new Redis(REDIS_URL);
   const monitor = await monitorClient.monitor();
   const seen: string[][] = [];
   monitor.on('monitor', (_time: string, args: string[], source: string) => {
-    if (source === 'lua') return;
+    // What scripts run inside Redis, only when asked for (then alone, with the markers).
+    if ((source === 'lua') !== lua && !args.some((x) => x.startsWith('mgmark_'))) return;
     if (args.some((x) => x.includes(PREFIX) || x.startsWith('mgmark_'))) seen.push(args);
   });
   async function during<T>(op: () => Promise<T>): Promise<{ commands: string[][]; result: T }> {
@@ -645,6 +646,68 @@ if (unreachable !== null) {
         expect(i2).toMatchObject({ status: 'fulfilled', value: { allowed: false } });
         expect(rel).toEqual({ status: 'fulfilled', value: false });
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 10_000n - 150n, held: 2_000n });
+      } finally {
+        await stores.close();
+        stop();
+        client.disconnect();
+      }
+    });
+
+    it('a batch runs at one instant and shares the work: each window trimmed and read once, one prune and one expiry update per account', async () => {
+      const client = new Redis(REDIS_URL);
+      const { during, stop } = await watchCommands(client, { lua: true });
+      const stores = createRedisStores({ client, keyPrefix: PREFIX });
+      try {
+        const a = await account(stores, 10_000n);
+        // Warm up the batch script (the first call of a script on a connection sends its body).
+        const [w1, w2] = [hold(a, 1n), hold(a, 1n)];
+        await Promise.all([stores.billing.placeHold(w1), stores.billing.placeHold(w2)]);
+        await Promise.all([stores.billing.release(a.accountId, w1.holdId), stores.billing.release(a.accountId, w2.holdId)]);
+        const tag = `{a:${a.accountId}}`;
+        const holdKeys = ['hexp', 'holds', 'held'].map((k) => `${PREFIX}${tag}:${k}`);
+        expect(await client.exists(...holdKeys)).toBe(0);
+        // The first hold is settled in the batch that opened it, which drops the account's last
+        // hold (its keys vanish), and the next opens another (they come back).
+        const hit = { bucket: `key:${a.keyId}`, limit: 3, windowMs: 60_000, accountId: a.accountId };
+        const holds = Array.from({ length: 4 }, () => hold(a, 100n));
+        const { commands, result } = await during(() =>
+          Promise.all([
+            stores.billing.hitAndPlaceHold!(hit, holds[0] as HoldRequest),
+            stores.billing.settle(settleReq(a, (holds[0] as HoldRequest).holdId, 70n)),
+            ...holds.slice(1).map((h) => stores.billing.hitAndPlaceHold!(hit, h)),
+          ]),
+        );
+        const [h0, settled, h1, h2, h3] = result;
+        expect(h0).toMatchObject({ window: { allowed: true, remaining: 2 }, hold: { ok: true } });
+        expect(settled).toMatchObject({ settled: true, charged: 70n, held: 100n });
+        expect(h1).toMatchObject({ window: { allowed: true, remaining: 1 }, hold: { ok: true } });
+        expect(h2).toMatchObject({ window: { allowed: true, remaining: 0 }, hold: { ok: true } });
+        expect(h3).toMatchObject({ window: { allowed: false, remaining: 0 }, hold: null });
+        // Every hit of the window is answered with the time until its oldest hit leaves.
+        for (const h of [h0, h1, h2, h3]) {
+          expect(h?.window.resetMs).toBeGreaterThan(59_000);
+          expect(h?.window.resetMs).toBeLessThanOrEqual(60_000);
+        }
+        expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 10_000n - 70n, held: 200n });
+        // What the scripts ran for this account: one batch, so one trim, one count, one read and
+        // one expiry of the window, one prune and one expiry update of the hold keys; one ZADD
+        // per counted hit and per hold.
+        const ran = commands.filter((c) => c.some((x) => x.includes(tag))).map((c) => (c[0] ?? '').toUpperCase());
+        const times = (name: string) => ran.filter((c) => c === name).length;
+        expect(times('EVALSHA')).toBe(0);
+        expect(times('ZREMRANGEBYSCORE')).toBe(1);
+        expect(times('ZCARD')).toBe(1);
+        expect(times('PEXPIRE')).toBe(1);
+        expect(times('ZRANGEBYSCORE')).toBe(1);
+        expect(times('ZADD')).toBe(3 + 3);
+        expect(times('PEXPIREAT')).toBe(3);
+        // The hold keys, gone and back within the batch, expire with their last hold.
+        for (const k of holdKeys) {
+          const ttl = await client.pttl(k);
+          expect(ttl).toBeGreaterThan(59_000);
+          expect(ttl).toBeLessThanOrEqual(60_000);
+        }
+        expect(await client.pttl(`${PREFIX}${tag}:rl:${esc(hit.bucket)}`)).toBeGreaterThan(59_000);
       } finally {
         await stores.close();
         stop();

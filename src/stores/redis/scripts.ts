@@ -15,12 +15,25 @@
  */
 import type { RedisClient } from './clients.js';
 
-/** Shared helpers, prepended to the scripts that need them. */
+/**
+ * Shared helpers, prepended to the scripts that need them. A script's top-level locals live for
+ * one run of it: one script sent alone, or every operation of one mgBatch, which then share
+ * what the helpers remember below.
+ */
 const PRELUDE = `
+-- One clock reading per run: the operations of one batch happen at one instant, as the
+-- batch is one atomic step.
+local T_NOW
 local function now_ms()
-  local t = redis.call('TIME')
-  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  if not T_NOW then
+    local t = redis.call('TIME')
+    T_NOW = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  return T_NOW
 end
+-- True while mgBatch runs: work that only has to be right once the run ends (a key's expiry)
+-- is then done once at its end instead of after every operation.
+local IN_BATCH = false
 -- An integer as a decimal string ('-0' never appears: Redis would refuse it).
 local function fmt(x)
   if x == 0 then return '0' end
@@ -47,13 +60,19 @@ local function drop_hold(holds, hexp, held, id, raw)
   redis.call('ZREM', hexp, id)
   return h, a
 end
--- Expired holds stop counting: drop every hold whose expiry is at or before t.
+-- The accounts this run has pruned, with the time it pruned them at.
+local PRUNED = {}
+-- Expired holds stop counting: drop every hold whose expiry is at or before t. Once per
+-- account and instant: a second prune at the same t would find nothing (a hold placed since
+-- expires later, or un-marks its account; see place_hold).
 local function prune(holds, hexp, held, t)
+  if PRUNED[hexp] == t then return end
   local dead = redis.call('ZRANGEBYSCORE', hexp, '-inf', fmt(t))
   for i = 1, #dead do
     local raw = redis.call('HGET', holds, dead[i])
     if raw then drop_hold(holds, hexp, held, dead[i], raw) else redis.call('ZREM', hexp, dead[i]) end
   end
+  PRUNED[hexp] = t
 end
 `;
 
@@ -65,6 +84,24 @@ local function expire_with_last(zset, ...)
     redis.call('PEXPIREAT', zset, last[2])
     for _, k in ipairs({...}) do redis.call('PEXPIREAT', k, last[2]) end
   end
+end
+-- Sorted sets (with the keys that live as long) whose expiry is due, once each, in order.
+local EXPIRY_DUE, EXPIRY_LIST = {}, {}
+local function expire_later(zset, a, b)
+  if EXPIRY_DUE[zset] then return end
+  EXPIRY_DUE[zset] = true
+  EXPIRY_LIST[#EXPIRY_LIST + 1] = {zset, a, b}
+end
+-- Brings the due expiries up to date: after each operation sent alone, at the end of a batch.
+-- The keys can vanish and come back within a batch (a settle drops the last hold, a hold
+-- opens another), so the expiry is set from what is left once the batch is done.
+local function expire_due()
+  if IN_BATCH then return end
+  for i = 1, #EXPIRY_LIST do
+    local e = EXPIRY_LIST[i]
+    expire_with_last(e[1], e[2], e[3])
+  end
+  EXPIRY_DUE, EXPIRY_LIST = {}, {}
 end
 `;
 
@@ -90,10 +127,12 @@ local function place_hold(bal, holds, hexp, held, spend, id, amount_s, cap_s, tt
   end
   redis.call('HSET', holds, id, cjson.encode({a = amount_s, kf = kf, mf = mf, tf = tf}))
   redis.call('ZADD', hexp, fmt(t + tonumber(ttl)), id)
+  -- A hold that expires at once must be pruned by the next operation at this instant.
+  if tonumber(ttl) <= 0 then PRUNED[hexp] = nil end
   add_held(held, 'all', amount)
   add_held(held, kf, amount)
   -- The hold keys vanish together once the last hold has expired.
-  expire_with_last(hexp, holds, held)
+  expire_later(hexp, holds, held)
   return {1}
 end
 `;
@@ -102,29 +141,42 @@ end
  * An exact sliding window: a sorted set of one unique member per counted hit, scored by its
  * time (ms). Trimming is one ZREMRANGEBYSCORE over the hits that left (O(log n) plus what it
  * removes, so each hit is trimmed once, amortised O(log n) per hit however high the limit);
- * the count is ZCARD (O(1)) and the oldest hit one ZRANGE (O(log n)). Needs PRELUDE.
+ * the count is ZCARD (O(1)) and the oldest hit one ZRANGE (O(log n)). Within one run the
+ * clock stands still, so a window is trimmed and read once: a later hit of the same run
+ * costs one ZADD. Needs PRELUDE.
  */
 const WINDOW = `
+-- What this run knows of each window it has read: its span, the instant it was trimmed at,
+-- its count, its oldest hit and whether its expiry is set. Only this run's hits change it.
+local WINDOWS = {}
 -- Returns allowed (0 | 1), remaining, ms until the oldest counted hit leaves.
 local function window_hit(key, limit, w, member, t)
-  redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - w))
-  local n = redis.call('ZCARD', key)
+  local s = WINDOWS[key]
+  if not s or s.w ~= w or s.t ~= t then
+    redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - w))
+    s = {w = w, t = t, n = redis.call('ZCARD', key), expiring = false}
+    if s.n > 0 then s.first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
+    WINDOWS[key] = s
+  end
   local allowed = 0
-  if n < limit then
+  if s.n < limit then
     redis.call('ZADD', key, fmt(t), member)
-    n = n + 1
+    s.n = s.n + 1
+    if not s.first or t < s.first then s.first = t end
     allowed = 1
   end
   local reset = 0
-  if n > 0 then
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    reset = tonumber(first[2]) + w - t
+  if s.n > 0 then
+    reset = s.first + w - t
     if reset < 0 then reset = 0 end
     -- The newest hit leaves the window within w, so an idle bucket disappears.
-    redis.call('PEXPIRE', key, fmt(w))
+    if not s.expiring then
+      redis.call('PEXPIRE', key, fmt(w))
+      s.expiring = true
+    end
   end
   local remaining = 0
-  if allowed == 1 then remaining = limit - n end
+  if allowed == 1 then remaining = limit - s.n end
   return allowed, remaining, reset
 end
 `;
@@ -165,7 +217,9 @@ export const SCRIPTS = {
    * Returns {1} or {0, limitSource, available}.
    */
   mgPlaceHold: batchable(5, [PRELUDE, HOLDS, EXPIRE_WITH_LAST, PLACE_HOLD], `
-return place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_ms())
+local h = place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_ms())
+expire_due()
+return h
 `),
 
   /**
@@ -182,6 +236,7 @@ local t = now_ms()
 local allowed, remaining, reset = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], t)
 if allowed == 0 then return {0, 0, reset} end
 local h = place_hold(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], t)
+expire_due()
 return {1, remaining, reset, h[1], h[2], h[3]}
 `),
 
@@ -588,9 +643,13 @@ export const BATCHABLE = ['mgHit', 'mgLeaseAcquire', 'mgLeaseRelease', 'mgPlaceH
 export type BatchableName = (typeof BATCHABLE)[number];
 
 /**
- * mgBatch: several per-call scripts in one EVALSHA, run one after another exactly as if each
- * had been sent alone. Redis then parses, looks up and starts one script where it would have
- * started dozens, and the gateway builds and parses one command. The caller puts in one batch
+ * mgBatch: several per-call scripts in one EVALSHA, run one after another, each answered as if
+ * it had been sent alone at the instant the batch runs. Redis then parses, looks up and starts
+ * one script where it would have started dozens, and the gateway builds and parses one
+ * command. Since the clock stands still for the run, the operations also share work: one
+ * clock reading, one prune of an account's expired holds, one trim and read of a window
+ * (every later hit of it is one ZADD), one update of the hold keys' expiry at the end. The
+ * caller puts in one batch
  * only operations whose keys share one hash tag, so the batch, like every script, touches one
  * hash slot.
  * KEYS: every operation's keys, in order.
@@ -612,6 +671,7 @@ local NK = {${defs.map((d) => d.numberOfKeys).join(', ')}}
 ${functions}
 local out = {}
 local k, a, n = 0, 1, #ARGV
+IN_BATCH = true
 while a <= n do
   local code = tonumber(ARGV[a])
   local nargs = tonumber(ARGV[a + 1])
@@ -629,6 +689,11 @@ while a <= n do
   end
   out[#out + 1] = r
 end
+-- The expiries every operation left due, once each. Each key was written by an operation that
+-- succeeded, so this cannot meet a key of the wrong type; if it failed anyway, the operations
+-- stand as answered and the keys keep the expiry they had.
+IN_BATCH = false
+pcall(expire_due)
 return out
 `;
 })();
