@@ -2,7 +2,8 @@
  * A/B of two builds' stores in one process: the store operations of a billed call (the IP's
  * window hit, the key's hit with the hold, the settle with its ledger entry) from 50
  * concurrent callers, the two builds alternating round by round, CPU per call read from this
- * process and, on Redis, from the Redis server.
+ * process and, on Redis, from the Redis server (on PostgreSQL, from the backends serving this
+ * process's connections: both builds' together, since the two pools share the process).
  *
  *   git checkout HEAD~1 -- src && npx tsup --out-dir distA && git checkout HEAD -- src && npx tsup
  *   STORE_AB=distA,dist STORE_AB_DRIVER=redis node --import tsx bench/store-ab.ts
@@ -13,8 +14,9 @@
  * HTTP path around it: use it for a change to a store.
  *
  * Environment (defaults in brackets): STORE_AB [distA,dist] the two build folders;
- * STORE_AB_DRIVER [redis] redis (REDIS_URL, a fresh prefix, deleted after) | sqlite (a temp
- * file each) | memory; STORE_AB_ROUNDS [8]; STORE_AB_SECONDS [3] per build and round.
+ * STORE_AB_DRIVER [redis] redis (REDIS_URL, a fresh prefix, deleted after) | postgres
+ * (POSTGRES_URL, a fresh schema each, dropped after) | sqlite (a temp file each) | memory;
+ * STORE_AB_ROUNDS [8]; STORE_AB_SECONDS [3] per build and round.
  */
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -25,8 +27,9 @@ import { Redis } from 'ioredis';
 import type { Stores } from '../src/stores/types.js';
 import { cpuMsOf } from './procs.js';
 import { median } from './report.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from './postgres-util.js';
 import { deleteKeysWithPrefix, REDIS_URL } from './redis-util.js';
-import { redisServerPid } from './storage-processes.js';
+import { postgresBackendPids, redisServerPid } from './storage-processes.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const env = process.env;
@@ -38,14 +41,18 @@ const CALLERS = 50;
 const ACCOUNT = 'bench';
 const MONTH = '2026-01';
 if (BUILDS.length !== 2) throw new Error('STORE_AB: name two build folders, e.g. distA,dist');
-if (!['redis', 'sqlite', 'memory'].includes(DRIVER)) throw new Error(`STORE_AB_DRIVER: unknown driver ${DRIVER}`);
+if (!['redis', 'postgres', 'sqlite', 'memory'].includes(DRIVER)) throw new Error(`STORE_AB_DRIVER: unknown driver ${DRIVER}`);
 
 const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-store-ab-'));
 const prefix = `mgstoreab:${randomBytes(4).toString('hex')}:`;
+const schemas = BUILDS.map(() => freshSchema('mgstoreab'));
 
 async function open(build: string, i: number): Promise<Stores> {
   const url = (file: string) => pathToFileURL(resolve(ROOT, build, file)).href;
   if (DRIVER === 'redis') return (await import(url('redis.js'))).createRedisStores({ url: REDIS_URL, keyPrefix: `${prefix}${i}:` });
+  if (DRIVER === 'postgres') {
+    return (await import(url('postgres.js'))).createPostgresStores({ url: POSTGRES_URL, schema: schemas[i] });
+  }
   if (DRIVER === 'sqlite') return (await import(url('sqlite.js'))).createSqliteStores({ path: join(tmp, `${i}.db`) });
   return (await import(url('index.js'))).createMemoryStores();
 }
@@ -76,11 +83,14 @@ async function call(stores: Stores): Promise<void> {
   if (!settled.settled) throw new Error('the settle did not land');
 }
 
-async function run(stores: Stores, seconds: number, redisPid: number | null) {
+/** The storage service's processes whose CPU is read: the Redis server, or our PostgreSQL backends. */
+const serverCpuMs = (pids: number[]) => pids.reduce((sum, pid) => sum + cpuMsOf(pid), 0);
+
+async function run(stores: Stores, seconds: number, serverPids: number[]) {
   let calls = 0;
   const stop = Date.now() + seconds * 1000;
   const cpu0 = process.cpuUsage();
-  const redis0 = redisPid === null ? 0 : cpuMsOf(redisPid);
+  const server0 = serverCpuMs(serverPids);
   await Promise.all(
     Array.from({ length: CALLERS }, async () => {
       while (Date.now() < stop) {
@@ -92,13 +102,14 @@ async function run(stores: Stores, seconds: number, redisPid: number | null) {
   const cpu = process.cpuUsage(cpu0);
   return {
     us: (cpu.user + cpu.system) / calls,
-    redisUs: redisPid === null ? NaN : ((cpuMsOf(redisPid) - redis0) * 1000) / calls,
+    serverUs: serverPids.length === 0 ? NaN : ((serverCpuMs(serverPids) - server0) * 1000) / calls,
     perS: calls / seconds,
   };
 }
 
 async function main(): Promise<void> {
   const redisPid = DRIVER === 'redis' ? await redisServerPid(REDIS_URL) : null;
+  const server = DRIVER === 'redis' ? 'Redis' : DRIVER === 'postgres' ? 'PostgreSQL' : null;
   const stores: Stores[] = [];
   try {
     for (const [i, b] of BUILDS.entries()) {
@@ -106,16 +117,19 @@ async function main(): Promise<void> {
       stores.push(s);
       await s.accounts.create({ id: ACCOUNT, grants: [], createdAt: 0 }, 10n ** 15n);
     }
-    for (const s of stores) await run(s, 2, redisPid); // warm-up
+    for (const s of stores) await run(s, 2, []); // warm-up (and every pool's connections opened)
+    // Both builds' backends: a build's idle pool costs its backends next to nothing.
+    const serverPids =
+      redisPid !== null ? [redisPid] : DRIVER === 'postgres' ? await postgresBackendPids(POSTGRES_URL, process.pid) : [];
     const us: number[][] = [[], []];
-    const redisUs: number[][] = [[], []];
+    const serverUs: number[][] = [[], []];
     for (let round = 0; round < ROUNDS; round++) {
       for (const i of round % 2 ? [1, 0] : [0, 1]) {
-        const r = await run(stores[i]!, SECONDS, redisPid);
+        const r = await run(stores[i]!, SECONDS, serverPids);
         us[i]!.push(r.us);
-        redisUs[i]!.push(r.redisUs);
+        serverUs[i]!.push(r.serverUs);
         process.stdout.write(
-          `round ${round + 1}/${ROUNDS}  ${BUILDS[i]}: ${r.us.toFixed(1)} µs/call${redisPid === null ? '' : `, Redis ${r.redisUs.toFixed(1)} µs/call`}, ${r.perS.toFixed(0)} calls/s\n`,
+          `round ${round + 1}/${ROUNDS}  ${BUILDS[i]}: ${r.us.toFixed(1)} µs/call${server === null ? '' : `, ${server} ${r.serverUs.toFixed(1)} µs/call`}, ${r.perS.toFixed(0)} calls/s\n`,
         );
       }
     }
@@ -124,13 +138,14 @@ async function main(): Promise<void> {
       const xs = us[i]!;
       process.stdout.write(
         `  ${b}: ${median(xs).toFixed(1)} µs (${Math.min(...xs).toFixed(1)} - ${Math.max(...xs).toFixed(1)})` +
-          (redisPid === null ? '' : `; Redis's own CPU ${median(redisUs[i]!).toFixed(1)} µs`) +
+          (server === null ? '' : `; ${server}'s own CPU ${median(serverUs[i]!).toFixed(1)} µs`) +
           '\n',
       );
     }
   } finally {
     await Promise.allSettled(stores.map((s) => s.close()));
     rmSync(tmp, { recursive: true, force: true });
+    if (DRIVER === 'postgres') await Promise.allSettled(schemas.map((s) => dropSchema(s, POSTGRES_URL)));
     if (DRIVER === 'redis') {
       const c = new Redis(REDIS_URL);
       await deleteKeysWithPrefix(c, prefix).catch(() => {});
