@@ -76,7 +76,7 @@ local function prune(holds, hexp, held, t)
 end
 `;
 
-/** A sorted set of id -> expiry (ms) lives exactly as long as its last member. */
+/** A sorted set of id -> expiry (ms) lives exactly as long as its last member. Needs PRELUDE. */
 const EXPIRE_WITH_LAST = `
 local function expire_with_last(zset, ...)
   local last = redis.call('ZRANGE', zset, -1, -1, 'WITHSCORES')
@@ -127,8 +127,8 @@ local function place_hold(bal, holds, hexp, held, spend, id, amount_s, cap_s, tt
   end
   redis.call('HSET', holds, id, cjson.encode({a = amount_s, kf = kf, mf = mf, tf = tf}))
   redis.call('ZADD', hexp, fmt(t + tonumber(ttl)), id)
-  -- A hold that expires at once must be pruned by the next operation at this instant.
-  if tonumber(ttl) <= 0 then PRUNED[hexp] = nil end
+  -- A hold that expires at this instant must be pruned by the next operation at it.
+  if t + tonumber(ttl) <= t then PRUNED[hexp] = nil end
   add_held(held, 'all', amount)
   add_held(held, kf, amount)
   -- The hold keys vanish together once the last hold has expired.
@@ -147,12 +147,13 @@ end
  */
 const WINDOW = `
 -- What this run knows of each window it has read: its span, the instant it was trimmed at,
--- its count, its oldest hit and whether its expiry is set. Only this run's hits change it.
+-- its count, its oldest hit and whether its expiry is set. Only this run's hits change it. A
+-- window of 0 ms is never remembered: its trim drops the hits of this very instant.
 local WINDOWS = {}
 -- Returns allowed (0 | 1), remaining, ms until the oldest counted hit leaves.
 local function window_hit(key, limit, w, member, t)
   local s = WINDOWS[key]
-  if not s or s.w ~= w or s.t ~= t then
+  if not s or s.w ~= w or s.t ~= t or w <= 0 then
     redis.call('ZREMRANGEBYSCORE', key, '-inf', fmt(t - w))
     s = {w = w, t = t, n = redis.call('ZCARD', key), expiring = false}
     if s.n > 0 then s.first = tonumber(redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')[2]) end
@@ -649,9 +650,8 @@ export type BatchableName = (typeof BATCHABLE)[number];
  * command. Since the clock stands still for the run, the operations also share work: one
  * clock reading, one prune of an account's expired holds, one trim and read of a window
  * (every later hit of it is one ZADD), one update of the hold keys' expiry at the end. The
- * caller puts in one batch
- * only operations whose keys share one hash tag, so the batch, like every script, touches one
- * hash slot.
+ * caller puts in one batch only operations whose keys share one hash tag, so the batch, like
+ * every script, touches one hash slot.
  * KEYS: every operation's keys, in order.
  * ARGV: for each operation, its code (1-based place in BATCHABLE), the number of its
  *       arguments, then its arguments.
@@ -671,6 +671,18 @@ local NK = {${defs.map((d) => d.numberOfKeys).join(', ')}}
 ${functions}
 local out = {}
 local k, a, n = 0, 1, #ARGV
+-- Every operation's code and argument count are checked before any runs: a malformed batch
+-- fails whole, before it writes anything.
+while a <= n do
+  local code, nargs = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  if not (code and F[code] and nargs and nargs >= 0 and a + 1 + nargs <= n) then
+    return redis.error_reply('mgBatch: malformed operation at argument ' .. a)
+  end
+  k = k + NK[code]
+  a = a + 2 + nargs
+end
+if k ~= #KEYS then return redis.error_reply('mgBatch: the operations take ' .. k .. ' keys, got ' .. #KEYS) end
+k, a = 0, 1
 IN_BATCH = true
 while a <= n do
   local code = tonumber(ARGV[a])
@@ -690,8 +702,9 @@ while a <= n do
   out[#out + 1] = r
 end
 -- The expiries every operation left due, once each. Each key was written by an operation that
--- succeeded, so this cannot meet a key of the wrong type; if it failed anyway, the operations
--- stand as answered and the keys keep the expiry they had.
+-- succeeded, and PEXPIREAT takes a key of any type, so this does not fail; if it did, the
+-- operations would stand as answered, and hold keys it missed would live until the next hold
+-- of their account sets their expiry.
 IN_BATCH = false
 pcall(expire_due)
 return out
