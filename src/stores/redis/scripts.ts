@@ -669,37 +669,34 @@ export const BATCH_LUA = (() => {
 local F = {}
 local NK = {${defs.map((d) => d.numberOfKeys).join(', ')}}
 ${functions}
-local out = {}
+-- The operations, read and checked before any runs: a malformed batch fails whole, before it
+-- writes anything.
+local ops = {}
 local k, a, n = 0, 1, #ARGV
--- Every operation's code and argument count are checked before any runs: a malformed batch
--- fails whole, before it writes anything.
 while a <= n do
   local code, nargs = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
   if not (code and F[code] and nargs and nargs >= 0 and a + 1 + nargs <= n) then
     return redis.error_reply('mgBatch: malformed operation at argument ' .. a)
   end
+  local keys, argv = {}, {}
+  for j = 1, NK[code] do keys[j] = KEYS[k + j] end
+  for j = 1, nargs do argv[j] = ARGV[a + 1 + j] end
+  ops[#ops + 1] = {code, keys, argv}
   k = k + NK[code]
   a = a + 2 + nargs
 end
 if k ~= #KEYS then return redis.error_reply('mgBatch: the operations take ' .. k .. ' keys, got ' .. #KEYS) end
-k, a = 0, 1
+local out = {}
 IN_BATCH = true
-while a <= n do
-  local code = tonumber(ARGV[a])
-  local nargs = tonumber(ARGV[a + 1])
-  local keys, argv = {}, {}
-  for j = 1, NK[code] do keys[j] = KEYS[k + j] end
-  for j = 1, nargs do argv[j] = ARGV[a + 1 + j] end
-  k = k + NK[code]
-  a = a + 2 + nargs
-  local ok, r = pcall(F[code], keys, argv)
+for i = 1, #ops do
+  local ok, r = pcall(F[ops[i][1]], ops[i][2], ops[i][3])
   if not ok then
     -- redis.call raises its error as a table {err = message}; a Lua error as a string.
     if type(r) == 'table' and r.err then r = redis.error_reply(r.err) else r = redis.error_reply(tostring(r)) end
   elseif r == nil then
     r = false
   end
-  out[#out + 1] = r
+  out[i] = r
 end
 -- The expiries every operation left due, once each. Each key was written by an operation that
 -- succeeded, and PEXPIREAT takes a key of any type, so this does not fail; if it did, the
