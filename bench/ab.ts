@@ -16,7 +16,8 @@
  * Environment (defaults in brackets):
  *   AB_A [distA], AB_B [dist]   build folders (each with cli.js), relative to the repository or absolute
  *   AB_A_FLAGS [], AB_B_FLAGS []  Node flags of each, e.g. "--max-semi-space-size=32"
- *   AB_STORAGE [memory]         memory | sqlite (a temp file each) | redis (REDIS_URL, a fresh prefix each)
+ *   AB_STORAGE [memory]         memory | sqlite (a temp file each) | redis (REDIS_URL, a fresh prefix each) |
+ *                               postgres (POSTGRES_URL, a fresh schema each, dropped after)
  *   AB_KIND [plain]             plain | stream
  *   AB_ROUNDS [8]               rounds; 5 s per run (1 s not counted)
  *   AB_FRESH []                 1: new gateway processes every round (started in the round's
@@ -31,9 +32,10 @@ import { Redis } from 'ioredis';
 import { gatewayConfig, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type LoadResult, runLoad } from './load.js';
 import { type Child, startNode } from './procs.js';
+import { dropSchema, freshSchema, POSTGRES_URL } from './postgres-util.js';
 import { median } from './report.js';
 import { deleteKeysWithPrefix, REDIS_URL } from './redis-util.js';
-import { redisServerPid } from './storage-processes.js';
+import { postgresBackendPids, redisServerPid } from './storage-processes.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const env = process.env;
@@ -46,18 +48,23 @@ const STORAGE = env.AB_STORAGE ?? 'memory';
 const KIND = env.AB_KIND === 'stream' ? 'stream' : 'plain';
 const ROUNDS = Number(env.AB_ROUNDS ?? 8);
 const FRESH = env.AB_FRESH === '1';
-if (!['memory', 'sqlite', 'redis'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
+if (!['memory', 'sqlite', 'redis', 'postgres'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
 for (const v of variants) if (!existsSync(resolve(ROOT, v.dist, 'cli.js'))) throw new Error(`${v.dist}/cli.js is missing: build it first (see the header of bench/ab.ts)`);
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-ab-'));
 const redisPrefix = `mgab:${randomBytes(4).toString('hex')}:`;
+const pgSchemas = [freshSchema('mgab'), freshSchema('mgab')];
 const children: Child[] = [];
 
-/** Each gateway's books: memory, a SQLite file of its own, or a key prefix of its own on Redis. */
+/**
+ * Each gateway's books: memory, a SQLite file of its own, a key prefix of its own on Redis, or
+ * a schema of its own on PostgreSQL (so a change to a schema function is measured too).
+ */
 function storageOf(i: number): Record<string, unknown> {
   if (STORAGE === 'sqlite') return { driver: 'sqlite', path: join(tmp, `gateway-${i}.db`) };
   if (STORAGE === 'redis') return { driver: 'redis', url: REDIS_URL, keyPrefix: `${redisPrefix}${i}:` };
+  if (STORAGE === 'postgres') return { driver: 'postgres', url: POSTGRES_URL, schema: pgSchemas[i] };
   return { driver: 'memory' };
 }
 
@@ -81,11 +88,16 @@ async function main(): Promise<void> {
   for (const i of variants.keys()) gateways.push(await startGateway(i));
   const body = KIND === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST;
   const expectBody = KIND === 'plain' ? PLAIN_BODY : STREAM_BODY;
-  // Redis works for the gateways: its CPU is not other load.
+  // The store works for the gateways: its CPU is not other load. Redis is one process; a
+  // PostgreSQL gateway's backends are found after it has connected (and again after a restart).
   const redisPid = STORAGE === 'redis' ? await redisServerPid(REDIS_URL) : null;
-  const pids = [...children.map((c) => c.pid), ...(redisPid === null ? [] : [redisPid])];
-  const run = (c: Child, auth: boolean, duration = 4): Promise<LoadResult> =>
-    runLoad({
+  const storeName = STORAGE === 'redis' ? 'Redis' : STORAGE === 'postgres' ? 'PostgreSQL' : null;
+  const storePids = async (c: Child): Promise<number[]> =>
+    redisPid !== null ? [redisPid] : STORAGE === 'postgres' && c !== bare ? postgresBackendPids(POSTGRES_URL, c.pid) : [];
+  const run = async (c: Child, auth: boolean, duration = 4): Promise<LoadResult> => {
+    const store = await storePids(c);
+    const others = STORAGE === 'postgres' ? (await Promise.all(gateways.map((g) => postgresBackendPids(POSTGRES_URL, g.pid)))).flat() : [];
+    return runLoad({
       url: `${c.url}/v1/chat/completions`,
       body,
       expectBody,
@@ -93,14 +105,15 @@ async function main(): Promise<void> {
       connections: 50,
       duration,
       settleS: 1,
-      // Redis's own CPU per call is read beside the gateway's (the two gateways never run at once).
-      cpuPids: redisPid === null ? { target: c.pid } : { target: c.pid, redis: redisPid },
-      benchPids: pids,
+      // The store's own CPU per call is read beside the gateway's (the two gateways never run at once).
+      cpuPids: store.length ? { target: c.pid, store } : { target: c.pid },
+      benchPids: [...new Set([...children.map((x) => x.pid), ...store, ...others])],
     });
+  };
   const cpu = (r: LoadResult) => r.cpuMsPer1k.target ?? NaN;
   for (const c of [bare, ...gateways]) await run(c, c !== bare, 3);
   const ratios: number[][] = [[], []];
-  const redisUs: number[][] = [[], []];
+  const storeUs: number[][] = [[], []];
   const p99Ratios: number[][] = [[], []];
   for (let round = 0; round < ROUNDS; round++) {
     const order = round % 2 ? [1, 0] : [0, 1];
@@ -111,7 +124,6 @@ async function main(): Promise<void> {
         await old.stop(3_000);
         children.splice(children.indexOf(old), 1);
         gateways[i] = await startGateway(i);
-        pids.splice(pids.indexOf(old.pid), 1, gateways[i]!.pid);
         await run(gateways[i]!, true, 3);
       }
       process.stdout.write(`round ${round + 1}/${ROUNDS}  fresh gateway processes (pids ${gateways.map((g) => g.pid).join(', ')})\n`);
@@ -124,13 +136,13 @@ async function main(): Promise<void> {
       if (after.errors) throw new Error(`the bare relay failed ${after.errors} calls: ${JSON.stringify(after.errorDetail)}`);
       const base = (cpu(before) + cpu(after)) / 2;
       ratios[i]!.push(cpu(res) / base);
-      if (redisPid !== null) redisUs[i]!.push(res.cpuMsPer1k.redis ?? NaN);
+      if (storeName !== null) storeUs[i]!.push(res.cpuMsPer1k.store ?? NaN);
       p99Ratios[i]!.push(res.latency.p99 / ((before.latency.p99 + after.latency.p99) / 2));
       process.stdout.write(
         `round ${round + 1}/${ROUNDS}  ${variants[i]!.name} (${variants[i]!.dist}${variants[i]!.flags.length ? ` ${variants[i]!.flags.join(' ')}` : ''}): ` +
           `${cpu(res).toFixed(0)} µs/call, bare ${base.toFixed(0)}: ${(cpu(res) / base).toFixed(2)}x; ` +
           `p99 ${res.latency.p99.toFixed(1)} ms (${p99Ratios[i]!.at(-1)!.toFixed(2)}x the bare runs'); ` +
-          (redisPid === null ? '' : `Redis ${(res.cpuMsPer1k.redis ?? NaN).toFixed(0)} µs/call; `) +
+          (storeName === null ? '' : `${storeName} ${(res.cpuMsPer1k.store ?? NaN).toFixed(0)} µs/call; `) +
           `errors ${res.errors}; other load ${res.otherLoadCores.toFixed(2)} cores\n`,
       );
       if (res.errors) throw new Error(`${variants[i]!.name} failed ${res.errors} calls: ${JSON.stringify(res.errorDetail)}`);
@@ -145,7 +157,7 @@ async function main(): Promise<void> {
         .map(
           (v, i) =>
             `  ${v.name} ${v.dist}: CPU ${spread(ratios[i]!)}; p99 ${spread(p99Ratios[i]!)}` +
-            (redisPid === null ? '' : `; Redis's own CPU ${median(redisUs[i]!).toFixed(0)} µs/call`),
+            (storeName === null ? '' : `; ${storeName}'s own CPU ${median(storeUs[i]!).toFixed(0)} µs/call`),
         )
         .join('\n') +
       '\n',
@@ -160,6 +172,7 @@ main()
   .finally(async () => {
     await Promise.allSettled(children.map((c) => c.stop(3_000)));
     rmSync(tmp, { recursive: true, force: true });
+    if (STORAGE === 'postgres') for (const schema of pgSchemas) await dropSchema(schema).catch(() => {});
     if (STORAGE === 'redis') {
       const c = new Redis(REDIS_URL);
       await deleteKeysWithPrefix(c, redisPrefix).catch(() => {});

@@ -1,6 +1,7 @@
 import { setTimeout as sleep } from 'node:timers/promises';
+import fc from 'fast-check';
 import postgres from 'postgres';
-import { afterAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POSTGRES_URL, dropSchema, freshSchema, postgresProblem } from '../../bench/postgres-util.js';
 import { MAX_NANO } from '../../src/money.js';
 import { MIGRATIONS } from '../../src/stores/postgres/migrations.js';
@@ -79,6 +80,164 @@ if (unreachable !== null) {
     jobsSuite('postgres', makePostgres);
     contentSuite('postgres', makePostgres);
     idempotencySuite('postgres', makePostgres);
+  });
+
+  describe('postgres: the set-based account batch (migration 6)', () => {
+    // Migration 6 replaced migration 5's batch, which ran each operation's statements one by
+    // one, with one that decides in memory and writes once per table. Both are installed side
+    // by side here and given the same random batches (hold ids reused, placed again, settled,
+    // released, expiring at once, capped keys, window hits): every answer and every row they
+    // leave must be the same.
+    const before = `${SCHEMA}_m5`;
+    const after = `${SCHEMA}_m6`;
+    const sql = postgres(POSTGRES_URL, { max: 2, onnotice: () => {} });
+    const install = async (schema: string, count: number) => {
+      await sql.unsafe(`CREATE SCHEMA "${schema}"`);
+      for (const m of MIGRATIONS.slice(0, count)) await sql.unsafe(m(`"${schema}"`, schema)).simple();
+    };
+    beforeAll(async () => {
+      await install(before, 5);
+      await install(after, MIGRATIONS.length);
+    });
+    afterAll(async () => {
+      await sql.end();
+      await Promise.all([dropSchema(before), dropSchema(after)]);
+    });
+
+    const ID = fc.constantFrom('h0', 'h1', 'h2', 'h3', 'h4');
+    const KEY = fc.constantFrom('k0', 'k1');
+    const MONTHS = fc.constantFrom('2025-01', '2025-02');
+    const money = (max: number) => fc.integer({ min: 0, max }).map(String);
+    const holdFields = {
+      hold: ID,
+      key: KEY,
+      month: MONTHS,
+      amount: money(300),
+      cap: fc.option(money(500), { nil: null }),
+      // Zero: a hold that expires the instant it is placed.
+      ttl: fc.constantFrom(0, 60_000),
+    };
+    const op = fc.oneof(
+      fc.record({ op: fc.constant('hold'), ...holdFields }),
+      fc.record({ op: fc.constant('hit_hold'), ...holdFields, bucket: fc.constantFrom('b0', 'b1'), limit: fc.integer({ min: 0, max: 4 }), window: fc.constant(60_000) }),
+      fc.record({
+        op: fc.constant('settle'),
+        hold: ID,
+        key: KEY,
+        month: MONTHS,
+        cost: money(400),
+        id: fc.string({ minLength: 1, maxLength: 6 }),
+        model: fc.constant('m'),
+        units: fc.constant({ kind: 'tokens', prompt: 1, completion: 2 }),
+        measured: fc.constantFrom('usage', 'tokenizer', null),
+        upstream: fc.constantFrom('u', null),
+        at: fc.integer({ min: 1, max: 9 }),
+      }),
+      fc.record({ op: fc.constant('release'), hold: ID }),
+    );
+
+    /** A batch's answers, without the windows' reset times (each schema reads its own clock). */
+    const answer = async (schema: string, account: string, ops: unknown[]) => {
+      try {
+        const [row] = await sql.unsafe<{ out: Record<string, unknown>[] }[]>(`SELECT "${schema}".mg_account_batch($1, $2::text::jsonb) AS out`, [
+          account,
+          JSON.stringify(ops),
+        ]);
+        return row!.out.map(({ reset: _, ...rest }) => rest);
+      } catch (err) {
+        return { refused: (err as Error).message };
+      }
+    };
+    /** Every row the batches touch, for one account (times as "still open", not as instants). */
+    const rows = async (schema: string, account: string) => {
+      const q = (text: string) => sql.unsafe(text.replaceAll('$s', `"${schema}"`), [account]);
+      return {
+        wallet: await q(`SELECT balance::text FROM $s.wallets WHERE account_id = $1`),
+        holds: await q(
+          `SELECT hold_id, key_id, amount::text, month, expires_at > $s.mg_now() AS open FROM $s.holds WHERE account_id = $1 ORDER BY hold_id`,
+        ),
+        closed: await q(`SELECT hold_id FROM $s.closed_holds WHERE account_id = $1 ORDER BY hold_id`),
+        ledger: await q(
+          `SELECT hold_id, id, key_id, model, units, cost::text, held::text, exceeded_hold, measured, upstream, at::text
+             FROM $s.ledger WHERE account_id = $1 ORDER BY seq`,
+        ),
+        spend: await q(`SELECT key_id, month, amount::text FROM $s.key_spend WHERE account_id = $1 ORDER BY key_id, month`),
+        windows: await q(
+          `SELECT w.bucket, w.hits, (SELECT count(*) FROM $s.rate_hits h WHERE h.bucket = w.bucket)::int AS rows
+             FROM $s.rate_windows w WHERE w.bucket LIKE $1 || ':%' ORDER BY w.bucket`,
+        ),
+      };
+    };
+
+    it('answers every random batch, and leaves every row, as migration 5 did', async () => {
+      let settled = 0;
+      let refusedHolds = 0;
+      await fc.assert(
+        fc.asyncProperty(money(900), fc.array(fc.array(op, { minLength: 1, maxLength: 12 }), { minLength: 1, maxLength: 3 }), async (balance, batches) => {
+          const account = uid('acct');
+          for (const schema of [before, after]) {
+            await sql.unsafe(`INSERT INTO "${schema}".wallets (account_id, balance) VALUES ($1, $2::bigint)`, [account, balance]);
+          }
+          for (const batch of batches) {
+            // Buckets are the account's own, so runs never share a window.
+            const ops = batch.map((o) => ('bucket' in o ? { ...o, bucket: `${account}:${o.bucket}` } : o));
+            const old = await answer(before, account, ops);
+            expect(await answer(after, account, ops)).toEqual(old);
+            if (Array.isArray(old)) {
+              settled += old.filter((r) => r.settled === true).length;
+              refusedHolds += old.filter((r) => r.ok === false).length;
+            }
+          }
+          expect(await rows(after, account)).toEqual(await rows(before, account));
+        }),
+        { numRuns: 150 },
+      );
+      // The batches reached what matters: bills and refusals, not only no-ops.
+      expect(settled).toBeGreaterThan(50);
+      expect(refusedHolds).toBeGreaterThan(10);
+    });
+
+    it("asks the ledger for a batch's hold ids through its (account, hold id) index, however much the ledger grew", async () => {
+      const one = postgres(POSTGRES_URL, { max: 1, onnotice: () => {} });
+      try {
+        const account = uid('acct');
+        await one.unsafe(`INSERT INTO "${after}".wallets (account_id, balance) VALUES ($1, 1000000)`, [account]);
+        const batch = (ids: string[]) =>
+          JSON.stringify(
+            ids.map((id) => ({ op: 'settle', hold: id, key: 'k', month: MONTH, cost: '1', id, model: 'm', units: {}, measured: 'usage', upstream: null, at: 1 })),
+          );
+        // Plans are cached per connection: these run while the account's ledger is small.
+        for (let i = 0; i < 8; i++) await one.unsafe(`SELECT "${after}".mg_account_batch($1, $2::text::jsonb)`, [account, batch([`early-${i}`])]);
+        await one.unsafe(
+          `INSERT INTO "${after}".ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+             SELECT $1, 'bulk-' || g, 'bulk-' || g, 'k', 'm', '{}', 1, 0, true, 'usage', null, 1, 1 FROM generate_series(1, 20000) g`,
+          [account],
+        );
+        // Index reads this connection has not yet reported, read before and after the batch.
+        const reads = async (tx: postgres.TransactionSql) =>
+          Object.fromEntries(
+            (
+              await tx.unsafe<{ index: string; tuples: number }[]>(
+                `SELECT relname AS index, pg_stat_get_xact_tuples_returned(oid)::int AS tuples FROM pg_class
+                  WHERE relnamespace = $1::regnamespace AND relname IN ('ledger_hold', 'ledger_account', 'ledger_key')`,
+                [`"${after}"`],
+              )
+            ).map((r) => [r.index, r.tuples]),
+          );
+        const byIndex = await one.begin(async (tx) => {
+          const start = await reads(tx);
+          await tx.unsafe(`SELECT "${after}".mg_account_batch($1, $2::text::jsonb)`, [account, batch(['bulk-7', 'late-1'])]);
+          const end = await reads(tx);
+          return Object.fromEntries(Object.keys(end).map((k) => [k, (end[k] ?? 0) - (start[k] ?? 0)]));
+        });
+        // The settle of bulk-7 met its entry; nothing read the account's 20,000 others.
+        expect(byIndex.ledger_hold).toBeGreaterThan(0);
+        expect(byIndex.ledger_hold).toBeLessThanOrEqual(2);
+        expect((byIndex.ledger_account ?? 0) + (byIndex.ledger_key ?? 0)).toBe(0);
+      } finally {
+        await one.end();
+      }
+    });
   });
 
   describe('postgres: across instances', () => {
