@@ -197,6 +197,51 @@ if (unreachable !== null) {
       expect(refusedHolds).toBeGreaterThan(10);
     });
 
+    it('decides a batch again when a settle in it turns out to be a replay, before anything after it is decided', async () => {
+      const settleOf = (hold: string, cost: string) => ({
+        op: 'settle', hold, key: 'k0', month: MONTH, cost, id: hold, model: 'm', units: { kind: 'tokens' }, measured: 'usage', upstream: null, at: 1,
+      });
+      const holdOf = (hold: string, amount: string) => ({ op: 'hold', hold, key: 'k0', month: MONTH, amount, cap: null, ttl: 60_000 });
+      for (const schema of [before, after]) {
+        const account = uid('acct');
+        await sql.unsafe(`INSERT INTO "${schema}".wallets (account_id, balance) VALUES ($1, 1000)`, [account]);
+        expect(await answer(schema, account, [settleOf('h0', '100')])).toEqual([{ settled: true, charged: '100', held: '0' }]);
+        // The replay first reads as a new settle of 850, which would leave 50 for the hold of
+        // 800; once known as a replay it charges nothing, and the hold fits the 900 left.
+        expect(await answer(schema, account, [settleOf('h0', '850'), holdOf('h1', '800'), settleOf('h2', '10')])).toEqual([
+          { settled: false },
+          { ok: true },
+          { settled: true, charged: '10', held: '0' },
+        ]);
+        const [wallet] = await sql.unsafe<{ balance: string }[]>(`SELECT balance::text FROM "${schema}".wallets WHERE account_id = $1`, [account]);
+        expect(wallet?.balance).toBe('890');
+        const ledger = await sql.unsafe(`SELECT hold_id, cost::text FROM "${schema}".ledger WHERE account_id = $1 ORDER BY seq`, [account]);
+        expect(ledger).toEqual([
+          { hold_id: 'h0', cost: '100' },
+          { hold_id: 'h2', cost: '10' },
+        ]);
+      }
+    });
+
+    it('refuses a malformed operation as migration 5 did, so nothing of it reaches the wallet checks', async () => {
+      for (const schema of [before, after]) {
+        const account = uid('acct');
+        await sql.unsafe(`INSERT INTO "${schema}".wallets (account_id, balance) VALUES ($1, 100)`, [account]);
+        // A hold without an amount, released at once, must not open the wallet to the next.
+        const out = await answer(schema, account, [
+          { op: 'hold', hold: 'h0', key: 'k0', month: MONTH, cap: null, ttl: 60_000 },
+          { op: 'release', hold: 'h0' },
+          { op: 'hold', hold: 'h1', key: 'k0', month: MONTH, amount: '1000', cap: null, ttl: 60_000 },
+        ]);
+        expect(out).toHaveProperty('refused');
+        // A second settle of one hold id, malformed, in one batch.
+        const settle = { op: 'settle', hold: 'h2', key: 'k0', month: MONTH, cost: '1', id: 'h2', model: 'm', units: {}, measured: null, upstream: null };
+        expect(await answer(schema, account, [{ ...settle, at: 1 }, settle])).toHaveProperty('refused');
+        const rows = await sql.unsafe(`SELECT 1 FROM "${schema}".holds WHERE account_id = $1 UNION ALL SELECT 1 FROM "${schema}".ledger WHERE account_id = $1`, [account]);
+        expect(rows).toHaveLength(0);
+      }
+    });
+
     it("asks the ledger for a batch's hold ids through its (account, hold id) index, however much the ledger grew", async () => {
       const one = postgres(POSTGRES_URL, { max: 1, onnotice: () => {} });
       try {
@@ -356,6 +401,12 @@ if (unreachable !== null) {
         expect(await commitMode([op({ op: 'release', hold: 'h2' })])).toBe('off');
         expect(await commitMode([holdOp('h3'), settleOp('h1'), holdOp('h4')])).toBe('on');
         expect(await commitMode([settleOp('h3')])).toBe('on');
+        const hitsMode = await sql.begin(async (tx) => {
+          await tx.unsafe(`SELECT "${SCHEMA}".mg_hits($1, $2::text::jsonb)`, [uid('bucket'), '[[5, 60000]]']);
+          const [row] = await tx.unsafe<{ mode: string }[]>(`SELECT current_setting('synchronous_commit') AS mode`);
+          return row?.mode;
+        });
+        expect(hitsMode).toBe('off');
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 9_900n, held: 100n });
       } finally {
         await sql.end();

@@ -670,10 +670,22 @@ END $$;
   // operation (a lookup, a delete, an insert each), and the executor's set-up for each one was
   // most of PostgreSQL's CPU per operation. This one reads the account's open holds and the
   // batch's closed markers in two statements under the wallet lock, decides every operation
-  // in memory, in order, exactly as migration 5 did, and writes the outcome in one statement
-  // per table. Its answers and the rows it leaves are those of migration 5's batch for any
-  // sequence of operations (a test compares the two).
+  // in memory, in order, exactly as migration 5 did, and writes the outcome at the end, a
+  // statement or two per table. Its answers and the rows it leaves are those of migration 5's
+  // batch for any sequence of well-formed operations (a test compares the two); a malformed
+  // one fails the batch, as it did there. The batches ask for an asynchronous
+  // commit with set_config itself: mg_async_commit returns void where its body's SELECT
+  // returns text, so PostgreSQL cannot inline it, and parses and plans its body again in
+  // every transaction that calls it.
   (s, lockPrefix) => `
+-- One bucket's window hits, as in migration 5.
+CREATE OR REPLACE FUNCTION ${s}.mg_hits(p_bucket text, p_hits jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+BEGIN
+  PERFORM set_config('synchronous_commit', 'off', true);
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || p_bucket, 0));
+  RETURN ${s}.mg_hits_at(p_bucket, p_hits, ${s}.mg_now());
+END $$;
+
 CREATE OR REPLACE FUNCTION ${s}.mg_account_batch(p_account text, p_ops jsonb) RETURNS jsonb LANGUAGE plpgsql
 SET enable_bitmapscan = off SET enable_seqscan = off AS $$
 DECLARE
@@ -731,13 +743,15 @@ DECLARE
   h_month text[];
   h_expires bigint[];
   h_new boolean[];
-  -- Hold ids closed by a release (the table's and this batch's), hold ids this batch has
-  -- released, and hold ids already settled (a ledger entry, one per hold id for good).
+  -- Hold ids with a closed marker (the table's and this batch's releases'), hold ids this
+  -- batch has released, and hold ids known to have a ledger entry (one per hold id for good:
+  -- a settle's, or a credit's, whose ids are "credit:...").
   v_closed0 text[] := '{}';
   v_closed text[];
   v_released text[];
   v_billed text[] := '{}';
   v_inserted text[];
+  v_missing text[];
   -- The ledger entries this batch appends, in order, column by column.
   e_hold text[];
   e_id text[];
@@ -772,8 +786,8 @@ BEGIN
   END LOOP;
   DELETE FROM ${s}.holds WHERE account_id = p_account AND expires_at <= v_t;
   -- The account's open holds (what the batch must sum anyway), and from them the slots. The
-  -- seqscan setting above keeps a plan cached while a table was small from scanning it whole
-  -- once it has grown.
+  -- seqscan setting above makes a whole-table scan the planner's last resort, so a plan
+  -- cached while a table was small does not scan it whole once it has grown.
   SELECT coalesce(array_agg(hold_id), '{}'), coalesce(array_agg(amount), '{}'), coalesce(array_agg(key_id), '{}'),
          coalesce(array_agg(month), '{}'), coalesce(array_agg(expires_at), '{}'), coalesce(sum(amount), 0)::bigint
     INTO a_id, a_amount, a_key, a_month, a_expires, v_held0
@@ -815,6 +829,15 @@ BEGIN
       v_hold := v_op ->> 'hold';
       v_key := v_op ->> 'key';
       v_month := v_op ->> 'month';
+      -- A malformed operation fails the batch, as migration 5's statements failed on it (the
+      -- caller then sends the batch's operations one by one, so it fails alone): nothing of it
+      -- may reach the decisions below, which no table constraint checks.
+      IF v_hold IS NULL
+         OR (v_kind IN ('hold', 'hit_hold') AND (v_key IS NULL OR v_month IS NULL OR v_op ->> 'amount' IS NULL OR v_op ->> 'ttl' IS NULL))
+         OR (v_kind = 'settle' AND (v_key IS NULL OR v_month IS NULL OR v_op ->> 'cost' IS NULL OR v_op ->> 'id' IS NULL
+                                   OR v_op ->> 'model' IS NULL OR v_op -> 'units' IS NULL OR v_op ->> 'at' IS NULL)) THEN
+        RAISE EXCEPTION 'malformed % operation', coalesce(v_kind, 'unnamed');
+      END IF;
       j := array_position(h_id, v_hold);
       IF v_kind IN ('hold', 'hit_hold') THEN
         IF v_kind = 'hit_hold' THEN
@@ -937,7 +960,13 @@ BEGIN
             RETURNING hold_id)
         SELECT coalesce(array_agg(hold_id), '{}') INTO v_inserted FROM added;
         IF array_length(v_inserted, 1) IS DISTINCT FROM array_length(e_hold, 1) THEN
-          v_billed := v_billed || ARRAY(SELECT unnest(e_hold) EXCEPT SELECT unnest(v_inserted));
+          -- Each run leaves out at least one more hold id, so there are at most two. A conflict
+          -- on an id this run had already left out would run for ever: it fails instead.
+          v_missing := ARRAY(SELECT unnest(e_hold) EXCEPT SELECT unnest(v_inserted) EXCEPT SELECT unnest(v_billed));
+          IF cardinality(v_missing) = 0 THEN
+            RAISE EXCEPTION 'the ledger refused an entry for a hold id the batch had left out';
+          END IF;
+          v_billed := v_billed || v_missing;
           RAISE EXCEPTION USING ERRCODE = 'MGDUP';
         END IF;
       EXCEPTION WHEN SQLSTATE 'MGDUP' THEN
@@ -970,7 +999,7 @@ BEGIN
   IF v_settles THEN
     PERFORM set_config('synchronous_commit', v_commit, true);
   ELSE
-    PERFORM ${s}.mg_async_commit();
+    PERFORM set_config('synchronous_commit', 'off', true);
   END IF;
   RETURN to_jsonb(v_out);
 END $$;
