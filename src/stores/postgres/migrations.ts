@@ -805,7 +805,9 @@ BEGIN
   -- The batch is decided in memory. Whether a settle's hold id was settled before is learnt
   -- from the ledger's (account, hold id) key when the entries are written (the one lookup no
   -- plan can move to another index): the run assumes none was, and runs again, knowing, in
-  -- the rare case one was (a replayed settle).
+  -- the rare case one was (a replayed settle). The first run charges such a settle before it
+  -- is known: with costs below 2^53 and at most 256 operations a batch, that arithmetic can
+  -- overflow only on a wallet already below about -6.9e18.
   <<decide>>
   LOOP
     v_balance := v_balance0;
