@@ -110,6 +110,17 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
           body.on('error', () => undefined);
           body.destroy();
         },
+        received() {
+          // A fast upstream's answer often arrives in the same read as its headers: undici has
+          // pushed it (and the end) into the body's buffer before this response resolved.
+          return body.readableFlowing === null && body.readableLength > 0 ? (body.read() as Buffer | null) : null;
+        },
+        skipRest() {
+          // Flowing with no 'data' listener drops every chunk; the end then frees the body. An
+          // error after the answer was complete (a reset) has nobody left to tell.
+          body.on('error', () => undefined);
+          body.resume();
+        },
       };
     },
     async close() {

@@ -19,6 +19,9 @@ export type EventVerdict =
   /** Send these bytes instead. */
   | Uint8Array;
 
+/** Looks at one event's data, `buf[start..end)`, and says what to send for it. */
+export type EventHandler = (buf: Buffer, start: number, end: number, marked: boolean) => EventVerdict;
+
 export interface FastPathResult {
   /** What to send for the complete canonical events of this chunk, in order. */
   out: Uint8Array[];
@@ -26,10 +29,34 @@ export interface FastPathResult {
   rest: Uint8Array | null;
   /** True once `[DONE]` was seen; bytes after it are ignored. */
   done: boolean;
+  /**
+   * With `done`: the `[DONE]` event's own bytes end the last part of `out` (it followed a run
+   * of verbatim events), so the caller must not add one. Saves a copy of the whole answer.
+   */
+  doneFramed?: boolean;
 }
 
 /** `text` as a regular expression that matches it literally. */
 const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+
+/**
+ * Mark searches already built, by the marks array they were built from. Every stream of an
+ * upstream is given the same array (usage, error, that upstream's key), and building the
+ * expression cost a few µs per stream. One object serves every stream at once: `push` sets
+ * `lastIndex` before each `exec` and never yields between them. Weak, so a caller that builds
+ * a new array each time only gets a new expression each time.
+ */
+const searches = new WeakMap<readonly Buffer[], RegExp | null>();
+
+function markSearchFor(marks: readonly Buffer[]): RegExp | null {
+  let search = searches.get(marks);
+  if (search === undefined) {
+    const texts = marks.filter((m) => m.length > 0).map((m) => literal(m.toString('latin1')));
+    search = texts.length ? new RegExp(texts.join('|'), 'g') : null;
+    searches.set(marks, search);
+  }
+  return search;
+}
 
 export class SseFastPath {
   private pending: Buffer | null = null;
@@ -47,15 +74,15 @@ export class SseFastPath {
    * again only past each match, not once per event: a read holds a score of events.
    */
   constructor(marks: readonly Buffer[] = []) {
-    const texts = marks.filter((m) => m.length > 0).map((m) => literal(m.toString('latin1')));
-    this.markSearch = texts.length ? new RegExp(texts.join('|'), 'g') : null;
+    this.markSearch = markSearchFor(marks);
   }
 
   /**
    * Splits `chunk` (with the bytes left from the previous one) into events. `onEvent` gets each
-   * event's data bytes, and whether they hold one of the marks, and says what to send.
+   * event's data bytes as `buf[start..end)` (a read holds a score of events: no Buffer is made
+   * per event), and whether they hold one of the marks, and says what to send.
    */
-  push(chunk: Uint8Array, onEvent: (data: Buffer, marked: boolean) => EventVerdict): FastPathResult {
+  push(chunk: Uint8Array, onEvent: EventHandler): FastPathResult {
     const incoming = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     const buf = this.pending ? Buffer.concat([this.pending, incoming]) : incoming;
     this.pending = null;
@@ -98,11 +125,14 @@ export class SseFastPath {
       }
       const dataStart = pos + DATA_PREFIX.length;
       if (end - dataStart === DONE.length && buf[dataStart] === 91 && buf.subarray(dataStart, end).equals(DONE)) {
+        // Canonical, so its bytes are exactly "data: [DONE]\n\n": they end the run before them.
+        const framed = runStart !== -1 && runEnd === pos;
+        if (framed) runEnd = end + 2;
         flushRun();
-        return { out, rest: null, done: true };
+        return { out, rest: null, done: true, doneFramed: framed };
       }
       if (nextMark !== -1 && nextMark < pos) nextMark = markFrom(pos);
-      const verdict = onEvent(buf.subarray(dataStart, end), nextMark !== -1 && nextMark < end);
+      const verdict = onEvent(buf, dataStart, end, nextMark !== -1 && nextMark < end);
       if (verdict === 'verbatim') {
         if (runStart === -1) runStart = pos;
         runEnd = end + 2;

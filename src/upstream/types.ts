@@ -16,6 +16,15 @@ export interface UpstreamResponse {
   text(): Promise<string>;
   /** Stops reading and frees the connection. */
   discard(): void;
+  /**
+   * Optional, for a transport that can tell: the body bytes already received, taken at once
+   * (null when none are), so a short answer that came with its headers is read without an
+   * async iterator. The rest, if any, is read through `body` as usual, or dropped with
+   * `skipRest`.
+   */
+  received?(): Uint8Array | null;
+  /** With `received`: reads and drops what is left of the body, so the connection can be reused. */
+  skipRest?(): void;
 }
 
 export interface Upstream {

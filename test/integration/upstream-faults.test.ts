@@ -205,16 +205,23 @@ describe('upstream stalls mid-stream past its timeout', () => {
 describe('an upstream that sends [DONE] but keeps the connection open', () => {
   beforeEach(() => start(300));
 
-  it('the client gets a finished answer at [DONE], billed by the usage sent before it', async () => {
+  // Event by event, or the whole answer in one write (then it arrives with the headers, and the
+  // rest of the body, which never ends, is dropped in the background until the body timeout).
+  it.each(['a write per event', 'one write'])('the client gets a finished answer at [DONE], billed by the usage sent before it (%s)', async (writes) => {
     up.setBehavior({
       kind: 'custom',
       handle(_req, res) {
         res.writeHead(200, { 'content-type': 'text/event-stream' });
-        const ev = (v: unknown) => res.write(`data: ${JSON.stringify(v)}\n\n`);
-        ev({ choices: [{ index: 0, delta: { role: 'assistant', content: 'Done' }, finish_reason: null }] });
-        ev({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] });
-        ev({ choices: [], usage: { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 } });
-        res.write('data: [DONE]\n\n');
+        const events = [
+          { choices: [{ index: 0, delta: { role: 'assistant', content: 'Done' }, finish_reason: null }] },
+          { choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
+          { choices: [], usage: { prompt_tokens: 4, completion_tokens: 1, total_tokens: 5 } },
+        ].map((v) => `data: ${JSON.stringify(v)}\n\n`);
+        if (writes === 'one write') res.write(`${events.join('')}data: [DONE]\n\n`);
+        else {
+          for (const e of events) res.write(e);
+          res.write('data: [DONE]\n\n');
+        }
         // ...and the response is never ended.
       },
     });
@@ -230,6 +237,10 @@ describe('an upstream that sends [DONE] but keeps the connection open', () => {
     const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
     expect(entry!.units).toEqual({ kind: 'tokens', prompt: 4, completion: 1 });
     await eventually(noHoldLeft, 'no hold left');
+    // The upstream's unfinished body is given up at its timeout, and the gateway goes on serving.
+    await eventually(() => up.requests[0]?.isClosed === true, 'the upstream request to be closed');
+    const again = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES, stream: true });
+    expect(sseData(await again.text()).at(-1)).toBe('[DONE]');
   });
 });
 

@@ -35,20 +35,23 @@ describe('SseFastPath', () => {
         const seen: Array<{ data: string; marked: boolean }> = [];
         const sent: Buffer[] = [];
         let done = false;
+        let framed = false;
         for (const chunk of split(input, cuts)) {
-          const r = fast.push(chunk, (data, marked) => {
-            seen.push({ data: data.toString('utf8'), marked });
+          const r = fast.push(chunk, (buf, start, end, marked) => {
+            seen.push({ data: buf.toString('utf8', start, end), marked });
             return 'verbatim';
           });
           expect(r.rest).toBeNull();
           sent.push(...r.out.map((b) => Buffer.from(b)));
           if (r.done) {
             done = true;
+            framed = r.doneFramed === true;
             break;
           }
         }
         expect(seen).toEqual(events.map((data) => ({ data, marked: MARKS.some((m) => Buffer.from(data).includes(m)) })));
-        expect(Buffer.concat(sent).toString('utf8')).toBe(events.map((d) => `data: ${d}\n\n`).join(''));
+        // [DONE]'s own bytes end the last part when a verbatim event came right before it in its read.
+        expect(Buffer.concat(sent).toString('utf8')).toBe(events.map((d) => `data: ${d}\n\n`).join('') + (framed ? 'data: [DONE]\n\n' : ''));
         expect(done).toBe(withDone);
         if (!withDone) expect(fast.takePending()).toBeNull();
       }),
@@ -56,12 +59,24 @@ describe('SseFastPath', () => {
     );
   });
 
+  it('ends the run of verbatim events before [DONE] with [DONE] itself: one part, the read as it came', () => {
+    const input = Buffer.from('data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n');
+    const r = new SseFastPath(MARKS).push(input, () => 'verbatim');
+    expect(r).toMatchObject({ done: true, doneFramed: true, rest: null });
+    expect(r.out).toHaveLength(1);
+    expect(Buffer.from(r.out[0]!).equals(input)).toBe(true);
+    // A dropped event before it breaks the run: [DONE] is then left to the caller.
+    const dropped = new SseFastPath(MARKS).push(input, (buf, start) => (buf[start + 2] === 98 ? null : 'verbatim'));
+    expect(dropped).toMatchObject({ done: true, doneFramed: false });
+    expect(Buffer.concat(dropped.out.map((b) => Buffer.from(b))).toString()).toBe('data: {"a":1}\n\n');
+  });
+
   it('hands the rest to the generic parser at the first event that is not canonical', () => {
     for (const odd of ['data: a\ndata: b\n\n', ': comment\n\n', 'event: x\ndata: y\n\n', 'data: a\r\n\r\n']) {
       const fast = new SseFastPath(MARKS);
       const seen: string[] = [];
-      const r = fast.push(Buffer.from(`data: {"ok":1}\n\n${odd}data: {"after":1}\n\n`), (data) => {
-        seen.push(data.toString());
+      const r = fast.push(Buffer.from(`data: {"ok":1}\n\n${odd}data: {"after":1}\n\n`), (buf, start, end) => {
+        seen.push(buf.toString('utf8', start, end));
         return 'verbatim';
       });
       expect(seen).toEqual(['{"ok":1}']);
@@ -74,8 +89,8 @@ describe('SseFastPath', () => {
     const fast = new SseFastPath([Buffer.from(key)]);
     const seen: Array<[string, boolean]> = [];
     const events = [`{"k":"${key}"}`, '{"k":"skXa+b$(c)|[d]\\e^é*?{2}/"}', '{"k":"sk.aab$(c)"}', '{"k":"sk.a+b$(c)|[d]\\e^e*?{2}/"}', `${key}`];
-    fast.push(Buffer.from(events.map((d) => `data: ${d}\n\n`).join('')), (data, marked) => {
-      seen.push([data.toString('utf8'), marked]);
+    fast.push(Buffer.from(events.map((d) => `data: ${d}\n\n`).join('')), (buf, start, end, marked) => {
+      seen.push([buf.toString('utf8', start, end), marked]);
       return 'verbatim';
     });
     expect(seen).toEqual(events.map((d, i) => [d, i === 0 || i === 4]));

@@ -8,7 +8,7 @@
 import type { Model } from '../../catalog/catalog.js';
 import { GatewayError } from '../../errors.js';
 import { redactKey } from '../../upstream/client.js';
-import { type EventVerdict, SseFastPath } from '../../upstream/sse-fast.js';
+import { type EventHandler, SseFastPath } from '../../upstream/sse-fast.js';
 import { encodeEvent, frameEvent, SseParser } from '../../upstream/sse.js';
 import { usageFrom } from '../chat-billing.js';
 import type { StreamOutput } from './output.js';
@@ -22,6 +22,24 @@ const ERROR_KEY = Buffer.from('"error"');
  * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
  */
 const MAY_CARRY = /"(?:usage|error)"\s*:\s*[^n\s]/;
+
+/** What `onEvent` returns for an event that goes out exactly as it came. */
+const AS_IS = Symbol('as is');
+
+/**
+ * The fast path's marks for each upstream key ('' for none), built once: every stream of an
+ * upstream has the same. Bounded like any cache keyed by configuration.
+ */
+const marksByKey = new Map<string, readonly Buffer[]>();
+function marksFor(apiKey: string): readonly Buffer[] {
+  let marks = marksByKey.get(apiKey);
+  if (!marks) {
+    marks = apiKey ? [USAGE_KEY, ERROR_KEY, Buffer.from(apiKey)] : [USAGE_KEY, ERROR_KEY];
+    if (marksByKey.size >= 64) marksByKey.clear();
+    marksByKey.set(apiKey, marks);
+  }
+  return marks;
+}
 
 export interface ChatEventsOptions {
   model: Pick<Model, 'id' | 'upstreamModel'>;
@@ -40,6 +58,8 @@ export interface ChatEvents {
   end(): Uint8Array[];
   /** True once `[DONE]` was seen: the answer is complete. */
   readonly done: boolean;
+  /** True when the frames returned already end with the `[DONE]` event: add none. */
+  readonly doneFramed: boolean;
 }
 
 /** The error event a stream that failed after its 200 ends with (then `[DONE]`). */
@@ -52,19 +72,24 @@ export const errorEvent = (err: GatewayError): Uint8Array =>
   );
 
 export function createChatEvents({ model, apiKey, clientWantsUsage, output }: ChatEventsOptions): ChatEvents {
-  const parser = new SseParser();
+  /** The generic parser, made at the first event not in canonical form (rare). */
+  let parser: SseParser | null = null;
+  const generic = (): SseParser => (parser ??= new SseParser());
   // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
   // that contains it leaves the byte fast path and goes out redacted. So does one that may
   // carry usage or an error.
-  const keyBytes = apiKey ? Buffer.from(apiKey) : null;
-  const fast = new SseFastPath(keyBytes ? [USAGE_KEY, ERROR_KEY, keyBytes] : [USAGE_KEY, ERROR_KEY]);
+  const fast = new SseFastPath(marksFor(apiKey));
   /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
   let slow = false;
   let sawDone = false;
+  let doneFramed = false;
   const renames = model.upstreamModel !== model.id;
 
-  /** Handles one upstream event; returns the frame to send, or null to skip it. Throws on a bad event. */
-  const onEvent = (raw: string): string | null => {
+  /**
+   * Handles one upstream event; returns the frame to send, AS_IS when that frame is the event's
+   * own data unchanged, or null to skip it. Throws on a bad event.
+   */
+  const onEvent = (raw: string): string | typeof AS_IS | null => {
     const data = apiKey ? redactKey(raw, apiKey) : raw;
     if (data === '[DONE]') {
       sawDone = true;
@@ -74,7 +99,7 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
     // goes out as it came, unparsed; its text is counted later only if usage never arrives.
     if (!renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
       output.defer(data);
-      return frameEvent(data);
+      return data === raw ? AS_IS : frameEvent(data);
     }
     let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
     try {
@@ -100,17 +125,25 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
     if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
       return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }
-    return frameEvent(data);
+    return data === raw ? AS_IS : frameEvent(data);
+  };
+
+  /** `onEvent` for the generic parser's events: the frame as text, or null. */
+  const frameOf = (raw: string): string | null => {
+    const frame = onEvent(raw);
+    return frame === AS_IS ? frameEvent(raw) : frame;
   };
 
   /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts); `marked`: it holds usage, error or the key. */
-  const onEventBytes = (data: Buffer, marked: boolean): EventVerdict => {
-    if (!renames && !marked && data[0] === 123 && data[data.length - 1] === 125) {
-      output.defer(data);
+  const onEventBytes: EventHandler = (buf, start, end, marked) => {
+    if (!renames && !marked && buf[start] === 123 && buf[end - 1] === 125) {
+      output.deferBytes(buf, start, end);
       return 'verbatim';
     }
-    const frame = onEvent(data.toString('utf8'));
-    return frame === null ? null : encoder.encode(frame);
+    // Parsed (usage, an error, the key, a rename), but usually sent unchanged: then its bytes
+    // go out as they came, in the same write as the events around it, with no re-encoding.
+    const frame = onEvent(buf.toString('utf8', start, end));
+    return frame === AS_IS ? 'verbatim' : frame === null ? null : encoder.encode(frame);
   };
 
   /**
@@ -121,7 +154,7 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
     let out = '';
     for (const data of events) {
       if (sawDone) break;
-      const frame = onEvent(data);
+      const frame = frameOf(data);
       if (frame) out += frame;
     }
     return out;
@@ -130,14 +163,17 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
   /** Everything to send for one upstream read. */
   const relay = (chunk: Uint8Array): Uint8Array[] => {
     if (slow) {
-      const text = framesOf(parser.push(chunk));
+      const text = framesOf(generic().push(chunk));
       return text ? [encoder.encode(text)] : [];
     }
     const r = fast.push(chunk, onEventBytes);
-    if (r.done) sawDone = true;
+    if (r.done) {
+      sawDone = true;
+      doneFramed = r.doneFramed === true;
+    }
     if (r.rest) {
       slow = true;
-      const text = framesOf(parser.push(r.rest));
+      const text = framesOf(generic().push(r.rest));
       if (text) r.out.push(encoder.encode(text));
     }
     return r.out;
@@ -148,12 +184,17 @@ export function createChatEvents({ model, apiKey, clientWantsUsage, output }: Ch
     end() {
       const pending = fast.takePending();
       const parts = pending ? relay(pending) : [];
-      const text = framesOf(parser.end().events);
-      if (text) parts.push(encoder.encode(text));
+      if (parser) {
+        const text = framesOf(parser.end().events);
+        if (text) parts.push(encoder.encode(text));
+      }
       return parts;
     },
     get done() {
       return sawDone;
+    },
+    get doneFramed() {
+      return doneFramed;
     },
   };
 }

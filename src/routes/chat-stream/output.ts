@@ -13,15 +13,24 @@ export interface StreamOutput {
   /** Adds the text a parsed chunk produced (every kind of output a provider bills). */
   add(chunk: { choices?: unknown }): void;
   /** Keeps an event relayed unparsed; its text is counted only if usage never arrives. */
-  defer(data: string | Uint8Array): void;
+  defer(data: string): void;
+  /**
+   * Keeps the canonical event `data: buf[start..end)` relayed unparsed, without copying or
+   * slicing: a run of such events back to back in one read is kept as one range.
+   */
+  deferBytes(buf: Buffer, start: number, end: number): void;
   /** Settles or releases the call through `billing`. */
   bill(billing: ChatBilling, tokenizer: Tokenizer): void;
 }
 
 export function createStreamOutput(): StreamOutput {
   let produced = '';
-  /** Events relayed without parsing; parsed only if the produced text has to be counted. */
-  const unparsed: Array<string | Uint8Array> = [];
+  /**
+   * Events relayed without parsing, in stream order, parsed only if the produced text has to be
+   * counted: a string as (data, 0, -1), and byte ranges as (buffer, start, end), a range
+   * spanning one event's data or several events' back to back, joined by "\n\ndata: ".
+   */
+  const unparsed: Array<Buffer | string | number> = [];
 
   const output: StreamOutput = {
     usage: null,
@@ -29,18 +38,31 @@ export function createStreamOutput(): StreamOutput {
       produced += choicesText(chunk?.choices, 'delta');
     },
     defer(data) {
-      unparsed.push(data);
+      unparsed.push(data, 0, -1);
+    },
+    deferBytes(buf, start, end) {
+      const n = unparsed.length;
+      // The next event of the same read: "\n\ndata: " (8 bytes) after the last one's data.
+      if (n !== 0 && unparsed[n - 3] === buf && unparsed[n - 1] === start - 8) unparsed[n - 1] = end;
+      else unparsed.push(buf, start, end);
     },
     bill(billing, tokenizer) {
       if (output.usage) return billing.finish(output.usage);
-      for (const data of unparsed) {
+      // A canonical event's data is one line, so "\n\ndata: " inside a range only ever joins two.
+      const events: string[] = [];
+      for (let i = 0; i < unparsed.length; i += 3) {
+        const item = unparsed[i] as Buffer | string;
+        if (typeof item === 'string') events.push(item);
+        else for (const data of item.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push(data);
+      }
+      unparsed.length = 0;
+      for (const data of events) {
         try {
-          output.add(JSON.parse(typeof data === 'string' ? data : Buffer.from(data).toString('utf8')) as { choices?: unknown });
+          output.add(JSON.parse(data) as { choices?: unknown });
         } catch {
           // Relayed as it came; it carries nothing countable.
         }
       }
-      unparsed.length = 0;
       if (produced.length === 0) return billing.finish(null);
       billing.finish({ prompt: billing.promptTokens(), completion: tokenizer.count(produced) }, 'tokenizer');
     },

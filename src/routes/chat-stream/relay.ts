@@ -42,7 +42,6 @@ export async function relayStream(
   clientWantsUsage: boolean,
   headers: Record<string, string>,
 ): Promise<Response> {
-  const iterator = res.body[Symbol.asyncIterator]();
   const upstreamCfg = core.cfg.upstreams[billing.model.upstream];
   const apiKey = upstreamCfg && 'apiKey' in upstreamCfg && upstreamCfg.apiKey.length >= 8 ? upstreamCfg.apiKey : '';
   const output = createStreamOutput();
@@ -77,11 +76,21 @@ export async function relayStream(
   // answer from a fast upstream is often complete by then ([DONE] included): it goes out as
   // one body with a Content-Length, in one write like a plain answer, instead of through a
   // stream, chunked framing and a keep-alive timer. Otherwise the frames read so far (or the
-  // failure found in them) open the stream below, and nothing is read twice.
-  let pending: Promise<IteratorResult<Uint8Array>> | null = iterator.next();
+  // failure found in them) open the stream below, and nothing is read twice. A transport that
+  // can tell hands over what it has already received at once (no async iterator is made for an
+  // answer that was complete); otherwise the first read is given until the next turn.
+  let iterator: AsyncIterator<Uint8Array> | null = null;
+  const iter = (): AsyncIterator<Uint8Array> => (iterator ??= res.body[Symbol.asyncIterator]());
+  let pending: Promise<IteratorResult<Uint8Array>> | null = null;
   let carried: Uint8Array[] | null = null;
   let carriedError: unknown = null;
-  const early = await Promise.race([pending, nextTurn()]).catch((): typeof NOT_YET => NOT_YET);
+  const received = res.received?.() ?? null;
+  let early: IteratorResult<Uint8Array> | typeof NOT_YET;
+  if (received) early = { done: false, value: received };
+  else {
+    pending = iter().next();
+    early = await Promise.race([pending, nextTurn()]).catch((): typeof NOT_YET => NOT_YET);
+  }
   if (typeof early === 'object' && !early.done) {
     pending = null;
     try {
@@ -91,17 +100,20 @@ export async function relayStream(
     }
     if (carried && events.done) {
       end();
-      carried.push(DONE_EVENT);
+      if (!events.doneFramed) carried.push(DONE_EVENT);
       const body = joined(carried);
       record.ttfbMs = performance.now() - record.startedAt;
-      drainRest(iterator);
+      if (iterator || !res.skipRest) drainRest(iter());
+      else res.skipRest();
       const complete = sseHeaders();
       complete['content-length'] = String(body.byteLength);
       return new Response(body as Uint8Array<ArrayBuffer>, { status: 200, headers: complete });
     }
   }
+  // The rest goes through the body's iterator, made now so that the body's errors have a listener.
+  const rest = iter();
   const read = (): Promise<IteratorResult<Uint8Array>> => {
-    const p = pending ?? iterator.next();
+    const p = pending ?? rest.next();
     pending = null;
     return p;
   };
@@ -132,7 +144,7 @@ export async function relayStream(
           if (parts.length) sink.push(joined(parts));
           if (!events.done) throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
           end();
-          sink.push(DONE_EVENT);
+          if (!events.doneFramed) sink.push(DONE_EVENT);
           sink.close();
           return;
         }
@@ -142,10 +154,10 @@ export async function relayStream(
           // rest of its body is read (and ignored) in the background, so the connection can
           // still go back to the pool, and the body timeout bounds a misbehaving upstream.
           end();
-          parts.push(DONE_EVENT);
+          if (!events.doneFramed) parts.push(DONE_EVENT);
           sink.push(joined(parts));
           sink.close();
-          drainRest(iterator);
+          drainRest(rest);
           return;
         }
         if (parts.length) {

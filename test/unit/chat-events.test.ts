@@ -1,0 +1,146 @@
+/**
+ * The chat stream's events, fast path against generic path. The byte fast path (canonical
+ * events found by byte search, sent as they came when nothing in them changes) must send
+ * exactly what the generic parser's path sends for the same events, and record the same usage
+ * and produced text, whatever the chunking: the key redacted, the model renamed, the usage
+ * chunk hidden unless asked for, an error event refused.
+ */
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { createChatEvents } from '../../src/routes/chat-stream/events.js';
+import { createStreamOutput } from '../../src/routes/chat-stream/output.js';
+
+const KEY = 'sk-upstream-secret-0123';
+
+/** One event's data: a content chunk, a usage chunk, one echoing the key, or one under another model name. */
+const eventArb = fc.oneof(
+  fc.record({ text: fc.constantFrom('hi', ' there', 'é', '"quoted"', 'usage', '\\n') }).map(
+    ({ text }) => JSON.stringify({ id: 'c1', model: 'm-up', choices: [{ index: 0, delta: { content: text } }] }),
+  ),
+  fc.record({ p: fc.nat(1000), c: fc.nat(1000) }).map(({ p, c }) =>
+    JSON.stringify({ id: 'c1', model: 'm-up', choices: [], usage: { prompt_tokens: p, completion_tokens: c, total_tokens: p + c } }),
+  ),
+  fc.constant(JSON.stringify({ id: 'c1', model: 'm-up', choices: [{ index: 0, delta: { content: `echo ${KEY}` } }] })),
+  fc.constant(JSON.stringify({ id: 'c1', model: 'other', choices: [{ index: 0, delta: { content: 'x' } }] })),
+  fc.constant('{"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}'),
+);
+
+/** The text a content chunk produced (redacted as the client saw it), or '' for any other event. */
+function contentOf(data: string): string {
+  const chunk = JSON.parse(data.replaceAll(KEY, '[redacted]')) as { choices?: Array<{ delta?: { content?: string; tool_calls?: Array<{ function?: { arguments?: string } }> } }> };
+  const delta = chunk.choices?.[0]?.delta;
+  return (delta?.content ?? '') + (delta?.tool_calls?.[0]?.function?.arguments ?? '');
+}
+
+function split(bytes: Buffer, cuts: number[]): Buffer[] {
+  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
+  const out: Buffer[] = [];
+  let from = 0;
+  for (const c of at) {
+    out.push(bytes.subarray(from, c));
+    from = c;
+  }
+  out.push(bytes.subarray(from));
+  return out.filter((b) => b.length > 0);
+}
+
+/** Runs a stream's bytes through a fresh ChatEvents; what was sent and what was recorded. */
+function run(input: Buffer, cuts: number[], o: { renames: boolean; wantsUsage: boolean }) {
+  const output = createStreamOutput();
+  let produced = '';
+  const add = output.add.bind(output);
+  output.add = (chunk) => {
+    add(chunk);
+    produced += JSON.stringify(chunk);
+  };
+  const events = createChatEvents({
+    model: { id: o.renames ? 'm' : 'm-up', upstreamModel: 'm-up' },
+    apiKey: KEY,
+    clientWantsUsage: o.wantsUsage,
+    output,
+  });
+  const sent: Buffer[] = [];
+  for (const chunk of split(input, cuts)) {
+    for (const part of events.push(chunk)) sent.push(Buffer.from(part));
+    if (events.done) break;
+  }
+  if (!events.done) for (const part of events.end()) sent.push(Buffer.from(part));
+  // As the relay does: [DONE] goes last, once, unless the frames already end with it.
+  if (events.done && !events.doneFramed) sent.push(Buffer.from('data: [DONE]\n\n'));
+  return { sent: Buffer.concat(sent).toString('utf8'), usage: output.usage, done: events.done, parsed: produced, billed: billOf(output) };
+}
+
+/** What the stream's output bills: the usage given to `finish`, and the text the tokenizer was asked to count. */
+function billOf(output: ReturnType<typeof createStreamOutput>) {
+  let counted: string | null = null;
+  let finished: unknown[] = [];
+  output.bill(
+    {
+      call: null as never,
+      model: null as never,
+      promptTokens: () => 7,
+      finish: (...args) => {
+        finished = args;
+      },
+    },
+    {
+      ready: Promise.resolve(),
+      count: (text) => {
+        counted = text;
+        return [...text].length;
+      },
+    },
+  );
+  return { counted, finished };
+}
+
+describe('chat stream events', () => {
+  it('send and record the same on the byte fast path as on the generic path (property)', () => {
+    fc.assert(
+      fc.property(
+        fc.array(eventArb, { minLength: 1, maxLength: 10 }),
+        fc.array(fc.nat(), { maxLength: 6 }),
+        fc.boolean(),
+        fc.boolean(),
+        (events, cuts, renames, wantsUsage) => {
+          const body = `${events.map((d) => `data: ${d}\n\n`).join('')}data: [DONE]\n\n`;
+          // A comment first is legal SSE but not canonical: the generic parser takes the whole stream.
+          const fast = run(Buffer.from(body), cuts, { renames, wantsUsage });
+          const generic = run(Buffer.from(`: warming up\n\n${body}`), cuts, { renames, wantsUsage });
+          expect(fast.sent).toBe(generic.sent);
+          expect(fast.usage).toEqual(generic.usage);
+          // Without usage the produced text is counted: the same text, read back from the
+          // byte ranges the fast path kept, as from the strings the generic path kept.
+          expect(fast.billed).toEqual(generic.billed);
+          if (!fast.usage) expect(fast.billed.counted ?? '').toBe(events.map(contentOf).join(''));
+          expect(fast.done).toBe(true);
+          expect(fast.sent.endsWith('data: [DONE]\n\n')).toBe(true);
+          expect(fast.sent.split('[DONE]')).toHaveLength(2);
+          expect(generic.done).toBe(true);
+          expect(fast.sent).not.toContain(KEY);
+          if (!wantsUsage) expect(fast.sent).not.toContain('"choices":[],"usage"');
+        },
+      ),
+      { numRuns: 400 },
+    );
+  });
+
+  it('sends an event that needed a look but no change as its own bytes, in the same part as its neighbours and [DONE]', () => {
+    const usage = '{"id":"c1","model":"m-up","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}';
+    const body = `data: {"id":"c1","model":"m-up","choices":[{"index":0,"delta":{"content":"a"}}]}\n\ndata: ${usage}\n\ndata: [DONE]\n\n`;
+    const output = createStreamOutput();
+    const events = createChatEvents({ model: { id: 'm-up', upstreamModel: 'm-up' }, apiKey: KEY, clientWantsUsage: true, output });
+    const parts = events.push(Buffer.from(body));
+    expect(parts).toHaveLength(1);
+    expect(Buffer.from(parts[0]!).toString()).toBe(body);
+    expect(events.doneFramed).toBe(true);
+    expect(output.usage).toEqual({ prompt: 3, completion: 2 });
+  });
+
+  it('refuses an error event on either path', () => {
+    const body = 'data: {"error":{"message":"boom"}}\n\ndata: [DONE]\n\n';
+    for (const input of [body, `: c\n\n${body}`]) {
+      expect(() => run(Buffer.from(input), [], { renames: false, wantsUsage: false })).toThrow('boom');
+    }
+  });
+});
