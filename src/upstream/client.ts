@@ -113,7 +113,10 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
         received() {
           // A fast upstream's answer often arrives in the same read as its headers: undici has
           // pushed it (and the end) into the body's buffer before this response resolved.
-          return body.readableFlowing === null && body.readableLength > 0 ? (body.read() as Buffer | null) : null;
+          // A body that failed already keeps its buffer readable: it is left to the iterator,
+          // which reports the failure as it did before.
+          if (body.destroyed || body.errored || body.readableFlowing !== null || body.readableLength === 0) return null;
+          return body.read() as Buffer | null;
         },
         skipRest() {
           // Flowing with no 'data' listener drops every chunk; the end then frees the body. An

@@ -110,7 +110,8 @@ export async function relayStream(
       return new Response(body as Uint8Array<ArrayBuffer>, { status: 200, headers: complete });
     }
   }
-  // The rest goes through the body's iterator, made now so that the body's errors have a listener.
+  // The rest goes through the body's iterator (its listeners come with its first read; until
+  // then an error on the body is heard by the transport's own listener, as undici keeps one).
   const rest = iter();
   const read = (): Promise<IteratorResult<Uint8Array>> => {
     const p = pending ?? rest.next();
