@@ -9,6 +9,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { createChatEvents } from '../../src/routes/chat-stream/events.js';
 import { createStreamOutput } from '../../src/routes/chat-stream/output.js';
+import { split } from '../helpers/split.js';
 
 const KEY = 'sk-upstream-secret-0123';
 
@@ -30,18 +31,6 @@ function contentOf(data: string): string {
   const chunk = JSON.parse(data.replaceAll(KEY, '[redacted]')) as { choices?: Array<{ delta?: { content?: string; tool_calls?: Array<{ function?: { arguments?: string } }> } }> };
   const delta = chunk.choices?.[0]?.delta;
   return (delta?.content ?? '') + (delta?.tool_calls?.[0]?.function?.arguments ?? '');
-}
-
-function split(bytes: Buffer, cuts: number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let from = 0;
-  for (const c of at) {
-    out.push(bytes.subarray(from, c));
-    from = c;
-  }
-  out.push(bytes.subarray(from));
-  return out.filter((b) => b.length > 0);
 }
 
 /** Runs a stream's bytes through a fresh ChatEvents; what was sent and what was recorded. */

@@ -6,25 +6,13 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { SseFastPath } from '../../src/upstream/sse-fast.js';
+import { split } from '../helpers/split.js';
 
 const MARKS = ['"usage"', '"error"', 'sk-upstream-secret'].map((m) => Buffer.from(m));
 const pieces = ['{"a":1}', '"usage"', '"error"', 'sk-upstream-secret', 'sk-upstream', '"usa', 'ge"', 'x', ' ', 'é', '{', '}'];
 
 /** One event's data: a line of random pieces (no newline, no CR). */
 const dataArb = fc.array(fc.constantFrom(...pieces), { minLength: 1, maxLength: 6 }).map((p) => p.join(''));
-
-/** Splits `bytes` at the given cut points. */
-function split(bytes: Buffer, cuts: number[]): Buffer[] {
-  const at = [...new Set(cuts.map((c) => c % (bytes.length + 1)))].sort((a, b) => a - b);
-  const out: Buffer[] = [];
-  let from = 0;
-  for (const c of at) {
-    out.push(bytes.subarray(from, c));
-    from = c;
-  }
-  out.push(bytes.subarray(from));
-  return out.filter((b) => b.length > 0);
-}
 
 describe('SseFastPath', () => {
   it('hands every canonical event over whole, says exactly which hold a mark, and forwards verbatim bytes unchanged (property)', () => {
