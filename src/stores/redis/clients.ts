@@ -48,14 +48,25 @@ function failFast(timeoutMs: number): RedisOptions {
 }
 
 /**
- * Owned clients send the commands of one event-loop turn in one write (auto-pipelining): one
- * syscall for the many calls of a busy turn instead of one each. That is safe here: every
- * command is a single-key command or a script whose keys share one hash slot (a Cluster groups
- * a pipeline by node), no command waits for another's reply in the same turn, and a pipeline
- * is not a transaction (each script still runs atomically on its own, one failing command
- * fails alone, and the timeouts above still apply per command).
+ * An owned Cluster client sends the commands of one event-loop turn to a node in one write
+ * (auto-pipelining): one syscall for the many calls of a busy turn instead of one each. That
+ * is safe here: every command is a single-key command or a script whose keys share one hash
+ * slot (a Cluster groups a pipeline by node), no command waits for another's reply in the
+ * same turn, and a pipeline is not a transaction (each script still runs atomically on its
+ * own, one failing command fails alone, and the timeouts above still apply per command).
  */
 const PIPELINED = { enableAutoPipelining: true } as const;
+
+/**
+ * A single server's or a Sentinel primary's client does not auto-pipeline: the stores already
+ * send its per-call scripts in batches (connection.ts), one or two commands per batch, and an
+ * auto-pipeline costs more than the write it would save. Per event-loop turn, ioredis builds
+ * a Pipeline that copies every defined command onto itself (the stores define 30 scripts),
+ * and joins the turn's commands into one string before writing it. Measured on a billed
+ * call's store operations at 50 concurrent callers: 38.5 -> 25.9 µs of the gateway's CPU
+ * with it off, Redis's own CPU the same.
+ */
+const UNPIPELINED = { enableAutoPipelining: false } as const;
 
 /**
  * A primary that was turned into a replica (a Sentinel failover, a manual REPLICAOF) refuses
@@ -69,7 +80,7 @@ function reconnectOnReadOnly(err: Error): boolean {
 export function singleClient(url: string, timeoutMs: number): Redis {
   return new Redis(url, {
     ...failFast(timeoutMs),
-    ...PIPELINED,
+    ...UNPIPELINED,
     enableOfflineQueue: false,
     retryStrategy: reconnectDelay,
     reconnectOnError: reconnectOnReadOnly,
@@ -127,7 +138,7 @@ export function sentinelClient(
   const tls = endpoints.some((e) => e.tls);
   const options: RedisOptions = {
     ...failFast(timeoutMs),
-    ...PIPELINED,
+    ...UNPIPELINED,
     sentinels: endpoints.map((e) => ({ host: e.host, port: e.port })),
     name,
     role: 'master',
