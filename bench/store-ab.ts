@@ -61,7 +61,7 @@ async function open(build: string, i: number): Promise<Stores> {
 /** One billed call's store operations, as the gateway issues them. */
 async function call(stores: Stores): Promise<void> {
   // The gateway's own ids (time-ordered, from a cached entropy pool): randomBytes per call cost
-  // this harness about 5 µs, counted as if the store had spent it, and random ids land
+  // this harness 2-3 µs, counted as if the store had spent it, and random ids land
   // anywhere in SQLite's and PostgreSQL's ledger indexes, where the gateway's land at the end.
   const holdId = newRequestId();
   const hold = { holdId, accountId: ACCOUNT, keyId: 'key', amount: 1_000n, monthlyCap: null, month: MONTH, ttlMs: 60_000 };
