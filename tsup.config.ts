@@ -9,9 +9,9 @@ export default defineConfig([
   {
     entry: {
       index: 'src/index.ts',
-      redis: 'src/redis.ts',
-      sqlite: 'src/sqlite.ts',
-      postgres: 'src/postgres.ts',
+      redis: 'src/stores/redis/entry.ts',
+      sqlite: 'src/stores/sqlite/entry.ts',
+      postgres: 'src/stores/postgres/entry.ts',
       express: 'adapters/express.ts',
       fastify: 'adapters/fastify.ts',
       next: 'adapters/next.ts',
@@ -34,14 +34,17 @@ export default defineConfig([
   {
     entry: { cli: 'src/cli.ts' },
     format: ['esm'],
-    // The CLI loads the Redis, PostgreSQL and SQLite stores on demand; keep those imports
-    // pointing at the published dist/redis.js, dist/postgres.js and dist/sqlite.js, so each
-    // optional peer (ioredis, postgres, better-sqlite3) is needed only when configured.
+    // The CLI loads the Redis, PostgreSQL and SQLite stores on demand (./stores/NAME/entry.js);
+    // those imports point at the published dist/redis.js, dist/postgres.js and dist/sqlite.js,
+    // so each optional peer (ioredis, postgres, better-sqlite3) is needed only when configured.
     esbuildPlugins: [
       {
         name: 'store-subpaths-external',
         setup(build) {
-          build.onResolve({ filter: /^\.\/(redis|postgres|sqlite)\.js$/ }, (args) => ({ path: args.path, external: true }));
+          build.onResolve({ filter: /^\.\/stores\/(redis|postgres|sqlite)\/entry\.js$/ }, (args) => ({
+            path: `./${/(redis|postgres|sqlite)/.exec(args.path)![1]}.js`,
+            external: true,
+          }));
         },
       },
     ],

@@ -10,8 +10,8 @@
 import { randomBytes } from 'node:crypto';
 import { Redis } from 'ioredis';
 import { createGateway } from '../src/gateway.js';
-import { silentLogger } from '../src/log.js';
-import { createRedisStores } from '../src/redis.js';
+import { silentLogger } from '../src/observability/log.js';
+import { createRedisStores } from '../src/stores/redis/entry.js';
 import { deleteKeysWithPrefix } from './redis-util.js';
 import { MAX_REDIS_COMMANDS_PER_CALL } from './targets.js';
 

@@ -39,9 +39,9 @@ import { pathToFileURL } from 'node:url';
 import { Redis } from 'ioredis';
 import { Pool } from 'undici';
 import { createGateway, type Gateway } from '../src/gateway.js';
-import type { Logger } from '../src/log.js';
+import type { Logger } from '../src/observability/log.js';
 import { createMemoryStores } from '../src/stores/memory/index.js';
-import { createRedisStores } from '../src/redis.js';
+import { createRedisStores } from '../src/stores/redis/entry.js';
 import type { Stores } from '../src/stores/types.js';
 import { deleteKeysWithPrefix, redisProblem } from './redis-util.js';
 

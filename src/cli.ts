@@ -9,13 +9,13 @@ import { createServer } from 'node:http';
 import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
-import { AdminError, toUnixMs } from './admin.js';
-import { loadConfigFile } from './config-file.js';
+import { AdminError, toUnixMs } from './admin/accounts.js';
+import { loadConfigFile } from './cli/config-file.js';
 import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
-import { silentLogger } from './log.js';
-import { parseUsd } from './money.js';
+import { silentLogger } from './observability/log.js';
+import { parseUsd } from './billing/money.js';
 import { ConfigError, parseOptions } from './options.js';
-import { ledgerHeader, ledgerLine, type LedgerFormat } from './ledger-export.js';
+import { ledgerHeader, ledgerLine, type LedgerFormat } from './admin/ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
 import type { Stores } from './stores/types.js';
 
@@ -145,21 +145,21 @@ async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
   const { storage } = parseOptions(config);
   if (storage.driver === 'memory') return undefined;
   if (storage.driver === 'redis') {
-    const { createRedisStores } = await import('./redis.js');
+    const { createRedisStores } = await import('./stores/redis/entry.js');
     const { driver: _driver, ...connection } = storage;
     return createRedisStores(connection);
   }
   if (storage.driver === 'sqlite' && !storage.limits) return undefined;
   let books: Stores;
   if (storage.driver === 'postgres') {
-    const { createPostgresStores } = await import('./postgres.js');
+    const { createPostgresStores } = await import('./stores/postgres/entry.js');
     books = await createPostgresStores({ url: storage.url, schema: storage.schema });
   } else {
-    const { createSqliteStores } = await import('./sqlite.js');
+    const { createSqliteStores } = await import('./stores/sqlite/entry.js');
     books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
   }
   if (!storage.limits) return books;
-  const { createRedisStores } = await import('./redis.js');
+  const { createRedisStores } = await import('./stores/redis/entry.js');
   const redis = createRedisStores({ url: storage.limits.url, keyPrefix: storage.limits.keyPrefix });
   return {
     ...books,

@@ -6,7 +6,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { LRUCache } from 'lru-cache';
-import { createAdmin, seed, type Admin } from './admin.js';
+import { createAdmin, seed, type Admin } from './admin/accounts.js';
 import { createAdminHttp, type AdminHttpOptions } from './admin/http.js';
 import { budgetAlerts } from './alerts/alerts.js';
 import { createAuthenticator } from './auth/keys.js';
@@ -14,14 +14,14 @@ import { fileJournal, memoryJournal } from './billing/journal.js';
 import { createMeter } from './billing/meter.js';
 import { createTokenizer } from './billing/tokens.js';
 import { createCatalog } from './catalog/catalog.js';
-import type { Core, RequestContext, RouteHandler } from './core.js';
+import type { Services, RequestContext, RouteHandler } from './services.js';
 import { GatewayError, errorResponse, errors } from './errors.js';
 import { readBody } from './http/body.js';
 import { NodeRequest, writeAnswer } from './http/node-lane.js';
 import { newRequestId } from './http/request-id.js';
-import { withIdempotency } from './idempotency.js';
+import { withIdempotency } from './pipeline/idempotency.js';
 import { createLimiter } from './limits/limiter.js';
-import type { Logger } from './log.js';
+import type { Logger } from './observability/log.js';
 import { accessLog, createLogger, flushLogger } from './observability/logs.js';
 import { createMetrics } from './observability/metrics.js';
 import { newRecord, type Observer, track as trackRecord, type Tracked } from './observability/record.js';
@@ -41,13 +41,13 @@ import { deleteVideo, listVideos } from './routes/videos/list.js';
 import { createVideo } from './routes/videos/create.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createContextService } from './context/inject.js';
-import { createCors } from './cors.js';
-import { createProbes, type StartupState } from './probes.js';
+import { createCors } from './pipeline/cors.js';
+import { createProbes, type StartupState } from './pipeline/probes.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import { createSqliteStores } from './stores/sqlite/index.js';
 import { isStoreUnavailable } from './stores/errors.js';
 import type { ApiKeyRecord, Stores } from './stores/types.js';
-import { createHooks, type GatewayPlugin, pluginKey } from './plugins.js';
+import { createHooks, type GatewayPlugin, pluginKey } from './pipeline/hooks.js';
 import { createBreaker } from './upstream/breaker.js';
 import { createHttpUpstream, customUpstream, type Upstream } from './upstream/client.js';
 import { createSimulator } from './upstream/simulator.js';
@@ -279,7 +279,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const breaker = createBreaker(now);
   const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
 
-  const core: Core = {
+  const core: Services = {
     cfg,
     stores,
     catalog: createCatalog(cfg, { now, serviceName: cfg.serviceName, isUnavailable: (u) => breaker.isOpen(u) }),

@@ -1,16 +1,16 @@
 export { createGateway } from './gateway.js';
 export type { Gateway, GatewayExtras, GatewayOptions, GatewayServerContext } from './gateway.js';
-export type { Admin, CreateKeyInput, CreatedKey, KeyView, LedgerQueryInput, TimeInput } from './admin.js';
-export { AdminError } from './admin.js';
+export type { Admin, CreateKeyInput, CreatedKey, KeyView, LedgerQueryInput, TimeInput } from './admin/accounts.js';
+export { AdminError } from './admin/accounts.js';
 export { GatewayError } from './errors.js';
 export type { ErrorCode } from './errors.js';
 export { ConfigError, optionsSchema, parseOptions } from './options.js';
 export type { GatewayConfig, GatewayConfigInput } from './options.js';
-export { loadConfigFile } from './config-file.js';
+export { loadConfigFile } from './cli/config-file.js';
 export { createMemoryStores } from './stores/memory/index.js';
 export type * from './stores/types.js';
 export { StoreUnavailableError, isStoreUnavailable } from './stores/errors.js';
-export type { Logger } from './log.js';
+export type { Logger } from './observability/log.js';
 export type {
   GatewayPlugin,
   OnAuthenticatedArgs,
@@ -20,7 +20,7 @@ export type {
   OnResponseArgs,
   OnUpstreamRequestArgs,
   PluginKey,
-} from './plugins.js';
+} from './pipeline/hooks.js';
 export type { UpstreamCall, UpstreamClient, UpstreamResponse } from './upstream/client.js';
 export type { AdminHttpOptions } from './admin/http.js';
 export { signWebhook } from './alerts/alerts.js';

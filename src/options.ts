@@ -3,7 +3,7 @@
  * has its default here; errors name the path of the bad field.
  */
 import { z } from 'zod';
-import { parsePrice, parseUsd } from './money.js';
+import { parsePrice, parseUsd } from './billing/money.js';
 import type { UpstreamClient } from './upstream/client.js';
 
 const decimalPrice = z.string().refine(

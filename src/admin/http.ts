@@ -7,14 +7,14 @@
 import { createHash, timingSafeEqual } from 'node:crypto';
 import { Response } from '@whatwg-node/server';
 import { z } from 'zod';
-import { AdminError, type Admin } from '../admin.js';
-import type { Core } from '../core.js';
+import { AdminError, type Admin } from './accounts.js';
+import type { Services } from '../services.js';
 import { GatewayError, errorResponse } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { json, parseJsonObject } from '../http/json.js';
 import { jobView } from '../jobs/runner.js';
-import { ledgerHeader, ledgerLine } from '../ledger-export.js';
-import { formatUsd } from '../money.js';
+import { ledgerHeader, ledgerLine } from './ledger-export.js';
+import { formatUsd } from '../billing/money.js';
 import { isStoreUnavailable } from '../stores/errors.js';
 import { consoleAsset } from './console.js';
 import * as S from './schemas.js';
@@ -59,7 +59,7 @@ const notFound = (what: string, id: string) =>
 /** A query value that is all digits is unix ms; anything else an ISO 8601 date. */
 const timeParam = (v: string | undefined) => (v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : v);
 
-export function createAdminHttp(core: Core, admin: Admin, options: AdminHttpOptions) {
+export function createAdminHttp(core: Services, admin: Admin, options: AdminHttpOptions) {
   const { stores } = core;
   const expected = Buffer.from(options.tokenSha256.toLowerCase(), 'hex');
 

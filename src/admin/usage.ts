@@ -3,8 +3,8 @@
  * Credits (top-ups, adjustments) are money moved by operators, not usage: they are left out.
  * Sums are exact nano-USD, answered as USD decimal strings.
  */
-import type { Admin, TimeInput } from '../admin.js';
-import { formatUsd } from '../money.js';
+import type { Admin, TimeInput } from './accounts.js';
+import { formatUsd } from '../billing/money.js';
 import type { LedgerEntry } from '../stores/types.js';
 
 export type GroupBy = 'day' | 'model' | 'key';

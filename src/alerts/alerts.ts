@@ -16,10 +16,10 @@
  * exponential backoff up to `maxAttempts`; the gateway's dispose() stops retrying.
  */
 import { createHmac } from 'node:crypto';
-import type { Core } from '../core.js';
-import { formatUsd, parseUsd } from '../money.js';
+import type { Services } from '../services.js';
+import { formatUsd, parseUsd } from '../billing/money.js';
 import type { GatewayConfig } from '../options.js';
-import type { GatewayPlugin } from '../plugins.js';
+import type { GatewayPlugin } from '../pipeline/hooks.js';
 import type { LedgerEntry } from '../stores/types.js';
 
 type AlertsConfig = NonNullable<GatewayConfig['alerts']>;
@@ -49,18 +49,18 @@ export function signWebhook(secret: string, t: number, body: string): string {
   return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
 }
 
-export function budgetAlerts(cfg: AlertsConfig, getCore: () => Core): GatewayPlugin {
+export function budgetAlerts(cfg: AlertsConfig, getCore: () => Services): GatewayPlugin {
   const thresholdsOf = (account: string) => cfg.accounts[account] ?? cfg.defaults;
 
   /** Records the crossing; true for the one caller that records it first. */
-  async function firstCrossing(core: Core, scope: string): Promise<boolean> {
+  async function firstCrossing(core: Services, scope: string): Promise<boolean> {
     const r = await core.stores.idempotency.begin(scope, 'alert', RECORD_TTL_MS);
     if (r.state !== 'started') return false;
     await core.stores.idempotency.complete(scope, 'alert', { status: 200, headers: {}, body: '' }, RECORD_TTL_MS);
     return true;
   }
 
-  async function deliver(core: Core, alert: BudgetAlert): Promise<void> {
+  async function deliver(core: Services, alert: BudgetAlert): Promise<void> {
     const { url, secret, maxAttempts, backoffMs, timeoutMs } = cfg.webhook;
     const body = JSON.stringify(alert);
     for (let attempt = 1; attempt <= maxAttempts && !core.shutdown.aborted; attempt++) {

@@ -14,7 +14,7 @@
  */
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
-import type { Logger } from '../log.js';
+import type { Logger } from '../observability/log.js';
 import type {
   ApiKeyRecord,
   BillingStore,

@@ -4,7 +4,7 @@
  * units, rounded up to the nano-USD once per call.
  */
 import type { Model } from '../catalog/catalog.js';
-import { cost, costOf } from '../money.js';
+import { cost, costOf } from './money.js';
 import type { LedgerUnits } from '../stores/types.js';
 
 /** The per-unit price (pico-USD) of a media tier: the tier's own, else the model's `from` price. */

@@ -3,7 +3,7 @@
  * checked against the clock on every call (no restart needed when a date passes).
  */
 import { GatewayError } from '../errors.js';
-import { formatPrice, parsePrice } from '../money.js';
+import { formatPrice, parsePrice } from '../billing/money.js';
 import type { GatewayConfig, ModelConfig } from '../options.js';
 import type { ApiKeyRecord } from '../stores/types.js';
 

@@ -10,7 +10,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { randomBase62 } from '../auth/keys.js';
-import type { Logger } from '../log.js';
+import type { Logger } from '../observability/log.js';
 import type { GatewayConfig } from '../options.js';
 import type { JobRecord, JobStatus, Stores } from '../stores/types.js';
 

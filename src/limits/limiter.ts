@@ -12,7 +12,7 @@
  * counted exactly once either way.
  */
 import type { DeferredCheck } from '../billing/meter.js';
-import type { Core } from '../core.js';
+import type { Services } from '../services.js';
 import { GatewayError } from '../errors.js';
 import type { ApiKeyRecord, WindowHit, WindowResult } from '../stores/types.js';
 import { createAddressResolver } from './client-address.js';
@@ -74,7 +74,7 @@ function ipAnswer(r: WindowResult): undefined {
   return undefined;
 }
 
-export function createLimiter(core: Core): Limiter {
+export function createLimiter(core: Services): Limiter {
   const resolve = createAddressResolver(core.cfg.trustProxy);
   const { keyRequestsPerMinute, ipRequestsPerMinute } = core.cfg.limits;
   const limits = core.stores.limits;

@@ -4,8 +4,8 @@
  * upstream credentials never appear: the lines are built from the call record's fields only.
  */
 import { pino } from 'pino';
-import type { Logger } from '../log.js';
-import { formatUsd } from '../money.js';
+import type { Logger } from './log.js';
+import { formatUsd } from '../billing/money.js';
 import type { CallRecord, Observer } from './record.js';
 
 export type LogLevel = 'fatal' | 'error' | 'warn' | 'info' | 'debug' | 'trace' | 'silent';

@@ -5,12 +5,12 @@ import { choicesText } from '../billing/output.js';
 import { listCost } from '../billing/pricing.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import type { Model } from '../catalog/catalog.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
-import { affordableUnits } from '../money.js';
+import { affordableUnits } from '../billing/money.js';
 import type { Measurement } from '../stores/types.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
@@ -98,7 +98,7 @@ export function isEverydayChat(body: Record<string, unknown>): boolean {
   return true;
 }
 
-export async function chatCompletions(core: Core, ctx: RequestContext): Promise<Response> {
+export async function chatCompletions(core: Services, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   if (!isEverydayChat(body)) {
@@ -198,7 +198,7 @@ export async function chatCompletions(core: Core, ctx: RequestContext): Promise<
 }
 
 async function plainAnswer(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   res: UpstreamResponse,
   billing: ChatBilling,

@@ -6,7 +6,7 @@
  * usage, else the produced `text` counted with the tokenizer.
  */
 import { z } from 'zod';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
@@ -48,7 +48,7 @@ function promptsOf(prompt: z.infer<typeof completionsSchema>['prompt']): Array<s
   return prompt as Array<string | number[]>;
 }
 
-export async function createCompletion(core: Core, ctx: RequestContext): Promise<Response> {
+export async function createCompletion(core: Services, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = completionsSchema.safeParse(body);

@@ -1,13 +1,13 @@
 /** GET /models, /key, /brands, /knowledge. Not billed. */
 import { nextMonthStart } from '../billing/meter.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { json } from '../http/json.js';
-import { usdNumber } from '../money.js';
+import { usdNumber } from '../billing/money.js';
 
 const MEDIA_TYPES = new Set(['image', 'audio', 'video']);
 
-export async function listModels(core: Core, ctx: RequestContext): Promise<Response> {
+export async function listModels(core: Services, ctx: RequestContext): Promise<Response> {
   const type = ctx.query.get('type');
   if (type !== null && !MEDIA_TYPES.has(type)) {
     throw new GatewayError('invalid_request', "Invalid value for 'type': expected one of image, audio, video.", {
@@ -19,7 +19,7 @@ export async function listModels(core: Core, ctx: RequestContext): Promise<Respo
 }
 
 /** GET /models/{id}: the model's row as the key's listings show it (text or media), else 404. */
-export async function retrieveModel(core: Core, ctx: RequestContext): Promise<Response> {
+export async function retrieveModel(core: Services, ctx: RequestContext): Promise<Response> {
   const id = ctx.params.id ?? '';
   for (const type of [null, 'image', 'audio', 'video'] as const) {
     const row = core.catalog.list(ctx.key, type).find((m) => m.id === id);
@@ -32,7 +32,7 @@ export async function retrieveModel(core: Core, ctx: RequestContext): Promise<Re
 
 const seconds = (ms: number) => Math.floor(ms / 1000);
 
-export async function readKey(core: Core, ctx: RequestContext): Promise<Response> {
+export async function readKey(core: Services, ctx: RequestContext): Promise<Response> {
   const key = ctx.key;
   const now = core.now();
   const { usage, wallet } = await core.meter.report(key);
@@ -60,7 +60,7 @@ export async function readKey(core: Core, ctx: RequestContext): Promise<Response
   );
 }
 
-export async function listBrands(core: Core, ctx: RequestContext): Promise<Response> {
+export async function listBrands(core: Services, ctx: RequestContext): Promise<Response> {
   const brands = await core.stores.content.listBrands(ctx.key.accountId);
   const data = brands.map((b) => ({
     id: b.id,
@@ -73,7 +73,7 @@ export async function listBrands(core: Core, ctx: RequestContext): Promise<Respo
   return json(200, { object: 'list', data });
 }
 
-export async function listKnowledge(core: Core, ctx: RequestContext): Promise<Response> {
+export async function listKnowledge(core: Services, ctx: RequestContext): Promise<Response> {
   const account = await core.context.indexFor(ctx.key.accountId);
   const data = [...account.docs.values()]
     .sort((a, b) => a.createdAt - b.createdAt || a.id.localeCompare(b.id))

@@ -6,7 +6,7 @@
  * are served here.
  */
 import { z } from 'zod';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { checkContextWindow } from './context-window.js';
@@ -37,7 +37,7 @@ function itemsOf(input: z.infer<typeof embeddingsSchema>['input']): Array<string
   return input as Array<string | number[]>;
 }
 
-export async function createEmbeddings(core: Core, ctx: RequestContext): Promise<Response> {
+export async function createEmbeddings(core: Services, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = embeddingsSchema.safeParse(body);

@@ -12,7 +12,7 @@ import { Response } from '@whatwg-node/server';
 import { withHeaders } from '../http/objects.js';
 import type { BilledCall } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { redactKey, upstreamFailure, type UpstreamResponse } from '../upstream/client.js';
 import { KEEP_ALIVE, SseParser } from '../upstream/sse.js';
@@ -43,7 +43,7 @@ export interface RelayBilling {
 }
 
 export function relayEvents(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   res: UpstreamResponse,
   billing: RelayBilling,

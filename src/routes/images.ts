@@ -6,7 +6,7 @@
 import { z } from 'zod';
 import { listCost } from '../billing/pricing.js';
 import { chooseTier } from '../billing/tiers.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
@@ -28,7 +28,7 @@ const imageSchema = z.looseObject({
 
 type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok: false; err: GatewayError };
 
-export async function createImage(core: Core, ctx: RequestContext): Promise<Response> {
+export async function createImage(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
@@ -182,7 +182,7 @@ export async function createImage(core: Core, ctx: RequestContext): Promise<Resp
 }
 
 /** Adopts an image job whose instance stopped renewing it: the work is lost, nothing is charged. */
-export function adoptLostImage(core: Core): (job: JobRecord) => Promise<void> {
+export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
     const updated = await core.stores.jobs.update(
       job.id,

@@ -1,11 +1,11 @@
 /** What the media routes share: the agent-key refusal, in-flight slots, holds, job reads. */
 import { type BilledCall, insufficientQuota } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { json } from '../http/json.js';
 import { jobView, leasePool, type LeaseRef } from '../jobs/runner.js';
-import { formatUsd } from '../money.js';
+import { formatUsd } from '../billing/money.js';
 import type { JobRecord } from '../stores/types.js';
 
 export function refuseAgentKeys(ctx: RequestContext): void {
@@ -15,7 +15,7 @@ export function refuseAgentKeys(ctx: RequestContext): void {
 }
 
 /** Takes an in-flight slot for the account, or 429 without Retry-After (wait for a job instead). */
-export async function takeSlot(core: Core, ctx: RequestContext, kind: 'image' | 'video', leaseId: string): Promise<LeaseRef> {
+export async function takeSlot(core: Services, ctx: RequestContext, kind: 'image' | 'video', leaseId: string): Promise<LeaseRef> {
   await core.runKeyCheck(ctx.requestId);
   const pool = leasePool(kind, ctx.key.accountId);
   const cap = kind === 'image' ? core.cfg.limits.inFlightImageJobs : core.cfg.limits.inFlightVideoJobs;
@@ -35,7 +35,7 @@ export async function takeSlot(core: Core, ctx: RequestContext, kind: 'image' | 
 
 /** Opens the billed call of a media request, holding `amount`; a refusal is 402 naming the price. */
 export async function holdMedia(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   hold: { id: string; model: Model; amount: bigint; ttlMs?: number; durable?: boolean },
   what: string,
@@ -51,7 +51,7 @@ export async function holdMedia(
 }
 
 /** Reads a job of the calling account; anyone else's (or an unknown id) is 404. */
-export async function readJob(core: Core, ctx: RequestContext, kind: JobRecord['object']): Promise<JobRecord> {
+export async function readJob(core: Services, ctx: RequestContext, kind: JobRecord['object']): Promise<JobRecord> {
   const id = ctx.params.id ?? '';
   const job = await core.stores.jobs.get(id);
   if (!job || job.object !== kind || job.accountId !== ctx.key.accountId) {
@@ -60,7 +60,7 @@ export async function readJob(core: Core, ctx: RequestContext, kind: JobRecord['
   return job;
 }
 
-export async function getJob(core: Core, ctx: RequestContext, kind: JobRecord['object']): Promise<Response> {
+export async function getJob(core: Services, ctx: RequestContext, kind: JobRecord['object']): Promise<Response> {
   refuseAgentKeys(ctx);
   return json(200, jobView(await readJob(core, ctx, kind)));
 }

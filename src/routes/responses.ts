@@ -9,7 +9,7 @@
 import { z } from 'zod';
 import { responseEventText, responseOutputText } from '../billing/output.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
@@ -68,7 +68,7 @@ function asMessages(input: unknown): unknown[] {
 
 const TERMINAL = new Set(['response.completed', 'response.incomplete', 'response.failed']);
 
-export async function createResponse(core: Core, ctx: RequestContext): Promise<Response> {
+export async function createResponse(core: Services, ctx: RequestContext): Promise<Response> {
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);
   const checked = responsesSchema.safeParse(body);

@@ -6,7 +6,7 @@
  */
 import { z } from 'zod';
 import { listCost } from '../billing/pricing.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
@@ -34,7 +34,7 @@ const speechSchema = z.looseObject({
   stream_format: z.enum(['audio']).optional(),
 });
 
-export async function createSpeech(core: Core, ctx: RequestContext): Promise<Response> {
+export async function createSpeech(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
   const bytes = await ctx.body();
   const body = parseJsonObject(bytes);

@@ -7,9 +7,9 @@
 import { type BilledCall, insufficientQuota } from '../billing/meter.js';
 import { listCost } from '../billing/pricing.js';
 import type { Model } from '../catalog/catalog.js';
-import type { Core, RequestContext } from '../core.js';
+import type { Services, RequestContext } from '../services.js';
 import { GatewayError } from '../errors.js';
-import { affordableUnits, formatUsd } from '../money.js';
+import { affordableUnits, formatUsd } from '../billing/money.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, type ModelAnswer, pluginFields, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 
@@ -27,7 +27,7 @@ export interface TokenHold {
  * bound of the prompt (no tokenizer on the hot path); only when that is refused is the prompt
  * counted, and the counted estimate decides. Refused: 402 in OpenRouter's words.
  */
-export async function openTokenCall(core: Core, ctx: RequestContext, model: Model, hold: TokenHold): Promise<BilledCall> {
+export async function openTokenCall(core: Services, ctx: RequestContext, model: Model, hold: TokenHold): Promise<BilledCall> {
   const worstCase = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput });
   const open = (prompt: number) => core.meter.tryOpen({ id: ctx.requestId, key: ctx.key, model, amount: worstCase(prompt) });
   let opened = await open(hold.bound);
@@ -58,7 +58,7 @@ export async function openTokenCall(core: Core, ctx: RequestContext, model: Mode
  * the call (nothing was produced). With the answer comes the model as served (its upstream).
  */
 export async function sendTokenCall(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   model: Model,
   call: BilledCall,
@@ -99,7 +99,7 @@ export function usageOf(value: unknown, promptField: string, completionField: st
 }
 
 /** The answer of a plain (non-streamed) call: parsed JSON, or 502 (and the call cancelled) when malformed. */
-export async function readPlainAnswer(core: Core, ctx: RequestContext, model: Model, call: BilledCall, res: UpstreamResponse): Promise<Record<string, unknown>> {
+export async function readPlainAnswer(core: Services, ctx: RequestContext, model: Model, call: BilledCall, res: UpstreamResponse): Promise<Record<string, unknown>> {
   try {
     const parsed = JSON.parse(await res.text()) as unknown;
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');

@@ -3,12 +3,12 @@
  * and turning its failures into the gateway's errors (502 upstream_error, 504 upstream_timeout).
  */
 import type { Model, Target } from '../catalog/catalog.js';
-import type { Core, RequestContext } from '../core.js';
-import { pluginKey } from '../plugins.js';
+import type { Services, RequestContext } from '../services.js';
+import { pluginKey } from '../pipeline/hooks.js';
 import { GatewayError } from '../errors.js';
 import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
 import { SpanStatusCode } from '@opentelemetry/api';
-import type { Logger } from '../log.js';
+import type { Logger } from '../observability/log.js';
 import { failureCause } from '../observability/logs.js';
 import type { CallRecord } from '../observability/record.js';
 import { startUpstreamSpan } from '../observability/traces.js';
@@ -38,7 +38,7 @@ function isConnectionFailure(err: unknown): boolean {
  * timeout, reset).
  */
 export async function callUpstream(
-  core: Core,
+  core: Services,
   upstreamName: string,
   call: UpstreamCall,
   record?: CallRecord,
@@ -148,7 +148,7 @@ const pause = (ms: number, signal?: AbortSignal) =>
   });
 
 /** A failed attempt's answer that another attempt replaced: logged with the upstream's words, its body read to the end. */
-function dropAnswer(core: Core, ctx: ModelCallContext, answer: ModelAnswer): void {
+function dropAnswer(core: Services, ctx: ModelCallContext, answer: ModelAnswer): void {
   void upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId }).catch(() => undefined);
 }
 
@@ -167,7 +167,7 @@ function dropAnswer(core: Core, ctx: ModelCallContext, answer: ModelAnswer): voi
  * `build` makes the request for one target (its `upstreamModel` goes in the body's `model`).
  */
 export async function callModel(
-  core: Core,
+  core: Services,
   ctx: ModelCallContext,
   model: Model,
   build: (served: Model) => UpstreamCall | Promise<UpstreamCall>,
@@ -319,7 +319,7 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
  * as JSON. Each plugin sees the body the plugins before it left.
  */
 export async function pluginBody(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   model: Model,
   path: string,
@@ -332,7 +332,7 @@ export async function pluginBody(
 
 /** Runs onUpstreamRequest over `body`; the replacement, or null when no plugin replaced it. */
 export async function pluginFields(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   model: Model,
   path: string,

@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createSqliteStores, SqliteStoreError } from '../../src/sqlite.js';
+import { createSqliteStores, SqliteStoreError } from '../../src/stores/sqlite/entry.js';
 import { openDatabase, SqliteContext } from '../../src/stores/sqlite/connection.js';
 import { MIGRATIONS } from '../../src/stores/sqlite/schema.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';

@@ -6,7 +6,7 @@
  */
 import OpenAI, { BadRequestError, NotFoundError, PermissionDeniedError, RateLimitError, toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { parseUsd } from '../../src/money.js';
+import { parseUsd } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/stores/types.js';
 import { ACCOUNT, UPSTREAM_API_KEY, eventually, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import {

@@ -10,7 +10,7 @@ import OpenAI, {
   PermissionDeniedError,
 } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { affordableUnits, formatUsd, parseUsd } from '../../src/money.js';
+import { affordableUnits, formatUsd, parseUsd } from '../../src/billing/money.js';
 import { COMPLETION_PICO, PROMPT_PICO, chatCost, promptEstimate } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, eventually, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';

@@ -8,7 +8,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { embed, generateText } from 'ai';
 import OpenAI, { APIError, BadRequestError, NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { costOf, parsePrice, parseUsd } from '../../src/money.js';
+import { costOf, parsePrice, parseUsd } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/stores/types.js';
 import { chatCost, loadTokenizer } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, UPSTREAM_MODEL, eventually, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';

@@ -3,7 +3,7 @@
  * (the same tokenizer, prompt estimate and exact money), at the test model's prices.
  */
 import { createTokenizer, estimatePromptTokens, promptTokensBound, type Tokenizer } from '../../src/billing/tokens.js';
-import { costOf, parsePrice } from '../../src/money.js';
+import { costOf, parsePrice } from '../../src/billing/money.js';
 import { COMPLETION_PRICE, PROMPT_PRICE } from './gateway.js';
 
 export const PROMPT_PICO = parsePrice(PROMPT_PRICE);

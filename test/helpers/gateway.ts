@@ -7,7 +7,7 @@ import { once } from 'node:events';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway.js';
-import { silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/observability/log.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
 

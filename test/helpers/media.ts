@@ -4,7 +4,7 @@
  * stalled) gateway instance in process.
  */
 import { countTokens } from 'gpt-tokenizer';
-import { cost, parsePrice } from '../../src/money.js';
+import { cost, parsePrice } from '../../src/billing/money.js';
 import type { GatewayOptions } from '../../src/gateway.js';
 import type { Stores } from '../../src/stores/types.js';
 

@@ -7,7 +7,7 @@
  *   node --import tsx test/helpers/sqlite-fold-process.ts <path> <account> <key> <calls> <limit> <amount> <startAt>
  */
 import { setTimeout as sleep } from 'node:timers/promises';
-import { createSqliteStores } from '../../src/sqlite.js';
+import { createSqliteStores } from '../../src/stores/sqlite/entry.js';
 
 const [path = '', accountId = '', keyId = '', calls = '0', limit = '0', amount = '0', startAt = '0'] = process.argv.slice(2);
 const stores = createSqliteStores({ path });

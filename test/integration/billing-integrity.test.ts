@@ -10,7 +10,7 @@ import OpenAI from 'openai';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from '../../bench/redis-util.js';
-import { createRedisStores } from '../../src/redis.js';
+import { createRedisStores } from '../../src/stores/redis/entry.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import type { LedgerEntry, Stores } from '../../src/stores/types.js';
@@ -19,7 +19,7 @@ import { eventually, MODEL, postChat, sseData, startGateway, testConfig, type Ru
 import { AUDIO, IMAGE, imageCost, mediaModels, SPEECH_PRICE, VIDEO, videoCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
-import { cost, parsePrice } from '../../src/money.js';
+import { cost, parsePrice } from '../../src/billing/money.js';
 
 const redisUp = (await redisProblem(REDIS_URL)) === null;
 if (!redisUp && process.env.CI !== 'true') {

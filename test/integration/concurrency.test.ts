@@ -7,7 +7,7 @@
  * the 10 holds are all open while the other 190 requests try theirs.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatUsd } from '../../src/money.js';
+import { formatUsd } from '../../src/billing/money.js';
 import { chatCost, promptBound, promptEstimate, worstCaseHold } from '../helpers/billing.js';
 import { MODEL, eventually, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';

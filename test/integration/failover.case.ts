@@ -9,7 +9,7 @@
  */
 import { setTimeout as sleep } from 'node:timers/promises';
 import { expect } from 'vitest';
-import { silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/observability/log.js';
 import type { Stores } from '../../src/stores/types.js';
 import { chatCost } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, eventually, makeGateway, testConfig } from '../helpers/gateway.js';

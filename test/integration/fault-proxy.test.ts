@@ -17,7 +17,7 @@
  */
 import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { parseUsd } from '../../src/money.js';
+import { parseUsd } from '../../src/billing/money.js';
 import { chatCost, loadTokenizer, promptEstimate } from '../helpers/billing.js';
 import { startFaultProxy, type FaultMode, type FaultProxy } from '../helpers/fault-proxy.js';
 import { ACCOUNT, MODEL, eventually, postChat, sseData, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';

@@ -11,7 +11,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Gateway } from '../../src/gateway.js';
-import { parseUsd } from '../../src/money.js';
+import { parseUsd } from '../../src/billing/money.js';
 import type { LedgerEntry, Stores } from '../../src/stores/types.js';
 import { ACCOUNT, MODEL, UPSTREAM_API_KEY, eventually, makeGateway, testConfig, testKey } from '../helpers/gateway.js';
 import {

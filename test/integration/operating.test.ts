@@ -8,9 +8,9 @@
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGateway, type GatewayOptions } from '../../src/gateway.js';
-import type { Logger } from '../../src/log.js';
+import type { Logger } from '../../src/observability/log.js';
 import { ConfigError } from '../../src/options.js';
-import { createRedisStores } from '../../src/redis.js';
+import { createRedisStores } from '../../src/stores/redis/entry.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { ACCOUNT, MODEL, eventually, makeGateway, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';

@@ -11,7 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { createRedisStores } from '../../src/redis.js';
+import { createRedisStores } from '../../src/stores/redis/entry.js';
 import { accountsKeysSuite } from '../conformance/accounts-keys.suite.js';
 import { billingSuite } from '../conformance/billing.suite.js';
 import { contentSuite } from '../conformance/content.suite.js';

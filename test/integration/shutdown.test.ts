@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { Redis } from 'ioredis';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from '../../bench/redis-util.js';
-import { createRedisStores } from '../../src/redis.js';
+import { createRedisStores } from '../../src/stores/redis/entry.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
 import { chatCost, loadTokenizer } from '../helpers/billing.js';

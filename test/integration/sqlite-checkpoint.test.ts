@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
-import { createSqliteStores } from '../../src/sqlite.js';
+import { createSqliteStores } from '../../src/stores/sqlite/entry.js';
 import { Checkpointer } from '../../src/stores/sqlite/checkpointer.js';
 import { driverPath, openDatabase } from '../../src/stores/sqlite/connection.js';
 

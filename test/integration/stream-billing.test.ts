@@ -4,7 +4,7 @@
  * hold is left behind.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseUsd } from '../../src/money.js';
+import { parseUsd } from '../../src/billing/money.js';
 import { chatCost, loadTokenizer, promptEstimate } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, eventually, postChat, sseData, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';

@@ -4,7 +4,7 @@
  * holds never stay, and the relayed request carries only allowlisted headers and fields.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { parseUsd } from '../../src/money.js';
+import { parseUsd } from '../../src/billing/money.js';
 import { chatCost, loadTokenizer, promptEstimate } from '../helpers/billing.js';
 import {
   ACCOUNT,

@@ -7,7 +7,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { loadConfigFile } from '../../src/config-file.js';
+import { loadConfigFile } from '../../src/cli/config-file.js';
 import { ConfigError, parseOptions } from '../../src/options.js';
 
 function file(config: unknown): string {

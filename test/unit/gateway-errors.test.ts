@@ -6,7 +6,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { nextMonthStart } from '../../src/billing/meter.js';
 import type { Gateway } from '../../src/gateway.js';
-import { affordableUnits, parseUsd, usdNumber } from '../../src/money.js';
+import { affordableUnits, parseUsd, usdNumber } from '../../src/billing/money.js';
 import type { Stores } from '../../src/stores/types.js';
 import { COMPLETION_PICO, PROMPT_PICO, promptEstimate } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, makeGateway, testConfig, testKey } from '../helpers/gateway.js';

@@ -12,7 +12,7 @@ import {
   parsePrice,
   parseUsd,
   usdNumber,
-} from '../../src/money.js';
+} from '../../src/billing/money.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 
 const ceilDiv = (a: bigint, b: bigint) => (a + b - 1n) / b;

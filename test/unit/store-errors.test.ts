@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { createGateway } from '../../src/gateway.js';
-import { silentLogger } from '../../src/log.js';
+import { silentLogger } from '../../src/observability/log.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { isStoreUnavailable, StoreUnavailableError } from '../../src/stores/errors.js';
 import { RedisStoreError } from '../../src/stores/redis/connection.js';

@@ -7,7 +7,7 @@
  */
 import { Response } from '@whatwg-node/server';
 import { withHeaders } from '../../http/objects.js';
-import type { Core, RequestContext } from '../../core.js';
+import type { Services, RequestContext } from '../../services.js';
 import { GatewayError } from '../../errors.js';
 import { upstreamFailure } from '../../upstream/client.js';
 import { DONE_EVENT, KEEP_ALIVE } from '../../upstream/sse.js';
@@ -35,7 +35,7 @@ const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
 };
 
 export async function relayStream(
-  core: Core,
+  core: Services,
   ctx: RequestContext,
   res: UpstreamResponse,
   billing: ChatBilling,

@@ -1,11 +1,11 @@
 /** Adoption of video jobs whose instance stopped renewing them (a crash, a deploy). */
-import type { Core } from '../../core.js';
+import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { trackVideo } from './tracker.js';
 
 /** Adopts a video job whose instance stopped renewing it, and tracks it to its end. */
-export function adoptVideo(core: Core): (job: JobRecord) => Promise<void> {
+export function adoptVideo(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
     const updated = await core.stores.jobs.update(
       job.id,

@@ -3,12 +3,12 @@
  * key, so the upstream's key never leaves the gateway.
  */
 import { Response } from '@whatwg-node/server';
-import type { Core, RequestContext } from '../../core.js';
+import type { Services, RequestContext } from '../../services.js';
 import { GatewayError } from '../../errors.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/relay.js';
 import { readJob, refuseAgentKeys } from '../media.js';
 
-export async function videoContent(core: Core, ctx: RequestContext): Promise<Response> {
+export async function videoContent(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
   const job = await readJob(core, ctx, 'video');
   if (job.status !== 'completed' || !job.upstreamJobId) {

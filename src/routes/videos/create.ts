@@ -7,7 +7,7 @@ import { z } from 'zod';
 import type { BilledCall } from '../../billing/meter.js';
 import { listCost } from '../../billing/pricing.js';
 import { chooseTier } from '../../billing/tiers.js';
-import type { Core, RequestContext } from '../../core.js';
+import type { Services, RequestContext } from '../../services.js';
 import { errors, GatewayError } from '../../errors.js';
 import { json } from '../../http/json.js';
 import { jobView, newJobId } from '../../jobs/runner.js';
@@ -29,7 +29,7 @@ const videoSchema = z.looseObject({
   mode: z.string().optional(),
 });
 
-export async function createVideo(core: Core, ctx: RequestContext): Promise<Response> {
+export async function createVideo(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
   const sub = await readSubmission(ctx);
   const checked = videoSchema.safeParse(sub.fields);

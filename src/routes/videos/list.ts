@@ -1,5 +1,5 @@
 /** GET /videos (the account's video jobs, paged) and DELETE /videos/{id} (a finished job). */
-import type { Core, RequestContext } from '../../core.js';
+import type { Services, RequestContext } from '../../services.js';
 import { GatewayError } from '../../errors.js';
 import { json } from '../../http/json.js';
 import { jobView, UNFINISHED } from '../../jobs/runner.js';
@@ -11,7 +11,7 @@ const LIST_LIMIT_MAX = 100;
  * GET /videos: the account's video jobs, newest first unless `order=asc`, `limit` (1-100,
  * default 20) per page, the next page `after` the last id of this one.
  */
-export async function listVideos(core: Core, ctx: RequestContext): Promise<Response> {
+export async function listVideos(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
   const q = ctx.query;
   const order = q.get('order') ?? 'desc';
@@ -53,7 +53,7 @@ export async function listVideos(core: Core, ctx: RequestContext): Promise<Respo
  * still running is refused: the gateway tracks it to bill (or refund) it, and that record is
  * what it tracks.
  */
-export async function deleteVideo(core: Core, ctx: RequestContext): Promise<Response> {
+export async function deleteVideo(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
   const job = await readJob(core, ctx, 'video');
   if (UNFINISHED.includes(job.status) || !(await core.stores.jobs.delete(job.id, ['completed', 'failed']))) {

@@ -2,7 +2,7 @@
  * A video submission as it came: JSON or multipart. Its fields are read for checking and
  * pricing, and its bytes are kept so the upstream receives it in the encoding it came in.
  */
-import type { RequestContext } from '../../core.js';
+import type { RequestContext } from '../../services.js';
 import { GatewayError } from '../../errors.js';
 import { parseJsonObject } from '../../http/json.js';
 

@@ -3,7 +3,7 @@
  * settles (the seconds the upstream reports) or refunds once, and frees the job's slot.
  */
 import type { BilledCall } from '../../billing/meter.js';
-import type { Core } from '../../core.js';
+import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { callUpstream, upstreamHeaders } from '../../upstream/relay.js';
@@ -36,7 +36,7 @@ function reportedSeconds(value: unknown): number | null {
 }
 
 /** Polls the upstream job until it is terminal; settles or refunds once (through `call`); frees the slot. */
-export async function trackVideo(core: Core, job: JobRecord, signal: AbortSignal, call: BilledCall): Promise<void> {
+export async function trackVideo(core: Services, job: JobRecord, signal: AbortSignal, call: BilledCall): Promise<void> {
   const model = core.catalog.get(job.model);
   const lease = { pool: leasePool('video', job.accountId), leaseId: job.leaseId };
   const fail = async (code: string, message: string) => {

@@ -9,7 +9,7 @@
  * without their Authorization.
  */
 import { readFile } from 'node:fs/promises';
-import { ConfigError } from './options.js';
+import { ConfigError } from '../options.js';
 
 const REFERENCE = /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 

@@ -3,17 +3,17 @@ import type { Authenticator } from './auth/keys.js';
 import type { Meter } from './billing/meter.js';
 import type { Tokenizer } from './billing/tokens.js';
 import type { Catalog } from './catalog/catalog.js';
-import type { Logger } from './log.js';
+import type { Logger } from './observability/log.js';
 import type { GatewayConfig } from './options.js';
 import type { ApiKeyRecord, Stores } from './stores/types.js';
 import type { Upstream } from './upstream/client.js';
 import type { Breaker } from './upstream/breaker.js';
 import type { JobRunner } from './jobs/runner.js';
 import type { ContextService } from './context/inject.js';
-import type { Hooks } from './plugins.js';
+import type { Hooks } from './pipeline/hooks.js';
 import type { Tracked } from './observability/record.js';
 
-export interface Core {
+export interface Services {
   cfg: GatewayConfig;
   stores: Stores;
   catalog: Catalog;
@@ -58,4 +58,4 @@ export interface RequestContext {
   body(): Promise<Uint8Array>;
 }
 
-export type RouteHandler = (core: Core, ctx: RequestContext) => Promise<Response>;
+export type RouteHandler = (core: Services, ctx: RequestContext) => Promise<Response>;

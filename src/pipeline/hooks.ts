@@ -14,8 +14,8 @@
  * A hook that throws (or rejects) is logged and skipped: it never changes billing, and never
  * the response beyond what the hooks that succeeded did.
  */
-import type { Logger } from './log.js';
-import type { ApiKeyRecord, KeyKind, LedgerEntry } from './stores/types.js';
+import type { Logger } from '../observability/log.js';
+import type { ApiKeyRecord, KeyKind, LedgerEntry } from '../stores/types.js';
 
 /** The calling key as plugins see it: never its digest, never the key itself. */
 export interface PluginKey {

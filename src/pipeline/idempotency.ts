@@ -9,9 +9,9 @@
  * answer is kept once the stream finished; one the client abandoned is forgotten.
  */
 import { createHash } from 'node:crypto';
-import type { RequestContext } from './core.js';
-import { GatewayError } from './errors.js';
-import type { IdempotencyStore } from './stores/types.js';
+import type { RequestContext } from '../services.js';
+import { GatewayError } from '../errors.js';
+import type { IdempotencyStore } from '../stores/types.js';
 import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
 

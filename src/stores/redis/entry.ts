@@ -4,4 +4,4 @@ export {
   RedisStoreError,
   CLOSED_MARKER_TTL_MS,
   type RedisStoreOptions,
-} from './stores/redis/index.js';
+} from './index.js';

@@ -2,11 +2,11 @@
  * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
-import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from './auth/keys.js';
-import type { Core } from './core.js';
-import { formatUsd, parseUsd } from './money.js';
-import { MAX_LEDGER_PAGE } from './stores/ledger-query.js';
-import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from './stores/types.js';
+import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from '../auth/keys.js';
+import type { Services } from '../services.js';
+import { formatUsd, parseUsd } from '../billing/money.js';
+import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
+import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from '../stores/types.js';
 
 export interface CreateKeyInput {
   account: string;
@@ -118,7 +118,7 @@ function keyView(k: ApiKeyRecord): KeyView {
   return { ...rest, monthlyCapUsd: monthlyCap === null ? null : formatUsd(monthlyCap) };
 }
 
-async function insertKey(core: Core, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
+async function insertKey(core: Services, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
   if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${input.account}".`);
   const kind = input.kind ?? 'developer';
   const model = input.model ?? null;
@@ -143,7 +143,7 @@ async function insertKey(core: Core, plain: string, input: CreateKeyInput, id: s
   });
 }
 
-export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string): void }): Admin {
+export function createAdmin(core: Services, hooks: { forgetGrants(accountId: string): void }): Admin {
   const { stores } = core;
   const requireAccount = async (id: string) => {
     const account = await stores.accounts.get(id);
@@ -279,7 +279,7 @@ export function createAdmin(core: Core, hooks: { forgetGrants(accountId: string)
  * Seeds accounts, keys, brands and documents from the options. Idempotent: a record that
  * exists is left as it is, so a restart with the same config credits no wallet twice.
  */
-export async function seed(core: Core, admin: Admin): Promise<void> {
+export async function seed(core: Services, admin: Admin): Promise<void> {
   const cfg = core.cfg;
   for (const a of cfg.accounts) {
     // A seeded wallet is credited only when the account is created, and never for an account

@@ -2,8 +2,8 @@
  * Ledger entries as export rows (the CLI's `ledger` command): JSON lines or CSV. Amounts are
  * exact USD decimal strings (never floats); times are ISO 8601 UTC.
  */
-import { formatUsd } from './money.js';
-import type { LedgerEntry } from './stores/types.js';
+import { formatUsd } from '../billing/money.js';
+import type { LedgerEntry } from '../stores/types.js';
 
 export type LedgerFormat = 'jsonl' | 'csv';
 

@@ -7,10 +7,10 @@
  *   `metadata.checks`. What a part failed with is logged, not answered: the probe is public,
  *   and a Redis error names internal addresses.
  */
-import { GatewayError, errorResponse } from './errors.js';
-import { json } from './http/json.js';
-import type { Logger } from './log.js';
-import type { Stores } from './stores/types.js';
+import { GatewayError, errorResponse } from '../errors.js';
+import { json } from '../http/json.js';
+import type { Logger } from '../observability/log.js';
+import type { Stores } from '../stores/types.js';
 
 export type StartupState = 'pending' | 'ok' | 'failed';
 type Check = 'ok' | 'pending' | 'failed' | 'unavailable' | 'draining';
