@@ -122,6 +122,20 @@ export const errors = {
   invalid(param: string, message: string): GatewayError {
     return new GatewayError('invalid_request', message, { param });
   },
+  /** A new call while the gateway drains, or an answer whose call shutdown released before it went out. */
+  shuttingDown(): GatewayError {
+    return new GatewayError('service_unavailable', 'The gateway is shutting down. Retry the request.', {
+      headers: { 'retry-after': '1', connection: 'close' },
+    });
+  },
+  /** What a stream or an audio answer ends with when shutdown's grace period cut it. */
+  cutByShutdown(what = 'answer'): GatewayError {
+    return new GatewayError('service_unavailable', `The gateway is shutting down; the ${what} was cut.`);
+  },
+  /** An upstream answer that cannot be read as the endpoint's answer. */
+  malformedAnswer(upstream: string, what = 'answer'): GatewayError {
+    return new GatewayError('upstream_error', `The upstream "${upstream}" sent a malformed ${what}.`);
+  },
   storeDown(cause?: unknown): GatewayError {
     return new GatewayError('service_unavailable', 'A store the request needs is unreachable. Try again shortly.', {
       headers: { 'retry-after': '1' },

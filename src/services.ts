@@ -1,17 +1,34 @@
-/** What the routes share: the parts created by `createGateway`, and the per-request context. */
-import type { Authenticator } from './auth/keys.js';
-import type { Meter } from './billing/meter.js';
-import type { Tokenizer } from './billing/tokens.js';
-import type { Catalog } from './catalog/catalog.js';
+/**
+ * The gateway's parts, built once by `createServices` and released by the gateway's dispose:
+ * the stores, the catalog, the meter (the billed-call lifecycle), upstreams and their breaker,
+ * the job runner, the context (brand, knowledge) service, observers and metrics.
+ * Operations get them as `Services`; lower layers (stores, billing, upstream transports) never
+ * import this file.
+ */
+import { LRUCache } from 'lru-cache';
+import { createAuthenticator, type Authenticator } from './auth/keys.js';
+import { fileJournal, memoryJournal } from './billing/journal.js';
+import { createMeter, type Meter, type UnobservedCharge } from './billing/meter.js';
+import { formatUsd } from './billing/money.js';
+import { createTokenizer, type Tokenizer } from './billing/tokens.js';
+import { createCatalog, type Catalog } from './catalog/catalog.js';
+import { createContextService, type ContextService } from './context/inject.js';
+import { GatewayError } from './errors.js';
+import { createJobRunner, type JobRunner } from './jobs/runner.js';
+import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
-import type { GatewayConfig } from './options.js';
-import type { ApiKeyRecord, Stores } from './stores/types.js';
-import type { Upstream } from './upstream/client.js';
-import type { Breaker } from './upstream/breaker.js';
-import type { JobRunner } from './jobs/runner.js';
-import type { ContextService } from './context/inject.js';
-import type { Hooks } from './pipeline/hooks.js';
-import type { Tracked } from './observability/record.js';
+import { accessLog, createLogger } from './observability/logs.js';
+import { createMetrics, type Metrics } from './observability/metrics.js';
+import type { Observer } from './observability/record.js';
+import { tracing } from './observability/traces.js';
+import { parseOptions, type GatewayConfig, type GatewayConfigInput } from './options.js';
+import { createHooks, type GatewayPlugin, type Hooks } from './pipeline/hooks.js';
+import { createMemoryStores } from './stores/memory/index.js';
+import { createSqliteStores } from './stores/sqlite/index.js';
+import type { Stores } from './stores/types.js';
+import { createBreaker, type Breaker } from './upstream/breaker.js';
+import { createHttpUpstream, customUpstream, type Upstream } from './upstream/client.js';
+import { createSimulator } from './upstream/simulator.js';
 
 export interface Services {
   cfg: GatewayConfig;
@@ -30,32 +47,163 @@ export interface Services {
   grants(accountId: string): Promise<readonly string[]>;
   /** Registers background work that `dispose()` waits for. */
   track(p: Promise<unknown>): void;
-  /**
-   * Runs the request's key-rate check now if it still waits for the request's hold: a route
-   * that takes an in-flight slot before its hold calls it first, so a limited key gets its
-   * 429 without ever taking a slot.
-   */
-  runKeyCheck(requestId: string): Promise<void>;
-  /** The user plugins' hooks the routes run (onUpstreamRequest; onError for failed streams). */
+  /** The user plugins' hooks the operations run (onUpstreamRequest; onError for failed streams). */
   hooks: Hooks;
   /** Live counts the metrics read. */
   counters: { openStreams: number };
   /** Aborted by dispose(): long-running background work stops. */
   shutdown: AbortSignal;
+  /** True once shutdown's grace period is over: no new billed call is opened. */
+  draining(): boolean;
 }
 
-export interface RequestContext {
-  request: Request;
-  requestId: string;
-  clientIp: string;
-  /** Route parameters, e.g. { id } of /videos/{id}. */
-  params: Record<string, string>;
-  query: URLSearchParams;
-  key: ApiKeyRecord;
-  /** What is observed of this request (access log, metrics, traces); streams hold it open. */
-  observed: Tracked;
-  /** The request body, read once within the body limits (413 / 408 otherwise). */
-  body(): Promise<Uint8Array>;
+export interface ServicesOptions extends GatewayConfigInput {
+  /** Stores to use instead of the ones `storage` describes (e.g. a Redis store you built). */
+  stores?: Stores;
+  /** The clock (unix ms). Tests inject one; defaults to Date.now. */
+  now?: () => number;
+  logger?: Logger;
+  /** Plugins, run in this order at each stage (see `GatewayPlugin`). */
+  plugins?: GatewayPlugin[];
 }
 
-export type RouteHandler = (core: Services, ctx: RequestContext) => Promise<Response>;
+/** What createGateway composes the pipeline from, beside the services. */
+export interface Built {
+  services: Services;
+  /** Drops an account's cached grants (after an admin changed them). */
+  forgetGrants(accountId: string): void;
+  limiter: Limiter;
+  metrics: Metrics | null;
+  observers: Observer[];
+  /** Whether the stores were built here (and are closed on dispose). */
+  ownsStores: boolean;
+  /** Marks the grace period over (billed calls are refused from then on). */
+  cut(): void;
+  /** Aborts background work and waits for what was tracked. */
+  stopBackground(): Promise<void>;
+}
+
+/**
+ * Builds the services. `builtins` are the gateway's own plugins, run ahead of the user's; they
+ * get the services through a getter (they run only once the services exist).
+ */
+export function createServices(
+  options: ServicesOptions,
+  builtins: (cfg: GatewayConfig, services: () => Services) => GatewayPlugin[] = () => [],
+): Built {
+  const { stores: givenStores, now: givenNow, logger, plugins = [], ...config } = options;
+  const cfg = parseOptions(config);
+  const now = givenNow ?? Date.now;
+  const log = logger ?? createLogger(cfg.logLevel);
+  const hooks = createHooks([...builtins(cfg, () => core), ...plugins], log);
+  const shutdown = new AbortController();
+  const pending = new Set<Promise<unknown>>();
+  let cut = false;
+
+  const counters = { openStreams: 0 };
+  const metrics = cfg.metrics
+    ? createMetrics(cfg.metrics, {
+        circuits: () => [...upstreams.keys()].map((u) => [u, breaker.isOpen(u)] as [string, boolean]),
+        openHolds: () => core.meter.openCalls(),
+        openStreams: () => counters.openStreams,
+      })
+    : null;
+  let stores = givenStores ?? storesFor(cfg, now);
+  // Store latency by operation is measured around every store call when metrics are on.
+  if (metrics) stores = metrics.timeStores(stores);
+  const observers: Observer[] = [...(cfg.accessLog ? [accessLog(log)] : []), ...(metrics ? [metrics.observer] : []), tracing];
+
+  const tokenizer = createTokenizer();
+  const upstreams = new Map<string, Upstream>();
+  for (const [name, u] of Object.entries(cfg.upstreams)) {
+    if ('call' in u) upstreams.set(name, customUpstream(name, u));
+    else upstreams.set(name, 'simulate' in u ? createSimulator(name, u, tokenizer) : createHttpUpstream(name, u));
+  }
+  const breaker = createBreaker(now);
+  const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
+  /** A charge no request's access line carries (a video job): its own log line, and the metrics. */
+  const unobserved = (c: UnobservedCharge) => {
+    log.info({ msg: 'job billed', job_id: c.entryId, account: c.accountId, model: c.model, units: c.units, cost_usd: formatUsd(c.cost) });
+    metrics?.charge(c.model, c.units, c.cost);
+  };
+
+  const core: Services = {
+    cfg,
+    stores,
+    catalog: createCatalog(cfg, { now, serviceName: cfg.serviceName, isUnavailable: (u) => breaker.isOpen(u) }),
+    auth: createAuthenticator(stores.keys),
+    meter: createMeter({
+      billing: stores.billing,
+      journal: cfg.settleJournalDir ? fileJournal(cfg.settleJournalDir) : memoryJournal(),
+      now,
+      log,
+      holdTtlMs: cfg.limits.holdTtlMs,
+      // A billable request's key-rate check rides on its hold when the windows live beside the books.
+      windowsId: stores.limits.windowsId,
+      // Not awaited: a slow plugin never holds up the answer or the next settle.
+      onBilled: hooks.has('onBilled') ? (entry) => void hooks.run('onBilled', { entry }) : undefined,
+      onUnobservedCharge: unobserved,
+    }),
+    tokenizer,
+    upstreams,
+    breaker,
+    now,
+    log,
+    async grants(accountId) {
+      let g = grantsCache.get(accountId);
+      if (!g) {
+        const account = await stores.accounts.get(accountId);
+        g = account?.grants ?? [];
+        grantsCache.set(accountId, g);
+      }
+      return g;
+    },
+    track(p) {
+      pending.add(p);
+      void p.finally(() => pending.delete(p));
+    },
+    hooks,
+    counters,
+    shutdown: shutdown.signal,
+    draining: () => cut,
+    // Set right below: the job runner needs the rest of the services.
+    jobs: undefined as unknown as JobRunner,
+    context: createContextService({ cfg, stores }),
+  };
+  core.jobs = createJobRunner(core);
+  // Wallets and the ledger live only in the stores: say so at start-up when they keep nothing.
+  stores
+    .durabilityWarning?.()
+    .then((warning) => warning && log.warn({ msg: warning }))
+    .catch(() => undefined); // an unreachable store is reported by readiness and by every call
+  return {
+    services: core,
+    forgetGrants: (id) => void grantsCache.delete(id),
+    limiter: createLimiter(cfg, stores.limits),
+    metrics,
+    observers,
+    ownsStores: !givenStores,
+    cut: () => void (cut = true),
+    async stopBackground() {
+      shutdown.abort();
+      core.jobs.dispose();
+      await Promise.allSettled([...pending]);
+    },
+  };
+}
+
+/** The stores `storage` describes, when they can be built synchronously (memory, SQLite). */
+function storesFor(cfg: GatewayConfig, now: () => number): Stores {
+  const storage = cfg.storage;
+  if (storage.driver === 'memory') return createMemoryStores({ now });
+  if (storage.driver === 'sqlite' && !storage.limits) return createSqliteStores({ path: storage.path, synchronous: storage.synchronous, now });
+  // These connect (and PostgreSQL migrates) asynchronously; createGateway is synchronous.
+  const how =
+    storage.driver === 'postgres'
+      ? 'import { createPostgresStores } from "model-gateway/postgres" and pass `stores: await createPostgresStores({ url, schema })`'
+      : storage.driver === 'redis'
+        ? 'import { createRedisStores } from "model-gateway/redis" and pass them as `stores`'
+        : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
+  const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
+  throw new GatewayError('internal_error', `${what} needs stores built first: ${how}, or use the CLI.`);
+}

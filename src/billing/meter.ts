@@ -72,6 +72,8 @@ export interface OpenRequest {
   durable?: boolean;
   /** The request being observed: its record gets the model, units and cost, and stays open until the call ends. */
   observed?: Tracked | undefined;
+  /** The request's key-rate check deferred to this hold (see `DeferredCheck`), taken by the caller. */
+  keyCheck?: DeferredCheck | null;
 }
 
 export interface SettleOptions {
@@ -122,8 +124,6 @@ export interface MeterDeps {
   billing: BillingStore;
   /** The windows deferred key checks count in; a hold folds the hit in when `billing` shares them. */
   windowsId?: symbol | undefined;
-  /** The deferred key check of the request whose id is `holdId`, taken (it runs once, with this hold). */
-  deferredCheck?: ((holdId: string) => DeferredCheck | undefined) | undefined;
   journal: SettleJournal;
   now: () => number;
   log: Logger;
@@ -131,6 +131,20 @@ export interface MeterDeps {
   holdTtlMs: number;
   /** Called after every settle that landed, with its ledger entry. */
   onBilled?: ((entry: LedgerEntry) => void) | undefined;
+  /**
+   * Called when a call no request observes is billed (a job that outlived its request, or one
+   * adopted from another instance), so its spend still reaches the metrics and the log.
+   */
+  onUnobservedCharge?: ((charge: UnobservedCharge) => void) | undefined;
+}
+
+/** A charge made outside any request's record: a video job finished by the job runner. */
+export interface UnobservedCharge {
+  entryId: string;
+  accountId: string;
+  model: string;
+  units: LedgerUnits;
+  cost: bigint;
 }
 
 export interface Meter {
@@ -202,10 +216,10 @@ class CallImpl implements BilledCall {
     const model = this.model;
     if (!model) return this.cancel();
     this.closed = true;
-    this.meter.forget(this);
     const at = this.meter.now();
     const cost = listCost(model, units);
-    if (this.observed) {
+    // A durable job's request was answered (and reported) long before its bill.
+    if (this.observed && !this.durable) {
       const r = this.observed.record;
       if (units.kind === 'tokens') {
         r.promptTokens = units.prompt;
@@ -214,6 +228,8 @@ class CallImpl implements BilledCall {
         r.promptTokens = units.tokens;
       }
       r.costNano = cost;
+    } else {
+      this.meter.unobserved({ entryId: options.entryId ?? this.id, accountId: this.accountId, model: model.id, units, cost });
     }
     this.ended();
     const req: SettleRequest = {
@@ -232,7 +248,9 @@ class CallImpl implements BilledCall {
         at,
       },
     };
-    return this.meter.write(req);
+    // The call stays open (shutdown waits for it) until its charge is in the store or the
+    // journal: the answer's last bytes go out after that, and the stores must outlive it.
+    return this.meter.write(req).finally(() => this.meter.forget(this));
   }
 
   cancel(): Promise<void> {
@@ -250,6 +268,7 @@ class CallImpl implements BilledCall {
 
 interface MeterInternals {
   now(): number;
+  unobserved(charge: UnobservedCharge): void;
   forget(call: CallImpl): void;
   write(req: SettleRequest): Promise<void>;
   release(call: CallImpl): Promise<void>;
@@ -266,6 +285,13 @@ export function createMeter(deps: MeterDeps): Meter {
 
   const internals: MeterInternals = {
     now: deps.now,
+    unobserved(charge) {
+      try {
+        deps.onUnobservedCharge?.(charge);
+      } catch (err) {
+        log.error({ msg: 'reporting a charge failed', entry_id: charge.entryId, err: errMessage(err) });
+      }
+    },
     forget(call) {
       if (!open.delete(call)) return;
       if (!call.durable && --nonDurable === 0) for (const wake of idleWaiters) wake();
@@ -374,8 +400,7 @@ export function createMeter(deps: MeterDeps): Meter {
   const folds = billing.hitAndPlaceHold !== undefined && billing.windowsId !== undefined && billing.windowsId === deps.windowsId;
 
   /** Places the hold, counting the request's deferred key check first, in the same step when the stores can. */
-  async function place(hold: HoldRequest): Promise<HoldResult> {
-    const check = deps.deferredCheck?.(hold.holdId);
+  async function place(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
     if (!check) return billing.placeHold(hold);
     if (!folds) {
       await check.run();
@@ -398,7 +423,7 @@ export function createMeter(deps: MeterDeps): Meter {
         monthlyCap: req.key.monthlyCap,
         month: monthOf(deps.now()),
         ttlMs,
-      });
+      }, req.keyCheck);
       if (!result.ok) return result;
       const call = new CallImpl(internals, req.id, req.key.accountId, req.key.id, req.model, req.amount, req.durable === true, req.observed);
       register(call, ttlMs);

@@ -12,9 +12,9 @@
  * counted exactly once either way.
  */
 import type { DeferredCheck } from '../billing/meter.js';
-import type { Services } from '../services.js';
+import type { GatewayConfig } from '../options.js';
 import { GatewayError } from '../errors.js';
-import type { ApiKeyRecord, WindowHit, WindowResult } from '../stores/types.js';
+import type { ApiKeyRecord, LimitStore, WindowHit, WindowResult } from '../stores/types.js';
 import { createAddressResolver } from './client-address.js';
 
 export const WINDOW_MS = 60_000;
@@ -29,16 +29,27 @@ export interface Limiter {
   /** Counts the request against its key; returns the headers for the answer, or throws 429. */
   checkKey(key: ApiKeyRecord): Promise<Record<string, string>>;
   /**
-   * Runs `next` with the key's check deferred to the hold of request `requestId` (taken with
-   * `take`). Whatever `next` answers or throws, a check still pending then runs on its own
-   * first: a refusal replaces the answer with the 429. The rate headers go into `headers`.
+   * Runs `next` with the key's check deferred to the request's hold: the check is put on
+   * `holder` (the request's exchange), where the hold takes it. Whatever `next` answers or
+   * throws, a check still waiting then runs on its own first: a refusal replaces the answer
+   * with the 429. The rate headers go into `headers`.
    */
-  deferKey(requestId: string, key: ApiKeyRecord, headers: Record<string, string>, next: () => Promise<Response>): Promise<Response>;
-  /** The pending deferred check of `requestId`, taken: whoever takes it runs or settles it. */
-  take(requestId: string): DeferredCheck | undefined;
-  /** Runs the pending deferred check of `requestId` now, if any (before an in-flight slot is taken). */
-  runDeferred(requestId: string): Promise<void>;
+  deferKey(holder: CheckHolder, key: ApiKeyRecord, headers: Record<string, string>, next: () => Promise<Response>): Promise<Response>;
 }
+
+/** Where a request's deferred key check waits until its hold (or the end of the request) takes it. */
+export interface CheckHolder {
+  keyCheck: DeferredCheck | null;
+}
+
+/** Takes the check waiting on `holder` and runs it, if any. */
+function runWaiting(holder: CheckHolder): Promise<void> | undefined {
+  const check = holder.keyCheck;
+  if (!check) return undefined;
+  holder.keyCheck = null;
+  return check.run();
+}
+
 
 function retryHeaders(r: WindowResult): Record<string, string> {
   const seconds = Math.min(59, Math.max(1, Math.ceil(r.resetMs / 1000)));
@@ -74,12 +85,9 @@ function ipAnswer(r: WindowResult): undefined {
   return undefined;
 }
 
-export function createLimiter(core: Services): Limiter {
-  const resolve = createAddressResolver(core.cfg.trustProxy);
-  const { keyRequestsPerMinute, ipRequestsPerMinute } = core.cfg.limits;
-  const limits = core.stores.limits;
-  /** Deferred key checks not yet taken, by request id. */
-  const pending = new Map<string, DeferredCheck>();
+export function createLimiter(cfg: Pick<GatewayConfig, 'trustProxy' | 'limits'>, limits: LimitStore): Limiter {
+  const resolve = createAddressResolver(cfg.trustProxy);
+  const { keyRequestsPerMinute, ipRequestsPerMinute } = cfg.limits;
 
   const keyHit = (key: ApiKeyRecord): WindowHit => ({
     bucket: `key:${key.id}`,
@@ -99,37 +107,24 @@ export function createLimiter(core: Services): Limiter {
       const h = keyHit(key);
       return keyHeaders(await limits.hit(h.bucket, h.limit, h.windowMs, h.accountId));
     },
-    async deferKey(requestId, key, headers, next) {
+    async deferKey(holder, key, headers, next) {
       const hit = keyHit(key);
       const check: DeferredCheck = {
         hit,
         settle: (r) => void Object.assign(headers, keyHeaders(r)),
         run: async () => check.settle(await limits.hit(hit.bucket, hit.limit, hit.windowMs, hit.accountId)),
       };
-      pending.set(requestId, check);
+      holder.keyCheck = check;
+      let res: Response;
       try {
-        let res: Response;
-        try {
-          res = await next();
-        } catch (err) {
-          // Taken before its answer: the check throws its 429 in place of `err` when the key is limited.
-          await limiter.runDeferred(requestId);
-          throw err;
-        }
-        await limiter.runDeferred(requestId);
-        return res;
-      } finally {
-        pending.delete(requestId);
+        res = await next();
+      } catch (err) {
+        // Not taken before its answer: the check throws its 429 in place of `err` when the key is limited.
+        await runWaiting(holder);
+        throw err;
       }
-    },
-    take(requestId) {
-      const check = pending.get(requestId);
-      // Taken once: a store step that failed half-way is never counted a second time.
-      if (check) pending.delete(requestId);
-      return check;
-    },
-    async runDeferred(requestId) {
-      await limiter.take(requestId)?.run();
+      await runWaiting(holder);
+      return res;
     },
   };
   return limiter;

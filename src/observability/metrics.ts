@@ -7,7 +7,7 @@
 import { timingSafeEqual, createHash } from 'node:crypto';
 import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import { GatewayError, errorResponse } from '../errors.js';
-import type { Stores } from '../stores/types.js';
+import type { LedgerUnits, Stores } from '../stores/types.js';
 import { Response } from '@whatwg-node/server';
 import { HotCounter, HotHistogram } from './hot-metrics.js';
 import type { Observer } from './record.js';
@@ -27,6 +27,8 @@ export interface MetricsDeps {
 
 export interface Metrics {
   observer: Observer;
+  /** A charge no request's record carries (a video job billed when it finished). */
+  charge(model: string, units: LedgerUnits, costNano: bigint): void;
   /** Wraps stores so each call's latency is measured by operation. */
   timeStores(stores: Stores): Stores;
   /** The answer to a scrape of `path`. */
@@ -113,6 +115,13 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
 
   return {
     observer,
+    charge(model, units, costNano) {
+      if (units.kind === 'tokens') {
+        tokens.inc(units.prompt, model, 'in');
+        tokens.inc(units.completion, model, 'out');
+      }
+      spend.inc(Number(costNano) / 1e9, model);
+    },
     timeStores(stores) {
       // Each store is copied into a plain object whose methods time the store's own (a Proxy
       // would run a trap on every property read of the request path).

@@ -3,7 +3,8 @@
  * and turning its failures into the gateway's errors (502 upstream_error, 504 upstream_timeout).
  */
 import type { Model, Target } from '../catalog/catalog.js';
-import type { Services, RequestContext } from '../services.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
 import { pluginKey } from '../pipeline/hooks.js';
 import { GatewayError } from '../errors.js';
 import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
@@ -357,4 +358,13 @@ export async function pluginFields(
     },
   });
   return replaced ? current : null;
+}
+
+/**
+ * The key of upstream `name` as far as it must be hidden from clients ('' when it has none, or
+ * one too short to search for without hiding ordinary text).
+ */
+export function upstreamKeyOf(cfg: Pick<Services['cfg'], 'upstreams'>, name: string): string {
+  const u = cfg.upstreams[name];
+  return u && 'apiKey' in u && typeof u.apiKey === 'string' && u.apiKey.length >= 8 ? u.apiKey : '';
 }

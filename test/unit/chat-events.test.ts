@@ -7,8 +7,8 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { createChatEvents } from '../../src/routes/chat-stream/events.js';
-import { createStreamOutput } from '../../src/routes/chat-stream/output.js';
+import { createChatEvents } from '../../src/upstream/stream/chat-events.js';
+import { createStreamOutput } from '../../src/upstream/stream/chat-output.js';
 import { split } from '../helpers/split.js';
 
 const KEY = 'sk-upstream-secret-0123';
@@ -59,28 +59,10 @@ function run(input: Buffer, cuts: number[], o: { renames: boolean; wantsUsage: b
   return { sent: Buffer.concat(sent).toString('utf8'), usage: output.usage, done: events.done, parsed: produced, billed: billOf(output) };
 }
 
-/** What the stream's output bills: the usage given to `finish`, and the text the tokenizer was asked to count. */
+/** What the stream's output bills: the usage it saw, else the text the tokenizer is to count. */
 function billOf(output: ReturnType<typeof createStreamOutput>) {
-  let counted: string | null = null;
-  let finished: unknown[] = [];
-  output.bill(
-    {
-      call: null as never,
-      model: null as never,
-      promptTokens: () => 7,
-      finish: (...args) => {
-        finished = args;
-      },
-    },
-    {
-      ready: Promise.resolve(),
-      count: (text) => {
-        counted = text;
-        return [...text].length;
-      },
-    },
-  );
-  return { counted, finished };
+  const produced = output.produced();
+  return { usage: produced.usage, counted: produced.usage ? null : produced.text() };
 }
 
 describe('chat stream events', () => {

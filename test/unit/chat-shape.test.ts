@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { chatSchema, isEverydayChat } from '../../src/routes/chat.js';
+import { chatSchema, isEverydayChat } from '../../src/operations/chat.js';
 
 const junk = fc.oneof(
   fc.constant(null),

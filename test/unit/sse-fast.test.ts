@@ -5,7 +5,7 @@
  */
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { SseFastPath } from '../../src/upstream/sse-fast.js';
+import { SseFastPath } from '../../src/upstream/stream/sse-fast.js';
 import { split } from '../helpers/split.js';
 
 const MARKS = ['"usage"', '"error"', 'sk-upstream-secret'].map((m) => Buffer.from(m));

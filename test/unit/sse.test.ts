@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent } from '../../src/upstream/sse.js';
+import { DONE_EVENT, KEEP_ALIVE, SseParser, encodeEvent } from '../../src/upstream/stream/sse.js';
 
 const enc = new TextEncoder();
 

@@ -1,0 +1,112 @@
+/**
+ * The one door for money: every billable operation opens its call here and nowhere else.
+ *
+ *   open: refused while the gateway drains; the hold for the worst case, placed atomically
+ *         with the request's deferred key-rate check; refused -> 402 worded once, here
+ *   then: `await call.bill(units)` exactly once (the charge is in the store, or in the durable
+ *         settle journal, when it resolves: an operation sends the end of its answer only
+ *         after that), or `call.cancel()` when nothing was produced.
+ *
+ * The call carries the request's record: the model, tokens and cost reach its access line
+ * and the metrics however the operation answers (see meter.ts for the lifecycle itself).
+ */
+import type { Model } from '../catalog/catalog.js';
+import { errors, type GatewayError } from '../errors.js';
+import type { RequestContext } from '../pipeline/types.js';
+import { affordableUnits, formatUsd } from './money.js';
+import { type BilledCall, type HoldRefusal, insufficientQuota, type Meter } from './meter.js';
+import { listCost } from './pricing.js';
+
+export type { BilledCall } from './meter.js';
+
+/** What the billed call needs of the gateway. */
+export interface BillingDoor {
+  meter: Meter;
+  /** True once shutdown began: no new call is opened. */
+  draining(): boolean;
+}
+
+/** The worst case of a token-priced call. */
+export interface TokenHold {
+  /** An upper bound of the prompt's tokens that needs no tokenizer (its UTF-8 bytes). */
+  bound: number;
+  /** The prompt's tokens counted with the tokenizer (with its margin), computed at most once. */
+  estimate: () => number;
+  /** The most output tokens the call may produce (0 for embeddings). */
+  maxOutput: number;
+}
+
+/** A hold of a known amount (media: images, seconds of video, tokens of speech). */
+export interface AmountHold {
+  /** The hold id when it is not the request id (a job that outlives its request). */
+  id?: string;
+  model: Model;
+  amount: bigint;
+  ttlMs?: number;
+  /** A job any instance can finish: shutdown leaves it for the instance that adopts it. */
+  durable?: boolean;
+}
+
+const CAPPED = " (limited by this key's monthly spending cap)";
+const cappedBy = (r: HoldRefusal) => (r.limitSource === 'key_monthly_cap' ? CAPPED : '');
+
+/** Opens a call with `amount` held, or returns the refusal. */
+async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold) {
+  if (door.draining()) throw errors.shuttingDown();
+  return door.meter.tryOpen({
+    id: hold.id ?? ctx.requestId,
+    key: ctx.key,
+    model: hold.model,
+    amount: hold.amount,
+    ttlMs: hold.ttlMs,
+    durable: hold.durable,
+    observed: ctx.observed,
+    keyCheck: ctx.takeKeyCheck(),
+  });
+}
+
+/**
+ * Opens the billed call of a token-priced request: the hold is first tried on the byte bound
+ * of the prompt (no tokenizer on the hot path); only when that is refused is the prompt
+ * counted, and the counted estimate decides. Refused: 402 in OpenRouter's words.
+ */
+export async function openTokenCall(door: BillingDoor, ctx: RequestContext, model: Model, hold: TokenHold): Promise<BilledCall> {
+  const amount = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput });
+  let opened = await tryOpen(door, ctx, { model, amount: amount(hold.bound) });
+  if (!opened.ok && hold.estimate() < hold.bound) opened = await tryOpen(door, ctx, { model, amount: amount(hold.estimate()) });
+  if (opened.ok) return opened.call;
+  throw tokensRefused(opened, model, hold);
+}
+
+function tokensRefused(r: HoldRefusal, model: Model, hold: TokenHold): GatewayError {
+  if (hold.maxOutput === 0) {
+    const spendable = formatUsd(r.available < 0n ? 0n : r.available);
+    return insufficientQuota(
+      r,
+      `This request requires more credits: its ${hold.estimate()} input tokens cost more than the ${spendable} USD that can be spent.${cappedBy(r)}`,
+    );
+  }
+  const prices = model.text!;
+  const affordable = affordableUnits(r.available, prices.promptPico * BigInt(hold.estimate()), prices.completionPico);
+  const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
+  return insufficientQuota(
+    r,
+    `This request requires more credits, or fewer max_tokens. You requested up to ${hold.maxOutput} tokens, but can only afford ${canAfford}.${cappedBy(r)}`,
+    { affordable_max_tokens: canAfford },
+  );
+}
+
+/** Opens the billed call of a request of known price (`what` names it in the 402). */
+export async function openAmountCall(door: BillingDoor, ctx: RequestContext, hold: AmountHold, what: string): Promise<BilledCall> {
+  const opened = await tryOpen(door, ctx, hold);
+  if (opened.ok) return opened.call;
+  throw insufficientQuota(
+    opened,
+    `This request requires more credits: ${what} costs ${formatUsd(hold.amount)} USD, but only ${formatUsd(opened.available)} USD can be spent.${cappedBy(opened)}`,
+  );
+}
+
+/** Shutdown released the call while its answer was on its way: the unpaid answer is not delivered. */
+export function refuseIfClosed(call: BilledCall): void {
+  if (call.closed) throw errors.shuttingDown();
+}

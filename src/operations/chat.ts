@@ -1,0 +1,152 @@
+/**
+ * POST /chat/completions, declared: the request's schema, its worst case (the prompt with the
+ * brand and knowledge injected, tools and functions, image and audio parts, and the most
+ * output n choices may produce), what goes upstream, and how its answer and events are read.
+ */
+import { z } from 'zod';
+import { choicesText } from '../billing/output.js';
+import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
+import { usageFrom } from '../billing/usage.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
+import { withoutFields } from '../http/objects.js';
+import { createChatEvents } from '../upstream/stream/chat-events.js';
+import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { textOperation } from './text.js';
+
+const part = z.looseObject({ type: z.string() });
+const message = z.looseObject({
+  role: z.enum(['system', 'user', 'assistant', 'tool', 'developer']),
+  content: z.union([z.string(), z.array(part), z.null()]).optional(),
+});
+
+export const chatSchema = z.looseObject({
+  model: z.string().min(1),
+  messages: z.array(message).min(1),
+  stream: z.boolean().nullable().optional(),
+  temperature: z.number().nullable().optional(),
+  top_p: z.number().nullable().optional(),
+  max_tokens: z.int().positive().nullable().optional(),
+  max_completion_tokens: z.int().positive().nullable().optional(),
+  n: z.int().min(1).max(128).nullable().optional(),
+  stop: z.union([z.string(), z.array(z.string())]).nullable().optional(),
+  response_format: z.looseObject({}).nullable().optional(),
+  tools: z.array(z.unknown()).nullable().optional(),
+  tool_choice: z.union([z.string(), z.looseObject({})]).nullable().optional(),
+  functions: z.array(z.unknown()).nullable().optional(),
+  function_call: z.union([z.string(), z.looseObject({})]).nullable().optional(),
+  seed: z.int().nullable().optional(),
+  reasoning_effort: z.enum(['low', 'medium', 'high']).optional(),
+  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullable().optional(),
+  brand: z.string().min(1).optional(),
+  knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
+});
+
+export type ChatBody = z.infer<typeof chatSchema>;
+
+const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isPositiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
+
+/**
+ * Whether `body` is a chat request of the everyday shape that `chatSchema` surely accepts:
+ * a model, messages with a known role and string, null or typed-part content, and of the
+ * optional fields only the ones checked here (stream, max_tokens, temperature, stream_options).
+ * It answers in a fraction of zod's time; false means "not sure", and zod then decides (and
+ * words the 400), so it may never accept what the schema refuses (a property test holds it to that).
+ */
+export function isEverydayChat(body: Record<string, unknown>): boolean {
+  if (typeof body.model !== 'string' || body.model.length === 0) return false;
+  const messages = body.messages;
+  if (!Array.isArray(messages) || messages.length === 0) return false;
+  for (const m of messages) {
+    if (!isObject(m) || typeof m.role !== 'string' || !ROLES.has(m.role)) return false;
+    const content = m.content;
+    if (content === undefined || content === null || typeof content === 'string') continue;
+    if (!Array.isArray(content)) return false;
+    for (const part of content) if (!isObject(part) || typeof part.type !== 'string') return false;
+  }
+  for (const k in body) {
+    const v = body[k];
+    switch (k) {
+      case 'model':
+      case 'messages':
+        break;
+      case 'stream':
+        if (v !== null && typeof v !== 'boolean') return false;
+        break;
+      case 'max_tokens':
+        if (v !== null && !isPositiveInt(v)) return false;
+        break;
+      case 'temperature':
+        // JSON.parse reads 1e400 as Infinity, which the schema refuses.
+        if (v !== null && !(typeof v === 'number' && Number.isFinite(v))) return false;
+        break;
+      case 'stream_options':
+        if (v !== null && !(isObject(v) && (v.include_usage === undefined || typeof v.include_usage === 'boolean'))) return false;
+        break;
+      default:
+        // Any other field the schema knows goes to zod; one it does not know passes, as in the schema.
+        if (Object.hasOwn(chatSchema.shape, k)) return false;
+    }
+  }
+  return true;
+}
+
+export const chatCompletions = textOperation({
+  path: '/chat/completions',
+  async plan(core, ctx, body) {
+    if (!isEverydayChat(body)) {
+      const checked = chatSchema.safeParse(body);
+      if (!checked.success) throw zodError(checked.error, body);
+    }
+    const req = body as ChatBody;
+    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
+    const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
+    const messages = injected?.length ? [...injected, ...req.messages] : req.messages;
+
+    // The most output the call may produce: the larger of the two caps a client may send (an
+    // upstream may honour either), else the model's own, for each of the n choices.
+    const perChoice = Math.max(req.max_tokens ?? 0, req.max_completion_tokens ?? 0) || model.maxOutputTokens;
+    const maxOutput = perChoice * (req.n ?? 1);
+    // Everything a provider bills as prompt: messages, tool and function definitions, the tool
+    // or function choice, and image and audio parts at the model's per-part maximum.
+    const input: PromptInput = {
+      messages,
+      extras: [req.tools, req.functions, req.tool_choice, req.function_call],
+      parts: { image: model.maxTokensPerImage, audio: model.maxTokensPerAudio },
+    };
+    let estimate: number | undefined;
+    const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
+    // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
+    // The injected brand and knowledge count too: they are part of what the model must read.
+    const bound = promptTokensBound(input);
+    checkContextWindow(model, bound, () => countPromptTokens(core.tokenizer, input), 'messages');
+
+    const stream = req.stream === true;
+    // A stream must ask the upstream for its usage chunk (the bill comes from it); a client that
+    // asked for it already needs no rewrite of its body.
+    const clientWantsUsage = req.stream_options?.include_usage === true;
+    const addsUsage = stream && !clientWantsUsage;
+    return {
+      model,
+      hold: { bound, estimate: promptTokens, maxOutput },
+      stream,
+      promptTokens,
+      unchanged: !addsUsage && !injected && !('brand' in req) && !('knowledge' in req),
+      fields(served) {
+        // The gateway's own fields (brand, knowledge) never go upstream.
+        const out = withoutFields(body, CONTEXT_FIELDS);
+        out.model = served.upstreamModel;
+        out.messages = messages;
+        if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
+        return out;
+      },
+      events: (served, apiKey) => createChatEvents({ model: served, apiKey, clientWantsUsage }),
+      answer(answer) {
+        if (!Array.isArray(answer.choices)) throw new Error('no choices');
+        return { usage: usageFrom(answer.usage), text: () => choicesText(answer.choices, 'message') };
+      },
+    };
+  },
+});

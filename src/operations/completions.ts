@@ -1,0 +1,136 @@
+/**
+ * POST /completions (legacy text completions), plain and streamed. `prompt` is a string, an
+ * array of strings, an array of token ids or an array of token-id arrays. Billed like chat:
+ * the hold is the prompt's worst case plus `max_tokens` (else the model's `maxOutputTokens`)
+ * times the completions generated (the larger of `n` and `best_of`), the debit the upstream's
+ * usage, else the produced `text` counted with the tokenizer.
+ */
+import { z } from 'zod';
+import { completionText } from '../billing/output.js';
+import { type Usage, usageFrom } from '../billing/usage.js';
+import type { Model } from '../catalog/catalog.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
+import { GatewayError } from '../errors.js';
+import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
+import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
+import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { textOperation } from './text.js';
+
+const tokenId = z.int().min(0);
+
+const completionsSchema = z.looseObject({
+  model: z.string().min(1),
+  prompt: z.union([
+    z.string(),
+    z.array(z.string()).min(1),
+    z.array(tokenId).min(1),
+    z.array(z.array(tokenId).min(1)).min(1),
+  ]),
+  max_tokens: z.int().positive().nullable().optional(),
+  n: z.int().min(1).max(128).nullable().optional(),
+  best_of: z.int().min(1).max(128).nullable().optional(),
+  stream: z.boolean().nullable().optional(),
+  stream_options: z.looseObject({ include_usage: z.boolean().optional() }).nullable().optional(),
+  suffix: z.string().nullable().optional(),
+  echo: z.boolean().nullable().optional(),
+  stop: z.union([z.string(), z.array(z.string())]).nullable().optional(),
+  temperature: z.number().nullable().optional(),
+  top_p: z.number().nullable().optional(),
+  seed: z.int().nullable().optional(),
+});
+
+/** Each prompt of the request (every one is completed on its own). */
+function promptsOf(prompt: z.infer<typeof completionsSchema>['prompt']): Array<string | number[]> {
+  if (typeof prompt === 'string') return [prompt];
+  if (prompt.length > 0 && typeof prompt[0] === 'number') return [prompt as number[]];
+  return prompt as Array<string | number[]>;
+}
+
+export const createCompletion = textOperation({
+  path: '/completions',
+  async plan(core, ctx, body) {
+    const checked = completionsSchema.safeParse(body);
+    if (!checked.success) throw zodError(checked.error, body);
+    const req = checked.data;
+    for (const field of CONTEXT_FIELDS) {
+      if (field in body) {
+        throw new GatewayError('invalid_request', `'${field}' is supported on /chat/completions and /responses, not on legacy completions.`, {
+          param: field,
+        });
+      }
+    }
+    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    checkOutputCap(model, { max_tokens: req.max_tokens });
+
+    const prompts = promptsOf(req.prompt);
+    const utf8 = (t: string) => Buffer.byteLength(t, 'utf8');
+    const countOne = (p: string | number[]) => (typeof p === 'string' ? core.tokenizer.count(p) : p.length);
+    // The suffix is read by the model as part of its prompt.
+    const suffix = req.suffix ? req.suffix : '';
+    let bound = 0;
+    for (const p of prompts) {
+      const b = (typeof p === 'string' ? utf8(p) : p.length) + utf8(suffix);
+      checkContextWindow(model, b, () => countOne(p) + (suffix ? core.tokenizer.count(suffix) : 0), 'prompt');
+      bound += b;
+    }
+    let counted: number | undefined;
+    const promptTokens = () => (counted ??= prompts.reduce((n, p) => n + countOne(p) + (suffix ? core.tokenizer.count(suffix) : 0), 0));
+    const choicesPerPrompt = Math.max(req.n ?? 1, req.best_of ?? 1);
+    const maxOutput = (req.max_tokens ?? model.maxOutputTokens) * choicesPerPrompt * prompts.length;
+    let estimate: number | undefined;
+    const stream = req.stream === true;
+    const clientWantsUsage = req.stream_options?.include_usage === true;
+    return {
+      model,
+      hold: { bound, estimate: () => (estimate ??= Math.ceil(promptTokens() * 1.05)), maxOutput },
+      stream,
+      promptTokens,
+      unchanged: !stream,
+      fields(served) {
+        const out: Record<string, unknown> = { ...body, model: served.upstreamModel };
+        if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
+        return out;
+      },
+      events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage), apiKey),
+      answer(answer) {
+        if (!Array.isArray(answer.choices)) throw new Error('no choices');
+        return { usage: usageFrom(answer.usage), text: () => completionText(answer.choices) };
+      },
+    };
+  },
+});
+
+/** How a legacy completions stream is read: chunks with `choices[].text`, the usage chunk, `[DONE]`. */
+function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler {
+  const renames = model.upstreamModel !== model.id;
+  let usage: Usage | null = null;
+  let produced = '';
+  let done = false;
+  return {
+    event(data) {
+      if (data === '[DONE]') {
+        done = true;
+        return null;
+      }
+      const chunk = parseEvent(data);
+      if (chunk.error) {
+        const e = chunk.error as { message?: unknown };
+        throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+      }
+      const u = usageFrom(chunk.usage);
+      if (u) usage = u;
+      produced += completionText(chunk.choices);
+      const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+      // The usage-only chunk was asked for by the gateway, not the client: kept to ourselves.
+      if (u && choices.length === 0 && !clientWantsUsage) return null;
+      // Like plain answers: the client sees the model it called, not the upstream's name for it.
+      if (renames && typeof chunk.model === 'string') return frameEvent(JSON.stringify({ ...chunk, model: model.id }));
+      return frameEvent(data);
+    },
+    complete: () => done,
+    usage: () => usage,
+    produced: () => produced,
+    endFrame: DONE_FRAME,
+    errorFrame: (err) => frameEvent(JSON.stringify({ ...err.toJSON(), choices: [{ index: 0, text: '', finish_reason: 'error' }] })) + DONE_FRAME,
+  };
+}

@@ -1,0 +1,203 @@
+/**
+ * POST /images/generations: 200 with the images when the upstream answers within the inline
+ * deadline, else 202 with a job (Location: /v1/images/{id}) while the call goes on and its
+ * result lands in the job. GET /images/{id} polls it. Billed n x tier price, once.
+ */
+import { z } from 'zod';
+import { listCost } from '../billing/pricing.js';
+import { chooseTier } from '../billing/tiers.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
+import { GatewayError } from '../errors.js';
+import { json, jsonText, parseJsonObject } from '../http/json.js';
+import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
+import type { JobRecord } from '../stores/types.js';
+import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import type { BilledCall } from '../billing/meter.js';
+import { openAmountCall } from '../billing/billed-call.js';
+import { takeSlot, unixSeconds } from './media.js';
+import { refuseAgentKeys, zodError } from './shared.js';
+
+const imageSchema = z.looseObject({
+  model: z.string().min(1),
+  prompt: z.string().min(1).max(32_000),
+  n: z.int().min(1).max(10).nullable().optional(),
+  size: z.string().nullable().optional(),
+  resolution: z.string().nullable().optional(),
+  quality: z.string().nullable().optional(),
+  response_format: z.enum(['url', 'b64_json']).nullable().optional(),
+});
+
+type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok: false; err: GatewayError };
+
+export async function createImage(core: Services, ctx: RequestContext): Promise<Response> {
+  refuseAgentKeys(ctx);
+  const bytes = await ctx.body();
+  const body = parseJsonObject(bytes);
+  const checked = imageSchema.safeParse(body);
+  if (!checked.success) throw zodError(checked.error, body);
+  const req = checked.data;
+  const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
+  const { tier } = chooseTier(model, req);
+  const n = req.n ?? 1;
+
+  const jobId = newJobId('image');
+  // The hold and an inline answer's ledger entry carry the request id; a job's entry, its job id.
+  let ledgerId = ctx.requestId;
+  const lease = await takeSlot(core, ctx, 'image', jobId);
+  let call: BilledCall;
+  try {
+    call = await openAmountCall(
+      core,
+      ctx,
+      { id: ctx.requestId, model, amount: listCost(model, { kind: 'images', images: n, tier }) },
+      `${n} image(s) at tier ${tier}`,
+    );
+  } catch (err) {
+    await core.jobs.drop(lease);
+    throw err;
+  }
+
+  /** The upstream that serves the call (the model's first target until one answered). */
+  let servedBy = model.upstream;
+  // Billed for the images the upstream returned (at most n), else nothing.
+  const finish = async (outcome: Outcome): Promise<void> => {
+    if (outcome.ok) {
+      const data = outcome.body.data;
+      const counted = Array.isArray(data);
+      const images = counted ? Math.min(n, data.length) : n;
+      await call.bill({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
+        entryId: ledgerId,
+        upstream: servedBy,
+      });
+    } else {
+      await call.cancel();
+    }
+    await core.jobs.drop(lease);
+  };
+
+  const abort = new AbortController();
+  const onClientGone = () => abort.abort(new Error('client disconnected'));
+  ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
+  // Shutdown's grace period is over: the generation is abandoned and nothing is charged.
+  call.onAbort(() => abort.abort(new Error('gateway shutting down')));
+
+  const work: Promise<Outcome> = (async () => {
+    try {
+      const answer = await callModel(core, ctx, model, async (served) => ({
+        method: 'POST',
+        path: '/images/generations',
+        headers: upstreamHeaders(ctx.requestId),
+        body: await pluginBody(
+          core,
+          ctx,
+          served,
+          '/images/generations',
+          { ...body, model: served.upstreamModel },
+          served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
+        ),
+        signal: abort.signal,
+      }));
+      const res = answer.res;
+      servedBy = answer.served.upstream;
+      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
+      const text = await res.text();
+      let parsed: unknown;
+      try {
+        parsed = JSON.parse(text);
+      } catch {
+        parsed = null;
+      }
+      if (!parsed || typeof parsed !== 'object') {
+        throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed images answer.`);
+      }
+      return { ok: true, body: parsed as Record<string, unknown>, text };
+    } catch (err) {
+      const gErr =
+        err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The image generation failed.', { cause: err });
+      return { ok: false, err: gErr };
+    }
+  })();
+
+  let timer: NodeJS.Timeout | undefined;
+  const deadline = new Promise<'deadline'>((resolve) => {
+    timer = setTimeout(() => resolve('deadline'), core.cfg.limits.inlineImageDeadlineMs);
+  });
+  const first = await Promise.race([work, deadline]);
+  clearTimeout(timer);
+
+  if (first !== 'deadline') {
+    ctx.request.signal?.removeEventListener('abort', onClientGone);
+    await finish(first);
+    if (!first.ok) throw first.err;
+    return jsonText(200, first.text);
+  }
+
+  // Past the deadline: the call goes on without the client; its result lands in a job.
+  ctx.request.signal?.removeEventListener('abort', onClientGone);
+  const now = core.now();
+  const job: JobRecord = {
+    id: jobId,
+    object: 'image',
+    accountId: ctx.key.accountId,
+    keyId: ctx.key.id,
+    model: model.id,
+    status: 'in_progress',
+    progress: 0,
+    createdAt: unixSeconds(now),
+    completedAt: null,
+    expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
+    error: null,
+    result: null,
+    holdId: ctx.requestId,
+    leaseId: lease.leaseId,
+    tier,
+    owner: core.jobs.instanceId,
+    ownerUntil: core.jobs.ownerUntil(),
+  };
+  ledgerId = jobId;
+  try {
+    await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
+  } catch (err) {
+    abort.abort();
+    void work.then(finish);
+    throw new GatewayError('service_unavailable', 'The job store is unreachable. Try again shortly.', {
+      headers: { 'retry-after': '1' },
+      cause: err,
+    });
+  }
+  core.jobs.own(job, async () => {
+    const outcome = await work;
+    const patch: Partial<JobRecord> = outcome.ok
+      ? { status: 'completed', progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) }
+      : {
+          status: 'failed',
+          completedAt: unixSeconds(core.now()),
+          error: { code: outcome.err.code, message: outcome.err.message },
+        };
+    const updated = await core.stores.jobs.update(jobId, patch, UNFINISHED);
+    // If another instance already declared the job lost, its hold was released: charge nothing.
+    await finish(updated ? outcome : { ok: false, err: new GatewayError('upstream_error', 'job lost') });
+  });
+  const view = jobView(job);
+  return json(202, view, { location: `/v1/images/${jobId}` });
+}
+
+/** Adopts an image job whose instance stopped renewing it: the work is lost, nothing is charged. */
+export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void> {
+  return async (job) => {
+    const updated = await core.stores.jobs.update(
+      job.id,
+      {
+        status: 'failed',
+        completedAt: unixSeconds(core.now()),
+        error: { code: 'job_lost', message: 'The instance generating this image stopped; nothing was charged.' },
+      },
+      UNFINISHED,
+    );
+    if (!updated) return;
+    await core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }).cancel();
+    const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
+    await core.jobs.drop(lease);
+  };
+}

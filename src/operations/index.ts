@@ -1,0 +1,39 @@
+/**
+ * The /v1 table: every endpoint the gateway serves, declared. A billable POST is marked
+ * `idempotent` (it honours Idempotency-Key and its key-rate check rides on its hold).
+ */
+import { chatCompletions } from './chat.js';
+import { createCompletion } from './completions.js';
+import { listBrands, listKnowledge, listModels, readKey, retrieveModel } from './discovery.js';
+import { createEmbeddings } from './embeddings.js';
+import { createImage } from './images.js';
+import { getJob } from './media.js';
+import { createResponse } from './responses.js';
+import { createSpeech } from './speech.js';
+import type { Operation } from './types.js';
+import { videoContent } from './videos/content.js';
+import { createVideo } from './videos/create.js';
+import { deleteVideo, listVideos } from './videos/list.js';
+
+const billed = (path: string, run: Operation['run']): Operation => ({ method: 'POST', path, idempotent: true, run });
+const get = (path: string, run: Operation['run']): Operation => ({ method: 'GET', path, run });
+
+export const operations: readonly Operation[] = [
+  chatCompletions,
+  createCompletion,
+  createResponse,
+  createEmbeddings,
+  get('/models', listModels),
+  get('/models/{id...}', retrieveModel),
+  get('/key', readKey),
+  get('/brands', listBrands),
+  get('/knowledge', listKnowledge),
+  billed('/images/generations', createImage),
+  get('/images/{id}', (core, ctx) => getJob(core, ctx, 'image')),
+  billed('/audio/speech', createSpeech),
+  billed('/videos', createVideo),
+  get('/videos', listVideos),
+  get('/videos/{id}', (core, ctx) => getJob(core, ctx, 'video')),
+  { method: 'DELETE', path: '/videos/{id}', run: deleteVideo },
+  get('/videos/{id}/content', videoContent),
+];

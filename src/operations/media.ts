@@ -1,0 +1,44 @@
+/** What the media operations share: in-flight slots and job reads. */
+import { GatewayError } from '../errors.js';
+import { json } from '../http/json.js';
+import { jobView, leasePool, type LeaseRef } from '../jobs/runner.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
+import type { JobRecord } from '../stores/types.js';
+import { refuseAgentKeys } from './shared.js';
+
+/** Takes an in-flight slot for the account, or 429 without Retry-After (wait for a job instead). */
+export async function takeSlot(core: Services, ctx: RequestContext, kind: 'image' | 'video', leaseId: string): Promise<LeaseRef> {
+  await ctx.runKeyCheck();
+  const pool = leasePool(kind, ctx.key.accountId);
+  const cap = kind === 'image' ? core.cfg.limits.inFlightImageJobs : core.cfg.limits.inFlightVideoJobs;
+  const ok = await core.stores.limits.acquireLease(pool, cap, leaseId, core.cfg.limits.inFlightLeaseTtlMs);
+  if (!ok) {
+    const limit = kind === 'image' ? 'in_flight_image_jobs' : 'in_flight_video_jobs';
+    throw new GatewayError(
+      'rate_limit_exceeded',
+      `Too many ${kind} jobs in flight for this account (at most ${cap}). Wait for one to finish.`,
+      { metadata: { limit } },
+    );
+  }
+  const lease = { pool, leaseId };
+  core.jobs.keep(lease);
+  return lease;
+}
+
+/** Reads a job of the calling account; anyone else's (or an unknown id) is 404. */
+export async function readJob(core: Services, ctx: RequestContext, kind: JobRecord['object']): Promise<JobRecord> {
+  const id = ctx.params.id ?? '';
+  const job = await core.stores.jobs.get(id);
+  if (!job || job.object !== kind || job.accountId !== ctx.key.accountId) {
+    throw new GatewayError('job_not_found', `No ${kind} job with id "${id}".`, { param: 'id' });
+  }
+  return job;
+}
+
+export async function getJob(core: Services, ctx: RequestContext, kind: JobRecord['object']): Promise<Response> {
+  refuseAgentKeys(ctx);
+  return json(200, jobView(await readJob(core, ctx, kind)));
+}
+
+export const unixSeconds = (ms: number) => Math.floor(ms / 1000);

@@ -1,0 +1,156 @@
+/**
+ * POST /responses (OpenAI's Responses API), plain and streamed. Same lifecycle as chat: the
+ * hold is the prompt's worst case (`input`, `instructions`, `tools`, `tool_choice`, `text`)
+ * plus `max_output_tokens` (else the model's `maxOutputTokens`); the debit is the usage the
+ * upstream reports (`usage.input_tokens` / `output_tokens`, on a stream in
+ * `response.completed`), else the produced output counted with the tokenizer. `brand` and
+ * `knowledge` are consumed by the gateway: their text goes in front of `instructions`.
+ */
+import { z } from 'zod';
+import { responseEventText, responseOutputText } from '../billing/output.js';
+import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
+import { type Usage, usageOf } from '../billing/usage.js';
+import type { Model } from '../catalog/catalog.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
+import { GatewayError } from '../errors.js';
+import { withoutFields } from '../http/objects.js';
+import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
+import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { textOperation } from './text.js';
+
+const item = z.looseObject({ type: z.string().optional(), role: z.string().optional() });
+
+const responsesSchema = z.looseObject({
+  model: z.string().min(1),
+  input: z.union([z.string(), z.array(item)]).optional(),
+  instructions: z.string().nullable().optional(),
+  max_output_tokens: z.int().positive().nullable().optional(),
+  stream: z.boolean().nullable().optional(),
+  // Work that finishes after the call cannot be metered by it.
+  background: z.literal(false).nullable().optional(),
+  tools: z.array(z.unknown()).nullable().optional(),
+  tool_choice: z.union([z.string(), z.looseObject({})]).nullable().optional(),
+  text: z.looseObject({}).nullable().optional(),
+  temperature: z.number().nullable().optional(),
+  top_p: z.number().nullable().optional(),
+  brand: z.string().min(1).optional(),
+  knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
+});
+
+const TEXT_PARTS = new Set(['input_text', 'output_text', 'text']);
+
+/**
+ * The input as chat-shaped messages for the prompt estimate and for knowledge retrieval:
+ * text parts become `text` parts, image / audio / file parts keep their type (held at the
+ * model's per-part maximum or their whole JSON), and items that are not messages (function
+ * calls and their outputs, reasoning) are counted as their whole JSON.
+ */
+function asMessages(input: unknown): unknown[] {
+  if (input === undefined) return [];
+  if (typeof input === 'string') return [{ role: 'user', content: input }];
+  return (input as Array<Record<string, unknown>>).map((it) => {
+    if (typeof it.role === 'string' && (typeof it.content === 'string' || Array.isArray(it.content))) {
+      const content =
+        typeof it.content === 'string'
+          ? it.content
+          : (it.content as unknown[]).map((p) => {
+              const part = p as { type?: unknown; text?: unknown } | null;
+              return part && typeof part.type === 'string' && TEXT_PARTS.has(part.type) && typeof part.text === 'string'
+                ? { type: 'text', text: part.text }
+                : p;
+            });
+      return { role: it.role, content };
+    }
+    return { role: 'tool', content: JSON.stringify(it) };
+  });
+}
+
+const TERMINAL = new Set(['response.completed', 'response.incomplete', 'response.failed']);
+
+export const createResponse = textOperation({
+  path: '/responses',
+  async plan(core, ctx, body) {
+    const checked = responsesSchema.safeParse(body);
+    if (!checked.success) throw zodError(checked.error, body);
+    const req = checked.data;
+    if (req.input === undefined && !req.instructions) {
+      throw new GatewayError('invalid_request', "Invalid value for 'input': is required", { param: 'input' });
+    }
+    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
+
+    const messages = asMessages(req.input);
+    const injected = await core.context.apply(ctx.key.accountId, req, messages);
+    const context = (injected ?? []).map((m) => (m as { content: string }).content);
+    const instructions = context.length ? [...context, ...(req.instructions ? [req.instructions] : [])].join('\n\n') : req.instructions;
+    const input: PromptInput = {
+      messages: instructions ? [{ role: 'system', content: instructions }, ...messages] : messages,
+      extras: [req.tools, req.tool_choice, req.text],
+      parts: { image: model.maxTokensPerImage, audio: model.maxTokensPerAudio },
+    };
+    const bound = promptTokensBound(input);
+    checkContextWindow(model, bound, () => countPromptTokens(core.tokenizer, input), 'input');
+    let estimate: number | undefined;
+    const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
+    return {
+      model,
+      hold: { bound, estimate: promptTokens, maxOutput: req.max_output_tokens ?? model.maxOutputTokens },
+      stream: req.stream === true,
+      promptTokens,
+      unchanged: !injected && !('brand' in body) && !('knowledge' in body),
+      fields(served) {
+        // The gateway's own fields (brand, knowledge) never go upstream.
+        const out = withoutFields(body, CONTEXT_FIELDS);
+        out.model = served.upstreamModel;
+        if (injected) out.instructions = instructions;
+        return out;
+      },
+      events: (served, apiKey) => eventReader(responseEvents(served), apiKey),
+      answer: (answer) => ({
+        usage: usageOf(answer.usage, 'input_tokens', 'output_tokens'),
+        text: () => responseOutputText(answer.output),
+      }),
+    };
+  },
+});
+
+/** How a Responses stream is read: typed events, `response.completed` (or a failure) ends it with the usage. */
+function responseEvents(model: Model): EventHandler {
+  const renames = model.upstreamModel !== model.id;
+  let usage: Usage | null = null;
+  let produced = '';
+  let done = false;
+  let sequence = 0;
+  return {
+    event(data) {
+      if (data === '[DONE]') return null;
+      const event = parseEvent(data);
+      const type = typeof event.type === 'string' ? event.type : 'message';
+      if (typeof event.sequence_number === 'number') sequence = event.sequence_number + 1;
+      if (type === 'error' || event.error) {
+        const e = (event.error ?? event) as { message?: unknown };
+        throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+      }
+      produced += responseEventText(event);
+      const response = event.response as Record<string, unknown> | undefined;
+      if (TERMINAL.has(type)) {
+        done = true;
+        usage = usageOf(response?.usage, 'input_tokens', 'output_tokens');
+        // Text that only the final event carries (an upstream that sent no deltas).
+        if (!produced) produced = responseOutputText(response?.output);
+      }
+      // The client sees the model it called, not the upstream's name for it.
+      const renamed = renames && response && typeof response.model === 'string';
+      const payload = renamed ? JSON.stringify({ ...event, response: { ...response, model: model.id } }) : data;
+      return `event: ${type}\ndata: ${payload}\n\n`;
+    },
+    complete: () => done,
+    usage: () => usage,
+    produced: () => produced,
+    endFrame: null,
+    // Responses' own error event, carrying the gateway's envelope (`error`) as well, so SDKs
+    // that look for either raise it.
+    errorFrame: (err) =>
+      `event: error\ndata: ${JSON.stringify({ type: 'error', code: err.code, message: err.message, param: err.param, sequence_number: sequence, ...err.toJSON() })}\n\n`,
+  };
+}

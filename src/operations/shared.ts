@@ -1,0 +1,72 @@
+/**
+ * What the operations share: a zod failure as 400 naming the field, the model's limits
+ * checked before anything is held or sent upstream, and the agent-key refusal of media.
+ */
+import type { z } from 'zod';
+import type { Model } from '../catalog/catalog.js';
+import { GatewayError } from '../errors.js';
+import type { RequestContext } from '../pipeline/types.js';
+
+/** ["messages", 0, "role"] -> "messages[0].role" */
+export function paramPath(path: ReadonlyArray<PropertyKey>): string | null {
+  let out = '';
+  for (const p of path) out += typeof p === 'number' ? `[${p}]` : out ? `.${String(p)}` : String(p);
+  return out || null;
+}
+
+/** Whether `path` leads to a present value in `input`. */
+function present(input: unknown, path: ReadonlyArray<PropertyKey>): boolean {
+  let at: unknown = input;
+  for (const p of path) {
+    if (at === null || typeof at !== 'object' || !Object.hasOwn(at, p)) return false;
+    at = (at as Record<PropertyKey, unknown>)[p];
+  }
+  return at !== undefined;
+}
+
+export function zodError(error: z.ZodError, input: unknown): GatewayError {
+  const issue = error.issues[0];
+  const param = issue ? paramPath(issue.path) : null;
+  let message = issue?.message ?? 'Invalid request.';
+  if (issue?.code === 'invalid_type' && !present(input, issue.path)) message = 'is required';
+  return new GatewayError('invalid_request', param ? `Invalid value for '${param}': ${message}` : message, { param });
+}
+
+
+/**
+ * 400 `max_tokens`-style when a requested output cap exceeds the model's `maxOutputTokens`.
+ * `caps` maps each field the client may send (e.g. `max_tokens`, `max_completion_tokens`) to
+ * its value; the first one over the limit is named in `param`.
+ */
+export function checkOutputCap(model: Model, caps: Record<string, number | null | undefined>): void {
+  for (const [param, value] of Object.entries(caps)) {
+    if (typeof value === 'number' && value > model.maxOutputTokens) {
+      throw new GatewayError(
+        'invalid_request',
+        `Invalid value for '${param}': ${value} is more than the ${model.maxOutputTokens} output tokens \`${model.id}\` can produce.`,
+        { param },
+      );
+    }
+  }
+}
+
+/**
+ * 400 `context_length_exceeded` when the prompt does not fit the model's context window.
+ * `bound` is a cheap upper bound of the prompt's tokens (its UTF-8 bytes): when it fits, the
+ * prompt fits and nothing is counted. Otherwise the tokenizer's count (no margin: a prompt is
+ * refused only when it really is too long) decides.
+ */
+export function checkContextWindow(model: Model, bound: number, count: () => number, param: string): void {
+  if (bound <= model.contextLength) return;
+  const tokens = count();
+  if (tokens <= model.contextLength) return;
+  throw new GatewayError(
+    'context_length_exceeded',
+    `This model's maximum context length is ${model.contextLength} tokens. However, your ${param} resulted in about ${tokens} tokens. Please reduce the length of the ${param}.`,
+    { param },
+  );
+}
+
+export function refuseAgentKeys(ctx: RequestContext): void {
+  if (ctx.key.kind === 'agent') throw new GatewayError('permission_denied', 'Agent keys cannot use media endpoints.');
+}

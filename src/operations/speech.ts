@@ -1,0 +1,143 @@
+/**
+ * POST /audio/speech: audio bytes streamed through with the content type of the requested
+ * format; billed per token of `input` and `instructions` (both steer the rendering, and a
+ * provider bills both), counted with the real tokenizer before the call, so the hold is the
+ * exact price.
+ */
+import { z } from 'zod';
+import { listCost } from '../billing/pricing.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
+import { errors, GatewayError } from '../errors.js';
+import { parseJsonObject } from '../http/json.js';
+import type { UpstreamResponse } from '../upstream/client.js';
+import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { openAmountCall } from '../billing/billed-call.js';
+import { refuseAgentKeys, zodError } from './shared.js';
+import { Response } from '@whatwg-node/server';
+
+export const AUDIO_TYPES = {
+  mp3: 'audio/mpeg',
+  opus: 'audio/opus',
+  aac: 'audio/aac',
+  flac: 'audio/flac',
+  wav: 'audio/wav',
+  pcm: 'audio/pcm',
+} as const;
+
+const speechSchema = z.looseObject({
+  model: z.string().min(1),
+  input: z.string().min(1).max(4096),
+  voice: z.union([z.string().min(1), z.looseObject({ id: z.string() })]),
+  response_format: z.enum(['mp3', 'opus', 'aac', 'flac', 'wav', 'pcm']).optional(),
+  speed: z.number().min(0.25).max(4).optional(),
+  instructions: z.string().max(4096).optional(),
+  stream_format: z.enum(['audio']).optional(),
+});
+
+export async function createSpeech(core: Services, ctx: RequestContext): Promise<Response> {
+  refuseAgentKeys(ctx);
+  const bytes = await ctx.body();
+  const body = parseJsonObject(bytes);
+  const checked = speechSchema.safeParse(body);
+  if (!checked.success) throw zodError(checked.error, body);
+  const req = checked.data;
+  const model = await core.catalog.resolve(req.model, ctx.key, 'audio', () => core.grants(ctx.key.accountId));
+  const tokens = core.tokenizer.count(req.input) + (req.instructions ? core.tokenizer.count(req.instructions) : 0);
+  const units = { kind: 'speech_tokens' as const, tokens };
+  const call = await openAmountCall(
+    core,
+    ctx,
+    { id: ctx.requestId, model, amount: listCost(model, units) },
+    `${tokens} input tokens of speech`,
+  );
+
+  const format = req.response_format ?? 'mp3';
+  const abort = new AbortController();
+  const onClientGone = () => abort.abort(new Error('client disconnected'));
+  ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
+  // Once a byte of audio went out the speech was produced and is billed; else nothing is.
+  const finish = (produced: boolean): Promise<void> => {
+    ctx.request.signal?.removeEventListener('abort', onClientGone);
+    return produced ? call.bill(units, 'tokenizer', { upstream: servedBy }) : call.cancel();
+  };
+
+  let res: UpstreamResponse | undefined;
+  /** The upstream that serves the call (the model's first target until one answered). */
+  let servedBy = model.upstream;
+  let sentAny = false;
+  let cut: ((err: Error) => void) | null = null;
+  // Shutdown's grace period is over: stop the audio; what already went out is billed.
+  call.onAbort(() => {
+    abort.abort();
+    res?.discard();
+    void finish(sentAny);
+    cut?.(errors.cutByShutdown('audio'));
+  });
+
+  try {
+    const answer = await callModel(core, ctx, model, async (served) => ({
+      method: 'POST',
+      path: '/audio/speech',
+      headers: upstreamHeaders(ctx.requestId),
+      body: await pluginBody(
+        core,
+        ctx,
+        served,
+        '/audio/speech',
+        { ...body, model: served.upstreamModel },
+        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
+      ),
+      signal: abort.signal,
+    }));
+    res = answer.res;
+    servedBy = answer.served.upstream;
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
+  } catch (err) {
+    void finish(false);
+    throw err;
+  }
+
+  // The audio streams through as it arrives; once a byte has gone out the speech was produced.
+  const upstream = res;
+  const iterator = upstream.body[Symbol.asyncIterator]();
+  const stream = new ReadableStream<Uint8Array>(
+    {
+      start(controller) {
+        cut = (err) => {
+          try {
+            controller.error(err);
+          } catch {
+            // Already closed.
+          }
+        };
+      },
+      async pull(controller) {
+        try {
+          const next = await iterator.next();
+          if (next.done) {
+            // The end of the audio goes out once its charge is in the store.
+            await finish(sentAny);
+            controller.close();
+            return;
+          }
+          sentAny = true;
+          controller.enqueue(next.value);
+        } catch (err) {
+          void finish(sentAny);
+          controller.error(err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The speech stream failed.'));
+        }
+      },
+      cancel() {
+        abort.abort();
+        upstream.discard();
+        void finish(sentAny);
+      },
+    },
+    { highWaterMark: 0 },
+  );
+  return new Response(stream, {
+    status: 200,
+    headers: { 'content-type': AUDIO_TYPES[format] },
+  });
+}

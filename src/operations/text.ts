@@ -1,0 +1,105 @@
+/**
+ * The generic token-priced call every text endpoint is declared over: read the body, let the
+ * endpoint plan it, open the billed call (hold), call the model (retries, fallbacks, the
+ * plugins' say on the body), then relay: a stream through the one stream relay, a plain
+ * answer only after its charge is in the store.
+ */
+import { openTokenCall, refuseIfClosed, type BilledCall } from '../billing/billed-call.js';
+import type { Model } from '../catalog/catalog.js';
+import { errors, GatewayError } from '../errors.js';
+import { jsonText, parseJsonObject } from '../http/json.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
+import type { UpstreamResponse } from '../upstream/client.js';
+import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/relay.js';
+import { relayStream } from '../upstream/stream/relay.js';
+import type { Operation, TextOperation, TextPlan } from './types.js';
+
+export function textOperation(decl: TextOperation): Operation {
+  return {
+    method: 'POST',
+    path: decl.path,
+    idempotent: true,
+    async run(core, ctx) {
+      const bytes = await ctx.body();
+      const plan = await decl.plan(core, ctx, parseJsonObject(bytes));
+      const call = await openTokenCall(core, ctx, plan.model, plan.hold);
+      const { res, served } = await send(core, ctx, plan, call, decl.path, bytes);
+      const headers = served.deprecationHeaders ?? {};
+      if (plan.stream) {
+        const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
+        return relayStream(core, ctx, res, { call, model: served, promptTokens: plan.promptTokens }, reader, headers);
+      }
+      return plainAnswer(core, ctx, plan, call, res, served, headers);
+    },
+  };
+}
+
+/**
+ * Sends the plan's body through the model's targets; the client's bytes go as they came when
+ * nothing changes them. A failure before any answer, or a non-2xx answer, releases the call
+ * (nothing was produced). With the answer comes the model as served (its upstream).
+ */
+async function send(core: Services, ctx: RequestContext, plan: TextPlan, call: BilledCall, path: string, bytes: Uint8Array) {
+  const plugins = core.hooks.has('onUpstreamRequest');
+  try {
+    const answer = await callModel(core, ctx, plan.model, async (served) => {
+      let body: string | Uint8Array;
+      if (!plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = bytes;
+      else {
+        const fields = plan.fields(served);
+        body = JSON.stringify((plugins && (await pluginFields(core, ctx, served, path, fields))) || fields);
+      }
+      // The client's signal is the upstream call's: a client that goes away aborts it.
+      return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: ctx.request.signal ?? undefined };
+    });
+    if (answer.res.status < 200 || answer.res.status >= 300) {
+      throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
+    }
+    return answer;
+  } catch (err) {
+    void call.cancel();
+    throw err;
+  }
+}
+
+/**
+ * A plain answer: everything that can fail on a hostile answer (malformed JSON, a shape that
+ * is not the endpoint's, nesting too deep to re-serialise) happens before billing, so the
+ * client is charged only for an answer it gets; and the answer goes out only once its charge
+ * is in the store (or the settle journal).
+ */
+async function plainAnswer(
+  core: Services,
+  ctx: RequestContext,
+  plan: TextPlan,
+  call: BilledCall,
+  res: UpstreamResponse,
+  served: Model,
+  headers: Record<string, string>,
+): Promise<Response> {
+  let text: string;
+  let read: ReturnType<TextPlan['answer']>;
+  try {
+    text = await res.text();
+    const parsed = JSON.parse(text) as unknown;
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
+    const answer = parsed as Record<string, unknown>;
+    read = plan.answer(answer);
+    // The client sees the model it called, not the upstream's name for it.
+    if (served.upstreamModel !== served.id && answer.model !== served.id) {
+      answer.model = served.id;
+      text = JSON.stringify(answer);
+    }
+  } catch (err) {
+    void call.cancel();
+    if (err instanceof GatewayError) throw err;
+    core.breaker.failure(served.upstream, ctx.key.accountId);
+    throw errors.malformedAnswer(served.upstream);
+  }
+  refuseIfClosed(call);
+  const usage = read.usage;
+  if (usage) await call.bill({ kind: 'tokens', ...usage }, 'usage', { upstream: served.upstream });
+  else await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion: core.tokenizer.count(read.text()) }, 'tokenizer', { upstream: served.upstream });
+  return jsonText(200, text, headers);
+}

@@ -1,0 +1,47 @@
+/**
+ * An operation is one endpoint, declared: its method and path (after /v1), whether it is a
+ * billable POST (it honours Idempotency-Key, and its key-rate check rides on its hold), and
+ * what it does. Token-priced endpoints are declared as `TextOperation`s over one generic
+ * billed call (text.ts); media endpoints declare their own relay (bytes, or a job).
+ */
+import type { Usage } from '../billing/usage.js';
+import type { TokenHold } from '../billing/billed-call.js';
+import type { Model } from '../catalog/catalog.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
+import type { EventReader } from '../upstream/stream/reader.js';
+
+export interface Operation {
+  method: 'GET' | 'POST' | 'DELETE';
+  /** The path after /v1, with `{name}` (one segment) or `{name...}` (the rest) parameters. */
+  path: string;
+  /** A billable POST: Idempotency-Key is honoured, and the key's rate check rides on the hold. */
+  idempotent?: boolean;
+  run(core: Services, ctx: RequestContext): Promise<Response>;
+}
+
+/** What a token-priced call is, once its request was read: everything the billed call needs. */
+export interface TextPlan {
+  /** The model the client called. */
+  model: Model;
+  /** The worst case to hold. */
+  hold: TokenHold;
+  stream: boolean;
+  /** The prompt's tokens counted with the tokenizer, for an answer that reports no usage. */
+  promptTokens(): number;
+  /** The fields to send to `served` (a target of the model: its `upstreamModel` in `model`). */
+  fields(served: Model): Record<string, unknown>;
+  /** Whether the client's own bytes may go upstream as they came (to a target named like the model). */
+  unchanged: boolean;
+  /** The reader of the streamed answer's events. */
+  events(served: Model, apiKey: string): EventReader;
+  /** Reads a plain answer: what it reports and produced; throws when it is not this endpoint's answer. */
+  answer(body: Record<string, unknown>): { usage: Usage | null; text(): string };
+}
+
+/** A token-priced endpoint: it reads its request into a plan; the billed call does the rest. */
+export interface TextOperation {
+  /** The path after /v1, which is also the upstream's path. */
+  path: string;
+  plan(core: Services, ctx: RequestContext, body: Record<string, unknown>): Promise<TextPlan>;
+}

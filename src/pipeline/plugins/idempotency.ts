@@ -1,0 +1,164 @@
+/**
+ * Idempotency-Key on billable POSTs, with Stripe's semantics, scoped per API key:
+ * - the same key and body replays the first answer, with no second upstream call or charge
+ *   (`Idempotent-Replayed: true`);
+ * - a duplicate while the first is still running gets 409 idempotency_conflict;
+ * - the same key with a different body (or path) gets 422 idempotency_mismatch.
+ * Only answers that completed with a status below 500 (other than 402, 409 and 429) are
+ * kept; anything else forgets the key, so the request can be retried with it. A streamed
+ * answer is kept once the stream finished; one the client abandoned is forgotten.
+ */
+import { createHash } from 'node:crypto';
+import type { Exchange, RequestContext, Stage } from '../types.js';
+import { GatewayError } from '../../errors.js';
+import type { IdempotencyStore } from '../../stores/types.js';
+import { Readable } from 'node:stream';
+import { Response } from '@whatwg-node/server';
+
+/** Whether answers are built with the server adapter's own Response (Node), which takes a Node Readable. */
+const NODE_BODIES = Response !== globalThis.Response;
+
+const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
+/** A crashed instance's in-flight marker stops blocking retries after this. */
+const LOCK_TTL_MS = 10 * 60 * 1000;
+const MAX_STORED_BYTES = 8 * 1024 * 1024;
+const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
+/** Headers replayed with a stored answer; rate-limit state is the replay's own. */
+const KEPT_HEADERS = ['content-type', 'deprecation', 'sunset', 'location'];
+
+const unstorable = (status: number) => status >= 500 || status === 402 || status === 409 || status === 429;
+
+export async function withIdempotency(
+  store: IdempotencyStore,
+  ctx: RequestContext,
+  path: string,
+  run: () => Promise<Response>,
+): Promise<Response> {
+  const idemKey = ctx.request.headers.get('idempotency-key');
+  if (idemKey === null) return run();
+  if (!KEY_PATTERN.test(idemKey)) {
+    throw new GatewayError('invalid_request', 'The Idempotency-Key header must be 1 to 255 visible ASCII characters.', {
+      param: 'Idempotency-Key',
+    });
+  }
+  const bytes = await ctx.body();
+  const fingerprint = createHash('sha256').update(`POST ${path}\n`).update(bytes).digest('hex');
+  const scope = `${ctx.key.id}:${createHash('sha256').update(idemKey).digest('hex')}`;
+  const begun = await store.begin(scope, fingerprint, LOCK_TTL_MS).catch((err: unknown) => {
+    throw new GatewayError('service_unavailable', 'The idempotency store is unreachable.', {
+      headers: { 'retry-after': '1' },
+      cause: err,
+    });
+  });
+  if (begun.state !== 'started') {
+    if (begun.fingerprint !== fingerprint) {
+      throw new GatewayError(
+        'idempotency_mismatch',
+        'This Idempotency-Key was already used with a different request body. Use a new key for a new request.',
+        { param: 'Idempotency-Key' },
+      );
+    }
+    if (begun.state === 'in_flight') {
+      throw new GatewayError('idempotency_conflict', 'A request with this Idempotency-Key is still in progress.', {
+        param: 'Idempotency-Key',
+      });
+    }
+    const stored = begun.response;
+    const headers = new Headers({ ...stored.headers, 'idempotent-replayed': 'true' });
+    return new Response(Buffer.from(stored.body, 'base64'), { status: stored.status, headers });
+  }
+
+  let res: Response;
+  try {
+    res = await run();
+  } catch (err) {
+    await store.abandon(scope).catch(() => undefined);
+    throw err;
+  }
+  if (unstorable(res.status) || !res.body) {
+    if (unstorable(res.status)) await store.abandon(scope).catch(() => undefined);
+    else await save(store, scope, fingerprint, res, []);
+    return res;
+  }
+  // Tee the body as it streams out; store it when it ends. A client that goes away cancels
+  // the answer (so the call stops and bills what it produced) and forgets the key at once, so
+  // a retry with it runs instead of meeting 409 until the lock expires.
+  const parts: Uint8Array[] = [];
+  let size = 0;
+  let finished = false;
+  const reader = res.body.getReader();
+  const next = async (): Promise<Uint8Array | null> => {
+    const chunk = await reader.read();
+    if (chunk.done) {
+      finished = true;
+      // Stored before the end reaches the client, so a retry sent right after it replays.
+      if (size <= MAX_STORED_BYTES) await save(store, scope, fingerprint, res, parts);
+      else await store.abandon(scope).catch(() => undefined);
+      return null;
+    }
+    size += chunk.value.byteLength;
+    if (size <= MAX_STORED_BYTES) parts.push(chunk.value);
+    return chunk.value;
+  };
+  const abandon = async (reason?: unknown) => {
+    if (finished) return;
+    finished = true;
+    // Not awaited: a cancel can wait on a read still pending upstream.
+    reader.cancel(reason).catch(() => undefined);
+    await store.abandon(scope).catch(() => undefined);
+  };
+
+  let body: ReadableStream<Uint8Array> | Readable;
+  if (NODE_BODIES) {
+    // On Node the server adapter pipes a Node Readable and destroys it when the client goes
+    // away; a web stream it would only stop reading, leaving the call hanging.
+    body = new Readable({
+      read() {
+        next().then(
+          (chunk) => void this.push(chunk),
+          (err: unknown) => {
+            void abandon(err);
+            this.destroy(err instanceof Error ? err : new Error(String(err)));
+          },
+        );
+      },
+      destroy(err, callback) {
+        void abandon(err);
+        callback(err);
+      },
+    });
+  } else {
+    body = new ReadableStream<Uint8Array>(
+      {
+        async pull(controller) {
+          try {
+            const chunk = await next();
+            if (chunk) controller.enqueue(chunk);
+            else controller.close();
+          } catch (err) {
+            await abandon(err);
+            controller.error(err);
+          }
+        },
+        cancel: (reason) => abandon(reason),
+      },
+      { highWaterMark: 0 },
+    );
+  }
+  return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
+}
+
+async function save(store: IdempotencyStore, scope: string, fingerprint: string, res: Response, parts: Uint8Array[]) {
+  const headers: Record<string, string> = {};
+  for (const h of KEPT_HEADERS) {
+    const v = res.headers.get(h);
+    if (v !== null) headers[h] = v;
+  }
+  const body = Buffer.concat(parts).toString('base64');
+  await store.complete(scope, fingerprint, { status: res.status, headers, body }, REPLAY_TTL_MS).catch(() => undefined);
+}
+
+/** The Idempotency-Key stage of billable POSTs; `sub` is the path after /v1 (part of the fingerprint). */
+export function idempotency(store: IdempotencyStore, contextOf: (x: Exchange) => RequestContext, v1: string): Stage {
+  return (x, next) => (x.route!.idempotent ? withIdempotency(store, contextOf(x), x.path.slice(v1.length), next) : next());
+}

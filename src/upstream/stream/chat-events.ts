@@ -1,0 +1,196 @@
+/**
+ * The chat stream's protocol: upstream SSE events in, client frames out. Each event is
+ * re-framed as `data: ...\n\n`. Canonical events take a byte fast path and go out as they came
+ * when nothing in them needs a look; the others are parsed: usage is kept (and hidden unless
+ * the client asked for it), the model is renamed to the one the client called, the upstream's
+ * key is redacted, and an error event or a malformed one throws. `[DONE]` ends the answer.
+ */
+import type { Model } from '../../catalog/catalog.js';
+import { GatewayError } from '../../errors.js';
+import { redactKey } from '../client.js';
+import { type EventHandler, SseFastPath } from './sse-fast.js';
+import { createStreamOutput, type StreamOutput } from './chat-output.js';
+import type { EventReader } from './reader.js';
+import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
+import { usageFrom } from '../../billing/usage.js';
+
+const encoder = new TextEncoder();
+// Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
+const USAGE_KEY = Buffer.from('"usage"');
+const ERROR_KEY = Buffer.from('"error"');
+/**
+ * A `usage` or `error` key with a non-null value. Inside a JSON string a quote is escaped
+ * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
+ */
+const MAY_CARRY = /"(?:usage|error)"\s*:\s*[^n\s]/;
+
+/** What `onEvent` returns for an event that goes out exactly as it came. */
+const AS_IS = Symbol('as is');
+
+/**
+ * The fast path's marks for each upstream key ('' for none), built once: every stream of an
+ * upstream has the same. Bounded like any cache keyed by configuration.
+ */
+const marksByKey = new Map<string, readonly Buffer[]>();
+function marksFor(apiKey: string): readonly Buffer[] {
+  let marks = marksByKey.get(apiKey);
+  if (!marks) {
+    marks = apiKey ? [USAGE_KEY, ERROR_KEY, Buffer.from(apiKey)] : [USAGE_KEY, ERROR_KEY];
+    if (marksByKey.size >= 64) marksByKey.clear();
+    marksByKey.set(apiKey, marks);
+  }
+  return marks;
+}
+
+export interface ChatEventsOptions {
+  model: Pick<Model, 'id' | 'upstreamModel'>;
+  /** The upstream's key, or '' when there is none to hide. */
+  apiKey: string;
+  /** Whether the client asked for the usage chunk (stream_options.include_usage). */
+  clientWantsUsage: boolean;
+  /** Where usage and produced text are recorded for billing. @default a new one */
+  output?: StreamOutput;
+}
+
+/** The chat stream's reader: `[DONE]` ends the answer. */
+export type ChatEvents = EventReader;
+
+/** The error event a stream that failed after its 200 ends with (then `[DONE]`). */
+export const errorEvent = (err: GatewayError): Uint8Array =>
+  encodeEvent(
+    JSON.stringify({
+      ...err.toJSON(),
+      choices: [{ index: 0, delta: { content: '' }, finish_reason: 'error' }],
+    }),
+  );
+
+export function createChatEvents({ model, apiKey, clientWantsUsage, output = createStreamOutput() }: ChatEventsOptions): ChatEvents {
+  /** The generic parser, made at the first event not in canonical form (rare). */
+  let parser: SseParser | null = null;
+  const generic = (): SseParser => (parser ??= new SseParser());
+  // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
+  // that contains it leaves the byte fast path and goes out redacted. So does one that may
+  // carry usage or an error.
+  const fast = new SseFastPath(marksFor(apiKey));
+  /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
+  let slow = false;
+  let sawDone = false;
+  let doneFramed = false;
+  const renames = model.upstreamModel !== model.id;
+
+  /**
+   * Handles one upstream event; returns the frame to send, AS_IS when that frame is the event's
+   * own data unchanged, or null to skip it. Throws on a bad event.
+   */
+  const onEvent = (raw: string): string | typeof AS_IS | null => {
+    const data = apiKey ? redactKey(raw, apiKey) : raw;
+    if (data === '[DONE]') {
+      sawDone = true;
+      return null;
+    }
+    // Fast path: a JSON object that carries no usage and no error, under the model's own name,
+    // goes out as it came, unparsed; its text is counted later only if usage never arrives.
+    if (!renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
+      output.defer(data);
+      return data === raw ? AS_IS : frameEvent(data);
+    }
+    let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
+    try {
+      chunk = JSON.parse(data) as typeof chunk;
+    } catch {
+      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+    }
+    if (chunk === null || typeof chunk !== 'object') {
+      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+    }
+    if (chunk.error) {
+      const e = chunk.error as { message?: unknown };
+      throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+    }
+    const u = usageFrom(chunk.usage);
+    if (u) output.usage = u;
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    output.add(chunk);
+    // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
+    if (u && choices.length === 0 && !clientWantsUsage) return null;
+    // Like plain answers: the client sees the model it called, not the upstream's name for it.
+    const { id, upstreamModel } = model;
+    if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
+      return frameEvent(JSON.stringify({ ...chunk, model: id }));
+    }
+    return data === raw ? AS_IS : frameEvent(data);
+  };
+
+  /** `onEvent` for the generic parser's events: the frame as text, or null. */
+  const frameOf = (raw: string): string | null => {
+    const frame = onEvent(raw);
+    return frame === AS_IS ? frameEvent(raw) : frame;
+  };
+
+  /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts); `marked`: it holds usage, error or the key. */
+  const onEventBytes: EventHandler = (buf, start, end, marked) => {
+    if (!renames && !marked && buf[start] === 123 && buf[end - 1] === 125) {
+      output.deferBytes(buf, start, end);
+      return 'verbatim';
+    }
+    // Parsed (usage, an error, the key, a rename), but usually sent unchanged: then its bytes
+    // go out as they came, in the same write as the events around it, with no re-encoding.
+    const frame = onEvent(buf.toString('utf8', start, end));
+    return frame === AS_IS ? 'verbatim' : frame === null ? null : encoder.encode(frame);
+  };
+
+  /**
+   * The frames of one upstream read go out as one chunk: a read usually holds several events,
+   * and one write per event would cost a syscall each.
+   */
+  const framesOf = (events: string[]): string => {
+    let out = '';
+    for (const data of events) {
+      if (sawDone) break;
+      const frame = frameOf(data);
+      if (frame) out += frame;
+    }
+    return out;
+  };
+
+  /** Everything to send for one upstream read. */
+  const relay = (chunk: Uint8Array): Uint8Array[] => {
+    if (slow) {
+      const text = framesOf(generic().push(chunk));
+      return text ? [encoder.encode(text)] : [];
+    }
+    const r = fast.push(chunk, onEventBytes);
+    if (r.done) {
+      sawDone = true;
+      doneFramed = r.doneFramed === true;
+    }
+    if (r.rest) {
+      slow = true;
+      const text = framesOf(generic().push(r.rest));
+      if (text) r.out.push(encoder.encode(text));
+    }
+    return r.out;
+  };
+
+  return {
+    push: relay,
+    end() {
+      const pending = fast.takePending();
+      const parts = pending ? relay(pending) : [];
+      if (parser) {
+        const text = framesOf(parser.end().events);
+        if (text) parts.push(encoder.encode(text));
+      }
+      return parts;
+    },
+    get done() {
+      return sawDone;
+    },
+    get doneFramed() {
+      return doneFramed;
+    },
+    endFrame: DONE_EVENT,
+    errorFrames: (err) => [errorEvent(err), DONE_EVENT],
+    produced: () => output.produced(),
+  };
+}

@@ -1,0 +1,93 @@
+/**
+ * What the one stream relay needs of an API's events: an event reader turns the upstream's
+ * reads into the frames the client gets, says when the answer is complete, how a failure
+ * after the 200 is told, and what the stream produced for its bill. Chat has a byte-level
+ * reader (chat-events.ts); the other APIs read parsed events through `eventReader`.
+ */
+import { GatewayError } from '../../errors.js';
+import type { Usage } from '../../billing/usage.js';
+import { redactKey } from '../client.js';
+import { SseParser } from './sse.js';
+
+const encoder = new TextEncoder();
+
+/** What a stream produced: the upstream's usage when it came, else the output to count. */
+export interface Produced {
+  usage: Usage | null;
+  /** Every kind of output produced, as text for the tokenizer ('' when nothing was). */
+  text(): string;
+}
+
+export interface EventReader {
+  /** The frames to send for one upstream read. Throws a GatewayError on an error event or a malformed one. */
+  push(chunk: Uint8Array): Uint8Array[];
+  /** The frames of what the upstream left when its body ended. Throws like `push`. */
+  end(): Uint8Array[];
+  /** True once the answer's end came: the answer is complete. */
+  readonly done: boolean;
+  /** True when the frames returned already end with `endFrame`: add none. */
+  readonly doneFramed: boolean;
+  /** What goes out after the last event of a complete answer (`data: [DONE]`), or null. */
+  readonly endFrame: Uint8Array | null;
+  /** The frames a stream that failed after its 200 ends with. */
+  errorFrames(err: GatewayError): Uint8Array[];
+  produced(): Produced;
+}
+
+/** How one API's parsed events are read (the generic reader's part per API). */
+export interface EventHandler {
+  /** The frame to send for one upstream event's data, or null to skip it; throws a GatewayError on an error event. */
+  event(data: string): string | null;
+  /** Whether the upstream reached its proper end (its last event came). */
+  complete(): boolean;
+  /** The usage the upstream reported, once it did. */
+  usage(): Usage | null;
+  /** Every kind of output produced so far, as text to count when no usage came. */
+  produced(): string;
+  /** What goes out after the last event (`data: [DONE]`), if anything. */
+  endFrame: string | null;
+  /** The event(s) that report a failure after the 200. */
+  errorFrame(err: GatewayError): string;
+}
+
+/**
+ * A reader over the generic SSE parser: each event's data (the upstream's key redacted) goes
+ * to `handler`, whose frames go out together, one part per upstream read.
+ */
+export function eventReader(handler: EventHandler, apiKey: string): EventReader {
+  const parser = new SseParser();
+  const framesOf = (events: string[]): Uint8Array[] => {
+    let out = '';
+    for (const raw of events) {
+      if (handler.complete()) break;
+      const frame = handler.event(apiKey ? redactKey(raw, apiKey) : raw);
+      if (frame) out += frame;
+    }
+    return out ? [encoder.encode(out)] : [];
+  };
+  const endFrame = handler.endFrame ? encoder.encode(handler.endFrame) : null;
+  return {
+    push: (chunk) => framesOf(parser.push(chunk)),
+    end: () => framesOf(parser.end().events),
+    get done() {
+      return handler.complete();
+    },
+    doneFramed: false,
+    endFrame,
+    errorFrames: (err) => [encoder.encode(handler.errorFrame(err))],
+    produced: () => ({ usage: handler.usage(), text: () => handler.produced() }),
+  };
+}
+
+/** Parses one event's data as a JSON object, or 502 as a malformed event. */
+export function parseEvent(data: string): Record<string, unknown> {
+  const malformed = () => new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+  let value: unknown;
+  try {
+    value = JSON.parse(data);
+  } catch {
+    throw malformed();
+  }
+  if (!value || typeof value !== 'object' || Array.isArray(value)) throw malformed();
+  return value as Record<string, unknown>;
+}

@@ -1,0 +1,282 @@
+/**
+ * The one SSE relay of every streamed endpoint. The endpoint's event reader turns each
+ * upstream read into the client's frames, flushed as they arrive; a `: keep-alive` comment
+ * goes out while the upstream is silent; a failure after the 200 (the upstream broke off, sent
+ * garbage or an error event, or shutdown cut the stream) becomes the reader's error frames: a
+ * cut answer never looks like a finished one.
+ *
+ * Whatever way the stream ends, it is billed once (`settleStream`): the upstream's usage when
+ * it came, else the produced output counted with the tokenizer, else (nothing produced) the
+ * hold is released. The answer's last frames (the usage chunk, the end marker) are written
+ * only after that charge is in the store: a client holding a whole answer has paid for it.
+ */
+import { Response } from '@whatwg-node/server';
+import type { BilledCall } from '../../billing/meter.js';
+import type { Tokenizer } from '../../billing/tokens.js';
+import type { Model } from '../../catalog/catalog.js';
+import { errors, GatewayError } from '../../errors.js';
+import { withHeaders } from '../../http/objects.js';
+import type { RequestContext } from '../../pipeline/types.js';
+import type { Services } from '../../services.js';
+import { upstreamFailure } from '../client.js';
+import type { UpstreamResponse } from '../types.js';
+import { type Sink, streamBody } from './bodies.js';
+import type { EventReader } from './reader.js';
+import { KEEP_ALIVE } from './sse.js';
+
+/** The billed call a stream settles, and how to count a prompt whose usage never came. */
+export interface StreamCall {
+  call: BilledCall;
+  /** The model as served (its upstream is the one that answered). */
+  model: Model;
+  promptTokens(): number;
+}
+
+const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
+
+/** What Promise.race returns when the upstream had nothing more buffered this turn. */
+const NOT_YET = Symbol('not yet');
+const nextTurn = (): Promise<typeof NOT_YET> => new Promise((resolve) => setImmediate(resolve, NOT_YET));
+
+/** Reads the rest of an upstream body nobody needs, so its connection can go back to the pool. */
+const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
+  void (async () => {
+    try {
+      while (!(await iterator.next()).done);
+    } catch {
+      // Failed after the answer was complete: nothing left to bill or tell.
+    }
+  })();
+};
+
+/** Bills what the stream produced, once: usage, else the counted output, else nothing (released). */
+export function settleStream(billing: StreamCall, reader: EventReader, tokenizer: Tokenizer): Promise<void> {
+  const { call, model } = billing;
+  const produced = reader.produced();
+  if (produced.usage) return call.bill({ kind: 'tokens', ...produced.usage }, 'usage', { upstream: model.upstream });
+  const text = produced.text();
+  if (text.length === 0) return call.cancel();
+  return call.bill({ kind: 'tokens', prompt: billing.promptTokens(), completion: tokenizer.count(text) }, 'tokenizer', {
+    upstream: model.upstream,
+  });
+}
+
+const SSE_HEADERS = {
+  'content-type': 'text/event-stream; charset=utf-8',
+  // no-transform: proxies and compression middleware must not buffer the stream.
+  'cache-control': 'no-cache, no-transform',
+  'x-accel-buffering': 'no',
+};
+
+export async function relayStream(
+  core: Services,
+  ctx: RequestContext,
+  res: UpstreamResponse,
+  billing: StreamCall,
+  reader: EventReader,
+  headers: Record<string, string>,
+): Promise<Response> {
+  const relay = new StreamRelay(core, ctx, res, billing, reader);
+  // What the upstream sent along with its headers is read before the answer starts. A short
+  // answer from a fast upstream is often complete by then (its end included): it goes out as
+  // one body with a Content-Length, in one write like a plain answer, instead of through a
+  // stream, chunked framing and a keep-alive timer. Otherwise the frames read so far (or the
+  // failure found in them) open the stream below, and nothing is read twice.
+  const complete = await relay.completeOnArrival();
+  if (complete) {
+    const h = withHeaders({ ...SSE_HEADERS }, headers);
+    h['content-length'] = String(complete.byteLength);
+    return new Response(complete as Uint8Array<ArrayBuffer>, { status: 200, headers: h });
+  }
+  const stream = streamBody({
+    start: (sink) => relay.start(sink),
+    pull: (sink) => relay.pullInto(sink),
+    cancel: () => relay.cancel(),
+    ended: () => relay.ended,
+  });
+  return new Response(stream as ReadableStream<Uint8Array>, { status: 200, headers: withHeaders({ ...SSE_HEADERS }, headers) });
+}
+
+/** One stream's relay state: what was read ahead, the keep-alive timer, whether it ended. */
+class StreamRelay {
+  ended = false;
+  private keepAlive: NodeJS.Timeout | undefined;
+  private iterator: AsyncIterator<Uint8Array> | null = null;
+  private pending: Promise<IteratorResult<Uint8Array>> | null = null;
+  private carried: Uint8Array[] | null = null;
+  private carriedError: unknown = null;
+  private sink: Sink | null = null;
+
+  constructor(
+    private readonly core: Services,
+    private readonly ctx: RequestContext,
+    private readonly res: UpstreamResponse,
+    private readonly billing: StreamCall,
+    private readonly reader: EventReader,
+  ) {
+    ctx.observed.record.stream = true;
+    core.counters.openStreams++;
+    // Shutdown's grace period is over: the answer is cut like any failed stream, and what was
+    // produced so far is billed.
+    billing.call.onAbort(() => {
+      if (this.ended) return;
+      this.res.discard();
+      void this.end();
+      this.tell(this.reader.errorFrames(errors.cutByShutdown()));
+    });
+    // Belt and braces: some servers report a disconnect only through the request's signal.
+    ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
+  }
+
+  private iter(): AsyncIterator<Uint8Array> {
+    return (this.iterator ??= this.res.body[Symbol.asyncIterator]());
+  }
+
+  /** Ends the relay once and bills it; resolves when the charge is in the store. */
+  private end(): Promise<void> {
+    if (this.ended) return Promise.resolve();
+    this.ended = true;
+    this.core.counters.openStreams--;
+    clearTimeout(this.keepAlive);
+    return settleStream(this.billing, this.reader, this.core.tokenizer);
+  }
+
+  /**
+   * The whole answer, when it came with the headers (settled before it is returned), else
+   * null with what was read kept for the stream. A transport that can tell hands over what it
+   * has already received at once; otherwise the first read is given until the next turn.
+   */
+  async completeOnArrival(): Promise<Uint8Array | null> {
+    const received = this.res.received?.() ?? null;
+    let early: IteratorResult<Uint8Array> | typeof NOT_YET;
+    if (received) early = { done: false, value: received };
+    else {
+      this.pending = this.iter().next();
+      early = await Promise.race([this.pending, nextTurn()]).catch((): typeof NOT_YET => NOT_YET);
+    }
+    if (typeof early !== 'object' || early.done) return null;
+    this.pending = null;
+    try {
+      this.carried = this.reader.push(early.value);
+    } catch (err) {
+      this.carriedError = err;
+      return null;
+    }
+    if (!this.reader.done) return null;
+    const parts = this.carried;
+    this.carried = null;
+    if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
+    if (this.iterator || !this.res.skipRest) drainRest(this.iter());
+    else this.res.skipRest();
+    await this.end();
+    const record = this.ctx.observed.record;
+    record.ttfbMs = performance.now() - record.startedAt;
+    return joined(parts);
+  }
+
+  start(sink: Sink): void {
+    this.sink = sink;
+    const core = this.core;
+    this.keepAlive = setTimeout(
+      function tick(this: void, relay: StreamRelay) {
+        if (relay.ended) return;
+        try {
+          sink.push(KEEP_ALIVE);
+        } catch {
+          return;
+        }
+        relay.keepAlive?.refresh();
+      },
+      core.cfg.limits.streamKeepAliveMs,
+      this,
+    );
+  }
+
+  private read(): Promise<IteratorResult<Uint8Array>> {
+    const p = this.pending ?? this.iter().next();
+    this.pending = null;
+    return p;
+  }
+
+  /** The answer's body bytes, noting when the first one went out (time to first token). */
+  private send(sink: Sink, parts: Uint8Array[]): void {
+    if (parts.length === 0) return;
+    const record = this.ctx.observed.record;
+    if (record.ttfbMs === null) record.ttfbMs = performance.now() - record.startedAt;
+    sink.push(joined(parts));
+  }
+
+  /** Reads the upstream until something was sent or the stream ended; never throws. */
+  async pullInto(sink: Sink): Promise<void> {
+    if (this.ended) return;
+    try {
+      if (this.carriedError) {
+        const err = this.carriedError;
+        this.carriedError = null;
+        throw err;
+      }
+      if (this.carried) {
+        const parts = this.carried;
+        this.carried = null;
+        if (parts.length) return this.send(sink, parts);
+      }
+      for (;;) {
+        const next = await this.read();
+        if (this.ended) return;
+        this.keepAlive?.refresh();
+        const parts = next.done ? this.reader.end() : this.reader.push(next.value);
+        if (next.done && !this.reader.done) {
+          this.send(sink, parts);
+          throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
+        }
+        if (this.reader.done) return await this.finish(sink, parts, next.done === true);
+        if (parts.length) return this.send(sink, parts);
+      }
+    } catch (err) {
+      if (this.ended) return;
+      await this.fail(sink, err);
+    }
+  }
+
+  /**
+   * The answer is complete: the charge lands first, then the last frames and the end marker
+   * go out. An upstream that keeps its side open after its end has the rest of its body read
+   * (and ignored) in the background, so the connection can go back to the pool.
+   */
+  private async finish(sink: Sink, parts: Uint8Array[], bodyEnded: boolean): Promise<void> {
+    if (!bodyEnded) drainRest(this.iter());
+    await this.end();
+    if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
+    this.send(sink, parts);
+    sink.close();
+  }
+
+  private async fail(sink: Sink, err: unknown): Promise<void> {
+    const { core, ctx, billing } = this;
+    this.res.discard();
+    const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
+    if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
+    core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
+    if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
+    await this.end();
+    this.sink = sink;
+    this.tell(this.reader.errorFrames(gErr));
+  }
+
+  /** Writes frames that end the stream, if the client is still there. */
+  private tell(frames: Uint8Array[]): void {
+    try {
+      for (const f of frames) this.sink?.push(f);
+      this.sink?.close();
+    } catch {
+      // The client is gone too.
+    }
+  }
+
+  /** The client went away: stop the upstream and bill what was produced so far. */
+  cancel(): void {
+    if (this.ended) return;
+    this.res.discard();
+    void this.end();
+  }
+}
