@@ -34,7 +34,7 @@ import { route } from './pipeline/plugins/route.js';
 import { userHooks } from './pipeline/plugins/user-hooks.js';
 import { createRouter } from './pipeline/router.js';
 import type { Exchange, GatewayServerContext } from './pipeline/types.js';
-import { createServices, type ServicesOptions } from './services.js';
+import { createServices, type Services, type ServicesOptions } from './services.js';
 
 export type { GatewayServerContext } from './pipeline/types.js';
 
@@ -125,38 +125,13 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     }
   }
 
-  /** Graceful shutdown: refuse new calls, give those in flight the grace period, then cut what is left (billing what it produced). */
-  async function drainAll(): Promise<void> {
-    draining = true;
-    const deadline = Date.now() + cfg.shutdownGraceMs;
-    while (inFlight > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-    if (await core.meter.idle(Math.max(0, deadline - Date.now()))) return;
-    log.warn({ msg: 'shutdown grace period over; cutting the calls still open', open: core.meter.openCalls() });
-    built.cut();
-    core.meter.abortAll();
-    await core.meter.idle(1_000);
-  }
-
-  const extras: ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras = {
-    handle: handle as ServerAdapterBaseObject<GatewayServerContext>['handle'],
-    ready,
-    admin,
-    config: cfg,
-    usesSimulator: [...core.upstreams.values()].some((u) => u.simulated),
-    adminHandler(adminOptions) {
-      const http = createAdminHttp(core, admin, adminOptions);
-      return async (request) => {
-        await ready;
-        const { path, query } = requestTarget(request, undefined);
-        return http.handle(request, path, query, newRequestId());
-      };
-    },
-  };
+  const extras = extrasOf(core, admin, ready, handle);
   const adapter = createServerAdapter<GatewayServerContext, typeof extras>(extras, {
     plugins: [
       {
         async onDispose() {
-          await drainAll();
+          draining = true;
+          await finishCalls(core, () => inFlight, built.cut);
           await hooks.run('onDispose');
           await built.stopBackground();
           await core.meter.dispose();
@@ -171,4 +146,39 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   // /v1 exchanges take the gateway's own bridge.
   const pluginsSee = (['onRequest', 'onResponse', 'onAuthenticated', 'onUpstreamRequest'] as const).some((h) => hooks.has(h));
   return pluginsSee ? adapter : withNodeBridge(adapter, handle, `${paths.v1}/`, log);
+}
+
+/** Shutdown: give the calls in flight the grace period to finish, then cut what is left (billing what it produced). */
+async function finishCalls(core: Services, inFlight: () => number, cut: () => void): Promise<void> {
+  const deadline = Date.now() + core.cfg.shutdownGraceMs;
+  while (inFlight() > 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+  if (await core.meter.idle(Math.max(0, deadline - Date.now()))) return;
+  core.log.warn({ msg: 'shutdown grace period over; cutting the calls still open', open: core.meter.openCalls() });
+  cut();
+  core.meter.abortAll();
+  await core.meter.idle(1_000);
+}
+
+/** What the gateway object carries beside the server adapter's own. */
+function extrasOf(
+  core: Services,
+  admin: Admin,
+  ready: Promise<void>,
+  handle: (request: Request, serverContext: GatewayServerContext) => Promise<Response>,
+): ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras {
+  return {
+    handle: handle as ServerAdapterBaseObject<GatewayServerContext>['handle'],
+    ready,
+    admin,
+    config: core.cfg,
+    usesSimulator: [...core.upstreams.values()].some((u) => u.simulated),
+    adminHandler(adminOptions) {
+      const http = createAdminHttp(core, admin, adminOptions);
+      return async (request) => {
+        await ready;
+        const { path, query } = requestTarget(request, undefined);
+        return http.handle(request, path, query, newRequestId());
+      };
+    },
+  };
 }

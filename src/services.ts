@@ -114,18 +114,9 @@ export function createServices(
   const observers: Observer[] = [...(cfg.accessLog ? [accessLog(log)] : []), ...(metrics ? [metrics.observer] : []), tracing];
 
   const tokenizer = createTokenizer();
-  const upstreams = new Map<string, Upstream>();
-  for (const [name, u] of Object.entries(cfg.upstreams)) {
-    if ('call' in u) upstreams.set(name, customUpstream(name, u));
-    else upstreams.set(name, 'simulate' in u ? createSimulator(name, u, tokenizer) : createHttpUpstream(name, u));
-  }
+  const upstreams = upstreamsOf(cfg, tokenizer);
   const breaker = createBreaker(now);
   const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
-  /** A charge no request's access line carries (a video job): its own log line, and the metrics. */
-  const unobserved = (c: UnobservedCharge) => {
-    log.info({ msg: 'job billed', job_id: c.entryId, account: c.accountId, model: c.model, units: c.units, cost_usd: formatUsd(c.cost) });
-    metrics?.charge(c.model, c.units, c.cost);
-  };
 
   const core: Services = {
     cfg,
@@ -142,7 +133,7 @@ export function createServices(
       windowsId: stores.limits.windowsId,
       // Not awaited: a slow plugin never holds up the answer or the next settle.
       onBilled: hooks.has('onBilled') ? (entry) => void hooks.run('onBilled', { entry }) : undefined,
-      onUnobservedCharge: unobserved,
+      onUnobservedCharge: (c) => reportCharge(c, log, metrics),
     }),
     tokenizer,
     upstreams,
@@ -206,4 +197,19 @@ function storesFor(cfg: GatewayConfig, now: () => number): Stores {
         : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
   const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
   throw new GatewayError('internal_error', `${what} needs stores built first: ${how}, or use the CLI.`);
+}
+
+function upstreamsOf(cfg: GatewayConfig, tokenizer: Tokenizer): Map<string, Upstream> {
+  const upstreams = new Map<string, Upstream>();
+  for (const [name, u] of Object.entries(cfg.upstreams)) {
+    if ('call' in u) upstreams.set(name, customUpstream(name, u));
+    else upstreams.set(name, 'simulate' in u ? createSimulator(name, u, tokenizer) : createHttpUpstream(name, u));
+  }
+  return upstreams;
+}
+
+/** A charge no request's access line carries (a video job): its own log line, and the metrics. */
+function reportCharge(c: UnobservedCharge, log: Logger, metrics: Metrics | null): void {
+  log.info({ msg: 'job billed', job_id: c.entryId, account: c.accountId, model: c.model, units: c.units, cost_usd: formatUsd(c.cost) });
+  metrics?.charge(c.model, c.units, c.cost);
 }

@@ -25,7 +25,6 @@ import type {
   LedgerUnits,
   Measurement,
   SettleRequest,
-  SettleResult,
   WalletView,
   WindowHit,
   WindowResult,
@@ -33,26 +32,11 @@ import type {
 import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
 import { listCost } from './pricing.js';
+import { monthOf } from './months.js';
+import { OpenCalls } from './open-calls.js';
+import { SettleWriter } from './settles.js';
 
-/** The month monthOf worked out last, and the unix-ms range it covers (every call of a month hits it). */
-let lastMonth = { from: 0, to: -1, month: '' };
-
-/** "YYYY-MM" of a unix-ms time, in UTC: the month a monthly cap counts. */
-export function monthOf(ms: number): string {
-  if (ms >= lastMonth.from && ms < lastMonth.to) return lastMonth.month;
-  const d = new Date(ms);
-  const year = d.getUTCFullYear();
-  const month = d.getUTCMonth();
-  const name = `${year}-${String(month + 1).padStart(2, '0')}`;
-  if (!Number.isNaN(year)) lastMonth = { from: Date.UTC(year, month, 1), to: Date.UTC(year, month + 1, 1), month: name };
-  return name;
-}
-
-/** 00:00 UTC on the first day of the next month: when monthly caps reset. */
-export function nextMonthStart(ms: number): Date {
-  const d = new Date(ms);
-  return new Date(Date.UTC(d.getUTCFullYear(), d.getUTCMonth() + 1, 1));
-}
+export { monthOf, nextMonthStart } from './months.js';
 
 export type HoldRefusal = Extract<HoldResult, { ok: false }>;
 
@@ -174,16 +158,6 @@ export interface Meter {
   dispose(): Promise<void>;
 }
 
-/** Retry delays of a settle the store refused: doubling from 100 ms up to 30 s, forever. */
-const FIRST_RETRY_MS = 100;
-const MAX_RETRY_MS = 30_000;
-
-interface OpenEntry {
-  call: CallImpl;
-  ttlMs: number;
-  renewedAt: number;
-}
-
 class CallImpl implements BilledCall {
   closed = false;
   abortHandler: (() => void) | null = null;
@@ -275,14 +249,9 @@ interface MeterInternals {
 }
 
 export function createMeter(deps: MeterDeps): Meter {
-  const { billing, journal, log } = deps;
-  const open = new Map<CallImpl, OpenEntry>();
-  let nonDurable = 0;
-  const idleWaiters = new Set<() => void>();
-  /** Settles being retried, by journal identity. */
-  const retrying = new Map<string, SettleRequest>();
-  let disposed = false;
-
+  const { billing, log } = deps;
+  const settles = new SettleWriter(billing, deps.journal, log, deps.onBilled);
+  const open = new OpenCalls(billing, deps.holdTtlMs, deps.now, log);
   const internals: MeterInternals = {
     now: deps.now,
     unobserved(charge) {
@@ -292,11 +261,8 @@ export function createMeter(deps: MeterDeps): Meter {
         log.error({ msg: 'reporting a charge failed', entry_id: charge.entryId, err: errMessage(err) });
       }
     },
-    forget(call) {
-      if (!open.delete(call)) return;
-      if (!call.durable && --nonDurable === 0) for (const wake of idleWaiters) wake();
-    },
-    write: (req) => write(req),
+    forget: (call) => open.forget(call),
+    write: (req) => settles.write(req),
     async release(call) {
       try {
         await billing.release(call.accountId, call.id);
@@ -307,98 +273,8 @@ export function createMeter(deps: MeterDeps): Meter {
     },
   };
 
-  const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
-
-  function billed(req: SettleRequest, r: SettleResult): void {
-    if (!deps.onBilled) return;
-    const held = r.held ?? 0n;
-    deps.onBilled({ ...req.entry, cost: r.charged, held, exceededHold: r.charged > held });
-  }
-
-  async function write(req: SettleRequest): Promise<void> {
-    try {
-      const r = await billing.settle(req);
-      if (r.settled) billed(req, r);
-    } catch (err) {
-      log.error({ msg: 'settle failed; kept in the settle journal and retried', holdId: req.holdId, err: errMessage(err) });
-      keep(req);
-    }
-  }
-
-  /** Journals a settle and retries it with backoff until it lands. */
-  function keep(req: SettleRequest): void {
-    const id = idOf(req);
-    if (retrying.has(id)) return;
-    try {
-      journal.add(req);
-    } catch (err) {
-      log.error({ msg: 'could not write the settle journal', holdId: req.holdId, err: errMessage(err) });
-    }
-    retrying.set(id, req);
-    let delay = FIRST_RETRY_MS;
-    const attempt = async () => {
-      if (disposed || !retrying.has(id)) return;
-      if (await land(req)) return;
-      delay = Math.min(delay * 2, MAX_RETRY_MS);
-      setTimeout(() => void attempt(), delay).unref();
-    };
-    setTimeout(() => void attempt(), delay).unref();
-  }
-
-  /** One try of a kept settle; true once it is in the store (or was already). */
-  async function land(req: SettleRequest): Promise<boolean> {
-    try {
-      const r = await billing.settle(req);
-      if (r.settled) billed(req, r);
-    } catch {
-      return false;
-    }
-    retrying.delete(idOf(req));
-    try {
-      journal.remove(req);
-    } catch (err) {
-      log.error({ msg: 'could not update the settle journal', holdId: req.holdId, err: errMessage(err) });
-    }
-    log.info({ msg: 'kept settle landed', holdId: req.holdId });
-    return true;
-  }
-
-  // Settles an earlier process could not write are replayed first (idempotent per hold id).
-  for (const req of journal.entries()) {
-    retrying.set(idOf(req), req);
-  }
-  const replay = Promise.all(
-    [...retrying.values()].map(async (req) => {
-      retrying.delete(idOf(req));
-      if (!(await land(req))) keep(req);
-    }),
-  );
-
-  // Live calls renew their holds a third of the way through the TTL, so a slow stream keeps
-  // its hold and a crashed instance's holds still expire within one TTL.
-  const period = Math.max(50, Math.floor(deps.holdTtlMs / 3));
-  const renewTimer = setInterval(() => {
-    const t = deps.now();
-    for (const entry of open.values()) {
-      if (t - entry.renewedAt < entry.ttlMs / 3) continue;
-      entry.renewedAt = t;
-      billing.renewHold(entry.call.accountId, entry.call.id, entry.ttlMs).catch((err: unknown) => {
-        // A missed renewal is harmless while the next one lands; if the hold does expire,
-        // the settle still bills the call in full.
-        log.warn({ msg: 'hold renewal failed', holdId: entry.call.id, err: errMessage(err) });
-      });
-    }
-  }, period);
-  renewTimer.unref();
-
-  function register(call: CallImpl, ttlMs: number): void {
-    open.set(call, { call, ttlMs, renewedAt: deps.now() });
-    if (!call.durable) nonDurable++;
-  }
-
   // The key's window hit rides on the hold only when both live in one place (one driver).
   const folds = billing.hitAndPlaceHold !== undefined && billing.windowsId !== undefined && billing.windowsId === deps.windowsId;
-
   /** Places the hold, counting the request's deferred key check first, in the same step when the stores can. */
   async function place(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
     if (!check) return billing.placeHold(hold);
@@ -415,18 +291,12 @@ export function createMeter(deps: MeterDeps): Meter {
   const meter: Meter = {
     async tryOpen(req) {
       const ttlMs = req.ttlMs ?? deps.holdTtlMs;
-      const result = await place({
-        holdId: req.id,
-        accountId: req.key.accountId,
-        keyId: req.key.id,
-        amount: req.amount,
-        monthlyCap: req.key.monthlyCap,
-        month: monthOf(deps.now()),
-        ttlMs,
-      }, req.keyCheck);
+      const { id, key, amount } = req;
+      const hold = { holdId: id, accountId: key.accountId, keyId: key.id, amount, monthlyCap: key.monthlyCap, month: monthOf(deps.now()), ttlMs };
+      const result = await place(hold, req.keyCheck);
       if (!result.ok) return result;
-      const call = new CallImpl(internals, req.id, req.key.accountId, req.key.id, req.model, req.amount, req.durable === true, req.observed);
-      register(call, ttlMs);
+      const call = new CallImpl(internals, id, key.accountId, key.id, req.model, amount, req.durable === true, req.observed);
+      open.add(call, ttlMs);
       return { ok: true, call };
     },
     async open(req, refuse) {
@@ -434,65 +304,25 @@ export function createMeter(deps: MeterDeps): Meter {
       if (!r.ok) throw refuse(r);
       return r.call;
     },
-    resume({ id, accountId, keyId, model, durable }) {
-      return new CallImpl(internals, id, accountId, keyId, model, 0n, durable === true);
-    },
+    resume: ({ id, accountId, keyId, model, durable }) => new CallImpl(internals, id, accountId, keyId, model, 0n, durable === true),
     async report(key) {
-      const [usage, wallet] = await Promise.all([
-        billing.keyUsage(key.accountId, key.id, monthOf(deps.now())),
-        billing.wallet(key.accountId),
-      ]);
+      const month = monthOf(deps.now());
+      const [usage, wallet] = await Promise.all([billing.keyUsage(key.accountId, key.id, month), billing.wallet(key.accountId)]);
       return { usage, wallet };
     },
-    openCalls: () => nonDurable,
-    pendingSettles: () => retrying.size,
-    abortAll() {
-      for (const { call } of [...open.values()]) {
-        if (call.durable || call.closed) continue;
-        if (call.abortHandler) {
-          try {
-            call.abortHandler();
-          } catch (err) {
-            log.error({ msg: 'aborting a call failed', holdId: call.id, err: errMessage(err) });
-          }
-        }
-        // Whatever the handler did, the call ends now: nothing more reaches the client.
-        if (!call.closed) void call.cancel();
-      }
-    },
-    idle(ms) {
-      if (nonDurable === 0) return Promise.resolve(true);
-      return new Promise((resolve) => {
-        const done = (value: boolean) => {
-          clearTimeout(timer);
-          idleWaiters.delete(wake);
-          resolve(value);
-        };
-        const wake = () => done(true);
-        const timer = setTimeout(() => done(nonDurable === 0), ms);
-        idleWaiters.add(wake);
-      });
-    },
+    openCalls: () => open.count(),
+    pendingSettles: () => settles.pending(),
+    abortAll: () => open.abortAll(),
+    idle: (ms) => open.idle(ms),
     async dispose() {
-      clearInterval(renewTimer);
-      await replay;
-      const left = [...retrying.values()];
-      disposed = true;
-      for (const req of left) {
-        if (await land(req)) continue;
-        log.error({
-          msg: 'settle still not written at shutdown; it stays in the settle journal and lands at the next start',
-          holdId: req.holdId,
-          accountId: req.accountId,
-          cost: req.cost.toString(),
-        });
-      }
+      open.stop();
+      await settles.dispose();
     },
   };
   return meter;
 }
 
-function errMessage(err: unknown): string {
+export function errMessage(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
 }
 

@@ -14,6 +14,7 @@ import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs
 import type { JobRecord } from '../stores/types.js';
 import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
 import type { BilledCall } from '../billing/meter.js';
+import type { Model } from '../catalog/catalog.js';
 import { openAmountCall } from '../billing/billed-call.js';
 import { takeSlot, unixSeconds } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
@@ -82,42 +83,7 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   // Shutdown's grace period is over: the generation is abandoned and nothing is charged.
   call.onAbort(() => abort.abort(new Error('gateway shutting down')));
 
-  const work: Promise<Outcome> = (async () => {
-    try {
-      const answer = await callModel(core, ctx, model, async (served) => ({
-        method: 'POST',
-        path: '/images/generations',
-        headers: upstreamHeaders(ctx.requestId),
-        body: await pluginBody(
-          core,
-          ctx,
-          served,
-          '/images/generations',
-          { ...body, model: served.upstreamModel },
-          served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
-        ),
-        signal: abort.signal,
-      }));
-      const res = answer.res;
-      servedBy = answer.served.upstream;
-      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
-      const text = await res.text();
-      let parsed: unknown;
-      try {
-        parsed = JSON.parse(text);
-      } catch {
-        parsed = null;
-      }
-      if (!parsed || typeof parsed !== 'object') {
-        throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed images answer.`);
-      }
-      return { ok: true, body: parsed as Record<string, unknown>, text };
-    } catch (err) {
-      const gErr =
-        err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The image generation failed.', { cause: err });
-      return { ok: false, err: gErr };
-    }
-  })();
+  const work = generate(core, ctx, model, body, bytes, abort.signal, (name) => void (servedBy = name));
 
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<'deadline'>((resolve) => {
@@ -135,13 +101,73 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
 
   // Past the deadline: the call goes on without the client; its result lands in a job.
   ctx.request.signal?.removeEventListener('abort', onClientGone);
+  ledgerId = jobId;
+  return asJob(core, ctx, { jobId, model: model.id, tier, leaseId: lease.leaseId }, work, finish, () => abort.abort());
+}
+
+/** The upstream call of an image request: its parsed answer, or the error it ended with (never thrown). */
+async function generate(
+  core: Services,
+  ctx: RequestContext,
+  model: Model,
+  body: Record<string, unknown>,
+  bytes: Uint8Array,
+  signal: AbortSignal,
+  servedBy: (upstream: string) => void,
+): Promise<Outcome> {
+  try {
+    const answer = await callModel(core, ctx, model, async (served) => ({
+      method: 'POST',
+      path: '/images/generations',
+      headers: upstreamHeaders(ctx.requestId),
+      body: await pluginBody(
+        core,
+        ctx,
+        served,
+        '/images/generations',
+        { ...body, model: served.upstreamModel },
+        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
+      ),
+      signal,
+    }));
+    const res = answer.res;
+    servedBy(answer.served.upstream);
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
+    const text = await res.text();
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(text);
+    } catch {
+      parsed = null;
+    }
+    if (!parsed || typeof parsed !== 'object') {
+      throw new GatewayError('upstream_error', `The upstream "${answer.served.upstream}" sent a malformed images answer.`);
+    }
+    return { ok: true, body: parsed as Record<string, unknown>, text };
+  } catch (err) {
+    const gErr =
+      err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The image generation failed.', { cause: err });
+    return { ok: false, err: gErr };
+  }
+}
+
+/** The image request past its deadline: a job (202) whose result lands when the call ends. */
+async function asJob(
+  core: Services,
+  ctx: RequestContext,
+  at: { jobId: string; model: string; tier: string; leaseId: string },
+  work: Promise<Outcome>,
+  finish: (outcome: Outcome) => Promise<void>,
+  abort: () => void,
+): Promise<Response> {
+  const { jobId, tier } = at;
   const now = core.now();
   const job: JobRecord = {
     id: jobId,
     object: 'image',
     accountId: ctx.key.accountId,
     keyId: ctx.key.id,
-    model: model.id,
+    model: at.model,
     status: 'in_progress',
     progress: 0,
     createdAt: unixSeconds(now),
@@ -150,16 +176,15 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
     error: null,
     result: null,
     holdId: ctx.requestId,
-    leaseId: lease.leaseId,
+    leaseId: at.leaseId,
     tier,
     owner: core.jobs.instanceId,
     ownerUntil: core.jobs.ownerUntil(),
   };
-  ledgerId = jobId;
   try {
     await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
   } catch (err) {
-    abort.abort();
+    abort();
     void work.then(finish);
     throw new GatewayError('service_unavailable', 'The job store is unreachable. Try again shortly.', {
       headers: { 'retry-after': '1' },

@@ -98,46 +98,67 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
     throw err;
   }
 
-  // The audio streams through as it arrives; once a byte has gone out the speech was produced.
-  const upstream = res;
+  const stream = audioStream(res, {
+    finish,
+    sent: () => void (sentAny = true),
+    sentAny: () => sentAny,
+    onCut: (c) => void (cut = c),
+    stop: () => abort.abort(),
+  });
+  return new Response(stream, {
+    status: 200,
+    headers: { 'content-type': AUDIO_TYPES[format] },
+  });
+}
+
+/** What the audio stream tells its call. */
+interface AudioRelay {
+  /** Bills (a byte went out) or releases; resolves when the charge is in the store. */
+  finish(produced: boolean): Promise<void>;
+  sent(): void;
+  sentAny(): boolean;
+  /** Takes the function that cuts the stream (shutdown). */
+  onCut(cut: (err: Error) => void): void;
+  /** Stops the upstream call. */
+  stop(): void;
+}
+
+/** The audio streams through as it arrives; once a byte has gone out the speech was produced. */
+function audioStream(upstream: UpstreamResponse, relay: AudioRelay): ReadableStream<Uint8Array> {
   const iterator = upstream.body[Symbol.asyncIterator]();
-  const stream = new ReadableStream<Uint8Array>(
+  return new ReadableStream<Uint8Array>(
     {
       start(controller) {
-        cut = (err) => {
+        relay.onCut((err) => {
           try {
             controller.error(err);
           } catch {
             // Already closed.
           }
-        };
+        });
       },
       async pull(controller) {
         try {
           const next = await iterator.next();
           if (next.done) {
             // The end of the audio goes out once its charge is in the store.
-            await finish(sentAny);
+            await relay.finish(relay.sentAny());
             controller.close();
             return;
           }
-          sentAny = true;
+          relay.sent();
           controller.enqueue(next.value);
         } catch (err) {
-          void finish(sentAny);
+          void relay.finish(relay.sentAny());
           controller.error(err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The speech stream failed.'));
         }
       },
       cancel() {
-        abort.abort();
+        relay.stop();
         upstream.discard();
-        void finish(sentAny);
+        void relay.finish(relay.sentAny());
       },
     },
     { highWaterMark: 0 },
   );
-  return new Response(stream, {
-    status: 200,
-    headers: { 'content-type': AUDIO_TYPES[format] },
-  });
 }

@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import type { Exchange, RequestContext, Stage } from '../types.js';
 import { GatewayError } from '../../errors.js';
-import type { IdempotencyStore } from '../../stores/types.js';
+import type { IdempotencyBegin, IdempotencyStore } from '../../stores/types.js';
 import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
 
@@ -50,24 +50,7 @@ export async function withIdempotency(
       cause: err,
     });
   });
-  if (begun.state !== 'started') {
-    if (begun.fingerprint !== fingerprint) {
-      throw new GatewayError(
-        'idempotency_mismatch',
-        'This Idempotency-Key was already used with a different request body. Use a new key for a new request.',
-        { param: 'Idempotency-Key' },
-      );
-    }
-    if (begun.state === 'in_flight') {
-      throw new GatewayError('idempotency_conflict', 'A request with this Idempotency-Key is still in progress.', {
-        param: 'Idempotency-Key',
-      });
-    }
-    const stored = begun.response;
-    const headers = new Headers({ ...stored.headers, 'idempotent-replayed': 'true' });
-    return new Response(Buffer.from(stored.body, 'base64'), { status: stored.status, headers });
-  }
-
+  if (begun.state !== 'started') return replay(begun, fingerprint);
   let res: Response;
   try {
     res = await run();
@@ -80,13 +63,44 @@ export async function withIdempotency(
     else await save(store, scope, fingerprint, res, []);
     return res;
   }
-  // Tee the body as it streams out; store it when it ends. A client that goes away cancels
-  // the answer (so the call stops and bills what it produced) and forgets the key at once, so
-  // a retry with it runs instead of meeting 409 until the lock expires.
+  return new Response(teeBody(store, scope, fingerprint, res, res.body) as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
+}
+
+/** The first answer again (same key, same body), or 422 (another body) or 409 (still running). */
+function replay(begun: Exclude<IdempotencyBegin, { state: 'started' }>, fingerprint: string): Response {
+  if (begun.fingerprint !== fingerprint) {
+    throw new GatewayError(
+      'idempotency_mismatch',
+      'This Idempotency-Key was already used with a different request body. Use a new key for a new request.',
+      { param: 'Idempotency-Key' },
+    );
+  }
+  if (begun.state === 'in_flight') {
+    throw new GatewayError('idempotency_conflict', 'A request with this Idempotency-Key is still in progress.', {
+      param: 'Idempotency-Key',
+    });
+  }
+  const stored = begun.response;
+  const headers = new Headers({ ...stored.headers, 'idempotent-replayed': 'true' });
+  return new Response(Buffer.from(stored.body, 'base64'), { status: stored.status, headers });
+}
+
+/**
+ * Tees the body as it streams out and stores it when it ends. A client that goes away cancels
+ * the answer (so the call stops and bills what it produced) and forgets the key at once, so a
+ * retry with it runs instead of meeting 409 until the lock expires.
+ */
+function teeBody(
+  store: IdempotencyStore,
+  scope: string,
+  fingerprint: string,
+  res: Response,
+  source: ReadableStream<Uint8Array>,
+): ReadableStream<Uint8Array> | Readable {
   const parts: Uint8Array[] = [];
   let size = 0;
   let finished = false;
-  const reader = res.body.getReader();
+  const reader = source.getReader();
   const next = async (): Promise<Uint8Array | null> => {
     const chunk = await reader.read();
     if (chunk.done) {
@@ -145,7 +159,7 @@ export async function withIdempotency(
       { highWaterMark: 0 },
     );
   }
-  return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
+  return body;
 }
 
 async function save(store: IdempotencyStore, scope: string, fingerprint: string, res: Response, parts: Uint8Array[]) {

@@ -10,7 +10,7 @@ import { GatewayError } from '../../errors.js';
 import { redactKey } from '../client.js';
 import { type EventHandler, SseFastPath } from './sse-fast.js';
 import { createStreamOutput, type StreamOutput } from './chat-output.js';
-import type { EventReader } from './reader.js';
+import type { EventReader, Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
 
@@ -65,132 +65,145 @@ export const errorEvent = (err: GatewayError): Uint8Array =>
   );
 
 export function createChatEvents({ model, apiKey, clientWantsUsage, output = createStreamOutput() }: ChatEventsOptions): ChatEvents {
+  return new ChatEventReader(model, apiKey, clientWantsUsage, output);
+}
+
+class ChatEventReader implements EventReader {
+  /** True once `[DONE]` was seen: the answer is complete. */
+  done = false;
+  /** True when the frames returned already end with the `[DONE]` event: add none. */
+  doneFramed = false;
+  readonly endFrame = DONE_EVENT;
   /** The generic parser, made at the first event not in canonical form (rare). */
-  let parser: SseParser | null = null;
-  const generic = (): SseParser => (parser ??= new SseParser());
+  private parser: SseParser | null = null;
   // The upstream's key never reaches a client, even echoed inside a streamed chunk: an event
   // that contains it leaves the byte fast path and goes out redacted. So does one that may
   // carry usage or an error.
-  const fast = new SseFastPath(marksFor(apiKey));
+  private readonly fast: SseFastPath;
   /** Set at the first non-canonical event: the generic parser takes the rest of the stream. */
-  let slow = false;
-  let sawDone = false;
-  let doneFramed = false;
-  const renames = model.upstreamModel !== model.id;
+  private slow = false;
+  private readonly renames: boolean;
+  /** The fast path's look at one canonical event (bound once: it is handed to every push). */
+  private readonly onEventBytes: EventHandler;
+
+  constructor(
+    private readonly model: Pick<Model, 'id' | 'upstreamModel'>,
+    private readonly apiKey: string,
+    private readonly clientWantsUsage: boolean,
+    private readonly output: StreamOutput,
+  ) {
+    this.fast = new SseFastPath(marksFor(apiKey));
+    this.renames = model.upstreamModel !== model.id;
+    // `marked`: the event holds usage, an error or the key.
+    this.onEventBytes = (buf, start, end, marked) => {
+      if (!this.renames && !marked && buf[start] === 123 && buf[end - 1] === 125) {
+        this.output.deferBytes(buf, start, end);
+        return 'verbatim';
+      }
+      // Parsed (usage, an error, the key, a rename), but usually sent unchanged: then its bytes
+      // go out as they came, in the same write as the events around it, with no re-encoding.
+      const frame = this.onEvent(buf.toString('utf8', start, end));
+      return frame === AS_IS ? 'verbatim' : frame === null ? null : encoder.encode(frame);
+    };
+  }
 
   /**
    * Handles one upstream event; returns the frame to send, AS_IS when that frame is the event's
    * own data unchanged, or null to skip it. Throws on a bad event.
    */
-  const onEvent = (raw: string): string | typeof AS_IS | null => {
-    const data = apiKey ? redactKey(raw, apiKey) : raw;
+  private onEvent(raw: string): string | typeof AS_IS | null {
+    const data = this.apiKey ? redactKey(raw, this.apiKey) : raw;
     if (data === '[DONE]') {
-      sawDone = true;
+      this.done = true;
       return null;
     }
     // Fast path: a JSON object that carries no usage and no error, under the model's own name,
     // goes out as it came, unparsed; its text is counted later only if usage never arrives.
-    if (!renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
-      output.defer(data);
+    if (!this.renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
+      this.output.defer(data);
       return data === raw ? AS_IS : frameEvent(data);
     }
-    let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
-    try {
-      chunk = JSON.parse(data) as typeof chunk;
-    } catch {
-      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
-    }
-    if (chunk === null || typeof chunk !== 'object') {
-      throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
-    }
-    if (chunk.error) {
-      const e = chunk.error as { message?: unknown };
-      throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
-    }
+    const chunk = parseChunk(data);
     const u = usageFrom(chunk.usage);
-    if (u) output.usage = u;
+    if (u) this.output.usage = u;
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
-    output.add(chunk);
+    this.output.add(chunk);
     // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
-    if (u && choices.length === 0 && !clientWantsUsage) return null;
+    if (u && choices.length === 0 && !this.clientWantsUsage) return null;
     // Like plain answers: the client sees the model it called, not the upstream's name for it.
-    const { id, upstreamModel } = model;
+    const { id, upstreamModel } = this.model;
     if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
       return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }
     return data === raw ? AS_IS : frameEvent(data);
-  };
-
-  /** `onEvent` for the generic parser's events: the frame as text, or null. */
-  const frameOf = (raw: string): string | null => {
-    const frame = onEvent(raw);
-    return frame === AS_IS ? frameEvent(raw) : frame;
-  };
-
-  /** The fast path's look at one canonical event (see src/upstream/sse-fast.ts); `marked`: it holds usage, error or the key. */
-  const onEventBytes: EventHandler = (buf, start, end, marked) => {
-    if (!renames && !marked && buf[start] === 123 && buf[end - 1] === 125) {
-      output.deferBytes(buf, start, end);
-      return 'verbatim';
-    }
-    // Parsed (usage, an error, the key, a rename), but usually sent unchanged: then its bytes
-    // go out as they came, in the same write as the events around it, with no re-encoding.
-    const frame = onEvent(buf.toString('utf8', start, end));
-    return frame === AS_IS ? 'verbatim' : frame === null ? null : encoder.encode(frame);
-  };
+  }
 
   /**
-   * The frames of one upstream read go out as one chunk: a read usually holds several events,
-   * and one write per event would cost a syscall each.
+   * The frames of the generic parser's events, as one chunk: a read usually holds several
+   * events, and one write per event would cost a syscall each.
    */
-  const framesOf = (events: string[]): string => {
+  private framesOf(events: string[]): string {
     let out = '';
-    for (const data of events) {
-      if (sawDone) break;
-      const frame = frameOf(data);
-      if (frame) out += frame;
+    for (const raw of events) {
+      if (this.done) break;
+      const frame = this.onEvent(raw);
+      if (frame) out += frame === AS_IS ? frameEvent(raw) : frame;
     }
     return out;
-  };
+  }
 
   /** Everything to send for one upstream read. */
-  const relay = (chunk: Uint8Array): Uint8Array[] => {
-    if (slow) {
-      const text = framesOf(generic().push(chunk));
+  push(chunk: Uint8Array): Uint8Array[] {
+    if (this.slow) {
+      const text = this.framesOf((this.parser ??= new SseParser()).push(chunk));
       return text ? [encoder.encode(text)] : [];
     }
-    const r = fast.push(chunk, onEventBytes);
+    const r = this.fast.push(chunk, this.onEventBytes);
     if (r.done) {
-      sawDone = true;
-      doneFramed = r.doneFramed === true;
+      this.done = true;
+      this.doneFramed = r.doneFramed === true;
     }
     if (r.rest) {
-      slow = true;
-      const text = framesOf(generic().push(r.rest));
+      this.slow = true;
+      const text = this.framesOf((this.parser ??= new SseParser()).push(r.rest));
       if (text) r.out.push(encoder.encode(text));
     }
     return r.out;
-  };
+  }
 
-  return {
-    push: relay,
-    end() {
-      const pending = fast.takePending();
-      const parts = pending ? relay(pending) : [];
-      if (parser) {
-        const text = framesOf(parser.end().events);
-        if (text) parts.push(encoder.encode(text));
-      }
-      return parts;
-    },
-    get done() {
-      return sawDone;
-    },
-    get doneFramed() {
-      return doneFramed;
-    },
-    endFrame: DONE_EVENT,
-    errorFrames: (err) => [errorEvent(err), DONE_EVENT],
-    produced: () => output.produced(),
-  };
+  end(): Uint8Array[] {
+    const pending = this.fast.takePending();
+    const parts = pending ? this.push(pending) : [];
+    if (this.parser) {
+      const text = this.framesOf(this.parser.end().events);
+      if (text) parts.push(encoder.encode(text));
+    }
+    return parts;
+  }
+
+  errorFrames(err: GatewayError): Uint8Array[] {
+    return [errorEvent(err), DONE_EVENT];
+  }
+
+  produced(): Produced {
+    return this.output.produced();
+  }
+}
+
+/** One parsed chunk; a malformed one or an error event throws. */
+function parseChunk(data: string): { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown } {
+  let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
+  try {
+    chunk = JSON.parse(data) as typeof chunk;
+  } catch {
+    throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+  }
+  if (chunk === null || typeof chunk !== 'object') {
+    throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+  }
+  if (chunk.error) {
+    const e = chunk.error as { message?: unknown };
+    throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+  }
+  return chunk;
 }

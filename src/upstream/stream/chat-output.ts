@@ -50,21 +50,21 @@ export function createStreamOutput(): StreamOutput {
   };
   /** The produced text, with every event kept unparsed parsed now (once). */
   function text(): string {
-      // A canonical event's data is one line, so "\n\ndata: " inside a range only ever joins two.
-      const events: string[] = [];
-      for (let i = 0; i < unparsed.length; i += 3) {
-        const item = unparsed[i] as Buffer | string;
-        if (typeof item === 'string') events.push(item);
-        else for (const data of item.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push(data);
+    // A canonical event's data is one line, so "\n\ndata: " inside a range only ever joins two.
+    const events: string[] = [];
+    for (let i = 0; i < unparsed.length; i += 3) {
+      const item = unparsed[i] as Buffer | string;
+      if (typeof item === 'string') events.push(item);
+      else for (const data of item.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push(data);
+    }
+    unparsed.length = 0;
+    for (const data of events) {
+      try {
+        output.add(JSON.parse(data) as { choices?: unknown });
+      } catch {
+        // Relayed as it came; it carries nothing countable.
       }
-      unparsed.length = 0;
-      for (const data of events) {
-        try {
-          output.add(JSON.parse(data) as { choices?: unknown });
-        } catch {
-          // Relayed as it came; it carries nothing countable.
-        }
-      }
+    }
     return produced;
   }
   return output;

@@ -1,0 +1,113 @@
+/**
+ * Writing settles: into the billing store, and when the store refuses, into the settle journal
+ * (durable), retried with backoff until it lands. Settles an earlier process journaled are
+ * replayed at start (idempotent per hold id). `write` resolves once the charge is in the store
+ * or in the journal: either way it is not lost.
+ */
+import type { Logger } from '../observability/log.js';
+import type { BillingStore, LedgerEntry, SettleRequest, SettleResult } from '../stores/types.js';
+import type { SettleJournal } from './journal.js';
+
+/** Retry delays of a settle the store refused: doubling from 100 ms up to 30 s, forever. */
+const FIRST_RETRY_MS = 100;
+const MAX_RETRY_MS = 30_000;
+
+const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
+const errMessage = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+export class SettleWriter {
+  /** Settles being retried, by journal identity. */
+  private readonly retrying = new Map<string, SettleRequest>();
+  private disposed = false;
+  private readonly replay: Promise<unknown>;
+
+  constructor(
+    private readonly billing: BillingStore,
+    private readonly journal: SettleJournal,
+    private readonly log: Logger,
+    private readonly onBilled: ((entry: LedgerEntry) => void) | undefined,
+  ) {
+    for (const req of journal.entries()) this.retrying.set(idOf(req), req);
+    this.replay = Promise.all(
+      [...this.retrying.values()].map(async (req) => {
+        this.retrying.delete(idOf(req));
+        if (!(await this.land(req))) this.keep(req);
+      }),
+    );
+  }
+
+  /** Settles not yet in the store. */
+  pending(): number {
+    return this.retrying.size;
+  }
+
+  async write(req: SettleRequest): Promise<void> {
+    try {
+      const r = await this.billing.settle(req);
+      if (r.settled) this.billed(req, r);
+    } catch (err) {
+      this.log.error({ msg: 'settle failed; kept in the settle journal and retried', holdId: req.holdId, err: errMessage(err) });
+      this.keep(req);
+    }
+  }
+
+  private billed(req: SettleRequest, r: SettleResult): void {
+    if (!this.onBilled) return;
+    const held = r.held ?? 0n;
+    this.onBilled({ ...req.entry, cost: r.charged, held, exceededHold: r.charged > held });
+  }
+
+  /** Journals a settle and retries it with backoff until it lands. */
+  private keep(req: SettleRequest): void {
+    const id = idOf(req);
+    if (this.retrying.has(id)) return;
+    try {
+      this.journal.add(req);
+    } catch (err) {
+      this.log.error({ msg: 'could not write the settle journal', holdId: req.holdId, err: errMessage(err) });
+    }
+    this.retrying.set(id, req);
+    let delay = FIRST_RETRY_MS;
+    const attempt = async () => {
+      if (this.disposed || !this.retrying.has(id)) return;
+      if (await this.land(req)) return;
+      delay = Math.min(delay * 2, MAX_RETRY_MS);
+      setTimeout(() => void attempt(), delay).unref();
+    };
+    setTimeout(() => void attempt(), delay).unref();
+  }
+
+  /** One try of a kept settle; true once it is in the store (or was already). */
+  private async land(req: SettleRequest): Promise<boolean> {
+    try {
+      const r = await this.billing.settle(req);
+      if (r.settled) this.billed(req, r);
+    } catch {
+      return false;
+    }
+    this.retrying.delete(idOf(req));
+    try {
+      this.journal.remove(req);
+    } catch (err) {
+      this.log.error({ msg: 'could not update the settle journal', holdId: req.holdId, err: errMessage(err) });
+    }
+    this.log.info({ msg: 'kept settle landed', holdId: req.holdId });
+    return true;
+  }
+
+  /** Tries every unlanded settle once more; what still fails stays journaled for the next start. */
+  async dispose(): Promise<void> {
+    await this.replay;
+    const left = [...this.retrying.values()];
+    this.disposed = true;
+    for (const req of left) {
+      if (await this.land(req)) continue;
+      this.log.error({
+        msg: 'settle still not written at shutdown; it stays in the settle journal and lands at the next start',
+        holdId: req.holdId,
+        accountId: req.accountId,
+        cost: req.cost.toString(),
+      });
+    }
+  }
+}
