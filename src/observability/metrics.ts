@@ -68,6 +68,54 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
   const tokens = new HotCounter('model_gateway_tokens_total', 'Tokens billed, by model and direction (in: prompt, out: completion).', ['model', 'direction'], registry);
   const spend = new HotCounter('model_gateway_spend_usd_total', 'USD billed, by model (for dashboards; the ledger is the exact figure).', ['model'], registry);
   const refusals = new HotCounter('model_gateway_refusals_total', 'Requests refused by a limit, by limit.', ['limit'], registry);
+  registerGauges(registry, deps);
+  const storeCalls = new HotHistogram('model_gateway_store_call_seconds', 'Latency of store calls, by operation (store.method).', ['operation'], STORE, registry);
+
+  const observer: Observer = {
+    end(r, totalMs) {
+      const model = r.model ?? '';
+      requests.inc(1, r.route, statusText(r.status), model);
+      duration.observe(totalMs / 1000, r.route);
+      if (r.respondedMs !== null) overhead.observe(Math.max(0, r.respondedMs - r.upstreamMs) / 1000, r.route);
+      if (r.ttfbMs !== null && model) ttft.observe(r.ttfbMs / 1000, model);
+      if (model && r.promptTokens !== null) tokens.inc(r.promptTokens, model, 'in');
+      if (model && r.completionTokens !== null) tokens.inc(r.completionTokens, model, 'out');
+      if (model && r.costNano !== null) spend.inc(Number(r.costNano) / 1e9, model);
+      if (r.limit) refusals.inc(1, r.limit);
+    },
+  };
+
+  const tokenDigest = options.token ? createHash('sha256').update(options.token).digest() : null;
+
+  return {
+    observer,
+    timeStores: (stores) => timeStores(stores, storeCalls),
+    async answer(request, requestId) {
+      if (request.method !== 'GET' && request.method !== 'HEAD') {
+        return errorResponse(
+          new GatewayError('method_not_allowed', `Method ${request.method.slice(0, 20)} is not allowed on ${options.path}.`, {
+            headers: { allow: 'GET, HEAD' },
+          }),
+          requestId,
+        );
+      }
+      if (tokenDigest) {
+        const auth = request.headers.get('authorization') ?? '';
+        const given = createHash('sha256').update(auth.startsWith('Bearer ') ? auth.slice(7) : '').digest();
+        if (!timingSafeEqual(given, tokenDigest)) {
+          return errorResponse(new GatewayError('invalid_api_key', 'The metrics endpoint needs its bearer token.'), requestId);
+        }
+      }
+      return new Response(await registry.metrics(), {
+        status: 200,
+        headers: { 'content-type': registry.contentType, 'x-request-id': requestId, 'cache-control': 'no-store' },
+      });
+    },
+  };
+}
+
+/** Gauges read from the gateway's state at scrape time. */
+function registerGauges(registry: Registry, deps: MetricsDeps): void {
   new Gauge({
     name: 'model_gateway_circuit_open',
     help: 'Whether an upstream circuit is open (1) or closed (0).',
@@ -93,90 +141,53 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
       this.set(deps.openHolds());
     },
   });
-  const storeCalls = new HotHistogram('model_gateway_store_call_seconds', 'Latency of store calls, by operation (store.method).', ['operation'], STORE, registry);
+}
 
-  const observer: Observer = {
-    end(r, totalMs) {
-      const model = r.model ?? '';
-      requests.inc(1, r.route, statusText(r.status), model);
-      duration.observe(totalMs / 1000, r.route);
-      if (r.respondedMs !== null) overhead.observe(Math.max(0, r.respondedMs - r.upstreamMs) / 1000, r.route);
-      if (r.ttfbMs !== null && model) ttft.observe(r.ttfbMs / 1000, model);
-      if (model && r.promptTokens !== null) tokens.inc(r.promptTokens, model, 'in');
-      if (model && r.completionTokens !== null) tokens.inc(r.completionTokens, model, 'out');
-      if (model && r.costNano !== null) spend.inc(Number(r.costNano) / 1e9, model);
-      if (r.limit) refusals.inc(1, r.limit);
-    },
-  };
+/** Copies `stores` with every method of every store timed into `storeCalls`, by store.method. */
+function timeStores(stores: Stores, storeCalls: HotHistogram): Stores {
+  const out: Record<string, unknown> = {};
+  for (const [name, store] of Object.entries(stores)) {
+    out[name] = typeof store === 'object' && store !== null ? timedStore(name, store, storeCalls) : typeof store === 'function' ? store.bind(stores) : store;
+  }
+  return out as unknown as Stores;
+}
 
-  const tokenDigest = options.token ? createHash('sha256').update(options.token).digest() : null;
-
-  return {
-    observer,
-    timeStores(stores) {
-      // Each store is copied into a plain object whose methods time the store's own (a Proxy
-      // would run a trap on every property read of the request path).
-      const wrap = (name: string, store: object): object => {
-        const out: Record<string, unknown> = {};
-        for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
-          for (const key of Object.getOwnPropertyNames(o)) {
-            if (key === 'constructor' || key in out) continue;
-            const v = (store as Record<string, unknown>)[key];
-            if (typeof v !== 'function') {
-              Object.defineProperty(out, key, { get: () => (store as Record<string, unknown>)[key], enumerable: true });
-              continue;
-            }
-            const fn = v as (...a: unknown[]) => unknown;
-            const operation = `${name}.${key}`;
-            const done = (t: number) => storeCalls.observe((performance.now() - t) / 1000, operation);
-            out[key] = (...args: unknown[]) => {
-              const t = performance.now();
-              const result = fn.apply(store, args);
-              if (result instanceof Promise) {
-                return result.then(
-                  (value) => {
-                    done(t);
-                    return value;
-                  },
-                  (err: unknown) => {
-                    done(t);
-                    throw err;
-                  },
-                );
-              }
+/**
+ * The store copied into a plain object whose methods time the store's own (a Proxy would run a
+ * trap on every property read of the request path).
+ */
+function timedStore(name: string, store: object, storeCalls: HotHistogram): object {
+  const out: Record<string, unknown> = {};
+  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
+    for (const key of Object.getOwnPropertyNames(o)) {
+      if (key === 'constructor' || key in out) continue;
+      const v = (store as Record<string, unknown>)[key];
+      if (typeof v !== 'function') {
+        Object.defineProperty(out, key, { get: () => (store as Record<string, unknown>)[key], enumerable: true });
+        continue;
+      }
+      const fn = v as (...a: unknown[]) => unknown;
+      const operation = `${name}.${key}`;
+      const done = (t: number) => storeCalls.observe((performance.now() - t) / 1000, operation);
+      out[key] = (...args: unknown[]) => {
+        const t = performance.now();
+        const result = fn.apply(store, args);
+        if (result instanceof Promise) {
+          return result.then(
+            (value) => {
               done(t);
-              return result;
-            };
-          }
+              return value;
+            },
+            (err: unknown) => {
+              done(t);
+              throw err;
+            },
+          );
         }
-        return out;
+        done(t);
+        return result;
       };
-      const out: Record<string, unknown> = {};
-      for (const [name, store] of Object.entries(stores)) {
-        out[name] = typeof store === 'object' && store !== null ? wrap(name, store) : typeof store === 'function' ? store.bind(stores) : store;
-      }
-      return out as unknown as Stores;
-    },
-    async answer(request, requestId) {
-      if (request.method !== 'GET' && request.method !== 'HEAD') {
-        return errorResponse(
-          new GatewayError('method_not_allowed', `Method ${request.method.slice(0, 20)} is not allowed on ${options.path}.`, {
-            headers: { allow: 'GET, HEAD' },
-          }),
-          requestId,
-        );
-      }
-      if (tokenDigest) {
-        const auth = request.headers.get('authorization') ?? '';
-        const given = createHash('sha256').update(auth.startsWith('Bearer ') ? auth.slice(7) : '').digest();
-        if (!timingSafeEqual(given, tokenDigest)) {
-          return errorResponse(new GatewayError('invalid_api_key', 'The metrics endpoint needs its bearer token.'), requestId);
-        }
-      }
-      return new Response(await registry.metrics(), {
-        status: 200,
-        headers: { 'content-type': registry.contentType, 'x-request-id': requestId, 'cache-control': 'no-store' },
-      });
-    },
-  };
+    }
+  }
+  return out;
 }
