@@ -1,198 +1,17 @@
 /**
  * One zod schema for the options object and the config file (one shape for both). Every field
- * has its default here; errors name the path of the bad field.
+ * has its default in the schema; errors name the path of the bad field. The upstream, model and
+ * storage sections, and the field validators they share, are in src/options/.
  */
 import { z } from 'zod';
-import { parsePrice, parseUsd } from './billing/money.js';
-import type { UpstreamClient } from './upstream/client.js';
+import { modelSchema } from './options/model.js';
+import { storageSchema } from './options/storage.js';
+import { upstreamSchema } from './options/upstream.js';
+import { secret, usdAmount } from './options/values.js';
 
-const decimalPrice = z.string().refine(
-  (s) => {
-    try {
-      parsePrice(s);
-      return true;
-    } catch {
-      return false;
-    }
-  },
-  { message: 'must be a USD decimal string with at most 12 decimal places, e.g. "0.000000075"' },
-);
-
-const usdAmount = z.union([z.number(), z.string()]).refine(
-  (v) => {
-    try {
-      parseUsd(v);
-      return true;
-    } catch {
-      return false;
-    }
-  },
-  { message: 'must be a non-negative USD amount with at most 9 decimal places' },
-);
-
-const redisUrl = z.string().regex(/^rediss?:\/\/\S+$/, 'must be a Redis URL, e.g. "redis://10.0.0.7:6379"');
-/** A secret may be left out, never empty: an empty one is an unset variable, not "no password". */
-const secret = z.string().min(1, 'must not be empty (leave it out when there is none)');
-
-const httpUpstream = z.strictObject({
-  baseUrl: z.url({ protocol: /^https?$/ }),
-  /**
-   * Sent as `Authorization: Bearer <apiKey>`. Leave it out for an upstream that takes no key;
-   * an empty one is refused (it is almost always an unset environment variable).
-   */
-  apiKey: secret.default(''),
-  /** @default 60000 */
-  timeoutMs: z.number().int().positive().default(60_000),
-  /** Upstream connections kept per origin. @default 256 */
-  connections: z.number().int().positive().default(256),
-  /** The most connections opened to this upstream at once (overrides `connections`). */
-  maxConnections: z.number().int().positive().optional(),
-  /**
-   * Extra headers sent on every call, e.g. Azure's `{"api-key": "..."}` or Anthropic's
-   * `{"anthropic-version": "2023-06-01"}`. They replace a client header of the same name. @default {}
-   */
-  headers: z.record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a header name'), z.string()).default({}),
-  /** Query parameters added to every call's URL, e.g. Azure's `{"api-version": "2024-10-21"}`. @default {} */
-  query: z.record(z.string().min(1), z.string()).default({}),
-});
-
-/** An upstream client object of the embedder's (options only: a config file holds no functions). */
-const upstreamClient = z.custom<UpstreamClient>(
-  (v) => typeof v === 'object' && v !== null && typeof (v as { call?: unknown }).call === 'function',
-  { message: 'must be {baseUrl, apiKey}, {simulate: true}, or an object with a call(request) method' },
-);
-
-const simulatedUpstream = z.strictObject({
-  simulate: z.literal(true),
-  /** Delay before a simulated image is returned. @default 1500 */
-  imageDelayMs: z.number().int().nonnegative().default(1500),
-  /** How long a simulated video job takes to finish. @default 4000 */
-  videoDurationMs: z.number().int().nonnegative().default(4000),
-  /** Delay between simulated stream chunks. @default 20 */
-  chunkDelayMs: z.number().int().nonnegative().default(20),
-});
-
-export const textPricingSchema = z.strictObject({ prompt: decimalPrice, completion: decimalPrice });
-export const mediaPricingSchema = z.strictObject({
-  unit: z.enum(['image', 'token', 'second']),
-  from: decimalPrice,
-  tiers: z.record(z.string().min(1), decimalPrice).default({}),
-});
-
-const dateString = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date "YYYY-MM-DD"');
-
-export const modelSchema = z
-  .strictObject({
-    id: z.string().min(1).max(200),
-    type: z.enum(['text', 'image', 'audio', 'video']).default('text'),
-    name: z.string().optional(),
-    ownedBy: z.string().optional(),
-    /** The one upstream serving the model (short form of `targets`). */
-    upstream: z.string().min(1).optional(),
-    upstreamModel: z.string().min(1).optional(),
-    /**
-     * Several upstreams serving the model: lower `priority` first (fallbacks), a weighted
-     * random choice among targets of equal priority (load balancing).
-     */
-    targets: z
-      .array(
-        z.strictObject({
-          upstream: z.string().min(1),
-          /** The model name this upstream knows it by. @default the model's `upstreamModel`, else its id */
-          upstreamModel: z.string().min(1).optional(),
-          /** @default 0 */
-          priority: z.number().int().nonnegative().default(0),
-          /** @default 1 */
-          weight: z.number().positive().default(1),
-        }),
-      )
-      .min(1)
-      .optional(),
-    pricing: z.union([textPricingSchema, mediaPricingSchema]),
-    /** @default "GA" */
-    posture: z.enum(['GA', 'Preview', 'Contact sales', 'Deprecated']).default('GA'),
-    /** @default null */
-    retiresAt: dateString.nullable().default(null),
-    /** @default 128000 */
-    contextLength: z.number().int().positive().default(128_000),
-    /** @default 4096 */
-    maxOutputTokens: z.number().int().positive().default(4096),
-    /** Prompt tokens one image part may cost (held for each before the call). @default 1500 */
-    maxTokensPerImage: z.number().int().nonnegative().default(1500),
-    /** Prompt tokens one audio part may cost (held for each before the call). @default 10000 */
-    maxTokensPerAudio: z.number().int().nonnegative().default(10_000),
-    /** JSON Schema of the fields a media model accepts (listed with `?type=`). */
-    parameters: z.record(z.string(), z.unknown()).optional(),
-    /** Unix seconds shown as `created` in the listing. @default 0 */
-    created: z.number().int().nonnegative().default(0),
-    /**
-     * A text model that serves POST /embeddings (billed per input token at its prompt price).
-     * Only such models are accepted there. @default false
-     */
-    embedding: z.boolean().default(false),
-    /** Media models with named modes (video): the modes, each one a priced tier. */
-    modes: z.array(z.string()).optional(),
-    /** Tier billed when the request names none. @default the cheapest tier, else "default" */
-    defaultTier: z.string().optional(),
-  })
-  .superRefine((m, ctx) => {
-    if ((m.upstream === undefined) === (m.targets === undefined)) {
-      ctx.addIssue({ code: 'custom', path: ['upstream'], message: 'a model needs exactly one of `upstream` or `targets`' });
-    }
-    const isText = m.type === 'text';
-    const hasText = 'prompt' in m.pricing;
-    if (isText !== hasText) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['pricing'],
-        message: isText ? 'a text model needs {prompt, completion} pricing' : 'a media model needs {unit, from, tiers} pricing',
-      });
-    }
-  });
+export { mediaPricingSchema, modelSchema, textPricingSchema } from './options/model.js';
 
 const keyFormat = /^sk-mg-[A-Za-z0-9]{40,}$/;
-
-/**
- * Redis storage: one server (`url`, the default), a Cluster (`cluster`: some of its nodes) or
- * a Sentinel-watched primary (`sentinels` and `name`). Exactly one of the three.
- */
-const redisStorage = z
-  .strictObject({
-    driver: z.literal('redis'),
-    /** @default "redis://127.0.0.1:6379" when neither `cluster` nor `sentinels` is given */
-    url: redisUrl.optional(),
-    /** @example ["redis://10.0.0.7:7000", "redis://10.0.0.8:7000", "redis://10.0.0.9:7000"] */
-    cluster: z.array(redisUrl).min(1).optional(),
-    /** @example ["redis://10.0.0.7:26379", "redis://10.0.0.8:26379", "redis://10.0.0.9:26379"] */
-    sentinels: z.array(redisUrl).min(1).optional(),
-    /** With `sentinels`: the name the sentinels monitor the primary by. @example "mymaster" */
-    name: z.string().min(1).optional(),
-    /** With `sentinels`: the primary's credentials (those in the sentinel URLs are the sentinels' own). */
-    username: secret.optional(),
-    password: secret.optional(),
-    /** @default "mg:" */
-    keyPrefix: z.string().regex(/^[^{}]*$/, 'must not contain "{" or "}" (they form hash tags)').default('mg:'),
-  })
-  .superRefine((r, ctx) => {
-    const given = (['url', 'cluster', 'sentinels'] as const).filter((k) => r[k] !== undefined);
-    if (given.length > 1) ctx.addIssue({ code: 'custom', path: [given[1]!], message: `give one of url, cluster or sentinels, not ${given.join(' and ')}` });
-    if (r.sentinels && !r.name) ctx.addIssue({ code: 'custom', path: ['name'], message: 'sentinels need the name of the primary they monitor' });
-    for (const k of ['name', 'username', 'password'] as const) {
-      if (r[k] !== undefined && !r.sentinels) ctx.addIssue({ code: 'custom', path: [k], message: 'only used with sentinels (put credentials in the URL)' });
-    }
-  });
-
-/**
- * Rate windows and in-flight leases from a Redis beside SQL books: the busiest writes (two per
- * request) then stay off the database. `{driver: "redis", url, keyPrefix}`.
- */
-const redisLimits = z.strictObject({
-  driver: z.literal('redis'),
-  /** @default "redis://127.0.0.1:6379" */
-  url: z.string().default('redis://127.0.0.1:6379'),
-  /** @default "mg:" */
-  keyPrefix: z.string().default('mg:'),
-});
 
 const alertThresholds = z.strictObject({
   /** Percents of a key's monthly cap, e.g. [50, 80, 100]. */
@@ -226,7 +45,7 @@ export const optionsSchema = z.strictObject({
   /** Shown as `owned_by` on media rows. @default "model-gateway" */
   serviceName: z.string().min(1).default('model-gateway'),
   /** @default {} */
-  upstreams: z.record(z.string(), z.union([simulatedUpstream, httpUpstream, upstreamClient])).default({}),
+  upstreams: z.record(z.string(), upstreamSchema).default({}),
   /** @default [] */
   models: z.array(modelSchema).default([]),
   /** @default [] */
@@ -382,36 +201,7 @@ export const optionsSchema = z.strictObject({
     .default(null),
   /** Budget alerts: signed webhooks when spend or a balance crosses a threshold. @default null */
   alerts: budgetAlertsSchema.nullable().default(null),
-  storage: z
-    .discriminatedUnion('driver', [
-      /** Everything in this process's memory: lost on exit (tests, trying things out). */
-      z.strictObject({ driver: z.literal('memory') }),
-      /**
-       * One SQLite file (better-sqlite3, WAL): durable books for one process. A relative
-       * `path` is taken from the working directory. `synchronous: "full"` also survives power loss.
-       */
-      z.strictObject({
-        driver: z.literal('sqlite'),
-        /** @default "./data/gateway.db" */
-        path: z.string().min(1).default('./data/gateway.db'),
-        /** @default "normal" */
-        synchronous: z.enum(['normal', 'full']).default('normal'),
-        limits: redisLimits.optional(),
-      }),
-      /** One PostgreSQL schema: durable books shared by several instances. */
-      z.strictObject({
-        driver: z.literal('postgres'),
-        url: z.string().min(1),
-        /** @default "model_gateway" */
-        schema: z
-          .string()
-          .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case identifier (letters, digits, "_"; at most 63)')
-          .default('model_gateway'),
-        limits: redisLimits.optional(),
-      }),
-      redisStorage,
-    ])
-    .default({ driver: 'memory' }),
+  storage: storageSchema.default({ driver: 'memory' }),
 });
 
 export type GatewayConfigInput = z.input<typeof optionsSchema>;

@@ -143,14 +143,16 @@ async function insertKey(core: Services, plain: string, input: CreateKeyInput, i
   });
 }
 
-export function createAdmin(core: Services, hooks: { forgetGrants(accountId: string): void }): Admin {
-  const { stores } = core;
-  const requireAccount = async (id: string) => {
-    const account = await stores.accounts.get(id);
-    if (!account) throw new AdminError(`No account "${id}".`);
-    return account;
-  };
+async function requireAccount(core: Services, id: string) {
+  const account = await core.stores.accounts.get(id);
+  if (!account) throw new AdminError(`No account "${id}".`);
+  return account;
+}
 
+type AccountMethods = Pick<Admin, 'createAccount' | 'listAccounts' | 'topUp' | 'wallet' | 'setGrants' | 'credit'>;
+
+function accountMethods(core: Services, hooks: { forgetGrants(accountId: string): void }): AccountMethods {
+  const { stores } = core;
   return {
     async createAccount({ id, walletUsd = 0, grants = [] }) {
       const created = await stores.accounts.create({ id, grants, createdAt: core.now() }, parseUsd(walletUsd));
@@ -166,12 +168,12 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
       );
     },
     async topUp(accountId, usd) {
-      await requireAccount(accountId);
+      await requireAccount(core, accountId);
       const balance = await stores.billing.topUp(accountId, parseUsd(usd));
       return { balanceUsd: formatUsd(balance) };
     },
     async wallet(accountId) {
-      await requireAccount(accountId);
+      await requireAccount(core, accountId);
       const w = await stores.billing.wallet(accountId);
       return { balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
     },
@@ -179,6 +181,24 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
       if (!(await stores.accounts.setGrants(accountId, modelIds))) throw new AdminError(`No account "${accountId}".`);
       hooks.forgetGrants(accountId);
     },
+    async credit(accountId, { amountUsd, reason, id }) {
+      await requireAccount(core, accountId);
+      const text = String(amountUsd).trim();
+      const negative = text.startsWith('-');
+      const amount = parseUsd(negative ? text.slice(1) : text);
+      if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
+      const creditId = id ?? `cr_${randomBase62(20)}`;
+      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, at: core.now() });
+      return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };
+    },
+  };
+}
+
+type KeyMethods = Pick<Admin, 'createKey' | 'disableKey' | 'enableKey' | 'listKeys' | 'getKey' | 'setMonthlyCap' | 'rotateKey' | 'deleteKey'>;
+
+function keyMethods(core: Services): KeyMethods {
+  const { stores } = core;
+  return {
     async createKey(input) {
       const plain = generateKey();
       const id = `key_${randomBase62(20)}`;
@@ -222,48 +242,51 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
       if (!key || !(await stores.keys.delete(id))) throw new AdminError(`No key "${id}".`);
       core.auth.forget(key.digest);
     },
-    async credit(accountId, { amountUsd, reason, id }) {
-      await requireAccount(accountId);
-      const text = String(amountUsd).trim();
-      const negative = text.startsWith('-');
-      const amount = parseUsd(negative ? text.slice(1) : text);
-      if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
-      const creditId = id ?? `cr_${randomBase62(20)}`;
-      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, at: core.now() });
-      return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };
-    },
-    ledger: (async (arg: string | LedgerQueryInput) => {
-      if (typeof arg === 'string') return stores.billing.ledger(arg);
-      if (!arg || typeof arg.account !== 'string' || arg.account === '') throw new AdminError('A ledger query needs an account.');
-      const limit = arg.limit ?? 100;
-      if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LEDGER_PAGE) {
-        throw new AdminError(`limit: must be an integer from 1 to ${MAX_LEDGER_PAGE}, got ${String(arg.limit)}`);
-      }
-      await requireAccount(arg.account);
-      try {
-        return await stores.billing.queryLedger({
-          accountId: arg.account,
-          limit,
-          ...(arg.key === undefined ? {} : { keyId: arg.key }),
-          ...(arg.from === undefined ? {} : { from: toUnixMs(arg.from, 'from') }),
-          ...(arg.to === undefined ? {} : { to: toUnixMs(arg.to, 'to') }),
-          ...(arg.cursor === undefined ? {} : { cursor: arg.cursor }),
-        });
-      } catch (err) {
-        // The store's rules for a query (a cursor it never returned, ...) are the caller's mistake.
-        if (err instanceof RangeError) throw new AdminError(err.message.replace(/^ledger query: /, ''));
-        throw err;
-      }
-    }) as Admin['ledger'],
+  };
+}
+
+/** Admin['ledger']: every entry of an account (its id), or one page of a query. */
+function ledger(core: Services): Admin['ledger'] {
+  const { stores } = core;
+  return (async (arg: string | LedgerQueryInput) => {
+    if (typeof arg === 'string') return stores.billing.ledger(arg);
+    if (!arg || typeof arg.account !== 'string' || arg.account === '') throw new AdminError('A ledger query needs an account.');
+    const limit = arg.limit ?? 100;
+    if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LEDGER_PAGE) {
+      throw new AdminError(`limit: must be an integer from 1 to ${MAX_LEDGER_PAGE}, got ${String(arg.limit)}`);
+    }
+    await requireAccount(core, arg.account);
+    try {
+      return await stores.billing.queryLedger({
+        accountId: arg.account,
+        limit,
+        ...(arg.key === undefined ? {} : { keyId: arg.key }),
+        ...(arg.from === undefined ? {} : { from: toUnixMs(arg.from, 'from') }),
+        ...(arg.to === undefined ? {} : { to: toUnixMs(arg.to, 'to') }),
+        ...(arg.cursor === undefined ? {} : { cursor: arg.cursor }),
+      });
+    } catch (err) {
+      // The store's rules for a query (a cursor it never returned, ...) are the caller's mistake.
+      if (err instanceof RangeError) throw new AdminError(err.message.replace(/^ledger query: /, ''));
+      throw err;
+    }
+  }) as Admin['ledger'];
+}
+
+type ContentMethods = Pick<Admin, 'putBrand' | 'deleteBrand' | 'addDocument' | 'deleteDocument'>;
+
+function contentMethods(core: Services): ContentMethods {
+  const { stores } = core;
+  return {
     async putBrand({ id, account, name = '', description = '', voice }) {
-      await requireAccount(account);
+      await requireAccount(core, account);
       if (!id || !voice) throw new AdminError('A brand needs an id and a voice.');
       const existing = await stores.content.getBrand(account, id);
       await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
     },
     deleteBrand: (accountId, id) => stores.content.deleteBrand(accountId, id),
     async addDocument({ id, account, brand = null, title = '', text }) {
-      await requireAccount(account);
+      await requireAccount(core, account);
       if (!id || !text.trim()) throw new AdminError('A document needs an id and some text.');
       if (brand !== null && !(await stores.content.getBrand(account, brand))) {
         throw new AdminError(`No brand "${brand}" in account "${account}".`);
@@ -273,6 +296,14 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
     },
     deleteDocument: (accountId, id) => stores.content.deleteDocument(accountId, id),
   };
+}
+
+/**
+ * The programmatic admin. Its methods are closures, not class methods: they keep working when
+ * taken off the object (`const { createKey } = gateway.admin`).
+ */
+export function createAdmin(core: Services, hooks: { forgetGrants(accountId: string): void }): Admin {
+  return { ...accountMethods(core, hooks), ...keyMethods(core), ledger: ledger(core), ...contentMethods(core) };
 }
 
 /**

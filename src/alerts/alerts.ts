@@ -23,6 +23,7 @@ import type { GatewayPlugin } from '../pipeline/hooks.js';
 import type { LedgerEntry } from '../stores/types.js';
 
 type AlertsConfig = NonNullable<GatewayConfig['alerts']>;
+type Thresholds = AlertsConfig['defaults'];
 
 /** Crossing records outlive any month (a cap crossing is named by its month anyway). */
 const RECORD_TTL_MS = 40 * 24 * 60 * 60 * 1000;
@@ -49,125 +50,138 @@ export function signWebhook(secret: string, t: number, body: string): string {
   return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
 }
 
+/** Records the crossing; true for the one caller that records it first. */
+async function firstCrossing(core: Services, scope: string): Promise<boolean> {
+  const r = await core.stores.idempotency.begin(scope, 'alert', RECORD_TTL_MS);
+  if (r.state !== 'started') return false;
+  await core.stores.idempotency.complete(scope, 'alert', { status: 200, headers: {}, body: '' }, RECORD_TTL_MS);
+  return true;
+}
+
+/** Waits `ms`, or less when the gateway shuts down. */
+function backoff(core: Services, ms: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(resolve, ms);
+    core.shutdown.addEventListener(
+      'abort',
+      () => {
+        clearTimeout(timer);
+        resolve();
+      },
+      { once: true },
+    );
+  });
+}
+
+/** POSTs one signed alert; true when it is done with (delivered, or refused for good). */
+async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: BudgetAlert, body: string): Promise<boolean> {
+  const t = Math.floor(core.now() / 1000);
+  try {
+    const res = await fetch(webhook.url, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'idempotency-key': alert.id,
+        'x-mg-timestamp': String(t),
+        'x-mg-signature': signWebhook(webhook.secret, t, body),
+      },
+      body,
+      signal: AbortSignal.any([AbortSignal.timeout(webhook.timeoutMs), core.shutdown]),
+    });
+    await res.arrayBuffer().catch(() => undefined);
+    if (res.ok) return true;
+    if (res.status < 500 && res.status !== 408 && res.status !== 429) {
+      core.log.warn({ msg: 'budget alert refused by the webhook; not retried', alert: alert.id, status: res.status });
+      return true;
+    }
+  } catch {
+    // A network error or timeout: retried.
+  }
+  return false;
+}
+
+async function deliver(core: Services, webhook: AlertsConfig['webhook'], alert: BudgetAlert): Promise<void> {
+  const { maxAttempts, backoffMs } = webhook;
+  const body = JSON.stringify(alert);
+  for (let n = 1; n <= maxAttempts && !core.shutdown.aborted; n++) {
+    if (await attempt(core, webhook, alert, body)) return;
+    if (n < maxAttempts) await backoff(core, backoffMs * 2 ** (n - 1));
+  }
+  core.log.warn({ msg: 'budget alert not delivered', alert: alert.id });
+}
+
+/** The key's monthly-cap percents that this entry's charge crossed first. */
+async function capCrossings(core: Services, entry: LedgerEntry, month: string, capPercent: NonNullable<Thresholds['capPercent']>): Promise<BudgetAlert[]> {
+  const found: BudgetAlert[] = [];
+  const key = await core.stores.keys.get(entry.keyId);
+  if (!key?.monthlyCap) return found;
+  const spent = (await core.stores.billing.keyUsage(entry.accountId, entry.keyId, month)).monthly;
+  for (const pct of capPercent) {
+    // spent >= cap * pct / 100, exactly (percents may have decimals: scaled by 1000).
+    if (spent * 100_000n < key.monthlyCap * BigInt(Math.round(pct * 1000))) continue;
+    const scope = `alert:cap:${entry.accountId}:${entry.keyId}:${month}:${pct}`;
+    if (!(await firstCrossing(core, scope))) continue;
+    found.push({
+      id: `alrt_${Buffer.from(scope).toString('base64url')}`,
+      type: 'budget.key_monthly_cap',
+      created: core.now(),
+      account: entry.accountId,
+      key: entry.keyId,
+      threshold: pct,
+      month,
+      spentUsd: formatUsd(spent),
+      capUsd: formatUsd(key.monthlyCap),
+      entry: entry.id,
+    });
+  }
+  return found;
+}
+
+/** The balance-below amounts that this entry's charge crossed first; re-arms those back above. */
+async function balanceCrossings(core: Services, entry: LedgerEntry, below: NonNullable<Thresholds['balanceBelowUsd']>): Promise<BudgetAlert[]> {
+  const found: BudgetAlert[] = [];
+  const balance = (await core.stores.billing.wallet(entry.accountId)).balance;
+  for (const amount of below) {
+    const limit = parseUsd(amount);
+    const scope = `alert:balance:${entry.accountId}:${formatUsd(limit)}`;
+    if (balance >= limit) {
+      // Back above (a top-up): the next fall below is a new crossing.
+      await core.stores.idempotency.abandon(scope);
+      continue;
+    }
+    if (!(await firstCrossing(core, scope))) continue;
+    found.push({
+      id: `alrt_${Buffer.from(`${scope}:${entry.id}`).toString('base64url')}`,
+      type: 'budget.balance_below',
+      created: core.now(),
+      account: entry.accountId,
+      key: null,
+      threshold: formatUsd(limit),
+      balanceUsd: formatUsd(balance),
+      entry: entry.id,
+    });
+  }
+  return found;
+}
+
+async function check(cfg: AlertsConfig, core: Services, entry: LedgerEntry): Promise<void> {
+  const t = cfg.accounts[entry.accountId] ?? cfg.defaults;
+  const found: BudgetAlert[] = [];
+  const month = new Date(entry.at).toISOString().slice(0, 7);
+  const capPercent = cfg.keys[entry.keyId]?.capPercent ?? t.capPercent ?? [];
+  if (capPercent.length > 0) found.push(...(await capCrossings(core, entry, month, capPercent)));
+  const below = t.balanceBelowUsd ?? [];
+  if (below.length > 0) found.push(...(await balanceCrossings(core, entry, below)));
+  for (const alert of found) core.track(deliver(core, cfg.webhook, alert));
+}
+
 export function budgetAlerts(cfg: AlertsConfig, getCore: () => Services): GatewayPlugin {
-  const thresholdsOf = (account: string) => cfg.accounts[account] ?? cfg.defaults;
-
-  /** Records the crossing; true for the one caller that records it first. */
-  async function firstCrossing(core: Services, scope: string): Promise<boolean> {
-    const r = await core.stores.idempotency.begin(scope, 'alert', RECORD_TTL_MS);
-    if (r.state !== 'started') return false;
-    await core.stores.idempotency.complete(scope, 'alert', { status: 200, headers: {}, body: '' }, RECORD_TTL_MS);
-    return true;
-  }
-
-  async function deliver(core: Services, alert: BudgetAlert): Promise<void> {
-    const { url, secret, maxAttempts, backoffMs, timeoutMs } = cfg.webhook;
-    const body = JSON.stringify(alert);
-    for (let attempt = 1; attempt <= maxAttempts && !core.shutdown.aborted; attempt++) {
-      const t = Math.floor(core.now() / 1000);
-      try {
-        const res = await fetch(url, {
-          method: 'POST',
-          headers: {
-            'content-type': 'application/json',
-            'idempotency-key': alert.id,
-            'x-mg-timestamp': String(t),
-            'x-mg-signature': signWebhook(secret, t, body),
-          },
-          body,
-          signal: AbortSignal.any([AbortSignal.timeout(timeoutMs), core.shutdown]),
-        });
-        await res.arrayBuffer().catch(() => undefined);
-        if (res.ok) return;
-        if (res.status < 500 && res.status !== 408 && res.status !== 429) {
-          core.log.warn({ msg: 'budget alert refused by the webhook; not retried', alert: alert.id, status: res.status });
-          return;
-        }
-      } catch {
-        // A network error or timeout: retried below.
-      }
-      if (attempt < maxAttempts) {
-        await new Promise<void>((resolve) => {
-          const timer = setTimeout(resolve, backoffMs * 2 ** (attempt - 1));
-          core.shutdown.addEventListener(
-            'abort',
-            () => {
-              clearTimeout(timer);
-              resolve();
-            },
-            { once: true },
-          );
-        });
-      }
-    }
-    core.log.warn({ msg: 'budget alert not delivered', alert: alert.id });
-  }
-
-  async function check(entry: LedgerEntry): Promise<void> {
-    const core = getCore();
-    const t = thresholdsOf(entry.accountId);
-    const found: BudgetAlert[] = [];
-    const month = new Date(entry.at).toISOString().slice(0, 7);
-
-    const capPercent = cfg.keys[entry.keyId]?.capPercent ?? t.capPercent ?? [];
-    if (capPercent.length > 0) {
-      const key = await core.stores.keys.get(entry.keyId);
-      if (key?.monthlyCap) {
-        const spent = (await core.stores.billing.keyUsage(entry.accountId, entry.keyId, month)).monthly;
-        for (const pct of capPercent) {
-          // spent >= cap * pct / 100, exactly (percents may have decimals: scaled by 1000).
-          if (spent * 100_000n < key.monthlyCap * BigInt(Math.round(pct * 1000))) continue;
-          const scope = `alert:cap:${entry.accountId}:${entry.keyId}:${month}:${pct}`;
-          if (!(await firstCrossing(core, scope))) continue;
-          found.push({
-            id: `alrt_${Buffer.from(scope).toString('base64url')}`,
-            type: 'budget.key_monthly_cap',
-            created: core.now(),
-            account: entry.accountId,
-            key: entry.keyId,
-            threshold: pct,
-            month,
-            spentUsd: formatUsd(spent),
-            capUsd: formatUsd(key.monthlyCap),
-            entry: entry.id,
-          });
-        }
-      }
-    }
-
-    const below = t.balanceBelowUsd ?? [];
-    if (below.length > 0) {
-      const balance = (await core.stores.billing.wallet(entry.accountId)).balance;
-      for (const amount of below) {
-        const limit = parseUsd(amount);
-        const scope = `alert:balance:${entry.accountId}:${formatUsd(limit)}`;
-        if (balance >= limit) {
-          // Back above (a top-up): the next fall below is a new crossing.
-          await core.stores.idempotency.abandon(scope);
-          continue;
-        }
-        if (!(await firstCrossing(core, scope))) continue;
-        found.push({
-          id: `alrt_${Buffer.from(`${scope}:${entry.id}`).toString('base64url')}`,
-          type: 'budget.balance_below',
-          created: core.now(),
-          account: entry.accountId,
-          key: null,
-          threshold: formatUsd(limit),
-          balanceUsd: formatUsd(balance),
-          entry: entry.id,
-        });
-      }
-    }
-    for (const alert of found) core.track(deliver(core, alert));
-  }
-
   return {
     name: 'budget-alerts',
     onBilled({ entry }) {
       // Not awaited by the settle: the checks and deliveries run in the background.
       const core = getCore();
-      core.track(check(entry).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
+      core.track(check(cfg, core, entry).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
     },
   };
 }

@@ -13,7 +13,7 @@
  *  - Query terms are taken rarest first, at most 64 and at most ~10k postings;
  *    the commonest words of a long message (low IDF) are the ones dropped.
  */
-import MiniSearch from 'minisearch';
+import MiniSearch, { type SearchResult } from 'minisearch';
 import { splitIntoPassagesWithTokens, type SplitOptions } from './passages.js';
 
 export interface KnowledgeDocument {
@@ -86,98 +86,125 @@ const splitTerms = (s: string): string[] => (s === '' ? [] : s.split(' '));
 const identity = (t: string): string => t;
 
 export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): KnowledgeIndex {
-  const resultBudget = opts.resultBudget ?? DEFAULT_RESULT_BUDGET;
-  const maxPostingsWalked = opts.maxPostingsWalked ?? DEFAULT_MAX_POSTINGS_WALKED;
-  // We analyse text ourselves (so we can keep document frequencies for the
-  // query planner); MiniSearch only splits the pre-analysed term strings.
-  const miniSearch = new MiniSearch<IndexedPassage>({
-    fields: ['text', 'title'],
-    storeFields: [],
-    tokenize: splitTerms,
-    processTerm: identity,
-    searchOptions: { boost: { title: 1 }, tokenize: splitTerms, processTerm: identity },
-  });
-  // Passage ids are array slots; removed passages leave a hole (never reused).
-  const passages: Array<PassageRecord | undefined> = [];
-  const documents = new Map<string, { passageIds: number[] }>();
-  /** Live passages containing each term (in text or title). */
-  const docFreq = new Map<string, number>();
+  return new MiniSearchIndex(opts);
+}
 
-  function countTerms(terms: Iterable<string>, delta: 1 | -1): void {
+class MiniSearchIndex implements KnowledgeIndex {
+  private readonly resultBudget: number;
+  private readonly maxPostingsWalked: number;
+  private readonly split: SplitOptions | undefined;
+  private readonly miniSearch: MiniSearch<IndexedPassage>;
+  // Passage ids are array slots; removed passages leave a hole (never reused).
+  private readonly passages: Array<PassageRecord | undefined> = [];
+  private readonly documents = new Map<string, { passageIds: number[] }>();
+  /** Live passages containing each term (in text or title). */
+  private readonly docFreq = new Map<string, number>();
+
+  constructor(opts: KnowledgeIndexOptions) {
+    this.resultBudget = opts.resultBudget ?? DEFAULT_RESULT_BUDGET;
+    this.maxPostingsWalked = opts.maxPostingsWalked ?? DEFAULT_MAX_POSTINGS_WALKED;
+    this.split = opts.split;
+    // We analyse text ourselves (so we can keep document frequencies for the
+    // query planner); MiniSearch only splits the pre-analysed term strings.
+    this.miniSearch = new MiniSearch<IndexedPassage>({
+      fields: ['text', 'title'],
+      storeFields: [],
+      tokenize: splitTerms,
+      processTerm: identity,
+      searchOptions: { boost: { title: 1 }, tokenize: splitTerms, processTerm: identity },
+    });
+  }
+
+  private countTerms(terms: Iterable<string>, delta: 1 | -1): void {
     for (const t of terms) {
-      const n = (docFreq.get(t) ?? 0) + delta;
-      if (n > 0) docFreq.set(t, n);
-      else docFreq.delete(t);
+      const n = (this.docFreq.get(t) ?? 0) + delta;
+      if (n > 0) this.docFreq.set(t, n);
+      else this.docFreq.delete(t);
     }
   }
 
-  function removeDocument(id: string): void {
-    const doc = documents.get(id);
+  removeDocument(id: string): void {
+    const doc = this.documents.get(id);
     if (!doc) return;
     for (const passageId of doc.passageIds) {
-      const p = passages[passageId];
-      if (p) countTerms(new Set([...analyze(p.text), ...analyze(p.title)]), -1);
-      miniSearch.discard(passageId); // lazy removal; MiniSearch vacuums in the background
-      passages[passageId] = undefined;
+      const p = this.passages[passageId];
+      if (p) this.countTerms(new Set([...analyze(p.text), ...analyze(p.title)]), -1);
+      this.miniSearch.discard(passageId); // lazy removal; MiniSearch vacuums in the background
+      this.passages[passageId] = undefined;
     }
-    documents.delete(id);
+    this.documents.delete(id);
   }
 
-  function addDocument(doc: KnowledgeDocument): number {
-    removeDocument(doc.id);
+  addDocument(doc: KnowledgeDocument): number {
+    this.removeDocument(doc.id);
     const titleTerms = analyze(doc.title);
     const passageIds: number[] = [];
-    for (const p of splitIntoPassagesWithTokens(doc.text, opts.split)) {
-      const id = passages.length;
+    for (const p of splitIntoPassagesWithTokens(doc.text, this.split)) {
+      const id = this.passages.length;
       const textTerms = analyze(p.text);
-      passages.push({ documentId: doc.id, title: doc.title, text: p.text, tokens: p.tokens });
+      this.passages.push({ documentId: doc.id, title: doc.title, text: p.text, tokens: p.tokens });
       passageIds.push(id);
-      countTerms(new Set([...textTerms, ...titleTerms]), 1);
-      miniSearch.add({ id, title: titleTerms.join(' '), text: textTerms.join(' ') });
+      this.countTerms(new Set([...textTerms, ...titleTerms]), 1);
+      this.miniSearch.add({ id, title: titleTerms.join(' '), text: textTerms.join(' ') });
     }
-    documents.set(doc.id, { passageIds });
+    this.documents.set(doc.id, { passageIds });
     return passageIds.length;
   }
 
-  function search(query: string, searchOpts: KnowledgeSearchOptions): RetrievedPassage[] {
+  search(query: string, searchOpts: KnowledgeSearchOptions): RetrievedPassage[] {
     const maxPassages = searchOpts.maxPassages ?? DEFAULT_MAX_PASSAGES;
     if (searchOpts.tokenBudget <= 0 || maxPassages <= 0) return [];
-    const allowed = restriction(searchOpts.documentIds);
+    const allowed = this.restriction(searchOpts.documentIds);
     if (allowed && allowed.size === 0) return [];
 
     // Known query terms, rarest first (rare terms are both cheap and discriminating).
-    const terms = [...new Set(analyze(clip(query)))].filter((t) => docFreq.has(t));
+    const terms = [...new Set(analyze(clip(query)))].filter((t) => this.docFreq.has(t));
     if (terms.length === 0) return [];
-    terms.sort((a, b) => df(a) - df(b));
-    const scored = prefixWithin(terms.slice(0, MAX_QUERY_TERMS), maxPostingsWalked, 1);
+    terms.sort((a, b) => this.df(a) - this.df(b));
+    const scored = this.prefixWithin(terms.slice(0, MAX_QUERY_TERMS), this.maxPostingsWalked, 1);
+    const hits = this.rank(scored, allowed, maxPassages);
+    return this.fitBudget(hits, searchOpts.tokenBudget, maxPassages);
+  }
 
+  passageCount(documentId?: string): number {
+    return documentId === undefined ? this.miniSearch.documentCount : (this.documents.get(documentId)?.passageIds.length ?? 0);
+  }
+
+  documentIds(): string[] {
+    return [...this.documents.keys()];
+  }
+
+  /** MiniSearch's ranking of `scored` (rarest first) within `allowed`, in one or two passes. */
+  private rank(scored: string[], allowed: ReadonlySet<string> | undefined, maxPassages: number): SearchResult[] {
+    const miniSearch = this.miniSearch;
     // Expected result objects = postings that land in the searchable space.
     const total = miniSearch.documentCount;
-    const space = allowed ? passagesIn(allowed) : total;
-    const firstPass = space <= resultBudget ? scored : prefixWithin(scored, resultBudget, space / total);
+    const space = allowed ? this.passagesIn(allowed) : total;
+    const firstPass = space <= this.resultBudget ? scored : this.prefixWithin(scored, this.resultBudget, space / total);
 
     // Per-query masks indexed by passage id: cheaper in the hot loop than Set lookups.
-    const allowedMask = allowed ? maskOf(allowed) : undefined;
+    const allowedMask = allowed ? this.maskOf(allowed) : undefined;
     const inAllowed = allowedMask && ((id: number) => allowedMask[id] ?? 0);
-    let hits = miniSearch.search(firstPass.join(' '), { boostDocument: inAllowed });
-    if (firstPass.length < scored.length) {
-      if (hits.length >= maxPassages) {
-        // Second pass: the full query, scored only on the first pass's candidates.
-        const candidates = new Uint8Array(passages.length);
-        for (const h of hits) candidates[h.id as number] = 1;
-        hits = miniSearch.search(scored.join(' '), { boostDocument: (id: number) => candidates[id] ?? 0 });
-      } else {
-        // The rare terms barely occur in this space: fall back to one full pass.
-        hits = miniSearch.search(scored.join(' '), { boostDocument: inAllowed });
-      }
+    const hits = miniSearch.search(firstPass.join(' '), { boostDocument: inAllowed });
+    if (firstPass.length === scored.length) return hits;
+    if (hits.length >= maxPassages) {
+      // Second pass: the full query, scored only on the first pass's candidates.
+      const candidates = new Uint8Array(this.passages.length);
+      for (const h of hits) candidates[h.id as number] = 1;
+      return miniSearch.search(scored.join(' '), { boostDocument: (id: number) => candidates[id] ?? 0 });
     }
+    // The rare terms barely occur in this space: fall back to one full pass.
+    return miniSearch.search(scored.join(' '), { boostDocument: inAllowed });
+  }
 
+  /** The best-ranked passages whose tokens fit `tokenBudget`, at most `maxPassages`. */
+  private fitBudget(hits: SearchResult[], tokenBudget: number, maxPassages: number): RetrievedPassage[] {
     const out: RetrievedPassage[] = [];
-    let budget = searchOpts.tokenBudget;
+    let budget = tokenBudget;
     const scanned = Math.min(hits.length, MAX_CANDIDATES_SCANNED);
     for (let i = 0; i < scanned && out.length < maxPassages; i++) {
       const hit = hits[i];
-      const p = hit ? passages[hit.id as number] : undefined;
+      const p = hit ? this.passages[hit.id as number] : undefined;
       if (!hit || !p || p.tokens > budget) continue; // a smaller, lower-ranked one may still fit
       out.push({ documentId: p.documentId, title: p.title, text: p.text, score: hit.score, tokens: p.tokens });
       budget -= p.tokens;
@@ -185,49 +212,42 @@ export function createKnowledgeIndex(opts: KnowledgeIndexOptions = {}): Knowledg
     return out;
   }
 
-  const df = (term: string): number => docFreq.get(term) ?? 0;
+  private df(term: string): number {
+    return this.docFreq.get(term) ?? 0;
+  }
 
   /** Longest prefix of `terms` whose summed df * scale stays within `limit` (at least one term). */
-  function prefixWithin(terms: string[], limit: number, scale: number): string[] {
+  private prefixWithin(terms: string[], limit: number, scale: number): string[] {
     let sum = 0;
     let n = 0;
-    while (n < terms.length && (n === 0 || sum + df(terms[n] ?? '') * scale <= limit)) {
-      sum += df(terms[n] ?? '') * scale;
+    while (n < terms.length && (n === 0 || sum + this.df(terms[n] ?? '') * scale <= limit)) {
+      sum += this.df(terms[n] ?? '') * scale;
       n++;
     }
     return terms.slice(0, n);
   }
 
-  function maskOf(ids: ReadonlySet<string>): Uint8Array {
-    const mask = new Uint8Array(passages.length);
-    for (const id of ids) for (const p of documents.get(id)?.passageIds ?? []) mask[p] = 1;
+  private maskOf(ids: ReadonlySet<string>): Uint8Array {
+    const mask = new Uint8Array(this.passages.length);
+    for (const id of ids) for (const p of this.documents.get(id)?.passageIds ?? []) mask[p] = 1;
     return mask;
   }
 
-  function passagesIn(ids: ReadonlySet<string>): number {
+  private passagesIn(ids: ReadonlySet<string>): number {
     let n = 0;
-    for (const id of ids) n += documents.get(id)?.passageIds.length ?? 0;
+    for (const id of ids) n += this.documents.get(id)?.passageIds.length ?? 0;
     return n;
   }
 
   /** undefined = no restriction needed (nothing given, or every indexed document allowed). */
-  function restriction(ids: ReadonlySet<string> | string[] | undefined): ReadonlySet<string> | undefined {
+  private restriction(ids: ReadonlySet<string> | string[] | undefined): ReadonlySet<string> | undefined {
     if (ids === undefined) return undefined;
     const set: ReadonlySet<string> = Array.isArray(ids) ? new Set(ids) : (ids as ReadonlySet<string>);
     let covered = 0;
-    for (const id of set) if (documents.has(id)) covered++;
-    if (covered === documents.size) return undefined;
+    for (const id of set) if (this.documents.has(id)) covered++;
+    if (covered === this.documents.size) return undefined;
     return covered === 0 ? new Set() : set;
   }
-
-  return {
-    addDocument,
-    removeDocument,
-    search,
-    passageCount: (documentId) =>
-      documentId === undefined ? miniSearch.documentCount : (documents.get(documentId)?.passageIds.length ?? 0),
-    documentIds: () => [...documents.keys()],
-  };
 }
 
 export const KNOWLEDGE_PREAMBLE =

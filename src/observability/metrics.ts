@@ -70,31 +70,7 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
   const tokens = new HotCounter('model_gateway_tokens_total', 'Tokens billed, by model and direction (in: prompt, out: completion).', ['model', 'direction'], registry);
   const spend = new HotCounter('model_gateway_spend_usd_total', 'USD billed, by model (for dashboards; the ledger is the exact figure).', ['model'], registry);
   const refusals = new HotCounter('model_gateway_refusals_total', 'Requests refused by a limit, by limit.', ['limit'], registry);
-  new Gauge({
-    name: 'model_gateway_circuit_open',
-    help: 'Whether an upstream circuit is open (1) or closed (0).',
-    labelNames: ['upstream'],
-    registers: [registry],
-    collect() {
-      for (const [upstream, open] of deps.circuits()) this.set({ upstream }, open ? 1 : 0);
-    },
-  });
-  new Gauge({
-    name: 'model_gateway_open_streams',
-    help: 'Streamed answers being relayed now.',
-    registers: [registry],
-    collect() {
-      this.set(deps.openStreams());
-    },
-  });
-  new Gauge({
-    name: 'model_gateway_open_holds',
-    help: 'Billed calls open on this instance (held, not yet billed or cancelled).',
-    registers: [registry],
-    collect() {
-      this.set(deps.openHolds());
-    },
-  });
+  registerGauges(registry, deps);
   const storeCalls = new HotHistogram('model_gateway_store_call_seconds', 'Latency of store calls, by operation (store.method).', ['operation'], STORE, registry);
 
   const observer: Observer = {
@@ -122,50 +98,7 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
       }
       spend.inc(Number(costNano) / 1e9, model);
     },
-    timeStores(stores) {
-      // Each store is copied into a plain object whose methods time the store's own (a Proxy
-      // would run a trap on every property read of the request path).
-      const wrap = (name: string, store: object): object => {
-        const out: Record<string, unknown> = {};
-        for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
-          for (const key of Object.getOwnPropertyNames(o)) {
-            if (key === 'constructor' || key in out) continue;
-            const v = (store as Record<string, unknown>)[key];
-            if (typeof v !== 'function') {
-              Object.defineProperty(out, key, { get: () => (store as Record<string, unknown>)[key], enumerable: true });
-              continue;
-            }
-            const fn = v as (...a: unknown[]) => unknown;
-            const operation = `${name}.${key}`;
-            const done = (t: number) => storeCalls.observe((performance.now() - t) / 1000, operation);
-            out[key] = (...args: unknown[]) => {
-              const t = performance.now();
-              const result = fn.apply(store, args);
-              if (result instanceof Promise) {
-                return result.then(
-                  (value) => {
-                    done(t);
-                    return value;
-                  },
-                  (err: unknown) => {
-                    done(t);
-                    throw err;
-                  },
-                );
-              }
-              done(t);
-              return result;
-            };
-          }
-        }
-        return out;
-      };
-      const out: Record<string, unknown> = {};
-      for (const [name, store] of Object.entries(stores)) {
-        out[name] = typeof store === 'object' && store !== null ? wrap(name, store) : typeof store === 'function' ? store.bind(stores) : store;
-      }
-      return out as unknown as Stores;
-    },
+    timeStores: (stores) => timeStores(stores, storeCalls),
     async answer(request, requestId) {
       if (request.method !== 'GET' && request.method !== 'HEAD') {
         return errorResponse(
@@ -188,4 +121,82 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
       });
     },
   };
+}
+
+/** Gauges read from the gateway's state at scrape time. */
+function registerGauges(registry: Registry, deps: MetricsDeps): void {
+  new Gauge({
+    name: 'model_gateway_circuit_open',
+    help: 'Whether an upstream circuit is open (1) or closed (0).',
+    labelNames: ['upstream'],
+    registers: [registry],
+    collect() {
+      for (const [upstream, open] of deps.circuits()) this.set({ upstream }, open ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'model_gateway_open_streams',
+    help: 'Streamed answers being relayed now.',
+    registers: [registry],
+    collect() {
+      this.set(deps.openStreams());
+    },
+  });
+  new Gauge({
+    name: 'model_gateway_open_holds',
+    help: 'Billed calls open on this instance (held, not yet billed or cancelled).',
+    registers: [registry],
+    collect() {
+      this.set(deps.openHolds());
+    },
+  });
+}
+
+/** Copies `stores` with every method of every store timed into `storeCalls`, by store.method. */
+function timeStores(stores: Stores, storeCalls: HotHistogram): Stores {
+  const out: Record<string, unknown> = {};
+  for (const [name, store] of Object.entries(stores)) {
+    out[name] = typeof store === 'object' && store !== null ? timedStore(name, store, storeCalls) : typeof store === 'function' ? store.bind(stores) : store;
+  }
+  return out as unknown as Stores;
+}
+
+/**
+ * The store copied into a plain object whose methods time the store's own (a Proxy would run a
+ * trap on every property read of the request path).
+ */
+function timedStore(name: string, store: object, storeCalls: HotHistogram): object {
+  const out: Record<string, unknown> = {};
+  for (let o: object | null = store; o && o !== Object.prototype; o = Object.getPrototypeOf(o) as object | null) {
+    for (const key of Object.getOwnPropertyNames(o)) {
+      if (key === 'constructor' || key in out) continue;
+      const v = (store as Record<string, unknown>)[key];
+      if (typeof v !== 'function') {
+        Object.defineProperty(out, key, { get: () => (store as Record<string, unknown>)[key], enumerable: true });
+        continue;
+      }
+      const fn = v as (...a: unknown[]) => unknown;
+      const operation = `${name}.${key}`;
+      const done = (t: number) => storeCalls.observe((performance.now() - t) / 1000, operation);
+      out[key] = (...args: unknown[]) => {
+        const t = performance.now();
+        const result = fn.apply(store, args);
+        if (result instanceof Promise) {
+          return result.then(
+            (value) => {
+              done(t);
+              return value;
+            },
+            (err: unknown) => {
+              done(t);
+              throw err;
+            },
+          );
+        }
+        done(t);
+        return result;
+      };
+    }
+  }
+  return out;
 }

@@ -8,6 +8,9 @@
  * a store throws only when its infrastructure is broken (the gateway answers 503 then).
  */
 
+import type { BillingStore } from './billing-types.js';
+import type { LimitStore } from './limit-types.js';
+
 export type KeyKind = 'developer' | 'agent';
 
 export interface ApiKeyRecord {
@@ -72,256 +75,25 @@ export interface AccountStore {
   list(): Promise<AccountRecord[]>;
 }
 
-export type LedgerUnits =
-  | { kind: 'tokens'; prompt: number; completion: number }
-  | { kind: 'images'; images: number; tier: string }
-  | { kind: 'seconds'; seconds: number; tier: string }
-  | { kind: 'speech_tokens'; tokens: number }
-  /**
-   * Money put into (a top-up) or taken out of (a negative adjustment) a wallet by an operator,
-   * not a call: its entry's `cost` is minus the amount credited, its key and model are "".
-   */
-  | { kind: 'credit'; reason: string };
-
-/**
- * How a ledger entry's units were measured: the upstream's own `usage` report, a count of the
- * produced output with the tokenizer (a stream that ended without usage, or a client that went
- * away), or the gateway's estimate (units known before the call, e.g. images or seconds asked for).
- */
-export type Measurement = 'usage' | 'tokenizer' | 'estimate';
-
-export interface LedgerEntry {
-  /** The request id or job id the charge belongs to. */
-  id: string;
-  accountId: string;
-  keyId: string;
-  model: string;
-  units: LedgerUnits;
-  /** What was debited, in nano-USD: always the full list cost of the units. */
-  cost: bigint;
-  /** What the hold for the call was (0 when it had expired before the settle). */
-  held: bigint;
-  /** The cost was above the hold: the estimate was low, and the excess was debited anyway. */
-  exceededHold: boolean;
-  /** Null on credit entries (nothing was measured). */
-  measured: Measurement | null;
-  /** The upstream that served the call, when one did. */
-  upstream?: string;
-  at: number;
-}
-
-export interface HoldRequest {
-  holdId: string;
-  accountId: string;
-  keyId: string;
-  amount: bigint;
-  /** The key's monthly cap (nano-USD) or null for none. */
-  monthlyCap: bigint | null;
-  /** "YYYY-MM" in UTC: the month whose spend the cap is checked against. */
-  month: string;
-  /** A hold that is neither settled nor released stops counting after this long (unless renewed). */
-  ttlMs: number;
-}
-
-export type HoldResult =
-  | { ok: true }
-  | {
-      ok: false;
-      limitSource: 'wallet' | 'key_monthly_cap';
-      /** What could still be held against the limit that refused (never negative). */
-      available: bigint;
-    };
-
-export interface SettleRequest {
-  holdId: string;
-  accountId: string;
-  /** The month the spend counts towards when the hold is gone (else the hold's own month). */
-  month: string;
-  /** The list-price cost of what was used: debited in full, even past the hold. */
-  cost: bigint;
-  entry: Omit<LedgerEntry, 'cost' | 'held' | 'exceededHold'>;
-}
-
-/** A page of one account's ledger: filters, and where the previous page ended. */
-export interface LedgerQuery {
-  accountId: string;
-  /** Only the entries of this key. */
-  keyId?: string;
-  /** Only entries with `at` >= from (unix ms). */
-  from?: number;
-  /** Only entries with `at` < to (unix ms). */
-  to?: number;
-  /** The `nextCursor` of the previous page; omitted for the first page. Opaque. */
-  cursor?: string;
-  /** At most this many entries (1 to 1,000). */
-  limit: number;
-}
-
-export interface LedgerPage {
-  /** In the order they were appended (oldest first). */
-  entries: LedgerEntry[];
-  /**
-   * Where this page ended: pass it as `cursor` for the next page, or later to read only the
-   * entries appended since (a cursor stays valid for good).
-   */
-  nextCursor: string;
-  /**
-   * Whether entries past this page existed when it was read. A page may hold fewer than
-   * `limit` entries while more follow (a driver may bound how far one page scans).
-   */
-  more: boolean;
-}
-
-export interface SettleResult {
-  /** False when this hold id was already settled or released: nothing changed. */
-  settled: boolean;
-  charged: bigint;
-  /** What the hold was when it was settled (0 when it had expired); absent when not settled. */
-  held?: bigint;
-}
-
-/** A top-up or adjustment, recorded in the ledger. */
-export interface CreditRequest {
-  accountId: string;
-  /** Names the credit for good: a credit with an id already in the account's ledger changes nothing. */
-  creditId: string;
-  /** Nano-USD added to the wallet; negative takes money out (it may leave the wallet below zero). */
-  amount: bigint;
-  reason: string;
-  /** Unix ms of the entry. */
-  at: number;
-}
-
-export interface CreditResult {
-  /** False when this credit id was already applied: nothing changed. */
-  applied: boolean;
-  /** The wallet balance after the credit (or now, when not applied). */
-  balance: bigint;
-}
-
-export interface WalletView {
-  balance: bigint;
-  held: bigint;
-}
-
-export interface KeyUsage {
-  total: bigint;
-  monthly: bigint;
-  held: bigint;
-}
-
-/** One hit on a rate window (see `LimitStore.hit`), for a hold to count in the same step. */
-export interface WindowHit {
-  bucket: string;
-  limit: number;
-  windowMs: number;
-  /** The account the window belongs to (see `LimitStore.hit`). */
-  accountId: string;
-}
-
-export interface CountedHold {
-  window: WindowResult;
-  /** Null when the window refused the hit: then nothing was held. */
-  hold: HoldResult | null;
-}
-
-export interface BillingStore {
-  /**
-   * Optional: only a driver that keeps rate windows beside its books has it, and it counts in
-   * the windows of the LimitStore whose `windowsId` equals this store's. Atomic: counts `hit`
-   * exactly as that store's `hit` would and, only when the window allowed it, places the hold
-   * exactly as `placeHold` would, in one step (one transaction, one script, one round trip).
-   * A refused hold leaves the hit counted: the request passed its rate check, as it would
-   * with the two operations one after the other.
-   */
-  hitAndPlaceHold?(hit: WindowHit, req: HoldRequest): Promise<CountedHold>;
-  /** Names the rate windows `hitAndPlaceHold` counts in (see `LimitStore.windowsId`). */
-  readonly windowsId?: symbol;
-  /**
-   * Atomic hold-if-affordable. Places the hold only if
-   *   balance - held(account) >= amount            (else limitSource 'wallet'), and
-   *   spend(key, month) + held(key) + amount <= cap (else limitSource 'key_monthly_cap').
-   * Expired holds are dropped before the check. A wallet below zero (a settle that exceeded
-   * its hold) therefore refuses every hold until it is topped up.
-   */
-  placeHold(req: HoldRequest): Promise<HoldResult>;
-  /**
-   * Extends an open hold's expiry to `ttlMs` from now, so a live call that outlives the TTL
-   * keeps its hold. False when the hold is gone (expired, settled or released).
-   */
-  renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean>;
-  /**
-   * Atomic and idempotent per holdId. Debits the full `cost` (even past the hold: the wallet
-   * and the key's month may go past their limits by the excess), adds it to the key's
-   * monthly and all-time spend, appends one ledger entry and removes the hold. A hold that
-   * already expired is still settled (the output was delivered; it must be billed). Each
-   * hold id is closed once: a second settle, or a settle after release, changes nothing.
-   */
-  settle(req: SettleRequest): Promise<SettleResult>;
-  /**
-   * Atomic, idempotent: drops the hold without charging and closes the hold id, so a late
-   * settle of it changes nothing. Returns whether an open hold was dropped.
-   */
-  release(accountId: string, holdId: string): Promise<boolean>;
-  /** Adds to the wallet; returns the new balance. Writes no ledger entry (seeding uses it). */
-  topUp(accountId: string, amount: bigint): Promise<bigint>;
-  /**
-   * Atomic, idempotent per (account, creditId): changes the balance by `amount` and appends
-   * one ledger entry (units `{kind: 'credit', reason}`, cost = -amount, held 0, keyId and
-   * model ""). It touches no key's spend. Operators' top-ups and adjustments go through it.
-   */
-  credit(req: CreditRequest): Promise<CreditResult>;
-  wallet(accountId: string): Promise<WalletView>;
-  keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
-  /** Ledger entries of an account, oldest first. */
-  ledger(accountId: string): Promise<LedgerEntry[]>;
-  /**
-   * One page of an account's ledger, oldest first, filtered by key and time. Paging with the
-   * returned cursor visits every matching entry once, also while settles append new ones.
-   */
-  queryLedger(query: LedgerQuery): Promise<LedgerPage>;
-  /** Number of open (unexpired) holds of an account. */
-  openHolds(accountId: string): Promise<number>;
-}
-
-export interface WindowResult {
-  allowed: boolean;
-  limit: number;
-  /** Requests still allowed in the current window after this one. */
-  remaining: number;
-  /** Ms until the oldest counted request leaves the window (0 when none is counted). */
-  resetMs: number;
-}
-
-export interface LimitStore {
-  /**
-   * Atomic count-if-under-limit over an exact sliding window: the request is counted (and
-   * allowed) only if fewer than `limit` requests were counted in the last `windowMs`.
-   * Refused requests are not counted. `accountId` names the account a bucket belongs to (a
-   * key's window): a driver may keep that window beside the account's books, so a hold can
-   * count it in the same step. Every hit of one bucket must pass the same `accountId`.
-   */
-  hit(bucket: string, limit: number, windowMs: number, accountId?: string): Promise<WindowResult>;
-  /**
-   * The same hit, answered synchronously. Only a store whose windows live in this process's
-   * memory has it; the gateway then counts a request without a promise.
-   */
-  hitNow?(bucket: string, limit: number, windowMs: number): WindowResult;
-  /**
-   * Names where this store keeps its windows, one symbol per store instance: a BillingStore
-   * with the same `windowsId` can count a hit in them inside a hold (`hitAndPlaceHold`).
-   * Absent (or another symbol) when limits and books live apart, e.g. limits on Redis and
-   * books on PostgreSQL: then a hit and a hold are two operations.
-   */
-  readonly windowsId?: symbol;
-  /** Atomic: takes a slot in `pool` if fewer than `cap` unexpired leases are held. */
-  acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean>;
-  /** Extends a live lease; false when it already expired or was released. */
-  renewLease(pool: string, leaseId: string, ttlMs: number): Promise<boolean>;
-  releaseLease(pool: string, leaseId: string): Promise<void>;
-  /** Unexpired leases in `pool`. */
-  activeLeases(pool: string): Promise<number>;
-}
+export type {
+  BillingStore,
+  CountedHold,
+  CreditRequest,
+  CreditResult,
+  HoldRequest,
+  HoldResult,
+  KeyUsage,
+  LedgerEntry,
+  LedgerPage,
+  LedgerQuery,
+  LedgerUnits,
+  Measurement,
+  SettleRequest,
+  SettleResult,
+  WalletView,
+  WindowHit,
+} from './billing-types.js';
+export type { LimitStore, WindowResult } from './limit-types.js';
 
 export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed';
 

@@ -9,6 +9,24 @@ import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type Upstream
 const timeoutError = (name: string) =>
   new GatewayError('upstream_timeout', `The upstream "${name}" did not answer in time.`);
 
+/** At most `limit` holders at once; the others wait in arrival order. */
+class Slots {
+  private active = 0;
+  private readonly waiting: (() => void)[] = [];
+
+  constructor(private readonly limit: number) {}
+
+  async acquire(): Promise<void> {
+    while (this.active >= this.limit) await new Promise<void>((r) => this.waiting.push(r));
+    this.active++;
+  }
+
+  release(): void {
+    this.active--;
+    this.waiting.shift()?.();
+  }
+}
+
 export function createFetchUpstream(
   name: string,
   opts: HttpUpstreamOptions,
@@ -17,27 +35,17 @@ export function createFetchUpstream(
   const base = opts.baseUrl.replace(/\/+$/, '');
   const auth = opts.apiKey ? `Bearer ${opts.apiKey}` : null;
   // fetch has no pool of its own to size: calls beyond maxConnections wait for a free slot.
-  const limit = opts.maxConnections ?? Number.POSITIVE_INFINITY;
-  let active = 0;
-  const waiting: (() => void)[] = [];
-  const acquire = async () => {
-    while (active >= limit) await new Promise<void>((r) => waiting.push(r));
-    active++;
-  };
-  const release = () => {
-    active--;
-    waiting.shift()?.();
-  };
+  const slots = new Slots(opts.maxConnections ?? Number.POSITIVE_INFINITY);
   return {
     name,
     simulated: false,
     async call(c) {
-      await acquire();
+      await slots.acquire();
       let held = true;
       const free = () => {
         if (!held) return;
         held = false;
-        release();
+        slots.release();
       };
       const ac = new AbortController();
       const onAbort = () => ac.abort(c.signal?.reason);

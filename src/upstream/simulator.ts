@@ -40,191 +40,187 @@ function simulatedAnswer(prompt: string, maxTokens: number | undefined, tokenize
   return out;
 }
 
+/** A text route: the parsed JSON body in, the simulated answer out. */
+type TextRoute = (c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer) => UpstreamResponse;
+
+function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
+  const model = String(body.model);
+  const prompt = lastUserText(body.messages);
+  const maxTokens =
+    typeof body.max_tokens === 'number'
+      ? body.max_tokens
+      : typeof body.max_completion_tokens === 'number'
+        ? body.max_completion_tokens
+        : undefined;
+  const answer = simulatedAnswer(prompt, maxTokens, tokenizer);
+  const promptTokens = Array.isArray(body.messages)
+    ? body.messages.reduce((n: number, m: unknown) => n + 4 + tokenizer.count(contentText((m as { content?: unknown })?.content)), 3)
+    : 0;
+  const completionTokens = tokenizer.count(answer);
+  const usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+  const id = `chatcmpl-sim-${randomUUID()}`;
+  const created = Math.floor(Date.now() / 1000);
+  const finish = maxTokens !== undefined && answer.split(' ').length < simulatedAnswer(prompt, undefined, tokenizer).split(' ').length ? 'length' : 'stop';
+  if (body.stream !== true) {
+    return jsonResponse(200, {
+      id,
+      object: 'chat.completion',
+      created,
+      model,
+      choices: [{ index: 0, message: { role: 'assistant', content: answer }, finish_reason: finish }],
+      usage,
+    });
+  }
+  const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
+  const words = answer.split(' ');
+  const chunk = (delta: Record<string, unknown>, finishReason: string | null, extra: Record<string, unknown> = {}) =>
+    encoder.encode(
+      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`,
+    );
+  const signal = c.signal;
+  const delay = opts.chunkDelayMs;
+  async function* events() {
+    yield chunk({ role: 'assistant', content: '' }, null);
+    for (let i = 0; i < words.length; i++) {
+      if (delay > 0) await sleep(delay, signal);
+      yield chunk({ content: (i === 0 ? '' : ' ') + words[i] }, null);
+    }
+    yield chunk({}, finish);
+    if (includeUsage) {
+      yield encoder.encode(
+        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [], usage })}\n\n`,
+      );
+    }
+    yield encoder.encode('data: [DONE]\n\n');
+  }
+  return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
+}
+
+/** Deterministic unit vectors from the text's bytes: same input, same embedding. */
+function embed(input: string | number[], dimensions: number): number[] {
+  const seed = typeof input === 'string' ? Buffer.from(input, 'utf8') : Buffer.from(input.map((n) => n & 0xff));
+  const v = Array.from({ length: dimensions }, (_, i) => ((seed[i % Math.max(1, seed.length)] ?? 0) + i * 31) % 97 - 48);
+  const norm = Math.sqrt(v.reduce((n, x) => n + x * x, 0)) || 1;
+  return v.map((x) => Math.round((x / norm) * 1e6) / 1e6);
+}
+
+function embeddings(_c: UpstreamCall, body: Record<string, unknown>, _opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
+  const raw = body.input;
+  const items: Array<string | number[]> =
+    typeof raw === 'string' ? [raw] : Array.isArray(raw) && typeof raw[0] === 'number' ? [raw as number[]] : ((raw ?? []) as Array<string | number[]>);
+  const dimensions = typeof body.dimensions === 'number' ? Math.min(body.dimensions, 3072) : 256;
+  const tokens = items.reduce((n: number, it) => n + (typeof it === 'string' ? tokenizer.count(it) : it.length), 0);
+  return jsonResponse(200, {
+    object: 'list',
+    data: items.map((it, index) => ({ object: 'embedding', index, embedding: embed(it, dimensions) })),
+    model: String(body.model),
+    usage: { prompt_tokens: tokens, total_tokens: tokens },
+  });
+}
+
+function maxTokensOf(value: unknown): number | undefined {
+  return typeof value === 'number' ? value : undefined;
+}
+
+function completions(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
+  const prompt = typeof body.prompt === 'string' ? body.prompt : Array.isArray(body.prompt) && typeof body.prompt[0] === 'string' ? body.prompt[0] : '';
+  const answer = simulatedAnswer(prompt, maxTokensOf(body.max_tokens), tokenizer);
+  const promptTokens = tokenizer.count(prompt);
+  const usage = { prompt_tokens: promptTokens, completion_tokens: tokenizer.count(answer), total_tokens: promptTokens + tokenizer.count(answer) };
+  const id = `cmpl-sim-${randomUUID()}`;
+  const created = Math.floor(Date.now() / 1000);
+  const model = String(body.model);
+  if (body.stream !== true) {
+    return jsonResponse(200, {
+      id, object: 'text_completion', created, model,
+      choices: [{ index: 0, text: answer, logprobs: null, finish_reason: 'stop' }],
+      usage,
+    });
+  }
+  const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
+  const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
+    encoder.encode(`data: ${JSON.stringify({ id, object: 'text_completion', created, model, choices, ...extra })}\n\n`);
+  const words = answer.split(' ');
+  async function* events() {
+    for (let i = 0; i < words.length; i++) {
+      if (opts.chunkDelayMs > 0) await sleep(opts.chunkDelayMs, c.signal);
+      yield chunk([{ index: 0, text: (i === 0 ? '' : ' ') + words[i], logprobs: null, finish_reason: null }]);
+    }
+    yield chunk([{ index: 0, text: '', logprobs: null, finish_reason: 'stop' }]);
+    if (includeUsage) yield chunk([], { usage });
+    yield encoder.encode('data: [DONE]\n\n');
+  }
+  return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
+}
+
+function responses(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
+  const input = body.input;
+  const prompt = typeof input === 'string' ? input : lastUserText(input);
+  const answer = simulatedAnswer(prompt, maxTokensOf(body.max_output_tokens), tokenizer);
+  const instructions = typeof body.instructions === 'string' ? body.instructions : '';
+  const inputTokens = tokenizer.count(instructions) + (typeof input === 'string' ? tokenizer.count(input) : tokenizer.count(JSON.stringify(input ?? '')));
+  const outputTokens = tokenizer.count(answer);
+  const id = `resp_sim${randomUUID().replaceAll('-', '')}`;
+  const msgId = `msg_sim${randomUUID().replaceAll('-', '')}`;
+  const created_at = Math.floor(Date.now() / 1000);
+  const base = {
+    id, object: 'response', created_at, model: String(body.model), instructions: instructions || null,
+    error: null, incomplete_details: null, metadata: {}, parallel_tool_calls: true, temperature: 1, top_p: 1,
+    tool_choice: 'auto', tools: [], max_output_tokens: maxTokensOf(body.max_output_tokens) ?? null,
+  };
+  const message = (text: string, status: string) => ({
+    id: msgId, type: 'message', role: 'assistant', status,
+    content: [{ type: 'output_text', text, annotations: [] }],
+  });
+  const usage = {
+    input_tokens: inputTokens, input_tokens_details: { cached_tokens: 0 },
+    output_tokens: outputTokens, output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: inputTokens + outputTokens,
+  };
+  const done = { ...base, status: 'completed', output: [message(answer, 'completed')], usage };
+  if (body.stream !== true) return jsonResponse(200, done);
+  let seq = 0;
+  const ev = (type: string, data: Record<string, unknown>) =>
+    encoder.encode(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
+  const words = answer.split(' ');
+  async function* events() {
+    const pending = { ...base, status: 'in_progress', output: [], usage: null };
+    yield ev('response.created', { response: pending });
+    yield ev('response.in_progress', { response: pending });
+    yield ev('response.output_item.added', { output_index: 0, item: { ...message('', 'in_progress'), content: [] } });
+    yield ev('response.content_part.added', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+    for (let i = 0; i < words.length; i++) {
+      if (opts.chunkDelayMs > 0) await sleep(opts.chunkDelayMs, c.signal);
+      yield ev('response.output_text.delta', { item_id: msgId, output_index: 0, content_index: 0, delta: (i === 0 ? '' : ' ') + words[i], logprobs: [] });
+    }
+    yield ev('response.output_text.done', { item_id: msgId, output_index: 0, content_index: 0, text: answer, logprobs: [] });
+    yield ev('response.content_part.done', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: answer, annotations: [] } });
+    yield ev('response.output_item.done', { output_index: 0, item: message(answer, 'completed') });
+    yield ev('response.completed', { response: done });
+  }
+  return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
+}
+
+async function textCall(c: UpstreamCall, opts: SimulatorOptions, tokenizer: Tokenizer, route: TextRoute): Promise<UpstreamResponse> {
+  let body: Record<string, unknown>;
+  try {
+    body = JSON.parse(typeof c.body === 'string' ? c.body : new TextDecoder().decode(c.body ?? new Uint8Array()));
+  } catch {
+    return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null } });
+  }
+  return route(c, body, opts, tokenizer);
+}
+
 export function createSimulator(name: string, opts: SimulatorOptions, tokenizer: Tokenizer): Upstream {
   const media = createMediaSimulator(opts, tokenizer);
-
-  async function chat(c: UpstreamCall): Promise<UpstreamResponse> {
-    let body: Record<string, unknown>;
-    try {
-      body = JSON.parse(typeof c.body === 'string' ? c.body : new TextDecoder().decode(c.body ?? new Uint8Array()));
-    } catch {
-      return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null } });
-    }
-    const model = String(body.model);
-    const prompt = lastUserText(body.messages);
-    const maxTokens =
-      typeof body.max_tokens === 'number'
-        ? body.max_tokens
-        : typeof body.max_completion_tokens === 'number'
-          ? body.max_completion_tokens
-          : undefined;
-    const answer = simulatedAnswer(prompt, maxTokens, tokenizer);
-    const promptTokens = Array.isArray(body.messages)
-      ? body.messages.reduce((n: number, m: unknown) => n + 4 + tokenizer.count(contentText((m as { content?: unknown })?.content)), 3)
-      : 0;
-    const completionTokens = tokenizer.count(answer);
-    const usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
-    const id = `chatcmpl-sim-${randomUUID()}`;
-    const created = Math.floor(Date.now() / 1000);
-    const finish = maxTokens !== undefined && answer.split(' ').length < simulatedAnswer(prompt, undefined, tokenizer).split(' ').length ? 'length' : 'stop';
-    if (body.stream !== true) {
-      return jsonResponse(200, {
-        id,
-        object: 'chat.completion',
-        created,
-        model,
-        choices: [{ index: 0, message: { role: 'assistant', content: answer }, finish_reason: finish }],
-        usage,
-      });
-    }
-    const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
-    const words = answer.split(' ');
-    const chunk = (delta: Record<string, unknown>, finishReason: string | null, extra: Record<string, unknown> = {}) =>
-      encoder.encode(
-        `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`,
-      );
-    const signal = c.signal;
-    const delay = opts.chunkDelayMs;
-    async function* events() {
-      yield chunk({ role: 'assistant', content: '' }, null);
-      for (let i = 0; i < words.length; i++) {
-        if (delay > 0) await sleep(delay, signal);
-        yield chunk({ content: (i === 0 ? '' : ' ') + words[i] }, null);
-      }
-      yield chunk({}, finish);
-      if (includeUsage) {
-        yield encoder.encode(
-          `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [], usage })}\n\n`,
-        );
-      }
-      yield encoder.encode('data: [DONE]\n\n');
-    }
-    return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
-  }
-
-  /** Deterministic unit vectors from the text's bytes: same input, same embedding. */
-  function embed(input: string | number[], dimensions: number): number[] {
-    const seed = typeof input === 'string' ? Buffer.from(input, 'utf8') : Buffer.from(input.map((n) => n & 0xff));
-    const v = Array.from({ length: dimensions }, (_, i) => ((seed[i % Math.max(1, seed.length)] ?? 0) + i * 31) % 97 - 48);
-    const norm = Math.sqrt(v.reduce((n, x) => n + x * x, 0)) || 1;
-    return v.map((x) => Math.round((x / norm) * 1e6) / 1e6);
-  }
-
-  function embeddings(body: Record<string, unknown>): UpstreamResponse {
-    const raw = body.input;
-    const items: Array<string | number[]> =
-      typeof raw === 'string' ? [raw] : Array.isArray(raw) && typeof raw[0] === 'number' ? [raw as number[]] : ((raw ?? []) as Array<string | number[]>);
-    const dimensions = typeof body.dimensions === 'number' ? Math.min(body.dimensions, 3072) : 256;
-    const tokens = items.reduce((n: number, it) => n + (typeof it === 'string' ? tokenizer.count(it) : it.length), 0);
-    return jsonResponse(200, {
-      object: 'list',
-      data: items.map((it, index) => ({ object: 'embedding', index, embedding: embed(it, dimensions) })),
-      model: String(body.model),
-      usage: { prompt_tokens: tokens, total_tokens: tokens },
-    });
-  }
-
-  function maxTokensOf(value: unknown): number | undefined {
-    return typeof value === 'number' ? value : undefined;
-  }
-
-  function completions(c: UpstreamCall, body: Record<string, unknown>): UpstreamResponse {
-    const prompt = typeof body.prompt === 'string' ? body.prompt : Array.isArray(body.prompt) && typeof body.prompt[0] === 'string' ? body.prompt[0] : '';
-    const answer = simulatedAnswer(prompt, maxTokensOf(body.max_tokens), tokenizer);
-    const promptTokens = tokenizer.count(prompt);
-    const usage = { prompt_tokens: promptTokens, completion_tokens: tokenizer.count(answer), total_tokens: promptTokens + tokenizer.count(answer) };
-    const id = `cmpl-sim-${randomUUID()}`;
-    const created = Math.floor(Date.now() / 1000);
-    const model = String(body.model);
-    if (body.stream !== true) {
-      return jsonResponse(200, {
-        id, object: 'text_completion', created, model,
-        choices: [{ index: 0, text: answer, logprobs: null, finish_reason: 'stop' }],
-        usage,
-      });
-    }
-    const includeUsage = (body.stream_options as { include_usage?: unknown } | undefined)?.include_usage === true;
-    const chunk = (choices: unknown[], extra: Record<string, unknown> = {}) =>
-      encoder.encode(`data: ${JSON.stringify({ id, object: 'text_completion', created, model, choices, ...extra })}\n\n`);
-    const words = answer.split(' ');
-    async function* events() {
-      for (let i = 0; i < words.length; i++) {
-        if (opts.chunkDelayMs > 0) await sleep(opts.chunkDelayMs, c.signal);
-        yield chunk([{ index: 0, text: (i === 0 ? '' : ' ') + words[i], logprobs: null, finish_reason: null }]);
-      }
-      yield chunk([{ index: 0, text: '', logprobs: null, finish_reason: 'stop' }]);
-      if (includeUsage) yield chunk([], { usage });
-      yield encoder.encode('data: [DONE]\n\n');
-    }
-    return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
-  }
-
-  function responses(c: UpstreamCall, body: Record<string, unknown>): UpstreamResponse {
-    const input = body.input;
-    const prompt = typeof input === 'string' ? input : lastUserText(input);
-    const answer = simulatedAnswer(prompt, maxTokensOf(body.max_output_tokens), tokenizer);
-    const instructions = typeof body.instructions === 'string' ? body.instructions : '';
-    const inputTokens = tokenizer.count(instructions) + (typeof input === 'string' ? tokenizer.count(input) : tokenizer.count(JSON.stringify(input ?? '')));
-    const outputTokens = tokenizer.count(answer);
-    const id = `resp_sim${randomUUID().replaceAll('-', '')}`;
-    const msgId = `msg_sim${randomUUID().replaceAll('-', '')}`;
-    const created_at = Math.floor(Date.now() / 1000);
-    const base = {
-      id, object: 'response', created_at, model: String(body.model), instructions: instructions || null,
-      error: null, incomplete_details: null, metadata: {}, parallel_tool_calls: true, temperature: 1, top_p: 1,
-      tool_choice: 'auto', tools: [], max_output_tokens: maxTokensOf(body.max_output_tokens) ?? null,
-    };
-    const message = (text: string, status: string) => ({
-      id: msgId, type: 'message', role: 'assistant', status,
-      content: [{ type: 'output_text', text, annotations: [] }],
-    });
-    const usage = {
-      input_tokens: inputTokens, input_tokens_details: { cached_tokens: 0 },
-      output_tokens: outputTokens, output_tokens_details: { reasoning_tokens: 0 },
-      total_tokens: inputTokens + outputTokens,
-    };
-    const done = { ...base, status: 'completed', output: [message(answer, 'completed')], usage };
-    if (body.stream !== true) return jsonResponse(200, done);
-    let seq = 0;
-    const ev = (type: string, data: Record<string, unknown>) =>
-      encoder.encode(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
-    const words = answer.split(' ');
-    async function* events() {
-      const pending = { ...base, status: 'in_progress', output: [], usage: null };
-      yield ev('response.created', { response: pending });
-      yield ev('response.in_progress', { response: pending });
-      yield ev('response.output_item.added', { output_index: 0, item: { ...message('', 'in_progress'), content: [] } });
-      yield ev('response.content_part.added', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
-      for (let i = 0; i < words.length; i++) {
-        if (opts.chunkDelayMs > 0) await sleep(opts.chunkDelayMs, c.signal);
-        yield ev('response.output_text.delta', { item_id: msgId, output_index: 0, content_index: 0, delta: (i === 0 ? '' : ' ') + words[i], logprobs: [] });
-      }
-      yield ev('response.output_text.done', { item_id: msgId, output_index: 0, content_index: 0, text: answer, logprobs: [] });
-      yield ev('response.content_part.done', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: answer, annotations: [] } });
-      yield ev('response.output_item.done', { output_index: 0, item: message(answer, 'completed') });
-      yield ev('response.completed', { response: done });
-    }
-    return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
-  }
-
-  async function textCall(c: UpstreamCall, route: (body: Record<string, unknown>) => UpstreamResponse): Promise<UpstreamResponse> {
-    let body: Record<string, unknown>;
-    try {
-      body = JSON.parse(typeof c.body === 'string' ? c.body : new TextDecoder().decode(c.body ?? new Uint8Array()));
-    } catch {
-      return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null } });
-    }
-    return route(body);
-  }
-
   return {
     name,
     simulated: true,
     async call(c) {
-      if (c.method === 'POST' && c.path === '/chat/completions') return chat(c);
-      if (c.method === 'POST' && c.path === '/embeddings') return textCall(c, embeddings);
-      if (c.method === 'POST' && c.path === '/completions') return textCall(c, (b) => completions(c, b));
-      if (c.method === 'POST' && c.path === '/responses') return textCall(c, (b) => responses(c, b));
+      if (c.method === 'POST' && c.path === '/chat/completions') return textCall(c, opts, tokenizer, chat);
+      if (c.method === 'POST' && c.path === '/embeddings') return textCall(c, opts, tokenizer, embeddings);
+      if (c.method === 'POST' && c.path === '/completions') return textCall(c, opts, tokenizer, completions);
+      if (c.method === 'POST' && c.path === '/responses') return textCall(c, opts, tokenizer, responses);
       const handled = await media.handle(c);
       if (handled) return handled;
       return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null } });

@@ -50,58 +50,84 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
 /** At most this many closed hold ids are remembered; the oldest are forgotten first. */
 const CLOSED_MAX = 200_000;
 
+function drop(mine: AccountHolds, holdId: string, hold: Hold): void {
+  mine.byId.delete(holdId);
+  mine.total -= hold.amount;
+  const k = (mine.byKey.get(hold.keyId) ?? 0n) - hold.amount;
+  if (k === 0n) mine.byKey.delete(hold.keyId);
+  else mine.byKey.set(hold.keyId, k);
+}
+
+function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
+  if (!mine) return 0n;
+  return keyId === undefined ? mine.total : (mine.byKey.get(keyId) ?? 0n);
+}
+
 /**
  * Billing in one process. Every method does all its reads and writes synchronously (no await
  * in between), so each one is atomic with respect to every other call. Given the limit
  * store's `windows`, a hold can count a rate-window hit in the same synchronous step.
  */
 export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 10_000, windows?: MemoryLimits): BillingStore {
+  return windows ? new WindowedMemoryBilling(balances, now, ledgerLimit, windows) : new MemoryBilling(balances, now, ledgerLimit);
+}
+
+class MemoryBilling implements BillingStore {
   /** Open holds by account, with running sums so no operation walks every hold. */
-  const holds = new Map<string, AccountHolds>();
+  private readonly holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */
-  const spend = new Map<string, Map<string, KeySpend>>();
-  const ledgers = new Map<string, LedgerEntry[]>();
+  private readonly spend = new Map<string, Map<string, KeySpend>>();
+  private readonly ledgers = new Map<string, LedgerEntry[]>();
   /** Entries trimmed from the front of each ledger, so a page cursor (a position) stays valid. */
-  const trimmed = new Map<string, number>();
+  private readonly trimmed = new Map<string, number>();
   /** Closed hold ids ("account\0hold"), forgotten after a day or once CLOSED_MAX newer ones closed. */
-  const closed = createRecentIds(CLOSED_MAX, CLOSED_TTL_MS);
+  private readonly closed = createRecentIds(CLOSED_MAX, CLOSED_TTL_MS);
 
   /** Applied credit ids ("account\0credit"). */
-  const credited = new Set<string>();
+  private readonly credited = new Set<string>();
 
-  function appendEntry(accountId: string, entry: LedgerEntry): void {
-    let ledger = ledgers.get(accountId);
-    if (!ledger) ledgers.set(accountId, (ledger = []));
+  /**
+   * Drops expired holds and closed ids now and then. Accounts nobody touches again would
+   * otherwise keep their expired holds forever.
+   */
+  private readonly sweep: () => void;
+
+  constructor(
+    private readonly balances: Balances,
+    private readonly now: () => number,
+    private readonly ledgerLimit: number,
+  ) {
+    this.sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
+      for (const accountId of [...this.holds.keys()]) this.liveHolds(accountId, t);
+      this.closed.expire(t);
+    });
+  }
+
+  private appendEntry(accountId: string, entry: LedgerEntry): void {
+    let ledger = this.ledgers.get(accountId);
+    if (!ledger) this.ledgers.set(accountId, (ledger = []));
     ledger.push(entry);
     // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
-    if (ledger.length > ledgerLimit + Math.ceil(ledgerLimit / 10)) {
-      const dropped = ledger.length - ledgerLimit;
+    if (ledger.length > this.ledgerLimit + Math.ceil(this.ledgerLimit / 10)) {
+      const dropped = ledger.length - this.ledgerLimit;
       ledger.splice(0, dropped);
-      trimmed.set(accountId, (trimmed.get(accountId) ?? 0) + dropped);
+      this.trimmed.set(accountId, (this.trimmed.get(accountId) ?? 0) + dropped);
     }
   }
 
-  function close(accountId: string, holdId: string, t: number): boolean {
+  private close(accountId: string, holdId: string, t: number): boolean {
     const id = `${accountId}\u0000${holdId}`;
-    if (closed.has(id)) return false;
-    closed.add(id, t);
+    if (this.closed.has(id)) return false;
+    this.closed.add(id, t);
     return true;
-  }
-
-  function drop(mine: AccountHolds, holdId: string, hold: Hold): void {
-    mine.byId.delete(holdId);
-    mine.total -= hold.amount;
-    const k = (mine.byKey.get(hold.keyId) ?? 0n) - hold.amount;
-    if (k === 0n) mine.byKey.delete(hold.keyId);
-    else mine.byKey.set(hold.keyId, k);
   }
 
   /**
    * The account's unexpired holds. Expired ones are dropped only once the earliest expiry has
    * passed, so the usual call costs O(1) rather than a walk over every open hold.
    */
-  function liveHolds(accountId: string, t = now()): AccountHolds | undefined {
-    const mine = holds.get(accountId);
+  private liveHolds(accountId: string, t = this.now()): AccountHolds | undefined {
+    const mine = this.holds.get(accountId);
     if (!mine) return undefined;
     if (t >= mine.nextExpiry) {
       let next = Infinity;
@@ -112,49 +138,38 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
       mine.nextExpiry = next;
     }
     if (mine.byId.size === 0) {
-      holds.delete(accountId);
+      this.holds.delete(accountId);
       return undefined;
     }
     return mine;
   }
 
-  // Accounts nobody touches again would otherwise keep their expired holds forever.
-  const sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
-    for (const accountId of [...holds.keys()]) liveHolds(accountId, t);
-    closed.expire(t);
-  });
-
-  function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
-    if (!mine) return 0n;
-    return keyId === undefined ? mine.total : (mine.byKey.get(keyId) ?? 0n);
+  private keySpend(accountId: string, keyId: string): KeySpend | undefined {
+    return this.spend.get(accountId)?.get(keyId);
   }
 
-  function keySpend(accountId: string, keyId: string): KeySpend | undefined {
-    return spend.get(accountId)?.get(keyId);
-  }
-
-  function addSpend(accountId: string, keyId: string, month: string, amount: bigint): void {
-    let byKey = spend.get(accountId);
-    if (!byKey) spend.set(accountId, (byKey = new Map()));
+  private addSpend(accountId: string, keyId: string, month: string, amount: bigint): void {
+    let byKey = this.spend.get(accountId);
+    if (!byKey) this.spend.set(accountId, (byKey = new Map()));
     let s = byKey.get(keyId);
     if (!s) byKey.set(keyId, (s = { total: 0n, byMonth: new Map() }));
     s.total += amount;
     s.byMonth.set(month, (s.byMonth.get(month) ?? 0n) + amount);
   }
 
-  function placeNow(req: HoldRequest): HoldResult {
+  protected placeNow(req: HoldRequest): HoldResult {
     if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-    sweep();
-    const t = now();
-    const mine = liveHolds(req.accountId, t);
+    this.sweep();
+    const t = this.now();
+    const mine = this.liveHolds(req.accountId, t);
     // Placing an open hold again is a no-op, so a retried call cannot hold twice.
     if (mine?.byId.has(req.holdId)) return { ok: true };
 
-    const free = (balances.get(req.accountId) ?? 0n) - heldBy(mine);
+    const free = (this.balances.get(req.accountId) ?? 0n) - heldBy(mine);
     if (free < req.amount) return { ok: false, limitSource: 'wallet', available: free > 0n ? free : 0n };
 
     if (req.monthlyCap !== null) {
-      const used = (keySpend(req.accountId, req.keyId)?.byMonth.get(req.month) ?? 0n) + heldBy(mine, req.keyId);
+      const used = (this.keySpend(req.accountId, req.keyId)?.byMonth.get(req.month) ?? 0n) + heldBy(mine, req.keyId);
       const room = req.monthlyCap - used;
       if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
     }
@@ -165,147 +180,157 @@ export function createMemoryBilling(balances: Balances, now: () => number, ledge
     target.total += req.amount;
     target.byKey.set(req.keyId, (target.byKey.get(req.keyId) ?? 0n) + req.amount);
     if (expiresAt < target.nextExpiry) target.nextExpiry = expiresAt;
-    holds.set(req.accountId, target);
+    this.holds.set(req.accountId, target);
     return { ok: true };
   }
 
-  return {
-    async placeHold(req: HoldRequest): Promise<HoldResult> {
-      return placeNow(req);
-    },
+  async placeHold(req: HoldRequest): Promise<HoldResult> {
+    return this.placeNow(req);
+  }
 
-    // Both steps run synchronously, one after the other: nothing can come in between.
-    ...(windows && {
-      windowsId: windows.windowsId,
-      async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
-        if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-        const window = windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
-        return { window, hold: window.allowed ? placeNow(req) : null };
-      },
-    }),
+  async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+    const t = this.now();
+    const mine = this.liveHolds(accountId, t);
+    const hold = mine?.byId.get(holdId);
+    if (!mine || !hold) return false;
+    hold.expiresAt = t + ttlMs;
+    // nextExpiry may now be early; the next look past it recomputes it.
+    return true;
+  }
 
-    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      const t = now();
-      const mine = liveHolds(accountId, t);
-      const hold = mine?.byId.get(holdId);
-      if (!mine || !hold) return false;
-      hold.expiresAt = t + ttlMs;
-      // nextExpiry may now be early; the next look past it recomputes it.
-      return true;
-    },
+  async settle(req: SettleRequest): Promise<SettleResult> {
+    if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
+    const t = this.now();
+    if (!this.close(req.accountId, req.holdId, t)) return { settled: false, charged: 0n };
+    const mine = this.liveHolds(req.accountId, t);
+    const hold = mine?.byId.get(req.holdId);
+    let held = 0n;
+    let month = req.month;
+    if (mine && hold) {
+      held = hold.amount;
+      month = hold.month;
+      drop(mine, req.holdId, hold);
+      if (mine.byId.size === 0) this.holds.delete(req.accountId);
+    }
+    // The full list cost, even past the hold: delivered output is never given away.
+    const charged = req.cost;
+    this.balances.set(req.accountId, (this.balances.get(req.accountId) ?? 0n) - charged);
+    this.addSpend(req.accountId, req.entry.keyId, month, charged);
 
-    async settle(req: SettleRequest): Promise<SettleResult> {
-      if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      const t = now();
-      if (!close(req.accountId, req.holdId, t)) return { settled: false, charged: 0n };
-      const mine = liveHolds(req.accountId, t);
-      const hold = mine?.byId.get(req.holdId);
-      let held = 0n;
-      let month = req.month;
-      if (mine && hold) {
-        held = hold.amount;
-        month = hold.month;
-        drop(mine, req.holdId, hold);
-        if (mine.byId.size === 0) holds.delete(req.accountId);
-      }
-      // The full list cost, even past the hold: delivered output is never given away.
-      const charged = req.cost;
-      balances.set(req.accountId, (balances.get(req.accountId) ?? 0n) - charged);
-      addSpend(req.accountId, req.entry.keyId, month, charged);
+    const e = req.entry;
+    // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
+    // One object shape for every entry (a spread gives each its own hidden class).
+    this.appendEntry(req.accountId, {
+      id: e.id,
+      accountId: e.accountId,
+      keyId: e.keyId,
+      model: e.model,
+      units: { ...e.units },
+      cost: charged,
+      held,
+      exceededHold: charged > held,
+      measured: e.measured,
+      upstream: e.upstream,
+      at: e.at,
+    });
+    return { settled: true, charged, held };
+  }
 
-      const e = req.entry;
-      // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
-      // One object shape for every entry (a spread gives each its own hidden class).
-      appendEntry(req.accountId, {
-        id: e.id,
-        accountId: e.accountId,
-        keyId: e.keyId,
-        model: e.model,
-        units: { ...e.units },
-        cost: charged,
-        held,
-        exceededHold: charged > held,
-        measured: e.measured,
-        upstream: e.upstream,
-        at: e.at,
-      });
-      return { settled: true, charged, held };
-    },
+  async release(accountId: string, holdId: string): Promise<boolean> {
+    const t = this.now();
+    this.close(accountId, holdId, t);
+    const mine = this.liveHolds(accountId, t);
+    const hold = mine?.byId.get(holdId);
+    if (!mine || !hold) return false;
+    drop(mine, holdId, hold);
+    if (mine.byId.size === 0) this.holds.delete(accountId);
+    return true;
+  }
 
-    async release(accountId: string, holdId: string): Promise<boolean> {
-      const t = now();
-      close(accountId, holdId, t);
-      const mine = liveHolds(accountId, t);
-      const hold = mine?.byId.get(holdId);
-      if (!mine || !hold) return false;
-      drop(mine, holdId, hold);
-      if (mine.byId.size === 0) holds.delete(accountId);
-      return true;
-    },
+  async topUp(accountId: string, amount: bigint): Promise<bigint> {
+    if (amount < 0n) throw new RangeError('top-up amount must not be negative');
+    const balance = (this.balances.get(accountId) ?? 0n) + amount;
+    this.balances.set(accountId, balance);
+    return balance;
+  }
 
-    async topUp(accountId: string, amount: bigint): Promise<bigint> {
-      if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-      const balance = (balances.get(accountId) ?? 0n) + amount;
-      balances.set(accountId, balance);
-      return balance;
-    },
+  async credit(req: CreditRequest): Promise<CreditResult> {
+    // Credit ids are remembered for good (credits are rare), so a replay never pays twice.
+    const id = `${req.accountId}\u0000${req.creditId}`;
+    if (this.credited.has(id)) return { applied: false, balance: this.balances.get(req.accountId) ?? 0n };
+    this.credited.add(id);
+    const balance = (this.balances.get(req.accountId) ?? 0n) + req.amount;
+    this.balances.set(req.accountId, balance);
+    this.appendEntry(req.accountId, {
+      id: req.creditId,
+      accountId: req.accountId,
+      keyId: '',
+      model: '',
+      units: { kind: 'credit', reason: req.reason },
+      cost: -req.amount,
+      held: 0n,
+      exceededHold: false,
+      measured: null,
+      upstream: undefined,
+      at: req.at,
+    });
+    return { applied: true, balance };
+  }
 
-    async credit(req: CreditRequest): Promise<CreditResult> {
-      // Credit ids are remembered for good (credits are rare), so a replay never pays twice.
-      const id = `${req.accountId}\u0000${req.creditId}`;
-      if (credited.has(id)) return { applied: false, balance: balances.get(req.accountId) ?? 0n };
-      credited.add(id);
-      const balance = (balances.get(req.accountId) ?? 0n) + req.amount;
-      balances.set(req.accountId, balance);
-      appendEntry(req.accountId, {
-        id: req.creditId,
-        accountId: req.accountId,
-        keyId: '',
-        model: '',
-        units: { kind: 'credit', reason: req.reason },
-        cost: -req.amount,
-        held: 0n,
-        exceededHold: false,
-        measured: null,
-        upstream: undefined,
-        at: req.at,
-      });
-      return { applied: true, balance };
-    },
+  async wallet(accountId: string): Promise<WalletView> {
+    return { balance: this.balances.get(accountId) ?? 0n, held: heldBy(this.liveHolds(accountId)) };
+  }
 
-    async wallet(accountId: string): Promise<WalletView> {
-      return { balance: balances.get(accountId) ?? 0n, held: heldBy(liveHolds(accountId)) };
-    },
+  async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
+    const s = this.keySpend(accountId, keyId);
+    return {
+      total: s?.total ?? 0n,
+      monthly: s?.byMonth.get(month) ?? 0n,
+      held: heldBy(this.liveHolds(accountId), keyId),
+    };
+  }
 
-    async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
-      const s = keySpend(accountId, keyId);
-      return {
-        total: s?.total ?? 0n,
-        monthly: s?.byMonth.get(month) ?? 0n,
-        held: heldBy(liveHolds(accountId), keyId),
-      };
-    },
+  async ledger(accountId: string): Promise<LedgerEntry[]> {
+    return structuredClone(this.ledgers.get(accountId) ?? []);
+  }
 
-    async ledger(accountId: string): Promise<LedgerEntry[]> {
-      return structuredClone(ledgers.get(accountId) ?? []);
-    },
+  async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+    const q = checkLedgerQuery(query);
+    const ledger = this.ledgers.get(q.accountId) ?? [];
+    // The cursor is an absolute position: entries trimmed since are skipped.
+    const base = this.trimmed.get(q.accountId) ?? 0;
+    let i = Math.max(0, Number(q.start) - base);
+    const entries: LedgerEntry[] = [];
+    for (; i < ledger.length && entries.length < q.limit; i++) {
+      const e = ledger[i] as LedgerEntry;
+      if (matchesLedgerQuery(e, q)) entries.push(structuredClone(e));
+    }
+    return { entries, nextCursor: String(base + i), more: i < ledger.length };
+  }
 
-    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
-      const q = checkLedgerQuery(query);
-      const ledger = ledgers.get(q.accountId) ?? [];
-      // The cursor is an absolute position: entries trimmed since are skipped.
-      const base = trimmed.get(q.accountId) ?? 0;
-      let i = Math.max(0, Number(q.start) - base);
-      const entries: LedgerEntry[] = [];
-      for (; i < ledger.length && entries.length < q.limit; i++) {
-        const e = ledger[i] as LedgerEntry;
-        if (matchesLedgerQuery(e, q)) entries.push(structuredClone(e));
-      }
-      return { entries, nextCursor: String(base + i), more: i < ledger.length };
-    },
+  async openHolds(accountId: string): Promise<number> {
+    return this.liveHolds(accountId)?.byId.size ?? 0;
+  }
+}
 
-    async openHolds(accountId: string): Promise<number> {
-      return liveHolds(accountId)?.byId.size ?? 0;
-    },
-  };
+/** Billing beside the limit store's windows, so a hold can count a key's window hit. */
+class WindowedMemoryBilling extends MemoryBilling {
+  readonly windowsId: symbol;
+
+  constructor(
+    balances: Balances,
+    now: () => number,
+    ledgerLimit: number,
+    private readonly windows: MemoryLimits,
+  ) {
+    super(balances, now, ledgerLimit);
+    this.windowsId = windows.windowsId;
+  }
+
+  // Both steps run synchronously, one after the other: nothing can come in between.
+  async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    const window = this.windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
+    return { window, hold: window.allowed ? this.placeNow(req) : null };
+  }
 }

@@ -14,6 +14,26 @@ const counted = (b: Bucket) => b.hits.length - b.head;
 
 const SWEEP_INTERVAL_MS = 60_000;
 
+/**
+ * Drops the hits at or before `t - windowMs`; they no longer count. Amortised O(1): the head
+ * index moves, and the array is compacted only once the dropped part outweighs the rest
+ * (a busy window holds `limit` entries; shifting them on every hit would cost O(limit)).
+ */
+function trim(bucket: Bucket, t: number): void {
+  const edge = t - bucket.windowMs;
+  const hits = bucket.hits;
+  let head = bucket.head;
+  while (head < hits.length && (hits[head] as number) <= edge) head++;
+  if (head > 1024 && head * 2 > hits.length) {
+    bucket.hits = hits.slice(head);
+    head = 0;
+  } else if (head === hits.length) {
+    hits.length = 0;
+    head = 0;
+  }
+  bucket.head = head;
+}
+
 /** The memory limit store, with its hit as a synchronous call (billing counts one inside a hold). */
 export interface MemoryLimits extends LimitStore {
   readonly windowsId: symbol;
@@ -29,26 +49,6 @@ export function createMemoryLimits(now: () => number): MemoryLimits {
   const buckets = new Map<string, Bucket>();
   /** pool -> lease id -> expiry (unix ms). */
   const pools = new Map<string, Map<string, number>>();
-
-  /**
-   * Drops the hits at or before `t - windowMs`; they no longer count. Amortised O(1): the head
-   * index moves, and the array is compacted only once the dropped part outweighs the rest
-   * (a busy window holds `limit` entries; shifting them on every hit would cost O(limit)).
-   */
-  function trim(bucket: Bucket, t: number): void {
-    const edge = t - bucket.windowMs;
-    const hits = bucket.hits;
-    let head = bucket.head;
-    while (head < hits.length && (hits[head] as number) <= edge) head++;
-    if (head > 1024 && head * 2 > hits.length) {
-      bucket.hits = hits.slice(head);
-      head = 0;
-    } else if (head === hits.length) {
-      hits.length = 0;
-      head = 0;
-    }
-    bucket.head = head;
-  }
 
   /** The pool's unexpired leases, dropping the expired ones (and the pool once empty). */
   function livePool(pool: string, t: number): Map<string, number> | undefined {

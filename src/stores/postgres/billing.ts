@@ -18,7 +18,7 @@ import type {
   WindowHit,
 } from '../types.js';
 import { big, int32, num, type PgContext, whole } from './connection.js';
-import { functionLanes } from './lanes.js';
+import { functionLanes, type Lanes } from './lanes.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -101,150 +101,161 @@ function holdOp(req: HoldRequest) {
  * travels as decimal strings cast to bigint, so no amount ever passes through a float.
  */
 export function createPostgresBilling(ctx: PgContext, sweep: () => void, windowsId: symbol): BillingStore {
-  const { s } = ctx;
-  const accounts = functionLanes<AccountOp, AccountResult>(ctx, 'billing batch', 'mg_account_batch');
+  return new PostgresBilling(ctx, sweep, windowsId);
+}
 
-  return {
-    async placeHold(req: HoldRequest): Promise<HoldResult> {
-      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-      sweep();
-      return holdResult((await accounts.submit(req.accountId, { op: 'hold', ...holdOp(req) })) as HoldOut);
-    },
+class PostgresBilling implements BillingStore {
+  private readonly accounts: Lanes<AccountOp, AccountResult>;
+  /** The schema every statement names. */
+  private readonly s: string;
 
-    windowsId,
-    async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
-      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-      sweep();
-      const r = (await accounts.submit(req.accountId, {
-        op: 'hit_hold',
-        bucket: hit.bucket,
-        limit: int32(hit.limit),
-        window: whole(hit.windowMs),
-        ...holdOp(req),
-      })) as HitHoldOut;
-      const allowed = r.allowed === true;
-      return {
-        window: { allowed, limit: hit.limit, remaining: num(r.remaining), resetMs: num(r.reset) },
-        hold: allowed ? holdResult(r) : null,
-      };
-    },
+  constructor(
+    private readonly ctx: PgContext,
+    private readonly sweep: () => void,
+    readonly windowsId: symbol,
+  ) {
+    this.s = ctx.s;
+    this.accounts = functionLanes<AccountOp, AccountResult>(ctx, 'billing batch', 'mg_account_batch');
+  }
 
-    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      const rows = await ctx.q(
-        'renewHold',
-        `UPDATE ${s}.holds SET expires_at = ${s}.mg_now() + $3::bigint
-          WHERE account_id = $1 AND hold_id = $2 AND expires_at > ${s}.mg_now() RETURNING 1 AS one`,
-        [accountId, holdId, Math.max(0, Math.floor(ttlMs))],
-      );
-      return rows.length === 1;
-    },
+  async placeHold(req: HoldRequest): Promise<HoldResult> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    this.sweep();
+    return holdResult((await this.accounts.submit(req.accountId, { op: 'hold', ...holdOp(req) })) as HoldOut);
+  }
 
-    async settle(req: SettleRequest): Promise<SettleResult> {
-      if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      const e = req.entry;
-      const r = (await accounts.submit(req.accountId, {
-        op: 'settle',
-        hold: req.holdId,
-        // A caller that predates SettleRequest.month: the month the settle lands in.
-        month: req.month ?? new Date().toISOString().slice(0, 7),
-        cost: req.cost.toString(),
-        id: e.id,
-        key: e.keyId,
-        model: e.model,
-        units: e.units,
-        measured: e.measured ?? null,
-        upstream: e.upstream ?? null,
-        at: e.at,
-      })) as SettleOut;
-      return r.settled === true ? { settled: true, charged: big(r.charged), held: big(r.held) } : { settled: false, charged: 0n };
-    },
+  async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    this.sweep();
+    const r = (await this.accounts.submit(req.accountId, {
+      op: 'hit_hold',
+      bucket: hit.bucket,
+      limit: int32(hit.limit),
+      window: whole(hit.windowMs),
+      ...holdOp(req),
+    })) as HitHoldOut;
+    const allowed = r.allowed === true;
+    return {
+      window: { allowed, limit: hit.limit, remaining: num(r.remaining), resetMs: num(r.reset) },
+      hold: allowed ? holdResult(r) : null,
+    };
+  }
 
-    async release(accountId: string, holdId: string): Promise<boolean> {
-      const r = (await accounts.submit(accountId, { op: 'release', hold: holdId })) as { released?: boolean };
-      return r.released === true;
-    },
+  async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+    const rows = await this.ctx.q(
+      'renewHold',
+      `UPDATE ${this.s}.holds SET expires_at = ${this.s}.mg_now() + $3::bigint
+        WHERE account_id = $1 AND hold_id = $2 AND expires_at > ${this.s}.mg_now() RETURNING 1 AS one`,
+      [accountId, holdId, Math.max(0, Math.floor(ttlMs))],
+    );
+    return rows.length === 1;
+  }
 
-    async topUp(accountId: string, amount: bigint): Promise<bigint> {
-      if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-      const r = await ctx.one<{ balance: bigint }>(
-        'topUp',
-        `INSERT INTO ${s}.wallets AS w (account_id, balance) VALUES ($1, $2::bigint)
-          ON CONFLICT (account_id) DO UPDATE SET balance = w.balance + excluded.balance RETURNING balance`,
-        [accountId, amount.toString()],
-      );
-      return big(r?.balance);
-    },
+  async settle(req: SettleRequest): Promise<SettleResult> {
+    if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
+    const e = req.entry;
+    const r = (await this.accounts.submit(req.accountId, {
+      op: 'settle',
+      hold: req.holdId,
+      // A caller that predates SettleRequest.month: the month the settle lands in.
+      month: req.month ?? new Date().toISOString().slice(0, 7),
+      cost: req.cost.toString(),
+      id: e.id,
+      key: e.keyId,
+      model: e.model,
+      units: e.units,
+      measured: e.measured ?? null,
+      upstream: e.upstream ?? null,
+      at: e.at,
+    })) as SettleOut;
+    return r.settled === true ? { settled: true, charged: big(r.charged), held: big(r.held) } : { settled: false, charged: 0n };
+  }
 
-    async credit(req: CreditRequest): Promise<CreditResult> {
-      const r = await ctx.one<{ o_applied: boolean; o_balance: bigint }>(
-        'credit',
-        `SELECT * FROM ${s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, $5::bigint)`,
-        [req.accountId, req.creditId, req.amount.toString(), JSON.stringify({ kind: 'credit', reason: req.reason }), req.at],
-      );
-      return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
-    },
+  async release(accountId: string, holdId: string): Promise<boolean> {
+    const r = (await this.accounts.submit(accountId, { op: 'release', hold: holdId })) as { released?: boolean };
+    return r.released === true;
+  }
 
-    async wallet(accountId: string): Promise<WalletView> {
-      const r = await ctx.one<{ balance: bigint; held: bigint }>(
-        'wallet',
-        `SELECT coalesce((SELECT balance FROM ${s}.wallets WHERE account_id = $1), 0)::bigint AS balance,
-                (SELECT coalesce(sum(amount), 0) FROM ${s}.holds WHERE account_id = $1 AND expires_at > ${s}.mg_now())::bigint AS held`,
-        [accountId],
-      );
-      return { balance: big(r?.balance), held: big(r?.held) };
-    },
+  async topUp(accountId: string, amount: bigint): Promise<bigint> {
+    if (amount < 0n) throw new RangeError('top-up amount must not be negative');
+    const r = await this.ctx.one<{ balance: bigint }>(
+      'topUp',
+      `INSERT INTO ${this.s}.wallets AS w (account_id, balance) VALUES ($1, $2::bigint)
+        ON CONFLICT (account_id) DO UPDATE SET balance = w.balance + excluded.balance RETURNING balance`,
+      [accountId, amount.toString()],
+    );
+    return big(r?.balance);
+  }
 
-    async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
-      const r = await ctx.one<{ total: bigint; monthly: bigint; held: bigint }>(
-        'keyUsage',
-        `SELECT (SELECT coalesce(sum(amount), 0) FROM ${s}.key_spend WHERE account_id = $1 AND key_id = $2)::bigint AS total,
-                coalesce((SELECT amount FROM ${s}.key_spend WHERE account_id = $1 AND key_id = $2 AND month = $3), 0)::bigint AS monthly,
-                (SELECT coalesce(sum(amount), 0) FROM ${s}.holds
-                  WHERE account_id = $1 AND key_id = $2 AND expires_at > ${s}.mg_now())::bigint AS held`,
-        [accountId, keyId, month],
-      );
-      return { total: big(r?.total), monthly: big(r?.monthly), held: big(r?.held) };
-    },
+  async credit(req: CreditRequest): Promise<CreditResult> {
+    const r = await this.ctx.one<{ o_applied: boolean; o_balance: bigint }>(
+      'credit',
+      `SELECT * FROM ${this.s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, $5::bigint)`,
+      [req.accountId, req.creditId, req.amount.toString(), JSON.stringify({ kind: 'credit', reason: req.reason }), req.at],
+    );
+    return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
+  }
 
-    async ledger(accountId: string): Promise<LedgerEntry[]> {
-      const rows = await ctx.q<LedgerRow>(
-        'ledger',
-        `SELECT ${LEDGER_COLUMNS} FROM ${s}.ledger WHERE account_id = $1 ORDER BY seq`,
-        [accountId],
-      );
-      return rows.map(ledgerEntry);
-    },
+  async wallet(accountId: string): Promise<WalletView> {
+    const r = await this.ctx.one<{ balance: bigint; held: bigint }>(
+      'wallet',
+      `SELECT coalesce((SELECT balance FROM ${this.s}.wallets WHERE account_id = $1), 0)::bigint AS balance,
+              (SELECT coalesce(sum(amount), 0) FROM ${this.s}.holds WHERE account_id = $1 AND expires_at > ${this.s}.mg_now())::bigint AS held`,
+      [accountId],
+    );
+    return { balance: big(r?.balance), held: big(r?.held) };
+  }
 
-    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
-      const c = checkLedgerQuery(query);
-      // The cursor is the seq of the last entry a page returned (see migrations.ts for why
-      // paging by seq per account never skips an entry).
-      const rows = await ctx.q<LedgerRow>(
-        'queryLedger',
-        `SELECT ${LEDGER_COLUMNS} FROM ${s}.ledger
-          WHERE account_id = $1 AND seq > $2::bigint
-            AND ($3::text IS NULL OR key_id = $3)
-            AND ($4::bigint IS NULL OR at >= $4::bigint)
-            AND ($5::bigint IS NULL OR at < $5::bigint)
-          ORDER BY seq LIMIT $6::integer`,
-        [c.accountId, c.start.toString(), c.keyId ?? null, c.from ?? null, c.to ?? null, c.limit + 1],
-      );
-      const page = rows.slice(0, c.limit);
-      const last = page[page.length - 1];
-      return {
-        entries: page.map(ledgerEntry),
-        nextCursor: last ? String(last.seq) : c.start.toString(),
-        more: rows.length > c.limit,
-      };
-    },
+  async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
+    const r = await this.ctx.one<{ total: bigint; monthly: bigint; held: bigint }>(
+      'keyUsage',
+      `SELECT (SELECT coalesce(sum(amount), 0) FROM ${this.s}.key_spend WHERE account_id = $1 AND key_id = $2)::bigint AS total,
+              coalesce((SELECT amount FROM ${this.s}.key_spend WHERE account_id = $1 AND key_id = $2 AND month = $3), 0)::bigint AS monthly,
+              (SELECT coalesce(sum(amount), 0) FROM ${this.s}.holds
+                WHERE account_id = $1 AND key_id = $2 AND expires_at > ${this.s}.mg_now())::bigint AS held`,
+      [accountId, keyId, month],
+    );
+    return { total: big(r?.total), monthly: big(r?.monthly), held: big(r?.held) };
+  }
 
-    async openHolds(accountId: string): Promise<number> {
-      const r = await ctx.one<{ n: bigint }>(
-        'openHolds',
-        `SELECT count(*) AS n FROM ${s}.holds WHERE account_id = $1 AND expires_at > ${s}.mg_now()`,
-        [accountId],
-      );
-      return num(r?.n);
-    },
-  };
+  async ledger(accountId: string): Promise<LedgerEntry[]> {
+    const rows = await this.ctx.q<LedgerRow>(
+      'ledger',
+      `SELECT ${LEDGER_COLUMNS} FROM ${this.s}.ledger WHERE account_id = $1 ORDER BY seq`,
+      [accountId],
+    );
+    return rows.map(ledgerEntry);
+  }
+
+  async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+    const c = checkLedgerQuery(query);
+    // The cursor is the seq of the last entry a page returned (see migrations.ts for why
+    // paging by seq per account never skips an entry).
+    const rows = await this.ctx.q<LedgerRow>(
+      'queryLedger',
+      `SELECT ${LEDGER_COLUMNS} FROM ${this.s}.ledger
+        WHERE account_id = $1 AND seq > $2::bigint
+          AND ($3::text IS NULL OR key_id = $3)
+          AND ($4::bigint IS NULL OR at >= $4::bigint)
+          AND ($5::bigint IS NULL OR at < $5::bigint)
+        ORDER BY seq LIMIT $6::integer`,
+      [c.accountId, c.start.toString(), c.keyId ?? null, c.from ?? null, c.to ?? null, c.limit + 1],
+    );
+    const page = rows.slice(0, c.limit);
+    const last = page[page.length - 1];
+    return {
+      entries: page.map(ledgerEntry),
+      nextCursor: last ? String(last.seq) : c.start.toString(),
+      more: rows.length > c.limit,
+    };
+  }
+
+  async openHolds(accountId: string): Promise<number> {
+    const r = await this.ctx.one<{ n: bigint }>(
+      'openHolds',
+      `SELECT count(*) AS n FROM ${this.s}.holds WHERE account_id = $1 AND expires_at > ${this.s}.mg_now()`,
+      [accountId],
+    );
+    return num(r?.n);
+  }
 }

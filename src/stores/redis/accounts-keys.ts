@@ -52,6 +52,32 @@ export function createRedisAccounts(ctx: RedisContext): AccountStore {
 
 type StoredKey = Omit<ApiKeyRecord, 'monthlyCap' | 'disabled'> & { monthlyCap: string | null };
 
+/** A key from its HMGET reply (`rec`, `disabled`), or null when there is no record. */
+function parseKey(reply: unknown): ApiKeyRecord | null {
+  const [rec, disabled] = list(reply).map(str);
+  if (rec === null || rec === undefined) return null;
+  const stored = JSON.parse(rec) as StoredKey;
+  return {
+    ...stored,
+    monthlyCap: stored.monthlyCap === null ? null : BigInt(stored.monthlyCap),
+    disabled: disabled === '1',
+  };
+}
+
+const byDigest = (ctx: RedisContext, digest: string) => ctx.client.hmget(ctx.keyByDigest(digest), 'rec', 'disabled');
+
+async function digestOf(ctx: RedisContext, id: string): Promise<string | null> {
+  return str(await ctx.client.get(ctx.keyIdIndex(id)));
+}
+
+/** The key with this id: the id index names its digest, and the record there must name the id back. */
+async function byId(ctx: RedisContext, id: string): Promise<ApiKeyRecord | null> {
+  const digest = await digestOf(ctx, id);
+  if (digest === null) return null;
+  const key = parseKey(await byDigest(ctx, digest));
+  return key && key.id === id ? key : null;
+}
+
 /**
  * API keys: the record lives under the digest's hash tag (the lookup on every request is one
  * HMGET); `P{kid:<id>}` maps id -> digest, and the account's key set lists its ids.
@@ -62,30 +88,6 @@ type StoredKey = Omit<ApiKeyRecord, 'monthlyCap' | 'disabled'> & { monthlyCap: s
  */
 export function createRedisKeys(ctx: RedisContext): KeyStore {
   const { client, scripts } = ctx;
-
-  function parse(reply: unknown): ApiKeyRecord | null {
-    const [rec, disabled] = list(reply).map(str);
-    if (rec === null || rec === undefined) return null;
-    const stored = JSON.parse(rec) as StoredKey;
-    return {
-      ...stored,
-      monthlyCap: stored.monthlyCap === null ? null : BigInt(stored.monthlyCap),
-      disabled: disabled === '1',
-    };
-  }
-
-  const byDigest = (digest: string) => client.hmget(ctx.keyByDigest(digest), 'rec', 'disabled');
-
-  async function digestOf(id: string): Promise<string | null> {
-    return str(await client.get(ctx.keyIdIndex(id)));
-  }
-
-  async function byId(id: string): Promise<ApiKeyRecord | null> {
-    const digest = await digestOf(id);
-    if (digest === null) return null;
-    const key = parse(await byDigest(digest));
-    return key && key.id === id ? key : null;
-  }
 
   return {
     async insert(key: ApiKeyRecord): Promise<boolean> {
@@ -108,16 +110,16 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
     },
 
     async findByDigest(digest: string): Promise<ApiKeyRecord | null> {
-      return parse(await ctx.run('findKey', () => byDigest(digest)));
+      return parseKey(await ctx.run('findKey', () => byDigest(ctx, digest)));
     },
 
     async get(id: string): Promise<ApiKeyRecord | null> {
-      return ctx.run('getKey', () => byId(id));
+      return ctx.run('getKey', () => byId(ctx, id));
     },
 
     async setDisabled(id: string, disabled: boolean): Promise<boolean> {
       return ctx.run('setKeyDisabled', async () => {
-        const digest = await digestOf(id);
+        const digest = await digestOf(ctx, id);
         if (digest === null) return false;
         const r = await scripts.mgKeySetDisabled([ctx.keyByDigest(digest)], [id, disabled ? '1' : '0']);
         return int(r) === 1;
@@ -126,16 +128,16 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
 
     async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
       return ctx.run('updateKey', async () => {
-        const digest = await digestOf(id);
+        const digest = await digestOf(ctx, id);
         if (digest === null) return null;
-        const [oldRec, disabled] = list(await byDigest(digest)).map(str);
+        const [oldRec, disabled] = list(await byDigest(ctx, digest)).map(str);
         if (oldRec === null || oldRec === undefined) return null;
         const stored = JSON.parse(oldRec) as StoredKey;
         if (stored.id !== id) return null;
         if (patch.monthlyCap !== undefined) stored.monthlyCap = patch.monthlyCap === null ? null : patch.monthlyCap.toString();
         if (!patch.digest || patch.digest.digest === digest) {
           if (int(await scripts.mgKeyReplace([ctx.keyByDigest(digest)], [id, oldRec, JSON.stringify(stored)])) !== 1) return null;
-          return byId(id);
+          return byId(ctx, id);
         }
         // A new digest lives under another hash tag: write the record there first, then point
         // the id at it, then drop the old record (the old key stops working at that step).
@@ -148,13 +150,13 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
         if (int(inserted) !== 1) return null;
         await client.set(ctx.keyIdIndex(id), stored.digest);
         await scripts.mgKeyDelete([ctx.keyByDigest(digest)], [id]);
-        return byId(id);
+        return byId(ctx, id);
       });
     },
 
     async delete(id: string): Promise<boolean> {
       return ctx.run('deleteKey', async () => {
-        const key = await byId(id);
+        const key = await byId(ctx, id);
         if (!key) return false;
         await scripts.mgKeyDelete([ctx.keyByDigest(key.digest)], [id]);
         await scripts.mgDelIfEquals([ctx.keyIdIndex(id)], [key.digest]);
@@ -166,7 +168,7 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
     async listByAccount(accountId: string): Promise<ApiKeyRecord[]> {
       return ctx.run('listKeys', async () => {
         const ids = list(await client.smembers(ctx.account(accountId, 'keys'))).map((v) => str(v) ?? '');
-        const keys = await Promise.all(ids.map(byId));
+        const keys = await Promise.all(ids.map((id) => byId(ctx, id)));
         return keys.filter((k): k is ApiKeyRecord => k !== null && k.accountId === accountId);
       });
     },

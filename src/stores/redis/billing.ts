@@ -41,177 +41,188 @@ function fields(keyId: string, month: string) {
   return { held: `k:${keyId}`, monthly: `m:${esc(month)}:${keyId}`, total: `t:${keyId}` };
 }
 
+const closedMarker = (ctx: RedisContext, accountId: string, holdId: string) => ctx.account(accountId, `settled:${esc(holdId)}`);
+
+/** The account's billing keys (all under its hash tag). */
+const accountKeys = (ctx: RedisContext, accountId: string) => ({
+  bal: ctx.account(accountId, 'bal'),
+  holds: ctx.account(accountId, 'holds'),
+  hexp: ctx.account(accountId, 'hexp'),
+  held: ctx.account(accountId, 'held'),
+  spend: ctx.account(accountId, 'spend'),
+  ledger: ctx.account(accountId, 'ledger'),
+});
+
+/** The hold's arguments, shared by the hold script and the hit-and-hold script. */
+const holdArgv = (req: HoldRequest, f: ReturnType<typeof fields>): Array<string | number> => [
+  req.holdId,
+  req.amount.toString(),
+  req.monthlyCap === null ? '' : req.monthlyCap.toString(),
+  whole(req.ttlMs),
+  f.held,
+  f.monthly,
+  f.total,
+];
+
 /**
  * Billing on Redis. placeHold, hitAndPlaceHold (a key's window hit and the hold), settle and
  * release are one script each, sent in batches (connection.ts); every key they touch is under
  * the account's hash tag. See scripts.ts for the atomic steps.
  */
 export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMember: () => string): BillingStore {
-  const { scripts } = ctx;
-  const closedMarker = (accountId: string, holdId: string) => ctx.account(accountId, `settled:${esc(holdId)}`);
-  const a = (accountId: string) => ({
-    bal: ctx.account(accountId, 'bal'),
-    holds: ctx.account(accountId, 'holds'),
-    hexp: ctx.account(accountId, 'hexp'),
-    held: ctx.account(accountId, 'held'),
-    spend: ctx.account(accountId, 'spend'),
-    ledger: ctx.account(accountId, 'ledger'),
-  });
+  return new RedisBilling(ctx, windowsId, hitMember);
+}
 
-  /** The hold's arguments, shared by the hold script and the hit-and-hold script. */
-  const holdArgv = (req: HoldRequest, f: ReturnType<typeof fields>): Array<string | number> => [
-    req.holdId,
-    req.amount.toString(),
-    req.monthlyCap === null ? '' : req.monthlyCap.toString(),
-    whole(req.ttlMs),
-    f.held,
-    f.monthly,
-    f.total,
-  ];
+class RedisBilling implements BillingStore {
+  constructor(
+    private readonly ctx: RedisContext,
+    readonly windowsId: symbol,
+    private readonly hitMember: () => string,
+  ) {}
 
-  return {
-    async placeHold(req: HoldRequest): Promise<HoldResult> {
-      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-      const k = a(req.accountId);
-      const f = fields(req.keyId, req.month);
-      const reply = list(
-        await ctx.batched('placeHold', 'mgPlaceHold', [k.bal, k.holds, k.hexp, k.held, k.spend], holdArgv(req, f)),
-      );
-      return holdResult(reply, 0);
-    },
+  async placeHold(req: HoldRequest): Promise<HoldResult> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    const k = accountKeys(this.ctx, req.accountId);
+    const f = fields(req.keyId, req.month);
+    const reply = list(
+      await this.ctx.batched('placeHold', 'mgPlaceHold', [k.bal, k.holds, k.hexp, k.held, k.spend], holdArgv(req, f)),
+    );
+    return holdResult(reply, 0);
+  }
 
-    windowsId,
-    async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
-      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-      const k = a(req.accountId);
-      const f = fields(req.keyId, req.month);
-      const reply = list(
-        await ctx.batched(
-          'hitAndPlaceHold',
-          'mgHitPlaceHold',
-          [ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
-          [whole(hit.limit), whole(hit.windowMs), hitMember(), ...holdArgv(req, f)],
+  async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    const k = accountKeys(this.ctx, req.accountId);
+    const f = fields(req.keyId, req.month);
+    const reply = list(
+      await this.ctx.batched(
+        'hitAndPlaceHold',
+        'mgHitPlaceHold',
+        [this.ctx.bucket(hit.bucket, hit.accountId), k.bal, k.holds, k.hexp, k.held, k.spend],
+        [whole(hit.limit), whole(hit.windowMs), this.hitMember(), ...holdArgv(req, f)],
+      ),
+    );
+    const allowed = int(reply[0]) === 1;
+    return {
+      window: { allowed, limit: hit.limit, remaining: int(reply[1]), resetMs: int(reply[2]) },
+      hold: allowed ? holdResult(reply, 3) : null,
+    };
+  }
+
+  async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+    const k = accountKeys(this.ctx, accountId);
+    const renewed = await this.ctx.run('renewHold', () => this.ctx.scripts.mgRenewHold([k.holds, k.hexp, k.held], [holdId, whole(ttlMs)]));
+    return int(renewed) === 1;
+  }
+
+  async settle(req: SettleRequest): Promise<SettleResult> {
+    if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
+    const k = accountKeys(this.ctx, req.accountId);
+    const f = fields(req.entry.keyId, req.month);
+    // The script appends "cost", "held" and "exceededHold" to this object.
+    const entry = JSON.stringify(req.entry);
+    const reply = list(
+      await this.ctx.batched(
+        'settle',
+        'mgSettle',
+        [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(this.ctx, req.accountId, req.holdId)],
+        [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
+      ),
+    );
+    return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]), held: big(reply[2]) } : { settled: false, charged: 0n };
+  }
+
+  async release(accountId: string, holdId: string): Promise<boolean> {
+    const k = accountKeys(this.ctx, accountId);
+    return (
+      int(
+        await this.ctx.batched('release', 'mgRelease', [k.holds, k.hexp, k.held, closedMarker(this.ctx, accountId, holdId)], [
+          holdId,
+          CLOSED_MARKER_TTL_MS,
+        ]),
+      ) === 1
+    );
+  }
+
+  async topUp(accountId: string, amount: bigint): Promise<bigint> {
+    if (amount < 0n) throw new RangeError('top-up amount must not be negative');
+    return big(
+      await this.ctx.run('topUp', () => this.ctx.scripts.mgTopUp([accountKeys(this.ctx, accountId).bal], [amount.toString()])),
+    );
+  }
+
+  async credit(req: CreditRequest): Promise<CreditResult> {
+    const k = accountKeys(this.ctx, req.accountId);
+    const entry: Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string } = {
+      id: req.creditId,
+      accountId: req.accountId,
+      keyId: '',
+      model: '',
+      units: { kind: 'credit', reason: req.reason },
+      cost: (-req.amount).toString(),
+      held: '0',
+      exceededHold: false,
+      measured: null,
+      at: req.at,
+    };
+    const reply = list(
+      await this.ctx.run('credit', () =>
+        this.ctx.scripts.mgCredit(
+          [k.bal, k.ledger, this.ctx.account(req.accountId, `credit:${esc(req.creditId)}`)],
+          [req.amount.toString(), JSON.stringify(entry)],
         ),
-      );
-      const allowed = int(reply[0]) === 1;
-      return {
-        window: { allowed, limit: hit.limit, remaining: int(reply[1]), resetMs: int(reply[2]) },
-        hold: allowed ? holdResult(reply, 3) : null,
-      };
-    },
+      ),
+    );
+    return { applied: int(reply[0]) === 1, balance: big(reply[1]) };
+  }
 
-    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      const k = a(accountId);
-      return int(await ctx.run('renewHold', () => scripts.mgRenewHold([k.holds, k.hexp, k.held], [holdId, whole(ttlMs)]))) === 1;
-    },
+  async wallet(accountId: string): Promise<WalletView> {
+    const k = accountKeys(this.ctx, accountId);
+    const reply = list(await this.ctx.run('wallet', () => this.ctx.scripts.mgWallet([k.bal, k.holds, k.hexp, k.held], [])));
+    return { balance: big(reply[0]), held: big(reply[1]) };
+  }
 
-    async settle(req: SettleRequest): Promise<SettleResult> {
-      if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      const k = a(req.accountId);
-      const f = fields(req.entry.keyId, req.month);
-      // The script appends "cost", "held" and "exceededHold" to this object.
-      const entry = JSON.stringify(req.entry);
-      const reply = list(
-        await ctx.batched(
-          'settle',
-          'mgSettle',
-          [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(req.accountId, req.holdId)],
-          [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
-        ),
-      );
-      return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]), held: big(reply[2]) } : { settled: false, charged: 0n };
-    },
+  async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
+    const k = accountKeys(this.ctx, accountId);
+    const f = fields(keyId, month);
+    const reply = list(
+      await this.ctx.run('keyUsage', () =>
+        this.ctx.scripts.mgKeyUsage([k.holds, k.hexp, k.held, k.spend], [f.held, f.monthly, f.total]),
+      ),
+    );
+    return { total: big(reply[0]), monthly: big(reply[1]), held: big(reply[2]) };
+  }
 
-    async release(accountId: string, holdId: string): Promise<boolean> {
-      const k = a(accountId);
-      return (
-        int(
-          await ctx.batched('release', 'mgRelease', [k.holds, k.hexp, k.held, closedMarker(accountId, holdId)], [
-            holdId,
-            CLOSED_MARKER_TTL_MS,
-          ]),
-        ) === 1
-      );
-    },
+  async ledger(accountId: string): Promise<LedgerEntry[]> {
+    const raw = list(await this.ctx.run('ledger', () => this.ctx.client.lrange(accountKeys(this.ctx, accountId).ledger, 0, -1)));
+    return raw.map(parseEntry);
+  }
 
-    async topUp(accountId: string, amount: bigint): Promise<bigint> {
-      if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-      return big(await ctx.run('topUp', () => scripts.mgTopUp([a(accountId).bal], [amount.toString()])));
-    },
-
-    async credit(req: CreditRequest): Promise<CreditResult> {
-      const k = a(req.accountId);
-      const entry: Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string } = {
-        id: req.creditId,
-        accountId: req.accountId,
-        keyId: '',
-        model: '',
-        units: { kind: 'credit', reason: req.reason },
-        cost: (-req.amount).toString(),
-        held: '0',
-        exceededHold: false,
-        measured: null,
-        at: req.at,
-      };
-      const reply = list(
-        await ctx.run('credit', () =>
-          scripts.mgCredit(
-            [k.bal, k.ledger, ctx.account(req.accountId, `credit:${esc(req.creditId)}`)],
-            [req.amount.toString(), JSON.stringify(entry)],
-          ),
-        ),
-      );
-      return { applied: int(reply[0]) === 1, balance: big(reply[1]) };
-    },
-
-    async wallet(accountId: string): Promise<WalletView> {
-      const k = a(accountId);
-      const reply = list(await ctx.run('wallet', () => scripts.mgWallet([k.bal, k.holds, k.hexp, k.held], [])));
-      return { balance: big(reply[0]), held: big(reply[1]) };
-    },
-
-    async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
-      const k = a(accountId);
-      const f = fields(keyId, month);
-      const reply = list(
-        await ctx.run('keyUsage', () =>
-          scripts.mgKeyUsage([k.holds, k.hexp, k.held, k.spend], [f.held, f.monthly, f.total]),
-        ),
-      );
-      return { total: big(reply[0]), monthly: big(reply[1]), held: big(reply[2]) };
-    },
-
-    async ledger(accountId: string): Promise<LedgerEntry[]> {
-      const raw = list(await ctx.run('ledger', () => ctx.client.lrange(a(accountId).ledger, 0, -1)));
-      return raw.map(parseEntry);
-    },
-
-    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
-      const q = checkLedgerQuery(query);
-      const key = a(q.accountId).ledger;
-      // The list is append-only, so a position (the cursor) always names the same entry.
-      let pos = Number(q.start);
-      const entries: LedgerEntry[] = [];
-      return ctx.run('queryLedger', async () => {
-        let scanned = 0;
-        while (entries.length < q.limit && scanned < LEDGER_SCAN_PER_PAGE) {
-          const raw = list(await ctx.client.lrange(key, pos, pos + LEDGER_CHUNK - 1));
-          if (raw.length === 0) break;
-          for (const line of raw) {
-            pos++;
-            scanned++;
-            const e = parseEntry(line);
-            if (matchesLedgerQuery(e, q)) entries.push(e);
-            if (entries.length === q.limit) break;
-          }
+  async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+    const q = checkLedgerQuery(query);
+    const key = accountKeys(this.ctx, q.accountId).ledger;
+    // The list is append-only, so a position (the cursor) always names the same entry.
+    let pos = Number(q.start);
+    const entries: LedgerEntry[] = [];
+    return this.ctx.run('queryLedger', async () => {
+      let scanned = 0;
+      while (entries.length < q.limit && scanned < LEDGER_SCAN_PER_PAGE) {
+        const raw = list(await this.ctx.client.lrange(key, pos, pos + LEDGER_CHUNK - 1));
+        if (raw.length === 0) break;
+        for (const line of raw) {
+          pos++;
+          scanned++;
+          const e = parseEntry(line);
+          if (matchesLedgerQuery(e, q)) entries.push(e);
+          if (entries.length === q.limit) break;
         }
-        return { entries, nextCursor: String(pos), more: pos < int(await ctx.client.llen(key)) };
-      });
-    },
+      }
+      return { entries, nextCursor: String(pos), more: pos < int(await this.ctx.client.llen(key)) };
+    });
+  }
 
-    async openHolds(accountId: string): Promise<number> {
-      const k = a(accountId);
-      return int(await ctx.run('openHolds', () => scripts.mgOpenHolds([k.holds, k.hexp, k.held], [])));
-    },
-  };
+  async openHolds(accountId: string): Promise<number> {
+    const k = accountKeys(this.ctx, accountId);
+    return int(await this.ctx.run('openHolds', () => this.ctx.scripts.mgOpenHolds([k.holds, k.hexp, k.held], [])));
+  }
 }

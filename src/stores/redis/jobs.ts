@@ -1,4 +1,5 @@
 import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
+import type { RedisClient } from './clients.js';
 import { hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 
 const FINISHED: ReadonlySet<JobStatus> = new Set(['completed', 'failed']);
@@ -18,6 +19,28 @@ function decode(entries: [string, string][]): JobRecord | null {
   const job: Record<string, unknown> = {};
   for (const [field, value] of entries) job[field] = JSON.parse(value);
   return job as unknown as JobRecord;
+}
+
+/** Keeps the unfinished index in step with a job's status (`goneAt`: when the job disappears). */
+async function reindex(client: RedisClient, index: string, id: string, status: unknown, goneAt: unknown): Promise<void> {
+  if (typeof status !== 'string') return;
+  if (FINISHED.has(status as JobStatus)) await client.zrem(index, id);
+  else await client.zadd(index, String(int(goneAt)), id);
+}
+
+/**
+ * How many of a listing's members (`WITHSCORES` pairs) come at or before `after` in the
+ * listing's order: the position a page after it starts from when it is no longer listed.
+ */
+function countBefore(members: string[], after: { createdAt: number; id: string }, asc: boolean): number {
+  const { createdAt, id } = after;
+  let before = 0;
+  for (let i = 0; i + 1 < members.length; i += 2) {
+    const m = { id: members[i]!, createdAt: Number(members[i + 1]) };
+    const cmp = m.createdAt !== createdAt ? m.createdAt - createdAt : m.id < id ? -1 : m.id > id ? 1 : 0;
+    if (asc ? cmp <= 0 : cmp >= 0) before++;
+  }
+  return before;
 }
 
 /**
@@ -41,12 +64,6 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
   const { client, scripts } = ctx;
   const index = ctx.index('jobs');
 
-  async function reindex(id: string, status: unknown, goneAt: unknown): Promise<void> {
-    if (typeof status !== 'string') return;
-    if (FINISHED.has(status as JobStatus)) await client.zrem(index, id);
-    else await client.zadd(index, String(int(goneAt)), id);
-  }
-
   const byAccount = (accountId: string, object: string) => ctx.account(accountId, `jobs:${object}`);
 
   return {
@@ -56,7 +73,7 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
           [ctx.job(job.id)],
           [whole(ttlMs), 'id', JSON.stringify(job.id), ...encode(job, true)],
         );
-        await reindex(job.id, job.status, goneAt);
+        await reindex(client, index, job.id, job.status, goneAt);
         if (typeof job.accountId === 'string' && typeof job.object === 'string') {
           const listed = byAccount(job.accountId, job.object);
           await client.zadd(listed, String(whole(job.createdAt ?? 0)), job.id);
@@ -77,17 +94,7 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
           // The position right after `after`; when it is no longer listed, counted from its place.
           const rank = asc ? await client.zrank(listed, page.after.id) : await client.zrevrank(listed, page.after.id);
           if (rank !== null) start = rank + 1;
-          else {
-            const { createdAt, id } = page.after;
-            const members = await client.zrange(listed, '0', '-1', 'WITHSCORES');
-            let before = 0;
-            for (let i = 0; i + 1 < members.length; i += 2) {
-              const m = { id: members[i]!, createdAt: Number(members[i + 1]) };
-              const cmp = m.createdAt !== createdAt ? m.createdAt - createdAt : m.id < id ? -1 : m.id > id ? 1 : 0;
-              if (asc ? cmp <= 0 : cmp >= 0) before++;
-            }
-            start = before;
-          }
+          else start = countBefore(await client.zrange(listed, '0', '-1', 'WITHSCORES'), page.after, asc);
         }
         while (out.length < limit) {
           const want = limit - out.length;
@@ -131,7 +138,7 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
         if (reply === null || reply === undefined) return null;
         const [goneAt, fields] = list(reply);
         const job = decode(hashEntries(fields));
-        if (job && patch.status !== undefined) await reindex(id, job.status, goneAt);
+        if (job && patch.status !== undefined) await reindex(client, index, id, job.status, goneAt);
         return job;
       });
     },

@@ -54,20 +54,13 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
   return e;
 }
 
-/**
- * Billing on SQLite. Each of placeHold, settle, release and renewHold is one atomic step of a
- * group commit (`SqliteContext.batch`): inside an IMMEDIATE transaction, whose write lock is
- * taken before the balance and holds are read, so the check and the write are one step, also
- * against another process on the same file. Held amounts are summed from the open hold rows
- * (an account has a handful), so no running total can drift. Given the limit store's
- * `windows`, a hold counts the key's rate-window hit first (hitAndPlaceHold).
- */
 /** The first two facts a hold decides on: the hold id's own row's expiry, and the balance. */
 const OWN_HOLD_AND_BALANCE = `(SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
                 (SELECT balance FROM wallets WHERE account_id = @account)`;
 
-export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
-  const q = {
+/** Every statement billing runs, prepared once per store. */
+function prepareStatements(ctx: SqliteContext) {
+  return {
     // What a hold decides on, in one statement (each statement is a round through the
     // driver): the hold id's own open row, the balance and what the account's open holds
     // hold; with a monthly cap also the key's month spend and what its open holds hold, in
@@ -121,20 +114,40 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     ledger: ctx.exact(`SELECT ${LEDGER_COLUMNS} FROM ledger WHERE account_id = ? ORDER BY seq`),
     openHolds: ctx.prepare('SELECT count(*) AS n FROM holds WHERE account_id = ? AND expires_at > ?'),
   };
+}
 
-  const balanceOf = (accountId: string) => big((q.balance.get(accountId) as { balance: bigint } | undefined)?.balance);
-  const heldOf = (accountId: string, t: number) => big((q.held.get(accountId, t) as { held: bigint }).held);
-  const heldByKey = (accountId: string, keyId: string, t: number) =>
-    big((q.heldByKey.get(accountId, keyId, t) as { held: bigint }).held);
-  const monthSpend = (accountId: string, keyId: string, month: string) =>
-    big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount);
+type Statements = ReturnType<typeof prepareStatements>;
+
+/**
+ * Billing on SQLite. Each of placeHold, settle, release and renewHold is one atomic step of a
+ * group commit (`SqliteContext.batch`): inside an IMMEDIATE transaction, whose write lock is
+ * taken before the balance and holds are read, so the check and the write are one step, also
+ * against another process on the same file. Held amounts are summed from the open hold rows
+ * (an account has a handful), so no running total can drift. Given the limit store's
+ * `windows`, a hold counts the key's rate-window hit first (hitAndPlaceHold).
+ */
+export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits): BillingStore {
+  return windows ? new WindowedSqliteBilling(ctx, windows) : new SqliteBilling(ctx);
+}
+
+class SqliteBilling implements BillingStore {
+  protected readonly q: Statements;
+
+  constructor(protected readonly ctx: SqliteContext) {
+    this.q = prepareStatements(ctx);
+  }
+
+  private balanceOf(accountId: string): bigint {
+    return big((this.q.balance.get(accountId) as { balance: bigint } | undefined)?.balance);
+  }
 
   /**
    * The hold-if-affordable step, inside the caller's IMMEDIATE transaction. Expired holds
    * count for nothing (every sum reads only unexpired ones); the sweep deletes them, so no
    * call pays for scanning and deleting its account's expired holds.
    */
-  function placeInTransaction(req: HoldRequest, t: number): HoldResult {
+  protected placeInTransaction(req: HoldRequest, t: number): HoldResult {
+    const q = this.q;
     const capped = req.monthlyCap !== null;
     const args = capped
       ? { account: req.accountId, hold: req.holdId, now: t, key: req.keyId, month: req.month }
@@ -157,150 +170,167 @@ export function createSqliteBilling(ctx: SqliteContext, windows?: SqliteLimits):
     return { ok: true };
   }
 
-  return {
-    async placeHold(req: HoldRequest): Promise<HoldResult> {
-      if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-      ctx.sweep();
-      return ctx.batch('placeHold', () => placeInTransaction(req, ctx.now()));
-    },
+  async placeHold(req: HoldRequest): Promise<HoldResult> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    this.ctx.sweep();
+    return this.ctx.batch('placeHold', () => this.placeInTransaction(req, this.ctx.now()));
+  }
 
-    // The key's window is in this process's memory: its hit is counted synchronously, then
-    // the hold is placed only when the hit was allowed. A refused hit writes nothing.
-    ...(windows && {
-      windowsId: windows.windowsId,
-      async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
-        if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-        const window = windows.windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
-        if (!window.allowed) return { window, hold: null };
-        ctx.sweep();
-        return { window, hold: await ctx.batch('placeHold', () => placeInTransaction(req, ctx.now())) };
-      },
-    }),
+  async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
+    return this.ctx.batch('renewHold', () => {
+      const t = this.ctx.now();
+      return this.q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1;
+    });
+  }
 
-    async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
-      return ctx.batch('renewHold', () => {
-        const t = ctx.now();
-        return q.renew.run(t + ttlMs, accountId, holdId, t).changes === 1;
-      });
-    },
+  async settle(req: SettleRequest): Promise<SettleResult> {
+    if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
+    return this.ctx.batch('settle', () => this.settleInTransaction(req));
+  }
 
-    async settle(req: SettleRequest): Promise<SettleResult> {
-      if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
-      return ctx.batch('settle', (): SettleResult => {
-        const t = ctx.now();
-        // A settle after release finds the hold id closed; a replayed settle finds its ledger
-        // entry (unique per account and hold id, for good), so settling writes no marker.
-        if (q.closedOrSettled.get({ account: req.accountId, hold: req.holdId })) return { settled: false, charged: 0n };
-        const taken = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string; expires_at: bigint } | undefined;
-        // A hold that expired before its settle counts as gone: nothing was held.
-        const hold = taken && num(taken.expires_at) > t ? taken : undefined;
-        const held = hold ? hold.amount : 0n;
-        // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
-        const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));
-        // The full list cost, even past the hold: delivered output is never given away.
-        const cost = req.cost;
-        q.debit.run(req.accountId, -cost);
-        q.spend.run(req.accountId, req.entry.keyId, month, cost);
-        const e = req.entry;
-        q.append.run(
-          req.accountId,
-          req.holdId,
-          e.id,
-          e.keyId,
-          e.model,
-          JSON.stringify(e.units),
-          cost,
-          held,
-          cost > held ? 1 : 0,
-          e.measured ?? null,
-          e.upstream ?? null,
-          e.at,
-          t,
-        );
-        return { settled: true, charged: cost, held };
-      });
-    },
+  private settleInTransaction(req: SettleRequest): SettleResult {
+    const q = this.q;
+    const t = this.ctx.now();
+    // A settle after release finds the hold id closed; a replayed settle finds its ledger
+    // entry (unique per account and hold id, for good), so settling writes no marker.
+    if (q.closedOrSettled.get({ account: req.accountId, hold: req.holdId })) return { settled: false, charged: 0n };
+    const taken = q.takeHold.get(req.accountId, req.holdId) as { amount: bigint; month: string; expires_at: bigint } | undefined;
+    // A hold that expired before its settle counts as gone: nothing was held.
+    const hold = taken && num(taken.expires_at) > t ? taken : undefined;
+    const held = hold ? hold.amount : 0n;
+    // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
+    const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));
+    // The full list cost, even past the hold: delivered output is never given away.
+    const cost = req.cost;
+    q.debit.run(req.accountId, -cost);
+    q.spend.run(req.accountId, req.entry.keyId, month, cost);
+    const e = req.entry;
+    q.append.run(
+      req.accountId,
+      req.holdId,
+      e.id,
+      e.keyId,
+      e.model,
+      JSON.stringify(e.units),
+      cost,
+      held,
+      cost > held ? 1 : 0,
+      e.measured ?? null,
+      e.upstream ?? null,
+      e.at,
+      t,
+    );
+    return { settled: true, charged: cost, held };
+  }
 
-    async release(accountId: string, holdId: string): Promise<boolean> {
-      return ctx.batch('release', () => {
-        const t = ctx.now();
-        q.close.run(accountId, holdId, t);
-        const hold = q.takeHold.get(accountId, holdId) as { expires_at: bigint } | undefined;
-        return hold !== undefined && num(hold.expires_at) > t;
-      });
-    },
+  async release(accountId: string, holdId: string): Promise<boolean> {
+    return this.ctx.batch('release', () => {
+      const t = this.ctx.now();
+      this.q.close.run(accountId, holdId, t);
+      const hold = this.q.takeHold.get(accountId, holdId) as { expires_at: bigint } | undefined;
+      return hold !== undefined && num(hold.expires_at) > t;
+    });
+  }
 
-    async topUp(accountId: string, amount: bigint): Promise<bigint> {
-      if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-      return ctx.run('topUp', () => big((q.credit.get(accountId, amount) as { balance: bigint }).balance));
-    },
+  async topUp(accountId: string, amount: bigint): Promise<bigint> {
+    if (amount < 0n) throw new RangeError('top-up amount must not be negative');
+    return this.ctx.run('topUp', () => big((this.q.credit.get(accountId, amount) as { balance: bigint }).balance));
+  }
 
-    async credit(req: CreditRequest): Promise<CreditResult> {
-      return ctx.write('credit', (): CreditResult => {
-        const t = ctx.now();
-        // The credit id takes the ledger's hold-id slot: unique per account, for good.
-        const creditSlot = `credit:${req.creditId}`;
-        if (q.everSettled.get(req.accountId, creditSlot)) return { applied: false, balance: balanceOf(req.accountId) };
-        const balance = big((q.credit.get(req.accountId, req.amount) as { balance: bigint }).balance);
-        const units = JSON.stringify({ kind: 'credit', reason: req.reason });
-        q.append.run(req.accountId, creditSlot, req.creditId, '', '', units, -req.amount, 0n, 0, null, null, req.at, t);
-        return { applied: true, balance };
-      });
-    },
+  async credit(req: CreditRequest): Promise<CreditResult> {
+    return this.ctx.write('credit', (): CreditResult => {
+      const t = this.ctx.now();
+      // The credit id takes the ledger's hold-id slot: unique per account, for good.
+      const creditSlot = `credit:${req.creditId}`;
+      if (this.q.everSettled.get(req.accountId, creditSlot)) return { applied: false, balance: this.balanceOf(req.accountId) };
+      const balance = big((this.q.credit.get(req.accountId, req.amount) as { balance: bigint }).balance);
+      const units = JSON.stringify({ kind: 'credit', reason: req.reason });
+      this.q.append.run(req.accountId, creditSlot, req.creditId, '', '', units, -req.amount, 0n, 0, null, null, req.at, t);
+      return { applied: true, balance };
+    });
+  }
 
-    async wallet(accountId: string): Promise<WalletView> {
-      const t = ctx.now();
-      return ctx.read('wallet', () => ({ balance: balanceOf(accountId), held: heldOf(accountId, t) }));
-    },
+  async wallet(accountId: string): Promise<WalletView> {
+    const t = this.ctx.now();
+    return this.ctx.read('wallet', () => ({
+      balance: this.balanceOf(accountId),
+      held: big((this.q.held.get(accountId, t) as { held: bigint }).held),
+    }));
+  }
 
-    async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
-      const t = ctx.now();
-      return ctx.read('keyUsage', () => ({
-        total: big((q.totalSpend.get(accountId, keyId) as { total: bigint }).total),
-        monthly: monthSpend(accountId, keyId, month),
-        held: heldByKey(accountId, keyId, t),
-      }));
-    },
+  async keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage> {
+    const t = this.ctx.now();
+    const q = this.q;
+    return this.ctx.read('keyUsage', () => ({
+      total: big((q.totalSpend.get(accountId, keyId) as { total: bigint }).total),
+      monthly: big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount),
+      held: big((q.heldByKey.get(accountId, keyId, t) as { held: bigint }).held),
+    }));
+  }
 
-    async ledger(accountId: string): Promise<LedgerEntry[]> {
-      return ctx.run('ledger', () => (q.ledger.all(accountId) as LedgerRow[]).map(ledgerEntry));
-    },
+  async ledger(accountId: string): Promise<LedgerEntry[]> {
+    return this.ctx.run('ledger', () => (this.q.ledger.all(accountId) as LedgerRow[]).map(ledgerEntry));
+  }
 
-    async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
-      const c = checkLedgerQuery(query);
-      // The cursor is the seq of the last entry a page returned. Seqs only grow, and one
-      // account's settles are serialised by the write lock, so a page never skips an entry
-      // that commits later with a smaller seq.
-      const where = ['account_id = ?', 'seq > ?'];
-      const args: (string | number | bigint)[] = [c.accountId, c.start];
-      if (c.keyId !== undefined) {
-        where.push('key_id = ?');
-        args.push(c.keyId);
-      }
-      if (c.from !== undefined) {
-        where.push('at >= ?');
-        args.push(c.from);
-      }
-      if (c.to !== undefined) {
-        where.push('at < ?');
-        args.push(c.to);
-      }
-      const sql = `SELECT ${LEDGER_COLUMNS} FROM ledger WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`;
-      return ctx.run('queryLedger', () => {
-        const rows = ctx.exact(sql).all(...args, c.limit + 1) as LedgerRow[];
-        const page = rows.slice(0, c.limit);
-        const last = page[page.length - 1];
-        return {
-          entries: page.map(ledgerEntry),
-          nextCursor: last ? String(last.seq) : String(c.start),
-          more: rows.length > c.limit,
-        };
-      });
-    },
+  async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
+    const c = checkLedgerQuery(query);
+    // The cursor is the seq of the last entry a page returned. Seqs only grow, and one
+    // account's settles are serialised by the write lock, so a page never skips an entry
+    // that commits later with a smaller seq.
+    const where = ['account_id = ?', 'seq > ?'];
+    const args: (string | number | bigint)[] = [c.accountId, c.start];
+    if (c.keyId !== undefined) {
+      where.push('key_id = ?');
+      args.push(c.keyId);
+    }
+    if (c.from !== undefined) {
+      where.push('at >= ?');
+      args.push(c.from);
+    }
+    if (c.to !== undefined) {
+      where.push('at < ?');
+      args.push(c.to);
+    }
+    const sql = `SELECT ${LEDGER_COLUMNS} FROM ledger WHERE ${where.join(' AND ')} ORDER BY seq LIMIT ?`;
+    return this.ctx.run('queryLedger', () => {
+      const rows = this.ctx.exact(sql).all(...args, c.limit + 1) as LedgerRow[];
+      const page = rows.slice(0, c.limit);
+      const last = page[page.length - 1];
+      return {
+        entries: page.map(ledgerEntry),
+        nextCursor: last ? String(last.seq) : String(c.start),
+        more: rows.length > c.limit,
+      };
+    });
+  }
 
-    async openHolds(accountId: string): Promise<number> {
-      const t = ctx.now();
-      return ctx.run('openHolds', () => num((q.openHolds.get(accountId, t) as { n: number }).n));
-    },
-  };
+  async openHolds(accountId: string): Promise<number> {
+    const t = this.ctx.now();
+    return this.ctx.run('openHolds', () => num((this.q.openHolds.get(accountId, t) as { n: number }).n));
+  }
+}
+
+/**
+ * Billing beside the limit store's windows. The key's window is in this process's memory:
+ * its hit is counted synchronously, then the hold is placed only when the hit was allowed.
+ * A refused hit writes nothing.
+ */
+class WindowedSqliteBilling extends SqliteBilling {
+  readonly windowsId: symbol;
+
+  constructor(
+    ctx: SqliteContext,
+    private readonly windows: SqliteLimits,
+  ) {
+    super(ctx);
+    this.windowsId = windows.windowsId;
+  }
+
+  async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
+    if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
+    const window = this.windows.windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
+    if (!window.allowed) return { window, hold: null };
+    this.ctx.sweep();
+    return { window, hold: await this.ctx.batch('placeHold', () => this.placeInTransaction(req, this.ctx.now())) };
+  }
 }

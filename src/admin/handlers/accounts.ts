@@ -1,0 +1,31 @@
+/** Admin API handlers for accounts and their wallets: create, read, credit, adjust, grants. */
+import { GatewayError } from '../../errors.js';
+import type * as S from '../schemas.js';
+import type { AdminContext, Call } from './context.js';
+
+export async function list(x: AdminContext) {
+  return { object: 'list', data: await x.admin.listAccounts() };
+}
+
+export async function create(x: AdminContext, c: Call<typeof S.createAccountBody>) {
+  const b = c.body;
+  const { created } = await x.admin.createAccount({ id: b.id, walletUsd: b.walletUsd ?? 0, grants: b.grants ?? [] });
+  if (!created) throw new GatewayError('conflict', `Account "${b.id}" already exists.`, { status: 409, type: 'invalid_request_error', param: 'id' });
+  return x.account(b.id);
+}
+
+export function get(x: AdminContext, c: Call) {
+  return x.account(c.params.id!);
+}
+
+/** A top-up (credits) or a signed adjustment: either is one ledger entry with its reason. */
+export async function credit(x: AdminContext, c: Call<typeof S.creditBody | typeof S.adjustmentBody>) {
+  await x.account(c.params.id!);
+  return x.admin.credit(c.params.id!, c.body);
+}
+
+export async function setGrants(x: AdminContext, c: Call<typeof S.grantsBody>) {
+  await x.account(c.params.id!);
+  await x.admin.setGrants(c.params.id!, c.body.models);
+  return x.account(c.params.id!);
+}

@@ -1,0 +1,149 @@
+/**
+ * The admin API's routes (under /admin/v1), declared once: the HTTP handler matches them with
+ * the gateway's one path matcher (src/pipeline/router.ts), checks bodies and queries with
+ * their schemas, and generates the OpenAPI document from them. Within a path, the order of the
+ * methods is the order of the Allow header of a 405.
+ */
+import type { z } from 'zod';
+import { type Routed, createRouter } from '../pipeline/router.js';
+import * as accounts from './handlers/accounts.js';
+import * as activity from './handlers/activity.js';
+import * as content from './handlers/content.js';
+import type { AdminContext, Call } from './handlers/context.js';
+import * as keys from './handlers/keys.js';
+import * as S from './schemas.js';
+
+type Schema = z.ZodType | undefined;
+
+export interface AdminRoute extends Routed {
+  method: 'GET' | 'POST' | 'PUT' | 'DELETE';
+  /** Path after /admin/v1, with {name} parameters. */
+  path: string;
+  summary: string;
+  /** The JSON body, parsed with this before the handler runs (a violation is 400). */
+  body?: z.ZodType;
+  /** The query parameters, parsed with this before the handler runs (a violation is 400). */
+  query?: z.ZodType;
+  /** The success status. @default 200 */
+  status?: number;
+  /** The answer: JSON, or a Response sent as it is (an export). */
+  run(x: AdminContext, c: Call<z.ZodType, z.ZodType>): Promise<unknown>;
+}
+
+/** A declaration whose handler takes the body and query its schemas parse to (checked here). */
+function route<B extends Schema = undefined, Q extends Schema = undefined>(
+  r: Omit<AdminRoute, 'body' | 'query' | 'run'> & {
+    body?: B;
+    query?: Q;
+    run(x: AdminContext, c: Call<NoInfer<B>, NoInfer<Q>>): Promise<unknown>;
+  },
+): AdminRoute {
+  // Sound: the handler is only ever called with what `body` and `query` parsed.
+  return r as AdminRoute;
+}
+
+export const adminRoutes: readonly AdminRoute[] = [
+  // Accounts and wallets.
+  route({ method: 'GET', path: '/accounts', summary: 'List accounts with their wallets', run: accounts.list }),
+  route({
+    method: 'POST',
+    path: '/accounts',
+    summary: 'Create an account (its wallet credited with walletUsd)',
+    body: S.createAccountBody,
+    status: 201,
+    run: accounts.create,
+  }),
+  route({ method: 'GET', path: '/accounts/{id}', summary: 'An account, its wallet balance and holds', run: accounts.get }),
+  route({
+    method: 'POST',
+    path: '/accounts/{id}/credits',
+    summary: 'Top up a wallet (a ledger entry with the reason)',
+    body: S.creditBody,
+    status: 201,
+    run: accounts.credit,
+  }),
+  route({
+    method: 'POST',
+    path: '/accounts/{id}/adjustments',
+    summary: 'Adjust a wallet by a signed amount (a ledger entry with the reason)',
+    body: S.adjustmentBody,
+    status: 201,
+    run: accounts.credit,
+  }),
+  route({
+    method: 'PUT',
+    path: '/accounts/{id}/grants',
+    summary: 'Replace the "Contact sales" models an account is granted',
+    body: S.grantsBody,
+    run: accounts.setGrants,
+  }),
+
+  // Keys.
+  route({ method: 'GET', path: '/keys', summary: "List an account's keys (never their secrets)", query: S.keysQuery, run: keys.list }),
+  route({
+    method: 'POST',
+    path: '/keys',
+    summary: 'Create a key: the answer holds the key, shown this once',
+    body: S.createKeyBody,
+    status: 201,
+    run: keys.create,
+  }),
+  route({ method: 'GET', path: '/keys/{id}', summary: 'A key', run: keys.get }),
+  route({ method: 'DELETE', path: '/keys/{id}', summary: 'Delete a key (its ledger entries stay)', run: keys.remove }),
+  route({ method: 'POST', path: '/keys/{id}/disable', summary: 'Disable a key (calls with it get 401)', run: keys.disable }),
+  route({ method: 'POST', path: '/keys/{id}/enable', summary: 'Enable a disabled key', run: keys.enable }),
+  route({
+    method: 'POST',
+    path: '/keys/{id}/rotate',
+    summary: 'Replace a key’s secret (same id, spend and settings): the new key is shown this once',
+    run: keys.rotate,
+  }),
+  route({
+    method: 'PUT',
+    path: '/keys/{id}/monthly-cap',
+    summary: 'Set (USD) or clear (null) a key’s monthly cap',
+    body: S.monthlyCapBody,
+    run: keys.setMonthlyCap,
+  }),
+
+  // Brands and knowledge.
+  route({ method: 'GET', path: '/accounts/{id}/brands', summary: 'An account’s brands', run: content.listBrands }),
+  route({ method: 'GET', path: '/accounts/{id}/brands/{brand}', summary: 'A brand', run: content.getBrand }),
+  route({ method: 'PUT', path: '/accounts/{id}/brands/{brand}', summary: 'Create or replace a brand', body: S.brandBody, run: content.putBrand }),
+  route({ method: 'DELETE', path: '/accounts/{id}/brands/{brand}', summary: 'Delete a brand', run: content.deleteBrand }),
+  route({
+    method: 'GET',
+    path: '/accounts/{id}/documents',
+    summary: 'An account’s knowledge documents (without their text)',
+    run: content.listDocuments,
+  }),
+  route({ method: 'GET', path: '/accounts/{id}/documents/{doc}', summary: 'A knowledge document', run: content.getDocument }),
+  route({
+    method: 'PUT',
+    path: '/accounts/{id}/documents/{doc}',
+    summary: 'Create or replace a knowledge document',
+    body: S.documentBody,
+    run: content.putDocument,
+  }),
+  route({ method: 'DELETE', path: '/accounts/{id}/documents/{doc}', summary: 'Delete a knowledge document', run: content.deleteDocument }),
+
+  // Usage, ledger and jobs.
+  route({
+    method: 'GET',
+    path: '/ledger',
+    summary: 'An account’s ledger, oldest first: a page (json) or every matching entry (csv, jsonl)',
+    query: S.ledgerQuery,
+    run: activity.ledger,
+  }),
+  route({
+    method: 'GET',
+    path: '/usage',
+    summary: 'Spend and calls by day (UTC), model or key over [from, to)',
+    query: S.usageQuery,
+    run: activity.usage,
+  }),
+  route({ method: 'GET', path: '/jobs', summary: 'An account’s unfinished image and video jobs', query: S.jobsQuery, run: activity.listJobs }),
+  route({ method: 'GET', path: '/jobs/{id}', summary: 'A job (any status)', run: activity.getJob }),
+];
+
+export const adminRouter = createRouter(adminRoutes);

@@ -1,0 +1,81 @@
+/** One entry of the `models` section: what a model is, which upstreams serve it, and its price. */
+import { z } from 'zod';
+import { decimalPrice } from './values.js';
+
+export const textPricingSchema = z.strictObject({ prompt: decimalPrice, completion: decimalPrice });
+export const mediaPricingSchema = z.strictObject({
+  unit: z.enum(['image', 'token', 'second']),
+  from: decimalPrice,
+  tiers: z.record(z.string().min(1), decimalPrice).default({}),
+});
+
+const dateString = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date "YYYY-MM-DD"');
+
+export const modelSchema = z
+  .strictObject({
+    id: z.string().min(1).max(200),
+    type: z.enum(['text', 'image', 'audio', 'video']).default('text'),
+    name: z.string().optional(),
+    ownedBy: z.string().optional(),
+    /** The one upstream serving the model (short form of `targets`). */
+    upstream: z.string().min(1).optional(),
+    upstreamModel: z.string().min(1).optional(),
+    /**
+     * Several upstreams serving the model: lower `priority` first (fallbacks), a weighted
+     * random choice among targets of equal priority (load balancing).
+     */
+    targets: z
+      .array(
+        z.strictObject({
+          upstream: z.string().min(1),
+          /** The model name this upstream knows it by. @default the model's `upstreamModel`, else its id */
+          upstreamModel: z.string().min(1).optional(),
+          /** @default 0 */
+          priority: z.number().int().nonnegative().default(0),
+          /** @default 1 */
+          weight: z.number().positive().default(1),
+        }),
+      )
+      .min(1)
+      .optional(),
+    pricing: z.union([textPricingSchema, mediaPricingSchema]),
+    /** @default "GA" */
+    posture: z.enum(['GA', 'Preview', 'Contact sales', 'Deprecated']).default('GA'),
+    /** @default null */
+    retiresAt: dateString.nullable().default(null),
+    /** @default 128000 */
+    contextLength: z.number().int().positive().default(128_000),
+    /** @default 4096 */
+    maxOutputTokens: z.number().int().positive().default(4096),
+    /** Prompt tokens one image part may cost (held for each before the call). @default 1500 */
+    maxTokensPerImage: z.number().int().nonnegative().default(1500),
+    /** Prompt tokens one audio part may cost (held for each before the call). @default 10000 */
+    maxTokensPerAudio: z.number().int().nonnegative().default(10_000),
+    /** JSON Schema of the fields a media model accepts (listed with `?type=`). */
+    parameters: z.record(z.string(), z.unknown()).optional(),
+    /** Unix seconds shown as `created` in the listing. @default 0 */
+    created: z.number().int().nonnegative().default(0),
+    /**
+     * A text model that serves POST /embeddings (billed per input token at its prompt price).
+     * Only such models are accepted there. @default false
+     */
+    embedding: z.boolean().default(false),
+    /** Media models with named modes (video): the modes, each one a priced tier. */
+    modes: z.array(z.string()).optional(),
+    /** Tier billed when the request names none. @default the cheapest tier, else "default" */
+    defaultTier: z.string().optional(),
+  })
+  .superRefine((m, ctx) => {
+    if ((m.upstream === undefined) === (m.targets === undefined)) {
+      ctx.addIssue({ code: 'custom', path: ['upstream'], message: 'a model needs exactly one of `upstream` or `targets`' });
+    }
+    const isText = m.type === 'text';
+    const hasText = 'prompt' in m.pricing;
+    if (isText !== hasText) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['pricing'],
+        message: isText ? 'a text model needs {prompt, completion} pricing' : 'a media model needs {unit, from, tiers} pricing',
+      });
+    }
+  });

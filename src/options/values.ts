@@ -1,0 +1,31 @@
+/** Field validators shared by the sections of the options schema. */
+import { z } from 'zod';
+import { parsePrice, parseUsd } from '../billing/money.js';
+
+export const decimalPrice = z.string().refine(
+  (s) => {
+    try {
+      parsePrice(s);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a USD decimal string with at most 12 decimal places, e.g. "0.000000075"' },
+);
+
+export const usdAmount = z.union([z.number(), z.string()]).refine(
+  (v) => {
+    try {
+      parseUsd(v);
+      return true;
+    } catch {
+      return false;
+    }
+  },
+  { message: 'must be a non-negative USD amount with at most 9 decimal places' },
+);
+
+export const redisUrl = z.string().regex(/^rediss?:\/\/\S+$/, 'must be a Redis URL, e.g. "redis://10.0.0.7:6379"');
+/** A secret may be left out, never empty: an empty one is an unset variable, not "no password". */
+export const secret = z.string().min(1, 'must not be empty (leave it out when there is none)');
