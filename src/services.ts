@@ -28,7 +28,7 @@ import { createSqliteStores } from './stores/sqlite/index.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker, type Breaker } from './upstream/breaker.js';
 import { createHttpUpstream, customUpstream, type Upstream } from './upstream/client.js';
-import { createSimulator } from './upstream/simulator.js';
+import { createSimulator } from './upstream/simulator/index.js';
 
 export interface Services {
   cfg: GatewayConfig;

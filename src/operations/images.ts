@@ -12,7 +12,7 @@ import { GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
-import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
 import type { BilledCall } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
 import { openAmountCall } from '../billing/billed-call.js';

@@ -11,7 +11,7 @@ import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/relay.js';
+import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
 import { openAmountCall } from '../billing/billed-call.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 import { Response } from '@whatwg-node/server';

@@ -11,7 +11,7 @@ import { jsonText, parseJsonObject } from '../http/json.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/relay.js';
+import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/call.js';
 import { relayStream } from '../upstream/stream/relay.js';
 import type { Operation, TextOperation, TextPlan } from './types.js';
 

@@ -11,7 +11,7 @@ import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { GatewayOptions } from '../../src/index.js';
 import { parseOptions } from '../../src/options.js';
 import { createBreaker } from '../../src/upstream/breaker.js';
-import { orderTargets } from '../../src/upstream/relay.js';
+import { orderTargets } from '../../src/upstream/call.js';
 import { chatCost } from '../helpers/billing.js';
 import { eventually, postChat, type RunningGateway, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { VIDEO_TIERS } from '../helpers/media.js';

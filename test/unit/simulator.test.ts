@@ -5,7 +5,7 @@
  */
 import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
-import { createSimulator } from '../../src/upstream/simulator.js';
+import { createSimulator } from '../../src/upstream/simulator/index.js';
 import { sleep } from '../../src/upstream/sleep.js';
 import { loadTokenizer } from '../helpers/billing.js';
 

@@ -6,7 +6,7 @@ import { Response } from '@whatwg-node/server';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
-import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/relay.js';
+import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { readJob } from '../media.js';
 import { refuseAgentKeys } from '../shared.js';
 

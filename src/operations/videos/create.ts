@@ -13,7 +13,7 @@ import { errors, GatewayError } from '../../errors.js';
 import { json } from '../../http/json.js';
 import { jobView, newJobId } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
-import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../../upstream/relay.js';
+import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { openAmountCall } from '../../billing/billed-call.js';
 import { takeSlot, unixSeconds } from '../media.js';
 import { refuseAgentKeys, zodError } from '../shared.js';

@@ -6,7 +6,7 @@ import type { BilledCall } from '../../billing/meter.js';
 import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
-import { callUpstream, upstreamHeaders } from '../../upstream/relay.js';
+import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
 import { unixSeconds } from '../media.js';
 import { DEFAULT_SECONDS } from './submission.js';
 

@@ -3,11 +3,11 @@
  * OpenAI-compatible upstream in process, for the demo and the tests. Same prompt, same answer.
  */
 import { randomUUID } from 'node:crypto';
-import { contentText, type Tokenizer } from '../billing/tokens.js';
-import type { Upstream, UpstreamCall, UpstreamResponse } from './client.js';
-import { jsonResponse, streamResponse } from './local-response.js';
-import { createMediaSimulator, type MediaSimulatorOptions } from './simulator-media.js';
-import { sleep } from './sleep.js';
+import { contentText, type Tokenizer } from '../../billing/tokens.js';
+import type { Upstream, UpstreamCall, UpstreamResponse } from '../client.js';
+import { jsonResponse, streamResponse } from '../local-response.js';
+import { createMediaSimulator, type MediaSimulatorOptions } from './media.js';
+import { sleep } from '../sleep.js';
 
 export interface SimulatorOptions extends MediaSimulatorOptions {
   chunkDelayMs: number;

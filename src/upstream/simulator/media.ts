@@ -4,10 +4,10 @@
  * A prompt containing "[fail]" makes the simulated generation fail, for trying refunds.
  */
 import { randomUUID } from 'node:crypto';
-import type { Tokenizer } from '../billing/tokens.js';
-import type { UpstreamCall, UpstreamResponse } from './client.js';
-import { bytesResponse, jsonResponse } from './local-response.js';
-import { sleep } from './sleep.js';
+import type { Tokenizer } from '../../billing/tokens.js';
+import type { UpstreamCall, UpstreamResponse } from '../client.js';
+import { bytesResponse, jsonResponse } from '../local-response.js';
+import { sleep } from '../sleep.js';
 
 export interface MediaSimulatorOptions {
   imageDelayMs: number;
