@@ -136,6 +136,15 @@ export const errors = {
   malformedAnswer(upstream: string, what = 'answer'): GatewayError {
     return new GatewayError('upstream_error', `The upstream "${upstream}" sent a malformed ${what}.`);
   },
+  /** A stream event that cannot be read as one. */
+  malformedEvent(): GatewayError {
+    return new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+  },
+  /** An error event an upstream sent mid-stream, with its message when it gave one. */
+  upstreamFailedMidStream(error: unknown): GatewayError {
+    const message = (error as { message?: unknown } | null)?.message;
+    return new GatewayError('upstream_error', typeof message === 'string' ? message : 'The upstream failed mid-stream.');
+  },
   storeDown(cause?: unknown): GatewayError {
     return new GatewayError('service_unavailable', 'A store the request needs is unreachable. Try again shortly.', {
       headers: { 'retry-after': '1' },

@@ -10,7 +10,7 @@ import { completionText } from '../billing/output.js';
 import { type Usage, usageFrom } from '../billing/usage.js';
 import type { Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
-import { GatewayError } from '../errors.js';
+import { errors, GatewayError } from '../errors.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
@@ -114,8 +114,7 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
       }
       const chunk = parseEvent(data);
       if (chunk.error) {
-        const e = chunk.error as { message?: unknown };
-        throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+        throw errors.upstreamFailedMidStream(chunk.error);
       }
       const u = usageFrom(chunk.usage);
       if (u) usage = u;

@@ -12,7 +12,7 @@ import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokens
 import { type Usage, usageOf } from '../billing/usage.js';
 import type { Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
-import { GatewayError } from '../errors.js';
+import { errors, GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
@@ -128,8 +128,7 @@ function responseEvents(model: Model): EventHandler {
       const type = typeof event.type === 'string' ? event.type : 'message';
       if (typeof event.sequence_number === 'number') sequence = event.sequence_number + 1;
       if (type === 'error' || event.error) {
-        const e = (event.error ?? event) as { message?: unknown };
-        throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
+        throw errors.upstreamFailedMidStream(event.error ?? event);
       }
       produced += responseEventText(event);
       const response = event.response as Record<string, unknown> | undefined;

@@ -6,11 +6,11 @@
  * key is redacted, and an error event or a malformed one throws. `[DONE]` ends the answer.
  */
 import type { Model } from '../../catalog/catalog.js';
-import { GatewayError } from '../../errors.js';
+import { errors, type GatewayError } from '../../errors.js';
 import { redactKey } from '../client.js';
 import { type EventHandler, SseFastPath } from './sse-fast.js';
 import { createStreamOutput, type StreamOutput } from './chat-output.js';
-import type { EventReader, Produced } from './reader.js';
+import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
 
@@ -192,18 +192,7 @@ class ChatEventReader implements EventReader {
 
 /** One parsed chunk; a malformed one or an error event throws. */
 function parseChunk(data: string): { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown } {
-  let chunk: { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown };
-  try {
-    chunk = JSON.parse(data) as typeof chunk;
-  } catch {
-    throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
-  }
-  if (chunk === null || typeof chunk !== 'object') {
-    throw new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
-  }
-  if (chunk.error) {
-    const e = chunk.error as { message?: unknown };
-    throw new GatewayError('upstream_error', typeof e.message === 'string' ? e.message : 'The upstream failed mid-stream.');
-  }
+  const chunk = parseEvent(data);
+  if (chunk.error) throw errors.upstreamFailedMidStream(chunk.error);
   return chunk;
 }

@@ -4,7 +4,7 @@
  * after the 200 is told, and what the stream produced for its bill. Chat has a byte-level
  * reader (chat-events.ts); the other APIs read parsed events through `eventReader`.
  */
-import { GatewayError } from '../../errors.js';
+import { errors, type GatewayError } from '../../errors.js';
 import type { Usage } from '../../billing/usage.js';
 import { redactKey } from '../client.js';
 import { SseParser } from './sse.js';
@@ -81,7 +81,7 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
 
 /** Parses one event's data as a JSON object, or 502 as a malformed event. */
 export function parseEvent(data: string): Record<string, unknown> {
-  const malformed = () => new GatewayError('upstream_error', 'The upstream sent a malformed stream event.');
+  const malformed = errors.malformedEvent;
   let value: unknown;
   try {
     value = JSON.parse(data);
