@@ -11,6 +11,11 @@
  * connection never carries the previous mode over, nor is reused half-closed):
  *   pass                       forward as is
  *   latency  {ms}              wait `ms` before forwarding each upstream->gateway chunk
+ *   delay    {ms}              a link with a propagation delay, both ways: every chunk is
+ *                              forwarded `ms` after it arrived (in order; the waits do not add
+ *                              up as `latency`'s do under load). Bytes not yet forwarded when
+ *                              the gateway side closes are dropped: like a write its process
+ *                              had not sent yet when it died, they never arrive
  *   hang                       accept, never connect upstream, never answer
  *   reset    {after}           forward `after` upstream->gateway bytes, then RST the gateway side
  *   slice                      forward upstream->gateway bytes one byte per write
@@ -34,6 +39,7 @@ export type Cut = number | { marker: string; offset?: number };
 export type FaultMode =
   | { kind: 'pass' }
   | { kind: 'latency'; ms: number }
+  | { kind: 'delay'; ms: number }
   | { kind: 'hang' }
   | { kind: 'reset'; after: Cut }
   | { kind: 'slice' }
@@ -78,6 +84,58 @@ function cutPosition(cut: Cut, seen: Buffer): number | null {
   return at === -1 ? null : at + Buffer.byteLength(cut.marker) + (cut.offset ?? 0);
 }
 
+/**
+ * `delay` mode: each way, every chunk goes `ms` after it arrived, in order. When either side
+ * closes, both are destroyed and whatever was still waiting is dropped.
+ */
+function delayed(client: Socket, upstream: Socket, ms: number, rec: ProxiedConnection): void {
+  let closed = false;
+  const close = () => {
+    if (closed) return;
+    closed = true;
+    rec.ended = 'closed';
+    client.destroy();
+    upstream.destroy();
+  };
+  const pipe = (from: Socket, to: Socket, onChunk: (chunk: Buffer) => void) => {
+    const queue: Array<{ chunk: Buffer; due: number }> = [];
+    let pumping = false;
+    let ended = false;
+    const pump = async () => {
+      if (pumping) return;
+      pumping = true;
+      while (queue.length && !closed) {
+        const wait = queue[0]!.due - performance.now();
+        if (wait > 0) await sleep(wait);
+        if (closed) return;
+        const { chunk } = queue.shift()!;
+        onChunk(chunk);
+        to.write(chunk);
+      }
+      pumping = false;
+      if (ended && !closed) to.end();
+    };
+    from.on('data', (chunk: Buffer) => {
+      queue.push({ chunk, due: performance.now() + ms });
+      void pump();
+    });
+    from.on('end', () => {
+      ended = true;
+      void pump();
+    });
+  };
+  pipe(client, upstream, () => undefined);
+  pipe(upstream, client, (chunk) => {
+    rec.fromUpstream.push(chunk);
+    rec.forwardedBytes += chunk.length;
+    rec.writes++;
+    rec.maxWrite = Math.max(rec.maxWrite, chunk.length);
+  });
+  client.on('close', close);
+  upstream.on('close', close);
+  upstream.on('error', close);
+}
+
 /** `target`: the upstream's origin, e.g. http://127.0.0.1:43121 (a path is ignored). */
 export async function startFaultProxy(target: string, initial: FaultMode = { kind: 'pass' }): Promise<FaultProxy> {
   const { hostname, port: targetPort } = new URL(target);
@@ -110,6 +168,10 @@ export async function startFaultProxy(target: string, initial: FaultMode = { kin
     const upstream = connect({ host: hostname, port: Number(targetPort), noDelay: true });
     live.add(upstream);
     upstream.on('close', () => live.delete(upstream));
+    if (m.kind === 'delay') {
+      delayed(client, upstream, m.ms, rec);
+      return;
+    }
     upstream.on('error', () => client.destroy());
     client.on('close', () => {
       // The gateway went away: stop pumping (a trickle may have long sleeps ahead).
