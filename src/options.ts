@@ -151,6 +151,11 @@ export const optionsSchema = z.strictObject({
    */
   shutdownGraceMs: z.number().int().nonnegative().default(30_000),
   /**
+   * How long a stream whose client left after the answer's end (a finish_reason, the last
+   * output text) is still read for the usage that follows it, so that usage is billed. @default 5000
+   */
+  usageGraceMs: z.number().int().nonnegative().default(5_000),
+  /**
    * Directory where settles the store could not take are kept on disk until they land
    * (replayed at start, also those of a crashed instance). Null keeps them in memory only.
    * The CLI uses `./data/settle-journal` for every storage but memory. @default null

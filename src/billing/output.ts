@@ -1,128 +1,162 @@
 /**
- * The output a chat answer produced, as text to count with the tokenizer when the upstream
- * reports no usage (or the client left before it did). Every kind a provider bills as
- * completion tokens is counted: content, reasoning, refusals, tool-call and legacy
- * function-call names and arguments, and audio transcripts. Produced output is never billed
- * as zero because it came in a field the gateway did not look at.
+ * The output an answer produced, to count with the tokenizer when the upstream reports no
+ * usage, or none that is final (a stream cut before its end). Counted generically, not by a
+ * list of known fields: every string an output object carries is text (content, reasoning
+ * and its details, refusals, tool-call and custom-tool input, transcripts, whatever a provider
+ * adds next), except the fields that only name or place things (role, type, ids, indexes).
+ * Non-text output (images, audio: data URLs and long base64 strings) is counted by its size,
+ * a token per 4 bytes at least. Produced output is never billed as zero because it came in a
+ * field the gateway did not know.
  */
 
-interface FunctionLike {
-  name?: unknown;
-  arguments?: unknown;
+/** What an answer produced: text for the tokenizer, and the bytes of its non-text output. */
+export interface OutputCount {
+  text: string;
+  mediaBytes: number;
 }
 
-interface OutputFields {
-  content?: unknown;
-  reasoning_content?: unknown;
-  reasoning?: unknown;
-  refusal?: unknown;
-  tool_calls?: unknown;
-  function_call?: unknown;
-  audio?: unknown;
-}
+export const noOutput = (): OutputCount => ({ text: '', mediaBytes: 0 });
 
-function functionText(f: unknown): string {
-  if (!f || typeof f !== 'object') return '';
-  const { name, arguments: args } = f as FunctionLike;
-  return (typeof name === 'string' ? name : '') + (typeof args === 'string' ? args : '');
-}
+/** Fields that name, place or describe output rather than carry it. */
+const STRUCTURAL = new Set([
+  'role',
+  'type',
+  'id',
+  'index',
+  'object',
+  'status',
+  'item_id',
+  'call_id',
+  'output_index',
+  'content_index',
+  'summary_index',
+  'sequence_number',
+  'finish_reason',
+  'model',
+  'logprobs',
+  'format',
+  // Random padding some providers add to stream events; and reasoning kept opaque for the
+  // next turn (its tokens are the reasoning text's, billed through usage or the summary).
+  'obfuscation',
+  'encrypted_content',
+]);
 
-/** Text of `content`: a string, or the text and refusal parts of an array. */
-function contentOf(content: unknown): string {
-  if (typeof content === 'string') return content;
-  if (!Array.isArray(content)) return '';
-  let out = '';
-  for (const part of content) {
-    if (!part || typeof part !== 'object') continue;
-    const p = part as { text?: unknown; refusal?: unknown; transcript?: unknown };
-    if (typeof p.text === 'string') out += p.text;
-    else if (typeof p.refusal === 'string') out += p.refusal;
-    else if (typeof p.transcript === 'string') out += p.transcript;
+/** A run this long of base64 characters only is binary data, not text. */
+const MIN_BLOB = 256;
+const BASE64 = /^[A-Za-z0-9+/_-]+={0,2}$/;
+
+/** Fields whose string is encoded media (audio `data`, image `b64_json`, partial images) whatever its length. */
+const MEDIA = new Set(['data', 'b64_json', 'partial_image_b64']);
+
+const isBlob = (s: string) => s.startsWith('data:') || (s.length >= MIN_BLOB && BASE64.test(s));
+
+/** Adds every output string of `value` (any depth) to `into`; `key` is the field it came in. */
+export function collectOutput(value: unknown, into: OutputCount, depth = 0, key = ''): void {
+  if (typeof value === 'string') {
+    if (MEDIA.has(key) || isBlob(value)) into.mediaBytes += value.length;
+    else into.text += value;
+    return;
   }
-  return out;
+  // Nesting deeper than any provider's output is not output; JSON parsing already bounds it.
+  if (!value || typeof value !== 'object' || depth > 32) return;
+  if (Array.isArray(value)) {
+    for (const v of value) collectOutput(v, into, depth + 1, key);
+    return;
+  }
+  for (const k in value as Record<string, unknown>) {
+    if (!STRUCTURAL.has(k)) collectOutput((value as Record<string, unknown>)[k], into, depth + 1, k);
+  }
+}
+
+/** The completion tokens `count` stands for: the tokenizer's count of the text, plus a token per 4 bytes of media. */
+export function outputTokens(count: OutputCount, tokenize: (text: string) => number): number {
+  return (count.text ? tokenize(count.text) : 0) + Math.ceil(count.mediaBytes / 4);
+}
+
+const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
+
+/** The output of every choice of a chunk (`delta`) or a plain answer (`message`, or legacy `text`). */
+export function choicesOutput(choices: unknown, into: OutputCount = noOutput()): OutputCount {
+  if (!Array.isArray(choices)) return into;
+  for (const c of choices) collectOutput(c, into);
+  return into;
+}
+
+/** The output of a Responses `output` array (a plain answer, or a finished stream's response). */
+export function responseOutput(output: unknown): OutputCount {
+  const into = noOutput();
+  collectOutput(output, into);
+  return into;
 }
 
 /**
- * The countable text of a streamed `delta` or a plain answer's `message` (they share field
- * names): content, reasoning, refusal, tool calls, legacy function call, audio transcript.
+ * A Responses stream's output, from every output event: `*.delta` events add their delta,
+ * `*.done` events carry the whole text of the same part, `response.output_item.done` the
+ * whole item, and the final response every item. Each part and item is counted once, at the
+ * largest of what was streamed and what a `.done` said, so a text sent both ways is never
+ * counted twice and a text sent only in a `.done` is still counted.
  */
-export function producedText(fields: unknown): string {
-  if (!fields || typeof fields !== 'object') return '';
-  const f = fields as OutputFields;
-  let out = contentOf(f.content);
-  if (typeof f.reasoning_content === 'string') out += f.reasoning_content;
-  else if (typeof f.reasoning === 'string') out += f.reasoning;
-  if (typeof f.refusal === 'string') out += f.refusal;
-  if (Array.isArray(f.tool_calls)) {
-    for (const t of f.tool_calls) out += functionText((t as { function?: unknown } | null)?.function);
-  }
-  out += functionText(f.function_call);
-  if (f.audio && typeof f.audio === 'object') {
-    const transcript = (f.audio as { transcript?: unknown }).transcript;
-    if (typeof transcript === 'string') out += transcript;
-  }
-  return out;
-}
+export class ResponsesOutput {
+  /** Per output index: its parts (by content or summary index, or the item's own stream) and the whole item when it was given. */
+  private readonly items = new Map<number, { parts: Map<string, { streamed: OutputCount; done: OutputCount | null }>; whole: OutputCount | null }>();
 
-/** The countable text of every choice of a chunk (`delta`) or a plain answer (`message`). */
-export function choicesText(choices: unknown, field: 'delta' | 'message'): string {
-  if (!Array.isArray(choices)) return '';
-  let out = '';
-  for (const c of choices) {
-    if (c && typeof c === 'object') out += producedText((c as Record<string, unknown>)[field]);
+  private item(index: number) {
+    let it = this.items.get(index);
+    if (!it) this.items.set(index, (it = { parts: new Map(), whole: null }));
+    return it;
   }
-  return out;
-}
 
-/** The text the choices of a legacy completion (or of one streamed chunk of it) produced. */
-export function completionText(choices: unknown): string {
-  if (!Array.isArray(choices)) return '';
-  let out = '';
-  for (const c of choices) {
-    const text = (c as { text?: unknown } | null)?.text;
-    if (typeof text === 'string') out += text;
+  private part(event: Record<string, unknown>) {
+    const index = typeof event.output_index === 'number' ? event.output_index : -1;
+    const key = typeof event.content_index === 'number' ? `c${event.content_index}` : typeof event.summary_index === 'number' ? `s${event.summary_index}` : '-';
+    const parts = this.item(index).parts;
+    let p = parts.get(key);
+    if (!p) parts.set(key, (p = { streamed: noOutput(), done: null }));
+    return p;
   }
-  return out;
-}
 
-/**
- * The countable text of one streamed Responses event: every `*.delta` event carrying text
- * (output text, refusals, reasoning and its summary, function and custom tool call
- * arguments, audio transcripts, code) adds its `delta`. `response.audio.delta` is excluded:
- * its delta is base64 audio, billed through the transcript that comes with it.
- */
-export function responseEventText(event: unknown): string {
-  if (!event || typeof event !== 'object') return '';
-  const { type, delta } = event as { type?: unknown; delta?: unknown };
-  if (typeof type !== 'string' || typeof delta !== 'string' || !type.endsWith('.delta')) return '';
-  return type === 'response.audio.delta' ? '' : delta;
-}
-
-/**
- * The countable text of a Responses `output` array (a plain answer): message text and
- * refusals, function and custom tool calls (name and arguments or input), reasoning text and
- * summaries.
- */
-export function responseOutputText(output: unknown): string {
-  if (!Array.isArray(output)) return '';
-  let out = '';
-  const texts = (parts: unknown) => {
-    if (!Array.isArray(parts)) return;
-    for (const p of parts) {
-      if (!p || typeof p !== 'object') continue;
-      const { text, refusal } = p as { text?: unknown; refusal?: unknown };
-      if (typeof text === 'string') out += text;
-      if (typeof refusal === 'string') out += refusal;
+  /** Takes one parsed stream event. */
+  add(event: Record<string, unknown>): void {
+    const type = typeof event.type === 'string' ? event.type : '';
+    if (type === 'response.output_item.done') {
+      const index = typeof event.output_index === 'number' ? event.output_index : -1;
+      this.item(index).whole = larger(this.item(index).whole, responseOutput(event.item));
+    } else if (type === 'response.completed' || type === 'response.incomplete' || type === 'response.failed') {
+      const output = (event.response as { output?: unknown } | undefined)?.output;
+      if (Array.isArray(output)) output.forEach((item, i) => void (this.item(i).whole = larger(this.item(i).whole, responseOutput([item]))));
+    } else if (type.endsWith('.delta')) {
+      collectOutput(event.delta, this.part(event).streamed);
+    } else if (type.endsWith('.done') || type.endsWith('.partial_image')) {
+      const whole = noOutput();
+      for (const k in event) if (k !== 'response' && k !== 'item' && !STRUCTURAL.has(k)) collectOutput(event[k], whole);
+      const p = this.part(event);
+      if (type.endsWith('.partial_image')) p.streamed = larger(p.streamed, whole)!;
+      else p.done = larger(p.done, whole);
     }
-  };
-  for (const item of output) {
-    if (!item || typeof item !== 'object') continue;
-    const i = item as { name?: unknown; arguments?: unknown; input?: unknown; content?: unknown; summary?: unknown };
-    texts(i.content);
-    texts(i.summary);
-    if (typeof i.name === 'string') out += i.name;
-    if (typeof i.arguments === 'string') out += i.arguments;
-    if (typeof i.input === 'string') out += i.input;
   }
-  return out;
+
+  /** Everything produced so far, each part and item counted once. */
+  total(): OutputCount {
+    const out = noOutput();
+    for (const it of this.items.values()) {
+      const parts = noOutput();
+      for (const p of it.parts.values()) {
+        const best = larger(p.done, p.streamed)!;
+        parts.text += best.text;
+        parts.mediaBytes += best.mediaBytes;
+      }
+      const best = larger(it.whole, parts)!;
+      out.text += best.text;
+      out.mediaBytes += best.mediaBytes;
+    }
+    return out;
+  }
+}
+
+function larger(a: OutputCount | null, b: OutputCount): OutputCount;
+function larger(a: OutputCount | null, b: OutputCount | null): OutputCount | null;
+function larger(a: OutputCount | null, b: OutputCount | null): OutputCount | null {
+  if (!a) return b;
+  if (!b) return a;
+  return sizeOf(b) > sizeOf(a) ? b : a;
 }

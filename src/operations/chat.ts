@@ -4,14 +4,14 @@
  * output n choices may produce), what goes upstream, and how its answer and events are read.
  */
 import { z } from 'zod';
-import { choicesText } from '../billing/output.js';
+import { choicesOutput } from '../billing/output.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import { usageFrom } from '../billing/usage.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { withoutFields } from '../http/objects.js';
 import { createChatEvents } from '../upstream/stream/chat-events.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
-import { textOperation } from './text.js';
+import { promptHold, textOperation } from './text.js';
 
 const part = z.looseObject({ type: z.string() });
 const message = z.looseObject({
@@ -131,6 +131,16 @@ export const chatCompletions = textOperation({
     return {
       model,
       hold: { bound, estimate: promptTokens, maxOutput },
+      holdFor(fields) {
+        const replaced: PromptInput = {
+          messages: Array.isArray(fields.messages) ? fields.messages : [],
+          extras: [fields.tools, fields.functions, fields.tool_choice, fields.function_call],
+          parts: input.parts,
+        };
+        const count = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 0);
+        const per = Math.max(count(fields.max_tokens), count(fields.max_completion_tokens)) || model.maxOutputTokens;
+        return promptHold(core, replaced, Math.max(maxOutput, per * (count(fields.n) || 1)));
+      },
       stream,
       promptTokens,
       unchanged: !addsUsage && !injected && !('brand' in req) && !('knowledge' in req),
@@ -145,7 +155,7 @@ export const chatCompletions = textOperation({
       events: (served, apiKey) => createChatEvents({ model: served, apiKey, clientWantsUsage }),
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        return { usage: usageFrom(answer.usage), text: () => choicesText(answer.choices, 'message') };
+        return { usage: usageFrom(answer.usage), output: () => choicesOutput(answer.choices) };
       },
     };
   },

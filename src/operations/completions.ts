@@ -6,7 +6,7 @@
  * usage, else the produced `text` counted with the tokenizer.
  */
 import { z } from 'zod';
-import { completionText } from '../billing/output.js';
+import { choicesOutput, noOutput } from '../billing/output.js';
 import { type Usage, usageFrom } from '../billing/usage.js';
 import type { Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
@@ -14,7 +14,7 @@ import { errors, GatewayError } from '../errors.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
-import { textOperation } from './text.js';
+import { bodyHold, textOperation } from './text.js';
 
 const tokenId = z.int().min(0);
 
@@ -85,6 +85,7 @@ export const createCompletion = textOperation({
       hold: { bound, estimate: () => (estimate ??= Math.ceil(promptTokens() * 1.05)), maxOutput },
       stream,
       promptTokens,
+      holdFor: (fields) => bodyHold(core, fields, maxOutput),
       unchanged: !stream,
       fields(served) {
         const out: Record<string, unknown> = { ...body, model: served.upstreamModel };
@@ -94,7 +95,7 @@ export const createCompletion = textOperation({
       events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage), apiKey),
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        return { usage: usageFrom(answer.usage), text: () => completionText(answer.choices) };
+        return { usage: usageFrom(answer.usage), output: () => choicesOutput(answer.choices) };
       },
     };
   },
@@ -104,8 +105,9 @@ export const createCompletion = textOperation({
 function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler {
   const renames = model.upstreamModel !== model.id;
   let usage: Usage | null = null;
-  let produced = '';
+  const produced = noOutput();
   let done = false;
+  let answered = false;
   return {
     event(data) {
       if (data === '[DONE]') {
@@ -118,7 +120,8 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
       }
       const u = usageFrom(chunk.usage);
       if (u) usage = u;
-      produced += completionText(chunk.choices);
+      choicesOutput(chunk.choices, produced);
+      if (Array.isArray(chunk.choices) && chunk.choices.some((c) => typeof (c as { finish_reason?: unknown } | null)?.finish_reason === 'string')) answered = true;
       const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
       // The usage-only chunk was asked for by the gateway, not the client: kept to ourselves.
       if (u && choices.length === 0 && !clientWantsUsage) return null;
@@ -127,6 +130,7 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
       return frameEvent(data);
     },
     complete: () => done,
+    answered: () => answered,
     usage: () => usage,
     produced: () => produced,
     endFrame: DONE_FRAME,

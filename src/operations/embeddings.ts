@@ -6,10 +6,11 @@
  * are served here.
  */
 import { z } from 'zod';
+import { noOutput } from '../billing/output.js';
 import { usageOf } from '../billing/usage.js';
 import { GatewayError } from '../errors.js';
 import { checkContextWindow, zodError } from './shared.js';
-import { textOperation } from './text.js';
+import { bodyHold, textOperation } from './text.js';
 
 /** Most inputs in one request, as OpenAI allows. */
 const MAX_INPUTS = 2048;
@@ -61,6 +62,7 @@ export const createEmbeddings = textOperation({
       hold: { bound, estimate: count, maxOutput: 0 },
       stream: false,
       promptTokens: count,
+      holdFor: (fields) => bodyHold(core, fields, 0),
       unchanged: true,
       fields: (served) => ({ ...body, model: served.upstreamModel }),
       events() {
@@ -69,7 +71,7 @@ export const createEmbeddings = textOperation({
       answer(answer) {
         if (!Array.isArray(answer.data)) throw new Error('no data');
         // Input tokens only: an embedding produces no output tokens.
-        return { usage: usageOf(answer.usage, 'prompt_tokens', null), text: () => '' };
+        return { usage: usageOf(answer.usage, 'prompt_tokens', null), output: noOutput };
       },
     };
   },

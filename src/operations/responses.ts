@@ -7,7 +7,7 @@
  * `knowledge` are consumed by the gateway: their text goes in front of `instructions`.
  */
 import { z } from 'zod';
-import { responseEventText, responseOutputText } from '../billing/output.js';
+import { ResponsesOutput, responseOutput } from '../billing/output.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import { type Usage, usageOf } from '../billing/usage.js';
 import type { Model } from '../catalog/catalog.js';
@@ -16,7 +16,7 @@ import { errors, GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
-import { textOperation } from './text.js';
+import { promptHold, textOperation } from './text.js';
 
 const item = z.looseObject({ type: z.string().optional(), role: z.string().optional() });
 
@@ -97,6 +97,17 @@ export const createResponse = textOperation({
       hold: { bound, estimate: promptTokens, maxOutput: req.max_output_tokens ?? model.maxOutputTokens },
       stream: req.stream === true,
       promptTokens,
+      holdFor(fields) {
+        const messages = asMessages(Array.isArray(fields.input) || typeof fields.input === 'string' ? fields.input : undefined);
+        const text = typeof fields.instructions === 'string' ? fields.instructions : null;
+        const replaced: PromptInput = {
+          messages: text ? [{ role: 'system', content: text }, ...messages] : messages,
+          extras: [fields.tools, fields.tool_choice, fields.text],
+          parts: input.parts,
+        };
+        const asked = typeof fields.max_output_tokens === 'number' ? fields.max_output_tokens : 0;
+        return promptHold(core, replaced, Math.max(req.max_output_tokens ?? model.maxOutputTokens, asked));
+      },
       unchanged: !injected && !('brand' in body) && !('knowledge' in body),
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
@@ -108,7 +119,7 @@ export const createResponse = textOperation({
       events: (served, apiKey) => eventReader(responseEvents(served), apiKey),
       answer: (answer) => ({
         usage: usageOf(answer.usage, 'input_tokens', 'output_tokens'),
-        text: () => responseOutputText(answer.output),
+        output: () => responseOutput(answer.output),
       }),
     };
   },
@@ -118,8 +129,9 @@ export const createResponse = textOperation({
 function responseEvents(model: Model): EventHandler {
   const renames = model.upstreamModel !== model.id;
   let usage: Usage | null = null;
-  let produced = '';
+  const produced = new ResponsesOutput();
   let done = false;
+  let answered = false;
   let sequence = 0;
   return {
     event(data) {
@@ -130,13 +142,12 @@ function responseEvents(model: Model): EventHandler {
       if (type === 'error' || event.error) {
         throw errors.upstreamFailedMidStream(event.error ?? event);
       }
-      produced += responseEventText(event);
+      produced.add(event);
+      if (type === 'response.output_text.done') answered = true;
       const response = event.response as Record<string, unknown> | undefined;
       if (TERMINAL.has(type)) {
         done = true;
         usage = usageOf(response?.usage, 'input_tokens', 'output_tokens');
-        // Text that only the final event carries (an upstream that sent no deltas).
-        if (!produced) produced = responseOutputText(response?.output);
       }
       // The client sees the model it called, not the upstream's name for it.
       const renamed = renames && response && typeof response.model === 'string';
@@ -144,8 +155,9 @@ function responseEvents(model: Model): EventHandler {
       return `event: ${type}\ndata: ${payload}\n\n`;
     },
     complete: () => done,
+    answered: () => answered,
     usage: () => usage,
-    produced: () => produced,
+    produced: () => produced.total(),
     endFrame: null,
     // Responses' own error event, carrying the gateway's envelope (`error`) as well, so SDKs
     // that look for either raise it.

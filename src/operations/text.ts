@@ -4,7 +4,9 @@
  * plugins' say on the body), then relay: a stream through the one stream relay, a plain
  * answer only after its charge is in the store.
  */
-import { openTokenCall, refuseIfClosed, type BilledCall } from '../billing/billed-call.js';
+import { openTokenCall, refuseIfClosed, type BilledCall, type TokenHold } from '../billing/billed-call.js';
+import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
+import { outputTokens } from '../billing/output.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
@@ -15,6 +17,22 @@ import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf 
 import { relayStream } from '../upstream/stream/relay.js';
 import type { Operation, TextOperation, TextPlan } from './types.js';
 
+/** The worst case of a chat-shaped prompt: its byte bound, its estimate counted once when asked, and the most output. */
+export function promptHold(core: Services, input: PromptInput, maxOutput: number): TokenHold {
+  let estimate: number | undefined;
+  return { bound: promptTokensBound(input), estimate: () => (estimate ??= estimatePromptTokens(core.tokenizer, input)), maxOutput };
+}
+
+/**
+ * The worst case of a body of any shape: its whole JSON read as prompt (an upper bound of the
+ * text in it), for endpoints whose prompt fields a plugin may have reshaped.
+ */
+export function bodyHold(core: Services, fields: Record<string, unknown>, maxOutput: number): TokenHold {
+  const text = JSON.stringify(fields);
+  let estimate: number | undefined;
+  return { bound: Buffer.byteLength(text, 'utf8'), estimate: () => (estimate ??= core.tokenizer.count(text)), maxOutput };
+}
+
 export function textOperation(decl: TextOperation): Operation {
   return {
     method: 'POST',
@@ -22,9 +40,15 @@ export function textOperation(decl: TextOperation): Operation {
     idempotent: true,
     async run(core, ctx) {
       const bytes = await ctx.body();
-      const plan = await decl.plan(core, ctx, parseJsonObject(bytes));
+      let plan = await decl.plan(core, ctx, parseJsonObject(bytes));
+      // The plugins see the body first: the hold is computed on what the upstream receives.
+      const replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
+      if (replaced) {
+        const hold = plan.holdFor(replaced);
+        plan = { ...plan, hold, promptTokens: hold.estimate };
+      }
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
-      const { res, served } = await send(core, ctx, plan, call, decl.path, bytes);
+      const { res, served } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       const headers = served.deprecationHeaders ?? {};
       if (plan.stream) {
         const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
@@ -40,12 +64,23 @@ export function textOperation(decl: TextOperation): Operation {
  * nothing changes them. A failure before any answer, or a non-2xx answer, releases the call
  * (nothing was produced). With the answer comes the model as served (its upstream).
  */
-async function send(core: Services, ctx: RequestContext, plan: TextPlan, call: BilledCall, path: string, bytes: Uint8Array) {
+async function send(
+  core: Services,
+  ctx: RequestContext,
+  plan: TextPlan,
+  call: BilledCall,
+  path: string,
+  bytes: Uint8Array,
+  /** The plugins' body for the model's own target, when they replaced it. */
+  replaced: Record<string, unknown> | null,
+) {
   const plugins = core.hooks.has('onUpstreamRequest');
+  const own = (served: Model) => served.upstream === plan.model.upstream && served.upstreamModel === plan.model.upstreamModel;
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       let body: string | Uint8Array;
       if (!plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = bytes;
+      else if (replaced && own(served)) body = JSON.stringify(replaced);
       else {
         const fields = plan.fields(served);
         body = JSON.stringify((plugins && (await pluginFields(core, ctx, served, path, fields))) || fields);
@@ -100,6 +135,9 @@ async function plainAnswer(
   refuseIfClosed(call);
   const usage = read.usage;
   if (usage) await call.bill({ kind: 'tokens', ...usage }, 'usage', { upstream: served.upstream });
-  else await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion: core.tokenizer.count(read.text()) }, 'tokenizer', { upstream: served.upstream });
+  else {
+    const completion = outputTokens(read.output(), (t) => core.tokenizer.count(t));
+    await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion }, 'tokenizer', { upstream: served.upstream });
+  }
   return jsonText(200, text, headers);
 }

@@ -4,6 +4,7 @@
  * what it does. Token-priced endpoints are declared as `TextOperation`s over one generic
  * billed call (text.ts); media endpoints declare their own relay (bytes, or a job).
  */
+import type { OutputCount } from '../billing/output.js';
 import type { Usage } from '../billing/usage.js';
 import type { TokenHold } from '../billing/billed-call.js';
 import type { Model } from '../catalog/catalog.js';
@@ -31,12 +32,17 @@ export interface TextPlan {
   promptTokens(): number;
   /** The fields to send to `served` (a target of the model: its `upstreamModel` in `model`). */
   fields(served: Model): Record<string, unknown>;
+  /**
+   * The worst case of `fields` when a plugin replaced the body before it went upstream: the
+   * hold is computed on what the upstream receives.
+   */
+  holdFor(fields: Record<string, unknown>): TokenHold;
   /** Whether the client's own bytes may go upstream as they came (to a target named like the model). */
   unchanged: boolean;
   /** The reader of the streamed answer's events. */
   events(served: Model, apiKey: string): EventReader;
   /** Reads a plain answer: what it reports and produced; throws when it is not this endpoint's answer. */
-  answer(body: Record<string, unknown>): { usage: Usage | null; text(): string };
+  answer(body: Record<string, unknown>): { usage: Usage | null; output(): OutputCount };
 }
 
 /** A token-priced endpoint: it reads its request into a plan; the billed call does the rest. */

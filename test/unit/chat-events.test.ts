@@ -62,7 +62,7 @@ function run(input: Buffer, cuts: number[], o: { renames: boolean; wantsUsage: b
 /** What the stream's output bills: the usage it saw, else the text the tokenizer is to count. */
 function billOf(output: ReturnType<typeof createStreamOutput>) {
   const produced = output.produced();
-  return { usage: produced.usage, counted: produced.usage ? null : produced.text() };
+  return { usage: produced.usage, counted: produced.usage ? null : produced.output().text };
 }
 
 describe('chat stream events', () => {

@@ -18,11 +18,14 @@ const encoder = new TextEncoder();
 // Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
 const USAGE_KEY = Buffer.from('"usage"');
 const ERROR_KEY = Buffer.from('"error"');
+/** A choice that finished (its value a string, not null): the answer's content ended there. */
+const FINISHED = Buffer.from('"finish_reason":"');
+const FINISHED_SPACED = Buffer.from('"finish_reason": "');
 /**
- * A `usage` or `error` key with a non-null value. Inside a JSON string a quote is escaped
+ * A `usage`, `error` or `finish_reason` key with a non-null value. Inside a JSON string a quote is escaped
  * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
  */
-const MAY_CARRY = /"(?:usage|error)"\s*:\s*[^n\s]/;
+const MAY_CARRY = /"(?:usage|error|finish_reason)"\s*:\s*[^n\s]/;
 
 /** What `onEvent` returns for an event that goes out exactly as it came. */
 const AS_IS = Symbol('as is');
@@ -35,7 +38,8 @@ const marksByKey = new Map<string, readonly Buffer[]>();
 function marksFor(apiKey: string): readonly Buffer[] {
   let marks = marksByKey.get(apiKey);
   if (!marks) {
-    marks = apiKey ? [USAGE_KEY, ERROR_KEY, Buffer.from(apiKey)] : [USAGE_KEY, ERROR_KEY];
+    const always = [USAGE_KEY, ERROR_KEY, FINISHED, FINISHED_SPACED];
+    marks = apiKey ? [...always, Buffer.from(apiKey)] : always;
     if (marksByKey.size >= 64) marksByKey.clear();
     marksByKey.set(apiKey, marks);
   }
@@ -73,6 +77,8 @@ class ChatEventReader implements EventReader {
   done = false;
   /** True when the frames returned already end with the `[DONE]` event: add none. */
   doneFramed = false;
+  /** True once a choice finished: the usage chunk may still follow. */
+  answered = false;
   readonly endFrame = DONE_EVENT;
   /** The generic parser, made at the first event not in canonical form (rare). */
   private parser: SseParser | null = null;
@@ -124,6 +130,7 @@ class ChatEventReader implements EventReader {
       return data === raw ? AS_IS : frameEvent(data);
     }
     const chunk = parseChunk(data);
+    if (!this.answered && finished(chunk.choices)) this.answered = true;
     const u = usageFrom(chunk.usage);
     if (u) this.output.usage = u;
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
@@ -188,6 +195,11 @@ class ChatEventReader implements EventReader {
   produced(): Produced {
     return this.output.produced();
   }
+}
+
+/** Whether a choice of the chunk carries a finish_reason. */
+function finished(choices: unknown): boolean {
+  return Array.isArray(choices) && choices.some((c) => typeof (c as { finish_reason?: unknown } | null)?.finish_reason === 'string');
 }
 
 /** One parsed chunk; a malformed one or an error event throws. */

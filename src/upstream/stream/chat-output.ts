@@ -3,9 +3,10 @@
  * text of every choice (for the tokenizer). Events relayed without parsing are parsed only in
  * that second case.
  */
-import { choicesText } from '../../billing/output.js';
+import { choicesOutput, noOutput } from '../../billing/output.js';
 import type { Usage } from '../../billing/usage.js';
 import type { Produced } from './reader.js';
+import type { OutputCount } from '../../billing/output.js';
 
 export interface StreamOutput {
   /** The upstream's usage, once an event carried it. */
@@ -24,7 +25,7 @@ export interface StreamOutput {
 }
 
 export function createStreamOutput(): StreamOutput {
-  let produced = '';
+  const produced = noOutput();
   /**
    * Events relayed without parsing, in stream order, parsed only if the produced text has to be
    * counted: a string as (data, 0, -1), and byte ranges as (buffer, start, end), a range
@@ -35,7 +36,7 @@ export function createStreamOutput(): StreamOutput {
   const output: StreamOutput = {
     usage: null,
     add(chunk) {
-      produced += choicesText(chunk?.choices, 'delta');
+      choicesOutput(chunk?.choices, produced);
     },
     defer(data) {
       unparsed.push(data, 0, -1);
@@ -46,10 +47,10 @@ export function createStreamOutput(): StreamOutput {
       if (n !== 0 && unparsed[n - 3] === buf && unparsed[n - 1] === start - 8) unparsed[n - 1] = end;
       else unparsed.push(buf, start, end);
     },
-    produced: () => ({ usage: output.usage, text }),
+    produced: () => ({ usage: output.usage, output: counted }),
   };
   /** The produced text, with every event kept unparsed parsed now (once). */
-  function text(): string {
+  function counted(): OutputCount {
     // A canonical event's data is one line, so "\n\ndata: " inside a range only ever joins two.
     const events: string[] = [];
     for (let i = 0; i < unparsed.length; i += 3) {

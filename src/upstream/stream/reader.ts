@@ -5,17 +5,18 @@
  * reader (chat-events.ts); the other APIs read parsed events through `eventReader`.
  */
 import { errors, type GatewayError } from '../../errors.js';
+import type { OutputCount } from '../../billing/output.js';
 import type { Usage } from '../../billing/usage.js';
 import { redactKey } from '../client.js';
 import { SseParser } from './sse.js';
 
 const encoder = new TextEncoder();
 
-/** What a stream produced: the upstream's usage when it came, else the output to count. */
+/** What a stream produced: the upstream's usage when it came, and the output to count. */
 export interface Produced {
   usage: Usage | null;
-  /** Every kind of output produced, as text for the tokenizer ('' when nothing was). */
-  text(): string;
+  /** Every kind of output produced so far (see billing/output.ts). */
+  output(): OutputCount;
 }
 
 export interface EventReader {
@@ -23,8 +24,13 @@ export interface EventReader {
   push(chunk: Uint8Array): Uint8Array[];
   /** The frames of what the upstream left when its body ended. Throws like `push`. */
   end(): Uint8Array[];
-  /** True once the answer's end came: the answer is complete. */
+  /** True once the answer's end came: the answer is complete, and its usage final. */
   readonly done: boolean;
+  /**
+   * True once the answer's content ended (a `finish_reason`, `response.output_text.done`) while
+   * its usage may still follow: a client that leaves now still pays that usage.
+   */
+  readonly answered: boolean;
   /** True when the frames returned already end with `endFrame`: add none. */
   readonly doneFramed: boolean;
   /** What goes out after the last event of a complete answer (`data: [DONE]`), or null. */
@@ -42,8 +48,10 @@ export interface EventHandler {
   complete(): boolean;
   /** The usage the upstream reported, once it did. */
   usage(): Usage | null;
-  /** Every kind of output produced so far, as text to count when no usage came. */
-  produced(): string;
+  /** Every kind of output produced so far. */
+  produced(): OutputCount;
+  /** Whether the answer's content ended (its usage may still follow). */
+  answered?(): boolean;
   /** What goes out after the last event (`data: [DONE]`), if anything. */
   endFrame: string | null;
   /** The event(s) that report a failure after the 200. */
@@ -72,10 +80,13 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
     get done() {
       return handler.complete();
     },
+    get answered() {
+      return handler.answered?.() === true;
+    },
     doneFramed: false,
     endFrame,
     errorFrames: (err) => [encoder.encode(handler.errorFrame(err))],
-    produced: () => ({ usage: handler.usage(), text: () => handler.produced() }),
+    produced: () => ({ usage: handler.usage(), output: () => handler.produced() }),
   };
 }
 

@@ -12,6 +12,7 @@
  */
 import { Response } from '@whatwg-node/server';
 import type { BilledCall } from '../../billing/meter.js';
+import { outputTokens } from '../../billing/output.js';
 import type { Tokenizer } from '../../billing/tokens.js';
 import type { Model } from '../../catalog/catalog.js';
 import { errors, GatewayError } from '../../errors.js';
@@ -49,14 +50,21 @@ const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
   })();
 };
 
-/** Bills what the stream produced, once: usage, else the counted output, else nothing (released). */
+/**
+ * Bills what the stream produced, once. Usage is final only at the end of a complete stream:
+ * then it is billed as reported. A stream that ended any other way (cut, failed) bills the
+ * larger of the usage seen so far and the count of what was produced (an upstream may report
+ * usage early, before its output); nothing produced and no usage releases the hold.
+ */
 export function settleStream(billing: StreamCall, reader: EventReader, tokenizer: Tokenizer): Promise<void> {
   const { call, model } = billing;
-  const produced = reader.produced();
-  if (produced.usage) return call.bill({ kind: 'tokens', ...produced.usage }, 'usage', { upstream: model.upstream });
-  const text = produced.text();
-  if (text.length === 0) return call.cancel();
-  return call.bill({ kind: 'tokens', prompt: billing.promptTokens(), completion: tokenizer.count(text) }, 'tokenizer', {
+  const { usage, output } = reader.produced();
+  if (usage && reader.done) return call.bill({ kind: 'tokens', ...usage }, 'usage', { upstream: model.upstream });
+  const completion = outputTokens(output(), (t) => tokenizer.count(t));
+  if (completion === 0 && !usage?.completion) return call.cancel();
+  // The prompt is the provider's to count whenever it said (it does not grow mid-stream).
+  const prompt = usage?.prompt ?? billing.promptTokens();
+  return call.bill({ kind: 'tokens', prompt, completion: Math.max(usage?.completion ?? 0, completion) }, 'tokenizer', {
     upstream: model.upstream,
   });
 }
@@ -106,6 +114,10 @@ class StreamRelay {
   private carried: Uint8Array[] | null = null;
   private carriedError: unknown = null;
   private sink: Sink | null = null;
+  /** The read the stream waits on: a read-on after the client left takes its result over. */
+  private inflight: Promise<IteratorResult<Uint8Array>> | null = null;
+  /** The client left after the answer's end; the upstream is read on for the usage. */
+  private readingOn = false;
 
   constructor(
     private readonly core: Services,
@@ -119,6 +131,12 @@ class StreamRelay {
     // Shutdown's grace period is over: the answer is cut like any failed stream, and what was
     // produced so far is billed.
     billing.call.onAbort(() => {
+      if (this.readingOn) {
+        // The grace for the usage is cut short: what was seen is billed now.
+        void settleStream(this.billing, this.reader, this.core.tokenizer);
+        this.res.discard();
+        return;
+      }
       if (this.ended) return;
       this.res.discard();
       void this.end();
@@ -132,13 +150,18 @@ class StreamRelay {
     return (this.iterator ??= this.res.body[Symbol.asyncIterator]());
   }
 
-  /** Ends the relay once and bills it; resolves when the charge is in the store. */
-  private end(): Promise<void> {
-    if (this.ended) return Promise.resolve();
+  /** Stops the relay once; false when it had stopped already. */
+  private stop(): boolean {
+    if (this.ended) return false;
     this.ended = true;
     this.core.counters.openStreams--;
     clearTimeout(this.keepAlive);
-    return settleStream(this.billing, this.reader, this.core.tokenizer);
+    return true;
+  }
+
+  /** Ends the relay once and bills it; resolves when the charge is in the store. */
+  private end(): Promise<void> {
+    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer) : Promise.resolve();
   }
 
   /**
@@ -221,7 +244,9 @@ class StreamRelay {
         if (parts.length) return this.send(sink, parts);
       }
       for (;;) {
-        const next = await this.read();
+        const read = (this.inflight = this.read());
+        const next = await read;
+        this.inflight = null;
         if (this.ended) return;
         this.keepAlive?.refresh();
         const parts = next.done ? this.reader.end() : this.reader.push(next.value);
@@ -273,10 +298,43 @@ class StreamRelay {
     }
   }
 
-  /** The client went away: stop the upstream and bill what was produced so far. */
+  /**
+   * The client went away: stop the upstream and bill what was produced so far. Gone after the
+   * answer's end, it still pays the usage that follows: the upstream is read on for it, at
+   * most `usageGraceMs`.
+   */
   cancel(): void {
-    if (this.ended) return;
+    const graceMs = this.core.cfg.usageGraceMs;
+    if (!this.stop()) return;
+    if (this.reader.answered && !this.reader.done && graceMs > 0) {
+      this.readingOn = true;
+      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer));
+      return;
+    }
     this.res.discard();
-    void this.end();
+    void settleStream(this.billing, this.reader, this.core.tokenizer);
+  }
+
+  /** Reads the upstream to its end (or until `graceMs` passed or it failed) with nobody to send to. */
+  private async readOn(graceMs: number): Promise<void> {
+    const timer = setTimeout(() => this.res.discard(), graceMs);
+    let pending = this.inflight;
+    try {
+      for (;;) {
+        const next = await (pending ?? this.read());
+        pending = null;
+        if (next.done) {
+          this.reader.end();
+          break;
+        }
+        this.reader.push(next.value);
+        if (this.reader.done) break;
+      }
+    } catch {
+      // The upstream failed, or the grace ran out: what was seen is billed.
+    } finally {
+      clearTimeout(timer);
+    }
+    this.res.discard();
   }
 }
