@@ -76,6 +76,13 @@ async function send(
 ) {
   const plugins = core.hooks.has('onUpstreamRequest');
   const own = (served: Model) => served.upstream === plan.model.upstream && served.upstreamModel === plan.model.upstreamModel;
+  // A client that goes away aborts the upstream call, until a stream's relay takes over: a
+  // client gone after the answer's end leaves the upstream to be read on for its usage.
+  const upstream = new AbortController();
+  const signal = ctx.request.signal;
+  const gone = () => upstream.abort(signal?.reason);
+  if (signal?.aborted) gone();
+  else signal?.addEventListener('abort', gone, { once: true });
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       let body: string | Uint8Array;
@@ -85,12 +92,12 @@ async function send(
         const fields = plan.fields(served);
         body = JSON.stringify((plugins && (await pluginFields(core, ctx, served, path, fields))) || fields);
       }
-      // The client's signal is the upstream call's: a client that goes away aborts it.
-      return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: ctx.request.signal ?? undefined };
+      return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream.signal };
     });
     if (answer.res.status < 200 || answer.res.status >= 300) {
       throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
     }
+    if (plan.stream) signal?.removeEventListener('abort', gone);
     return answer;
   } catch (err) {
     void call.cancel();
