@@ -7,7 +7,8 @@
  * - a plain multipart submission reaches the upstream re-encoded (not the client's bytes)
  *   with the same fields and files (filename and content type kept);
  * - a NUL in a video or image prompt (text PostgreSQL's jsonb cannot keep in a job record) is
- *   400 naming the field before any upstream call, on every driver.
+ *   400 naming the field before any upstream call, on every driver;
+ * - a job the upstream accepted whose record cannot be written is billed as held, not refunded.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POSTGRES_URL, dropSchema, freshSchema, postgresProblem } from '../../bench/postgres-util.js';
@@ -16,7 +17,7 @@ import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { createPostgresStores } from '../../src/stores/postgres/entry.js';
 import type { Stores } from '../../src/stores/types.js';
 import { ACCOUNT, UPSTREAM_API_KEY, eventually, makeGateway, testConfig } from '../helpers/gateway.js';
-import { IMAGE, VIDEO, mediaModels } from '../helpers/media.js';
+import { IMAGE, VIDEO, mediaModels, videoCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 
 const pgUp = (await postgresProblem(POSTGRES_URL)) === null;
@@ -161,5 +162,41 @@ describe.each(storages)('%s: media submissions reach the upstream as read', (nam
     const image = JSON.stringify({ model: IMAGE, prompt: 'free\u0000image' });
     await refused(await send('/images/generations', image, 'application/json'), 'prompt', images, '/images/generations');
     expect(await stores.billing.wallet(ACCOUNT)).toEqual(wallet);
+  });
+});
+
+describe('a video job the upstream accepted whose record cannot be written', () => {
+  it('is billed as held (never refunded), its slot freed, and the client gets 503', async () => {
+    const up = await startMediaUpstream();
+    const real = createMemoryStores();
+    // The job store refuses every write (as an unreachable PostgreSQL would); all else is real.
+    const jobs = Object.create(real.jobs) as Stores['jobs'];
+    jobs.create = async () => {
+      throw new Error('job store unreachable (injected)');
+    };
+    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
+    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
+    const { gateway } = await makeGateway({ ...setup.options, stores: { ...real, jobs, close: () => real.close() } });
+    try {
+      const initial = await real.billing.wallet(ACCOUNT);
+      const res = await gateway.fetch(
+        new Request('http://gw.test/v1/videos', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: VIDEO, prompt: 'accepted, never recorded', seconds: 4, size: '1920x1080' }),
+        }),
+        { clientAddress: '192.0.2.1' },
+      );
+      expect(res.status).toBe(503);
+      expect(up.videos()).toHaveLength(1);
+      const [entry] = await real.billing.ledger(ACCOUNT);
+      expect(entry).toMatchObject({ model: VIDEO, units: { kind: 'seconds', seconds: 4, tier: '1080P' }, measured: 'estimate' });
+      expect(entry!.cost).toBe(videoCost('1080P', 4));
+      expect(await real.billing.wallet(ACCOUNT)).toEqual({ balance: initial.balance - videoCost('1080P', 4), held: 0n });
+      expect(await real.limits.activeLeases(`video:${ACCOUNT}`)).toBe(0);
+    } finally {
+      await gateway.dispose();
+      await up.close();
+    }
   });
 });
