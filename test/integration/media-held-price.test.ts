@@ -32,9 +32,10 @@ const storages: Array<[string, boolean, () => Stores]> = [
 
 /** The media models with the video model's 480P tier at `price` USD a second. */
 function priced(price: string) {
-  return mediaModels('up').map((m) =>
-    m.id === VIDEO && m.type === 'video' ? { ...m, pricing: { ...m.pricing, tiers: { ...m.pricing.tiers, '480P': price } } } : m,
-  );
+  return mediaModels('up').map((m) => {
+    if (m.id !== VIDEO || !('unit' in m.pricing)) return m;
+    return { ...m, pricing: { ...m.pricing, tiers: { ...m.pricing.tiers, '480P': price } } };
+  });
 }
 
 describe.each(storages)('%s: an adopted job is billed at the price it was held at', (name, enabled) => {

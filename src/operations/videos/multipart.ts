@@ -95,7 +95,7 @@ function readPart(headerBlock: string, data: Uint8Array<ArrayBuffer>, form: Read
   }
   const disposition = dispositions[0] === undefined ? null : parameters(dispositions[0]);
   const name = disposition?.params.get('name');
-  if (!disposition || disposition.type !== 'form-data') {
+  if (disposition?.type !== 'form-data') {
     throw bad('A multipart part has no readable Content-Disposition: form-data header.', nameIn(dispositions[0]));
   }
   if (!name) throw bad('A multipart part has no name.');
