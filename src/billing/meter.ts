@@ -31,7 +31,7 @@ import type {
 } from '../stores/types.js';
 import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
-import { listCost } from './pricing.js';
+import { costAtPrice, listCost } from './pricing.js';
 import { monthOf } from './months.js';
 import { OpenCalls } from './open-calls.js';
 import { SettleWriter } from './settles.js';
@@ -65,6 +65,12 @@ export interface SettleOptions {
   entryId?: string;
   /** The upstream that served the call. */
   upstream?: string;
+  /**
+   * The per-unit price (pico-USD) the call was held at. Given, the units are billed at it
+   * rather than at the catalog's current price: a job adopted by an instance whose catalog
+   * has another price is still billed at the price its hold was placed at.
+   */
+  unitPricePico?: bigint;
 }
 
 export interface BilledCall {
@@ -75,7 +81,8 @@ export interface BilledCall {
   /** True once settled or released. */
   readonly closed: boolean;
   /**
-   * Bills `units` at the model's list price, in full even past the hold, once: every later
+   * Bills `units` at the model's list price (or at `options.unitPricePico`, the price it was
+   * held at), in full even past the hold, once: every later
    * bill or cancel of this call is ignored. Resolves when the charge is in the store or,
    * if the store is failing, in the settle journal (it lands later).
    */
@@ -191,7 +198,7 @@ class CallImpl implements BilledCall {
     if (!model) return this.cancel();
     this.closed = true;
     const at = this.meter.now();
-    const cost = listCost(model, units);
+    const cost = options.unitPricePico === undefined ? listCost(model, units) : costAtPrice(units, options.unitPricePico);
     // A durable job's request was answered (and reported) long before its bill.
     if (this.observed && !this.durable) {
       const r = this.observed.record;

@@ -36,3 +36,30 @@ export function listCost(model: Model, units: LedgerUnits): bigint {
       throw new RangeError('a credit has no list price');
   }
 }
+
+/**
+ * Cost (nano-USD) of `units` at a per-unit price recorded earlier (pico-USD), not the
+ * catalog's current one: a job is billed at the price it was held at, whichever instance
+ * finishes it, even after a restart changed the catalog. Only units with one price (images,
+ * seconds, speech tokens) can be billed this way.
+ */
+export function costAtPrice(units: LedgerUnits, unitPricePico: bigint): bigint {
+  switch (units.kind) {
+    case 'images':
+      return cost(unitPricePico, units.images);
+    case 'seconds':
+      return cost(unitPricePico, units.seconds);
+    case 'speech_tokens':
+      return cost(unitPricePico, units.tokens);
+    default:
+      throw new RangeError(`${units.kind} units have no single unit price`);
+  }
+}
+
+/** A unit price as kept in a job record: pico-USD as an exact integer string (JSON has no bigint). */
+export const priceText = (pico: bigint): string => pico.toString();
+
+/** A unit price read back from a job record, or undefined when absent or malformed (then the catalog's price applies). */
+export function priceFromText(text: unknown): bigint | undefined {
+  return typeof text === 'string' && /^\d{1,30}$/.test(text) ? BigInt(text) : undefined;
+}

@@ -4,7 +4,8 @@
  * result lands in the job. GET /images/{id} polls it. Billed n x tier price, once.
  */
 import { z } from 'zod';
-import { listCost } from '../billing/pricing.js';
+import { cost } from '../billing/money.js';
+import { tierPrice } from '../billing/pricing.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
@@ -16,7 +17,7 @@ import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstre
 import type { BilledCall } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
 import { openAmountCall } from '../billing/billed-call.js';
-import { takeSlot, unixSeconds } from './media.js';
+import { refuseNul, takeSlot, unixSeconds } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 
 const imageSchema = z.looseObject({
@@ -37,10 +38,13 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   const body = parseJsonObject(bytes);
   const checked = imageSchema.safeParse(body);
   if (!checked.success) throw zodError(checked.error, body);
+  refuseNul(body);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
   const { tier } = chooseTier(model, req);
   const n = req.n ?? 1;
+  // Billed at the price it was held at (an image job is billed by the instance that held it).
+  const unitPricePico = tierPrice(model, tier);
 
   const jobId = newJobId('image');
   // The hold and an inline answer's ledger entry carry the request id; a job's entry, its job id.
@@ -51,7 +55,7 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
     call = await openAmountCall(
       core,
       ctx,
-      { id: ctx.requestId, model, amount: listCost(model, { kind: 'images', images: n, tier }) },
+      { id: ctx.requestId, model, amount: cost(unitPricePico, n) },
       `${n} image(s) at tier ${tier}`,
     );
   } catch (err) {
@@ -70,6 +74,7 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
       await call.bill({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
         entryId: ledgerId,
         upstream: servedBy,
+        unitPricePico,
       });
     } else {
       await call.cancel();

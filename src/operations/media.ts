@@ -42,3 +42,20 @@ export async function getJob(core: Services, ctx: RequestContext, kind: JobRecor
 }
 
 export const unixSeconds = (ms: number) => Math.floor(ms / 1000);
+
+/**
+ * Refuses (400, `param` naming the field) a top-level text field holding a NUL (U+0000).
+ * PostgreSQL's jsonb cannot keep a NUL, so a job whose prompt holds one would be accepted and
+ * rendered upstream and then fail to be recorded. The text fields of image and video requests
+ * are refused on every driver alike, before any hold or upstream call, so a request means the
+ * same whichever store the gateway runs on.
+ */
+export function refuseNul(fields: Record<string, unknown>): void {
+  for (const [name, value] of Object.entries(fields)) {
+    if (typeof value === 'string' && value.includes('\u0000')) {
+      throw new GatewayError('invalid_request', `Invalid value for '${name.slice(0, 100)}': it contains a NUL character (U+0000).`, {
+        param: name.slice(0, 100),
+      });
+    }
+  }
+}

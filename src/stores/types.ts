@@ -119,6 +119,13 @@ export interface JobRecord {
   holdId: string;
   leaseId: string;
   tier: string;
+  /**
+   * The per-unit price of `tier` the job was held at (pico-USD per second or image, as an
+   * exact integer string: JSON has no bigint). The job is billed at it, whichever instance
+   * finishes it and whatever that instance's catalog says now. Absent on records written
+   * before it existed: those are billed at the catalog's price.
+   */
+  heldUnitPrice?: string;
   upstreamJobId?: string | null;
   /** The upstream that accepted the job: polls and content go to it (absent: the model's first target). */
   upstream?: string | null;

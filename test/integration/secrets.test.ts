@@ -240,7 +240,8 @@ describe('(a) upstream requests are built from an allowlist', () => {
         expect(r.headers['x-request-id']).toMatch(/^(req_[0-9a-f]{24,}|video_[A-Za-z0-9]{32})$/);
         expect(r.headers['x-request-id']).not.toBe('client-chosen-request-id');
         expect(r.headers.connection ?? 'keep-alive').toMatch(/^(keep-alive|close)$/i);
-        if (r.method === 'POST') expect(r.headers['content-type']).toMatch(/^(application\/json|multipart\/form-data; boundary=xBoUnDaRy)$/);
+        // A multipart body is re-encoded by the gateway from what it read: its own boundary.
+        if (r.method === 'POST') expect(r.headers['content-type']).toMatch(/^(application\/json|multipart\/form-data; boundary=[-\w]{1,70})$/);
         const everything = JSON.stringify(r.headers) + r.raw;
         expect(everything).not.toContain(setup.devKey);
         expect(everything).not.toContain('must-not-pass');

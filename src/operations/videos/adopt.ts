@@ -25,6 +25,8 @@ export function adoptVideo(core: Services): (job: JobRecord) => Promise<void> {
       model: core.catalog.get(job.model),
       durable: true,
     });
+    // The tracker bills at the price kept in the record (the one the job was held at), not at
+    // this instance's catalog price, which a rolling restart may have changed.
     core.jobs.own(updated, (j, signal) => trackVideo(core, j, signal, call));
   };
 }

@@ -1,23 +1,25 @@
 /**
- * POST /videos (JSON or multipart, relayed upstream in the encoding it came in) -> 202 with a
- * queued job; never synchronous. The gateway tracks the upstream job itself (tracker.ts), so
+ * POST /videos (JSON or multipart; the upstream gets what the gateway read, in the encoding
+ * it came in) -> 202 with a queued job; never synchronous. The gateway tracks the upstream job itself (tracker.ts), so
  * it completes, settles (seconds x tier price) and frees its slot with nobody polling.
  */
 import { z } from 'zod';
 import type { BilledCall } from '../../billing/meter.js';
-import { listCost } from '../../billing/pricing.js';
+import { cost } from '../../billing/money.js';
+import { priceText, tierPrice } from '../../billing/pricing.js';
 import { chooseTier } from '../../billing/tiers.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { Services } from '../../services.js';
 import { errors, GatewayError } from '../../errors.js';
+import type { Model } from '../../catalog/catalog.js';
 import { json } from '../../http/json.js';
 import { jobView, newJobId } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { openAmountCall } from '../../billing/billed-call.js';
-import { takeSlot, unixSeconds } from '../media.js';
+import { refuseNul, takeSlot, unixSeconds } from '../media.js';
 import { refuseAgentKeys, zodError } from '../shared.js';
-import { DEFAULT_SECONDS, forUpstream, readSubmission } from './submission.js';
+import { DEFAULT_SECONDS, forUpstream, readSubmission, type Submission } from './submission.js';
 import { trackVideo } from './tracker.js';
 
 const videoSchema = z.looseObject({
@@ -36,6 +38,7 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
   const sub = await readSubmission(ctx);
   const checked = videoSchema.safeParse(sub.fields);
   if (!checked.success) throw zodError(checked.error, sub.fields);
+  refuseNul(sub.fields);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'video', () => core.grants(ctx.key.accountId));
   const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);
@@ -43,39 +46,21 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
     throw new GatewayError('invalid_request', "Invalid value for 'seconds': expected 1 to 120.", { param: 'seconds' });
   }
   const { tier } = chooseTier(model, req);
+  // The price the job is held at, kept in its record: it is billed at it, whoever finishes it.
+  const unitPrice = tierPrice(model, tier);
 
   const jobId = newJobId('video');
   const lease = await takeSlot(core, ctx, 'video', jobId);
-  let upstreamJob: Record<string, unknown>;
-  /** The upstream that accepted the job (the model's first target until one did). */
-  let servedBy = model.upstream;
-  let call: BilledCall | undefined;
+  let submitted: Submitted;
   try {
     // A job any instance can finish: the hold lives as long as the job and survives shutdown.
-    call = await openAmountCall(
+    const call = await openAmountCall(
       core,
       ctx,
-      { id: jobId, model, amount: listCost(model, { kind: 'seconds', seconds, tier }), ttlMs: core.cfg.limits.jobTtlMs, durable: true },
+      { id: jobId, model, amount: cost(unitPrice, seconds), ttlMs: core.cfg.limits.jobTtlMs, durable: true },
       `${seconds} s of video at tier ${tier}`,
     );
-    try {
-      const answer = await callModel(core, ctx, model, async (served) => {
-        const replaced = await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
-        const out = await forUpstream(sub, served.upstreamModel, replaced);
-        return { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body };
-      });
-      const res = answer.res;
-      servedBy = answer.served.upstream;
-      if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
-      const parsed = JSON.parse(await res.text()) as unknown;
-      if (!parsed || typeof parsed !== 'object' || typeof (parsed as { id?: unknown }).id !== 'string') {
-        throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed video job.`);
-      }
-      upstreamJob = parsed as Record<string, unknown>;
-    } catch (err) {
-      await call.cancel();
-      throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });
-    }
+    submitted = await submit(core, ctx, model, sub, call);
   } catch (err) {
     await core.jobs.drop(lease);
     throw err;
@@ -101,20 +86,83 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
     holdId: jobId,
     leaseId: lease.leaseId,
     tier,
-    upstreamJobId: upstreamJob.id as string,
-    upstream: servedBy,
+    heldUnitPrice: priceText(unitPrice),
+    upstreamJobId: submitted.upstreamJobId,
+    upstream: submitted.servedBy,
     owner: core.jobs.instanceId,
     ownerUntil: core.jobs.ownerUntil(),
   };
-  try {
-    await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
-  } catch (err) {
-    // The upstream job runs on, but without a record nobody could poll or bill it: refund.
-    await call.cancel();
-    await core.jobs.drop(lease);
-    throw errors.storeDown(err);
-  }
-  const billed = call;
-  core.jobs.own(job, (j, signal) => trackVideo(core, j, signal, billed));
+  const { call } = submitted;
+  await record(core, job, call, unitPrice, () => core.jobs.drop(lease));
+  core.jobs.own(job, (j, signal) => trackVideo(core, j, signal, call));
   return json(202, jobView(job), { location: `/v1/videos/${jobId}` });
+}
+
+interface Submitted {
+  call: BilledCall;
+  upstreamJobId: string;
+  /** The upstream that accepted the job. */
+  servedBy: string;
+}
+
+/** Sends the submission upstream (the model's targets in turn); anything but an accepted job releases the hold and throws. */
+async function submit(core: Services, ctx: RequestContext, model: Model, sub: Submission, call: BilledCall): Promise<Submitted> {
+  try {
+    const answer = await callModel(core, ctx, model, async (served) => {
+      const replaced = await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
+      const out = await forUpstream(sub, served.upstreamModel, replaced);
+      return { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body };
+    });
+    const res = answer.res;
+    const servedBy = answer.served.upstream;
+    if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
+    const parsed = JSON.parse(await res.text()) as unknown;
+    if (!parsed || typeof parsed !== 'object' || typeof (parsed as { id?: unknown }).id !== 'string') {
+      throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed video job.`);
+    }
+    return { call, upstreamJobId: (parsed as { id: string }).id, servedBy };
+  } catch (err) {
+    await call.cancel();
+    throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });
+  }
+}
+
+/** Delays between the attempts to write an accepted job's record. */
+const RECORD_RETRY_MS = [50, 250, 1000];
+
+/**
+ * Writes the record of a job the upstream accepted. The upstream renders an accepted job (and
+ * charges the operator for it) whether or not the gateway keeps its record, so its hold is
+ * never released here: refunding would make a job whose record cannot be written free, and
+ * repeatable at the operator's cost. The write is retried a few times; if the store still
+ * refuses it, the job is billed as held (the seconds asked, at the held price) through the
+ * same billed call, whose charge lands in the store or, while the store is down, in the
+ * durable settle journal. The client gets 503 (without a record it cannot poll the job) and
+ * the log keeps the upstream's job id for the operator.
+ */
+async function record(core: Services, job: JobRecord, call: BilledCall, unitPrice: bigint, dropLease: () => Promise<void>): Promise<void> {
+  let failure: unknown;
+  for (let attempt = 0; attempt <= RECORD_RETRY_MS.length; attempt++) {
+    try {
+      await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
+      return;
+    } catch (err) {
+      failure = err;
+      const wait = RECORD_RETRY_MS[attempt];
+      if (wait !== undefined) await new Promise((r) => setTimeout(r, wait));
+    }
+  }
+  core.log.error({
+    msg: 'video job record not written; billed as held',
+    jobId: job.id,
+    upstream: job.upstream,
+    upstreamJobId: job.upstreamJobId,
+    err: failure instanceof Error ? failure.message : String(failure),
+  });
+  await call.bill({ kind: 'seconds', seconds: job.seconds ?? DEFAULT_SECONDS, tier: job.tier }, 'estimate', {
+    upstream: job.upstream ?? undefined,
+    unitPricePico: unitPrice,
+  });
+  await dropLease();
+  throw errors.storeDown(failure);
 }

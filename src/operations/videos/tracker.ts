@@ -3,6 +3,7 @@
  * settles (the seconds the upstream reports) or refunds once, and frees the job's slot.
  */
 import type { BilledCall } from '../../billing/meter.js';
+import { priceFromText } from '../../billing/pricing.js';
 import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
@@ -33,6 +34,15 @@ const MAX_REPORTED_SECONDS = 3600;
 function reportedSeconds(value: unknown): number | null {
   const n = typeof value === 'string' && /^\d{1,5}$/.test(value) ? Number(value) : value;
   return typeof n === 'number' && Number.isInteger(n) && n >= 1 && n <= MAX_REPORTED_SECONDS ? n : null;
+}
+
+/**
+ * The size the upstream reports, when it looks like one ("WxH" or a tier name). Anything else
+ * is not kept: text the job store cannot hold (a NUL on PostgreSQL) would make the completed
+ * record unwritable, and the job would never be billed.
+ */
+function reportedSize(value: unknown): string | null {
+  return typeof value === 'string' && /^[A-Za-z0-9x]{1,32}$/.test(value) ? value : null;
 }
 
 /** Polls the upstream job until it is terminal; settles or refunds once (through `call`); frees the slot. */
@@ -88,14 +98,18 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
             url: `/v1/videos/${job.id}/content`,
             content_type: 'video/mp4',
             seconds,
-            size: typeof upstream.size === 'string' ? upstream.size : (job.size ?? null),
+            size: reportedSize(upstream.size) ?? job.size ?? null,
           },
         },
         UNFINISHED,
       );
       if (updated) {
+        // At the price the job was held at, not this instance's catalog price: the job may
+        // have been adopted after a restart that changed it.
+        const unitPricePico = priceFromText(job.heldUnitPrice);
         await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
           upstream: upstreamName,
+          ...(unitPricePico === undefined ? {} : { unitPricePico }),
         });
       }
       await core.jobs.drop(lease);

@@ -1,0 +1,202 @@
+/**
+ * What reaches a media upstream is what the gateway read and billed, on memory and on a real
+ * PostgreSQL, through `gateway.fetch` to an HTTP media upstream that records every call:
+ * - a multipart part the gateway and an upstream could read differently (two
+ *   Content-Disposition headers, a text field sent as a file, a part without a name) is 400
+ *   naming the field, and nothing reaches the upstream;
+ * - a plain multipart submission reaches the upstream re-encoded (not the client's bytes)
+ *   with the same fields and files (filename and content type kept);
+ * - a NUL in a video or image prompt (text PostgreSQL's jsonb cannot keep in a job record) is
+ *   400 naming the field before any upstream call, on every driver;
+ * - a job the upstream accepted whose record cannot be written is billed as held, not refunded.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { POSTGRES_URL, dropSchema, freshSchema, postgresProblem } from '../../bench/postgres-util.js';
+import type { Gateway } from '../../src/gateway.js';
+import { createMemoryStores } from '../../src/stores/memory/index.js';
+import { createPostgresStores } from '../../src/stores/postgres/entry.js';
+import type { Stores } from '../../src/stores/types.js';
+import { ACCOUNT, UPSTREAM_API_KEY, eventually, makeGateway, testConfig } from '../helpers/gateway.js';
+import { IMAGE, VIDEO, mediaModels, videoCost } from '../helpers/media.js';
+import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
+
+const pgUp = (await postgresProblem(POSTGRES_URL)) === null;
+const SCHEMA = freshSchema();
+const BOUNDARY = 'client-boundary-7MA4YWxkTrZu0gW';
+const PNG = Buffer.from('89504e470d0a1a0a0000000d4948445200000001000000010806000000', 'hex');
+
+const storages: Array<[string, boolean, () => Promise<Stores>]> = [
+  ['memory', true, async () => createMemoryStores()],
+  ['postgres', pgUp || process.env.CI === 'true', () => createPostgresStores({ url: POSTGRES_URL, schema: SCHEMA, maxConnections: 4 })],
+];
+
+afterAll(async () => {
+  if (pgUp) await dropSchema(SCHEMA);
+});
+
+/** A multipart body of `parts`, each its header lines and its content, in `BOUNDARY`. */
+function multipart(parts: Array<{ headers: string[]; content: string | Buffer }>): Buffer {
+  const chunks: Buffer[] = [];
+  for (const p of parts) {
+    chunks.push(Buffer.from(`--${BOUNDARY}\r\n${p.headers.join('\r\n')}\r\n\r\n`), Buffer.from(p.content), Buffer.from('\r\n'));
+  }
+  chunks.push(Buffer.from(`--${BOUNDARY}--\r\n`));
+  return Buffer.concat(chunks);
+}
+const field = (name: string, value: string) => ({ headers: [`Content-Disposition: form-data; name="${name}"`], content: value });
+
+describe.each(storages)('%s: media submissions reach the upstream as read', (name, enabled) => {
+  let up: MediaUpstream;
+  let gateway: Gateway;
+  let stores: Stores;
+  let devKey: string;
+
+  beforeAll(async () => {
+    if (!enabled) return;
+    up = await startMediaUpstream();
+    // Served under their own names: the upstream gets the model id the client sent.
+    const setup = testConfig({ walletUsd: 100, models: mediaModels('up'), limits: { jobPollIntervalMs: 50 } });
+    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
+    devKey = setup.devKey;
+    ({ gateway, stores } = await makeGateway({ ...setup.options, stores: await storages.find(([n]) => n === name)![2]() }));
+  });
+  afterAll(async () => {
+    if (!enabled) return;
+    await gateway.dispose();
+    await stores.close();
+    await up.close();
+  });
+
+  const send = (path: string, body: string | Buffer, contentType: string) =>
+    Promise.resolve(
+      gateway.fetch(
+        new Request(`http://gw.test/v1${path}`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${devKey}`, 'content-type': contentType },
+          body: new Uint8Array(body instanceof Buffer ? body : Buffer.from(body)),
+        }),
+        { clientAddress: '192.0.2.1' },
+      ),
+    );
+  const sendForm = (body: Buffer) => send('/videos', body, `multipart/form-data; boundary=${BOUNDARY}`);
+  const posts = (path: string) => up.requests.filter((r) => r.method === 'POST' && r.path === path).length;
+
+  /** `res` is 400 invalid_request naming `param`, and the upstream got no submission. */
+  async function refused(res: Response, param: string | null, before: number, path = '/videos') {
+    expect(res.status).toBe(400);
+    const err = ((await res.json()) as { error: { code: string; param: string | null } }).error;
+    expect(err).toMatchObject({ code: 'invalid_request', param });
+    expect(posts(path)).toBe(before);
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
+  }
+
+  it.skipIf(!enabled)('a part with two Content-Disposition headers is 400 naming the field; nothing reaches the upstream', async () => {
+    const before = posts('/videos');
+    const twoOnSize = multipart([
+      field('model', VIDEO),
+      field('prompt', 'a lighthouse at dusk'),
+      { headers: ['Content-Disposition: form-data; name="size"', 'Content-Disposition: form-data; name="x"'], content: '3840x2160' },
+    ]);
+    await refused(await sendForm(twoOnSize), 'size', before);
+    const twoOnModel = multipart([
+      { headers: ['Content-Disposition: form-data; name="model"', 'Content-Disposition: form-data; name="x"'], content: 'other/model' },
+      field('model', VIDEO),
+      field('prompt', 'a lighthouse at dusk'),
+    ]);
+    await refused(await sendForm(twoOnModel), 'model', before);
+  });
+
+  it.skipIf(!enabled)('a text field sent as a file, or a part without a name, is 400; nothing reaches the upstream', async () => {
+    const before = posts('/videos');
+    const sizeAsFile = multipart([
+      field('model', VIDEO),
+      field('prompt', 'a lighthouse at dusk'),
+      { headers: ['Content-Disposition: form-data; name="size"; filename="size.txt"', 'Content-Type: text/plain'], content: '3840x2160' },
+    ]);
+    await refused(await sendForm(sizeAsFile), 'size', before);
+    const nameless = multipart([field('model', VIDEO), field('prompt', 'a lighthouse'), { headers: ['Content-Disposition: form-data'], content: '4K' }]);
+    await refused(await sendForm(nameless), null, before);
+  });
+
+  it.skipIf(!enabled)('a plain multipart submission reaches the upstream re-encoded, with the same fields and files', async () => {
+    const before = posts('/videos');
+    const sent = multipart([
+      field('model', VIDEO),
+      field('prompt', 'a lighthouse at dusk, ünïcödé'),
+      field('seconds', '4'),
+      field('size', '1280x720'),
+      { headers: ['Content-Disposition: form-data; name="input_reference"; filename="ref.png"', 'Content-Type: image/png'], content: PNG },
+    ]);
+    const res = await sendForm(sent);
+    expect(res.status).toBe(202);
+    const job = (await res.json()) as { id: string };
+    expect(posts('/videos')).toBe(before + 1);
+    const got = up.requests.filter((r) => r.method === 'POST' && r.path === '/videos').at(-1)!;
+    // Re-encoded by the gateway: its own boundary, not the client's bytes.
+    expect(got.contentType).toMatch(/^multipart\/form-data; boundary=/);
+    expect(got.contentType).not.toContain(BOUNDARY);
+    expect(got.raw.equals(sent)).toBe(false);
+    expect(got.fields).toEqual({ model: VIDEO, prompt: 'a lighthouse at dusk, ünïcödé', seconds: '4', size: '1280x720' });
+    const form = await new Response(new Uint8Array(got.raw), { headers: { 'content-type': got.contentType } }).formData();
+    const file = form.get('input_reference');
+    expect(file).toBeInstanceOf(Blob);
+    expect((file as File).name).toBe('ref.png');
+    expect((file as File).type).toBe('image/png');
+    expect(Buffer.from(await (file as File).arrayBuffer()).equals(PNG)).toBe(true);
+    // The job runs to its end as usual.
+    up.finishVideo(up.videos().at(-1)!.id);
+    await eventually(async () => (await stores.jobs.get(job.id))?.status === 'completed', 'completed', 10_000);
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'settled');
+  });
+
+  it.skipIf(!enabled)('a NUL in a video prompt (JSON or multipart) or an image prompt is 400 before any upstream call', async () => {
+    const wallet = await stores.billing.wallet(ACCOUNT);
+    const videos = posts('/videos');
+    const json = JSON.stringify({ model: VIDEO, prompt: 'free\u0000render', seconds: 4, size: '1920x1080' });
+    await refused(await send('/videos', json, 'application/json'), 'prompt', videos);
+    const form = multipart([field('model', VIDEO), field('prompt', 'free\u0000render'), field('size', '1920x1080')]);
+    await refused(await sendForm(form), 'prompt', videos);
+    const sizeNul = JSON.stringify({ model: VIDEO, prompt: 'a render', size: '1920x1080\u0000' });
+    await refused(await send('/videos', sizeNul, 'application/json'), 'size', videos);
+    const images = posts('/images/generations');
+    const image = JSON.stringify({ model: IMAGE, prompt: 'free\u0000image' });
+    await refused(await send('/images/generations', image, 'application/json'), 'prompt', images, '/images/generations');
+    expect(await stores.billing.wallet(ACCOUNT)).toEqual(wallet);
+  });
+});
+
+describe('a video job the upstream accepted whose record cannot be written', () => {
+  it('is billed as held (never refunded), its slot freed, and the client gets 503', async () => {
+    const up = await startMediaUpstream();
+    const real = createMemoryStores();
+    // The job store refuses every write (as an unreachable PostgreSQL would); all else is real.
+    const jobs = Object.create(real.jobs) as Stores['jobs'];
+    jobs.create = async () => {
+      throw new Error('job store unreachable (injected)');
+    };
+    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
+    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
+    const { gateway } = await makeGateway({ ...setup.options, stores: { ...real, jobs, close: () => real.close() } });
+    try {
+      const initial = await real.billing.wallet(ACCOUNT);
+      const res = await gateway.fetch(
+        new Request('http://gw.test/v1/videos', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: VIDEO, prompt: 'accepted, never recorded', seconds: 4, size: '1920x1080' }),
+        }),
+        { clientAddress: '192.0.2.1' },
+      );
+      expect(res.status).toBe(503);
+      expect(up.videos()).toHaveLength(1);
+      const [entry] = await real.billing.ledger(ACCOUNT);
+      expect(entry).toMatchObject({ model: VIDEO, units: { kind: 'seconds', seconds: 4, tier: '1080P' }, measured: 'estimate' });
+      expect(entry!.cost).toBe(videoCost('1080P', 4));
+      expect(await real.billing.wallet(ACCOUNT)).toEqual({ balance: initial.balance - videoCost('1080P', 4), held: 0n });
+      expect(await real.limits.activeLeases(`video:${ACCOUNT}`)).toBe(0);
+    } finally {
+      await gateway.dispose();
+      await up.close();
+    }
+  });
+});
