@@ -126,6 +126,12 @@ export const optionsSchema = z.strictObject({
        * a crashed instance's holds stop counting after it. @default 3600000 (1 h)
        */
       holdTtlMs: z.number().int().positive().default(3_600_000),
+      /**
+       * How long an Idempotency-Key's in-flight marker lives without renewal. A running call
+       * renews it every third of this; a crashed instance's marker frees its key after it.
+       * @default 600000 (10 min)
+       */
+      idempotencyLockTtlMs: z.number().int().positive().default(600_000),
     })
     .prefault({}),
   /**

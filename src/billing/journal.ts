@@ -1,7 +1,9 @@
 /**
  * The settle journal: settles that could not be written to the store when their call ended
  * (the store was unreachable) are kept on local disk until they land, so a charge for
- * delivered output survives the store's outage and this process's restart alike.
+ * delivered output survives the store's outage and this process's restart alike. Each
+ * journal owns its files through a lock with a heartbeat (journal-lock.ts), never through
+ * its PID, and takes over the files of owners that are gone, at start and while it runs.
  *
  * A journal file holds one JSON settle request per line and is rewritten whole (to a temporary file,
  * flushed, then renamed over the old one) whenever the set of unlanded settles changes, so a
@@ -9,10 +11,10 @@
  * while the store is failing, so the rewrite costs nothing on the ordinary path. Replaying an
  * entry is safe: a settle is idempotent per hold id in every store.
  */
-import { randomBytes } from 'node:crypto';
-import { closeSync, fsyncSync, mkdirSync, openSync, readdirSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SettleRequest } from '../stores/types.js';
+import { forget, JournalLock, orphans } from './journal-lock.js';
 
 export interface SettleJournal {
   /** Records a settle that has not landed; on disk before this returns. */
@@ -21,6 +23,10 @@ export interface SettleJournal {
   remove(req: SettleRequest): void;
   /** The unlanded settles, including those an earlier process left behind. */
   entries(): SettleRequest[];
+  /** Calls `listener` with the settles taken over later, from owners found gone meanwhile. */
+  onTakeOver(listener: (taken: SettleRequest[]) => void): void;
+  /** Stops the heartbeat and gives up the files: unlanded settles stay on disk for the next owner. */
+  close(): void;
 }
 
 const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
@@ -46,48 +52,51 @@ export function memoryJournal(): SettleJournal {
     add: (req) => void pending.set(idOf(req), req),
     remove: (req) => void pending.delete(idOf(req)),
     entries: () => [...pending.values()],
+    onTakeOver: () => undefined,
+    close: () => undefined,
   };
 }
 
-const FILE = /^(\d+)-[0-9a-f]+\.jsonl$/;
+/** How often a journal touches its lock and looks for files of owners that are gone. */
+const HEARTBEAT_MS = 2_000;
+/**
+ * A lock not touched for this long belongs to an owner that is gone. Five heartbeats: an
+ * event loop stalled that long makes a live owner look gone, which costs only a replay twice
+ * (settles are idempotent per hold id), never a lost settle: both keep it until it lands.
+ */
+const STALE_MS = 10_000;
 
-function alive(pid: number): boolean {
-  if (pid === process.pid) return true;
-  try {
-    process.kill(pid, 0);
-    return true;
-  } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'EPERM';
+export interface FileJournalOptions {
+  heartbeatMs?: number;
+  staleMs?: number;
+}
+
+/** Reads a taken file's settles; unreadable lines (a torn write of the earlier format) are skipped. */
+function readSettles(file: string): SettleRequest[] {
+  const out: SettleRequest[] = [];
+  for (const line of readFileSync(file, 'utf8').split('\n')) {
+    const req = line.trim() ? decode(line) : null;
+    if (req) out.push(req);
   }
+  return out;
 }
 
 /**
- * A journal in the directory `dir` (created when missing). Each process writes its own file,
- * `<pid>-<random>.jsonl`, so several instances started from one directory never write over
- * each other. At start a process takes over the files of processes no longer running (a
- * crash, a kill -9): their settles become its own and are replayed.
+ * A journal in the directory `dir` (created when missing), shared safely by any number of
+ * instances, on one host or several. Each writes only its own file, `<owner id>.jsonl`, under
+ * its own lock. At start, and every heartbeat after, it takes over the files of owners that
+ * are gone (a crash, a kill -9, a clean shutdown that left settles unlanded): their settles
+ * become its own, to replay. A taken file is first renamed to the taker's name (one taker wins),
+ * then merged into the taker's file, then deleted, so a crash at any step leaves every settle
+ * in some owned file.
  */
-export function fileJournal(dir: string): SettleJournal {
+export function fileJournal(dir: string, options: FileJournalOptions = {}): SettleJournal {
+  const heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS;
+  const staleMs = options.staleMs ?? STALE_MS;
   mkdirSync(dir, { recursive: true });
-  const path = join(dir, `${process.pid}-${randomBytes(4).toString('hex')}.jsonl`);
+  const lock = new JournalLock(dir);
+  const path = join(dir, `${lock.id}.jsonl`);
   const pending = new Map<string, SettleRequest>();
-  const adopted: string[] = [];
-  for (const name of readdirSync(dir)) {
-    const m = FILE.exec(name);
-    if (!m || alive(Number(m[1]))) continue;
-    let text = '';
-    try {
-      text = readFileSync(join(dir, name), 'utf8');
-    } catch {
-      continue; // taken over by another instance meanwhile
-    }
-    for (const line of text.split('\n')) {
-      if (!line.trim()) continue;
-      const req = decode(line);
-      if (req) pending.set(idOf(req), req);
-    }
-    adopted.push(join(dir, name));
-  }
 
   const write = () => {
     if (pending.size === 0) {
@@ -104,9 +113,51 @@ export function fileJournal(dir: string): SettleJournal {
     }
     renameSync(tmp, path);
   };
-  // The adopted settles are in this process's file before the dead processes' files go.
-  if (pending.size) write();
-  for (const file of adopted) rmSync(file, { force: true });
+
+  /** Takes the files of owners that are gone; returns the settles new to this journal. */
+  const takeOver = (): SettleRequest[] => {
+    const taken: string[] = [];
+    const fresh: SettleRequest[] = [];
+    for (const orphan of orphans(dir, lock.id, staleMs)) {
+      const mine = lock.takeoverPath();
+      try {
+        renameSync(orphan.file, mine);
+      } catch {
+        continue; // another instance took it first
+      }
+      let settles: SettleRequest[];
+      try {
+        settles = readSettles(mine);
+      } catch {
+        continue; // kept under this journal's name: if it never reads, the next owner tries
+      }
+      taken.push(mine);
+      for (const req of settles) {
+        if (pending.has(idOf(req))) continue;
+        pending.set(idOf(req), req);
+        fresh.push(req);
+      }
+      forget(orphan, staleMs);
+    }
+    // The taken settles are in this journal's file before the taken files go.
+    if (fresh.length) write();
+    for (const file of taken) rmSync(file, { force: true });
+    return fresh;
+  };
+
+  takeOver();
+  const listeners: Array<(taken: SettleRequest[]) => void> = [];
+  const timer = setInterval(() => {
+    try {
+      if (!lock.beat() && pending.size) write();
+      const fresh = takeOver();
+      if (fresh.length) for (const listener of listeners) listener(fresh);
+    } catch {
+      // A full or unreadable disk: the next heartbeat tries again; the settles are in memory.
+    }
+  }, heartbeatMs);
+  // The journal never keeps the process alive: a settle still unlanded at exit stays on disk.
+  timer.unref();
 
   return {
     add(req) {
@@ -117,5 +168,10 @@ export function fileJournal(dir: string): SettleJournal {
       if (pending.delete(idOf(req))) write();
     },
     entries: () => [...pending.values()],
+    onTakeOver: (listener) => void listeners.push(listener),
+    close() {
+      clearInterval(timer);
+      lock.release(pending.size > 0);
+    },
   };
 }

@@ -27,11 +27,18 @@ export class SettleWriter {
     private readonly log: Logger,
     private readonly onBilled: ((entry: LedgerEntry) => void) | undefined,
   ) {
-    for (const req of journal.entries()) this.retrying.set(idOf(req), req);
-    this.replay = Promise.all(
-      [...this.retrying.values()].map(async (req) => {
+    this.replay = this.replayAll(journal.entries());
+    // Settles of an instance found gone later (its lock went stale after this one started).
+    journal.onTakeOver((taken) => void this.replayAll(taken.filter((req) => !this.retrying.has(idOf(req)))));
+  }
+
+  /** Replays journaled settles (idempotent per hold id); those that fail are retried as kept ones. */
+  private replayAll(reqs: SettleRequest[]): Promise<unknown> {
+    for (const req of reqs) this.retrying.set(idOf(req), req);
+    return Promise.all(
+      reqs.map(async (req) => {
         this.retrying.delete(idOf(req));
-        if (!(await this.land(req))) this.keep(req);
+        if (this.disposed || !(await this.land(req))) this.keep(req);
       }),
     );
   }
@@ -108,6 +115,12 @@ export class SettleWriter {
         accountId: req.accountId,
         cost: req.cost.toString(),
       });
+    }
+    // Settles still unlanded stay in the journal's file, for the next instance to take at once.
+    try {
+      this.journal.close();
+    } catch (err) {
+      this.log.error({ msg: 'could not release the settle journal', err: errMessage(err) });
     }
   }
 }

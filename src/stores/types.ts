@@ -213,6 +213,13 @@ export interface IdempotencyStore {
    * `fingerprint` (for at most `lockTtlMs`) and returns "started"; otherwise returns the record.
    */
   begin(scope: string, fingerprint: string, lockTtlMs: number): Promise<IdempotencyBegin>;
+  /**
+   * Extends a record still in flight with `fingerprint` to `lockTtlMs` from now, and returns
+   * true; returns false (changing nothing) when the scope holds no such record: finished,
+   * abandoned, lapsed, or another request's. A running call renews its record, so the
+   * marker lives as long as the call, while a crashed instance's lapses within one TTL.
+   */
+  renew(scope: string, fingerprint: string, lockTtlMs: number): Promise<boolean>;
   /** Replaces the in-flight record with the finished response, kept for `ttlMs`. */
   complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void>;
   /** Forgets the record, so the request may run again. */

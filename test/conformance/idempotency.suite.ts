@@ -13,7 +13,7 @@ function response(overrides: Partial<StoredResponse> = {}): StoredResponse {
 
 /**
  * IdempotencyStore: `begin` is an atomic create-if-absent (exactly one caller gets "started"),
- * the in-flight lock lapses after its TTL, `complete` replaces it with the finished response for
+ * the in-flight lock lapses after its TTL unless `renew`ed (only while still in flight), `complete` replaces it with the finished response for
  * its own TTL, and `abandon` forgets the scope so the request may run again.
  */
 export function idempotencySuite(name: string, make: MakeStores): void {
@@ -91,6 +91,46 @@ export function idempotencySuite(name: string, make: MakeStores): void {
       await h().advance(100 + SLACK_MS); // past t=200: the lock is gone
       expect(await idem().begin(scope, 'fp-2', 200)).toEqual({ state: 'started' });
       expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'in_flight', fingerprint: 'fp-2' });
+    });
+
+    it('renew keeps an in-flight lock alive past its first TTL, and a lock no longer renewed still lapses', async () => {
+      const scope = uid('scope');
+      expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'started' });
+      // Renewed every 100 ms (half the TTL), the lock outlives its first 200 ms several times over.
+      for (let i = 0; i < 4; i++) {
+        await h().advance(100);
+        expect(await idem().renew(scope, 'fp-1', 200)).toBe(true);
+        expect(await idem().begin(scope, 'fp-2', 200)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
+      }
+      // t=400: no more renewals (the instance crashed); the lock lapses one TTL after the last one.
+      await h().advance(100); // t=500: 100 ms after the last renewal
+      expect(await idem().begin(scope, 'fp-2', 200)).toEqual({ state: 'in_flight', fingerprint: 'fp-1' });
+      await h().advance(100 + SLACK_MS); // past t=600
+      expect(await idem().renew(scope, 'fp-1', 200)).toBe(false);
+      expect(await idem().begin(scope, 'fp-2', 200)).toEqual({ state: 'started' });
+    });
+
+    it('renew touches only a record in flight with its fingerprint', async () => {
+      const other = uid('scope');
+      await idem().begin(other, 'fp-other', 200);
+      expect(await idem().renew(other, 'fp-1', 60_000)).toBe(false);
+      await h().advance(200 + SLACK_MS);
+      expect(await idem().begin(other, 'fp-2', 200)).toEqual({ state: 'started' }); // not extended by the refused renew
+
+      const finished = uid('scope');
+      const stored = response();
+      await idem().begin(finished, 'fp-1', 60_000);
+      await idem().complete(finished, 'fp-1', stored, 200);
+      expect(await idem().renew(finished, 'fp-1', 60_000)).toBe(false);
+      expect(await idem().begin(finished, 'fp-1', 60_000)).toEqual({ state: 'done', fingerprint: 'fp-1', response: stored });
+
+      const abandoned = uid('scope');
+      await idem().begin(abandoned, 'fp-1', 60_000);
+      await idem().abandon(abandoned);
+      expect(await idem().renew(abandoned, 'fp-1', 60_000)).toBe(false);
+      expect(await idem().begin(abandoned, 'fp-1', 60_000)).toEqual({ state: 'started' });
+
+      expect(await idem().renew(uid('scope'), 'fp-1', 60_000)).toBe(false);
     });
 
     it("a finished record lives ttlMs from complete, not the lock's TTL from begin", async () => {

@@ -24,9 +24,14 @@ export function writeConfig(config: unknown): string {
   return file;
 }
 
-/** Starts `model-gateway serve --config FILE --port 0` and waits for its listening line. */
-export function startGatewayProcess(configFile: string, env: NodeJS.ProcessEnv = {}): Promise<GatewayProcess> {
-  const child = spawn(process.execPath, ['--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve', '--config', configFile, '--port', '0'], {
+/**
+ * Starts `model-gateway serve --config FILE --port 0` and waits for its listening line.
+ * `wrap`: a command the gateway runs under (e.g. `unshare ...` to make it PID 1).
+ */
+export function startGatewayProcess(configFile: string, env: NodeJS.ProcessEnv = {}, wrap: string[] = []): Promise<GatewayProcess> {
+  const args = [process.execPath, '--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve', '--config', configFile, '--port', '0'];
+  const [command, ...rest] = [...wrap, ...args];
+  const child = spawn(command!, rest, {
     cwd: ROOT,
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -2,8 +2,14 @@
  * Idempotency-Key on billable POSTs (Stripe's semantics, scoped per API key): a replay never
  * reaches the upstream twice nor charges twice.
  */
+import { randomBytes } from 'node:crypto';
+import { Redis } from 'ioredis';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import { ACCOUNT, MODEL, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
+import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from '../../bench/redis-util.js';
+import { createMemoryStores } from '../../src/stores/memory/index.js';
+import { createRedisStores } from '../../src/stores/redis/entry.js';
+import type { Stores } from '../../src/stores/types.js';
+import { ACCOUNT, eventually, MODEL, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 let upstream: TestUpstream;
@@ -115,5 +121,59 @@ describe('Idempotency-Key', () => {
     const res = await postChat(gw.baseURL, devKey, body, withKey('has spaces in it'));
     expect(res.status).toBe(400);
     expect(((await res.json()) as { error: { param: string } }).error.param).toBe('Idempotency-Key');
+  });
+});
+
+const redisUp = (await redisProblem(REDIS_URL)) === null;
+const needRedis = redisUp || process.env.CI === 'true';
+if (!needRedis) console.warn(`\n!!! SKIPPING the Redis Idempotency-Key renewal test: Redis at ${REDIS_URL} is unreachable (under CI=true this fails).\n`);
+const PREFIX = `mgidem:${randomBytes(4).toString('hex')}:`;
+afterAll(async () => {
+  if (!redisUp) return;
+  const c = new Redis(REDIS_URL);
+  await deleteKeysWithPrefix(c, PREFIX);
+  c.disconnect();
+});
+
+/** A short in-flight marker TTL, so a call can outlive it many times over within a test. */
+const LOCK_TTL_MS = 300;
+
+describe.each([
+  ['memory', true, (): Stores => createMemoryStores()],
+  ['redis', needRedis, (): Stores => createRedisStores({ url: REDIS_URL, keyPrefix: PREFIX })],
+] as const)('%s: an Idempotency-Key protects a call longer than its lock TTL', (_name, enabled, makeStores) => {
+  it.runIf(enabled)('a retry during a stream that outlived the TTL several times is 409, with no second upstream call', async () => {
+    const setup = testConfig({ upstreamUrl: upstream.url, limits: { idempotencyLockTtlMs: LOCK_TTL_MS } });
+    const long = await startGateway({ ...setup.options, stores: makeStores() });
+    try {
+      const idem = `idem-${Math.random()}`;
+      const headers = { headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json', 'idempotency-key': idem } };
+      const streamBody = { ...body, stream: true };
+      // 16 chunks 100 ms apart: the stream runs about 1.6 s, more than five lock TTLs.
+      upstream.setBehavior({ kind: 'stream', chunks: Array.from({ length: 16 }, (_, i) => `w${i} `), delayMs: 100 });
+      const calls = upstream.requests.length;
+      const first = await postChat(long.baseURL, setup.devKey, streamBody, headers);
+      expect(first.status).toBe(200);
+      const firstText = first.text();
+      const rec = upstream.requests.at(-1)!;
+      // Past three TTLs since the marker was written, the call still runs.
+      await eventually(() => rec.chunksSent >= 10, 'the stream to outlive its lock TTL', 5_000);
+      expect(rec.chunksSent).toBeLessThan(16);
+      const retry = await postChat(long.baseURL, setup.devKey, streamBody, headers);
+      expect(retry.status).toBe(409);
+      expect(((await retry.json()) as { error: { code: string } }).error.code).toBe('idempotency_conflict');
+      expect(upstream.requests.length - calls).toBe(1);
+
+      const text = await firstText;
+      expect(text).toContain('data: [DONE]');
+      // Once finished, the same key replays the answer, still without a second call.
+      const replayed = await postChat(long.baseURL, setup.devKey, streamBody, headers);
+      expect(replayed.headers.get('idempotent-replayed')).toBe('true');
+      expect(await replayed.text()).toBe(text);
+      expect(upstream.requests.length - calls).toBe(1);
+      expect(await long.gateway.admin.ledger(ACCOUNT)).toHaveLength(1);
+    } finally {
+      await long.close();
+    }
   });
 });

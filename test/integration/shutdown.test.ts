@@ -6,8 +6,11 @@
  * - SIGTERM to the CLI mid-stream (every deploy): the stream completes, the process exits 0, and
  *   the charge is in the store after a restart (Redis);
  * - a settle the store cannot take (Redis down) is journaled on disk and lands after the
- *   gateway was killed with -9 and started again.
+ *   gateway was killed with -9 and started again, both times as PID 1 (as in a container);
+ * - a settle journaled while the store is down lands when a gateway starts again in the same
+ *   process, hence with the same PID (memory).
  */
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -17,7 +20,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from '../../bench/redis-util.js';
 import { createRedisStores } from '../../src/stores/redis/entry.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
-import type { Stores } from '../../src/stores/types.js';
+import { StoreUnavailableError } from '../../src/stores/errors.js';
+import type { BillingStore, Stores } from '../../src/stores/types.js';
 import { chatCost, loadTokenizer } from '../helpers/billing.js';
 import { COMPLETION_PRICE, eventually, MODEL, postChat, PROMPT_PRICE, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { startGatewayProcess, writeConfig } from '../helpers/processes.js';
@@ -188,8 +192,16 @@ describe.runIf(needRedis)('the CLI on Redis', () => {
   });
 });
 
+/**
+ * Runs a command as PID 1 of a new PID namespace, as a container runs its gateway; killing the
+ * wrapper kills it with -9. Null where user namespaces are not allowed.
+ */
+const PID1 = ['unshare', '--user', '--map-root-user', '--pid', '--fork', '--mount-proc', '--kill-child=SIGKILL'];
+const pid1Ok = spawnSync(PID1[0]!, [...PID1.slice(1), process.execPath, '-e', 'process.exit(process.pid === 1 ? 0 : 1)']).status === 0;
+if (!pid1Ok) console.warn('\n!!! The journal kill -9 test runs the gateway with its own PID, not as PID 1: unshare is not allowed here.\n');
+
 describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store cannot take', () => {
-  it('is journaled on disk and lands after the gateway is killed with -9 and started again', async () => {
+  it('is journaled on disk and lands after the gateway (PID 1 both times) is killed with -9 and started again', async () => {
     const dataDir = mkdtempSync(join(tmpdir(), 'mg-redis-aof-'));
     const journal = mkdtempSync(join(tmpdir(), 'mg-journal-'));
     // A Redis that keeps everything on disk (in a directory that outlives it), so restarting it
@@ -201,8 +213,9 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store 
     const file = writeConfig(cliConfig({ driver: 'redis', url, keyPrefix: 'mg:' }, journal, key));
     let gw: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
     let second: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
+    const wrap = pid1Ok ? PID1 : [];
     try {
-      gw = await startGatewayProcess(file);
+      gw = await startGatewayProcess(file, {}, wrap);
       up.setBehavior({ kind: 'stream', chunks: ['one ', 'two ', 'three ', 'four '], delayMs: 300, usageCounts: { prompt_tokens: 30, completion_tokens: 4 } });
       const res = await postChat(gw.baseURL, key, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] });
       expect(res.status).toBe(200);
@@ -216,10 +229,11 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store 
       await gw.kill('SIGKILL');
 
       redis = await startRedisServer(durable, port);
-      second = await startGatewayProcess(file);
+      second = await startGatewayProcess(file, {}, wrap);
       const stores = createRedisStores({ url, keyPrefix: 'mg:' });
       try {
-        await eventually(async () => (await stores.billing.ledger('acct_sd')).length === 1, 'the journaled settle to land', 10_000);
+        // The killed gateway's lock stays fresh for up to its stale time (10 s): then it is taken.
+        await eventually(async () => (await stores.billing.ledger('acct_sd')).length === 1, 'the journaled settle to land', 25_000);
         const [entry] = await stores.billing.ledger('acct_sd');
         expect(entry!.cost).toBe(chatCost(30, 4));
         const w = await stores.billing.wallet('acct_sd');
@@ -233,6 +247,49 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store 
       await second?.kill('SIGKILL');
       await redis.kill();
       rmSync(dataDir, { recursive: true, force: true });
+      rmSync(journal, { recursive: true, force: true });
+    }
+  });
+});
+
+/** The store's billing with an outage switch: while `down`, settles fail as an unreachable store's do. */
+function withOutage(billing: BillingStore): { billing: BillingStore; setDown(down: boolean): void } {
+  let down = false;
+  const faulty = Object.create(billing) as BillingStore;
+  faulty.settle = (req) => (down ? Promise.reject(new StoreUnavailableError('store down (test)')) : billing.settle(req));
+  return { billing: faulty, setDown: (d) => void (down = d) };
+}
+
+describe('memory: a settle journaled during a store outage', () => {
+  it('lands when the gateway starts again in the same process, with the same PID', async () => {
+    const journal = mkdtempSync(join(tmpdir(), 'mg-journal-'));
+    const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+    const stores = createMemoryStores();
+    const outage = withOutage(stores.billing);
+    const faulty: Stores = { ...stores, billing: outage.billing };
+    const first = await startGateway({ ...options, stores: faulty, settleJournalDir: journal });
+    let second: Awaited<ReturnType<typeof startGateway>> | undefined;
+    try {
+      up.setBehavior({ kind: 'stream', chunks: ['a ', 'b ', 'c '], delayMs: 200, usageCounts: { prompt_tokens: 12, completion_tokens: 3 } });
+      const res = await postChat(first.baseURL, devKey, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] });
+      const body = readAll(res);
+      await eventually(() => up.requests.at(-1)!.chunksSent >= 1, 'the stream to start');
+      outage.setDown(true);
+      expect((await body).at(-1)).toBe('[DONE]');
+      expect(readdirSync(journal).some((f) => f.endsWith('.jsonl'))).toBe(true);
+      // The gateway stops with the store still down: the settle stays journaled.
+      await first.close();
+      expect(await stores.billing.ledger(account)).toEqual([]);
+
+      outage.setDown(false);
+      second = await startGateway({ ...options, stores: faulty, settleJournalDir: journal });
+      await eventually(async () => (await stores.billing.ledger(account)).length === 1, 'the journaled settle to land', 5_000);
+      expect((await stores.billing.ledger(account))[0]!.cost).toBe(chatCost(12, 3));
+      expect(await stores.billing.openHolds(account)).toBe(0);
+      await eventually(() => readdirSync(journal).filter((f) => f.endsWith('.jsonl')).length === 0, 'the journal to empty', 5_000);
+    } finally {
+      await first.close().catch(() => undefined);
+      await second?.close().catch(() => undefined);
       rmSync(journal, { recursive: true, force: true });
     }
   });

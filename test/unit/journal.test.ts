@@ -1,18 +1,29 @@
-import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { spawn, spawnSync } from 'node:child_process';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
-import { fileJournal } from '../../src/billing/journal.js';
+import { fileJournal, type SettleJournal } from '../../src/billing/journal.js';
 import type { SettleRequest } from '../../src/stores/types.js';
 
 const dirs: string[] = [];
+const journals: SettleJournal[] = [];
+/** A journal with a fast heartbeat: stale after 300 ms without one. */
+const fast = (dir: string) => {
+  const j = fileJournal(dir, { heartbeatMs: 50, staleMs: 300 });
+  journals.push(j);
+  return j;
+};
+const jsonl = (dir: string) => readdirSync(dir).filter((n) => n.endsWith('.jsonl'));
+const line = (req: SettleRequest) => `${JSON.stringify({ ...req, cost: req.cost.toString() })}\n`;
 const tempDir = () => {
   const d = mkdtempSync(join(tmpdir(), 'mg-journal-unit-'));
   dirs.push(d);
   return d;
 };
 afterEach(() => {
+  for (const j of journals.splice(0)) j.close();
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
@@ -35,12 +46,12 @@ function deadPid(): number {
 describe('settle journal', () => {
   it('keeps exact amounts on disk, and removes its file once every settle landed', () => {
     const dir = tempDir();
-    const j = fileJournal(dir);
+    const j = fast(dir);
     const big = 9_007_199_254_740_991n;
     j.add(settle('h1', big));
     j.add(settle('h2', 7n));
     j.add(settle('h2', 7n)); // the same settle twice is kept once
-    const files = readdirSync(dir).filter((f) => f.endsWith('.jsonl'));
+    const files = jsonl(dir);
     expect(files).toHaveLength(1);
     const lines = readFileSync(join(dir, files[0]!), 'utf8').trim().split('\n');
     expect(lines).toHaveLength(2);
@@ -48,23 +59,106 @@ describe('settle journal', () => {
     j.remove(settle('h1', big));
     expect(j.entries().map((e) => e.holdId)).toEqual(['h2']);
     j.remove(settle('h2', 7n));
-    expect(readdirSync(dir)).toEqual([]);
+    expect(jsonl(dir)).toEqual([]);
+    j.close();
+    expect(readdirSync(dir)).toEqual([]); // nothing left to take: the lock goes too
   });
 
-  it('takes over the files of processes that are gone, and leaves those of live ones', () => {
-    const dir = tempDir();
-    const orphan = `${deadPid()}-abcd1234.jsonl`;
-    const req = settle('lost', 123n);
-    writeFileSync(join(dir, orphan), `${JSON.stringify({ ...req, cost: '123' })}\nnot json\n`);
-    // This very process is alive: its other file (another gateway in the same process) stays.
-    const live = `${process.pid}-ffff0000.jsonl`;
-    writeFileSync(join(dir, live), `${JSON.stringify({ ...settle('mine', 1n), cost: '1' })}\n`);
 
-    const j = fileJournal(dir);
-    expect(j.entries()).toEqual([req]);
+  it('replays a journal written by an earlier process with this very PID once its lock is stale (PID 1 in a container)', () => {
+    const dir = tempDir();
+    // What a gateway with this PID wrote before it was killed with -9: its file, and its lock,
+    // no longer touched (aged past the stale time), naming this same PID.
+    const owner = 's-0123456789abcdef';
+    const req = settle('pid-reused', 123n);
+    writeFileSync(join(dir, `${owner}.jsonl`), `${line(req)}not json\n`);
+    writeFileSync(join(dir, `${owner}.lock`), JSON.stringify({ pid: process.pid }));
+    const past = new Date(Date.now() - 60_000);
+    utimesSync(join(dir, `${owner}.lock`), past, past);
+    // And a file of the earlier format (owned by PID liveness) that this same PID left.
+    const legacy = settle('legacy-same-pid', 5n);
+    writeFileSync(join(dir, `${process.pid}-ffff0000.jsonl`), line(legacy));
+
+    const j = fast(dir);
+    expect(j.entries().map((e) => e.holdId).sort()).toEqual(['legacy-same-pid', 'pid-reused']);
+    expect(j.entries().find((e) => e.holdId === 'pid-reused')).toEqual(req);
+    // Taken into the new journal's own file; the dead owner's file and lock are gone.
     const names = readdirSync(dir);
-    expect(names).not.toContain(orphan);
-    expect(names).toContain(live);
-    expect(names.filter((n) => n.endsWith('.jsonl'))).toHaveLength(2);
+    expect(names).not.toContain(`${owner}.jsonl`);
+    expect(names).not.toContain(`${owner}.lock`);
+    expect(names).not.toContain(`${process.pid}-ffff0000.jsonl`);
+    expect(jsonl(dir)).toHaveLength(1);
+    expect(readFileSync(join(dir, jsonl(dir)[0]!), 'utf8').trim().split('\n')).toHaveLength(2);
+  });
+
+  it('takes the earlier format of a process that is gone, and leaves one whose process runs', () => {
+    const dir = tempDir();
+    const gone = `${deadPid()}-abcd1234.jsonl`;
+    writeFileSync(join(dir, gone), line(settle('lost', 1n)));
+    const running = `${process.ppid}-abcd1234.jsonl`; // a live process other than this one
+    writeFileSync(join(dir, running), line(settle('other', 2n)));
+    const j = fast(dir);
+    expect(j.entries().map((e) => e.holdId)).toEqual(['lost']);
+    expect(readdirSync(dir)).toContain(running);
+  });
+
+  it("never takes a live owner's file, even in the same process; takes it at once when released with settles left", async () => {
+    const dir = tempDir();
+    const a = fast(dir);
+    a.add(settle('a-owns', 9n));
+    await sleep(600); // two stale periods: the heartbeat keeps the lock fresh
+    const b = fast(dir);
+    const taken: string[] = [];
+    b.onTakeOver((reqs) => taken.push(...reqs.map((e) => e.holdId)));
+    expect(b.entries()).toEqual([]);
+    await sleep(600);
+    expect(taken).toEqual([]);
+    expect(a.entries().map((e) => e.holdId)).toEqual(['a-owns']);
+    expect(jsonl(dir)).toHaveLength(1);
+    // A clean shutdown with a settle unlanded: the next journal to look takes it, no stale wait.
+    a.close();
+    await sleep(150);
+    expect(taken).toEqual(['a-owns']);
+    expect(b.entries().map((e) => e.holdId)).toEqual(['a-owns']);
+  });
+
+  it('takes over, while running, the file of an owner that stopped beating (killed), and tells its listener', async () => {
+    const dir = tempDir();
+    const owner = 's-fedcba9876543210';
+    writeFileSync(join(dir, `${owner}.jsonl`), line(settle('killed', 4n)));
+    writeFileSync(join(dir, `${owner}.lock`), '{}'); // fresh: killed a moment ago
+    const j = fast(dir);
+    const taken: string[] = [];
+    j.onTakeOver((reqs) => taken.push(...reqs.map((e) => e.holdId)));
+    expect(j.entries()).toEqual([]); // its lock may still be held
+    await sleep(500);
+    expect(taken).toEqual(['killed']);
+    expect(readdirSync(dir)).not.toContain(`${owner}.lock`);
+  });
+
+  it('an orphan is taken by exactly one of several instances starting at once', async () => {
+    const dir = tempDir();
+    const owner = 's-00000000000000aa';
+    writeFileSync(join(dir, `${owner}.jsonl`), line(settle('once', 3n)));
+    writeFileSync(join(dir, `${owner}.lock`), '{}');
+    const past = new Date(Date.now() - 60_000);
+    utimesSync(join(dir, `${owner}.lock`), past, past);
+    const script = `import { fileJournal } from ${JSON.stringify(join(import.meta.dirname, '../../src/billing/journal.ts'))};
+      const j = fileJournal(${JSON.stringify(dir)}); process.stdout.write(String(j.entries().length));`;
+    const runs = Array.from(
+      { length: 6 },
+      () =>
+        new Promise<string>((resolve) => {
+          const child = spawn(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { stdio: ['ignore', 'pipe', 'inherit'] });
+          let out = '';
+          child.stdout.on('data', (d: Buffer) => (out += d.toString()));
+          child.once('exit', () => resolve(out));
+        }),
+    );
+    const counts = await Promise.all(runs);
+    expect(counts.map(Number).sort()).toEqual([0, 0, 0, 0, 0, 1]);
+    // The winner exited without landing it: its file holds the settle once, for the next owner.
+    const left = jsonl(dir).flatMap((n) => readFileSync(join(dir, n), 'utf8').trim().split('\n'));
+    expect(left.map((l) => JSON.parse(l).holdId)).toEqual(['once']);
   });
 });

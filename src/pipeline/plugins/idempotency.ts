@@ -7,6 +7,11 @@
  * Only answers that completed with a status below 500 (other than 402, 409 and 429) are
  * kept; anything else forgets the key, so the request can be retried with it. A streamed
  * answer is kept once the stream finished; one the client abandoned is forgotten.
+ *
+ * The in-flight marker lives as long as its call: it is renewed every third of its TTL until
+ * the answer is stored or forgotten, so a retry during an hour-long stream still gets 409 (not
+ * a second upstream call and charge), while a crashed instance's marker, no longer renewed,
+ * lapses within one TTL and frees the key.
  */
 import { createHash } from 'node:crypto';
 import type { Exchange, RequestContext, Stage } from '../types.js';
@@ -19,8 +24,8 @@ import { Response } from '@whatwg-node/server';
 const NODE_BODIES = Response !== globalThis.Response;
 
 const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
-/** A crashed instance's in-flight marker stops blocking retries after this. */
-const LOCK_TTL_MS = 10 * 60 * 1000;
+/** A crashed instance's in-flight marker stops blocking retries after this (renewed while its call runs). */
+export const DEFAULT_LOCK_TTL_MS = 10 * 60 * 1000;
 const MAX_STORED_BYTES = 8 * 1024 * 1024;
 const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
 /** Headers replayed with a stored answer; rate-limit state is the replay's own. */
@@ -33,6 +38,7 @@ export async function withIdempotency(
   ctx: RequestContext,
   path: string,
   run: () => Promise<Response>,
+  lockTtlMs = DEFAULT_LOCK_TTL_MS,
 ): Promise<Response> {
   const idemKey = ctx.request.headers.get('idempotency-key');
   if (idemKey === null) return run();
@@ -44,26 +50,56 @@ export async function withIdempotency(
   const bytes = await ctx.body();
   const fingerprint = createHash('sha256').update(`POST ${path}\n`).update(bytes).digest('hex');
   const scope = `${ctx.key.id}:${createHash('sha256').update(idemKey).digest('hex')}`;
-  const begun = await store.begin(scope, fingerprint, LOCK_TTL_MS).catch((err: unknown) => {
+  const begun = await store.begin(scope, fingerprint, lockTtlMs).catch((err: unknown) => {
     throw new GatewayError('service_unavailable', 'The idempotency store is unreachable.', {
       headers: { 'retry-after': '1' },
       cause: err,
     });
   });
   if (begun.state !== 'started') return replay(begun, fingerprint);
+  const stopRenewing = keepInFlight(store, scope, fingerprint, lockTtlMs);
   let res: Response;
   try {
     res = await run();
   } catch (err) {
+    stopRenewing();
     await store.abandon(scope).catch(() => undefined);
     throw err;
   }
   if (unstorable(res.status) || !res.body) {
+    stopRenewing();
     if (unstorable(res.status)) await store.abandon(scope).catch(() => undefined);
     else await save(store, scope, fingerprint, res, []);
     return res;
   }
-  return new Response(teeBody(store, scope, fingerprint, res, res.body) as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
+  const body = teeBody(store, scope, fingerprint, res, res.body, stopRenewing);
+  return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
+}
+
+/**
+ * Renews the in-flight marker every third of its TTL (so two renewals may fail in a row before
+ * it lapses) until the returned function is called. A renewal that finds the marker gone
+ * (lapsed during a store outage, or taken over) stops; a failing store is simply tried again.
+ */
+function keepInFlight(store: IdempotencyStore, scope: string, fingerprint: string, lockTtlMs: number): () => void {
+  let busy = false;
+  const timer = setInterval(
+    () => {
+      if (busy) return;
+      busy = true;
+      store.renew(scope, fingerprint, lockTtlMs).then(
+        (held) => {
+          busy = false;
+          if (!held) clearInterval(timer);
+        },
+        () => void (busy = false),
+      );
+    },
+    Math.max(10, Math.floor(lockTtlMs / 3)),
+  );
+  // A call's own work keeps the process alive; its marker's renewal need not.
+  timer.unref();
+  return () => clearInterval(timer);
 }
 
 /** The first answer again (same key, same body), or 422 (another body) or 409 (still running). */
@@ -96,6 +132,7 @@ function teeBody(
   fingerprint: string,
   res: Response,
   source: ReadableStream<Uint8Array>,
+  stopRenewing: () => void,
 ): ReadableStream<Uint8Array> | Readable {
   const parts: Uint8Array[] = [];
   let size = 0;
@@ -105,6 +142,7 @@ function teeBody(
     const chunk = await reader.read();
     if (chunk.done) {
       finished = true;
+      stopRenewing();
       // Stored before the end reaches the client, so a retry sent right after it replays.
       if (size <= MAX_STORED_BYTES) await save(store, scope, fingerprint, res, parts);
       else await store.abandon(scope).catch(() => undefined);
@@ -117,6 +155,7 @@ function teeBody(
   const abandon = async (reason?: unknown) => {
     if (finished) return;
     finished = true;
+    stopRenewing();
     // Not awaited: a cancel can wait on a read still pending upstream.
     reader.cancel(reason).catch(() => undefined);
     await store.abandon(scope).catch(() => undefined);
@@ -173,6 +212,11 @@ async function save(store: IdempotencyStore, scope: string, fingerprint: string,
 }
 
 /** The Idempotency-Key stage of billable POSTs; `sub` is the path after /v1 (part of the fingerprint). */
-export function idempotency(store: IdempotencyStore, contextOf: (x: Exchange) => RequestContext, v1: string): Stage {
-  return (x, next) => (x.route!.idempotent ? withIdempotency(store, contextOf(x), x.path.slice(v1.length), next) : next());
+export function idempotency(
+  store: IdempotencyStore,
+  contextOf: (x: Exchange) => RequestContext,
+  v1: string,
+  lockTtlMs = DEFAULT_LOCK_TTL_MS,
+): Stage {
+  return (x, next) => (x.route!.idempotent ? withIdempotency(store, contextOf(x), x.path.slice(v1.length), next, lockTtlMs) : next());
 }

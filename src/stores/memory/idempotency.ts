@@ -35,6 +35,12 @@ export function createMemoryIdempotency(now: () => number): IdempotencyStore {
       if (!e.response) return { state: 'in_flight', fingerprint: e.fingerprint };
       return { state: 'done', fingerprint: e.fingerprint, response: structuredClone(e.response) };
     },
+    async renew(scope, fingerprint, lockTtlMs) {
+      const e = live(scope);
+      if (!e || e.response || e.fingerprint !== fingerprint) return false;
+      e.expiresAt = now() + lockTtlMs;
+      return true;
+    },
     async complete(scope, fingerprint, response, ttlMs) {
       entries.set(scope, { fingerprint, response: structuredClone(response), expiresAt: now() + ttlMs });
     },

@@ -17,6 +17,15 @@ export function createPostgresIdempotency(ctx: PgContext): IdempotencyStore {
       if (r.o_state === 'in_flight' || r.o_response === null) return { state: 'in_flight', fingerprint: r.o_fingerprint };
       return { state: 'done', fingerprint: r.o_fingerprint, response: r.o_response };
     },
+    async renew(scope: string, fingerprint: string, lockTtlMs: number): Promise<boolean> {
+      const rows = await ctx.q<{ scope: string }>(
+        'idempotency.renew',
+        `UPDATE ${s}.idempotency SET expires_at = ${s}.mg_now() + $3::bigint
+          WHERE scope = $1 AND fingerprint = $2 AND response IS NULL AND expires_at > ${s}.mg_now() RETURNING scope`,
+        [scope, fingerprint, whole(lockTtlMs)],
+      );
+      return rows.length > 0;
+    },
     async complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
       await ctx.q(
         'idempotency.complete',

@@ -10,8 +10,20 @@ interface Stored {
 const px = (ms: number) => Math.max(1, whole(ms));
 
 /**
+ * Renews an in-flight record. KEYS: record. ARGV: the in-flight record JSON, lock TTL ms. The
+ * record is renewed only while it is byte for byte the in-flight JSON `begin` wrote for this
+ * fingerprint: a finished, abandoned or lapsed record (or another request's) is left alone.
+ * Sent with EVAL: it runs once per call every third of the lock's TTL, too rarely to register.
+ */
+const RENEW_LUA = `
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+`;
+
+/**
  * Idempotency-Key records: one string per scope (`P{idem:<scope>}`, JSON) that expires with
- * its TTL. `begin` is one script (get-or-create), `complete` one SET, `abandon` one DEL.
+ * its TTL. `begin` is one script (get-or-create), `renew` one script (extend if still in
+ * flight), `complete` one SET, `abandon` one DEL.
  */
 export function createRedisIdempotency(ctx: RedisContext): IdempotencyStore {
   const { client, scripts } = ctx;
@@ -27,6 +39,14 @@ export function createRedisIdempotency(ctx: RedisContext): IdempotencyStore {
       const e = JSON.parse(raw) as Stored;
       if (!e.response) return { state: 'in_flight', fingerprint: e.fingerprint };
       return { state: 'done', fingerprint: e.fingerprint, response: e.response };
+    },
+
+    async renew(scope: string, fingerprint: string, lockTtlMs: number): Promise<boolean> {
+      const inFlight: Stored = { fingerprint, response: null };
+      const reply = await ctx.run('idempotency.renew', () =>
+        client.eval(RENEW_LUA, 1, ctx.idempotency(scope), JSON.stringify(inFlight), px(lockTtlMs)),
+      );
+      return Number(reply) === 1;
     },
 
     async complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {

@@ -12,6 +12,7 @@ export function createSqliteIdempotency(ctx: SqliteContext): IdempotencyStore {
     expire: ctx.prepare('DELETE FROM idempotency WHERE scope = ? AND expires_at <= ?'),
     get: ctx.prepare('SELECT fingerprint, response FROM idempotency WHERE scope = ?'),
     start: ctx.prepare('INSERT INTO idempotency (scope, fingerprint, response, expires_at) VALUES (?, ?, NULL, ?)'),
+    renew: ctx.prepare('UPDATE idempotency SET expires_at = ? WHERE scope = ? AND fingerprint = ? AND response IS NULL AND expires_at > ?'),
     put: ctx.prepare(
       'INSERT INTO idempotency (scope, fingerprint, response, expires_at) VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE SET fingerprint = excluded.fingerprint, response = excluded.response, expires_at = excluded.expires_at',
     ),
@@ -30,6 +31,12 @@ export function createSqliteIdempotency(ctx: SqliteContext): IdempotencyStore {
         }
         if (row.response === null) return { state: 'in_flight', fingerprint: row.fingerprint };
         return { state: 'done', fingerprint: row.fingerprint, response: JSON.parse(row.response) as StoredResponse };
+      });
+    },
+    async renew(scope: string, fingerprint: string, lockTtlMs: number): Promise<boolean> {
+      return ctx.run('idempotency.renew', () => {
+        const t = ctx.now();
+        return q.renew.run(t + lockTtlMs, scope, fingerprint, t).changes > 0;
       });
     },
     async complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
