@@ -99,7 +99,12 @@ async function plainAnswer(
   }
   refuseIfClosed(call);
   const usage = read.usage;
-  if (usage) await call.bill({ kind: 'tokens', ...usage }, 'usage', { upstream: served.upstream });
-  else await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion: core.tokenizer.count(read.text()) }, 'tokenizer', { upstream: served.upstream });
+  const tools = read.tools ? { tools: read.tools } : {};
+  if (usage) await call.bill({ kind: 'tokens', ...usage, ...tools }, 'usage', { upstream: served.upstream });
+  else {
+    const completion = core.tokenizer.count(read.text());
+    await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion, ...tools }, 'tokenizer', { upstream: served.upstream });
+  }
+  await read.remember?.();
   return jsonText(200, text, headers);
 }

@@ -16,6 +16,8 @@ export interface Produced {
   usage: Usage | null;
   /** Every kind of output produced, as text for the tokenizer ('' when nothing was). */
   text(): string;
+  /** Calls of priced hosted tools the upstream reported (`{web_search: 2}`), or null for none. */
+  tools?(): Record<string, number> | null;
 }
 
 export interface EventReader {

@@ -53,10 +53,13 @@ const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
 export function settleStream(billing: StreamCall, reader: EventReader, tokenizer: Tokenizer): Promise<void> {
   const { call, model } = billing;
   const produced = reader.produced();
-  if (produced.usage) return call.bill({ kind: 'tokens', ...produced.usage }, 'usage', { upstream: model.upstream });
+  // Hosted tool calls are billed per call beside the tokens, however the tokens are measured.
+  const tools = produced.tools?.() ?? null;
+  const toolCalls = tools ? { tools } : {};
+  if (produced.usage) return call.bill({ kind: 'tokens', ...produced.usage, ...toolCalls }, 'usage', { upstream: model.upstream });
   const text = produced.text();
-  if (text.length === 0) return call.cancel();
-  return call.bill({ kind: 'tokens', prompt: billing.promptTokens(), completion: tokenizer.count(text) }, 'tokenizer', {
+  if (text.length === 0 && !tools) return call.cancel();
+  return call.bill({ kind: 'tokens', prompt: billing.promptTokens(), completion: tokenizer.count(text), ...toolCalls }, 'tokenizer', {
     upstream: model.upstream,
   });
 }
