@@ -78,9 +78,8 @@ export type Behavior =
       resetAfter?: number;
       /** Sends an `error` event after this many deltas, then ends the stream. */
       errorAfter?: number;
-      /** The response's `id`. Default "resp_test". */
+      /** `id`: the response's (default "resp_test"); `items`: output items before the message (hosted tool calls), streamed as `response.output_item.done`. */
       id?: string;
-      /** Output items before the message (hosted tool calls); streamed as `response.output_item.done`. */
       items?: Array<Record<string, unknown>>;
     }
   /** An OpenAI-style error answer. */
@@ -387,13 +386,8 @@ export async function startTestUpstream(): Promise<TestUpstream> {
     url: `${origin}/v1`,
     origin,
     requests,
-    setBehavior(b) {
-      behavior = b;
-    },
-    waitForRequests(n) {
-      if (requests.length >= n) return Promise.resolve();
-      return new Promise<void>((resolve) => waiters.push({ n, resolve }));
-    },
+    setBehavior: (b) => void (behavior = b),
+    waitForRequests: (n) => (requests.length >= n ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ n, resolve }))),
     async close() {
       const closing = new Promise<void>((r) => server.close(() => r()));
       for (const s of sockets) s.destroy();
