@@ -34,6 +34,8 @@ export interface TokenHold {
   estimate: () => number;
   /** The most output tokens the call may produce (0 for embeddings). */
   maxOutput: number;
+  /** The most calls of each priced hosted tool the call may make (`{web_search: 10}`). */
+  tools?: Record<string, number>;
 }
 
 /** A hold of a known amount (media: images, seconds of video, tokens of speech). */
@@ -71,7 +73,7 @@ async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold)
  * counted, and the counted estimate decides. Refused: 402 in OpenRouter's words.
  */
 export async function openTokenCall(door: BillingDoor, ctx: RequestContext, model: Model, hold: TokenHold): Promise<BilledCall> {
-  const amount = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput });
+  const amount = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput, tools: hold.tools });
   let opened = await tryOpen(door, ctx, { model, amount: amount(hold.bound) });
   if (!opened.ok && hold.estimate() < hold.bound) opened = await tryOpen(door, ctx, { model, amount: amount(hold.estimate()) });
   if (opened.ok) return opened.call;
@@ -87,7 +89,10 @@ function tokensRefused(r: HoldRefusal, model: Model, hold: TokenHold): GatewayEr
     );
   }
   const prices = model.text!;
-  const affordable = affordableUnits(r.available, prices.promptPico * BigInt(hold.estimate()), prices.completionPico);
+  // What the prompt and the held tool calls take comes first; the rest buys output tokens.
+  let fixed = prices.promptPico * BigInt(hold.estimate());
+  for (const [tool, calls] of Object.entries(hold.tools ?? {})) fixed += (model.toolPrices?.get(tool) ?? 0n) * BigInt(calls);
+  const affordable = affordableUnits(r.available, fixed, prices.completionPico);
   const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
   return insufficientQuota(
     r,

@@ -20,10 +20,18 @@ export function listCost(model: Model, units: LedgerUnits): bigint {
     case 'tokens': {
       const text = model.text;
       if (!text) throw new RangeError(`model ${model.id} has no token pricing`);
-      return costOf([
+      const parts: Array<[bigint, number]> = [
         [text.promptPico, units.prompt],
         [text.completionPico, units.completion],
-      ]);
+      ];
+      // Hosted tool calls are priced per call; a call of a tool the model does not price is
+      // never counted (its request is refused), so a missing price here is a program error.
+      for (const [tool, calls] of Object.entries(units.tools ?? {})) {
+        const price = model.toolPrices?.get(tool);
+        if (price === undefined) throw new RangeError(`model ${model.id} has no price for the tool ${tool}`);
+        parts.push([price, calls]);
+      }
+      return costOf(parts);
     }
     case 'images':
       return cost(tierPrice(model, units.tier), units.images);

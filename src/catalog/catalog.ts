@@ -54,6 +54,8 @@ export interface Model {
   embedding: boolean;
   /** Text models: prices in pico-USD per token. */
   text: { promptPico: bigint; completionPico: bigint } | null;
+  /** Hosted tools the model may use, each priced in pico-USD per call; absent: none. */
+  toolPrices?: ReadonlyMap<string, bigint>;
   media: MediaPrice | null;
   parameters: Record<string, unknown>;
   /** Listing row without the live `status` field. */
@@ -128,9 +130,15 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
   let text: Model['text'] = null;
   let media: MediaPrice | null = null;
   let pricing: Record<string, unknown>;
+  let toolPrices: Map<string, bigint> | undefined;
   if ('prompt' in m.pricing) {
     text = { promptPico: parsePrice(m.pricing.prompt), completionPico: parsePrice(m.pricing.completion) };
     pricing = { prompt: formatPrice(text.promptPico), completion: formatPrice(text.completionPico) };
+    if (m.pricing.tools) {
+      toolPrices = new Map(Object.entries(m.pricing.tools).map(([tool, price]) => [tool, parsePrice(price)]));
+      // Listed as configured, USD per call, so a client can see what a hosted tool costs.
+      pricing.tools = Object.fromEntries([...toolPrices].map(([tool, p]) => [tool, formatPrice(p)]));
+    }
   } else {
     const tiers = new Map<string, bigint>();
     for (const [tier, price] of Object.entries(m.pricing.tiers)) tiers.set(tier, parsePrice(price));
@@ -184,6 +192,7 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     maxTokensPerAudio: m.maxTokensPerAudio,
     embedding: m.embedding,
     text,
+    ...(toolPrices ? { toolPrices } : {}),
     media,
     parameters,
     row,

@@ -10,8 +10,12 @@ import { usageFrom } from '../billing/usage.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { withoutFields } from '../http/objects.js';
 import { createChatEvents } from '../upstream/stream/chat-events.js';
+import type { Model } from '../catalog/catalog.js';
+import type { ApiKeyRecord } from '../stores/types.js';
+import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
+import { contextLengthHold, uncountableChatInput } from './uncountable.js';
 
 const part = z.looseObject({ type: z.string() });
 const message = z.looseObject({
@@ -92,6 +96,26 @@ export function isEverydayChat(body: Record<string, unknown>): boolean {
   return true;
 }
 
+/**
+ * The hosted tools of a chat request, held and billed: chat completions reports no per-call
+ * count of a hosted tool, so one in `tools` (anything but `function` / `custom`) is refused even
+ * when priced. `web_search_options` asks a search model for one search per request: relayed only
+ * when the model prices `web_search`, and billed as one call.
+ */
+function chatHostedTools(model: Model, key: ApiKeyRecord, tools: readonly unknown[] | null | undefined, search: unknown) {
+  for (const tool of tools ?? []) {
+    const type = tool && typeof tool === 'object' ? (tool as { type?: unknown }).type : undefined;
+    if (type !== 'function' && type !== 'custom') {
+      throw unsupportedTool(typeof type === 'string' ? type : null, 'on chat completions, which reports no count of its calls to bill');
+    }
+  }
+  if (search === undefined || search === null) return undefined;
+  if (model.toolPrices?.get('web_search') === undefined) {
+    throw unsupportedTool('web_search', `by the model \`${model.id}\` through this gateway`, 'web_search_options');
+  }
+  return hostedToolsHold(model, key, [{ type: 'web_search' }], 1);
+}
+
 export const chatCompletions = textOperation({
   path: '/chat/completions',
   async plan(core, ctx, body) {
@@ -116,6 +140,7 @@ export const chatCompletions = textOperation({
       extras: [req.tools, req.functions, req.tool_choice, req.function_call],
       parts: { image: model.maxTokensPerImage, audio: model.maxTokensPerAudio },
     };
+    const tools = chatHostedTools(model, ctx.key, req.tools, body.web_search_options);
     let estimate: number | undefined;
     const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
     // The hold is first placed on a byte bound of the prompt (no tokenizer on the hot path).
@@ -128,9 +153,11 @@ export const chatCompletions = textOperation({
     // asked for it already needs no rewrite of its body.
     const clientWantsUsage = req.stream_options?.include_usage === true;
     const addsUsage = stream && !clientWantsUsage;
+    const counted = { bound, estimate: promptTokens, maxOutput, tools };
     return {
       model,
-      hold: { bound, estimate: promptTokens, maxOutput },
+      // A part the gateway cannot count (unknown type, a file by id) may cost the whole context.
+      hold: uncountableChatInput(messages) ? contextLengthHold(model, counted) : counted,
       holdFor(fields) {
         const replaced: PromptInput = {
           messages: Array.isArray(fields.messages) ? fields.messages : [],
@@ -139,7 +166,8 @@ export const chatCompletions = textOperation({
         };
         const count = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 0);
         const per = Math.max(count(fields.max_tokens), count(fields.max_completion_tokens)) || model.maxOutputTokens;
-        return promptHold(core, replaced, Math.max(maxOutput, per * (count(fields.n) || 1)));
+        const hold = { ...promptHold(core, replaced, Math.max(maxOutput, per * (count(fields.n) || 1))), tools };
+        return uncountableChatInput(replaced.messages) ? contextLengthHold(model, hold) : hold;
       },
       stream,
       promptTokens,
@@ -152,10 +180,13 @@ export const chatCompletions = textOperation({
         if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
         return out;
       },
-      events: (served, apiKey) => createChatEvents({ model: served, apiKey, clientWantsUsage }),
+      events(served, apiKey) {
+        const reader = createChatEvents({ model: served, apiKey, clientWantsUsage });
+        return tools ? withToolCalls(reader, () => tools) : reader;
+      },
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        return { usage: usageFrom(answer.usage), output: () => choicesOutput(answer.choices) };
+        return { usage: usageFrom(answer.usage), output: () => choicesOutput(answer.choices), tools };
       },
     };
   },

@@ -5,6 +5,10 @@
  * upstream reports (`usage.input_tokens` / `output_tokens`, on a stream in
  * `response.completed`), else the produced output counted with the tokenizer. `brand` and
  * `knowledge` are consumed by the gateway: their text goes in front of `instructions`.
+ * Input the gateway cannot count (a previous response, a conversation, a stored prompt, items
+ * and files by reference) is held at the model's whole context; a previous response only by the
+ * account that created it. Hosted tools go upstream only when the model prices them, held at
+ * their most calls and billed per call the answer reports.
  */
 import { z } from 'zod';
 import { ResponsesOutput, responseOutput } from '../billing/output.js';
@@ -15,8 +19,11 @@ import { CONTEXT_FIELDS } from '../context/inject.js';
 import { errors, GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
+import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
+import { checkResponseOwner, keepResponseOwner } from './response-owners.js';
 import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
+import { contextLengthHold, uncountableResponsesInput } from './uncountable.js';
 
 const item = z.looseObject({ type: z.string().optional(), role: z.string().optional() });
 
@@ -29,6 +36,9 @@ const responsesSchema = z.looseObject({
   // Work that finishes after the call cannot be metered by it.
   background: z.literal(false).nullable().optional(),
   tools: z.array(z.unknown()).nullable().optional(),
+  max_tool_calls: z.int().positive().nullable().optional(),
+  previous_response_id: z.string().min(1).nullable().optional(),
+  prompt: z.looseObject({}).nullable().optional(),
   tool_choice: z.union([z.string(), z.looseObject({})]).nullable().optional(),
   text: z.looseObject({}).nullable().optional(),
   temperature: z.number().nullable().optional(),
@@ -73,11 +83,14 @@ export const createResponse = textOperation({
     const checked = responsesSchema.safeParse(body);
     if (!checked.success) throw zodError(checked.error, body);
     const req = checked.data;
-    if (req.input === undefined && !req.instructions) {
+    if (req.input === undefined && !req.instructions && !req.prompt) {
       throw new GatewayError('invalid_request', "Invalid value for 'input': is required", { param: 'input' });
     }
     const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
     checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
+    const tools = hostedToolsHold(model, ctx.key, req.tools, req.max_tool_calls);
+    // A thread is continued only by the account that started it (the upstream cannot tell tenants apart).
+    if (req.previous_response_id) await checkResponseOwner(core, req.previous_response_id, ctx.key.accountId);
 
     const messages = asMessages(req.input);
     const injected = await core.context.apply(ctx.key.accountId, req, messages);
@@ -92,9 +105,11 @@ export const createResponse = textOperation({
     checkContextWindow(model, bound, () => countPromptTokens(core.tokenizer, input), 'input');
     let estimate: number | undefined;
     const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
+    const counted = { bound, estimate: promptTokens, maxOutput: req.max_output_tokens ?? model.maxOutputTokens, tools };
+    const owner = (id: unknown) => (typeof id === 'string' && id ? keepResponseOwner(core, id, ctx.key.accountId, ctx.requestId) : Promise.resolve());
     return {
       model,
-      hold: { bound, estimate: promptTokens, maxOutput: req.max_output_tokens ?? model.maxOutputTokens },
+      hold: uncountableResponsesInput(body) ? contextLengthHold(model, counted) : counted,
       stream: req.stream === true,
       promptTokens,
       holdFor(fields) {
@@ -106,7 +121,8 @@ export const createResponse = textOperation({
           parts: input.parts,
         };
         const asked = typeof fields.max_output_tokens === 'number' ? fields.max_output_tokens : 0;
-        return promptHold(core, replaced, Math.max(req.max_output_tokens ?? model.maxOutputTokens, asked));
+        const hold = { ...promptHold(core, replaced, Math.max(req.max_output_tokens ?? model.maxOutputTokens, asked)), tools };
+        return uncountableResponsesInput(fields) ? contextLengthHold(model, hold) : hold;
       },
       unchanged: !injected && !('brand' in body) && !('knowledge' in body),
       fields(served) {
@@ -116,17 +132,52 @@ export const createResponse = textOperation({
         if (injected) out.instructions = instructions;
         return out;
       },
-      events: (served, apiKey) => eventReader(responseEvents(served), apiKey),
-      answer: (answer) => ({
-        usage: usageOf(answer.usage, 'input_tokens', 'output_tokens'),
-        output: () => responseOutput(answer.output),
-      }),
+      events(served, apiKey) {
+        const watch = new StreamWatch(new ToolCallCounter(model, req.tools), owner);
+        return withToolCalls(eventReader(responseEvents(served, (event) => watch.event(event)), apiKey), () => watch.calls.calls());
+      },
+      answer(answer) {
+        const calls = new ToolCallCounter(model, req.tools);
+        calls.output(answer.output);
+        return {
+          usage: usageOf(answer.usage, 'input_tokens', 'output_tokens'),
+          output: () => responseOutput(answer.output),
+          tools: calls.calls(),
+          remember: () => owner(answer.id),
+        };
+      },
     };
   },
 });
 
+/**
+ * What the gateway keeps of a streamed response besides its frames: its id's owner, recorded
+ * as soon as the first event names it (not awaited: the id is usable once the answer ends, long
+ * after), and the hosted tool calls its output items report.
+ */
+class StreamWatch {
+  private owned = false;
+  constructor(
+    readonly calls: ToolCallCounter,
+    private readonly owner: (id: unknown) => Promise<void>,
+  ) {}
+
+  event(event: Record<string, unknown>): void {
+    const response = event.response as Record<string, unknown> | undefined;
+    if (!this.owned && typeof response?.id === 'string') {
+      this.owned = true;
+      void this.owner(response.id);
+    }
+    if (!this.calls.active) return;
+    if (event.type === 'response.output_item.added' || event.type === 'response.output_item.done') {
+      this.calls.item(event.item, typeof event.output_index === 'number' ? event.output_index : -1);
+    }
+    if (typeof event.type === 'string' && TERMINAL.has(event.type)) this.calls.output(response?.output);
+  }
+}
+
 /** How a Responses stream is read: typed events, `response.completed` (or a failure) ends it with the usage. */
-function responseEvents(model: Model): EventHandler {
+function responseEvents(model: Model, observe?: (event: Record<string, unknown>) => void): EventHandler {
   const renames = model.upstreamModel !== model.id;
   let usage: Usage | null = null;
   const produced = new ResponsesOutput();
@@ -137,6 +188,7 @@ function responseEvents(model: Model): EventHandler {
     event(data) {
       if (data === '[DONE]') return null;
       const event = parseEvent(data);
+      observe?.(event);
       const type = typeof event.type === 'string' ? event.type : 'message';
       if (typeof event.sequence_number === 'number') sequence = event.sequence_number + 1;
       if (type === 'error' || event.error) {

@@ -141,10 +141,12 @@ async function plainAnswer(
   }
   refuseIfClosed(call);
   const usage = read.usage;
-  if (usage) await call.bill({ kind: 'tokens', ...usage }, 'usage', { upstream: served.upstream });
+  const tools = read.tools ? { tools: read.tools } : {};
+  if (usage) await call.bill({ kind: 'tokens', ...usage, ...tools }, 'usage', { upstream: served.upstream });
   else {
     const completion = outputTokens(read.output(), (t) => core.tokenizer.count(t));
-    await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion }, 'tokenizer', { upstream: served.upstream });
+    await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion, ...tools }, 'tokenizer', { upstream: served.upstream });
   }
+  await read.remember?.();
   return jsonText(200, text, headers);
 }

@@ -41,8 +41,17 @@ export interface TextPlan {
   unchanged: boolean;
   /** The reader of the streamed answer's events. */
   events(served: Model, apiKey: string): EventReader;
-  /** Reads a plain answer: what it reports and produced; throws when it is not this endpoint's answer. */
-  answer(body: Record<string, unknown>): { usage: Usage | null; output(): OutputCount };
+  /**
+   * Reads a plain answer: what it reports and produced (and the priced hosted tool calls it
+   * reports, billed per call); throws when it is not this endpoint's answer. `remember` is
+   * what the gateway must keep of the answer before the client has it (who owns its id).
+   */
+  answer(body: Record<string, unknown>): {
+    usage: Usage | null;
+    output(): OutputCount;
+    tools?: Record<string, number> | null;
+    remember?: () => Promise<void>;
+  };
 }
 
 /** A token-priced endpoint: it reads its request into a plan; the billed call does the rest. */

@@ -2,7 +2,16 @@
 import { z } from 'zod';
 import { decimalPrice } from './values.js';
 
-export const textPricingSchema = z.strictObject({ prompt: decimalPrice, completion: decimalPrice });
+export const textPricingSchema = z.strictObject({
+  prompt: decimalPrice,
+  completion: decimalPrice,
+  /**
+   * Hosted tools the model may use (`web_search`, `image_generation`, ...): USD per call the
+   * upstream reports, by the tool's `type`. A hosted tool not priced here is refused (400
+   * `unsupported_tool`): the gateway cannot bill what it has no price for.
+   */
+  tools: z.record(z.string().min(1).max(100), decimalPrice).optional(),
+});
 export const mediaPricingSchema = z.strictObject({
   unit: z.enum(['image', 'token', 'second']),
   from: decimalPrice,

@@ -6,7 +6,8 @@
 import type { WindowResult } from './limit-types.js';
 
 export type LedgerUnits =
-  | { kind: 'tokens'; prompt: number; completion: number }
+  /** `tools`: calls of priced hosted tools (`{web_search: 3}`), billed per call beside the tokens. */
+  | { kind: 'tokens'; prompt: number; completion: number; tools?: Record<string, number> }
   | { kind: 'images'; images: number; tier: string }
   | { kind: 'seconds'; seconds: number; tier: string }
   | { kind: 'speech_tokens'; tokens: number }

@@ -78,6 +78,9 @@ export type Behavior =
       resetAfter?: number;
       /** Sends an `error` event after this many deltas, then ends the stream. */
       errorAfter?: number;
+      /** `id`: the response's (default "resp_test"); `items`: output items before the message (hosted tool calls), streamed as `response.output_item.done`. */
+      id?: string;
+      items?: Array<Record<string, unknown>>;
     }
   /** An OpenAI-style error answer. */
   | { kind: 'error'; status: number; message?: string; type?: string; code?: string | null; param?: string | null; body?: string }
@@ -279,8 +282,9 @@ export async function startTestUpstream(): Promise<TestUpstream> {
           const usage = b.usage === undefined ? { input_tokens: 13, output_tokens: chunks.length } : b.usage;
           const text = chunks.join('');
           const message = { id: 'msg_test', type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] };
+          const items = b.items ?? [];
           const response = (status: string, output: unknown[], u: typeof usage) => ({
-            id: 'resp_test',
+            id: b.id ?? 'resp_test',
             object: 'response',
             created_at: 1_700_000_000,
             model,
@@ -296,7 +300,7 @@ export async function startTestUpstream(): Promise<TestUpstream> {
           });
           if (rec.body?.stream !== true) {
             res.writeHead(200, { 'content-type': 'application/json' });
-            res.end(JSON.stringify(response('completed', [message], usage)));
+            res.end(JSON.stringify(response('completed', [...items, message], usage)));
             return;
           }
           res.writeHead(200, { 'content-type': 'text/event-stream' });
@@ -305,6 +309,7 @@ export async function startTestUpstream(): Promise<TestUpstream> {
           const event = (type: string, data: Record<string, unknown>) =>
             res.write(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
           event('response.created', { response: response('in_progress', [], null) });
+          for (const [i, item] of items.entries()) event('response.output_item.done', { output_index: i, item });
           for (let i = 0; i < chunks.length; i++) {
             if (b.resetAfter !== undefined && i === b.resetAfter) {
               await sleep(10);
@@ -320,7 +325,7 @@ export async function startTestUpstream(): Promise<TestUpstream> {
             rec.chunksSent++;
           }
           event('response.output_text.done', { item_id: 'msg_test', output_index: 0, content_index: 0, text });
-          event('response.completed', { response: response('completed', [message], usage) });
+          event('response.completed', { response: response('completed', [...items, message], usage) });
           res.end();
           return;
         }
@@ -381,13 +386,8 @@ export async function startTestUpstream(): Promise<TestUpstream> {
     url: `${origin}/v1`,
     origin,
     requests,
-    setBehavior(b) {
-      behavior = b;
-    },
-    waitForRequests(n) {
-      if (requests.length >= n) return Promise.resolve();
-      return new Promise<void>((resolve) => waiters.push({ n, resolve }));
-    },
+    setBehavior: (b) => void (behavior = b),
+    waitForRequests: (n) => (requests.length >= n ? Promise.resolve() : new Promise<void>((resolve) => waiters.push({ n, resolve }))),
     async close() {
       const closing = new Promise<void>((r) => server.close(() => r()));
       for (const s of sockets) s.destroy();

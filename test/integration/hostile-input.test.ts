@@ -64,6 +64,7 @@ const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
 const ERROR_TABLE: Record<string, [number, string]> = {
   invalid_json: [400, 'invalid_request_error'],
   invalid_request: [400, 'invalid_request_error'],
+  unsupported_tool: [400, 'invalid_request_error'],
   invalid_api_key: [401, 'authentication_error'],
   insufficient_quota: [402, 'insufficient_quota'],
   model_not_allowed: [403, 'permission_error'],

@@ -17,6 +17,8 @@ export interface Produced {
   usage: Usage | null;
   /** Every kind of output produced so far (see billing/output.ts). */
   output(): OutputCount;
+  /** Calls of priced hosted tools the upstream reported (`{web_search: 2}`), or null for none. */
+  tools?(): Record<string, number> | null;
 }
 
 export interface EventReader {

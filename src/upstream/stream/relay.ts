@@ -58,13 +58,16 @@ const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
  */
 export function settleStream(billing: StreamCall, reader: EventReader, tokenizer: Tokenizer): Promise<void> {
   const { call, model } = billing;
-  const { usage, output } = reader.produced();
-  if (usage && reader.done) return call.bill({ kind: 'tokens', ...usage }, 'usage', { upstream: model.upstream });
+  const { usage, output, tools: toolsOf } = reader.produced();
+  // Hosted tool calls are billed per call beside the tokens, however the tokens are measured.
+  const tools = toolsOf?.() ?? null;
+  const toolCalls = tools ? { tools } : {};
+  if (usage && reader.done) return call.bill({ kind: 'tokens', ...usage, ...toolCalls }, 'usage', { upstream: model.upstream });
   const completion = outputTokens(output(), (t) => tokenizer.count(t));
-  if (completion === 0 && !usage?.completion) return call.cancel();
+  if (completion === 0 && !usage?.completion && !tools) return call.cancel();
   // The prompt is the provider's to count whenever it said (it does not grow mid-stream).
   const prompt = usage?.prompt ?? billing.promptTokens();
-  return call.bill({ kind: 'tokens', prompt, completion: Math.max(usage?.completion ?? 0, completion) }, 'tokenizer', {
+  return call.bill({ kind: 'tokens', prompt, completion: Math.max(usage?.completion ?? 0, completion), ...toolCalls }, 'tokenizer', {
     upstream: model.upstream,
   });
 }
