@@ -198,16 +198,17 @@ async function asJob(
   }
   core.jobs.own(job, async () => {
     const outcome = await work;
-    const patch: Partial<JobRecord> = outcome.ok
-      ? { status: 'completed', progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) }
-      : {
-          status: 'failed',
-          completedAt: unixSeconds(core.now()),
-          error: { code: outcome.err.code, message: outcome.err.message },
-        };
-    const updated = await core.stores.jobs.update(jobId, patch, UNFINISHED);
-    // If another instance already declared the job lost, its hold was released: charge nothing.
-    await finish(updated ? outcome : { ok: false, err: new GatewayError('upstream_error', 'job lost') });
+    if (outcome.ok) {
+      // The charge lands before the images are visible in the job: a client that holds them has
+      // paid. The job's lease is renewed while this runs, so no other instance declares it lost.
+      await finish(outcome);
+      const done = { status: 'completed' as const, progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) };
+      if (!(await core.stores.jobs.update(jobId, done, UNFINISHED))) core.log.warn({ msg: 'a billed image job was finished elsewhere', job_id: jobId });
+      return;
+    }
+    const failed = { status: 'failed' as const, completedAt: unixSeconds(core.now()), error: { code: outcome.err.code, message: outcome.err.message } };
+    await core.stores.jobs.update(jobId, failed, UNFINISHED);
+    await finish(outcome);
   });
   const view = jobView(job);
   return json(202, view, { location: `/v1/images/${jobId}` });

@@ -88,7 +88,17 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
     if (status === 'completed') {
       const reported = reportedSeconds(upstream.seconds);
       const seconds = reported ?? job.seconds ?? DEFAULT_SECONDS;
-      const updated = await core.stores.jobs.update(
+      // The charge lands before the finished job is visible: a client that can fetch the clip
+      // has paid for it. Settling is idempotent per hold id, so an instance that raced this one
+      // to the same job cannot charge it twice.
+      const unitPricePico = priceFromText(job.heldUnitPrice);
+      // At the price the job was held at, not this instance's catalog price: the job may have
+      // been adopted after a restart that changed it.
+      await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
+        upstream: upstreamName,
+        ...(unitPricePico === undefined ? {} : { unitPricePico }),
+      });
+      await core.stores.jobs.update(
         job.id,
         {
           status: 'completed',
@@ -103,15 +113,6 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
         },
         UNFINISHED,
       );
-      if (updated) {
-        // At the price the job was held at, not this instance's catalog price: the job may
-        // have been adopted after a restart that changed it.
-        const unitPricePico = priceFromText(job.heldUnitPrice);
-        await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
-          upstream: upstreamName,
-          ...(unitPricePico === undefined ? {} : { unitPricePico }),
-        });
-      }
       await core.jobs.drop(lease);
       return;
     }
