@@ -5,8 +5,8 @@
  * The order lives in a ring of the ids with their expiry times beside the lookup set. A
  * Map used as a queue (drop `keys().next()`, the oldest) would be simpler, but V8 leaves a
  * deleted entry in place until the table is rebuilt, so once the Map is full every look for
- * its first entry walks over all the deleted ones before it: from about 20 µs at 200,000
- * entries to hundreds of µs per call as the holes pile up.
+ * its first entry walks over all the deleted ones before it, and each call gets slower as the
+ * holes pile up.
  */
 export interface RecentIds {
   has(id: string): boolean;

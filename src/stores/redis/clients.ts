@@ -62,9 +62,9 @@ const PIPELINED = { enableAutoPipelining: true } as const;
  * send its per-call scripts in batches (connection.ts), one or two commands per batch, and an
  * auto-pipeline costs more than the write it would save. Per event-loop turn, ioredis builds
  * a Pipeline that copies every defined command onto itself (the stores define 30 scripts),
- * and joins the turn's commands into one string before writing it. Measured on a billed
- * call's store operations at 50 concurrent callers: 35.1 -> 23.9 µs of the gateway's CPU
- * with it off, Redis's own CPU the same.
+ * and joins the turn's commands into one string before writing it. With it off, a billed
+ * call's store operations cost the gateway about a third less CPU and Redis the same (the
+ * figures are in the commit that turned it off and in bench/results/).
  */
 const UNPIPELINED = { enableAutoPipelining: false } as const;
 
