@@ -12,8 +12,10 @@ export type LedgerUnits =
   | { kind: 'seconds'; seconds: number; tier: string }
   | { kind: 'speech_tokens'; tokens: number }
   /**
-   * Money put into (a top-up) or taken out of (a negative adjustment) a wallet by an operator,
-   * not a call: its entry's `cost` is minus the amount credited, its key and model are "".
+   * Money put into (an opening balance, a top-up) or taken out of (a negative adjustment) a
+   * wallet, not by a call: its entry's `cost` is minus the amount credited, its key and model
+   * are "". The reason says which ("opening balance", "top-up", or the operator's own words).
+   * Credits are no key's spend and no usage.
    */
   | { kind: 'credit'; reason: string };
 
@@ -197,7 +199,13 @@ export interface BillingStore {
    * settle of it changes nothing. Returns whether an open hold was dropped.
    */
   release(accountId: string, holdId: string): Promise<boolean>;
-  /** Adds to the wallet; returns the new balance. Writes no ledger entry (seeding uses it). */
+  /**
+   * Atomic: adds to the wallet and appends one ledger entry for it, in one step (every wallet
+   * change is an entry, so the balance stays minus the sum of the ledger's costs): a credit
+   * (units `{kind: 'credit', reason: 'top-up'}`, cost = -amount) with a fresh id. A top-up of
+   * zero changes nothing and writes nothing. Returns the new balance. Not idempotent: an
+   * operator's top-up that may be replayed goes through `credit` with an id of its own.
+   */
   topUp(accountId: string, amount: bigint): Promise<bigint>;
   /**
    * Atomic, idempotent per (account, creditId): changes the balance by `amount` and appends

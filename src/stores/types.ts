@@ -65,8 +65,11 @@ export interface KeyPatch {
 export interface AccountStore {
   /**
    * Atomic create-if-absent: creates the account and credits its wallet with
-   * `initialBalance` in one step. When the account exists nothing changes (its balance is
-   * kept) and false is returned, so seeding from a config is idempotent.
+   * `initialBalance` in one step, as a ledger entry (a credit with id "opening-balance" and
+   * reason "opening balance"; none for a zero balance). When the account exists nothing
+   * changes (its balance is kept) and false is returned, so seeding from a config is
+   * idempotent. An account whose ledger already has its opening balance (its record was lost,
+   * its books kept) is created without a second one.
    */
   create(account: AccountRecord, initialBalance: bigint): Promise<boolean>;
   get(id: string): Promise<AccountRecord | null>;

@@ -77,7 +77,9 @@ function adminSuite(name: string, makeStores?: () => { stores: any; cleanup(): v
       const adj = await api('POST', '/accounts/acme/adjustments', { amountUsd: '-1.25', reason: 'goodwill reversal' });
       expect(adj.json).toMatchObject({ applied: true, balanceUsd: '6.25' });
       const ledger = await api('GET', '/ledger?account=acme');
+      // The opening balance is an entry too: the ledger sums to minus the balance.
       expect(ledger.json.data.map((e: any) => [e.costUsd, e.units])).toEqual([
+        ['-5', { kind: 'credit', reason: 'opening balance' }],
         ['-2.5', { kind: 'credit', reason: 'invoice 42' }],
         ['1.25', { kind: 'credit', reason: 'goodwill reversal' }],
       ]);
@@ -175,7 +177,8 @@ function adminSuite(name: string, makeStores?: () => { stores: any; cleanup(): v
       const jsonl = await api('GET', `/ledger?account=${ACCOUNT}&format=jsonl`);
       expect(jsonl.text.trim().split('\n').map((l) => JSON.parse(l).model)).toContain(MODEL);
 
-      const all = (await api('GET', `/ledger?account=${ACCOUNT}&limit=1000`)).json.data as any[];
+      // Usage is the charges: the opening balance and other credits are no usage.
+      const all = ((await api('GET', `/ledger?account=${ACCOUNT}&limit=1000`)).json.data as any[]).filter((e) => e.units.kind !== 'credit');
       const sum = all.reduce((s, e) => s + BigInt(Math.round(Number(e.costUsd) * 1e9)), 0n);
       const byDay = await api('GET', `/usage?account=${ACCOUNT}&group_by=day&from=2000-01-01`);
       expect(byDay.json.data[0].group).toBe(new Date().toISOString().slice(0, 10));

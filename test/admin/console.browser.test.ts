@@ -53,7 +53,7 @@ it('signs in, draws the spend chart, disables a key (then 401)', async () => {
   expect(painted).toBeGreaterThan(100);
   expect(await page.textContent('#by-model tbody')).toContain(MODEL);
   expect(Number(await page.textContent('#balance'))).toBeLessThan(50);
-  expect(await page.locator('#ledger tbody tr').count()).toBe(3);
+  expect(await page.locator('#ledger tbody tr').count()).toBe(4); // the opening balance and the three calls
   await page.screenshot({ path: `${ARTIFACTS}console-signed-in.png`, fullPage: true });
 
   const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;

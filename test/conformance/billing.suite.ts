@@ -11,6 +11,8 @@ export function billingSuite(name: string, make: MakeStores): void {
   describe(`${name}: BillingStore`, () => {
     const h = useHarness(make);
     const billing = () => h().stores.billing;
+    /** The account's ledger without its credits (opening balance, top-ups): its charges. */
+    const charges = async (accountId: string) => (await billing().ledger(accountId)).filter((e) => e.units.kind !== 'credit');
 
     /** A fresh account whose wallet holds `balance`, and a fresh key id. */
     async function account(stores: Stores, balance: bigint) {
@@ -143,7 +145,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       const after = {
         wallet: await billing().wallet(a.accountId),
         usage: await billing().keyUsage(a.accountId, a.keyId, MONTH),
-        ledger: await billing().ledger(a.accountId),
+        ledger: await charges(a.accountId),
       };
       expect(after.wallet).toEqual({ balance: 400n, held: 0n });
       expect(after.usage).toEqual({ total: 600n, monthly: 600n, held: 0n });
@@ -153,7 +155,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().release(a.accountId, req.holdId)).toBe(false);
       expect(await billing().wallet(a.accountId)).toEqual(after.wallet);
       expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual(after.usage);
-      expect(await billing().ledger(a.accountId)).toEqual(after.ledger);
+      expect(await charges(a.accountId)).toEqual(after.ledger);
     });
 
     it('settle after release changes nothing; release is idempotent', async () => {
@@ -164,7 +166,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().release(a.accountId, req.holdId)).toBe(false);
       expect(await billing().settle(settleReq(a, req.holdId, 100n))).toEqual({ settled: false, charged: 0n });
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 0n });
-      expect(await billing().ledger(a.accountId)).toEqual([]);
+      expect(await charges(a.accountId)).toEqual([]);
       expect(await billing().release(a.accountId, uid('never-held'))).toBe(false);
     });
 
@@ -178,7 +180,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       await billing().settle(settleReq(other, req.holdId, 100n));
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 1_000n, held: 500n });
       expect(await billing().openHolds(a.accountId)).toBe(1);
-      expect(await billing().ledger(a.accountId)).toEqual([]);
+      expect(await charges(a.accountId)).toEqual([]);
     });
 
     it('settle debits the full cost past the hold, marks the entry, and the wallet may go below zero', async () => {
@@ -188,7 +190,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().settle(settleReq(a, req.holdId, 1_300n))).toEqual({ settled: true, charged: 1_300n, held: 500n });
       expect(await billing().wallet(a.accountId)).toEqual({ balance: -300n, held: 0n });
       expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 1_300n, monthly: 1_300n, held: 0n });
-      const [entry] = await billing().ledger(a.accountId);
+      const [entry] = await charges(a.accountId);
       expect(entry).toMatchObject({ cost: 1_300n, held: 500n, exceededHold: true, measured: 'usage' });
       // Below zero, every hold is refused (even one of zero) until a top-up covers the debt.
       expect(await billing().placeHold(hold(a, 0n))).toEqual({ ok: false, limitSource: 'wallet', available: 0n });
@@ -209,7 +211,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       const req = hold(a, 500n);
       await billing().placeHold(req);
       await billing().settle(settleReq(a, req.holdId, 500n));
-      expect((await billing().ledger(a.accountId))[0]).toMatchObject({ cost: 500n, held: 500n, exceededHold: false });
+      expect((await charges(a.accountId))[0]).toMatchObject({ cost: 500n, held: 500n, exceededHold: false });
     });
 
     it('placing an open hold id again holds once', async () => {
@@ -238,7 +240,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().release(a.accountId, req.holdId)).toBe(false);
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 990n, held: 0n });
       expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 10n, monthly: 10n, held: 0n });
-      expect((await billing().ledger(a.accountId))[0]).toMatchObject({ cost: 10n, held: 0n, exceededHold: true });
+      expect((await charges(a.accountId))[0]).toMatchObject({ cost: 10n, held: 0n, exceededHold: true });
       expect(await billing().placeHold(hold(a, 990n, { monthlyCap: 1_000n }))).toEqual({ ok: true });
     });
 
@@ -270,7 +272,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       };
       await billing().settle(s1);
       await billing().settle(s2);
-      const ledger = await billing().ledger(a.accountId);
+      const ledger = await charges(a.accountId);
       expect(ledger).toEqual([
         { ...s1.entry, cost: 250n, held: 1_000n, exceededHold: false },
         { ...s2.entry, cost: 125n, held: 1_000n, exceededHold: false },
@@ -279,7 +281,7 @@ export function billingSuite(name: string, make: MakeStores): void {
 
       // Returned entries are copies.
       (ledger[0] as { cost: bigint }).cost = 0n;
-      expect((await billing().ledger(a.accountId))[0]?.cost).toBe(250n);
+      expect((await charges(a.accountId))[0]?.cost).toBe(250n);
     });
 
     it('pages the ledger by cursor, filtered by key and time, visiting every entry once', async () => {
@@ -313,16 +315,17 @@ export function billingSuite(name: string, make: MakeStores): void {
         throw new Error('the ledger never ended');
       }
 
+      // The opening balance is the account's first entry (a credit, key "", at its creation).
       const every = (await all({ accountId: a.accountId, limit: 3 })).flat();
-      expect(every).toEqual([1n, 2n, 3n, 4n, 5n, 6n, 7n]);
-      expect(await all({ accountId: a.accountId, limit: 1_000 })).toEqual([[1n, 2n, 3n, 4n, 5n, 6n, 7n]]);
+      expect(every).toEqual([-1_000_000n, 1n, 2n, 3n, 4n, 5n, 6n, 7n]);
+      expect(await all({ accountId: a.accountId, limit: 1_000 })).toEqual([[-1_000_000n, 1n, 2n, 3n, 4n, 5n, 6n, 7n]]);
       expect((await all({ accountId: a.accountId, keyId: other.keyId, limit: 1 })).flat()).toEqual([3n, 6n]);
       expect((await all({ accountId: a.accountId, from: 2_000, to: 5_000, limit: 2 })).flat()).toEqual([2n, 3n, 4n]);
       expect((await all({ accountId: a.accountId, keyId: a.keyId, from: 4_500, limit: 10 })).flat()).toEqual([5n, 7n]);
       expect(await all({ accountId: uid('acct'), limit: 10 })).toEqual([[]]);
 
       // Entries appended after a page was read are on the next page.
-      const first = await billing().queryLedger({ accountId: a.accountId, limit: 7 });
+      const first = await billing().queryLedger({ accountId: a.accountId, limit: 8 });
       const late = hold(a, 100n);
       await billing().placeHold(late);
       await billing().settle(settleReq(a, late.holdId, 8n));
@@ -368,7 +371,8 @@ export function billingSuite(name: string, make: MakeStores): void {
       });
       const down = await billing().credit({ accountId: a.accountId, creditId: 'c2', amount: -200n, reason: 'refund "x", y', at: 2_000 });
       expect(down).toEqual({ applied: true, balance: -50n });
-      const ledger = await billing().ledger(a.accountId);
+      const [opening, ...ledger] = await billing().ledger(a.accountId);
+      expect(opening).toMatchObject({ id: 'opening-balance', cost: -100n, units: { kind: 'credit', reason: 'opening balance' } });
       expect(ledger).toHaveLength(2);
       expect(ledger[0]).toMatchObject({
         id: 'c1',
@@ -386,8 +390,8 @@ export function billingSuite(name: string, make: MakeStores): void {
       // No key's spend moved; the wallet below zero refuses holds.
       expect((await billing().keyUsage(a.accountId, a.keyId, MONTH)).total).toBe(0n);
       expect((await billing().placeHold(hold(a, 1n))).ok).toBe(false);
-      const page = await billing().queryLedger({ accountId: a.accountId, limit: 1 });
-      expect(page.entries.map((e) => e.id)).toEqual(['c1']);
+      const page = await billing().queryLedger({ accountId: a.accountId, limit: 2 });
+      expect(page.entries.map((e) => e.id)).toEqual(['opening-balance', 'c1']);
       expect(page.more).toBe(true);
     });
 
@@ -407,7 +411,7 @@ export function billingSuite(name: string, make: MakeStores): void {
       const results = await Promise.all(Array.from({ length: 20 }, () => billing().settle(settleReq(a, req.holdId, 300n))));
       expect(results.filter((r) => r.settled)).toEqual([{ settled: true, charged: 300n, held: 500n }]);
       expect(await billing().wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
-      expect(await billing().ledger(a.accountId)).toHaveLength(1);
+      expect(await charges(a.accountId)).toHaveLength(1);
     });
 
     it('random hold/settle/release/topUp sequences balance exactly and overdraw only by settled excess', async () => {
@@ -452,9 +456,14 @@ export function billingSuite(name: string, make: MakeStores): void {
             expect(capped.monthly + capped.held <= CAP + excess).toBe(true);
           }
 
+          // Every wallet change is an entry: the balance is minus the ledger's sum, and the
+          // charges alone are what the calls took from the opening balance and top-ups.
           const ledger = await stores.billing.ledger(a.accountId);
-          const debited = ledger.reduce((sum, e) => sum + e.cost, 0n);
-          expect((await stores.billing.wallet(a.accountId)).balance).toBe(initial + toppedUp - debited);
+          const sum = ledger.reduce((total, e) => total + e.cost, 0n);
+          const charged = ledger.filter((e) => e.units.kind !== 'credit').reduce((total, e) => total + e.cost, 0n);
+          const balance = (await stores.billing.wallet(a.accountId)).balance;
+          expect(balance).toBe(-sum);
+          expect(balance).toBe(initial + toppedUp - charged);
           for (const e of ledger) expect(e.exceededHold).toBe(e.cost > e.held);
         }),
         { numRuns: 60 },

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
+import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { idempotencySuite } from './idempotency.suite.js';
 import type { StoreHarness } from './harness.js';
@@ -24,6 +25,7 @@ async function makeMemory(): Promise<StoreHarness & { now(): number }> {
 
 accountsKeysSuite('memory', makeMemory);
 billingSuite('memory', makeMemory);
+ledgerSuite('memory', makeMemory);
 limitsSuite('memory', makeMemory);
 jobsSuite('memory', makeMemory);
 contentSuite('memory', makeMemory);

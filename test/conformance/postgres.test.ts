@@ -9,6 +9,7 @@ import { createPostgresStores, PostgresStoreError } from '../../src/stores/postg
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
+import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
@@ -76,6 +77,7 @@ if (unreachable !== null) {
   describe('real clock', { retry: 2 }, () => {
     accountsKeysSuite('postgres', makePostgres);
     billingSuite('postgres', makePostgres);
+    ledgerSuite('postgres', makePostgres);
     limitsSuite('postgres', makePostgres);
     jobsSuite('postgres', makePostgres);
     contentSuite('postgres', makePostgres);
@@ -316,7 +318,7 @@ if (unreachable !== null) {
         expect(settled.length).toBeLessThanOrEqual(1);
         const w = await one.billing.wallet(a.accountId);
         expect(w).toEqual({ balance: settled.length ? 700n : 1_000n, held: 0n });
-        expect(await two.billing.ledger(a.accountId)).toHaveLength(settled.length);
+        expect(await two.billing.ledger(a.accountId)).toHaveLength(settled.length + 1);
       } finally {
         await Promise.all([one.close(), two.close()]);
       }
@@ -374,7 +376,7 @@ if (unreachable !== null) {
         expect((results[7] as PromiseRejectedResult).reason).toBeInstanceOf(PostgresStoreError);
         for (const [i, r] of results.entries()) if (i !== 7) expect(r).toEqual({ status: 'fulfilled', value: { settled: true, charged: 5_000n, held: 7_000n } });
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 700_000n - 39n * 5_000n, held: 7_000n });
-        expect(await stores.billing.ledger(a.accountId)).toHaveLength(39);
+        expect(await stores.billing.ledger(a.accountId)).toHaveLength(40);
         // The refused settle lands once it is well-formed (as a journal replay would).
         expect(await stores.billing.settle(settleReq(a, holds[7]!.holdId, 5_000n))).toEqual({ settled: true, charged: 5_000n, held: 7_000n });
       } finally {
@@ -422,7 +424,7 @@ if (unreachable !== null) {
         expect(await stores.billing.placeHold(req)).toEqual({ ok: true });
         expect(await stores.billing.settle(settleReq(a, req.holdId, MAX_NANO + 4n))).toEqual({ settled: true, charged: MAX_NANO + 4n, held: MAX_NANO + 2n });
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 2n ** 62n - MAX_NANO - 4n, held: 0n });
-        expect((await stores.billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO + 4n, held: MAX_NANO + 2n, exceededHold: true });
+        expect((await stores.billing.ledger(a.accountId)).at(-1)).toMatchObject({ cost: MAX_NANO + 4n, held: MAX_NANO + 2n, exceededHold: true });
       } finally {
         await stores.close();
       }
@@ -457,7 +459,7 @@ if (unreachable !== null) {
         for (const stmt of [`UPDATE "${SCHEMA}".ledger SET cost = 0`, `DELETE FROM "${SCHEMA}".ledger`, `TRUNCATE "${SCHEMA}".ledger`]) {
           await expect(sql.unsafe(stmt), stmt).rejects.toThrow(/append-only/);
         }
-        expect((await stores.billing.ledger(a.accountId))[0]?.cost).toBe(10n);
+        expect((await stores.billing.ledger(a.accountId)).at(-1)?.cost).toBe(10n);
       } finally {
         await sql.end();
         await stores.close();

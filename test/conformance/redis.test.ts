@@ -11,6 +11,7 @@ import { esc, RedisContext } from '../../src/stores/redis/connection.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
+import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { idempotencySuite } from './idempotency.suite.js';
 import { type StoreHarness, uid } from './harness.js';
@@ -168,6 +169,7 @@ if (unreachable !== null) {
   describe('real clock', { retry: 2 }, () => {
     accountsKeysSuite('redis', makeRedis);
     billingSuite('redis', makeRedis);
+    ledgerSuite('redis', makeRedis);
     limitsSuite('redis', makeRedis);
     jobsSuite('redis', makeRedis);
     contentSuite('redis', makeRedis);
@@ -192,7 +194,7 @@ if (unreachable !== null) {
         expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 500n });
         expect(await one.billing.release(a.accountId, req.holdId)).toBe(true);
         expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
-        expect(await one.billing.ledger(a.accountId)).toHaveLength(1);
+        expect(await one.billing.ledger(a.accountId)).toHaveLength(2);
         expect(await one.billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 300n, monthly: 300n, held: 0n });
 
         // The marker lives about a day.
@@ -236,7 +238,7 @@ if (unreachable !== null) {
         );
         expect(results.filter((r) => r.settled)).toMatchObject([{ settled: true, charged: 300n }]);
         expect(await one.billing.wallet(a.accountId)).toEqual({ balance: 700n, held: 0n });
-        expect(await two.billing.ledger(a.accountId)).toHaveLength(1);
+        expect(await two.billing.ledger(a.accountId)).toHaveLength(2);
       } finally {
         await Promise.all([one.close(), two.close()]);
       }
@@ -258,7 +260,7 @@ if (unreachable !== null) {
         expect(await billing.settle(settleReq(a, req.holdId, MAX_NANO - 2n))).toEqual({ settled: true, charged: MAX_NANO - 2n, held: MAX_NANO });
         expect(await billing.wallet(a.accountId)).toEqual({ balance: 2n, held: 0n });
         expect(await billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: MAX_NANO - 2n, monthly: MAX_NANO - 2n, held: 0n });
-        expect((await billing.ledger(a.accountId))[0]).toMatchObject({ cost: MAX_NANO - 2n, held: MAX_NANO, exceededHold: false });
+        expect((await billing.ledger(a.accountId)).at(-1)).toMatchObject({ cost: MAX_NANO - 2n, held: MAX_NANO, exceededHold: false });
         expect(await billing.topUp(a.accountId, MAX_NANO - 2n)).toBe(MAX_NANO);
       } finally {
         await h.cleanup();
@@ -591,7 +593,7 @@ if (unreachable !== null) {
         const settled = stores.billing.settle(settleReq(a, h.holdId, 7n));
         const [wallet, ledger] = await Promise.all([stores.billing.wallet(a.accountId), stores.billing.ledger(a.accountId)]);
         expect(wallet).toEqual({ balance: 993n, held: 0n });
-        expect(ledger.map((e) => e.id)).toEqual([h.holdId]);
+        expect(ledger.map((e) => e.id)).toEqual(['opening-balance', h.holdId]);
         expect(await settled).toMatchObject({ settled: true, charged: 7n });
       } finally {
         await stores.close();
@@ -632,7 +634,7 @@ if (unreachable !== null) {
         const [h1, h2, h3, s, bad, i1, i2, rel] = result;
         // Two scripts: the account's seven operations, the IP bucket's two.
         expect(sent.map((x) => (x[0] ?? '').toLowerCase())).toEqual(['evalsha', 'evalsha']);
-        expect(sent.map((x) => Number(x[2]))).toEqual([3 * 6 + 7 + 1 + 4, 2]);
+        expect(sent.map((x) => Number(x[2]))).toEqual([3 * 6 + 8 + 1 + 4, 2]);
         for (const x of sent) expect(new Set(x.slice(3, 3 + Number(x[2])).map(hashTag)).size).toBe(1);
         // Each answered as it would have been alone, in the order issued.
         expect(h1).toMatchObject({ status: 'fulfilled', value: { window: { allowed: true, remaining: 1 }, hold: { ok: true } } });
@@ -767,7 +769,7 @@ if (unreachable !== null) {
         );
         const spent = calls.reduce((sum, c) => sum + c.cost, 0n);
         expect(await stores.billing.wallet(a.accountId)).toEqual({ balance: 1_000_000n - spent, held: 0n });
-        expect((await stores.billing.ledger(a.accountId)).length).toBe(200);
+        expect((await stores.billing.ledger(a.accountId)).length).toBe(201);
       } finally {
         await stores.close();
       }

@@ -10,6 +10,7 @@ import { MIGRATIONS } from '../../src/stores/sqlite/schema.js';
 import type { HoldRequest, SettleRequest, Stores } from '../../src/stores/types.js';
 import { accountsKeysSuite } from './accounts-keys.suite.js';
 import { billingSuite } from './billing.suite.js';
+import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
@@ -40,6 +41,7 @@ async function makeSqlite(): Promise<StoreHarness & { now(): number; path: strin
 
 accountsKeysSuite('sqlite', makeSqlite);
 billingSuite('sqlite', makeSqlite);
+ledgerSuite('sqlite', makeSqlite);
 limitsSuite('sqlite', makeSqlite);
 jobsSuite('sqlite', makeSqlite);
 contentSuite('sqlite', makeSqlite);
@@ -91,7 +93,7 @@ describe('sqlite: a file', () => {
     try {
       expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 750n, held: 100n });
       expect(await again.billing.keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 250n, monthly: 250n, held: 100n });
-      expect((await again.billing.ledger(a.accountId)).map((e) => e.cost)).toEqual([250n]);
+      expect((await again.billing.ledger(a.accountId)).map((e) => e.cost)).toEqual([-1_000n, 250n]);
       // The hold id stays closed, and the account is not credited again.
       expect(await again.billing.settle(settleReq(a, settled.holdId, 250n))).toEqual({ settled: false, charged: 0n });
       expect(await again.accounts.create({ id: a.accountId, grants: [], createdAt: 0 }, 1_000n)).toBe(false);
@@ -132,7 +134,7 @@ describe('sqlite: a file', () => {
       expect(() => db.prepare('UPDATE ledger SET cost = 0').run()).toThrow(/append-only/);
       expect(() => db.prepare('DELETE FROM ledger').run()).toThrow(/append-only/);
       db.close();
-      expect((await h.stores.billing.ledger(a.accountId))[0]?.cost).toBe(10n);
+      expect((await h.stores.billing.ledger(a.accountId)).at(-1)?.cost).toBe(10n);
     } finally {
       await h.cleanup();
     }
@@ -297,6 +299,45 @@ describe('sqlite: a file', () => {
       expect(db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('rate_hits', 'rate_windows')").get()).toEqual({ n: 0 });
     } finally {
       db.close();
+    }
+  });
+
+  it('an upgrade from schema 4 gives each wallet its ledger doesn’t explain an opening-balance entry', async () => {
+    const path = join(dir, `${uid('db')}.db`);
+    const old = new Database(path);
+    for (const m of MIGRATIONS.slice(0, 4)) old.exec(m);
+    old.pragma('user_version = 4');
+    // Schema 4's books: created with 2 USD and topped up 1 USD without entries, credited 3.25 USD
+    // and charged 0.5 USD with entries; a wallet the ledger explains; a wallet with no account.
+    const append = old.prepare(
+      `INSERT INTO ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+       VALUES (?, ?, ?, ?, 'm', ?, ?, 0, 0, NULL, NULL, 5, 5)`,
+    );
+    old.prepare('INSERT INTO accounts (id, grants, created_at) VALUES (?, ?, ?)').run('acct', '[]', 1_234);
+    old.prepare('INSERT INTO wallets (account_id, balance) VALUES (?, ?)').run('acct', 5_750_000_000);
+    append.run('acct', 'credit:c1', 'c1', '', '{"kind":"credit","reason":"gift"}', -3_250_000_000);
+    append.run('acct', 'h1', 'r1', 'key_1', '{"kind":"tokens","prompt":1,"completion":1}', 500_000_000);
+    old.prepare('INSERT INTO wallets (account_id, balance) VALUES (?, ?)').run('even', -7);
+    append.run('even', 'h2', 'r2', 'key_2', '{"kind":"tokens","prompt":1,"completion":1}', 7);
+    old.prepare('INSERT INTO wallets (account_id, balance) VALUES (?, ?)').run('orphan', 40);
+    old.close();
+    const t = 1_700_000_000_000;
+    const stores = createSqliteStores({ path, now: () => t });
+    try {
+      for (const id of ['acct', 'even', 'orphan']) {
+        const sum = (await stores.billing.ledger(id)).reduce((total, e) => total + e.cost, 0n);
+        expect(-sum, id).toBe((await stores.billing.wallet(id)).balance);
+      }
+      const ledger = await stores.billing.ledger('acct');
+      expect(ledger.map((e) => e.id)).toEqual(['c1', 'r1', 'opening-balance']);
+      expect(ledger[2]).toMatchObject({ cost: -3_000_000_000n, keyId: '', units: { kind: 'credit', reason: 'opening balance' }, at: 1_234 });
+      expect(await stores.billing.ledger('even')).toHaveLength(1);
+      expect((await stores.billing.keyUsage('acct', 'key_1', '2025-01')).total).toBe(0n);
+      // An account whose opening balance is in its ledger is never credited one again.
+      expect(await stores.accounts.create({ id: 'orphan', grants: [], createdAt: t }, 99n)).toBe(true);
+      expect(await stores.billing.wallet('orphan')).toEqual({ balance: 40n, held: 0n });
+    } finally {
+      await stores.close();
     }
   });
 

@@ -99,17 +99,24 @@ describe.each(storages)('%s: billing integrity', (_name, enabled, makeStores) =>
     return { id, key, client: new OpenAI({ baseURL: gw.baseURL, apiKey: key, maxRetries: 0 }) };
   }
 
+  /** The account's charges: its ledger without the credits (the opening balance, top-ups). */
+  async function charges(accountId: string): Promise<LedgerEntry[]> {
+    return (await gw.stores.billing.ledger(accountId)).filter((e) => e.units.kind !== 'credit');
+  }
+
   async function settledEntries(accountId: string, count = 1): Promise<LedgerEntry[]> {
     let entries: LedgerEntry[] = [];
-    await eventually(async () => (entries = await gw.stores.billing.ledger(accountId)).length >= count, `${count} ledger entries`);
+    await eventually(async () => (entries = await charges(accountId)).length >= count, `${count} ledger entries`);
     return entries;
   }
 
   async function expectBalanced(accountId: string, walletUsd: number) {
-    const entries = await gw.stores.billing.ledger(accountId);
+    const entries = await charges(accountId);
     const debited = entries.reduce((s, e) => s + e.cost, 0n);
     const w = await gw.stores.billing.wallet(accountId);
     expect(w.balance).toBe(BigInt(walletUsd) * 1_000_000_000n - debited);
+    // Every wallet change is an entry: the balance is minus the whole ledger's sum.
+    expect(w.balance).toBe(-(await gw.stores.billing.ledger(accountId)).reduce((s, e) => s + e.cost, 0n));
     expect(w.held).toBe(0n);
     expect(await gw.stores.billing.openHolds(accountId)).toBe(0);
   }
@@ -275,7 +282,7 @@ describe.each(storages)('%s: billing integrity', (_name, enabled, makeStores) =>
     const body = (await res.json()) as { error: { code: string; param: string } };
     expect(body.error).toMatchObject({ code: 'invalid_request', param: 'seconds' });
     expect(media.requests.length).toBe(before);
-    expect(await gw.stores.billing.ledger(a.id)).toEqual([]);
+    expect(await charges(a.id)).toEqual([]);
   });
 
   it.runIf(enabled)('7. speech bills its instructions as well as its input', async () => {
@@ -300,7 +307,7 @@ describe.each(storages)('%s: billing integrity', (_name, enabled, makeStores) =>
       const answer = await a.client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });
       expect(answer.choices[0]?.message.content).toBe('ok');
       await eventually(() => injected.failedSettles() >= 2, 'the settle to be retried while the store is down');
-      expect(await gw.stores.billing.ledger(a.id)).toEqual([]);
+      expect(await charges(a.id)).toEqual([]);
     } finally {
       injected.setDown(false);
     }

@@ -1,9 +1,11 @@
 /**
  * The ledger's invariant under random traffic (fast-check): random sequences of calls of every
  * billed kind (plain and streamed chat, speech, images, videos), run concurrently, with random
- * client disconnects and upstream failures, on memory and on Redis. Once every call ended:
+ * client disconnects and upstream failures, and operators' top-ups and credits among them, on
+ * memory and on Redis. Once every call ended:
  *
- *   ledger sum == wallet debits == /key usage, and no hold is left open.
+ *   charges' sum == wallet debits == /key usage, and no hold is left open;
+ *   for every account, balance == -(sum of all its ledger entries' costs).
  */
 import { randomBytes } from 'node:crypto';
 import fc from 'fast-check';
@@ -31,7 +33,10 @@ type Op =
   | { kind: 'stream'; outcome: 'usage' | 'no_usage' | 'reset' | 'client_gone'; chunks: number }
   | { kind: 'speech' }
   | { kind: 'image'; fail: boolean; n: number }
-  | { kind: 'video'; fail: boolean; seconds: number };
+  | { kind: 'video'; fail: boolean; seconds: number }
+  /** An operator's wallet change: a top-up, or a signed credit (an adjustment when negative). */
+  | { kind: 'topup'; cents: number }
+  | { kind: 'credit'; cents: number };
 
 const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('chat' as const), outcome: fc.constantFrom('usage' as const, 'no_usage' as const, 'upstream_500' as const, 'client_gone' as const) }),
@@ -43,7 +48,11 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   fc.record({ kind: fc.constant('speech' as const) }),
   fc.record({ kind: fc.constant('image' as const), fail: fc.boolean(), n: fc.integer({ min: 1, max: 3 }) }),
   fc.record({ kind: fc.constant('video' as const), fail: fc.boolean(), seconds: fc.integer({ min: 1, max: 8 }) }),
+  fc.record({ kind: fc.constant('topup' as const), cents: fc.integer({ min: 1, max: 500 }) }),
+  fc.record({ kind: fc.constant('credit' as const), cents: fc.integer({ min: -300, max: 300 }).filter((c) => c !== 0) }),
 );
+
+const cents = (c: number) => BigInt(c) * 10_000_000n;
 
 /** The test upstream's answer for a chat request: the scenario travels in the prompt. */
 function chatBehavior(rec: { body?: Record<string, unknown> }): Behavior {
@@ -106,8 +115,8 @@ describe.each(storages)('%s: ledger invariant under random traffic', (name, enab
     }
   });
 
-  /** Runs one call; its answer's HTTP status, or null when the client went away first. */
-  async function run(key: string, op: Op): Promise<number | null> {
+  /** Runs one call (or wallet change); its answer's HTTP status, or null when the client went away first. */
+  async function run(account: string, key: string, op: Op): Promise<number | null> {
     const auth = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
     const post = (path: string, body: unknown, signal?: AbortSignal) =>
       fetch(`${gw.baseURL}${path}`, { method: 'POST', headers: auth, body: JSON.stringify(body), signal });
@@ -151,6 +160,12 @@ describe.each(storages)('%s: ledger invariant under random traffic', (name, enab
           await res.text();
           return res.status;
         }
+        case 'topup':
+          await gw.gateway.admin.topUp(account, formatUsd(cents(op.cents)));
+          return 200;
+        case 'credit':
+          await gw.gateway.admin.credit(account, { amountUsd: formatUsd(cents(op.cents)), reason: 'property' });
+          return 200;
       }
     } catch (err) {
       if ((err as Error).name !== 'AbortError' && (err as Error).name !== 'TimeoutError') throw err;
@@ -158,31 +173,36 @@ describe.each(storages)('%s: ledger invariant under random traffic', (name, enab
     }
   }
 
-  it.runIf(enabled)('ledger sum == wallet debits == /key usage, and no open holds, once every call ended', async () => {
+  it.runIf(enabled)('charges == wallet debits == /key usage, balance == -ledger sum, and no open holds, once every call ended', async () => {
     await fc.assert(
       fc.asyncProperty(fc.array(opArb, { minLength: 1, maxLength: 8 }), async (ops) => {
         const account = `acct_prop_${++runs}_${randomBytes(3).toString('hex')}`;
         await gw.gateway.admin.createAccount({ id: account, walletUsd: WALLET_USD });
         const { key } = await gw.gateway.admin.createKey({ account, kind: 'developer' });
         const videosBefore = media.videos().length;
-        const statuses = await Promise.all(ops.map((op) => run(key, op)));
+        const statuses = await Promise.all(ops.map((op) => run(account, key, op)));
         // Upstream video jobs finish; the gateway's trackers settle or refund them.
         for (const v of media.videos().slice(videosBefore)) media.finishVideo(v.id);
         await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'every hold to close', 10_000);
 
         const ledger = await gw.stores.billing.ledger(account);
-        const sum = ledger.reduce((s, e) => s + e.cost, 0n);
+        const charges = ledger.filter((e) => e.units.kind !== 'credit');
+        const charged = charges.reduce((s, e) => s + e.cost, 0n);
+        const credited = ops.reduce((s, op) => (op.kind === 'topup' || op.kind === 'credit' ? s + cents(op.cents) : s), 0n);
         const wallet = await gw.stores.billing.wallet(account);
         expect(wallet.held).toBe(0n);
-        expect(BigInt(WALLET_USD) * 1_000_000_000n - wallet.balance).toBe(sum);
+        // Every wallet change is an entry: the opening balance, top-ups and credits too.
+        expect(wallet.balance).toBe(-ledger.reduce((s, e) => s + e.cost, 0n));
+        expect(BigInt(WALLET_USD) * 1_000_000_000n + credited - wallet.balance).toBe(charged);
         const info = (await (await fetch(`${gw.baseURL}/key`, { headers: { authorization: `Bearer ${key}` } })).json()) as {
           data: { usage: number; wallet: { held: number } };
         };
-        expect(info.data.usage).toBe(Number(formatUsd(sum)));
+        // The key's usage is its charges only: top-ups and credits are no spend.
+        expect(info.data.usage).toBe(Number(formatUsd(charged)));
         expect(info.data.wallet.held).toBe(0);
         // Every success was billed once; no entry for a call that produced nothing.
         expect(new Set(ledger.map((e) => e.id)).size).toBe(ledger.length);
-        for (const e of ledger) expect(e.cost > 0n).toBe(true);
+        for (const e of charges) expect(e.cost > 0n).toBe(true);
         // A call that was answered 200 and produced output is in the ledger. (Under load a call
         // may fail, e.g. an upstream timeout: it is then charged nothing, which the sums check.)
         const produces = (op: Op) =>
@@ -191,10 +211,15 @@ describe.each(storages)('%s: ledger invariant under random traffic', (name, enab
           op.kind === 'speech' ||
           ((op.kind === 'image' || op.kind === 'video') && !op.fail);
         const produced = ops.filter((op, i) => produces(op) && statuses[i] === 200);
-        expect(ledger.length, `ops ${JSON.stringify(ops)} answered ${JSON.stringify(statuses)}`).toBeGreaterThanOrEqual(produced.length);
-        expect(ledger.length).toBeLessThanOrEqual(ops.length);
+        expect(charges.length, `ops ${JSON.stringify(ops)} answered ${JSON.stringify(statuses)}`).toBeGreaterThanOrEqual(produced.length);
+        expect(charges.length).toBeLessThanOrEqual(ops.length);
       }),
       { numRuns: 8 },
     );
+    // And across every account the runs made: each balance is minus its ledger's sum.
+    for (const a of await gw.gateway.admin.listAccounts()) {
+      const sum = (await gw.stores.billing.ledger(a.id)).reduce((s, e) => s + e.cost, 0n);
+      expect(formatUsd(-sum), a.id).toBe(a.balanceUsd);
+    }
   }, 120_000);
 });

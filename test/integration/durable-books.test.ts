@@ -13,6 +13,7 @@ import { AdminError } from '../../src/admin/accounts.js';
 import { createGateway } from '../../src/gateway.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
+import type { LedgerEntry } from '../../src/stores/types.js';
 import { chatCost, worstCaseHold } from '../helpers/billing.js';
 import { ACCOUNT, COMPLETION_PRICE, MODEL, PROMPT_PRICE, eventually, testConfig, testKey } from '../helpers/gateway.js';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/processes.js';
@@ -39,6 +40,9 @@ const chatRequest = (base: string, key: string, maxTokens = 50) =>
   new Request(`${base}/chat/completions`, { method: 'POST', headers: auth(key), body: JSON.stringify({ model: MODEL, messages, max_tokens: maxTokens }) });
 const nano = (usd: number) => BigInt(Math.round(usd * 1e9));
 
+/** A ledger's charges: without its credits (the opening balance, top-ups). */
+const calls = (entries: LedgerEntry[]) => entries.filter((e) => e.units.kind !== 'credit');
+
 describe('a gateway on SQLite (in process)', () => {
   it('a restarted gateway keeps wallets, spend, keys and the ledger, and seeding credits once', async () => {
     const path = join(dir, 'restart.db');
@@ -49,7 +53,7 @@ describe('a gateway on SQLite (in process)', () => {
     const first = createGateway(options);
     await first.ready;
     for (let i = 0; i < 3; i++) expect((await first.fetch(chatRequest('http://gw/v1', setup.devKey))).status).toBe(200);
-    await eventually(async () => (await first.admin.ledger(ACCOUNT)).length === 3, 'three settles');
+    await eventually(async () => calls(await first.admin.ledger(ACCOUNT)).length === 3, 'three settles');
     const { key: created } = await first.admin.createKey({ account: ACCOUNT, label: 'made at run time' });
     await first.dispose();
 
@@ -58,7 +62,7 @@ describe('a gateway on SQLite (in process)', () => {
     try {
       expect(await second.admin.wallet(ACCOUNT)).toEqual({ balanceUsd: String(10 - Number(3n * CALL) / 1e9), heldUsd: '0' });
       const ledger = await second.admin.ledger(ACCOUNT);
-      expect(ledger.map((e) => e.cost)).toEqual([CALL, CALL, CALL]);
+      expect(ledger.map((e) => e.cost)).toEqual([-10_000_000_000n, CALL, CALL, CALL]);
       const res = await second.fetch(new Request('http://gw/v1/key', { headers: auth(created) }));
       expect(res.status).toBe(200);
       const body = (await res.json()) as { data: { usage: number } };
@@ -85,7 +89,7 @@ describe('a gateway on SQLite (in process)', () => {
       for (const key of [setup.devKey, other, setup.devKey, setup.devKey, other]) {
         expect((await gateway.fetch(chatRequest('http://gw/v1', key))).status).toBe(200);
       }
-      await eventually(async () => (await gateway.admin.ledger(ACCOUNT)).length === 5, 'five settles');
+      await eventually(async () => calls(await gateway.admin.ledger(ACCOUNT)).length === 5, 'five settles');
       const otherId = ((await (await gateway.fetch(new Request('http://gw/v1/key', { headers: auth(other) }))).json()) as { data: { id: string } }).data.id;
 
       const seen: string[] = [];
@@ -224,14 +228,16 @@ describe('CLI processes on one SQLite file', () => {
     expect(csv[0]).toBe(
       'at,id,account,key,model,units,prompt_tokens,completion_tokens,images,seconds,tokens,tier,cost_usd,held_usd,exceeded_hold,measured,upstream,reason',
     );
-    expect(csv).toHaveLength(16);
+    // The opening balance, the top-up and the 15 charges: the ledger sums to minus the balance.
+    expect(csv).toHaveLength(18);
     const costColumn = csv[0]!.split(',').indexOf('cost_usd');
     const total = csv.slice(1).reduce((sum, line) => sum + nano(Number(line.split(',')[costColumn])), 0n);
-    expect(total).toBe(15n * CALL);
+    expect(total).toBe(15n * CALL - tenHolds - 1_000_000_000n);
     const jsonl = (await cli(['ledger', '--config', configFile, '--account', 'acct_holds', '--since', '1h']))
       .trim()
       .split('\n')
-      .map((l) => JSON.parse(l) as { model: string; prompt_tokens: number; cost_usd: string });
+      .map((l) => JSON.parse(l) as { model: string; units: string; prompt_tokens: number; cost_usd: string })
+      .filter((l) => l.units !== 'credit');
     expect(jsonl).toHaveLength(15);
     expect(jsonl[0]).toMatchObject({ model: MODEL, prompt_tokens: USAGE.prompt_tokens, cost_usd: String(Number(CALL) / 1e9) });
     expect(await cli(['ledger', '--config', configFile, '--account', 'acct_holds', '--since', '2999-01-01'])).toBe('');

@@ -1,15 +1,26 @@
-import type { AccountRecord, AccountStore, ApiKeyRecord, KeyPatch, KeyStore } from '../types.js';
-import type { Balances } from './billing.js';
+import type { AccountRecord, AccountStore, ApiKeyRecord, CreditRequest, KeyPatch, KeyStore } from '../types.js';
+import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
-/** Accounts; `create` credits the shared wallet balances in the same synchronous step. */
-export function createMemoryAccounts(balances: Balances): AccountStore {
+/**
+ * Accounts; `create` credits the opening balance through billing's synchronous credit step,
+ * in the same synchronous step, so the wallet change is a ledger entry like every other.
+ */
+export function createMemoryAccounts(credit: (req: CreditRequest) => unknown): AccountStore {
   const accounts = new Map<string, AccountRecord>();
 
   return {
     async create(account: AccountRecord, initialBalance: bigint): Promise<boolean> {
       if (accounts.has(account.id)) return false;
       accounts.set(account.id, structuredClone(account));
-      balances.set(account.id, (balances.get(account.id) ?? 0n) + initialBalance);
+      if (initialBalance !== 0n) {
+        credit({
+          accountId: account.id,
+          creditId: OPENING_BALANCE_ID,
+          amount: initialBalance,
+          reason: OPENING_BALANCE_REASON,
+          at: account.createdAt,
+        });
+      }
       return true;
     },
 

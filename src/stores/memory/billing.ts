@@ -18,8 +18,9 @@ import type { MemoryLimits } from './limits.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { createRecentIds } from './recent-ids.js';
 import { createSweeper } from './sweep.js';
+import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
-/** Wallet balances by account id; shared with the account store, which credits new accounts. */
+/** Wallet balances by account id. */
 export type Balances = Map<string, bigint>;
 
 interface Hold {
@@ -68,11 +69,11 @@ function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
  * in between), so each one is atomic with respect to every other call. Given the limit
  * store's `windows`, a hold can count a rate-window hit in the same synchronous step.
  */
-export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 10_000, windows?: MemoryLimits): BillingStore {
+export function createMemoryBilling(balances: Balances, now: () => number, ledgerLimit = 10_000, windows?: MemoryLimits): MemoryBilling {
   return windows ? new WindowedMemoryBilling(balances, now, ledgerLimit, windows) : new MemoryBilling(balances, now, ledgerLimit);
 }
 
-class MemoryBilling implements BillingStore {
+export class MemoryBilling implements BillingStore {
   /** Open holds by account, with running sums so no operation walks every hold. */
   private readonly holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */
@@ -249,12 +250,20 @@ class MemoryBilling implements BillingStore {
 
   async topUp(accountId: string, amount: bigint): Promise<bigint> {
     if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-    const balance = (this.balances.get(accountId) ?? 0n) + amount;
-    this.balances.set(accountId, balance);
-    return balance;
+    // A wallet change is a ledger entry; a top-up of nothing changes nothing.
+    if (amount === 0n) return this.balances.get(accountId) ?? 0n;
+    return this.creditNow({ accountId, creditId: topUpId(), amount, reason: TOP_UP_REASON, at: this.now() }).balance;
   }
 
   async credit(req: CreditRequest): Promise<CreditResult> {
+    return this.creditNow(req);
+  }
+
+  /**
+   * The credit step, synchronous, so the account store can credit an opening balance in the
+   * same step as it creates the account.
+   */
+  creditNow(req: CreditRequest): CreditResult {
     // Credit ids are remembered for good (credits are rare), so a replay never pays twice.
     const id = `${req.accountId}\u0000${req.creditId}`;
     if (this.credited.has(id)) return { applied: false, balance: this.balances.get(req.accountId) ?? 0n };

@@ -23,13 +23,14 @@ export interface MemoryStoresOptions {
  */
 export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
   const now = options.now ?? Date.now;
-  // Wallets are shared: creating an account credits the same balances billing debits.
+  // Billing owns the wallets; creating an account credits its opening balance through billing.
   const balances: Balances = new Map();
   const limits = createMemoryLimits(now);
+  const billing = createMemoryBilling(balances, now, options.ledgerLimit ?? 10_000, limits);
   return {
-    accounts: createMemoryAccounts(balances),
+    accounts: createMemoryAccounts((req) => billing.creditNow(req)),
     keys: createMemoryKeys(),
-    billing: createMemoryBilling(balances, now, options.ledgerLimit ?? 10_000, limits),
+    billing,
     limits,
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),

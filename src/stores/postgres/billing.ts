@@ -19,6 +19,7 @@ import type {
 } from '../types.js';
 import { big, int32, num, type PgContext, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
+import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -178,13 +179,15 @@ class PostgresBilling implements BillingStore {
 
   async topUp(accountId: string, amount: bigint): Promise<bigint> {
     if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-    const r = await this.ctx.one<{ balance: bigint }>(
+    if (amount === 0n) return (await this.wallet(accountId)).balance;
+    // A wallet change is a ledger entry: a top-up is a credit with a fresh id, dated by the
+    // database clock as every write is.
+    const r = await this.ctx.one<{ o_balance: bigint }>(
       'topUp',
-      `INSERT INTO ${this.s}.wallets AS w (account_id, balance) VALUES ($1, $2::bigint)
-        ON CONFLICT (account_id) DO UPDATE SET balance = w.balance + excluded.balance RETURNING balance`,
-      [accountId, amount.toString()],
+      `SELECT o_balance FROM ${this.s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, ${this.s}.mg_now())`,
+      [accountId, topUpId(), amount.toString(), JSON.stringify({ kind: 'credit', reason: TOP_UP_REASON })],
     );
-    return big(r?.balance);
+    return big(r?.o_balance);
   }
 
   async credit(req: CreditRequest): Promise<CreditResult> {

@@ -27,6 +27,7 @@
  * Money is BIGINT nano-USD throughout; `sum` (numeric) is cast back to bigint.
  */
 import type postgres from 'postgres';
+import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 /** Milliseconds a closed hold id is remembered (as in every driver). */
 export const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
@@ -1005,6 +1006,41 @@ BEGIN
   END IF;
   RETURN to_jsonb(v_out);
 END $$;
+`,
+  // 7: every wallet change is a ledger entry, so a balance is always minus the sum of its
+  // ledger's costs. A new account's opening balance is a credit (mg_credit, so it takes the
+  // wallet lock and its entry as every credit does) with the one opening-balance credit id, so
+  // an account gets one at most; a zero opening balance writes nothing. Books written before
+  // hold opening balances and top-ups no entry explains: each wallet whose balance is not minus
+  // its ledger's sum gets one opening-balance credit for the difference, appended (a new seq:
+  // cursors already handed out stay valid and see it) and dated at the account's creation (the
+  // upgrade's time for a wallet without an account record). The wallets are locked against
+  // writes meanwhile, so an older instance still running cannot settle between a balance and
+  // its sum.
+  (s) => `
+CREATE OR REPLACE FUNCTION ${s}.mg_create_account(p_id text, p_grants jsonb, p_created bigint, p_initial bigint)
+RETURNS boolean LANGUAGE plpgsql AS $$
+BEGIN
+  INSERT INTO ${s}.accounts (id, grants, created_at) VALUES (p_id, p_grants, p_created) ON CONFLICT DO NOTHING;
+  IF NOT FOUND THEN RETURN false; END IF;
+  IF p_initial <> 0 THEN
+    PERFORM ${s}.mg_credit(p_id, '${OPENING_BALANCE_ID}', p_initial,
+      '{"kind":"credit","reason":"${OPENING_BALANCE_REASON}"}'::jsonb, p_created);
+  END IF;
+  RETURN true;
+END $$;
+
+LOCK TABLE ${s}.wallets IN EXCLUSIVE MODE;
+INSERT INTO ${s}.ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+SELECT w.account_id, 'credit:${OPENING_BALANCE_ID}', '${OPENING_BALANCE_ID}', '', '',
+       '{"kind":"credit","reason":"${OPENING_BALANCE_REASON}"}'::jsonb, -(w.balance + coalesce(l.total, 0))::bigint, 0, false, NULL, NULL,
+       coalesce(a.created_at, ${s}.mg_now()), ${s}.mg_now()
+  FROM ${s}.wallets AS w
+  LEFT JOIN (SELECT account_id, sum(cost) AS total FROM ${s}.ledger GROUP BY account_id) AS l ON l.account_id = w.account_id
+  LEFT JOIN ${s}.accounts AS a ON a.id = w.account_id
+ WHERE w.balance + coalesce(l.total, 0) <> 0
+ ORDER BY w.account_id
+ON CONFLICT DO NOTHING;
 `,
 ];
 

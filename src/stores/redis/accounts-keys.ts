@@ -1,9 +1,11 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyPatch, KeyStore } from '../types.js';
+import { creditEntry, creditMarker } from './credits.js';
 import { int, list, type RedisContext, str } from './connection.js';
+import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 /**
- * Accounts. `create` writes the record and credits the wallet in one script (both under the
- * account's hash tag). The account index is a separate key: the id is added to it before the
+ * Accounts. `create` writes the record and credits the opening balance, with its ledger entry,
+ * in one script (all under the account's hash tag). The account index is a separate key: the id is added to it before the
  * script runs, and `list` skips ids whose record does not exist.
  */
 export function createRedisAccounts(ctx: RedisContext): AccountStore {
@@ -19,9 +21,15 @@ export function createRedisAccounts(ctx: RedisContext): AccountStore {
     async create(account: AccountRecord, initialBalance: bigint): Promise<boolean> {
       const created = await ctx.run('createAccount', async () => {
         await client.sadd(ctx.index('accounts'), account.id);
+        const opening = creditEntry(account.id, OPENING_BALANCE_ID, initialBalance, OPENING_BALANCE_REASON, account.createdAt);
         return scripts.mgAccountCreate(
-          [ctx.account(account.id, 'acct'), ctx.account(account.id, 'bal')],
-          [account.id, JSON.stringify(account.grants), String(account.createdAt), initialBalance.toString()],
+          [
+            ctx.account(account.id, 'acct'),
+            ctx.account(account.id, 'bal'),
+            ctx.account(account.id, 'ledger'),
+            creditMarker(ctx, account.id, OPENING_BALANCE_ID),
+          ],
+          [account.id, JSON.stringify(account.grants), String(account.createdAt), initialBalance.toString(), JSON.stringify(opening)],
         );
       });
       return int(created) === 1;

@@ -16,8 +16,14 @@ import type {
 } from '../types.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
+import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { creditEntry, creditMarker } from './credits.js';
+import type { RedisLedgerUpgrade } from './ledger-upgrade.js';
 
-/** How long a closed (settled or released) hold id is remembered, so a replayed settle never debits twice. */
+/**
+ * How long a released hold id is remembered, so a settle after its release changes nothing.
+ * A settled hold id is remembered for good, by its ledger entry (the ledger index).
+ */
 export const CLOSED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
 
 /** Entries read per LRANGE when paging the ledger, and at most per page (filters may skip many). */
@@ -51,6 +57,7 @@ const accountKeys = (ctx: RedisContext, accountId: string) => ({
   held: ctx.account(accountId, 'held'),
   spend: ctx.account(accountId, 'spend'),
   ledger: ctx.account(accountId, 'ledger'),
+  ledgerIndex: ctx.account(accountId, 'ledger-ids'),
 });
 
 /** The hold's arguments, shared by the hold script and the hit-and-hold script. */
@@ -69,8 +76,8 @@ const holdArgv = (req: HoldRequest, f: ReturnType<typeof fields>): Array<string 
  * release are one script each, sent in batches (connection.ts); every key they touch is under
  * the account's hash tag. See scripts.ts for the atomic steps.
  */
-export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMember: () => string): BillingStore {
-  return new RedisBilling(ctx, windowsId, hitMember);
+export function createRedisBilling(ctx: RedisContext, windowsId: symbol, hitMember: () => string, upgrade: RedisLedgerUpgrade): BillingStore {
+  return new RedisBilling(ctx, windowsId, hitMember, upgrade);
 }
 
 class RedisBilling implements BillingStore {
@@ -78,6 +85,8 @@ class RedisBilling implements BillingStore {
     private readonly ctx: RedisContext,
     readonly windowsId: symbol,
     private readonly hitMember: () => string,
+    /** Books from before every wallet change was an entry: upgraded before the first read (ledger-upgrade.ts). */
+    private readonly upgrade: RedisLedgerUpgrade,
   ) {}
 
   async placeHold(req: HoldRequest): Promise<HoldResult> {
@@ -125,8 +134,8 @@ class RedisBilling implements BillingStore {
       await this.ctx.batched(
         'settle',
         'mgSettle',
-        [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, closedMarker(this.ctx, req.accountId, req.holdId)],
-        [req.holdId, req.cost.toString(), entry, CLOSED_MARKER_TTL_MS, f.monthly, f.total],
+        [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, k.ledgerIndex, closedMarker(this.ctx, req.accountId, req.holdId)],
+        [req.holdId, req.cost.toString(), entry, f.monthly, f.total],
       ),
     );
     return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]), held: big(reply[2]) } : { settled: false, charged: 0n };
@@ -146,29 +155,21 @@ class RedisBilling implements BillingStore {
 
   async topUp(accountId: string, amount: bigint): Promise<bigint> {
     if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-    return big(
-      await this.ctx.run('topUp', () => this.ctx.scripts.mgTopUp([accountKeys(this.ctx, accountId).bal], [amount.toString()])),
-    );
+    const k = accountKeys(this.ctx, accountId);
+    if (amount === 0n) return big(await this.ctx.run('topUp', () => this.ctx.client.get(k.bal)));
+    // The script adds "at" (the Redis clock) to this entry: a top-up is a credit with a fresh id.
+    const entry = creditEntry(accountId, topUpId(), amount, TOP_UP_REASON);
+    const { at: _at, ...undated } = entry;
+    return big(await this.ctx.run('topUp', () => this.ctx.scripts.mgTopUp([k.bal, k.ledger], [amount.toString(), JSON.stringify(undated)])));
   }
 
   async credit(req: CreditRequest): Promise<CreditResult> {
     const k = accountKeys(this.ctx, req.accountId);
-    const entry: Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string } = {
-      id: req.creditId,
-      accountId: req.accountId,
-      keyId: '',
-      model: '',
-      units: { kind: 'credit', reason: req.reason },
-      cost: (-req.amount).toString(),
-      held: '0',
-      exceededHold: false,
-      measured: null,
-      at: req.at,
-    };
+    const entry = creditEntry(req.accountId, req.creditId, req.amount, req.reason, req.at);
     const reply = list(
       await this.ctx.run('credit', () =>
         this.ctx.scripts.mgCredit(
-          [k.bal, k.ledger, this.ctx.account(req.accountId, `credit:${esc(req.creditId)}`)],
+          [k.bal, k.ledger, creditMarker(this.ctx, req.accountId, req.creditId)],
           [req.amount.toString(), JSON.stringify(entry)],
         ),
       ),
@@ -177,6 +178,7 @@ class RedisBilling implements BillingStore {
   }
 
   async wallet(accountId: string): Promise<WalletView> {
+    await this.upgrade.ensure();
     const k = accountKeys(this.ctx, accountId);
     const reply = list(await this.ctx.run('wallet', () => this.ctx.scripts.mgWallet([k.bal, k.holds, k.hexp, k.held], [])));
     return { balance: big(reply[0]), held: big(reply[1]) };
@@ -194,12 +196,14 @@ class RedisBilling implements BillingStore {
   }
 
   async ledger(accountId: string): Promise<LedgerEntry[]> {
+    await this.upgrade.ensure();
     const raw = list(await this.ctx.run('ledger', () => this.ctx.client.lrange(accountKeys(this.ctx, accountId).ledger, 0, -1)));
     return raw.map(parseEntry);
   }
 
   async queryLedger(query: LedgerQuery): Promise<LedgerPage> {
     const q = checkLedgerQuery(query);
+    await this.upgrade.ensure();
     const key = accountKeys(this.ctx, q.accountId).ledger;
     // The list is append-only, so a position (the cursor) always names the same entry.
     let pos = Number(q.start);

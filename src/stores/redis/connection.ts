@@ -12,7 +12,10 @@
  *   P{a:<account>}:held            hash   "all" and "k:<key>" -> sum of open holds
  *   P{a:<account>}:spend           hash   "t:<key>" all-time, "m:<month>:<key>" monthly spend
  *   P{a:<account>}:ledger          list   JSON ledger entries (bigints as strings), oldest first
- *   P{a:<account>}:settled:<hold>  string settled marker (charged amount), expires after a day
+ *   P{a:<account>}:ledger-ids      hash   holdId -> position of its settle's entry in the ledger (kept for good)
+ *   P{a:<account>}:settled:<hold>  string closed marker of a released hold, expires after a day
+ *   P{a:<account>}:credit:<id>     string applied credit id (opening balance, operator credit), kept for good
+ *   P{a:<account>}:ledger-v2       string the account's books were upgraded (ledger-upgrade.ts)
  *   P{a:<account>}:keys            set    key ids of the account
  *   P{a:<account>}:brands          hash   brandId -> JSON
  *   P{a:<account>}:docs            hash   documentId -> JSON
@@ -26,6 +29,7 @@
  *   P{idem:<scope>}                string Idempotency-Key record JSON, with PEXPIRE
  *   P{idx}:accounts                set    every account id
  *   P{idx}:jobs                    zset   unfinished job id -> when the job disappears (ms)
+ *   P{idx}:ledger-upgraded         string every account's books were upgraded (ledger-upgrade.ts)
  *
  * The two index keys cannot share a slot with the records they list, so they are written with
  * their own commands, after (jobs) or before (accounts) the record's atomic script; readers
@@ -104,7 +108,7 @@ export class RedisContext {
   idempotency(scope: string): string {
     return `${this.prefix}{idem:${esc(scope)}}`;
   }
-  index(name: 'accounts' | 'jobs'): string {
+  index(name: 'accounts' | 'jobs' | 'ledger-upgraded'): string {
     return `${this.prefix}{idx}:${name}`;
   }
 

@@ -7,6 +7,7 @@ import { createRedisContent } from './content.js';
 import { durabilityWarning, pingRedis } from './health.js';
 import { createRedisIdempotency } from './idempotency.js';
 import { createRedisJobs } from './jobs.js';
+import { RedisLedgerUpgrade } from './ledger-upgrade.js';
 import { createRedisLimits, hitMembers } from './limits.js';
 
 export { RedisStoreError } from './connection.js';
@@ -92,11 +93,16 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
   // The windows live in this Redis beside the books: a hold may count a window hit in its script.
   const windowsId = Symbol('redis windows');
   const hitMember = hitMembers();
+  // Books written before every wallet change was a ledger entry get their opening-balance
+  // entries on first touch: started now, awaited by every wallet and ledger read until done. A
+  // start that fails (Redis not up yet) is tried again by the next read.
+  const upgrade = new RedisLedgerUpgrade(ctx);
+  upgrade.ensure()?.catch(() => {});
 
   return {
     accounts: createRedisAccounts(ctx),
     keys: createRedisKeys(ctx),
-    billing: createRedisBilling(ctx, windowsId, hitMember),
+    billing: createRedisBilling(ctx, windowsId, hitMember, upgrade),
     limits: createRedisLimits(ctx, windowsId, hitMember),
     jobs: createRedisJobs(ctx),
     content: createRedisContent(ctx),

@@ -242,22 +242,28 @@ return {1, remaining, reset, h[1], h[2], h[3]}
 `),
 
   /**
-   * Settle, idempotent per holdId: debits the full list cost (even past the hold), whether or
-   * not the hold is still open (an expired hold's output was still delivered).
-   * KEYS: balance, holds, hold expiries, held sums, spend, ledger, closed marker of the hold
+   * Settle, idempotent per holdId for good: debits the full list cost (even past the hold),
+   * whether or not the hold is still open (an expired hold's output was still delivered).
+   * The account's ledger index names every hold id its ledger has an entry of, with that
+   * entry's position, so a settle replayed however late (from the settle journal of an
+   * instance that was away for days) finds its entry and changes nothing. The index is kept
+   * for good, as the entries are: one small field beside each entry, no marker per call.
+   * KEYS: balance, holds, hold expiries, held sums, spend, ledger, ledger index, closed marker
+   *       of the hold (written by a release)
    * ARGV: holdId, list cost, ledger entry JSON without "cost"/"held"/"exceededHold" (an object,
-   *       ends with '}'), marker TTL ms, monthly spend field and all-time spend field to use
-   *       when the hold is gone
+   *       ends with '}'), monthly spend field and all-time spend field to use when the hold is
+   *       gone
    * Returns {1, charged, held} or {0, '0'}.
    */
-  mgSettle: batchable(7, [PRELUDE, HOLDS], `
-local bal, holds, hexp, held, spend, ledger, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+  mgSettle: batchable(8, [PRELUDE, HOLDS], `
+local bal, holds, hexp, held, spend, ledger, index, done = KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7], KEYS[8]
 local t = now_ms()
 prune(holds, hexp, held, t)
--- A replayed settle (e.g. resent after a reconnect or from the settle journal), or a settle
--- after release, finds the marker and changes nothing.
-if redis.call('EXISTS', done) == 1 then return {0, '0'} end
-local mf, tf, amount = ARGV[5], ARGV[6], 0
+-- A replayed settle (resent after a reconnect, or from the settle journal) finds its entry in
+-- the index; a settle after release finds the release's marker (and books written before the
+-- index find the settle marker they wrote then, which lives a day): nothing changes.
+if redis.call('HEXISTS', index, ARGV[1]) == 1 or redis.call('EXISTS', done) == 1 then return {0, '0'} end
+local mf, tf, amount = ARGV[4], ARGV[5], 0
 local raw = redis.call('HGET', holds, ARGV[1])
 if raw then
   local h
@@ -273,8 +279,8 @@ if cost > 0 then
 end
 local exceeded = 'false'
 if cost > amount then exceeded = 'true' end
-redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '","held":"' .. fmt(amount) .. '","exceededHold":' .. exceeded .. '}')
-redis.call('SET', done, 's', 'PX', ARGV[4])
+local n = redis.call('RPUSH', ledger, string.sub(ARGV[3], 1, -2) .. ',"cost":"' .. c .. '","held":"' .. fmt(amount) .. '","exceededHold":' .. exceeded .. '}')
+redis.call('HSET', index, ARGV[1], n)
 return {1, c, fmt(amount)}
 `),
 
@@ -355,25 +361,60 @@ return redis.call('HLEN', KEYS[1])
 `,
   },
 
-  /** KEYS: balance. ARGV: amount. Returns the new balance as a string (exact). */
+  /**
+   * Top-up: adds to the balance and appends its ledger entry (every wallet change is one), in
+   * one step, dated by the Redis clock.
+   * KEYS: balance, ledger. ARGV: amount, entry JSON without "at" (an object, ends with '}').
+   * Returns the new balance as a string (exact).
+   */
   mgTopUp: {
-    numberOfKeys: 1,
+    numberOfKeys: 2,
     lua: `
 redis.call('INCRBY', KEYS[1], ARGV[1])
+local t = redis.call('TIME')
+local at = string.format('%.0f', tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+redis.call('RPUSH', KEYS[2], string.sub(ARGV[2], 1, -2) .. ',"at":' .. at .. '}')
+-- GET, not tostring(b): Lua would print a balance past 1e14 in exponent notation.
 return redis.call('GET', KEYS[1])
 `,
   },
 
   /**
-   * Create-if-absent, crediting the wallet in the same step.
-   * KEYS: account record, balance. ARGV: id, grants JSON, createdAt, initial balance.
+   * Create-if-absent, crediting the opening balance in the same step, as a ledger entry (a
+   * credit under the opening-balance credit id, so an account gets one at most, also when its
+   * record was lost and it is created again).
+   * KEYS: account record, balance, ledger, opening-balance credit marker.
+   * ARGV: id, grants JSON, createdAt, initial balance, opening entry JSON.
    */
   mgAccountCreate: {
-    numberOfKeys: 2,
+    numberOfKeys: 4,
     lua: `
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'id', ARGV[1], 'grants', ARGV[2], 'createdAt', ARGV[3])
-if ARGV[4] ~= '0' then redis.call('INCRBY', KEYS[2], ARGV[4]) end
+if ARGV[4] ~= '0' and redis.call('SET', KEYS[4], '1', 'NX') then
+  redis.call('INCRBY', KEYS[2], ARGV[4])
+  redis.call('RPUSH', KEYS[3], ARGV[5])
+end
+return 1
+`,
+  },
+
+  /**
+   * The upgrade of one account's books written before every wallet change was a ledger entry
+   * (see ledger-upgrade.ts): appends the opening-balance credit the gateway computed from a
+   * balance and a ledger length it read, only if both are still what it read, and marks the
+   * account upgraded. Returns 1 when the account is upgraded (now or before), 0 when its books
+   * moved meanwhile (read again).
+   * KEYS: balance, ledger, upgrade marker, opening-balance credit marker.
+   * ARGV: balance read, ledger length read, opening entry JSON ('' when none is needed).
+   */
+  mgLedgerUpgrade: {
+    numberOfKeys: 4,
+    lua: `
+if redis.call('EXISTS', KEYS[3]) == 1 then return 1 end
+if (redis.call('GET', KEYS[1]) or '0') ~= ARGV[1] or redis.call('LLEN', KEYS[2]) ~= tonumber(ARGV[2]) then return 0 end
+if ARGV[3] ~= '' and redis.call('SET', KEYS[4], '1', 'NX') then redis.call('RPUSH', KEYS[2], ARGV[3]) end
+redis.call('SET', KEYS[3], '1')
 return 1
 `,
   },
@@ -443,9 +484,10 @@ return redis.call('DEL', KEYS[1])
 if redis.call('SET', KEYS[3], '1', 'NX') == false then
   return {0, redis.call('GET', KEYS[1]) or '0'}
 end
-local b = redis.call('INCRBY', KEYS[1], ARGV[1])
+redis.call('INCRBY', KEYS[1], ARGV[1])
 redis.call('RPUSH', KEYS[2], ARGV[2])
-return {1, tostring(b)}
+-- GET, not tostring of INCRBY's reply: Lua would print a balance past 1e14 in exponent notation.
+return {1, redis.call('GET', KEYS[1])}
 `,
   },
 

@@ -1,5 +1,7 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
+import { prepareCredit } from './credit.js';
+import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 interface AccountRow {
   id: string;
@@ -9,13 +11,14 @@ interface AccountRow {
 
 const account = (r: AccountRow): AccountRecord => ({ id: r.id, grants: JSON.parse(r.grants) as string[], createdAt: num(r.created_at) });
 
-/** Accounts; `create` inserts the record and credits the wallet in one transaction. */
+/**
+ * Accounts; `create` inserts the record and credits the opening balance (a ledger entry, as
+ * every wallet change) in one transaction.
+ */
 export function createSqliteAccounts(ctx: SqliteContext): AccountStore {
+  const credit = prepareCredit(ctx);
   const q = {
     insert: ctx.prepare('INSERT INTO accounts (id, grants, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING'),
-    credit: ctx.prepare(
-      'INSERT INTO wallets (account_id, balance) VALUES (?, ?) ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance',
-    ),
     get: ctx.prepare('SELECT id, grants, created_at FROM accounts WHERE id = ?'),
     setGrants: ctx.prepare('UPDATE accounts SET grants = ? WHERE id = ?'),
     list: ctx.prepare('SELECT id, grants, created_at FROM accounts ORDER BY created_at, id'),
@@ -25,7 +28,9 @@ export function createSqliteAccounts(ctx: SqliteContext): AccountStore {
     async create(record: AccountRecord, initialBalance: bigint): Promise<boolean> {
       return ctx.write('createAccount', () => {
         if (q.insert.run(record.id, JSON.stringify(record.grants), record.createdAt).changes === 0) return false;
-        q.credit.run(record.id, initialBalance);
+        if (initialBalance !== 0n) {
+          credit({ accountId: record.id, creditId: OPENING_BALANCE_ID, amount: initialBalance, reason: OPENING_BALANCE_REASON, at: record.createdAt });
+        }
         return true;
       });
     },

@@ -19,6 +19,8 @@ import type {
 } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
 import type { SqliteLimits } from './limits.js';
+import { prepareCredit } from './credit.js';
+import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -96,13 +98,9 @@ function prepareStatements(ctx: SqliteContext) {
              OR EXISTS (SELECT 1 FROM ledger WHERE account_id = @account AND hold_id = @hold)`,
       )
       .pluck(),
-    everSettled: ctx.prepare('SELECT 1 FROM ledger WHERE account_id = ? AND hold_id = ?'),
     takeHold: ctx.exact('DELETE FROM holds WHERE account_id = ? AND hold_id = ? RETURNING amount, month, expires_at'),
     debit: ctx.prepare(
       'INSERT INTO wallets (account_id, balance) VALUES (?, ?) ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance',
-    ),
-    credit: ctx.exact(
-      'INSERT INTO wallets (account_id, balance) VALUES (?, ?) ON CONFLICT (account_id) DO UPDATE SET balance = balance + excluded.balance RETURNING balance',
     ),
     spend: ctx.prepare(
       'INSERT INTO key_spend (account_id, key_id, month, amount) VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE SET amount = amount + excluded.amount',
@@ -135,7 +133,11 @@ class SqliteBilling implements BillingStore {
 
   constructor(protected readonly ctx: SqliteContext) {
     this.q = prepareStatements(ctx);
+    this.creditStep = prepareCredit(ctx);
   }
+
+  /** The credit step, inside a write transaction (credit.ts). */
+  private readonly creditStep: (req: CreditRequest) => CreditResult;
 
   private balanceOf(accountId: string): bigint {
     return big((this.q.balance.get(accountId) as { balance: bigint } | undefined)?.balance);
@@ -234,20 +236,14 @@ class SqliteBilling implements BillingStore {
 
   async topUp(accountId: string, amount: bigint): Promise<bigint> {
     if (amount < 0n) throw new RangeError('top-up amount must not be negative');
-    return this.ctx.run('topUp', () => big((this.q.credit.get(accountId, amount) as { balance: bigint }).balance));
+    // A wallet change is a ledger entry; a top-up of nothing changes nothing.
+    if (amount === 0n) return this.ctx.run('topUp', () => this.balanceOf(accountId));
+    const req = { accountId, creditId: topUpId(), amount, reason: TOP_UP_REASON, at: this.ctx.now() };
+    return this.ctx.write('topUp', () => this.creditStep(req).balance);
   }
 
   async credit(req: CreditRequest): Promise<CreditResult> {
-    return this.ctx.write('credit', (): CreditResult => {
-      const t = this.ctx.now();
-      // The credit id takes the ledger's hold-id slot: unique per account, for good.
-      const creditSlot = `credit:${req.creditId}`;
-      if (this.q.everSettled.get(req.accountId, creditSlot)) return { applied: false, balance: this.balanceOf(req.accountId) };
-      const balance = big((this.q.credit.get(req.accountId, req.amount) as { balance: bigint }).balance);
-      const units = JSON.stringify({ kind: 'credit', reason: req.reason });
-      this.q.append.run(req.accountId, creditSlot, req.creditId, '', '', units, -req.amount, 0n, 0, null, null, req.at, t);
-      return { applied: true, balance };
-    });
+    return this.ctx.write('credit', () => this.creditStep(req));
   }
 
   async wallet(accountId: string): Promise<WalletView> {

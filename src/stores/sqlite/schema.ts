@@ -8,6 +8,8 @@
  * - Times are INTEGER unix ms from the store's clock.
  * - The ledger is append-only: triggers refuse UPDATE and DELETE on it.
  */
+import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
+
 export const MIGRATIONS: readonly string[] = [
   `
 CREATE TABLE accounts (
@@ -191,5 +193,24 @@ CREATE INDEX rate_windows_until ON rate_windows (until);
   `
 DROP TABLE rate_hits;
 DROP TABLE rate_windows;
+`,
+  // 5: every wallet change is a ledger entry (opening balances and top-ups too), so a balance
+  // is always minus the sum of its ledger's costs. Books written before that hold opening
+  // balances and top-ups no entry explains: each wallet whose balance is not minus its
+  // ledger's sum gets one opening-balance credit for the difference (the credit id the account
+  // store gives opening balances, so an account gets one at most). It is appended (a new seq:
+  // page cursors already handed out stay valid and see it) and dated at the account's creation
+  // (the upgrade's time for a wallet without an account record).
+  `
+INSERT INTO ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
+SELECT w.account_id, 'credit:${OPENING_BALANCE_ID}', '${OPENING_BALANCE_ID}', '', '',
+       '{"kind":"credit","reason":"${OPENING_BALANCE_REASON}"}', -(w.balance + coalesce(l.total, 0)), 0, 0, NULL, NULL,
+       coalesce(a.created_at, CAST(strftime('%s', 'now') AS INTEGER) * 1000), CAST(strftime('%s', 'now') AS INTEGER) * 1000
+  FROM wallets AS w
+  LEFT JOIN (SELECT account_id, sum(cost) AS total FROM ledger GROUP BY account_id) AS l ON l.account_id = w.account_id
+  LEFT JOIN accounts AS a ON a.id = w.account_id
+ WHERE w.balance + coalesce(l.total, 0) <> 0
+ ORDER BY w.account_id
+ON CONFLICT DO NOTHING;
 `,
 ];

@@ -1,0 +1,21 @@
+/** Credits (opening balances, top-ups, operators' credits) as the Redis books keep them. */
+import { esc, type RedisContext } from './connection.js';
+
+/** A credit's marker: it names the credit id as applied, for good (credits are rare). */
+export const creditMarker = (ctx: RedisContext, accountId: string, creditId: string) => ctx.account(accountId, `credit:${esc(creditId)}`);
+
+/** A credit's ledger entry as the ledger list keeps it (bigints as strings). */
+export function creditEntry(accountId: string, creditId: string, amount: bigint, reason: string, at = 0) {
+  return {
+    id: creditId,
+    accountId,
+    keyId: '',
+    model: '',
+    units: { kind: 'credit', reason },
+    cost: (-amount).toString(),
+    held: '0',
+    exceededHold: false,
+    measured: null,
+    at,
+  };
+}
