@@ -1,5 +1,5 @@
 /**
- * "The charge lands before the answer ends" (SPEC section 2) on every billed endpoint, not
+ * "The charge lands before the answer ends" on every billed endpoint, not
  * only chat: a plain answer is sent only once its settle is in the store, a stream's final
  * events only after its settle has landed.
  *

@@ -1,5 +1,5 @@
 /**
- * "The charge lands before the answer ends" (SPEC section 2): a client that holds a whole
+ * "The charge lands before the answer ends": a client that holds a whole
  * answer has been charged, whatever happens to the process next.
  *
  * A gateway process (the CLI, `serve`) answers one chat call, plain or streamed; the moment

@@ -1,8 +1,9 @@
 /**
- * "`/key` read after the answer includes it, on every driver and across instances" (SPEC
- * section 2, "The charge lands before the answer ends"), under load.
+ * "`/key` read after the answer includes it, on every driver and across instances", under load:
+ * the charge lands before the answer ends.
  *
- * Two gateway processes (the CLI, `serve`) share one store (PostgreSQL; Redis). 40 clients
+ * Two gateway processes (the CLI, `serve`) share one store (SQLite: one file; PostgreSQL;
+ * Redis). 40 clients
  * call chat at once, spread over both instances, each with its own key (all keys of one
  * account, so the account's billing is busy with the others' holds and settles). The moment a
  * client holds its whole answer (the JSON body; the SSE stream up to `data: [DONE]`) it reads
@@ -150,6 +151,14 @@ describe('/key read right after the answer includes it, two instances under load
       await eventually(async () => (await fetch(`${a.baseURL.replace(/\/v1$/, '')}/ready`)).status === 200, `${driver} instance A ready`, 15_000);
     };
     if (pgProblem === null) starts.push(pair('PostgreSQL', POSTGRES_URL, 5432, { driver: 'postgres', schema }));
+    // SQLite: two processes on one database file (one after the other: the first creates it).
+    starts.push(
+      (async () => {
+        const storage = { driver: 'sqlite', path: join(dir, 'books.db') };
+        const a = await startGatewayProcess(writeConfig(config(storage)));
+        instances.SQLite = [a, await startGatewayProcess(writeConfig(config(storage)))];
+      })(),
+    );
     if (redisDown === null) starts.push(pair('Redis', REDIS_URL, 6379, { driver: 'redis', keyPrefix: prefix }));
     await Promise.all(starts);
   }, 90_000);
@@ -179,6 +188,7 @@ describe('/key read right after the answer includes it, two instances under load
     expect(redisDown, `Redis at ${REDIS_URL} must answer under CI=true`).toBeNull();
   });
 
+  loadCases('SQLite', true);
   loadCases('PostgreSQL', pgProblem === null);
   loadCases('Redis', redisDown === null);
 });

@@ -1,7 +1,7 @@
 /**
- * Every billed endpoint's access line and metrics carry model, tokens and cost (SPEC section
- * 9: "one access line per request (request id, route, status, key id, account, model, latency,
- * tokens, cost)"; the ledger is the exact figure, the metrics must follow it).
+ * Every billed endpoint's access line and metrics carry model, tokens and cost (one access
+ * line per request: request id, route, status, key id, account, model, latency, tokens, cost;
+ * the ledger is the exact figure, the metrics must follow it).
  *
  * For /v1/chat/completions, /v1/completions, /v1/responses (plain and streamed),
  * /v1/embeddings, /v1/audio/speech and /v1/images/generations, one call each against an
