@@ -145,8 +145,10 @@ class StreamRelay {
       void this.end();
       this.tell(this.reader.errorFrames(errors.cutByShutdown()));
     });
-    // Belt and braces: some servers report a disconnect only through the request's signal.
-    ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
+    // Belt and braces: some servers report a disconnect only through the request's signal,
+    // and a client may have left while the upstream's answer was on its way.
+    if (ctx.request.signal?.aborted) queueMicrotask(() => this.cancel());
+    else ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
   }
 
   private iter(): AsyncIterator<Uint8Array> {
