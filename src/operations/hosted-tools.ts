@@ -141,7 +141,7 @@ export function withToolCalls(reader: EventReader, calls: () => Record<string, n
     errorFrames: (err) => reader.errorFrames(err),
     produced() {
       const p = reader.produced();
-      return { usage: p.usage, output: () => p.output(), tools: calls };
+      return { usage: p.usage, output: () => p.output(), tools: calls, ...(p.outputAfterUsage ? { outputAfterUsage: p.outputAfterUsage } : {}) };
     },
   };
 }

@@ -132,9 +132,10 @@ class ChatEventReader implements EventReader {
     const chunk = parseChunk(data);
     if (!this.answered && finished(chunk.choices)) this.answered = true;
     const u = usageFrom(chunk.usage);
-    if (u) this.output.usage = u;
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     this.output.add(chunk);
+    // After the chunk's own output: a report counts the chunk that carries it.
+    if (u) this.output.report(u);
     // The usage-only chunk was asked for by the gateway, not the client: keep it to ourselves.
     if (u && choices.length === 0 && !this.clientWantsUsage) return null;
     // Like plain answers: the client sees the model it called, not the upstream's name for it.

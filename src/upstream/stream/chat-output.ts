@@ -1,7 +1,7 @@
 /**
  * What a chat stream produced, for its bill: the upstream's usage when it sent it, else the
  * text of every choice (for the tokenizer). Events relayed without parsing are parsed only in
- * that second case.
+ * that second case, or when they came after a usage report (to tell whether it was final).
  */
 import { choicesOutput, noOutput } from '../../billing/output.js';
 import type { Usage } from '../../billing/usage.js';
@@ -9,10 +9,12 @@ import type { Produced } from './reader.js';
 import type { OutputCount } from '../../billing/output.js';
 
 export interface StreamOutput {
-  /** The upstream's usage, once an event carried it. */
-  usage: Usage | null;
+  /** The upstream's last usage report, once an event carried one. */
+  readonly usage: Usage | null;
   /** Adds the text a parsed chunk produced (every kind of output a provider bills). */
   add(chunk: { choices?: unknown }): void;
+  /** Records a usage report, after the output of the chunk that carried it was added. */
+  report(usage: Usage): void;
   /** Keeps an event relayed unparsed; its text is counted only if usage never arrives. */
   defer(data: string): void;
   /**
@@ -32,11 +34,31 @@ export function createStreamOutput(): StreamOutput {
    * spanning one event's data or several events' back to back, joined by "\n\ndata: ".
    */
   const unparsed: Array<Buffer | string | number> = [];
+  let usage: Usage | null = null;
+  /**
+   * Whether output came after the last usage report. An upstream may report usage before its
+   * output (an opening report with completion 0); such a report did not count what followed,
+   * and is not final even when the stream completes. Parsed events tell at once; events kept
+   * unparsed tell when they are parsed: those from `unparsedAfterUsage` on came after it.
+   */
+  let outputAfterUsage = false;
+  let unparsedAfterUsage = 0;
+  /** Set while deferred events are parsed: they say nothing of their place by being added now. */
+  let replaying = false;
 
   const output: StreamOutput = {
-    usage: null,
+    get usage() {
+      return usage;
+    },
     add(chunk) {
+      const before = sizeOf(produced);
       choicesOutput(chunk?.choices, produced);
+      if (usage && !replaying && sizeOf(produced) > before) outputAfterUsage = true;
+    },
+    report(u) {
+      usage = u;
+      outputAfterUsage = false;
+      unparsedAfterUsage = unparsed.length;
     },
     defer(data) {
       unparsed.push(data, 0, -1);
@@ -47,26 +69,46 @@ export function createStreamOutput(): StreamOutput {
       if (n !== 0 && unparsed[n - 3] === buf && unparsed[n - 1] === start - 8) unparsed[n - 1] = end;
       else unparsed.push(buf, start, end);
     },
-    produced: () => ({ usage: output.usage, output: counted }),
+    produced: () => ({
+      usage,
+      output: counted,
+      outputAfterUsage: () => {
+        // Only events after the report are parsed here: usually none (the usage came last).
+        if (usage && !outputAfterUsage && unparsed.length > unparsedAfterUsage) counted();
+        return usage !== null && outputAfterUsage;
+      },
+    }),
   };
   /** The produced text, with every event kept unparsed parsed now (once). */
   function counted(): OutputCount {
     // A canonical event's data is one line, so "\n\ndata: " inside a range only ever joins two.
-    const events: string[] = [];
+    // Each event with whether it came after the last usage report.
+    const events: Array<[string, boolean]> = [];
     for (let i = 0; i < unparsed.length; i += 3) {
       const item = unparsed[i] as Buffer | string;
-      if (typeof item === 'string') events.push(item);
-      else for (const data of item.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push(data);
+      const after = usage !== null && i >= unparsedAfterUsage;
+      if (typeof item === 'string') events.push([item, after]);
+      else for (const data of item.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push([data, after]);
     }
     unparsed.length = 0;
-    for (const data of events) {
-      try {
-        output.add(JSON.parse(data) as { choices?: unknown });
-      } catch {
-        // Relayed as it came; it carries nothing countable.
+    unparsedAfterUsage = 0;
+    replaying = true;
+    try {
+      for (const [data, after] of events) {
+        const before = sizeOf(produced);
+        try {
+          output.add(JSON.parse(data) as { choices?: unknown });
+        } catch {
+          // Relayed as it came; it carries nothing countable.
+        }
+        if (after && sizeOf(produced) > before) outputAfterUsage = true;
       }
+    } finally {
+      replaying = false;
     }
     return produced;
   }
   return output;
 }
+
+const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;

@@ -19,6 +19,11 @@ export interface Produced {
   output(): OutputCount;
   /** Calls of priced hosted tools the upstream reported (`{web_search: 2}`), or null for none. */
   tools?(): Record<string, number> | null;
+  /**
+   * True when output came after the last usage report: that report did not count it, so it is
+   * not final even at the stream's end. Absent: a reader whose usage comes only at the end.
+   */
+  outputAfterUsage?(): boolean;
 }
 
 export interface EventReader {

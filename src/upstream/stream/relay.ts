@@ -51,19 +51,26 @@ const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
 };
 
 /**
- * Bills what the stream produced, once. Usage is final only at the end of a complete stream:
- * then it is billed as reported. A stream that ended any other way (cut, failed) bills the
- * larger of the usage seen so far and the count of what was produced (an upstream may report
- * usage early, before its output); nothing produced and no usage releases the hold.
+ * Bills what the stream produced, once. Usage is final only at the end of a complete stream,
+ * when no output came after it and it accounts for the output there was (a report of zero
+ * completion tokens after output is an opening report, not an account of it): then it is
+ * billed as reported. Any other stream (cut, failed, or complete with a report that was not
+ * final) bills the larger of the usage seen and the count of what was produced: produced
+ * output is never billed as zero. Nothing produced and no usage releases the hold.
  */
 export function settleStream(billing: StreamCall, reader: EventReader, tokenizer: Tokenizer): Promise<void> {
   const { call, model } = billing;
-  const { usage, output, tools: toolsOf } = reader.produced();
+  const { usage, output, tools: toolsOf, outputAfterUsage } = reader.produced();
   // Hosted tool calls are billed per call beside the tokens, however the tokens are measured.
   const tools = toolsOf?.() ?? null;
   const toolCalls = tools ? { tools } : {};
-  if (usage && reader.done) return call.bill({ kind: 'tokens', ...usage, ...toolCalls }, 'usage', { upstream: model.upstream });
-  const completion = outputTokens(output(), (t) => tokenizer.count(t));
+  // Counted only when needed: a final report with output in it is billed without parsing the stream.
+  let counted: number | undefined;
+  const producedTokens = () => (counted ??= outputTokens(output(), (t) => tokenizer.count(t)));
+  if (usage && reader.done && !outputAfterUsage?.() && (usage.completion > 0 || producedTokens() === 0)) {
+    return call.bill({ kind: 'tokens', ...usage, ...toolCalls }, 'usage', { upstream: model.upstream });
+  }
+  const completion = producedTokens();
   if (completion === 0 && !usage?.completion && !tools) return call.cancel();
   // The prompt is the provider's to count whenever it said (it does not grow mid-stream).
   const prompt = usage?.prompt ?? billing.promptTokens();
