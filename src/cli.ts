@@ -247,6 +247,31 @@ async function exportLedger(gateway: Gateway, values: Record<string, string | bo
   }
 }
 
+/**
+ * The admin token of examples/gateway.config.json, which holds only its SHA-256 (as every
+ * config must). It is public like the demo keys, so it is for trying the console out only.
+ */
+const DEMO_ADMIN_TOKEN = 'mg-admin-DEMOdemoDEMOdemoDEMOdemoDEMOdemo0001';
+
+/**
+ * What serve says once it listens: where /v1 is, then the console and metrics URLs when the
+ * config serves them, so a quick start shows where to look. The admin token is printed only
+ * when it is the demo one: any other token is the operator's secret, and the gateway knows
+ * only its digest anyway.
+ */
+function startLines(gateway: Gateway, where: string): string {
+  const { storage, admin, metrics } = gateway.config;
+  const upstream = gateway.usesSimulator ? 'built-in simulator' : 'configured upstreams';
+  const extras = [admin ? `console at ${where}/admin` : '', metrics ? `metrics at ${where}${metrics.path}` : ''].filter(Boolean);
+  let text = `model-gateway listening on ${where}/v1 (storage: ${describeStorage(storage)}; upstream: ${upstream})`;
+  text += extras.length ? `; ${extras.join(', ')}\n` : '\n';
+  const demoDigest = createHash('sha256').update(DEMO_ADMIN_TOKEN).digest('hex');
+  if (admin?.tokenSha256.toLowerCase() === demoDigest) {
+    text += `demo admin token (for trying out only; set your own admin.tokenSha256 before others can reach this): ${DEMO_ADMIN_TOKEN}\n`;
+  }
+  return text;
+}
+
 async function serve(configFile: string, port: number, host: string): Promise<void> {
   const { gateway, stores } = await open(configFile, false);
   const server = createServer(gateway);
@@ -264,10 +289,7 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   }
   const addr = server.address();
   const where = typeof addr === 'object' && addr ? `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}` : String(addr);
-  const storage = describeStorage(gateway.config.storage);
-  process.stdout.write(
-    `model-gateway listening on ${where}/v1 (storage: ${storage}; upstream: ${gateway.usesSimulator ? 'built-in simulator' : 'configured upstreams'})\n`,
-  );
+  process.stdout.write(startLines(gateway, where));
   // Graceful shutdown: stop accepting connections, let calls and streams in flight finish
   // within the grace period (the gateway cuts and bills what is left after it), settle
   // everything, then exit 0. Idle keep-alive connections are closed as they become idle.

@@ -1,12 +1,36 @@
-/** The console page and its script (plain browser JavaScript, no build step). */
+/**
+ * The console page and its script (plain browser JavaScript, no build step).
+ *
+ * The page asks the browser for no absolute path: the host app may mount the gateway under
+ * any prefix (Express and Fastify strip theirs before the gateway sees the path, so the server
+ * cannot know it), and an absolute "/admin/..." would then miss the gateway. Asset URLs are
+ * relative to the page's <base>, which names the console's folder as seen from the page's own
+ * URL (see consoleBase); the script's API calls are paths appended to the v1 folder resolved
+ * from document.baseURI, so they land under the same prefix.
+ */
 
-export const CONSOLE_HTML = `<!doctype html>
+/**
+ * The <base href> for the page served at `sub` (the path after /admin): from ".../admin" the
+ * console's folder is "admin/", from ".../admin/" or ".../admin/index.html" it is "./".
+ * Relative, so it holds under whatever prefix is in front of /admin.
+ */
+export function consoleBase(sub: string): string {
+  return sub === '' ? 'admin/' : './';
+}
+
+/** The page, with its assets and API resolved against `base` (one of consoleBase's answers). */
+export function consoleHtml(base: string): string {
+  return CONSOLE_HTML.replace('__BASE__', base);
+}
+
+const CONSOLE_HTML = `<!doctype html>
 <html lang="en">
 <head>
 <meta charset="utf-8">
 <meta name="viewport" content="width=device-width, initial-scale=1">
+<base href="__BASE__">
 <title>model-gateway console</title>
-<link rel="stylesheet" href="/admin/uplot.css">
+<link rel="stylesheet" href="uplot.css">
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1b1f24; background: #f6f7f9; }
   header { background: #1b1f24; color: #fff; padding: 10px 20px; display: flex; gap: 16px; align-items: center; }
@@ -53,15 +77,16 @@ export const CONSOLE_HTML = `<!doctype html>
     <section class="wide"><h2>Jobs in progress</h2><table id="jobs"><thead><tr><th>Id</th><th>Kind</th><th>Model</th><th>Status</th><th class="num">Progress</th></tr></thead><tbody></tbody></table></section>
   </main>
 </div>
-<script src="/admin/uplot.js"></script>
-<script src="/admin/console.js"></script>
+<script src="uplot.js"></script>
+<script src="console.js"></script>
 </body>
 </html>
 `;
 
 export const CONSOLE_JS = `'use strict';
 (function () {
-  var API = '/admin/v1';
+  // The API is the folder v1/ next to the page's assets, under whatever prefix the page has.
+  var API = new URL('v1', document.baseURI).href;
   var $ = function (id) { return document.getElementById(id); };
   var chart = null;
 

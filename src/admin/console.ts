@@ -1,13 +1,14 @@
 /**
  * The web console's assets: one page and one script, kept here as strings so they ship inside
  * the built package with no build step at run time; the chart library (uPlot) is read from
- * node_modules, where it is a dependency. The page talks only to /admin/v1 with the token the
- * operator signs in with (kept in sessionStorage, never sent anywhere else).
+ * node_modules, where it is a dependency. The page talks only to the admin API next to it
+ * (…/admin/v1, under whatever prefix the gateway is mounted at) with the token the operator
+ * signs in with (kept in sessionStorage, never sent anywhere else).
  */
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { Response } from '@whatwg-node/server';
-import { CONSOLE_HTML, CONSOLE_JS } from './console-page.js';
+import { CONSOLE_JS, consoleBase, consoleHtml } from './console-page.js';
 
 const cache = new Map<string, string>();
 
@@ -24,17 +25,23 @@ async function vendor(file: string): Promise<string> {
 const headers = (type: string) => ({
   'content-type': type,
   'cache-control': 'no-cache',
-  // The console runs only its own scripts and talks only to its own origin.
-  'content-security-policy': "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+  // The console runs only its own scripts and talks only to its own origin; its <base> may
+  // name only its own origin, so an injected <base> cannot send the token elsewhere.
+  'content-security-policy':
+    "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; base-uri 'self'; frame-ancestors 'none'",
   'x-content-type-options': 'nosniff',
 });
 
-/** The asset at `sub` (the path after /admin), or null. */
+/**
+ * The asset at `sub` (the path after /admin: "" for /admin itself), or null. The page is the
+ * same at "", "/" and "/index.html" but for its <base>, which depends on which was asked.
+ */
 export async function consoleAsset(sub: string): Promise<Response | null> {
   switch (sub) {
+    case '':
     case '/':
     case '/index.html':
-      return new Response(CONSOLE_HTML, { headers: headers('text/html; charset=utf-8') });
+      return new Response(consoleHtml(consoleBase(sub)), { headers: headers('text/html; charset=utf-8') });
     case '/console.js':
       return new Response(CONSOLE_JS, { headers: headers('text/javascript; charset=utf-8') });
     case '/uplot.js':

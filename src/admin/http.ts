@@ -44,7 +44,7 @@ const isConsolePath = (path: string) =>
 
 /** A console page or asset: GET and HEAD only. */
 async function consoleResponse(request: Request, path: string): Promise<Response> {
-  const asset = await consoleAsset(path.slice('/admin'.length) || '/');
+  const asset = await consoleAsset(path.slice('/admin'.length));
   if (!asset) throw new GatewayError('not_found', `Unknown route ${request.method} ${path.slice(0, 200)}.`);
   if (request.method !== 'GET' && request.method !== 'HEAD') {
     throw new GatewayError('method_not_allowed', `Method ${request.method} is not allowed on ${path}.`, { headers: { allow: 'GET, HEAD' } });

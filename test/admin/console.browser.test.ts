@@ -4,9 +4,10 @@
  * Screenshots go to test/artifacts/ (git-ignored).
  */
 import { mkdirSync } from 'node:fs';
-import { chromium, type Browser } from 'playwright-core';
+import type { Browser } from 'playwright-core';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { launchChromium } from './chromium.js';
 import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
 
 const ARTIFACTS = new URL('../artifacts/', import.meta.url).pathname;
@@ -17,10 +18,7 @@ const setup = testConfig({ walletUsd: 50 });
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
   gw = await startGateway({ ...setup.options, admin: { tokenSha256: ADMIN_SHA } });
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking', '--disable-component-update', '--no-first-run'],
-  });
+  browser = await launchChromium();
 }, 60_000);
 afterAll(async () => {
   await browser?.close();
