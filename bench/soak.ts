@@ -433,9 +433,14 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     stores.limits.activeLeases(`image:${ACCOUNT}`),
     stores.limits.activeLeases(`video:${ACCOUNT}`),
   ]);
-  const ledgerSum = ledger.reduce((s, e) => s + e.cost, 0n);
+  // The calls' charges: the ledger also holds the account's opening balance and any credits.
+  const charges = ledger.filter((e) => e.units.kind !== 'credit');
+  const ledgerSum = charges.reduce((s, e) => s + e.cost, 0n);
   const walletDelta = initialBalance - wallet.balance;
   if (walletDelta !== ledgerSum) problem(`wallet delta ${walletDelta} != ledger sum ${ledgerSum}`);
+  // Every wallet change is a ledger entry: the balance is minus the sum of all of them.
+  const allEntries = ledger.reduce((s, e) => s + e.cost, 0n);
+  if (wallet.balance !== -allEntries) problem(`balance ${wallet.balance} != minus the ledger's sum ${-allEntries}`);
   if (openHolds !== 0) problem(`${openHolds} open holds`);
   if (wallet.held !== 0n) problem(`${wallet.held} nano-USD still held`);
   if (imageLeases !== 0 || videoLeases !== 0) problem(`active leases: image ${imageLeases}, video ${videoLeases}`);
@@ -469,7 +474,7 @@ export async function runSoak(opts: SoakOptions): Promise<SoakReport> {
     finalBalance: wallet.balance,
     walletDelta,
     ledgerSum,
-    ledgerEntries: ledger.length,
+    ledgerEntries: charges.length,
     openHolds,
     held: wallet.held,
     activeLeases: { image: imageLeases, video: videoLeases },

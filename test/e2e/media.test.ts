@@ -20,6 +20,7 @@ import {
   videoCost,
 } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
+import { chargesOf } from '../helpers/billing.js';
 
 const OTHER = 'acct_other';
 const otherKey = testKey();
@@ -57,9 +58,9 @@ const client = (apiKey = devKey) => new OpenAI({ apiKey, baseURL: gw.baseURL, ma
 
 /** The ledger entry with `id`, once it is there and no hold is open. */
 async function entry(account: string, id: string): Promise<LedgerEntry> {
-  await eventually(async () => (await gw.gateway.admin.ledger(account)).some((e) => e.id === id), `ledger entry ${id}`);
+  await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(account))).some((e) => e.id === id), `ledger entry ${id}`);
   await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'no open hold');
-  const all = (await gw.gateway.admin.ledger(account)).filter((e) => e.id === id);
+  const all = (await chargesOf(gw.gateway.admin.ledger(account))).filter((e) => e.id === id);
   expect(all).toHaveLength(1);
   return all[0]!;
 }
@@ -78,7 +79,7 @@ async function rejection(fn: () => Promise<unknown>): Promise<unknown> {
 describe('images.generate', () => {
   it('returns the images inline and bills n x the tier of the size', async () => {
     const before = await balance();
-    const ledgerBefore = (await gw.gateway.admin.ledger(ACCOUNT)).length;
+    const ledgerBefore = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length;
     const { data: res, response } = await client()
       .images.generate({ model: IMAGE, prompt: 'a red bicycle', n: 2, size: '1024x1024' })
       .withResponse();
@@ -87,8 +88,8 @@ describe('images.generate', () => {
     expect(res.data![0]!.b64_json).toMatch(/^iVBORw0KGgo/); // a PNG
     expect(response.headers.get('x-request-id')).toMatch(/^req_/);
 
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === ledgerBefore + 1, 'one entry');
-    const e = (await gw.gateway.admin.ledger(ACCOUNT)).at(-1)!;
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === ledgerBefore + 1, 'one entry');
+    const e = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).at(-1)!;
     // 1024x1024: the shorter side 1024 is 1080P, 0.08 USD a picture.
     expect(e).toMatchObject({ model: IMAGE, units: { kind: 'images', images: 2, tier: '1080P' } });
     expect(e.cost).toBe(imageCost('1080P', 2));
@@ -178,7 +179,7 @@ describe('videos.create / retrieve / downloadContent', () => {
 
     // Polling again never bills again.
     await client().videos.retrieve(video.id);
-    expect((await gw.gateway.admin.ledger(ACCOUNT)).filter((x) => x.id === video.id)).toHaveLength(1);
+    expect((await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((x) => x.id === video.id)).toHaveLength(1);
 
     // Another account cannot see the job or its content.
     const notMine = await rejection(() => client(otherKey).videos.retrieve(video.id));

@@ -11,7 +11,7 @@ import OpenAI, {
 } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { affordableUnits, formatUsd, parseUsd } from '../../src/billing/money.js';
-import { COMPLETION_PICO, PROMPT_PICO, chatCost, promptEstimate } from '../helpers/billing.js';
+import { COMPLETION_PICO, PROMPT_PICO, chatCost, promptEstimate, chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, eventually, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
@@ -57,9 +57,9 @@ afterAll(async () => {
 const client = (apiKey: string, maxRetries = 0) => new OpenAI({ apiKey, baseURL: gw.baseURL, maxRetries });
 
 async function ledgerOf(account: string, n: number) {
-  await eventually(async () => (await gw.gateway.admin.ledger(account)).length === n, `${n} ledger entries`);
+  await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(account))).length === n, `${n} ledger entries`);
   await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'no open hold');
-  return gw.gateway.admin.ledger(account);
+  return chargesOf(gw.gateway.admin.ledger(account));
 }
 
 /** Runs `fn`, expecting it to throw; returns the error. */
@@ -75,7 +75,7 @@ async function rejection(fn: () => Promise<unknown>): Promise<unknown> {
 describe('chat with the openai SDK', () => {
   it('plain: content relayed, billed exactly usage x price', async () => {
     up.setBehavior({ kind: 'json', content: 'Hello, SDK!', usage: { prompt_tokens: 12, completion_tokens: 5 } });
-    const before = (await gw.gateway.admin.ledger(ACCOUNT)).length;
+    const before = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length;
     const { data, response } = await client(devKey)
       .chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 20 })
       .withResponse();
@@ -110,7 +110,7 @@ describe('chat with the openai SDK', () => {
       chunks: ['Stream', 'ing ', 'works', '.'],
       usageCounts: { prompt_tokens: 30, completion_tokens: 4 },
     });
-    const before = await gw.gateway.admin.ledger(ACCOUNT);
+    const before = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     const stream = await client(devKey).chat.completions.create({
       model: MODEL,
       messages: [{ role: 'user', content: 'Stream please' }],

@@ -10,7 +10,7 @@ import OpenAI, { APIError, BadRequestError, NotFoundError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { costOf, parsePrice, parseUsd } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/stores/types.js';
-import { chatCost, loadTokenizer } from '../helpers/billing.js';
+import { chatCost, loadTokenizer, chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, UPSTREAM_MODEL, eventually, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { VIDEO, mediaModels } from '../helpers/media.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
@@ -65,9 +65,9 @@ const balance = async (account = ACCOUNT) => (await gw.stores.billing.wallet(acc
 /** The one ledger entry of `requestId`, once it is there and no hold is open. */
 async function entry(requestId: string | null | undefined, account = ACCOUNT): Promise<LedgerEntry> {
   expect(requestId).toMatch(/^req_/);
-  await eventually(async () => (await gw.gateway.admin.ledger(account)).some((e) => e.id === requestId), `ledger entry ${requestId}`);
+  await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(account))).some((e) => e.id === requestId), `ledger entry ${requestId}`);
   await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'no open hold');
-  const all = (await gw.gateway.admin.ledger(account)).filter((e) => e.id === requestId);
+  const all = (await chargesOf(gw.gateway.admin.ledger(account))).filter((e) => e.id === requestId);
   expect(all).toHaveLength(1);
   return all[0]!;
 }
@@ -389,7 +389,7 @@ describe('videos.list / delete', () => {
     for await (const v of client().videos.list({ order: 'asc' })) left.push(v.id);
     expect(left).toEqual([made[0], made[2]]);
     // Deleting forgets the job, never its charge.
-    expect((await gw.gateway.admin.ledger(ACCOUNT)).some((e) => e.id === made[1])).toBe(true);
+    expect((await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).some((e) => e.id === made[1])).toBe(true);
   });
 
   it('a job still running cannot be deleted', async () => {
@@ -416,7 +416,7 @@ describe('Vercel AI SDK (@ai-sdk/openai)', () => {
   it('embed() and generateText over the Responses provider, billed exactly', async () => {
     const provider = createOpenAI({ apiKey: devKey, baseURL: gw.baseURL });
     up.setBehavior({ kind: 'embeddings', promptTokens: 3 });
-    const before = (await gw.gateway.admin.ledger(ACCOUNT)).length;
+    const before = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length;
     const { embedding, usage } = await embed({ model: provider.embedding(EMBED), value: 'sunny day', maxRetries: 0 });
     expect(embedding).toEqual([0.1, 0.2, 0.3]);
     expect(usage.tokens).toBe(3);
@@ -426,8 +426,8 @@ describe('Vercel AI SDK (@ai-sdk/openai)', () => {
     expect(result.text).toBe('Hello AI SDK');
     expect(up.requests.at(-1)!.path).toBe('/v1/responses');
 
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === before + 2, 'two ledger entries');
-    const [a, b] = (await gw.gateway.admin.ledger(ACCOUNT)).slice(-2);
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === before + 2, 'two ledger entries');
+    const [a, b] = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).slice(-2);
     expect(a).toMatchObject({ model: EMBED, units: { kind: 'tokens', prompt: 3, completion: 0 } });
     expect(a!.cost).toBe(embedCost(3));
     expect(b).toMatchObject({ model: MODEL, units: { kind: 'tokens', prompt: 8, completion: 2 } });

@@ -45,3 +45,11 @@ export function promptBound(messages: unknown[]): number {
 export async function worstCaseHold(messages: unknown[], maxTokens: number): Promise<bigint> {
   return chatCost(promptBound(messages), maxTokens);
 }
+
+/**
+ * The charges of a ledger: its entries without the credits (opening balances, top-ups and
+ * credits are ledger entries too, with negative costs), for tests about what calls were billed.
+ */
+export async function chargesOf<E extends { units: { kind: string } }>(entries: Promise<E[]> | E[]): Promise<E[]> {
+  return (await entries).filter((e) => e.units.kind !== 'credit');
+}

@@ -8,7 +8,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { formatUsd } from '../../src/billing/money.js';
-import { chatCost, promptBound, promptEstimate, worstCaseHold } from '../helpers/billing.js';
+import { chatCost, promptBound, promptEstimate, worstCaseHold, chargesOf } from '../helpers/billing.js';
 import { MODEL, eventually, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
@@ -114,7 +114,7 @@ describe('200 concurrent chats against a wallet worth 10 worst-case holds', () =
     expect(up.requests.length).toBe(before + 10);
 
     await eventually(async () => (await gw.stores.billing.openHolds(POOR)) === 0, 'all holds settled');
-    const ledger = await gw.gateway.admin.ledger(POOR);
+    const ledger = await chargesOf(gw.gateway.admin.ledger(POOR));
     expect(ledger).toHaveLength(10);
     for (const e of ledger) expect(e.cost).toBe(chatCost(3, 1));
     const spent = ledger.reduce((s, e) => s + e.cost, 0n);
@@ -142,7 +142,7 @@ describe('what is held', () => {
     const requestId = res.headers.get('x-request-id');
     await res.json();
     await eventually(async () => (await gw.stores.billing.openHolds('acct_test')) === 0, 'the hold to be settled');
-    const entry = (await gw.gateway.admin.ledger('acct_test')).find((e) => e.id === requestId)!;
+    const entry = (await chargesOf(gw.gateway.admin.ledger('acct_test'))).find((e) => e.id === requestId)!;
     return { held, entry };
   }
 

@@ -18,7 +18,7 @@
 import { createHash } from 'node:crypto';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { parseUsd } from '../../src/billing/money.js';
-import { chatCost, loadTokenizer, promptEstimate } from '../helpers/billing.js';
+import { chatCost, loadTokenizer, promptEstimate, chargesOf } from '../helpers/billing.js';
 import { startFaultProxy, type FaultMode, type FaultProxy } from '../helpers/fault-proxy.js';
 import { ACCOUNT, MODEL, eventually, postChat, sseData, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { IMAGE, imageCost, mediaModels } from '../helpers/media.js';
@@ -63,7 +63,7 @@ async function start(timeoutMs = 10_000, limits: Record<string, number> = {}): P
 }
 
 const g = () => gw!;
-const ledger = () => g().gateway.admin.ledger(ACCOUNT);
+const ledger = () => chargesOf(g().gateway.admin.ledger(ACCOUNT));
 
 async function noHoldLeft(): Promise<boolean> {
   const [holds, wallet] = await Promise.all([g().stores.billing.openHolds(ACCOUNT), g().stores.billing.wallet(ACCOUNT)]);

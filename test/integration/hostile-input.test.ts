@@ -43,6 +43,7 @@ import {
 } from '../helpers/gateway.js';
 import { AUDIO, IMAGE, VIDEO, mediaModels } from '../helpers/media.js';
 import { startTestUpstream, type RecordedRequest, type TestUpstream } from '../helpers/upstream.js';
+import { chargesOf } from '../helpers/billing.js';
 
 /** On the HTTP test upstream, with an upstreamModel: the gateway rebuilds the body. */
 const HTTP_MODEL = 'test/chat-http';
@@ -916,7 +917,7 @@ describe('after all of it', () => {
     // Streams settle in the background: give them a moment.
     for (let i = 0; i < 200 && (await stores.billing.openHolds(ACCOUNT)) > 0; i++) await new Promise((r) => setTimeout(r, 25));
     expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
-    const ledger = await gateway.admin.ledger(ACCOUNT);
+    const ledger = await chargesOf(gateway.admin.ledger(ACCOUNT));
     const spent = ledger.reduce((s, e) => s + e.cost, 0n);
     const wallet = await stores.billing.wallet(ACCOUNT);
     expect(wallet.balance).toBe(1_000_000n * 1_000_000_000n - spent);
@@ -992,7 +993,7 @@ describe('slow-body clients are cut off by a timeout (real node:http)', () => {
       }
       expect(up.requests.length).toBe(before);
       expect(await gw.stores.billing.openHolds(ACCOUNT)).toBe(0);
-      expect(await gw.gateway.admin.ledger(ACCOUNT)).toEqual([]);
+      expect(await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).toEqual([]);
     } finally {
       for (const t of timers) clearInterval(t);
       await gw.close();

@@ -11,6 +11,7 @@ import { createRedisStores } from '../../src/stores/redis/entry.js';
 import type { Stores } from '../../src/stores/types.js';
 import { ACCOUNT, eventually, MODEL, postChat, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { chargesOf } from '../helpers/billing.js';
 
 let upstream: TestUpstream;
 let gw: RunningGateway;
@@ -33,7 +34,7 @@ beforeEach(() => upstream.setBehavior({ kind: 'json', content: 'first answer' })
 
 const body = { model: MODEL, messages: [{ role: 'user', content: 'charge me once' }] };
 const withKey = (k: string) => ({ headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json', 'idempotency-key': k } });
-const ledgerSize = async () => (await gw.gateway.admin.ledger(ACCOUNT)).length;
+const ledgerSize = async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length;
 
 describe('Idempotency-Key', () => {
   it('the same key and body replays the first answer without a second upstream call or charge', async () => {
@@ -171,7 +172,7 @@ describe.each([
       expect(replayed.headers.get('idempotent-replayed')).toBe('true');
       expect(await replayed.text()).toBe(text);
       expect(upstream.requests.length - calls).toBe(1);
-      expect(await long.gateway.admin.ledger(ACCOUNT)).toHaveLength(1);
+      expect(await chargesOf(long.gateway.admin.ledger(ACCOUNT))).toHaveLength(1);
     } finally {
       await long.close();
     }

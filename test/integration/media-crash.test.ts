@@ -18,6 +18,7 @@ import type { Stores } from '../../src/stores/types.js';
 import { ACCOUNT, UPSTREAM_API_KEY, eventually, testConfig } from '../helpers/gateway.js';
 import { IMAGE, VIDEO, freezable, imageCost, mediaModels, videoCost, type FreezableStores } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
+import { chargesOf } from '../helpers/billing.js';
 
 const TTL_MS = 1000;
 
@@ -112,7 +113,7 @@ describe('an instance dies with jobs in flight', () => {
     expect(typeof seen.completed_at).toBe('number');
     expect(await shared.billing.wallet(ACCOUNT)).toEqual(initial);
     expect(await shared.billing.openHolds(ACCOUNT)).toBe(0);
-    expect(await shared.billing.ledger(ACCOUNT)).toEqual([]);
+    expect(await chargesOf(shared.billing.ledger(ACCOUNT))).toEqual([]);
     expect(await leases('image')).toBe(0);
 
     // The upstream finishes after all, and A comes back: its late result changes nothing.
@@ -122,7 +123,7 @@ describe('an instance dies with jobs in flight', () => {
     await a.dispose(); // waits for A's pending work, i.e. its handling of the late result
     aDisposed = true;
     expect(await shared.jobs.get(job.id)).toMatchObject({ status: 'failed', error: { code: 'job_lost' } });
-    expect(await shared.billing.ledger(ACCOUNT)).toEqual([]);
+    expect(await chargesOf(shared.billing.ledger(ACCOUNT))).toEqual([]);
     expect(await shared.billing.wallet(ACCOUNT)).toEqual(initial);
     expect(await leases('image')).toBe(0);
   });
@@ -156,9 +157,9 @@ describe('an instance dies with jobs in flight', () => {
 
     up.finishVideo(upstreamId);
     // Nobody polls: B notices completion, settles, frees the slot.
-    await eventually(async () => (await shared.billing.ledger(ACCOUNT)).length === 1, 'settled by B', 10_000);
+    await eventually(async () => (await chargesOf(shared.billing.ledger(ACCOUNT))).length === 1, 'settled by B', 10_000);
     await eventually(async () => (await leases('video')) === 0, 'slot freed');
-    const [entry] = await shared.billing.ledger(ACCOUNT);
+    const [entry] = await chargesOf(shared.billing.ledger(ACCOUNT));
     expect(entry).toMatchObject({ id: job.id, units: { kind: 'seconds', seconds: 8, tier: '1080P' } });
     expect(entry!.cost).toBe(videoCost('1080P', 8));
     expect(await shared.billing.wallet(ACCOUNT)).toEqual({ balance: initial.balance - videoCost('1080P', 8), held: 0n });
@@ -172,7 +173,7 @@ describe('an instance dies with jobs in flight', () => {
     await eventually(() => polls() > before, 'A polls the upstream again');
     await a.dispose();
     aDisposed = true;
-    expect(await shared.billing.ledger(ACCOUNT)).toHaveLength(1);
+    expect(await chargesOf(shared.billing.ledger(ACCOUNT))).toHaveLength(1);
     expect(await shared.billing.wallet(ACCOUNT)).toEqual({ balance: initial.balance - videoCost('1080P', 8), held: 0n });
     expect(await leases('video')).toBe(0);
     expect((await shared.jobs.get(job.id))?.status).toBe('completed');
@@ -190,7 +191,7 @@ describe('an instance dies with jobs in flight', () => {
     await eventually(async () => (await shared.jobs.get(job.id))?.status === 'failed', 'failed', 10_000);
     await eventually(async () => (await leases('video')) === 0, 'slot freed');
     expect((await shared.jobs.get(job.id))?.error).toEqual({ code: 'upstream_generation_failed', message: expect.any(String) });
-    expect(await shared.billing.ledger(ACCOUNT)).toEqual([]);
+    expect(await chargesOf(shared.billing.ledger(ACCOUNT))).toEqual([]);
     expect(await shared.billing.wallet(ACCOUNT)).toEqual(initial);
   });
 });

@@ -29,6 +29,7 @@ import {
   videoCost,
 } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
+import { chargesOf } from '../helpers/billing.js';
 
 const SLOW = '-slow';
 const UP = '-up';
@@ -99,7 +100,7 @@ type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-ex
 const body = async (res: Response): Promise<Json> => (await res.json()) as Json;
 
 const wallet = (account = ACCOUNT) => stores.billing.wallet(account);
-const ledger = (account = ACCOUNT) => stores.billing.ledger(account);
+const ledger = (account = ACCOUNT) => chargesOf(stores.billing.ledger(account));
 const leases = (kind: 'image' | 'video', account = ACCOUNT) => stores.limits.activeLeases(`${kind}:${account}`);
 
 /** Waits until the account has no open hold and no in-flight slot. */

@@ -15,6 +15,7 @@ import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { ACCOUNT, MODEL, eventually, makeGateway, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { hasRedisServer, startRedisServer } from '../helpers/redis-servers.js';
+import { chargesOf } from '../helpers/billing.js';
 
 const CLIENT = { clientAddress: '192.0.2.10' };
 const get = (gateway: ReturnType<typeof createGateway>, path: string, init: RequestInit = {}) =>
@@ -232,7 +233,7 @@ describe('routing reads the request path only', () => {
     // The chat route ran: an image model is not a chat model.
     expect(crafted.status).toBe(404);
     expect(JSON.parse(crafted.body)).toMatchObject({ error: { code: 'model_not_found' } });
-    expect(await gw.stores.billing.ledger(ACCOUNT)).toEqual([]);
+    expect(await chargesOf(gw.stores.billing.ledger(ACCOUNT))).toEqual([]);
     expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(before);
 
     const chatBody = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'hi' }] });

@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { entryJson, webhookPerCharge } from '../../examples/plugins/webhook-per-charge.js';
 import { rewriteRequest } from '../../examples/plugins/rewrite-request.js';
 import type { GatewayPlugin, UpstreamClient } from '../../src/index.js';
-import { chatCost } from '../helpers/billing.js';
+import { chatCost, chargesOf } from '../helpers/billing.js';
 import { eventually, MODEL, postChat, startGateway, testConfig, type RunningGateway, UPSTREAM_MODEL } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
@@ -55,7 +55,7 @@ describe('the example plugins', () => {
         const client = new OpenAI({ baseURL: gw.baseURL, apiKey: key, maxRetries: 0 });
         await client.chat.completions.create({ model: MODEL, messages });
         await eventually(() => received.length === 1, 'the webhook');
-        const [entry] = await gw.stores.billing.ledger(account);
+        const [entry] = await chargesOf(gw.stores.billing.ledger(account));
         expect(JSON.parse(received[0]!.body)).toEqual(JSON.parse(entryJson(entry!)));
         const parsed = JSON.parse(received[0]!.body) as Record<string, unknown>;
         expect(parsed).toMatchObject({ model: MODEL, cost: chatCost(21, 13).toString(), measured: 'usage', exceededHold: false });
@@ -179,8 +179,8 @@ describe('hooks', () => {
         const sent = up.requests[before]!.raw;
         const refused = await postChat(gw.baseURL, key, { model: MODEL, messages: [] });
         const refusedBody = (await refused.json()) as { error: unknown };
-        await eventually(async () => (await gw.stores.billing.ledger(account)).length === 1, 'the charge');
-        const ledger = (await gw.stores.billing.ledger(account)).map(({ id: _id, at: _at, keyId: _k, ...rest }) => rest);
+        await eventually(async () => (await chargesOf(gw.stores.billing.ledger(account))).length === 1, 'the charge');
+        const ledger = (await chargesOf(gw.stores.billing.ledger(account))).map(({ id: _id, at: _at, keyId: _k, ...rest }) => rest);
         return { status: stream.status, text, sent, refused: [refused.status, refusedBody], ledger, wallet: await gw.stores.billing.wallet(account) };
       });
     const plain = await run([]);
@@ -246,8 +246,8 @@ describe('an upstream client object of your own', () => {
       expect(seenCalls).toHaveLength(1);
       expect(seenCalls[0]).toMatchObject({ path: '/chat/completions', body: { model: 'own/chat', messages } });
       expect(seenCalls[0]!.auth).toBeUndefined();
-      await eventually(async () => (await gw.stores.billing.ledger(account)).length === 1, 'the charge');
-      expect((await gw.stores.billing.ledger(account))[0]).toMatchObject({ model: 'own/chat', cost: chatCost(3, 4), upstream: 'own' });
+      await eventually(async () => (await chargesOf(gw.stores.billing.ledger(account))).length === 1, 'the charge');
+      expect((await chargesOf(gw.stores.billing.ledger(account)))[0]).toMatchObject({ model: 'own/chat', cost: chatCost(3, 4), upstream: 'own' });
     } finally {
       await gw.close();
     }

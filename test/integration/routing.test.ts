@@ -12,7 +12,7 @@ import type { GatewayOptions } from '../../src/index.js';
 import { parseOptions } from '../../src/options.js';
 import { createBreaker } from '../../src/upstream/breaker.js';
 import { orderTargets } from '../../src/upstream/call.js';
-import { chatCost } from '../helpers/billing.js';
+import { chatCost, chargesOf } from '../helpers/billing.js';
 import { eventually, postChat, type RunningGateway, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { VIDEO_TIERS } from '../helpers/media.js';
 import { startMediaUpstream } from '../helpers/media-upstream.js';
@@ -98,15 +98,15 @@ async function noHoldLeft(): Promise<boolean> {
   return holds === 0 && wallet.held === 0n;
 }
 
-const ledgerIds = async () => new Set((await gw.gateway.admin.ledger(account)).map((e) => e.id));
+const ledgerIds = async () => new Set((await chargesOf(gw.gateway.admin.ledger(account))).map((e) => e.id));
 
 /** Waits for the call's one ledger entry (the only one not in `before`) and no hold; returns it. */
 async function billedOnce(before: Set<string>) {
-  await eventually(async () => (await gw.gateway.admin.ledger(account)).length === before.size + 1, 'a ledger entry');
+  await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(account))).length === before.size + 1, 'a ledger entry');
   await eventually(noHoldLeft, 'no hold left');
   // Nothing more arrives afterwards.
   await new Promise((r) => setTimeout(r, 50));
-  const ledger = await gw.gateway.admin.ledger(account);
+  const ledger = await chargesOf(gw.gateway.admin.ledger(account));
   expect(ledger).toHaveLength(before.size + 1);
   return ledger.find((e) => !before.has(e.id))!;
 }
@@ -182,7 +182,7 @@ describe('fallbacks and retries', () => {
       expect(refused.headers.get('retry-after')).toBe('30');
       expect(one.requests).toHaveLength(1);
       await eventually(async () => (await solo.stores.billing.openHolds(setup.account)) === 0, 'no hold');
-      expect(await solo.gateway.admin.ledger(setup.account)).toHaveLength(1);
+      expect(await chargesOf(solo.gateway.admin.ledger(setup.account))).toHaveLength(1);
     } finally {
       await solo.close();
       await one.close();
@@ -218,7 +218,7 @@ describe('limits of retrying', () => {
     // retries: 3 -> four attempts: a, b, c, then a again.
     expect([a.requests.length, b.requests.length, c.requests.length]).toEqual([2, 1, 1]);
     await eventually(noHoldLeft, 'no hold left');
-    expect((await gw.gateway.admin.ledger(account)).length).toBe(before.size);
+    expect((await chargesOf(gw.gateway.admin.ledger(account))).length).toBe(before.size);
   });
 
   it('the deadline: no attempt starts once it has passed (the first one hung past it)', async () => {
@@ -434,8 +434,8 @@ describe('video jobs', () => {
       const content = await api(`/videos/${job.id}/content`);
       expect(content.status).toBe(200);
       expect(Buffer.from(await content.arrayBuffer()).equals(media.clip)).toBe(true);
-      await eventually(async () => (await vg.gateway.admin.ledger(setup.account)).length === 1, 'a ledger entry');
-      const [entry] = await vg.gateway.admin.ledger(setup.account);
+      await eventually(async () => (await chargesOf(vg.gateway.admin.ledger(setup.account))).length === 1, 'a ledger entry');
+      const [entry] = await chargesOf(vg.gateway.admin.ledger(setup.account));
       expect(entry!.upstream).toBe('media');
     } finally {
       await vg.close();

@@ -22,7 +22,7 @@ import { createRedisStores } from '../../src/stores/redis/entry.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import type { BillingStore, Stores } from '../../src/stores/types.js';
-import { chatCost, loadTokenizer } from '../helpers/billing.js';
+import { chatCost, loadTokenizer, chargesOf } from '../helpers/billing.js';
 import { COMPLETION_PRICE, eventually, MODEL, postChat, PROMPT_PRICE, sseData, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { startGatewayProcess, writeConfig } from '../helpers/processes.js';
 import { hasRedisServer, startRedisServer } from '../helpers/redis-servers.js';
@@ -92,7 +92,7 @@ describe.each(storages)('%s: dispose() while calls are in flight', (_name, enabl
         .join('');
       expect(text).toBe(chunks.join(''));
       await disposed;
-      const ledger = await stores.billing.ledger(account);
+      const ledger = await chargesOf(stores.billing.ledger(account));
       expect(ledger).toHaveLength(1);
       expect(ledger[0]!.cost).toBe(chatCost(10, 6));
       expect(await stores.billing.openHolds(account)).toBe(0);
@@ -116,7 +116,7 @@ describe.each(storages)('%s: dispose() while calls are in flight', (_name, enabl
       const last = JSON.parse(events.at(-2)!) as { error: { code: string }; choices: Array<{ finish_reason: string }> };
       expect(last.error.code).toBe('service_unavailable');
       expect(last.choices[0]!.finish_reason).toBe('error');
-      const ledger = await stores.billing.ledger(account);
+      const ledger = await chargesOf(stores.billing.ledger(account));
       expect(ledger).toHaveLength(1);
       const units = ledger[0]!.units as { prompt: number; completion: number };
       expect(ledger[0]!.measured).toBe('tokenizer');
@@ -178,7 +178,7 @@ describe.runIf(needRedis)('the CLI on Redis', () => {
       expect(keyInfo.data.wallet.held).toBe(0);
       const stores = createRedisStores({ url: REDIS_URL, keyPrefix: prefix });
       try {
-        const ledger = await stores.billing.ledger('acct_sd');
+        const ledger = await chargesOf(stores.billing.ledger('acct_sd'));
         expect(ledger.map((e) => e.cost)).toEqual([expected]);
         expect(await stores.billing.openHolds('acct_sd')).toBe(0);
       } finally {
@@ -233,8 +233,8 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('a settle the store 
       const stores = createRedisStores({ url, keyPrefix: 'mg:' });
       try {
         // The killed gateway's lock stays fresh for up to its stale time (10 s): then it is taken.
-        await eventually(async () => (await stores.billing.ledger('acct_sd')).length === 1, 'the journaled settle to land', 25_000);
-        const [entry] = await stores.billing.ledger('acct_sd');
+        await eventually(async () => (await chargesOf(stores.billing.ledger('acct_sd'))).length === 1, 'the journaled settle to land', 25_000);
+        const [entry] = await chargesOf(stores.billing.ledger('acct_sd'));
         expect(entry!.cost).toBe(chatCost(30, 4));
         const w = await stores.billing.wallet('acct_sd');
         expect(w.balance).toBe(10_000_000_000n - chatCost(30, 4));
@@ -279,12 +279,12 @@ describe('memory: a settle journaled during a store outage', () => {
       expect(readdirSync(journal).some((f) => f.endsWith('.jsonl'))).toBe(true);
       // The gateway stops with the store still down: the settle stays journaled.
       await first.close();
-      expect(await stores.billing.ledger(account)).toEqual([]);
+      expect(await chargesOf(stores.billing.ledger(account))).toEqual([]);
 
       outage.setDown(false);
       second = await startGateway({ ...options, stores: faulty, settleJournalDir: journal });
-      await eventually(async () => (await stores.billing.ledger(account)).length === 1, 'the journaled settle to land', 5_000);
-      expect((await stores.billing.ledger(account))[0]!.cost).toBe(chatCost(12, 3));
+      await eventually(async () => (await chargesOf(stores.billing.ledger(account))).length === 1, 'the journaled settle to land', 5_000);
+      expect((await chargesOf(stores.billing.ledger(account)))[0]!.cost).toBe(chatCost(12, 3));
       expect(await stores.billing.openHolds(account)).toBe(0);
       await eventually(() => readdirSync(journal).filter((f) => f.endsWith('.jsonl')).length === 0, 'the journal to empty', 5_000);
     } finally {

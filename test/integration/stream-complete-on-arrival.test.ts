@@ -6,7 +6,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { chatCost } from '../helpers/billing.js';
+import { chatCost, chargesOf } from '../helpers/billing.js';
 import { eventually, MODEL, postChat, type RunningGateway, sseData, startGateway, testConfig } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
@@ -41,7 +41,7 @@ const contents = (text: string) =>
     .flatMap((c) => c.choices.map((ch) => ({ model: c.model, content: ch.delta.content ?? '' })));
 
 async function ledgerCount(): Promise<number> {
-  return (await gw.stores.billing.ledger(account)).length;
+  return (await chargesOf(gw.stores.billing.ledger(account))).length;
 }
 
 describe('streamed answers complete on arrival', () => {
@@ -64,7 +64,7 @@ describe('streamed answers complete on arrival', () => {
     expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
     expect(text).not.toContain('prompt_tokens');
     await eventually(async () => (await ledgerCount()) === before + 1, 'one ledger entry');
-    const entry = (await gw.stores.billing.ledger(account)).at(-1)!;
+    const entry = (await chargesOf(gw.stores.billing.ledger(account))).at(-1)!;
     expect(entry.cost).toBe(chatCost(7, 3));
     expect(entry.measured).toBe('usage');
   });
@@ -83,7 +83,7 @@ describe('streamed answers complete on arrival', () => {
     expect(contents(text).map((c) => c.content)).toEqual(['one', ' two', '']);
     expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
     await eventually(async () => (await ledgerCount()) === before + 1, 'one ledger entry');
-    expect((await gw.stores.billing.ledger(account)).at(-1)!.cost).toBe(chatCost(7, 3));
+    expect((await chargesOf(gw.stores.billing.ledger(account))).at(-1)!.cost).toBe(chatCost(7, 3));
   });
 
   it('an error event in the first read: a 200 stream ending in the error event, nothing billed', async () => {

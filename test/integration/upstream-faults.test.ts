@@ -5,7 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { parseUsd } from '../../src/billing/money.js';
-import { chatCost, loadTokenizer, promptEstimate } from '../helpers/billing.js';
+import { chatCost, loadTokenizer, promptEstimate, chargesOf } from '../helpers/billing.js';
 import {
   ACCOUNT,
   MODEL,
@@ -82,7 +82,7 @@ async function noHoldLeft(): Promise<boolean> {
 /** Nothing was charged and (after the async release) no hold is left. */
 async function expectNothingCharged() {
   await eventually(noHoldLeft, 'the hold to be released');
-  expect(await gw.gateway.admin.ledger(ACCOUNT)).toEqual([]);
+  expect(await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).toEqual([]);
   expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(WALLET);
 }
 
@@ -195,9 +195,9 @@ describe('upstream stalls mid-stream past its timeout', () => {
     expect(last.error).toMatchObject({ code: 'upstream_timeout', type: 'upstream_error' });
     expect(last.choices).toEqual([{ index: 0, delta: { content: '' }, finish_reason: 'error' }]);
     await eventually(() => up.requests[0]?.isClosed === true, 'the stalled upstream request to be closed');
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'the produced part to be billed');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'the produced part to be billed');
     await eventually(noHoldLeft, 'no hold left');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     expect((entry!.units as { completion: number }).completion).toBe(tokenizer.count('Partial answer'));
   });
 });
@@ -233,8 +233,8 @@ describe('an upstream that sends [DONE] but keeps the connection open', () => {
     expect(events.some((e) => e.includes('"error"'))).toBe(false);
     const parsed = events.slice(0, -1).map((e) => JSON.parse(e) as Chunk);
     expect(parsed.at(-1)!.choices[0]!.finish_reason).toBe('stop');
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'a ledger entry');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'a ledger entry');
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     expect(entry!.units).toEqual({ kind: 'tokens', prompt: 4, completion: 1 });
     await eventually(noHoldLeft, 'no hold left');
     // The upstream's unfinished body is given up at its timeout, and the gateway goes on serving.
@@ -376,7 +376,7 @@ describe('circuit breaker: cooldown and the half-open probe (clock injected)', (
     for (let i = 0; i < 3; i++) expect((await call()).res.status).toBe(200);
     expect(up.requests).toHaveLength(4);
     // Only the answered calls were charged; no hold is left from the refused ones.
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 4, 'four ledger entries');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 4, 'four ledger entries');
     await eventually(noHoldLeft, 'no hold left');
   });
 
@@ -401,7 +401,7 @@ describe('circuit breaker: cooldown and the half-open probe (clock injected)', (
     expect(await listedStatus()).toBe('Active');
     expect((await call()).res.status).toBe(200);
     expect(up.requests).toHaveLength(7);
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 2, 'two ledger entries');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 2, 'two ledger entries');
     await eventually(noHoldLeft, 'no hold left');
   });
 
@@ -460,9 +460,9 @@ describe('failures after the stream started', () => {
     const content = parsed.map((c) => c.choices[0]?.delta.content ?? '').join('');
     expect(content).toBe('One two three');
 
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'the produced part to be billed');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'the produced part to be billed');
     await eventually(noHoldLeft, 'no hold left');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     expect(entry!.units).toEqual({
       kind: 'tokens',
       prompt: await promptEstimate(MESSAGES),
@@ -494,9 +494,9 @@ describe('failures after the stream started', () => {
     const events = await streamEvents({});
     const parsed = expectErrorTail(events);
     expect(parsed.at(-1)!.error!.message).toBe('The model is overloaded.');
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'the produced part to be billed');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'the produced part to be billed');
     await eventually(noHoldLeft, 'no hold left');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     expect((entry!.units as { completion: number }).completion).toBe(tokenizer.count('Begun'));
   });
 
@@ -510,7 +510,7 @@ describe('failures after the stream started', () => {
     });
     const events = await streamEvents({});
     expectErrorTail(events);
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'the produced part to be billed');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'the produced part to be billed');
     await eventually(noHoldLeft, 'no hold left');
   });
 });
@@ -530,9 +530,9 @@ describe('streams and usage', () => {
     expect(parsed.map((c) => c.choices[0]?.delta.content ?? '').join('')).toBe('The quick brown fox jumps.');
     expect(parsed.some((c) => c.error)).toBe(false);
 
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'a ledger entry');
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'a ledger entry');
     await eventually(noHoldLeft, 'no hold left');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     const completion = tokenizer.count('The quick brown fox jumps.');
     expect(completion).toBeGreaterThan(0);
     expect(entry!.units).toEqual({ kind: 'tokens', prompt: await promptEstimate(MESSAGES), completion });
@@ -547,8 +547,8 @@ describe('streams and usage', () => {
     expect(up.requests[0]!.body!.stream).toBe(true);
     const parsed = events.slice(0, -1).map((e) => JSON.parse(e) as Chunk);
     expect(parsed.some((c) => c.usage !== undefined)).toBe(false);
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'a ledger entry');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'a ledger entry');
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     expect(entry!.units).toEqual({ kind: 'tokens', prompt: 21, completion: 13 });
     expect(entry!.cost).toBe(chatCost(21, 13));
     await eventually(noHoldLeft, 'no hold left');
@@ -657,8 +657,8 @@ describe('what reaches the upstream', () => {
     expect(sent.method).toBe('POST');
     expect(sent.path).toBe('/v1/chat/completions');
     expect(sent.body).toEqual({ ...body, model: UPSTREAM_MODEL });
-    await eventually(async () => (await gw.gateway.admin.ledger(ACCOUNT)).length === 1, 'a ledger entry');
-    const [entry] = await gw.gateway.admin.ledger(ACCOUNT);
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length === 1, 'a ledger entry');
+    const [entry] = await chargesOf(gw.gateway.admin.ledger(ACCOUNT));
     expect(entry!.cost).toBe(chatCost(9, 3));
   });
 
