@@ -253,7 +253,8 @@ export interface BillingStore {
   /** Number of open (unexpired) holds of an account. */
   openHolds(accountId: string): Promise<number>;
   /**
-   * For the audit: one page (at most `limit`, 1 to 1,000) of every hold the store keeps for
+   * For the audit: one page (about `limit`, 1 to 1,000: Redis's HSCAN may give a small hash
+   * whole) of every hold the store keeps for
    * the account, expired ones not yet dropped included, read without changing anything.
    * Paging visits each hold present throughout once.
    */
