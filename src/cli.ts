@@ -11,6 +11,7 @@ import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, toUnixMs } from './admin/accounts.js';
 import { loadConfigFile } from './cli/config-file.js';
+import { auditText } from './cli/audit.js';
 import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
 import { silentLogger } from './observability/log.js';
 import { parseUsd } from './billing/money.js';
@@ -30,6 +31,7 @@ const USAGE = `usage:
   model-gateway keys disable --config FILE --id KEY_ID
   model-gateway keys enable --config FILE --id KEY_ID
   model-gateway ledger --config FILE --account ID [--key KEY_ID] [--since WHEN] [--until WHEN] [--format jsonl|csv]
+  model-gateway audit --config FILE [--account ID]    (exit 0: the books add up; 1: differences)
 
 options:
   --config FILE       the JSON config; its storage is what the admin commands change
@@ -319,7 +321,8 @@ async function admin(argv: string[]): Promise<void> {
   const [group, action] = positionals;
   if (group === 'serve') return serve(need(values.config, 'config'), port(values.port), values.host ?? '127.0.0.1');
   const known = ['accounts create', 'accounts list', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable'];
-  if (!known.includes(`${group} ${action}`) && !(group === 'ledger' && action === undefined)) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
+  const alone = (group === 'ledger' || group === 'audit') && action === undefined;
+  if (!known.includes(`${group} ${action}`) && !alone) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
   const configFile = need(values.config, 'config');
   // Flags are checked before anything connects to the storage.
   const wallet = values.wallet === undefined ? '0' : usd(values.wallet, 'wallet', false);
@@ -327,7 +330,7 @@ async function admin(argv: string[]): Promise<void> {
   const cap = values['monthly-cap'] === undefined ? null : usd(values['monthly-cap'], 'monthly-cap', false);
   const { gateway, stores } = await open(configFile, true);
   try {
-    const changes = !['accounts list', 'wallet show', 'keys list'].includes(`${group} ${action}`);
+    const changes = !alone && !['accounts list', 'wallet show', 'keys list'].includes(`${group} ${action}`);
     if (changes && gateway.config.storage.driver === 'memory') {
       process.stderr.write('note: storage is "memory"; this change lives only in this process. Use sqlite, postgres or redis storage.\n');
     }
@@ -335,6 +338,11 @@ async function admin(argv: string[]): Promise<void> {
     let out: unknown;
     if (group === 'ledger' && action === undefined) {
       await exportLedger(gateway, values);
+      return;
+    } else if (group === 'audit' && action === undefined) {
+      const report = await a.audit(values.account === undefined ? {} : { account: values.account });
+      process.stdout.write(auditText(report));
+      if (!report.ok) process.exitCode = 1;
       return;
     } else if (group === 'accounts' && action === 'create') {
       out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: wallet });

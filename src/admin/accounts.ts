@@ -5,6 +5,7 @@
 import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from '../auth/keys.js';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
+import { type AuditOptions, type AuditReport, auditBooks } from '../billing/audit.js';
 import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
 import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from '../stores/types.js';
 
@@ -84,6 +85,12 @@ export interface Admin {
   /** Adds (or replaces) a knowledge document: plain text or markdown. */
   addDocument(input: { id: string; account: string; brand?: string | null; title?: string; text: string }): Promise<void>;
   deleteDocument(accountId: string, id: string): Promise<boolean>;
+  /**
+   * Checks the books of every account (or `options.account`): balances against the ledger,
+   * held against the open holds, keys' month-to-date spend against their charges, no hold id
+   * charged twice. `ok` is false when any difference was found.
+   */
+  audit(options?: AuditOptions): Promise<AuditReport>;
 }
 
 export class AdminError extends Error {
@@ -303,7 +310,19 @@ function contentMethods(core: Services): ContentMethods {
  * taken off the object (`const { createKey } = gateway.admin`).
  */
 export function createAdmin(core: Services, hooks: { forgetGrants(accountId: string): void }): Admin {
-  return { ...accountMethods(core, hooks), ...keyMethods(core), ledger: ledger(core), ...contentMethods(core) };
+  return { ...accountMethods(core, hooks), ...keyMethods(core), ledger: ledger(core), ...contentMethods(core), audit: audit(core) };
+}
+
+function audit(core: Services): Admin['audit'] {
+  return async (options) => {
+    try {
+      return await auditBooks(core.stores, options);
+    } catch (err) {
+      // An account that does not exist is the caller's mistake.
+      if (err instanceof RangeError) throw new AdminError(err.message.replace(/^no account/, 'No account'));
+      throw err;
+    }
+  };
 }
 
 /**

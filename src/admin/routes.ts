@@ -144,6 +144,13 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({ method: 'GET', path: '/jobs', summary: 'An account’s unfinished image and video jobs', query: S.jobsQuery, run: activity.listJobs }),
   route({ method: 'GET', path: '/jobs/{id}', summary: 'A job (any status)', run: activity.getJob }),
+  route({
+    method: 'GET',
+    path: '/audit',
+    summary: 'Check the books: balances, holds, keys’ spend and charges per hold id ({ok, accounts, entries, differences})',
+    query: S.auditQuery,
+    run: activity.audit,
+  }),
 ];
 
 export const adminRouter = createRouter(adminRoutes);

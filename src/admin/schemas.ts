@@ -76,3 +76,4 @@ export const usageQuery = z.strictObject({
 });
 
 export const jobsQuery = z.strictObject({ account: id });
+export const auditQuery = z.strictObject({ account: id.optional() });

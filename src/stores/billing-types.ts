@@ -146,6 +146,34 @@ export interface KeyUsage {
   held: bigint;
 }
 
+/** A hold as the store keeps it, for the audit: open, or expired and not yet swept. */
+export interface HoldView {
+  holdId: string;
+  keyId: string;
+  amount: bigint;
+  /** Unix ms, by the store's clock; null when the store keeps no expiry for it (it never lapses). */
+  expiresAt: number | null;
+}
+
+/** A page of an account's holds, in no particular order. */
+export interface HoldPage {
+  holds: HoldView[];
+  /** Pass as `cursor` for the next page; null when this was the last. */
+  nextCursor: string | null;
+  /**
+   * The store's clock when the page was read (unix ms): a hold is open while its expiry is
+   * after it. The audit judges expiries by it, not by its own clock.
+   */
+  at: number;
+}
+
+/** A hold id with more than one charge in an account's ledger. */
+export interface DuplicateCharge {
+  holdId: string;
+  /** How many charges name it (2 or more). */
+  charges: number;
+}
+
 /** One hit on a rate window (see `LimitStore.hit`), for a hold to count in the same step. */
 export interface WindowHit {
   bucket: string;
@@ -224,4 +252,18 @@ export interface BillingStore {
   queryLedger(query: LedgerQuery): Promise<LedgerPage>;
   /** Number of open (unexpired) holds of an account. */
   openHolds(accountId: string): Promise<number>;
+  /**
+   * For the audit: one page (about `limit`, 1 to 1,000: Redis's HSCAN may give a small hash
+   * whole) of every hold the store keeps for
+   * the account, expired ones not yet dropped included, read without changing anything.
+   * Paging visits each hold present throughout once.
+   */
+  listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage>;
+  /**
+   * For the audit: hold ids with more than one charge (a ledger entry that is not a credit)
+   * in the account's ledger, at most `limit` of them. Settles are idempotent per hold id, so
+   * on sound books this is empty. The store finds them itself (an index, or a pass in the
+   * database), so the caller never holds a whole ledger's ids.
+   */
+  duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]>;
 }

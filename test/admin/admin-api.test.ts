@@ -7,6 +7,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import SwaggerParser from '@apidevtools/swagger-parser';
+import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminHandler } from '../../src/index.js';
 import { createSqliteStores } from '../../src/stores/sqlite/index.js';
@@ -32,16 +33,24 @@ function client(origin: string, token = ADMIN_TOKEN) {
   };
 }
 
-function adminSuite(name: string, makeStores?: () => { stores: any; cleanup(): void }) {
+/** Stores made for a suite; `setBalance` changes a wallet behind the gateway's back. */
+interface MadeStores {
+  stores: any;
+  cleanup(): void;
+  setBalance?(accountId: string, nano: bigint): void;
+}
+
+function adminSuite(name: string, makeStores?: () => MadeStores) {
   describe(`admin API (${name})`, () => {
     let gw: RunningGateway;
     let api: ReturnType<typeof client>;
     let devKey: string;
     let cleanup = () => {};
+    let made: MadeStores | undefined;
     beforeAll(async () => {
       const setup = testConfig({ walletUsd: 10 });
       devKey = setup.devKey;
-      const made = makeStores?.();
+      made = makeStores?.();
       if (made) cleanup = made.cleanup;
       gw = await startGateway({ ...setup.options, ...(made ? { stores: made.stores } : {}), admin: { tokenSha256: ADMIN_SHA } });
       api = client(gw.origin);
@@ -190,13 +199,43 @@ function adminSuite(name: string, makeStores?: () => { stores: any; cleanup(): v
       expect((await api('GET', `/jobs?account=${ACCOUNT}`)).json).toEqual({ object: 'list', data: [] });
       expect((await api('GET', '/jobs/img_nope')).status).toBe(404);
     });
+
+    // Last: it may change the books behind the gateway's back.
+    it('audit: the books after calls add up; a wallet changed behind the gateway is named; 401 without the token', async () => {
+      expect((await postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'audit' }], max_tokens: 5 })).status).toBe(200);
+      const clean = await api('GET', '/audit');
+      expect(clean.status).toBe(200);
+      expect(clean.json).toEqual({ ok: true, accounts: expect.any(Number), entries: expect.any(Number), differences: [] });
+      expect(clean.json.entries).toBeGreaterThan(1);
+      const one = await api('GET', `/audit?account=${ACCOUNT}`);
+      expect(one.json).toMatchObject({ ok: true, accounts: 1 });
+      for (const token of ['', 'wrong', devKey]) expect((await client(gw.origin, token)('GET', '/audit')).status).toBe(401);
+      expect((await api('GET', '/audit?account=nobody')).status).toBe(404);
+      expect((await api('GET', '/audit?acount=x')).status).toBe(400);
+      if (!made?.setBalance) return; // memory: its wallets are not reachable from here (the conformance suite tampers with them)
+      const before = (await api('GET', `/accounts/${ACCOUNT}`)).json.balanceUsd as string;
+      made.setBalance(ACCOUNT, 1n);
+      const tampered = await api('GET', '/audit');
+      expect(tampered.status).toBe(200);
+      expect(tampered.json).toMatchObject({ ok: false, differences: [{ account: ACCOUNT, check: 'balance', expected: before, actual: '0.000000001' }] });
+      expect(tampered.json.differences).toHaveLength(1);
+    });
   });
 }
 
 adminSuite('memory');
 adminSuite('sqlite', () => {
   const dir = mkdtempSync(join(tmpdir(), 'mg-admin-'));
-  return { stores: createSqliteStores({ path: join(dir, 'g.db') }), cleanup: () => rmSync(dir, { recursive: true, force: true }) };
+  const path = join(dir, 'g.db');
+  return {
+    stores: createSqliteStores({ path }),
+    cleanup: () => rmSync(dir, { recursive: true, force: true }),
+    setBalance(accountId, nano) {
+      const db = new Database(path);
+      db.prepare('UPDATE wallets SET balance = ? WHERE account_id = ?').run(nano, accountId);
+      db.close();
+    },
+  };
 });
 
 describe('admin API: OpenAPI and mounting', () => {
@@ -209,7 +248,7 @@ describe('admin API: OpenAPI and mounting', () => {
       const res = await handler(new Request('http://internal/admin/v1/openapi.json'));
       const doc = (await res.json()) as any;
       expect(doc.openapi).toBe('3.1.0');
-      for (const p of ['/admin/v1/accounts', '/admin/v1/accounts/{id}/credits', '/admin/v1/keys/{id}/rotate', '/admin/v1/ledger', '/admin/v1/usage', '/admin/v1/jobs']) {
+      for (const p of ['/admin/v1/accounts', '/admin/v1/accounts/{id}/credits', '/admin/v1/keys/{id}/rotate', '/admin/v1/ledger', '/admin/v1/usage', '/admin/v1/jobs', '/admin/v1/audit']) {
         expect(doc.paths[p], p).toBeDefined();
       }
       expect(doc.paths['/admin/v1/keys'].post.requestBody.content['application/json'].schema.properties.account).toBeDefined();

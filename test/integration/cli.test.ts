@@ -9,6 +9,9 @@ import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import Database from 'better-sqlite3';
 import { build } from 'esbuild';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -77,7 +80,7 @@ describe('command-line mistakes', () => {
   it('documents every command and option in --help; an unknown command prints it', async () => {
     const help = await cli('--help');
     expect(help.code).toBe(0);
-    for (const s of ['accounts list', 'wallet show', 'keys enable', 'keys disable', '--port N', '--host H', '0 picks a free one']) expect(help.stdout).toContain(s);
+    for (const s of ['audit --config FILE', 'accounts list', 'wallet show', 'keys enable', 'keys disable', '--port N', '--host H', '0 picks a free one']) expect(help.stdout).toContain(s);
     const unknown = await cli('wallets', 'show', '--config', MEMORY_CONFIG);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/^unknown command: wallets show\n\nusage:/);
@@ -133,4 +136,33 @@ describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', 
     const down = writeConfig({ storage: { driver: 'redis', url: 'redis://127.0.0.1:1', keyPrefix: prefix } });
     expectClearError(await cli('accounts', 'list', '--config', down), /^the storage does not answer: Redis/);
   });
+});
+
+describe('audit', () => {
+  it('exits 0 on clean books and 1 on books changed behind the gateway, naming the account and the check', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mg-cli-audit-'));
+    const path = join(dir, 'books.db');
+    const config = writeConfig({ storage: { driver: 'sqlite', path } });
+    try {
+      expect((await cli('accounts', 'create', '--config', config, '--id', 'acme', '--wallet', '10')).code).toBe(0);
+      expect((await cli('accounts', 'create', '--config', config, '--id', 'beta', '--wallet', '1')).code).toBe(0);
+      expect((await cli('wallet', 'top-up', '--config', config, '--account', 'acme', '--usd', '2.5')).code).toBe(0);
+
+      const clean = await cli('audit', '--config', config);
+      expect(clean.code, clean.stderr).toBe(0);
+      expect(clean.stdout).toBe('audit ok: 2 accounts, 3 ledger entries, no differences\n');
+
+      const db = new Database(path);
+      db.prepare("UPDATE wallets SET balance = 99000000000 WHERE account_id = 'acme'").run();
+      db.close();
+      const tampered = await cli('audit', '--config', config);
+      expect(tampered.code).toBe(1);
+      expect(tampered.stdout).toBe('audit FAILED: 2 accounts, 3 ledger entries, 1 difference\n  acme: balance: expected 12.5, actual 99\n');
+      // One account at a time: the other's books are fine.
+      expect((await cli('audit', '--config', config, '--account', 'beta')).code).toBe(0);
+      expectClearError(await cli('audit', '--config', config, '--account', 'nobody'), /^No account "nobody"/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 60_000);
 });

@@ -86,3 +86,10 @@ export async function getJob(x: AdminContext, c: Call) {
   if (!j) throw notFound('job', c.params.id!);
   return { ...jobView(j), account: j.accountId, key: j.keyId };
 }
+
+/** The audit of the books: every account's, or one (404 when it does not exist). */
+export async function audit(x: AdminContext, c: Call<undefined, typeof S.auditQuery>) {
+  const account = c.query.account;
+  if (account !== undefined) await x.account(account);
+  return x.admin.audit(account === undefined ? {} : { account });
+}

@@ -3,6 +3,8 @@ import type {
   CountedHold,
   CreditRequest,
   CreditResult,
+  DuplicateCharge,
+  HoldPage,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -319,6 +321,33 @@ export class MemoryBilling implements BillingStore {
 
   async openHolds(accountId: string): Promise<number> {
     return this.liveHolds(accountId)?.byId.size ?? 0;
+  }
+
+  // Read as kept, without dropping expired holds: the audit looks for holds kept past expiry.
+  // Pages in hold id order; the cursor is the last id returned.
+  async listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage> {
+    const at = this.now();
+    const mine = this.holds.get(accountId);
+    const ids = [...(mine?.byId.keys() ?? [])].filter((id) => cursor === undefined || id > cursor).sort();
+    const page = ids.slice(0, Math.max(1, limit));
+    const holds = page.map((holdId) => {
+      const h = mine?.byId.get(holdId) as Hold;
+      return { holdId, keyId: h.keyId, amount: h.amount, expiresAt: h.expiresAt };
+    });
+    return { holds, nextCursor: ids.length > page.length ? (page.at(-1) ?? null) : null, at };
+  }
+
+  // This driver's entries do not keep the hold id apart from the entry id; a settle names its
+  // entry by the hold id (a media job's by its job id, one per hold), so a repeated entry id
+  // among charges is a hold charged twice. The ledger is in memory already, and so are its ids.
+  async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
+    const counts = new Map<string, number>();
+    for (const e of this.ledgers.get(accountId) ?? []) {
+      if (e.units.kind !== 'credit') counts.set(e.id, (counts.get(e.id) ?? 0) + 1);
+    }
+    const out: DuplicateCharge[] = [];
+    for (const [holdId, charges] of counts) if (charges > 1 && out.length < limit) out.push({ holdId, charges });
+    return out;
   }
 }
 

@@ -4,6 +4,8 @@ import type {
   CountedHold,
   CreditRequest,
   CreditResult,
+  DuplicateCharge,
+  HoldPage,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -260,5 +262,39 @@ class PostgresBilling implements BillingStore {
       [accountId],
     );
     return num(r?.n);
+  }
+
+  // Every row, expired ones the sweep has not deleted yet included, in hold id order, with
+  // the database clock the expiries are judged by.
+  async listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage> {
+    const n = Math.min(Math.max(1, Math.floor(limit)), 1_000);
+    const rows = await this.ctx.q<{ hold_id: string | null; key_id: string; amount: bigint; expires_at: bigint; now: bigint }>(
+      'listHolds',
+      `SELECT h.hold_id, h.key_id, h.amount, h.expires_at, c.now
+         FROM (SELECT ${this.s}.mg_now() AS now) AS c
+         LEFT JOIN LATERAL (SELECT hold_id, key_id, amount, expires_at FROM ${this.s}.holds
+                             WHERE account_id = $1 AND hold_id > $2 ORDER BY hold_id LIMIT $3::integer) AS h ON true`,
+      [accountId, cursor ?? '', n + 1],
+    );
+    const at = num(rows[0]?.now);
+    const kept = rows.filter((r) => r.hold_id !== null);
+    const page = kept.slice(0, n);
+    return {
+      holds: page.map((r) => ({ holdId: r.hold_id as string, keyId: r.key_id, amount: big(r.amount), expiresAt: num(r.expires_at) })),
+      nextCursor: kept.length > n ? (page.at(-1)?.hold_id ?? null) : null,
+      at,
+    };
+  }
+
+  // The unique index on (account_id, hold_id) keeps this empty unless the books were changed
+  // behind the store's back.
+  async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
+    const rows = await this.ctx.q<{ hold_id: string; n: bigint }>(
+      'duplicateCharges',
+      `SELECT hold_id, count(*) AS n FROM ${this.s}.ledger WHERE account_id = $1 AND units->>'kind' <> 'credit'
+        GROUP BY hold_id HAVING count(*) > 1 ORDER BY hold_id LIMIT $2::integer`,
+      [accountId, Math.max(1, Math.floor(limit))],
+    );
+    return rows.map((r) => ({ holdId: r.hold_id, charges: num(r.n) }));
   }
 }

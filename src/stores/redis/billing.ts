@@ -1,8 +1,11 @@
+import { randomUUID } from 'node:crypto';
 import type {
   BillingStore,
   CountedHold,
   CreditRequest,
   CreditResult,
+  DuplicateCharge,
+  HoldPage,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -15,7 +18,7 @@ import type {
   WindowHit,
 } from '../types.js';
 import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
-import { big, esc, int, list, type RedisContext, str, whole } from './connection.js';
+import { big, esc, hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { creditEntry, creditMarker } from './credits.js';
 import type { RedisLedgerUpgrade } from './ledger-upgrade.js';
@@ -29,6 +32,8 @@ export const CLOSED_MARKER_TTL_MS = 24 * 60 * 60 * 1000;
 /** Entries read per LRANGE when paging the ledger, and at most per page (filters may skip many). */
 const LEDGER_CHUNK = 1_000;
 const LEDGER_SCAN_PER_PAGE = 20_000;
+/** The audit's scratch keys vanish this long after its last chunk, should it stop half-way. */
+const AUDIT_SCRATCH_TTL_MS = 10 * 60 * 1000;
 
 function parseEntry(line: unknown): LedgerEntry {
   const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string };
@@ -228,5 +233,49 @@ class RedisBilling implements BillingStore {
   async openHolds(accountId: string): Promise<number> {
     const k = accountKeys(this.ctx, accountId);
     return int(await this.ctx.run('openHolds', () => this.ctx.scripts.mgOpenHolds([k.holds, k.hexp, k.held], [])));
+  }
+
+  // One HSCAN page: Redis decides its size (about `limit`; a small hash comes whole). The
+  // cursor is HSCAN's; "0" from Redis means the scan is complete.
+  async listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage> {
+    const k = accountKeys(this.ctx, accountId);
+    const size = Math.min(Math.max(1, Math.floor(limit)), 1_000);
+    const reply = list(await this.ctx.run('listHolds', () => this.ctx.scripts.mgListHolds([k.holds, k.hexp], [cursor ?? '0', size])));
+    const holds: HoldPage['holds'] = [];
+    for (let i = 2; i + 2 < reply.length; i += 3) {
+      const h = JSON.parse(str(reply[i + 1]) ?? '{}') as { a?: string; kf?: string };
+      const expiry = str(reply[i + 2]);
+      holds.push({
+        holdId: str(reply[i]) ?? '',
+        // The held-sums field of the key is "k:<key id>".
+        keyId: (h.kf ?? '').replace(/^k:/, ''),
+        amount: big(h.a),
+        expiresAt: expiry === null ? null : Number(expiry),
+      });
+    }
+    const next = str(reply[1]) ?? '0';
+    return { holds, nextCursor: next === '0' ? null : next, at: int(reply[0]) };
+  }
+
+  async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
+    await this.upgrade.ensure();
+    const ledger = accountKeys(this.ctx, accountId).ledger;
+    const scratch = `audit:${randomUUID()}`;
+    const seen = this.ctx.account(accountId, `${scratch}:seen`);
+    const dups = this.ctx.account(accountId, `${scratch}:dups`);
+    return this.ctx.run('duplicateCharges', async () => {
+      try {
+        for (let pos = 0; ; pos += LEDGER_CHUNK) {
+          const n = int(await this.ctx.scripts.mgAuditCharges([ledger, seen, dups], [pos, LEDGER_CHUNK, AUDIT_SCRATCH_TTL_MS]));
+          if (n < LEDGER_CHUNK) break;
+        }
+        // The hash counts the repeats: the charges are one more.
+        return hashEntries(await this.ctx.client.hgetall(dups))
+          .slice(0, limit)
+          .map(([holdId, repeats]) => ({ holdId, charges: int(repeats) + 1 }));
+      } finally {
+        await this.ctx.client.del(seen, dups);
+      }
+    });
   }
 }

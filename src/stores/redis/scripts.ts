@@ -349,6 +349,57 @@ return {
 `,
   },
 
+  /**
+   * The audit's read of an account's holds: one HSCAN page of the holds hash with each hold's
+   * expiry, as kept (nothing pruned: the audit looks for holds kept past expiry, and a hold
+   * missing from the expiry set would never be pruned at all).
+   * KEYS: holds, hold expiries. ARGV: HSCAN cursor, page size.
+   * Returns {now ms, next cursor, then per hold: id, hold JSON, expiry ms or false}.
+   */
+  mgListHolds: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      `
+local page = redis.call('HSCAN', KEYS[1], ARGV[1], 'COUNT', tonumber(ARGV[2]))
+local out = {fmt(now_ms()), page[1]}
+local fields = page[2]
+for i = 1, #fields, 2 do
+  out[#out + 1] = fields[i]
+  out[#out + 1] = fields[i + 1]
+  out[#out + 1] = redis.call('ZSCORE', KEYS[2], fields[i]) or false
+end
+return out
+`,
+  },
+
+  /**
+   * The audit's duplicate-charge pass over one chunk of an account's ledger: each charge's id
+   * (the hold id it settled) goes into a scratch set; an id already there is counted in a
+   * scratch hash. Both live under the account's hash tag and expire on their own if the audit
+   * stops half-way. The pass stays in Redis, so the auditing process never holds a ledger's ids.
+   * KEYS: ledger, scratch set, scratch hash. ARGV: start position, chunk size, scratch TTL ms.
+   * Returns how many entries the chunk had.
+   */
+  mgAuditCharges: {
+    numberOfKeys: 3,
+    lua: `
+local start = tonumber(ARGV[1])
+local rows = redis.call('LRANGE', KEYS[1], start, start + tonumber(ARGV[2]) - 1)
+for i = 1, #rows do
+  local e = cjson.decode(rows[i])
+  if not (type(e.units) == 'table' and e.units.kind == 'credit') then
+    if redis.call('SADD', KEYS[2], e.id) == 0 then redis.call('HINCRBY', KEYS[3], e.id, 1) end
+  end
+end
+if #rows > 0 then
+  redis.call('PEXPIRE', KEYS[2], ARGV[3])
+  if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+end
+return #rows
+`,
+  },
+
   /** KEYS: holds, hold expiries, held sums. Returns the number of open holds. */
   mgOpenHolds: {
     numberOfKeys: 3,

@@ -4,6 +4,8 @@ import type {
   CountedHold,
   CreditRequest,
   CreditResult,
+  DuplicateCharge,
+  HoldPage,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -303,6 +305,37 @@ class SqliteBilling implements BillingStore {
   async openHolds(accountId: string): Promise<number> {
     const t = this.ctx.now();
     return this.ctx.run('openHolds', () => num((this.q.openHolds.get(accountId, t) as { n: number }).n));
+  }
+
+  // Every row, expired ones the sweep has not deleted yet included, in hold id order.
+  async listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage> {
+    const t = this.ctx.now();
+    const n = Math.min(Math.max(1, Math.floor(limit)), 1_000);
+    return this.ctx.run('listHolds', () => {
+      const rows = this.ctx
+        .exact('SELECT hold_id, key_id, amount, expires_at FROM holds WHERE account_id = ? AND hold_id > ? ORDER BY hold_id LIMIT ?')
+        .all(accountId, cursor ?? '', n + 1) as { hold_id: string; key_id: string; amount: bigint; expires_at: bigint }[];
+      const page = rows.slice(0, n);
+      return {
+        holds: page.map((r) => ({ holdId: r.hold_id, keyId: r.key_id, amount: big(r.amount), expiresAt: num(r.expires_at) })),
+        nextCursor: rows.length > n ? (page.at(-1)?.hold_id ?? null) : null,
+        at: t,
+      };
+    });
+  }
+
+  // The unique index on (account_id, hold_id) keeps this empty unless the books were changed
+  // behind the store's back.
+  async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
+    return this.ctx.run('duplicateCharges', () => {
+      const rows = this.ctx
+        .exact(
+          `SELECT hold_id, count(*) AS n FROM ledger WHERE account_id = ? AND json_extract(units, '$.kind') <> 'credit'
+            GROUP BY hold_id HAVING count(*) > 1 ORDER BY hold_id LIMIT ?`,
+        )
+        .all(accountId, Math.max(1, Math.floor(limit))) as { hold_id: string; n: bigint }[];
+      return rows.map((r) => ({ holdId: r.hold_id, charges: num(r.n) }));
+    });
   }
 }
 
