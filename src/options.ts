@@ -101,6 +101,12 @@ export const optionsSchema = z.strictObject({
       keyRequestsPerMinute: z.number().int().positive().default(120),
       /** @default 60 */
       ipRequestsPerMinute: z.number().int().positive().default(60),
+      /**
+       * The per-IP window groups IPv6 clients by this many leading bits: one host usually holds
+       * a whole /64 and could otherwise rotate addresses to escape the limit. 128 counts each
+       * address alone. IPv4 (and IPv4-mapped IPv6) is always one address. @default 64
+       */
+      ipv6PrefixLength: z.number().int().min(1).max(128).default(64),
       /** @default 8 */
       inFlightImageJobs: z.number().int().positive().default(8),
       /** @default 8 */

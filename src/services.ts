@@ -17,7 +17,7 @@ import { GatewayError } from './errors.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
-import { accessLog, createLogger } from './observability/logs.js';
+import { accessLog, createLogger, redactingLogger } from './observability/logs.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import type { Observer } from './observability/record.js';
 import { tracing } from './observability/traces.js';
@@ -28,6 +28,7 @@ import { createSqliteStores } from './stores/sqlite/index.js';
 import type { Stores } from './stores/types.js';
 import { createBreaker, type Breaker } from './upstream/breaker.js';
 import { createHttpUpstream, customUpstream, type Upstream } from './upstream/client.js';
+import { upstreamKeysRedactor } from './upstream/key-redactor.js';
 import { createSimulator } from './upstream/simulator/index.js';
 
 export interface Services {
@@ -94,7 +95,9 @@ export function createServices(
   const { stores: givenStores, now: givenNow, logger, plugins = [], ...config } = options;
   const cfg = parseOptions(config);
   const now = givenNow ?? Date.now;
-  const log = logger ?? createLogger(cfg.logLevel);
+  const givenLog = logger ?? createLogger(cfg.logLevel);
+  // Every line but the access line (ids, codes and timings only) may carry an upstream's words.
+  const log = redactingLogger(givenLog, upstreamKeysRedactor(cfg));
   const hooks = createHooks([...builtins(cfg, () => core), ...plugins], log);
   const shutdown = new AbortController();
   const pending = new Set<Promise<unknown>>();
@@ -111,7 +114,7 @@ export function createServices(
   let stores = givenStores ?? storesFor(cfg, now);
   // Store latency by operation is measured around every store call when metrics are on.
   if (metrics) stores = metrics.timeStores(stores);
-  const observers: Observer[] = [...(cfg.accessLog ? [accessLog(log)] : []), ...(metrics ? [metrics.observer] : []), tracing];
+  const observers: Observer[] = [...(cfg.accessLog ? [accessLog(givenLog)] : []), ...(metrics ? [metrics.observer] : []), tracing];
 
   const tokenizer = createTokenizer();
   const upstreams = upstreamsOf(cfg, tokenizer);

@@ -55,10 +55,21 @@ function row(e: LedgerEntry): Row {
   };
 }
 
-/** RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled. */
+/** A plain decimal number ("12", "-3.25"): a spreadsheet reads it as a number, never a formula. */
+const PLAIN_NUMBER = /^-?\d+(\.\d+)?$/;
+/** What a spreadsheet takes as the start of a formula (OWASP CSV injection). */
+const FORMULA_START = /^[=+\-@\t\r]/;
+
+/**
+ * RFC 4180: a field with a comma, quote or line break is quoted, quotes doubled. A text that a
+ * spreadsheet would run as a formula (a credit reason is the operator's free text, and a
+ * formula in it could send the sheet's data anywhere when opened) is neutralised: a leading
+ * `'` makes it text, and it is quoted. Plain numbers stay numbers: credits cost `-3.25`.
+ */
 function csvField(v: string | number | boolean | null): string {
   if (v === null) return '';
   const s = String(v);
+  if (FORMULA_START.test(s) && !PLAIN_NUMBER.test(s)) return `"'${s.replaceAll('"', '""')}"`;
   return /[",\r\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s;
 }
 

@@ -78,6 +78,32 @@ export function createAddressResolver(trustProxy: string[]): (peer: string, xFor
   };
 }
 
+/**
+ * The per-IP rate bucket of a client address (as the resolver returns it). One IPv6 host
+ * usually holds a whole /64 (or more) and can rotate through it at will, so counting each
+ * address alone would give it billions of windows: IPv6 clients are grouped by their first
+ * `ipv6PrefixLength` bits ("2001:db8:1:2::/64"). IPv4 (and IPv4-mapped IPv6, which the
+ * resolver already turned into IPv4) is one address per bucket; text that is no address at
+ * all (a malformed forwarded hop) is its own bucket. Cached: the same clients come back.
+ */
+export function createIpBucket(ipv6PrefixLength: number): (ip: string) => string {
+  const mask = (ALL_128 << BigInt(128 - ipv6PrefixLength)) & ALL_128;
+  const buckets = new Map<string, string>();
+  return (ip) => {
+    if (!ip.includes(':') || ipv6PrefixLength === 128) return ip;
+    let bucket = buckets.get(ip);
+    if (bucket === undefined) {
+      const addr = parseAddress(ip);
+      if (!addr) bucket = ip;
+      else if (addr.family === 4) bucket = formatAddress(addr);
+      else bucket = `${formatAddress({ family: 6, value: addr.value & mask })}/${ipv6PrefixLength}`;
+      if (buckets.size >= 10_000) buckets.clear();
+      buckets.set(ip, bucket);
+    }
+    return bucket;
+  };
+}
+
 /** "10.0.0.0/8", "2001:db8::/32", "::ffff:10.0.0.0/104" or a single address. Throws on bad config. */
 function parseNetwork(entry: string): ({ family: 4 } & Network4) | ({ family: 6 } & Network6) {
   const [text = '', prefixText, extra] = entry.trim().split('/');

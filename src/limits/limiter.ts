@@ -15,7 +15,7 @@ import type { DeferredCheck } from '../billing/meter.js';
 import type { GatewayConfig } from '../options.js';
 import { GatewayError } from '../errors.js';
 import type { ApiKeyRecord, LimitStore, WindowHit, WindowResult } from '../stores/types.js';
-import { createAddressResolver } from './client-address.js';
+import { createAddressResolver, createIpBucket } from './client-address.js';
 
 export const WINDOW_MS = 60_000;
 
@@ -88,6 +88,7 @@ function ipAnswer(r: WindowResult): undefined {
 export function createLimiter(cfg: Pick<GatewayConfig, 'trustProxy' | 'limits'>, limits: LimitStore): Limiter {
   const resolve = createAddressResolver(cfg.trustProxy);
   const { keyRequestsPerMinute, ipRequestsPerMinute } = cfg.limits;
+  const ipBucket = createIpBucket(cfg.limits.ipv6PrefixLength);
 
   const keyHit = (key: ApiKeyRecord): WindowHit => ({
     bucket: `key:${key.id}`,
@@ -99,7 +100,7 @@ export function createLimiter(cfg: Pick<GatewayConfig, 'trustProxy' | 'limits'>,
   const limiter: Limiter = {
     clientAddress: resolve,
     checkIp(ip) {
-      const bucket = `ip:${ip}`;
+      const bucket = `ip:${ipBucket(ip)}`;
       if (limits.hitNow) return ipAnswer(limits.hitNow(bucket, ipRequestsPerMinute, WINDOW_MS));
       return limits.hit(bucket, ipRequestsPerMinute, WINDOW_MS).then(ipAnswer);
     },

@@ -42,6 +42,60 @@ export function censorSecrets(line: Record<string, unknown>): Record<string, unk
   return out;
 }
 
+/**
+ * `log` with `redact` applied to every string of every line (nested objects and errors
+ * included, a few levels deep): a warn line may carry an upstream's own words (an error
+ * message, a failed poll's body), and those may echo an upstream key. Lines are rare next to
+ * the access line, which keeps its own fast path: this logger writes it to the same
+ * destination, and its fields (ids, codes, timings) carry no upstream text.
+ */
+export function redactingLogger(log: Logger, redact: (text: string) => string): Logger {
+  const clean = (entry: Record<string, unknown>) => cleanValue(entry, redact, 0) as Record<string, unknown>;
+  const out: Logger & { isLevelEnabled?(level: string): boolean } = {
+    info: (e) => log.info(clean(e)),
+    warn: (e) => log.warn(clean(e)),
+    error: (e) => log.error(clean(e)),
+  };
+  const levels = log as Partial<{ isLevelEnabled(level: string): boolean }>;
+  if (typeof levels.isLevelEnabled === 'function') out.isLevelEnabled = (level) => levels.isLevelEnabled!(level);
+  const destination = destinations.get(log);
+  if (destination) destinations.set(out, destination);
+  return out;
+}
+
+/** How deep redactingLogger looks into a line. */
+const CLEAN_DEPTH = 6;
+
+/** `value` with `redact` applied to its strings: the same value when nothing changed. */
+function cleanValue(value: unknown, redact: (text: string) => string, depth: number): unknown {
+  if (typeof value === 'string') return redact(value);
+  if (value === null || typeof value !== 'object' || depth >= CLEAN_DEPTH) return value;
+  if (value instanceof Error) {
+    const message = redact(value.message);
+    const stack = value.stack === undefined ? undefined : redact(value.stack);
+    const cause = cleanValue(value.cause, redact, depth + 1);
+    if (message === value.message && stack === value.stack && cause === value.cause) return value;
+    // A plain copy: the error itself may be the one a client is answered with.
+    return { name: value.name, message, stack, ...(cause === undefined ? {} : { cause }) };
+  }
+  if (Array.isArray(value)) {
+    let copy: unknown[] | null = null;
+    value.forEach((v, i) => {
+      const c = cleanValue(v, redact, depth + 1);
+      if (c !== v) (copy ??= [...value])[i] = c;
+    });
+    return copy ?? value;
+  }
+  if (Object.getPrototypeOf(value) !== Object.prototype && Object.getPrototypeOf(value) !== null) return value;
+  let copy: Record<string, unknown> | null = null;
+  for (const k in value as Record<string, unknown>) {
+    const v = (value as Record<string, unknown>)[k];
+    const c = cleanValue(v, redact, depth + 1);
+    if (c !== v) (copy ??= { ...(value as Record<string, unknown>) })[k] = c;
+  }
+  return copy ?? value;
+}
+
 /** How many characters of log lines are gathered before they are handed on in one write. */
 const BATCH_CHARS = 16 * 1024;
 /** How long a line may wait in a batch. */

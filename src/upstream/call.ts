@@ -11,6 +11,7 @@ import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './cli
 import { SpanStatusCode } from '@opentelemetry/api';
 import type { Logger } from '../observability/log.js';
 import { failureCause } from '../observability/logs.js';
+import { type Redact, redactedError, upstreamKeysRedactor } from './key-redactor.js';
 import type { CallRecord } from '../observability/record.js';
 import { startUpstreamSpan } from '../observability/traces.js';
 
@@ -82,8 +83,16 @@ export async function callUpstream(
   span?.end();
   if (res.status >= 500) core.breaker.failure(upstreamName, account);
   else core.breaker.success(upstreamName);
+  if (res.status >= 400) errorRedaction.set(res, upstreamKeysRedactor(core.cfg));
   return res;
 }
+
+/**
+ * How the text of a failed answer is cleaned before upstreamError relays or logs it: every
+ * configured upstream key's material removed (any upstream may echo any key it was given).
+ * Set by callUpstream, which every upstream answer comes through.
+ */
+const errorRedaction = new WeakMap<UpstreamResponse, Redact>();
 
 /** What a route tells callModel about its request. */
 export interface ModelCallContext {
@@ -273,16 +282,18 @@ export async function upstreamError(
     upstream: upstreamName,
     cause: `status ${res.status}`,
     status: res.status,
-    // The upstream's own message (its key redacted by the transport), when it gave one.
+    // The upstream's own message (without upstream key material), when it gave one.
     error: err.upstreamMessage ?? err.message,
   });
   return err;
 }
 
 async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<GatewayError & { upstreamMessage?: string }> {
+  const redact = errorRedaction.get(res) ?? ((t: string) => t);
   let text = '';
   try {
-    text = await res.text();
+    // Cleaned before anything is taken from it: an excerpt cut mid-key leaves no piece behind.
+    text = redact(await res.text());
   } catch {
     // The status alone decides.
   }
@@ -306,12 +317,14 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
   const retryAfter = res.header('retry-after');
   if (res.status === 429 && retryAfter) headers['retry-after'] = retryAfter;
   const code = typeof upstreamErr.code === 'string' ? upstreamErr.code : (CODE_BY_STATUS[res.status] ?? 'upstream_error');
-  return new GatewayError(code, message, {
+  const err = new GatewayError(code, message, {
     status: res.status,
     type: typeof upstreamErr.type === 'string' ? upstreamErr.type : 'invalid_request_error',
     param: typeof upstreamErr.param === 'string' ? upstreamErr.param : null,
     headers,
   });
+  // Once more on the parsed fields: JSON escapes (`\u0073k-...`) hide a key from the raw text.
+  return redactedError(err, redact);
 }
 
 /**

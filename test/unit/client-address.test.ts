@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { createAddressResolver } from '../../src/limits/client-address.js';
+import { createAddressResolver, createIpBucket } from '../../src/limits/client-address.js';
 
 describe('createAddressResolver', () => {
   it('without trusted proxies returns the peer and ignores the header', () => {
@@ -94,5 +94,19 @@ describe('createAddressResolver', () => {
     for (const bad of ['10.0.0.0/33', '2001:db8::/129', 'localhost', '10.0.0.0/8/1', '10.0.0.0/x', '::ffff:10.0.0.0/64']) {
       expect(() => createAddressResolver([bad]), bad).toThrow(/trustProxy/);
     }
+  });
+});
+
+describe('createIpBucket', () => {
+  it('groups IPv6 clients by their prefix; IPv4 and IPv4-mapped IPv6 are one address each', () => {
+    const bucket = createIpBucket(64);
+    const same = ['2001:db8:1:2::1', '2001:db8:1:2::a', '2001:db8:1:2:ffff:ffff:ffff:ffff', '2001:DB8:1:2:0:0:0:7'];
+    for (const ip of same) expect(bucket(ip)).toBe('2001:db8:1:2::/64');
+    expect(bucket('2001:db8:1:3::1')).toBe('2001:db8:1:3::/64');
+    expect(bucket('203.0.113.7')).toBe('203.0.113.7');
+    expect(bucket('::ffff:203.0.113.7')).toBe('203.0.113.7');
+    expect(bucket('unknown')).toBe('unknown');
+    expect(createIpBucket(48)('2001:db8:1:2::1')).toBe('2001:db8:1::/48');
+    expect(createIpBucket(128)('2001:db8:1:2::1')).toBe('2001:db8:1:2::1');
   });
 });

@@ -8,6 +8,7 @@ import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
+import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
 import { unixSeconds } from '../media.js';
 import { DEFAULT_SECONDS } from './submission.js';
 
@@ -118,9 +119,11 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
     }
     if (status === 'failed') {
       const e = (upstream.error ?? {}) as { code?: unknown; message?: unknown };
+      // The job's error is shown to the client: no upstream key material in it.
+      const redact = upstreamKeysRedactor(core.cfg);
       return fail(
-        typeof e.code === 'string' ? e.code : 'generation_failed',
-        typeof e.message === 'string' ? e.message : 'The upstream failed to generate the video.',
+        typeof e.code === 'string' ? redact(e.code) : 'generation_failed',
+        typeof e.message === 'string' ? redact(e.message) : 'The upstream failed to generate the video.',
       );
     }
     const progress = typeof upstream.progress === 'number' ? Math.max(0, Math.min(99, Math.floor(upstream.progress))) : 0;

@@ -69,6 +69,13 @@ export const whole = (n: number) => (Number.isNaN(n) ? 0 : Math.max(0, Math.min(
 export const int32 = (n: number) => Math.min(whole(n), 2_147_483_647);
 
 /**
+ * Whether PostgreSQL can hold these texts: a text value cannot contain NUL (U+0000), and a
+ * statement binding one fails as if the database were down. A lookup by an id it cannot hold
+ * finds nothing, as in every other driver: an unknown id is 404, never 503, whoever sends it.
+ */
+export const holdable = (...texts: string[]): boolean => texts.every((t) => !t.includes('\u0000'));
+
+/**
  * Whether a failed statement was refused by PostgreSQL for what it asked (a constraint, a bad
  * value, a timeout), as against a connection that failed: the server answered with an error.
  */

@@ -1,5 +1,5 @@
 import type { BrandRecord, ContentStore, DocumentRecord } from '../types.js';
-import { num, type PgContext } from './connection.js';
+import { holdable, num, type PgContext } from './connection.js';
 
 /**
  * Brands and knowledge documents, keyed by (account, id) so one account never reaches
@@ -21,6 +21,7 @@ export function createPostgresContent(ctx: PgContext): ContentStore {
       await ctx.q('putBrand', put('brands'), [b.accountId, b.id, JSON.stringify(b), b.createdAt]);
     },
     async getBrand(accountId, id) {
+      if (!holdable(accountId, id)) return null;
       const r = await ctx.one<{ data: BrandRecord }>('getBrand', `SELECT data FROM ${s}.brands WHERE account_id = $1 AND id = $2`, [
         accountId,
         id,
@@ -36,6 +37,7 @@ export function createPostgresContent(ctx: PgContext): ContentStore {
       return rows.map((r) => r.data);
     },
     async deleteBrand(accountId, id) {
+      if (!holdable(accountId, id)) return false;
       const rows = await ctx.q('deleteBrand', `DELETE FROM ${s}.brands WHERE account_id = $1 AND id = $2 RETURNING 1 AS one`, [
         accountId,
         id,
@@ -51,6 +53,7 @@ export function createPostgresContent(ctx: PgContext): ContentStore {
       ]);
     },
     async getDocument(accountId, id) {
+      if (!holdable(accountId, id)) return null;
       const r = await ctx.one<{ data: DocumentRecord }>(
         'getDocument',
         `SELECT data FROM ${s}.documents WHERE account_id = $1 AND id = $2`,
@@ -67,6 +70,7 @@ export function createPostgresContent(ctx: PgContext): ContentStore {
       return rows.map((r) => r.data);
     },
     async deleteDocument(accountId, id) {
+      if (!holdable(accountId, id)) return false;
       const r = await ctx.one<{ n: bigint }>(
         'deleteDocument',
         `WITH changed AS (DELETE FROM ${s}.documents WHERE account_id = $1 AND id = $2 RETURNING account_id),

@@ -1,5 +1,5 @@
 import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
-import type { PgContext } from './connection.js';
+import { holdable, type PgContext } from './connection.js';
 
 const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
 
@@ -22,6 +22,8 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
     },
 
     async get(id: string): Promise<JobRecord | null> {
+      // An id PostgreSQL cannot hold names no job.
+      if (!holdable(id)) return null;
       const r = await ctx.one<{ data: JobRecord }>(
         'getJob',
         `SELECT data FROM ${s}.jobs WHERE id = $1 AND gone_at > ${s}.mg_now()`,
@@ -31,6 +33,8 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
     },
 
     async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+      // An id PostgreSQL cannot hold names no job.
+      if (!holdable(id)) return null;
       const { id: _id, ...fields } = patch;
       const r = await ctx.one<{ data: JobRecord }>(
         'updateJob',
@@ -70,6 +74,8 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
     },
 
     async delete(id: string, whenStatus?: JobStatus[]): Promise<boolean> {
+      // An id PostgreSQL cannot hold names no job.
+      if (!holdable(id)) return false;
       const r = await ctx.one<{ id: string }>(
         'deleteJob',
         `DELETE FROM ${s}.jobs WHERE id = $1 AND gone_at > ${s}.mg_now()

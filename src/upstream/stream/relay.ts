@@ -20,6 +20,7 @@ import { withHeaders } from '../../http/objects.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { Services } from '../../services.js';
 import { upstreamFailure } from '../client.js';
+import { redactedError, upstreamKeysRedactor } from '../key-redactor.js';
 import type { UpstreamResponse } from '../types.js';
 import { type Sink, streamBody } from './bodies.js';
 import type { EventReader } from './reader.js';
@@ -291,7 +292,8 @@ class StreamRelay {
   private async fail(sink: Sink, err: unknown): Promise<void> {
     const { core, ctx, billing } = this;
     this.res.discard();
-    const gErr = err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream);
+    // An upstream's error event is relayed in the client's last frame: no upstream key material in it.
+    const gErr = redactedError(err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream), upstreamKeysRedactor(core.cfg));
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });

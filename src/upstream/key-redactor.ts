@@ -1,0 +1,88 @@
+/**
+ * Keeping upstream keys out of what clients and logs see. An upstream may echo its key in an
+ * error message, whole or cut in pieces ("sk-upstream-S|ECRET-123456"), and a piece is key
+ * material too: every run of MIN_RUN or more characters that occurs in a configured upstream
+ * key is removed, wherever it stands. Shorter runs stay: below that length, ordinary text
+ * ("the", "key ") would match some key by chance and be mangled.
+ */
+import { GatewayError } from '../errors.js';
+
+/** The shortest run of a key's characters that is removed. */
+export const MIN_RUN = 6;
+/** What stands where key material was. */
+export const REDACTED = '[redacted]';
+
+export type Redact = (text: string) => string;
+
+const identity: Redact = (text) => text;
+
+/**
+ * A function that removes from a text every run of MIN_RUN or more characters occurring in
+ * one of `keys`. Each key's MIN_RUN-character windows go in one set; the text's windows are
+ * looked up in it, and overlapping or touching hits widen into one run (any longer common
+ * run is covered by its own windows), replaced by REDACTED. Linear in the text's length.
+ */
+export function keyRedactor(keys: readonly string[]): Redact {
+  const grams = new Set<string>();
+  for (const key of keys) for (let i = 0; i + MIN_RUN <= key.length; i++) grams.add(key.slice(i, i + MIN_RUN));
+  if (grams.size === 0) return identity;
+  return (text) => {
+    if (text.length < MIN_RUN) return text;
+    let out = '';
+    let kept = 0; // text before this index is in `out`
+    let runStart = -1;
+    let runEnd = -1;
+    for (let i = 0; i + MIN_RUN <= text.length; i++) {
+      if (!grams.has(text.slice(i, i + MIN_RUN))) continue;
+      if (i > runEnd) {
+        if (runStart !== -1) {
+          out += text.slice(kept, runStart) + REDACTED;
+          kept = runEnd;
+        }
+        runStart = i;
+      }
+      runEnd = i + MIN_RUN;
+    }
+    if (runStart === -1) return text;
+    return out + text.slice(kept, runStart) + REDACTED + text.slice(runEnd);
+  };
+}
+
+/** The keys of the configured upstreams (a custom client's credentials are its own). */
+function upstreamKeys(upstreams: Readonly<Record<string, unknown>>): string[] {
+  const keys: string[] = [];
+  for (const u of Object.values(upstreams)) {
+    const key = u && typeof u === 'object' ? (u as { apiKey?: unknown }).apiKey : undefined;
+    if (typeof key === 'string' && key.length >= MIN_RUN) keys.push(key);
+  }
+  return keys;
+}
+
+/** One redactor per configuration: its windows are built once, not per message. */
+const byUpstreams = new WeakMap<object, Redact>();
+
+/** The redactor of every upstream key in `cfg`. */
+export function upstreamKeysRedactor(cfg: { upstreams: Readonly<Record<string, unknown>> }): Redact {
+  let redact = byUpstreams.get(cfg.upstreams);
+  if (!redact) byUpstreams.set(cfg.upstreams, (redact = keyRedactor(upstreamKeys(cfg.upstreams))));
+  return redact;
+}
+
+/**
+ * `err` with upstream key material out of its message, code, type and param (the parts a
+ * client is shown): the same error when there was none, else a copy.
+ */
+export function redactedError(err: GatewayError, redact: Redact): GatewayError {
+  const message = redact(err.message);
+  const code = redact(err.code);
+  const type = redact(err.type);
+  const param = err.param === null ? null : redact(err.param);
+  if (message === err.message && code === err.code && type === err.type && param === err.param) return err;
+  return new GatewayError(code as GatewayError['code'], message, {
+    status: err.status,
+    type,
+    param,
+    headers: err.headers,
+    ...(err.metadata ? { metadata: err.metadata } : {}),
+  });
+}
