@@ -6,5 +6,5 @@ export const runtime = 'nodejs';
 export const dynamic = 'force-dynamic';
 
 // Next.js gives a route no socket: the address comes from X-Forwarded-For. Read the
-// client-address section of the README before exposing `next start` without a proxy.
+// README's Limits (client address) before exposing `next start` without a proxy.
 export const { GET, POST } = toNext(getGateway, { basePath: '/api', clientAddress: lastForwardedFor });
