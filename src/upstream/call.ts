@@ -316,15 +316,15 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
   const headers: Record<string, string> = {};
   const retryAfter = res.header('retry-after');
   if (res.status === 429 && retryAfter) headers['retry-after'] = retryAfter;
-  const code = typeof upstreamErr.code === 'string' ? upstreamErr.code : (CODE_BY_STATUS[res.status] ?? 'upstream_error');
-  const err = new GatewayError(code, message, {
+  // Once more on the parsed fields: JSON escapes (`\u0073k-...`) hide a key from the raw text.
+  // Only the upstream's own words are cleaned, never the gateway's codes put in their place.
+  const code = typeof upstreamErr.code === 'string' ? redact(upstreamErr.code) : (CODE_BY_STATUS[res.status] ?? 'upstream_error');
+  return new GatewayError(code, redact(message), {
     status: res.status,
-    type: typeof upstreamErr.type === 'string' ? upstreamErr.type : 'invalid_request_error',
-    param: typeof upstreamErr.param === 'string' ? upstreamErr.param : null,
+    type: typeof upstreamErr.type === 'string' ? redact(upstreamErr.type) : 'invalid_request_error',
+    param: typeof upstreamErr.param === 'string' ? redact(upstreamErr.param) : null,
     headers,
   });
-  // Once more on the parsed fields: JSON escapes (`\u0073k-...`) hide a key from the raw text.
-  return redactedError(err, redact);
 }
 
 /**

@@ -69,18 +69,18 @@ export function upstreamKeysRedactor(cfg: { upstreams: Readonly<Record<string, u
 }
 
 /**
- * `err` with upstream key material out of its message, code, type and param (the parts a
- * client is shown): the same error when there was none, else a copy.
+ * `err` with upstream key material out of its message and param (the parts of it an upstream
+ * can have written): the same error when there was none, else a copy.
  */
 export function redactedError(err: GatewayError, redact: Redact): GatewayError {
+  // The code and type are the gateway's own words (an upstream's were cleaned where they were
+  // read): only the message and the parameter can carry what an upstream sent.
   const message = redact(err.message);
-  const code = redact(err.code);
-  const type = redact(err.type);
   const param = err.param === null ? null : redact(err.param);
-  if (message === err.message && code === err.code && type === err.type && param === err.param) return err;
-  return new GatewayError(code as GatewayError['code'], message, {
+  if (message === err.message && param === err.param) return err;
+  return new GatewayError(err.code, message, {
     status: err.status,
-    type,
+    type: err.type,
     param,
     headers: err.headers,
     ...(err.metadata ? { metadata: err.metadata } : {}),
