@@ -149,6 +149,12 @@ export const optionsSchema = z.strictObject({
       deadlineMs: z.number().int().positive().default(30_000),
       /** An upstream 429's Retry-After up to this is waited out before retrying it; a longer one is not. @default 2000 */
       maxRetryAfterMs: z.number().int().nonnegative().default(2000),
+      /**
+       * A half-open circuit's probe call that has had no answer (or failure) this long after it
+       * was sent counts as failed, so a probe that never ends cannot keep the circuit open for
+       * every tenant. A probe whose client leaves counts as failed at once. @default 60000
+       */
+      probeDeadlineMs: z.number().int().positive().default(60_000),
     })
     .prefault({}),
   /**
