@@ -135,6 +135,24 @@ export const optionsSchema = z.strictObject({
     })
     .prefault({}),
   /**
+   * What Idempotency-Key replays may keep. Every stored answer counts against its account, so
+   * one tenant's keys cannot fill the process (memory) or the store that holds everyone's books.
+   */
+  idempotency: z
+    .strictObject({
+      /**
+       * Bytes of stored answers per account; storing one past it evicts the account's oldest
+       * (a retry with an evicted key runs again). @default 67108864 (64 MiB)
+       */
+      maxBytesPerAccount: z.number().int().positive().default(64 * 1024 * 1024),
+      /**
+       * An answer whose body is larger is not stored: a retry with its key gets 422
+       * idempotency_key_unreplayable (409 while the first call still runs). @default 1048576 (1 MiB)
+       */
+      maxAnswerBytes: z.number().int().positive().default(1024 * 1024),
+    })
+    .prefault({}),
+  /**
    * Retries and fallbacks of upstream calls. A call is retried (on the next target, or the same
    * one when the model has one) after a connection failure, a timeout, an upstream 5xx or 429,
    * and only while nothing has been sent to the client.
@@ -267,6 +285,9 @@ function crossCheck(cfg: GatewayConfig): GatewayConfig {
   cfg.documents.forEach((d, i) => {
     if (!accountIds.has(d.account)) problems.push(`documents.${i}.account: no account "${d.account}"`);
   });
+  if (cfg.idempotency.maxAnswerBytes > cfg.idempotency.maxBytesPerAccount) {
+    problems.push('idempotency.maxAnswerBytes: must not be larger than idempotency.maxBytesPerAccount');
+  }
   cfg.trustProxy.forEach((p, i) => {
     if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy.${i}: not an IP address or CIDR: "${p}"`);
   });
