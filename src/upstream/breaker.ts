@@ -84,9 +84,8 @@ export function createBreaker(now: () => number, opts: BreakerOptions = {}): Bre
         s.probe = { ticket: ++tickets, deadline: t + probeDeadlineMs };
         return { ok: true, probe: s.probe.ticket };
       }
-      // While a probe runs, the wait is until its deadline at the latest.
-      const until = s.probe ? s.probe.deadline - t : cooldownMs - waited;
-      return { ok: false, retryAfterS: Math.max(1, Math.ceil(until / 1000)) };
+      // While a probe runs this is 1 s: its answer may close the circuit at any moment.
+      return { ok: false, retryAfterS: Math.max(1, Math.ceil((cooldownMs - waited) / 1000)) };
     },
     isOpen(u) {
       const s = states.get(u);
