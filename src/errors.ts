@@ -26,6 +26,7 @@ export type ErrorCode =
   | 'rate_limit_exceeded'
   | 'idempotency_conflict'
   | 'idempotency_mismatch'
+  | 'idempotency_key_unreplayable'
   | 'upstream_error'
   | 'model_unavailable'
   | 'service_unavailable'
@@ -52,6 +53,7 @@ const TYPES: Record<string, [status: number, type: string]> = {
   request_timeout: [408, 'invalid_request_error'],
   request_too_large: [413, 'invalid_request_error'],
   idempotency_mismatch: [422, 'invalid_request_error'],
+  idempotency_key_unreplayable: [422, 'invalid_request_error'],
   rate_limit_exceeded: [429, 'rate_limit_exceeded'],
   internal_error: [500, 'internal_error'],
   upstream_error: [502, 'upstream_error'],

@@ -103,7 +103,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route(createRouter(operations), paths.v1, core),
     auth(core.auth, hooks),
     keyLimit(limiter),
-    idempotency(core.stores.idempotency, ctx, paths.v1, cfg.limits.idempotencyLockTtlMs),
+    idempotency(core.stores.idempotency, ctx, paths.v1, { lockTtlMs: cfg.limits.idempotencyLockTtlMs, ...cfg.idempotency }),
     (x) => x.route!.run(ctx(x)),
   ]);
 

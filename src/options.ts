@@ -141,6 +141,24 @@ export const optionsSchema = z.strictObject({
     })
     .prefault({}),
   /**
+   * What Idempotency-Key replays may keep. Every stored answer counts against its account, so
+   * one tenant's keys cannot fill the process (memory) or the store that holds everyone's books.
+   */
+  idempotency: z
+    .strictObject({
+      /**
+       * Bytes of stored answers per account; storing one past it evicts the account's oldest
+       * (a retry with an evicted key runs again). @default 67108864 (64 MiB)
+       */
+      maxBytesPerAccount: z.number().int().positive().default(64 * 1024 * 1024),
+      /**
+       * An answer whose body is larger is not stored: a retry with its key gets 422
+       * idempotency_key_unreplayable (409 while the first call still runs). @default 1048576 (1 MiB)
+       */
+      maxAnswerBytes: z.number().int().positive().default(1024 * 1024),
+    })
+    .prefault({}),
+  /**
    * Retries and fallbacks of upstream calls. A call is retried (on the next target, or the same
    * one when the model has one) after a connection failure, a timeout, an upstream 5xx or 429,
    * and only while nothing has been sent to the client.
@@ -155,6 +173,12 @@ export const optionsSchema = z.strictObject({
       deadlineMs: z.number().int().positive().default(30_000),
       /** An upstream 429's Retry-After up to this is waited out before retrying it; a longer one is not. @default 2000 */
       maxRetryAfterMs: z.number().int().nonnegative().default(2000),
+      /**
+       * A half-open circuit's probe call that has had no answer (or failure) this long after it
+       * was sent counts as failed, so a probe that never ends cannot keep the circuit open for
+       * every tenant. A probe whose client leaves counts as failed at once. @default 60000
+       */
+      probeDeadlineMs: z.number().int().positive().default(60_000),
     })
     .prefault({}),
   /**
@@ -267,6 +291,9 @@ function crossCheck(cfg: GatewayConfig): GatewayConfig {
   cfg.documents.forEach((d, i) => {
     if (!accountIds.has(d.account)) problems.push(`documents.${i}.account: no account "${d.account}"`);
   });
+  if (cfg.idempotency.maxAnswerBytes > cfg.idempotency.maxBytesPerAccount) {
+    problems.push('idempotency.maxAnswerBytes: must not be larger than idempotency.maxBytesPerAccount');
+  }
   cfg.trustProxy.forEach((p, i) => {
     if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy.${i}: not an IP address or CIDR: "${p}"`);
   });

@@ -118,7 +118,7 @@ export function createServices(
 
   const tokenizer = createTokenizer();
   const upstreams = upstreamsOf(cfg, tokenizer);
-  const breaker = createBreaker(now);
+  const breaker = createBreaker(now, { probeDeadlineMs: cfg.routing.probeDeadlineMs });
   const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
 
   const core: Services = {

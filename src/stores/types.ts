@@ -206,6 +206,28 @@ export interface StoredResponse {
   headers: Record<string, string>;
   /** Base64 of the body bytes. */
   body: string;
+  /**
+   * Set on the record of an answer too large to keep (its body then empty): the key stays
+   * used, but a replay is refused instead of served.
+   */
+  unreplayable?: true;
+}
+
+/**
+ * The byte quota of the finished records of one account: their stored sizes (the record's
+ * JSON, in UTF-8 bytes: `storedBytes`) count against `maxBytes`, and storing one that takes
+ * the total past it evicts that account's oldest records (oldest: the first to expire) until
+ * it fits. A record larger than `maxBytes` on its own is not kept at all (the scope is then
+ * forgotten, as by `abandon`).
+ */
+export interface IdempotencyQuota {
+  account: string;
+  maxBytes: number;
+}
+
+/** The size a finished record counts for against its account's quota. */
+export function storedBytes(fingerprint: string, response: StoredResponse): number {
+  return Buffer.byteLength(JSON.stringify({ fingerprint, response }));
 }
 
 export type IdempotencyBegin =
@@ -226,8 +248,12 @@ export interface IdempotencyStore {
    * marker lives as long as the call, while a crashed instance's lapses within one TTL.
    */
   renew(scope: string, fingerprint: string, lockTtlMs: number): Promise<boolean>;
-  /** Replaces the in-flight record with the finished response, kept for `ttlMs`. */
-  complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void>;
+  /**
+   * Replaces the in-flight record with the finished response, kept for `ttlMs`. With a
+   * `quota`, the record counts against its account's bytes (see IdempotencyQuota); without
+   * one (the gateway's own small records) it counts against nothing.
+   */
+  complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number, quota?: IdempotencyQuota): Promise<void>;
   /** Forgets the record, so the request may run again. */
   abandon(scope: string): Promise<void>;
 }

@@ -10,24 +10,35 @@
  * While open, its models are listed "Unavailable" (when every target is open) and calls fail
  * fast with 503 until `cooldownMs` has passed. Then one probe call is let through
  * (half-open): success closes the circuit, failure opens it again.
+ *
+ * A probe must always end, or the circuit would stay open for every tenant for good: a probe
+ * whose client leaves counts as failed (its caller reports it so), and one with no outcome
+ * `probeDeadlineMs` after it was let through counts as failed at that deadline (checked in
+ * `admit`, so no timer is needed). Each probe carries a ticket: only the current probe's own
+ * outcome decides it, so a late answer of an expired probe cannot end its successor's probe.
+ * A success from any call still closes the circuit: the upstream did answer.
  */
 export interface Breaker {
-  /** Whether a call may go to `upstream` now; when not, the seconds to wait. */
-  admit(upstream: string): { ok: true } | { ok: false; retryAfterS: number };
+  /**
+   * Whether a call may go to `upstream` now; when not, the seconds to wait. `probe` is the
+   * ticket of a half-open probe (null for an ordinary call): pass it to `success` / `failure`.
+   */
+  admit(upstream: string): { ok: true; probe: number | null } | { ok: false; retryAfterS: number };
   isOpen(upstream: string): boolean;
-  success(upstream: string): void;
+  success(upstream: string, probe?: number | null): void;
   /**
    * A failure of `upstream`: `account` is the account whose request it was, null for a
-   * connection failure that no request can have caused.
+   * connection failure that no request can have caused; `probe` the call's probe ticket.
    */
-  failure(upstream: string, account: string | null): void;
+  failure(upstream: string, account: string | null, probe?: number | null): void;
 }
 
 interface State {
   /** Failures in the window, oldest first: when, and whose request (null: connection). */
   failures: { at: number; account: string | null }[];
   openedAt: number | null;
-  probing: boolean;
+  /** The probe in flight: its ticket, and when it counts as failed if it has not ended. */
+  probe: { ticket: number; deadline: number } | null;
 }
 
 export interface BreakerOptions {
@@ -35,14 +46,17 @@ export interface BreakerOptions {
   cooldownMs?: number;
   windowMs?: number;
   minAccounts?: number;
+  /** A probe with no outcome this long after it was let through counts as failed. */
+  probeDeadlineMs?: number;
 }
 
 export function createBreaker(now: () => number, opts: BreakerOptions = {}): Breaker {
-  const { threshold = 5, cooldownMs = 10_000, windowMs = 60_000, minAccounts = 3 } = opts;
+  const { threshold = 5, cooldownMs = 10_000, windowMs = 60_000, minAccounts = 3, probeDeadlineMs = 60_000 } = opts;
   const states = new Map<string, State>();
+  let tickets = 0;
   const state = (u: string) => {
     let s = states.get(u);
-    if (!s) states.set(u, (s = { failures: [], openedAt: null, probing: false }));
+    if (!s) states.set(u, (s = { failures: [], openedAt: null, probe: null }));
     return s;
   };
   const shouldOpen = (s: State): boolean => {
@@ -58,12 +72,19 @@ export function createBreaker(now: () => number, opts: BreakerOptions = {}): Bre
   return {
     admit(u) {
       const s = states.get(u);
-      if (!s || s.openedAt === null) return { ok: true };
-      const waited = now() - s.openedAt;
-      if (waited >= cooldownMs && !s.probing) {
-        s.probing = true;
-        return { ok: true };
+      if (!s || s.openedAt === null) return { ok: true, probe: null };
+      const t = now();
+      // A probe past its deadline failed then: the circuit opened again at that moment.
+      if (s.probe && t >= s.probe.deadline) {
+        s.openedAt = s.probe.deadline;
+        s.probe = null;
       }
+      const waited = t - s.openedAt;
+      if (waited >= cooldownMs && !s.probe) {
+        s.probe = { ticket: ++tickets, deadline: t + probeDeadlineMs };
+        return { ok: true, probe: s.probe.ticket };
+      }
+      // While a probe runs this is 1 s: its answer may close the circuit at any moment.
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((cooldownMs - waited) / 1000)) };
     },
     isOpen(u) {
@@ -75,17 +96,18 @@ export function createBreaker(now: () => number, opts: BreakerOptions = {}): Bre
       if (!s) return;
       s.failures = [];
       s.openedAt = null;
-      s.probing = false;
+      s.probe = null;
     },
-    failure(u, account) {
+    failure(u, account, probe = null) {
       const s = state(u);
       const t = now();
       s.failures.push({ at: t, account });
       while (s.failures.length && (s.failures[0]!.at <= t - windowMs || s.failures.length > 100)) s.failures.shift();
       // The probe of a circuit that was opened fairly failed: it opens again.
-      if (s.probing || (s.openedAt === null && shouldOpen(s))) {
+      const probeFailed = probe !== null && s.probe?.ticket === probe;
+      if (probeFailed || (s.openedAt === null && shouldOpen(s))) {
         s.openedAt = t;
-        s.probing = false;
+        s.probe = null;
       }
     },
   };

@@ -11,7 +11,7 @@ import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './cli
 import { SpanStatusCode } from '@opentelemetry/api';
 import type { Logger } from '../observability/log.js';
 import { failureCause } from '../observability/logs.js';
-import { type Redact, redactedError, upstreamKeysRedactor } from './key-redactor.js';
+import { type Redact, upstreamKeysRedactor } from './key-redactor.js';
 import type { CallRecord } from '../observability/record.js';
 import { startUpstreamSpan } from '../observability/traces.js';
 
@@ -65,8 +65,13 @@ export async function callUpstream(
     if (record) record.upstreamMs += performance.now() - started;
     span?.setStatus({ code: SpanStatusCode.ERROR, message: failureCause(err) });
     span?.end();
-    if (call.signal?.aborted) throw err;
-    core.breaker.failure(upstreamName, isConnectionFailure(err) ? null : account);
+    if (call.signal?.aborted) {
+      // A probe whose client left taught nothing, but it must end: it counts as failed, so the
+      // circuit opens for another cooldown and the next call probes again.
+      if (admitted.probe !== null) core.breaker.failure(upstreamName, account, admitted.probe);
+      throw err;
+    }
+    core.breaker.failure(upstreamName, isConnectionFailure(err) ? null : account, admitted.probe);
     core.log.warn({
       msg: 'upstream failure',
       request_id: call.headers['x-request-id'],
@@ -81,8 +86,8 @@ export async function callUpstream(
   span?.setAttribute('http.response.status_code', res.status);
   if (res.status >= 500) span?.setStatus({ code: SpanStatusCode.ERROR });
   span?.end();
-  if (res.status >= 500) core.breaker.failure(upstreamName, account);
-  else core.breaker.success(upstreamName);
+  if (res.status >= 500) core.breaker.failure(upstreamName, account, admitted.probe);
+  else core.breaker.success(upstreamName, admitted.probe);
   if (res.status >= 400) errorRedaction.set(res, upstreamKeysRedactor(core.cfg));
   return res;
 }

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import type { StoredResponse } from '../../src/stores/types.js';
-import { type MakeStores, SLACK_MS, uid, useHarness } from './harness.js';
+import { type IdempotencyStore, type StoredResponse, storedBytes } from '../../src/stores/types.js';
+import { type MakeStores, SLACK_MS, type StoreHarness, uid, useHarness } from './harness.js';
 
 function response(overrides: Partial<StoredResponse> = {}): StoredResponse {
   return {
@@ -145,6 +145,8 @@ export function idempotencySuite(name: string, make: MakeStores): void {
       expect(await idem().begin(scope, 'fp-1', 200)).toEqual({ state: 'started' });
     });
 
+    quotaCases(h, idem);
+
     it('concurrent begins on one scope: exactly one starts, every other sees its fingerprint', async () => {
       const scope = uid('scope');
       const results = await Promise.all(
@@ -156,6 +158,90 @@ export function idempotencySuite(name: string, make: MakeStores): void {
       for (const { r } of results) {
         if (r.state !== 'started') expect(r).toEqual({ state: 'in_flight', fingerprint: winner });
       }
+    });
+  });
+}
+
+/**
+ * The byte quota per account: a finished record stored with one counts its stored size against
+ * its account; past the cap the account's oldest records go (never another account's); a record
+ * over the cap on its own is not kept; concurrent stores end within the cap.
+ */
+function quotaCases(h: () => StoreHarness, idem: () => IdempotencyStore): void {
+  describe('the byte quota per account', () => {
+    /** A finished response whose record counts for exactly `bytes` (storedBytes of it with fingerprint 'fp'). */
+    const sized = (bytes: number): StoredResponse => {
+      const base = storedBytes('fp', { status: 200, headers: {}, body: '' });
+      return { status: 200, headers: {}, body: 'A'.repeat(bytes - base) };
+    };
+    const store = async (scope: string, bytes: number, account: string, maxBytes: number) => {
+      expect(await idem().begin(scope, 'fp', 60_000)).toEqual({ state: 'started' });
+      await idem().complete(scope, 'fp', sized(bytes), 60_000, { account, maxBytes });
+    };
+    /** The scopes still holding their finished record (looking leaves the others as they were). */
+    const kept = async (scopes: string[]) => {
+      const out: string[] = [];
+      for (const s of scopes) {
+        const r = await idem().begin(s, 'look', 60_000);
+        if (r.state === 'done') out.push(s);
+        if (r.state === 'started') await idem().abandon(s);
+      }
+      return out;
+    };
+
+    it("storing past the cap evicts the account's oldest records until the rest fits; other accounts keep theirs", async () => {
+      const [acct, other] = [uid('acct'), uid('acct')];
+      const scopes = Array.from({ length: 4 }, () => uid('scope'));
+      const theirs = uid('scope');
+      await store(theirs, 1_000, other, 2_500);
+      for (const s of scopes.slice(0, 2)) await store(s, 1_000, acct, 2_500);
+      await h().advance(5);
+      // 3,000 > 2,500: the oldest goes. Then 2,000 + 1,500: the oldest left goes, 2,500 fits.
+      await store(scopes[2]!, 1_000, acct, 2_500);
+      expect(await kept(scopes.slice(0, 3))).toEqual(scopes.slice(1, 3));
+      await h().advance(5);
+      await store(scopes[3]!, 1_500, acct, 2_500);
+      expect(await kept(scopes)).toEqual(scopes.slice(2));
+      await h().advance(5);
+      // 2,500 + 2,000: both go.
+      const large = uid('scope');
+      await store(large, 2_000, acct, 2_500);
+      expect(await kept([...scopes, large])).toEqual([large]);
+      // An evicted key is free again: the request may run once more.
+      expect(await idem().begin(scopes[0]!, 'fp-2', 60_000)).toEqual({ state: 'started' });
+      expect(await kept([theirs])).toEqual([theirs]);
+    });
+
+    it('a record larger than the cap on its own is not kept, and takes nothing from the others', async () => {
+      const acct = uid('acct');
+      const small = uid('scope');
+      const big = uid('scope');
+      await store(small, 1_000, acct, 2_000);
+      await store(big, 2_001, acct, 2_000);
+      expect(await idem().begin(big, 'fp-2', 60_000)).toEqual({ state: 'started' });
+      expect(await kept([small])).toEqual([small]);
+    });
+
+    it('expired records and a record stored again count once: only the live bytes count', async () => {
+      const acct = uid('acct');
+      const old = uid('scope');
+      await idem().begin(old, 'fp', 60_000);
+      await idem().complete(old, 'fp', sized(1_500), 100, { account: acct, maxBytes: 2_000 });
+      await h().advance(100 + SLACK_MS);
+      const [a, b] = [uid('scope'), uid('scope')];
+      await store(a, 1_000, acct, 2_000);
+      // Stored twice (a retried save), it still counts for its size once.
+      await idem().complete(a, 'fp', sized(1_000), 60_000, { account: acct, maxBytes: 2_000 });
+      await store(b, 1_000, acct, 2_000);
+      expect(await kept([a, b])).toEqual([a, b]);
+    });
+
+    it('concurrent stores of one account end within the cap: exactly the records that fit are kept', async () => {
+      const acct = uid('acct');
+      const scopes = Array.from({ length: 20 }, () => uid('scope'));
+      for (const s of scopes) await idem().begin(s, 'fp', 60_000);
+      await Promise.all(scopes.map((s) => idem().complete(s, 'fp', sized(1_000), 60_000, { account: acct, maxBytes: 5_500 })));
+      expect(await kept(scopes)).toHaveLength(5);
     });
   });
 }

@@ -8,6 +8,12 @@
  * kept; anything else forgets the key, so the request can be retried with it. A streamed
  * answer is kept once the stream finished; one the client abandoned is forgotten.
  *
+ * Stored answers cost the store's memory, which one tenant must not be able to fill for
+ * everyone: an answer whose body passes `maxAnswerBytes` is not kept (its key is marked
+ * used, so a retry gets 422 idempotency_key_unreplayable rather than a second call and
+ * charge), and an account's stored answers count against `maxBytesPerAccount`, the oldest
+ * evicted to make room (the store does that atomically per account).
+ *
  * The in-flight marker lives as long as its call: it is renewed every third of its TTL until
  * the answer is stored or forgotten, so a retry during an hour-long stream still gets 409 (not
  * a second upstream call and charge), while a crashed instance's marker, no longer renewed,
@@ -16,7 +22,7 @@
 import { createHash } from 'node:crypto';
 import type { Exchange, RequestContext, Stage } from '../types.js';
 import { GatewayError } from '../../errors.js';
-import type { IdempotencyBegin, IdempotencyStore } from '../../stores/types.js';
+import type { IdempotencyBegin, IdempotencyQuota, IdempotencyStore, StoredResponse } from '../../stores/types.js';
 import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
 
@@ -24,22 +30,38 @@ import { Response } from '@whatwg-node/server';
 const NODE_BODIES = Response !== globalThis.Response;
 
 const REPLAY_TTL_MS = 24 * 60 * 60 * 1000;
-/** A crashed instance's in-flight marker stops blocking retries after this (renewed while its call runs). */
-export const DEFAULT_LOCK_TTL_MS = 10 * 60 * 1000;
-const MAX_STORED_BYTES = 8 * 1024 * 1024;
 const KEY_PATTERN = /^[\x21-\x7e]{1,255}$/;
 /** Headers replayed with a stored answer; rate-limit state is the replay's own. */
 const KEPT_HEADERS = ['content-type', 'deprecation', 'sunset', 'location'];
 
 const unstorable = (status: number) => status >= 500 || status === 402 || status === 409 || status === 429;
 
+/** How long in-flight markers live unrenewed, and what stored answers may take. */
+export interface IdempotencySettings {
+  lockTtlMs: number;
+  /** An answer with a larger body is not stored (its key then replays as 422). */
+  maxAnswerBytes: number;
+  /** The stored answers of one account, in the store's bytes (see IdempotencyQuota). */
+  maxBytesPerAccount: number;
+}
+
+/** One call's view of the settings: where its answer goes and what it may take. */
+interface Keeping {
+  store: IdempotencyStore;
+  scope: string;
+  fingerprint: string;
+  maxAnswerBytes: number;
+  quota: IdempotencyQuota;
+}
+
 export async function withIdempotency(
   store: IdempotencyStore,
   ctx: RequestContext,
   path: string,
   run: () => Promise<Response>,
-  lockTtlMs = DEFAULT_LOCK_TTL_MS,
+  settings: IdempotencySettings,
 ): Promise<Response> {
+  const { lockTtlMs } = settings;
   const idemKey = ctx.request.headers.get('idempotency-key');
   if (idemKey === null) return run();
   if (!KEY_PATTERN.test(idemKey)) {
@@ -57,6 +79,13 @@ export async function withIdempotency(
     });
   });
   if (begun.state !== 'started') return replay(begun, fingerprint);
+  const keep: Keeping = {
+    store,
+    scope,
+    fingerprint,
+    maxAnswerBytes: settings.maxAnswerBytes,
+    quota: { account: ctx.key.accountId, maxBytes: settings.maxBytesPerAccount },
+  };
   const stopRenewing = keepInFlight(store, scope, fingerprint, lockTtlMs);
   let res: Response;
   try {
@@ -69,10 +98,10 @@ export async function withIdempotency(
   if (unstorable(res.status) || !res.body) {
     stopRenewing();
     if (unstorable(res.status)) await store.abandon(scope).catch(() => undefined);
-    else await save(store, scope, fingerprint, res, []);
+    else await save(keep, res, []);
     return res;
   }
-  const body = teeBody(store, scope, fingerprint, res, res.body, stopRenewing);
+  const body = teeBody(keep, res, res.body, stopRenewing);
   return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
 }
 
@@ -117,6 +146,13 @@ function replay(begun: Exclude<IdempotencyBegin, { state: 'started' }>, fingerpr
     });
   }
   const stored = begun.response;
+  if (stored.unreplayable) {
+    throw new GatewayError(
+      'idempotency_key_unreplayable',
+      'The answer to the request with this Idempotency-Key was too large to keep, so it cannot be replayed. Use a new key to run the request again.',
+      { param: 'Idempotency-Key' },
+    );
+  }
   const headers = new Headers({ ...stored.headers, 'idempotent-replayed': 'true' });
   return new Response(Buffer.from(stored.body, 'base64'), { status: stored.status, headers });
 }
@@ -127,13 +163,12 @@ function replay(begun: Exclude<IdempotencyBegin, { state: 'started' }>, fingerpr
  * retry with it runs instead of meeting 409 until the lock expires.
  */
 function teeBody(
-  store: IdempotencyStore,
-  scope: string,
-  fingerprint: string,
+  keep: Keeping,
   res: Response,
   source: ReadableStream<Uint8Array>,
   stopRenewing: () => void,
 ): ReadableStream<Uint8Array> | Readable {
+  const { store, scope } = keep;
   const parts: Uint8Array[] = [];
   let size = 0;
   let finished = false;
@@ -143,13 +178,14 @@ function teeBody(
     if (chunk.done) {
       finished = true;
       stopRenewing();
-      // Stored before the end reaches the client, so a retry sent right after it replays.
-      if (size <= MAX_STORED_BYTES) await save(store, scope, fingerprint, res, parts);
-      else await store.abandon(scope).catch(() => undefined);
+      // Stored before the end reaches the client, so a retry sent right after it replays (or
+      // is refused, for an answer too large to keep).
+      await save(keep, res, size <= keep.maxAnswerBytes ? parts : null);
       return null;
     }
     size += chunk.value.byteLength;
-    if (size <= MAX_STORED_BYTES) parts.push(chunk.value);
+    if (size <= keep.maxAnswerBytes) parts.push(chunk.value);
+    else parts.length = 0;
     return chunk.value;
   };
   const abandon = async (reason?: unknown) => {
@@ -201,14 +237,20 @@ function teeBody(
   return body;
 }
 
-async function save(store: IdempotencyStore, scope: string, fingerprint: string, res: Response, parts: Uint8Array[]) {
-  const headers: Record<string, string> = {};
-  for (const h of KEPT_HEADERS) {
-    const v = res.headers.get(h);
-    if (v !== null) headers[h] = v;
+/** Stores the answer for replays; `parts` null: it was too large, so only that is recorded. */
+async function save(keep: Keeping, res: Response, parts: Uint8Array[] | null) {
+  let stored: StoredResponse;
+  if (parts === null) {
+    stored = { status: res.status, headers: {}, body: '', unreplayable: true };
+  } else {
+    const headers: Record<string, string> = {};
+    for (const h of KEPT_HEADERS) {
+      const v = res.headers.get(h);
+      if (v !== null) headers[h] = v;
+    }
+    stored = { status: res.status, headers, body: Buffer.concat(parts).toString('base64') };
   }
-  const body = Buffer.concat(parts).toString('base64');
-  await store.complete(scope, fingerprint, { status: res.status, headers, body }, REPLAY_TTL_MS).catch(() => undefined);
+  await keep.store.complete(keep.scope, keep.fingerprint, stored, REPLAY_TTL_MS, keep.quota).catch(() => undefined);
 }
 
 /** The Idempotency-Key stage of billable POSTs; `sub` is the path after /v1 (part of the fingerprint). */
@@ -216,7 +258,7 @@ export function idempotency(
   store: IdempotencyStore,
   contextOf: (x: Exchange) => RequestContext,
   v1: string,
-  lockTtlMs = DEFAULT_LOCK_TTL_MS,
+  settings: IdempotencySettings,
 ): Stage {
-  return (x, next) => (x.route!.idempotent ? withIdempotency(store, contextOf(x), x.path.slice(v1.length), next, lockTtlMs) : next());
+  return (x, next) => (x.route!.idempotent ? withIdempotency(store, contextOf(x), x.path.slice(v1.length), next, settings) : next());
 }

@@ -1,9 +1,12 @@
-import type { IdempotencyBegin, IdempotencyStore, StoredResponse } from '../types.js';
+import { type IdempotencyBegin, type IdempotencyStore, type StoredResponse, storedBytes } from '../types.js';
 import type { PgContext } from './connection.js';
 
 const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
 
-/** Idempotency-Key records; `begin` is get-or-create in one function call. */
+/**
+ * Idempotency-Key records; `begin` is get-or-create in one function call, and a record stored
+ * with a quota is stored, and its account's oldest evicted to fit, in one (mg_idem_complete).
+ */
 export function createPostgresIdempotency(ctx: PgContext): IdempotencyStore {
   const { s } = ctx;
   return {
@@ -26,7 +29,21 @@ export function createPostgresIdempotency(ctx: PgContext): IdempotencyStore {
       );
       return rows.length > 0;
     },
-    async complete(scope: string, fingerprint: string, response: StoredResponse, ttlMs: number): Promise<void> {
+    async complete(scope, fingerprint, response, ttlMs, quota): Promise<void> {
+      const bytes = quota ? storedBytes(fingerprint, response) : 0;
+      if (quota && bytes > quota.maxBytes) {
+        // Too large to keep at all: forgotten, as by abandon.
+        await ctx.q('idempotency.abandon', `DELETE FROM ${s}.idempotency WHERE scope = $1`, [scope]);
+        return;
+      }
+      if (quota) {
+        await ctx.q(
+          'idempotency.complete',
+          `SELECT ${s}.mg_idem_complete($1, $2, $3::text::jsonb, $4::bigint, $5, $6::bigint, $7::bigint)`,
+          [scope, fingerprint, JSON.stringify(response), whole(ttlMs), quota.account, bytes, whole(quota.maxBytes)],
+        );
+        return;
+      }
       await ctx.q(
         'idempotency.complete',
         `INSERT INTO ${s}.idempotency (scope, fingerprint, response, expires_at) VALUES ($1, $2, $3::text::jsonb, ${s}.mg_now() + $4::bigint)

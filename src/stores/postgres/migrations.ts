@@ -1042,6 +1042,36 @@ SELECT w.account_id, 'credit:${OPENING_BALANCE_ID}', '${OPENING_BALANCE_ID}', ''
  ORDER BY w.account_id
 ON CONFLICT DO NOTHING;
 `,
+  // 8: Idempotency-Key answers count against a byte quota per account. mg_idem_complete
+  // stores a finished record with its account and size under a transaction-scoped advisory
+  // lock on the account, drops the account's expired records, then evicts its oldest (first
+  // to expire; the one just stored counts as newest) until the total fits. The lock makes an
+  // account's stores run one at a time, so its total is exact: never past the cap.
+  (s, lockPrefix) => `
+ALTER TABLE ${s}.idempotency ADD COLUMN account text, ADD COLUMN bytes bigint NOT NULL DEFAULT 0;
+CREATE INDEX idempotency_account ON ${s}.idempotency (account, expires_at) WHERE account IS NOT NULL;
+
+CREATE FUNCTION ${s}.mg_idem_complete(
+  p_scope text, p_fingerprint text, p_response jsonb, p_ttl bigint, p_account text, p_bytes bigint, p_cap bigint
+) RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_t bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:idem:' || p_account, 0));
+  v_t := ${s}.mg_now();
+  INSERT INTO ${s}.idempotency (scope, fingerprint, response, expires_at, account, bytes)
+    VALUES (p_scope, p_fingerprint, p_response, v_t + p_ttl, p_account, p_bytes)
+    ON CONFLICT (scope) DO UPDATE SET fingerprint = excluded.fingerprint, response = excluded.response,
+      expires_at = excluded.expires_at, account = excluded.account, bytes = excluded.bytes;
+  DELETE FROM ${s}.idempotency WHERE account = p_account AND expires_at <= v_t;
+  -- Walking from the newest, every record from the one that takes the running total past
+  -- the cap onwards goes: that is evicting the oldest until the rest fits.
+  DELETE FROM ${s}.idempotency WHERE scope IN (
+    SELECT w.scope FROM (
+      SELECT scope, sum(bytes) OVER (ORDER BY scope = p_scope DESC, expires_at DESC, scope DESC ROWS UNBOUNDED PRECEDING) AS newer
+        FROM ${s}.idempotency WHERE account = p_account
+    ) AS w WHERE w.newer > p_cap);
+END $$;
+`,
 ];
 
 /**

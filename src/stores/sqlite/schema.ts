@@ -213,4 +213,11 @@ SELECT w.account_id, 'credit:${OPENING_BALANCE_ID}', '${OPENING_BALANCE_ID}', ''
  ORDER BY w.account_id
 ON CONFLICT DO NOTHING;
 `,
+  // 6: Idempotency-Key answers count against a byte quota per account: a finished record
+  // names its account and its size, and an account's records are found in expiry order.
+  `
+ALTER TABLE idempotency ADD COLUMN account TEXT;
+ALTER TABLE idempotency ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
+CREATE INDEX idempotency_account ON idempotency (account, expires_at) WHERE account IS NOT NULL;
+`,
 ];
