@@ -6,19 +6,16 @@
  * stack trace; a stack is printed only for a bug.
  */
 import { createServer } from 'node:http';
-import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, toUnixMs } from './admin/accounts.js';
-import { loadConfigFile } from './cli/config-file.js';
+import { describeStorage, open } from './cli/open.js';
 import { auditText } from './cli/audit.js';
-import { createGateway, type Gateway, type GatewayOptions } from './gateway.js';
-import { silentLogger } from './observability/log.js';
+import type { Gateway } from './gateway.js';
 import { parseUsd } from './billing/money.js';
-import { ConfigError, parseOptions } from './options.js';
+import { ConfigError } from './options.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './admin/ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
-import type { Stores } from './stores/types.js';
 
 const USAGE = `usage:
   model-gateway serve --config FILE [--port N] [--host H]
@@ -133,84 +130,6 @@ function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): 
   if (err.code === 'EADDRNOTAVAIL') return `cannot listen on ${host}: no network interface has that address (see --host)`;
   if (err.code === 'ENOTFOUND' || err.code === 'EAI_AGAIN') return `cannot listen on ${host}: the host name does not resolve (see --host)`;
   return null;
-}
-
-/** Where the CLI keeps its books when a config names no storage. */
-const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const;
-
-/**
- * Stores the CLI builds itself: the drivers that connect asynchronously (Redis, PostgreSQL)
- * and any limits taken from Redis. Memory and plain SQLite are left to createGateway. The
- * driver modules are loaded on demand, so their packages are needed only when configured.
- */
-async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
-  const { storage } = parseOptions(config);
-  if (storage.driver === 'memory') return undefined;
-  if (storage.driver === 'redis') {
-    const { createRedisStores } = await import('./stores/redis/entry.js');
-    const { driver: _driver, ...connection } = storage;
-    return createRedisStores(connection);
-  }
-  if (storage.driver === 'sqlite' && !storage.limits) return undefined;
-  let books: Stores;
-  if (storage.driver === 'postgres') {
-    const { createPostgresStores } = await import('./stores/postgres/entry.js');
-    books = await createPostgresStores({ url: storage.url, schema: storage.schema });
-  } else {
-    const { createSqliteStores } = await import('./stores/sqlite/entry.js');
-    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
-  }
-  if (!storage.limits) return books;
-  const { createRedisStores } = await import('./stores/redis/entry.js');
-  const redis = createRedisStores({ url: storage.limits.url, keyPrefix: storage.limits.keyPrefix });
-  return {
-    ...books,
-    limits: redis.limits,
-    async close() {
-      await Promise.allSettled([books.close(), redis.close()]);
-    },
-  };
-}
-
-/**
- * Where the settle journal lives when the config names none: `./data/settle-journal/<store>`
- * for every storage that outlives the process (a charge the store could not take then
- * survives this process too), none for memory storage (whose books die with it anyway). The
- * folder is per store (a digest of the storage config), so a gateway never replays another
- * store's charges into its own.
- */
-function journalDir(config: GatewayOptions): string | null | undefined {
-  if (config.settleJournalDir !== undefined) return config.settleJournalDir;
-  const { storage } = parseOptions(config);
-  if (storage.driver === 'memory') return null;
-  const store = createHash('sha256').update(JSON.stringify(storage)).digest('hex').slice(0, 12);
-  return resolve('data', 'settle-journal', store);
-}
-
-async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gateway; stores?: Stores }> {
-  const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
-  const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
-  const stores = await storesFor(config);
-  try {
-    const gateway = createGateway({
-      ...config,
-      settleJournalDir: journalDir(config),
-      stores,
-      ...(quiet ? { logger: silentLogger } : {}),
-    });
-    await gateway.ready;
-    return { gateway, stores };
-  } catch (err) {
-    await stores?.close();
-    throw err;
-  }
-}
-
-/** Where the books are, for the start-up line. */
-function describeStorage(storage: Gateway['config']['storage']): string {
-  if (storage.driver === 'sqlite') return `sqlite at ${storage.path}${storage.limits ? ', limits on redis' : ''}`;
-  if (storage.driver === 'postgres') return `postgres schema ${storage.schema}${storage.limits ? ', limits on redis' : ''}`;
-  return storage.driver;
 }
 
 /** A WHEN of the ledger command: an age (30m, 24h, 7d) before now, unix ms, or an ISO 8601 time. */
