@@ -27,7 +27,9 @@ export const MODEL = 'test/chat';
 export const UPSTREAM_MODEL = 'provider-chat-1';
 export const PROMPT_PRICE = '0.000001';
 export const COMPLETION_PRICE = '0.000002';
-export const UPSTREAM_API_KEY = 'upstream-secret-key-123';
+// Random-looking, as real keys are: no run of 6 of its characters is an ordinary word, so
+// removing key material from logs and errors leaves the gateway's own words alone.
+export const UPSTREAM_API_KEY = 'sk-test-Zq8vW2xK9pL4mR7tJ3';
 export const ACCOUNT = 'acct_test';
 
 export interface TestSetup {

@@ -19,6 +19,7 @@ import type { Stores } from '../../src/stores/types.js';
 import { ACCOUNT, UPSTREAM_API_KEY, eventually, makeGateway, testConfig } from '../helpers/gateway.js';
 import { IMAGE, VIDEO, mediaModels, videoCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
+import { chargesOf } from '../helpers/billing.js';
 
 const pgUp = (await postgresProblem(POSTGRES_URL)) === null;
 const SCHEMA = freshSchema();
@@ -189,7 +190,7 @@ describe('a video job the upstream accepted whose record cannot be written', () 
       );
       expect(res.status).toBe(503);
       expect(up.videos()).toHaveLength(1);
-      const [entry] = await real.billing.ledger(ACCOUNT);
+      const [entry] = await chargesOf(real.billing.ledger(ACCOUNT));
       expect(entry).toMatchObject({ model: VIDEO, units: { kind: 'seconds', seconds: 4, tier: '1080P' }, measured: 'estimate' });
       expect(entry!.cost).toBe(videoCost('1080P', 4));
       expect(await real.billing.wallet(ACCOUNT)).toEqual({ balance: initial.balance - videoCost('1080P', 4), held: 0n });

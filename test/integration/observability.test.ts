@@ -43,7 +43,7 @@ beforeAll(async () => {
   gw = await startGateway({
     ...setup.options,
     // A model on an upstream nobody listens on: connect refused.
-    upstreams: { ...setup.options.upstreams, dead: { baseUrl: 'http://127.0.0.1:1/v1', apiKey: 'dead-upstream-key-000', timeoutMs: 2_000 } },
+    upstreams: { ...setup.options.upstreams, dead: { baseUrl: 'http://127.0.0.1:1/v1', apiKey: 'sk-dead-Hc7qP2mX9vL4', timeoutMs: 2_000 } },
     models: [...(setup.options.models ?? []), { id: 'dead/chat', upstream: 'dead', pricing: { prompt: '0.000001', completion: '0.000002' } }],
     metrics: { path: '/metrics', token: METRICS_TOKEN },
     logger: capture,
