@@ -137,19 +137,33 @@ function teeBody(
   const parts: Uint8Array[] = [];
   let size = 0;
   let finished = false;
+  let kept = false;
   const reader = source.getReader();
+  // A body of known length is whole for the client with its last byte, before the stream's
+  // end: a client that holds it may retry at once (or the process may die) before a save
+  // made at the end ran, and the retry would call the upstream and charge a second time.
+  const length = Number(res.headers.get('content-length') ?? Number.NaN);
   const next = async (): Promise<Uint8Array | null> => {
     const chunk = await reader.read();
     if (chunk.done) {
       finished = true;
       stopRenewing();
       // Stored before the end reaches the client, so a retry sent right after it replays.
+      if (kept) return null;
       if (size <= MAX_STORED_BYTES) await save(store, scope, fingerprint, res, parts);
       else await store.abandon(scope).catch(() => undefined);
       return null;
     }
     size += chunk.value.byteLength;
     if (size <= MAX_STORED_BYTES) parts.push(chunk.value);
+    if (size === length && size <= MAX_STORED_BYTES) {
+      // Stored before the last byte leaves. A store that cannot keep it fails the answer
+      // (the client never holds it whole, and its retry with the key runs): an answer
+      // delivered whole but not kept would be run and charged again by that retry.
+      kept = true;
+      stopRenewing();
+      if (!(await save(store, scope, fingerprint, res, parts))) throw new Error('the idempotency store could not keep the answer');
+    }
     return chunk.value;
   };
   const abandon = async (reason?: unknown) => {
@@ -201,14 +215,18 @@ function teeBody(
   return body;
 }
 
-async function save(store: IdempotencyStore, scope: string, fingerprint: string, res: Response, parts: Uint8Array[]) {
+/** Keeps the answer for replays; false when the store could not. */
+async function save(store: IdempotencyStore, scope: string, fingerprint: string, res: Response, parts: Uint8Array[]): Promise<boolean> {
   const headers: Record<string, string> = {};
   for (const h of KEPT_HEADERS) {
     const v = res.headers.get(h);
     if (v !== null) headers[h] = v;
   }
   const body = Buffer.concat(parts).toString('base64');
-  await store.complete(scope, fingerprint, { status: res.status, headers, body }, REPLAY_TTL_MS).catch(() => undefined);
+  return store.complete(scope, fingerprint, { status: res.status, headers, body }, REPLAY_TTL_MS).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** The Idempotency-Key stage of billable POSTs; `sub` is the path after /v1 (part of the fingerprint). */
