@@ -172,7 +172,12 @@ function teeBody(
   const parts: Uint8Array[] = [];
   let size = 0;
   let finished = false;
+  let kept = false;
   const reader = source.getReader();
+  // A body of known length is whole for the client with its last byte, before the stream's
+  // end: a client that holds it may retry at once (or the process may die) before a save
+  // made at the end ran, and the retry would call the upstream and charge a second time.
+  const length = Number(res.headers.get('content-length') ?? Number.NaN);
   const next = async (): Promise<Uint8Array | null> => {
     const chunk = await reader.read();
     if (chunk.done) {
@@ -180,12 +185,21 @@ function teeBody(
       stopRenewing();
       // Stored before the end reaches the client, so a retry sent right after it replays (or
       // is refused, for an answer too large to keep).
+      if (kept) return null;
       await save(keep, res, size <= keep.maxAnswerBytes ? parts : null);
       return null;
     }
     size += chunk.value.byteLength;
     if (size <= keep.maxAnswerBytes) parts.push(chunk.value);
     else parts.length = 0;
+    if (size === length) {
+      // Stored before the last byte leaves. A store that cannot keep it fails the answer
+      // (the client never holds it whole, and its retry with the key runs): an answer
+      // delivered whole but not kept would be run and charged again by that retry.
+      kept = true;
+      stopRenewing();
+      if (!(await save(keep, res, size <= keep.maxAnswerBytes ? parts : null))) throw new Error('the idempotency store could not keep the answer');
+    }
     return chunk.value;
   };
   const abandon = async (reason?: unknown) => {
@@ -237,8 +251,8 @@ function teeBody(
   return body;
 }
 
-/** Stores the answer for replays; `parts` null: it was too large, so only that is recorded. */
-async function save(keep: Keeping, res: Response, parts: Uint8Array[] | null) {
+/** Stores the answer for replays (`parts` null: it was too large, so only that is recorded); false when the store could not. */
+async function save(keep: Keeping, res: Response, parts: Uint8Array[] | null): Promise<boolean> {
   let stored: StoredResponse;
   if (parts === null) {
     stored = { status: res.status, headers: {}, body: '', unreplayable: true };
@@ -250,7 +264,10 @@ async function save(keep: Keeping, res: Response, parts: Uint8Array[] | null) {
     }
     stored = { status: res.status, headers, body: Buffer.concat(parts).toString('base64') };
   }
-  await keep.store.complete(keep.scope, keep.fingerprint, stored, REPLAY_TTL_MS, keep.quota).catch(() => undefined);
+  return keep.store.complete(keep.scope, keep.fingerprint, stored, REPLAY_TTL_MS, keep.quota).then(
+    () => true,
+    () => false,
+  );
 }
 
 /** The Idempotency-Key stage of billable POSTs; `sub` is the path after /v1 (part of the fingerprint). */
