@@ -196,9 +196,17 @@ class CallImpl implements BilledCall {
     if (this.closed) return Promise.resolve();
     const model = this.model;
     if (!model) return this.cancel();
+    let cost: bigint;
+    try {
+      cost = options.unitPricePico === undefined ? listCost(model, units) : costAtPrice(units, options.unitPricePico);
+    } catch (err) {
+      // The units name a price the model no longer has (a configuration changed under a live
+      // call): the work was done, so it is charged what was held for it rather than nothing.
+      this.meter.priceMissing(this, err);
+      cost = this.held;
+    }
     this.closed = true;
     const at = this.meter.now();
-    const cost = options.unitPricePico === undefined ? listCost(model, units) : costAtPrice(units, options.unitPricePico);
     // A durable job's request was answered (and reported) long before its bill.
     if (this.observed && !this.durable) {
       const r = this.observed.record;
@@ -249,6 +257,7 @@ class CallImpl implements BilledCall {
 
 interface MeterInternals {
   now(): number;
+  priceMissing(call: CallImpl, err: unknown): void;
   unobserved(charge: UnobservedCharge): void;
   forget(call: CallImpl): void;
   write(req: SettleRequest): Promise<void>;
@@ -261,6 +270,7 @@ export function createMeter(deps: MeterDeps): Meter {
   const open = new OpenCalls(billing, deps.holdTtlMs, deps.now, log);
   const internals: MeterInternals = {
     now: deps.now,
+    priceMissing: (call, err) => log.error({ msg: 'no price for the units billed; charged the hold', holdId: call.id, err: errMessage(err) }),
     unobserved(charge) {
       try {
         deps.onUnobservedCharge?.(charge);

@@ -9,14 +9,14 @@ import { tierPrice } from '../billing/pricing.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
-import { GatewayError } from '../errors.js';
+import { errors, GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
 import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
 import type { BilledCall } from '../billing/meter.js';
 import type { Model } from '../catalog/catalog.js';
-import { openAmountCall } from '../billing/billed-call.js';
+import { openAmountCall, refuseIfClosed } from '../billing/billed-call.js';
 import { refuseNul, takeSlot, unixSeconds } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 
@@ -99,6 +99,8 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
 
   if (first !== 'deadline') {
     ctx.request.signal?.removeEventListener('abort', onClientGone);
+    // Shutdown released the call while the images were on their way: they are not delivered.
+    refuseIfClosed(call);
     await finish(first);
     if (!first.ok) throw first.err;
     return jsonText(200, first.text);
@@ -107,7 +109,7 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   // Past the deadline: the call goes on without the client; its result lands in a job.
   ctx.request.signal?.removeEventListener('abort', onClientGone);
   ledgerId = jobId;
-  return asJob(core, ctx, { jobId, model: model.id, tier, leaseId: lease.leaseId }, work, finish, () => abort.abort());
+  return asJob(core, ctx, { jobId, model: model.id, tier, leaseId: lease.leaseId }, work, finish, () => abort.abort(), () => call.closed);
 }
 
 /** The upstream call of an image request: its parsed answer, or the error it ended with (never thrown). */
@@ -164,6 +166,8 @@ async function asJob(
   work: Promise<Outcome>,
   finish: (outcome: Outcome) => Promise<void>,
   abort: () => void,
+  /** Whether the call was released (by shutdown) before the job finished. */
+  closed: () => boolean,
 ): Promise<Response> {
   const { jobId, tier } = at;
   const now = core.now();
@@ -190,20 +194,23 @@ async function asJob(
     await core.stores.jobs.create(job, core.cfg.limits.jobTtlMs);
   } catch (err) {
     abort();
-    void work.then(finish);
+    // The client gets no job to fetch the images from: nothing is charged, whatever the call did.
+    void work.then(() => finish({ ok: false, err: new GatewayError('upstream_error', 'job not recorded') }));
     throw new GatewayError('service_unavailable', 'The job store is unreachable. Try again shortly.', {
       headers: { 'retry-after': '1' },
       cause: err,
     });
   }
   core.jobs.own(job, async () => {
-    const outcome = await work;
+    const done = await work;
+    // Shutdown released the call meanwhile: the images are not published unpaid.
+    const outcome: Outcome = done.ok && closed() ? { ok: false, err: errors.cutByShutdown('image generation') } : done;
     if (outcome.ok) {
       // The charge lands before the images are visible in the job: a client that holds them has
       // paid. The job's lease is renewed while this runs, so no other instance declares it lost.
       await finish(outcome);
-      const done = { status: 'completed' as const, progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) };
-      if (!(await core.stores.jobs.update(jobId, done, UNFINISHED))) core.log.warn({ msg: 'a billed image job was finished elsewhere', job_id: jobId });
+      const completed = { status: 'completed' as const, progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) };
+      if (!(await core.stores.jobs.update(jobId, completed, UNFINISHED))) core.log.warn({ msg: 'a billed image job was finished elsewhere', job_id: jobId });
       return;
     }
     const failed = { status: 'failed' as const, completedAt: unixSeconds(core.now()), error: { code: outcome.err.code, message: outcome.err.message } };

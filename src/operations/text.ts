@@ -83,6 +83,9 @@ async function send(
   const gone = () => upstream.abort(signal?.reason);
   if (signal?.aborted) gone();
   else signal?.addEventListener('abort', gone, { once: true });
+  // Shutdown's grace ending before the answer came stops the upstream too (a stream's relay
+  // takes this over once it starts).
+  call.onAbort(() => upstream.abort(new Error('gateway shutting down')));
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       let body: string | Uint8Array;

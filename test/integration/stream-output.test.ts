@@ -52,8 +52,8 @@ function scripted(parts: Array<string | number>) {
   };
 }
 
-/** Reads the SSE body until `until` matches its text, then hangs up. */
-async function readUntil(res: Response, until: (text: string) => boolean, ac: AbortController): Promise<string> {
+/** Reads the SSE body until `until` matches its text, then (after `waitMs`) hangs up. */
+async function readUntil(res: Response, until: (text: string) => boolean, ac: AbortController, waitMs = 0): Promise<string> {
   const reader = res.body!.getReader();
   let text = '';
   while (!until(text)) {
@@ -61,6 +61,7 @@ async function readUntil(res: Response, until: (text: string) => boolean, ac: Ab
     if (done) break;
     text += Buffer.from(value).toString('utf8');
   }
+  if (waitMs) await new Promise((r) => setTimeout(r, waitMs));
   ac.abort();
   return text;
 }
@@ -118,13 +119,13 @@ describe.each(storages)('%s: stream output', (name, enabled, makeStores) => {
   }
 
   /** Streams a chat call from the scripted upstream; the client hangs up once `until` holds. */
-  async function cutChat(parts: Array<string | number>, until: (text: string) => boolean, on = gw) {
+  async function cutChat(parts: Array<string | number>, until: (text: string) => boolean, on = gw, waitMs = 0) {
     const a = await account(on);
     up.setBehavior(scripted(parts));
     const ac = new AbortController();
     const res = await postChat(on.baseURL, a.key, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'go' }] }, { signal: ac.signal });
     expect(res.status).toBe(200);
-    await readUntil(res, until, ac);
+    await readUntil(res, until, ac, waitMs);
     return a;
   }
 
@@ -192,22 +193,25 @@ describe.each(storages)('%s: stream output', (name, enabled, makeStores) => {
   });
 
   describe.runIf(enabled)('3. a client gone right after the answer still pays the usage that follows', () => {
-    it('chat: hangs up at finish_reason; the usage 300 ms later (5,000 completion tokens) is billed', async () => {
-      const parts = [chunk({ role: 'assistant', content: 'Short answer.' }), chunk({}, 'stop'), 300, usageChunk(20, 5_000), 'data: [DONE]\n\n'];
-      const a = await cutChat(parts, (t) => t.includes('"finish_reason":"stop"'));
+    it('chat: hangs up after finish_reason, before the usage; the usage 300 ms later (5,000 completion tokens) is billed', async () => {
+      // The gateway holds the finish back until the end (its last frames follow the charge), so
+      // the client leaves on its own clock: after the finish reached the gateway, before the usage.
+      const parts = [chunk({ role: 'assistant', content: 'Short answer.' }), 50, chunk({}, 'stop'), 400, usageChunk(20, 5_000), 'data: [DONE]\n\n'];
+      const a = await cutChat(parts, (t) => t.includes('Short answer.'), gw, 200);
       const entry = await theEntry(a.id);
       expect(entry.units).toMatchObject({ kind: 'tokens', prompt: 20, completion: 5_000 });
       expect(entry.measured).toBe('usage');
       expect(entry.cost).toBe(chatCost(20, 5_000));
     });
 
-    it('Responses: hangs up at response.output_text.done; response.completed 300 ms later is billed', async () => {
+    it('Responses: hangs up after response.output_text.done; response.completed 400 ms later is billed', async () => {
       const a = await account();
       up.setBehavior(
         scripted([
           event('response.output_text.delta', { item_id: 'msg_1', output_index: 0, content_index: 0, delta: 'Short answer.' }),
+          50,
           event('response.output_text.done', { item_id: 'msg_1', output_index: 0, content_index: 0, text: 'Short answer.' }),
-          300,
+          400,
           event('response.completed', { response: { id: 'resp_2', object: 'response', status: 'completed', output: [], usage: { input_tokens: 20, output_tokens: 5_000 } } }),
         ]),
       );
@@ -218,7 +222,7 @@ describe.each(storages)('%s: stream output', (name, enabled, makeStores) => {
         body: JSON.stringify({ model: MODEL, input: 'go', stream: true }),
         signal: ac.signal,
       });
-      await readUntil(res, (t) => t.includes('response.output_text.done') && t.endsWith('\n\n'), ac);
+      await readUntil(res, (t) => t.includes('Short answer.') && t.endsWith('\n\n'), ac, 200);
       const entry = await theEntry(a.id);
       expect(entry.units).toMatchObject({ kind: 'tokens', prompt: 20, completion: 5_000 });
       expect(entry.measured).toBe('usage');

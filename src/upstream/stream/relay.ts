@@ -95,6 +95,12 @@ export async function relayStream(
   reader: EventReader,
   headers: Record<string, string>,
 ): Promise<Response> {
+  // Shutdown's grace ended (and released the call) while the upstream's headers were on their
+  // way: the answer, which nobody will pay for, is not relayed.
+  if (billing.call.closed) {
+    res.discard();
+    throw errors.shuttingDown();
+  }
   const relay = new StreamRelay(core, ctx, res, billing, reader);
   // What the upstream sent along with its headers is read before the answer starts. A short
   // answer from a fast upstream is often complete by then (its end included): it goes out as
@@ -190,6 +196,8 @@ class StreamRelay {
       this.pending = this.iter().next();
       early = await Promise.race([this.pending, nextTurn()]).catch((): typeof NOT_YET => NOT_YET);
     }
+    // Cut by shutdown meanwhile: the stream opens only to tell so (see start).
+    if (this.ended) return null;
     if (typeof early !== 'object' || early.done) return null;
     this.pending = null;
     try {
@@ -212,6 +220,11 @@ class StreamRelay {
 
   start(sink: Sink): void {
     this.sink = sink;
+    if (this.ended) {
+      // Cut by shutdown before the stream opened: it says so and ends.
+      this.tell(this.reader.errorFrames(errors.cutByShutdown()));
+      return;
+    }
     const core = this.core;
     this.keepAlive = setTimeout(
       function tick(this: void, relay: StreamRelay) {
@@ -251,7 +264,7 @@ class StreamRelay {
         this.carriedError = null;
         throw err;
       }
-      if (this.carried) {
+      if (this.carried && !this.reader.answered) {
         const parts = this.carried;
         this.carried = null;
         if (parts.length) return this.send(sink, parts);
@@ -262,12 +275,20 @@ class StreamRelay {
         this.inflight = null;
         if (this.ended) return;
         this.keepAlive?.refresh();
-        const parts = next.done ? this.reader.end() : this.reader.push(next.value);
+        const frames = next.done ? this.reader.end() : this.reader.push(next.value);
+        // Once the answer's content ended, its last frames wait for the end and its settle:
+        // the usage chunk, like [DONE], reaches the client only once the charge is in.
+        const parts = this.reader.answered && this.carried ? [...this.carried, ...frames] : frames;
+        if (this.reader.answered) this.carried = null;
         if (next.done && !this.reader.done) {
           this.send(sink, parts);
           throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
         }
         if (this.reader.done) return await this.finish(sink, parts, next.done === true);
+        if (this.reader.answered) {
+          this.carried = parts;
+          continue;
+        }
         if (parts.length) return this.send(sink, parts);
       }
     } catch (err) {
@@ -299,7 +320,10 @@ class StreamRelay {
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
     await this.end();
     this.sink = sink;
-    this.tell(this.reader.errorFrames(gErr));
+    // The answer's held-back last frames (its content went out before them) precede the error.
+    const held = this.carried ?? [];
+    this.carried = null;
+    this.tell([...held, ...this.reader.errorFrames(gErr)]);
   }
 
   /** Writes frames that end the stream, if the client is still there. */
