@@ -8,7 +8,7 @@
 import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
-import { AdminError, toUnixMs } from './admin/accounts.js';
+import { AdminError, whenToUnixMs } from './admin/accounts.js';
 import { describeStorage, open } from './cli/open.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
@@ -134,13 +134,11 @@ function listenProblem(err: NodeJS.ErrnoException, host: string, port: number): 
 
 /** A WHEN of the ledger command: an age (30m, 24h, 7d) before now, unix ms, or an ISO 8601 time. */
 function parseWhen(value: string, flag: string): number {
-  const age = /^(\d+)([mhd])$/.exec(value);
-  if (age) return Date.now() - Number(age[1]) * { m: 60_000, h: 3_600_000, d: 86_400_000 }[age[2] as 'm' | 'h' | 'd'];
-  if (/^\d+$/.test(value)) return Number(value);
   try {
-    return toUnixMs(value, `--${flag}`);
-  } catch {
-    throw new UsageError(`--${flag}: not a time: ${value} (an ISO 8601 date or date-time, unix ms, or an age such as 24h or 7d)`);
+    return whenToUnixMs(value, `--${flag}`, Date.now());
+  } catch (err) {
+    if (err instanceof AdminError) throw new UsageError(err.message);
+    throw err;
   }
 }
 

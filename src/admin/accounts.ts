@@ -120,6 +120,26 @@ export function toUnixMs(value: TimeInput, field: string): number {
   return ms;
 }
 
+/** An age before now in a time parameter: minutes, hours or days ("30m", "24h", "7d"). */
+const AGE = /^(\d{1,9})([mhd])$/;
+const AGE_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
+
+/**
+ * A time as an operator types it (the CLI's WHEN, the admin API's from / to): an age before
+ * `now` ("30m", "24h", "7d"), unix ms (all digits), or an ISO 8601 date or date-time. One
+ * parser, so the CLI and the HTTP API accept the same words. An AdminError names the field.
+ */
+export function whenToUnixMs(value: string, field: string, now: number): number {
+  const age = AGE.exec(value);
+  if (age) return now - Number(age[1]) * AGE_MS[age[2] as keyof typeof AGE_MS];
+  if (/^\d+$/.test(value)) return toUnixMs(Number(value), field);
+  try {
+    return toUnixMs(value, field);
+  } catch {
+    throw new AdminError(`${field}: not a time: ${value.slice(0, 60)} (an ISO 8601 date or date-time, unix ms, or an age such as 24h or 7d)`);
+  }
+}
+
 function keyView(k: ApiKeyRecord): KeyView {
   const { digest: _digest, monthlyCap, ...rest } = k;
   return { ...rest, monthlyCapUsd: monthlyCap === null ? null : formatUsd(monthlyCap) };

@@ -76,11 +76,19 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
     };
   }
 
-  /** Answers `sub` (the path after /admin/v1). Throws GatewayError for refusals. */
-  async function route(request: Request, sub: string, query: string): Promise<Response> {
-    if (sub === '/openapi.json' && (request.method === 'GET' || request.method === 'HEAD')) return json(200, openApi());
+  /**
+   * Answers `sub` (the path after /admin/v1). Throws GatewayError for refusals. `onRoute` is
+   * told the declared pattern a request matched ("/admin/v1/accounts/{id}"): metrics and
+   * access lines name it, never the raw path (ids would make every label value unique).
+   */
+  async function route(request: Request, sub: string, query: string, onRoute?: (route: string) => void): Promise<Response> {
+    if (sub === '/openapi.json' && (request.method === 'GET' || request.method === 'HEAD')) {
+      onRoute?.('/admin/v1/openapi.json');
+      return json(200, openApi());
+    }
     const m = adminRouter.match(sub, request.method);
     if (!m) throw new GatewayError('not_found', `Unknown route ${request.method} /admin/v1${sub.slice(0, 200)}.`);
+    if (m.found) onRoute?.(`/admin/v1${m.found.path}`);
     authorize(request);
     if (!m.found) {
       throw new GatewayError('method_not_allowed', `Method ${request.method} is not allowed on /admin/v1${sub}.`, {
@@ -108,12 +116,12 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
 
   /**
    * Handles a request whose path starts with /admin: the console's pages and assets, or the
-   * API. Every refusal is the error envelope.
+   * API. Every refusal is the error envelope. `onRoute` hears the route pattern that matched.
    */
-  async function handle(request: Request, path: string, query: string, requestId: string): Promise<Response> {
+  async function handle(request: Request, path: string, query: string, requestId: string, onRoute?: (route: string) => void): Promise<Response> {
     try {
       if (isConsolePath(path)) return await consoleResponse(request, path);
-      const res = await route(request, path.slice('/admin/v1'.length), query);
+      const res = await route(request, path.slice('/admin/v1'.length), query, onRoute);
       res.headers.set('x-request-id', requestId);
       return res;
     } catch (err) {

@@ -131,14 +131,14 @@ export const adminRoutes: readonly AdminRoute[] = [
   route({
     method: 'GET',
     path: '/ledger',
-    summary: 'An account’s ledger, oldest first: a page (json) or every matching entry (csv, jsonl)',
+    summary: 'An account’s ledger, oldest first, or every account’s (account by account): a page (json) or every matching entry (csv, jsonl)',
     query: S.ledgerQuery,
     run: activity.ledger,
   }),
   route({
     method: 'GET',
     path: '/usage',
-    summary: 'Spend and calls by day (UTC), model or key over [from, to)',
+    summary: 'Spend and calls of an account or of all, by account, day (UTC, the default), model or key over [from, to)',
     query: S.usageQuery,
     run: activity.usage,
   }),

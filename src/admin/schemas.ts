@@ -9,7 +9,7 @@ const id = z.string().min(1).max(200);
 const usd = z.union([z.string().regex(/^\d{1,15}(\.\d{1,9})?$/), z.number().nonnegative()]);
 /** A signed USD decimal: adjustments may take money out. */
 const signedUsd = z.union([z.string().regex(/^-?\d{1,15}(\.\d{1,9})?$/), z.number()]);
-/** Unix ms, or an ISO 8601 date or date-time. */
+/** Unix ms, an ISO 8601 date or date-time, or an age before now ("30m", "24h", "7d"). */
 const time = z.string().min(1).max(40);
 
 export const createAccountBody = z.strictObject({
@@ -57,20 +57,23 @@ export const documentBody = z.strictObject({
 
 export const keysQuery = z.strictObject({ account: id });
 
+/** Without `account`, every account's ledger (account by account; see src/admin/usage.ts). */
 export const ledgerQuery = z.strictObject({
-  account: id,
+  account: id.optional(),
   key: id.optional(),
   from: time.optional(),
   to: time.optional(),
-  cursor: z.string().max(40).optional(),
+  /** One account's cursor (digits), or across accounts "<position>:<account id>". */
+  cursor: z.string().max(250).optional(),
   limit: z.coerce.number().int().min(1).max(1000).optional(),
   /** json (a page), csv or jsonl (every matching entry, streamed). */
   format: z.enum(['json', 'csv', 'jsonl']).optional(),
 });
 
 export const usageQuery = z.strictObject({
-  account: id,
-  group_by: z.enum(['day', 'model', 'key']),
+  /** Without it, every account's usage. */
+  account: id.optional(),
+  group_by: z.enum(['account', 'day', 'model', 'key']).default('day'),
   from: time.optional(),
   to: time.optional(),
 });

@@ -1,16 +1,22 @@
 /**
- * Usage reports: an account's ledger summed by day (UTC), model or key over a time range.
- * Credits (top-ups, adjustments) are money moved by operators, not usage: they are left out.
- * Sums are exact nano-USD, answered as USD decimal strings.
+ * Reading the ledger for operators: one account's or every account's, a page at a time or
+ * entry by entry, and usage reports (sums by account, day (UTC), model or key over a time
+ * range). Credits (top-ups, adjustments) are money moved by operators, not usage: they are
+ * left out of reports. Sums are exact nano-USD, answered as USD decimal strings.
+ *
+ * Every account's ledger is read account by account (ids in ascending order), each oldest
+ * first: stores keep one ledger per account, so this order needs no global index, and a
+ * cursor "<position>:<account>" (the account's own cursor, then its id) stays valid for good.
  */
 import type { Admin, TimeInput } from './accounts.js';
+import { AdminError } from './accounts.js';
 import { formatUsd } from '../billing/money.js';
-import type { LedgerEntry } from '../stores/types.js';
+import type { LedgerEntry, LedgerPage } from '../stores/types.js';
 
-export type GroupBy = 'day' | 'model' | 'key';
+export type GroupBy = 'account' | 'day' | 'model' | 'key';
 
 export interface UsageRow {
-  /** The day ("YYYY-MM-DD"), model id or key id. */
+  /** The account id, day ("YYYY-MM-DD"), model id or key id. */
   group: string;
   calls: number;
   costUsd: string;
@@ -21,35 +27,98 @@ export interface UsageRow {
 /** Entries read at most per report: a bound on one request's work. */
 const MAX_SCAN = 1_000_000;
 
-/** Visits every ledger entry of the query, page by page. */
-export async function* ledgerEntries(
-  admin: Admin,
-  q: { account: string; key?: string; from?: TimeInput; to?: TimeInput },
-): AsyncGenerator<LedgerEntry> {
-  let cursor: string | undefined;
-  for (;;) {
-    const page = await admin.ledger({ ...q, limit: 1000, ...(cursor === undefined ? {} : { cursor }) });
-    yield* page.entries;
-    if (!page.more) return;
-    cursor = page.nextCursor;
+/** The ledger as operators read it: the admin, and every account's id in ascending order. */
+export interface Books {
+  admin: Admin;
+  accountIds(): Promise<string[]>;
+}
+
+/** A ledger filter; without `account`, every account's entries. */
+export interface LedgerFilter {
+  account?: string;
+  key?: string;
+  from?: TimeInput;
+  to?: TimeInput;
+}
+
+/** Visits every ledger entry of the filter, page by page (account by account without one). */
+export async function* ledgerEntries(books: Books, q: LedgerFilter): AsyncGenerator<LedgerEntry> {
+  const accounts = q.account === undefined ? await books.accountIds() : [q.account];
+  for (const account of accounts) {
+    let cursor: string | undefined;
+    for (;;) {
+      const page = await books.admin.ledger({ ...q, account, limit: 1000, ...(cursor === undefined ? {} : { cursor }) });
+      yield* page.entries;
+      if (!page.more) break;
+      cursor = page.nextCursor;
+    }
   }
 }
 
+/** A cross-account cursor: the account's own cursor, a colon, the account id (none: the first). */
+function parseCursor(cursor: string): { position: string; account: string } {
+  const at = cursor.indexOf(':');
+  if (at < 1) throw new AdminError('cursor: not one this ledger returned');
+  return { position: cursor.slice(0, at), account: cursor.slice(at + 1) };
+}
+
+/**
+ * One page of every account's ledger: accounts in ascending id order, each oldest first. A
+ * page may span accounts. `more` is exact: an account is probed before a page says it holds
+ * more. A cursor whose account no longer exists resumes at the next id after it.
+ */
+export async function ledgerPageAll(
+  books: Books,
+  q: Omit<LedgerFilter, 'account'> & { cursor?: string; limit: number },
+): Promise<LedgerPage> {
+  const ids = await books.accountIds();
+  const { key, from, to } = q;
+  const resume = q.cursor === undefined ? undefined : parseCursor(q.cursor);
+  let i = resume ? ids.findIndex((id) => id >= resume.account) : 0;
+  if (i < 0) i = ids.length;
+  // The resumed account's position holds only while it is the same account.
+  let position = resume && ids[i] === resume.account ? resume.position : '0';
+  const entries: LedgerEntry[] = [];
+  let last = resume?.account ?? '';
+  let lastCursor = resume?.position ?? '0';
+  for (; i < ids.length; i++, position = '0') {
+    const account = ids[i]!;
+    const want = q.limit - entries.length;
+    const page = await books.admin.ledger({ account, key, from, to, cursor: position, limit: Math.max(want, 1) });
+    if (want === 0) {
+      if (page.entries.length > 0) return { entries, nextCursor: `${position}:${account}`, more: true };
+      continue;
+    }
+    entries.push(...page.entries);
+    last = account;
+    lastCursor = page.nextCursor;
+    if (page.more) return { entries, nextCursor: `${page.nextCursor}:${account}`, more: true };
+  }
+  return { entries, nextCursor: last === '' ? '0:' : `${lastCursor}:${last}`, more: false };
+}
+
+/** The group of an entry in a report. */
+function groupOf(e: LedgerEntry, by: GroupBy): string {
+  if (by === 'day') return new Date(e.at).toISOString().slice(0, 10);
+  return by === 'account' ? e.accountId : by === 'model' ? e.model : e.keyId;
+}
+
+/** A usage report of one account, or of every account without `account`. */
 export async function usageReport(
-  admin: Admin,
-  q: { account: string; groupBy: GroupBy; from?: TimeInput; to?: TimeInput },
+  books: Books,
+  q: { account?: string; groupBy: GroupBy; from?: TimeInput; to?: TimeInput },
 ): Promise<{ rows: UsageRow[]; totalUsd: string; truncated: boolean }> {
   const sums = new Map<string, { calls: number; cost: bigint; prompt: number; completion: number }>();
   let total = 0n;
   let scanned = 0;
   let truncated = false;
-  for await (const e of ledgerEntries(admin, { account: q.account, from: q.from, to: q.to })) {
+  for await (const e of ledgerEntries(books, { account: q.account, from: q.from, to: q.to })) {
     if (++scanned > MAX_SCAN) {
       truncated = true;
       break;
     }
     if (e.units.kind === 'credit') continue;
-    const group = q.groupBy === 'day' ? new Date(e.at).toISOString().slice(0, 10) : q.groupBy === 'model' ? e.model : e.keyId;
+    const group = groupOf(e, q.groupBy);
     let s = sums.get(group);
     if (!s) sums.set(group, (s = { calls: 0, cost: 0n, prompt: 0, completion: 0 }));
     s.calls++;

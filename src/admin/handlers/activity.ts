@@ -8,8 +8,9 @@ import { jobView } from '../../jobs/runner.js';
 import type { LedgerEntry } from '../../stores/types.js';
 import { ledgerHeader, ledgerLine } from '../ledger-export.js';
 import type * as S from '../schemas.js';
-import { ledgerEntries, usageReport } from '../usage.js';
-import { type AdminContext, type Call, notFound, timeParam } from './context.js';
+import { type Books, type LedgerFilter, ledgerEntries, ledgerPageAll, usageReport } from '../usage.js';
+import { whenToUnixMs } from '../accounts.js';
+import { type AdminContext, type Call, notFound } from './context.js';
 
 /** Entries an export reads and writes per chunk of its stream. */
 const EXPORT_CHUNK = 500;
@@ -31,22 +32,41 @@ export function entryView(e: LedgerEntry) {
   };
 }
 
-export async function ledger(x: AdminContext, c: Call<undefined, typeof S.ledgerQuery>) {
-  const q = c.query;
-  await x.account(q.account);
-  const filter = { account: q.account, key: q.key, from: timeParam(q.from), to: timeParam(q.to) };
-  if (q.format === 'csv' || q.format === 'jsonl') {
-    // Checked before the first byte: a bad filter is still a 400 envelope.
-    await x.admin.ledger({ ...filter, limit: 1 });
-    return exportResponse(x, q.format, filter);
-  }
-  const page = await x.admin.ledger({ ...filter, cursor: q.cursor, limit: q.limit ?? 100 });
-  return { object: 'list', data: page.entries.map(entryView), nextCursor: page.nextCursor, more: page.more };
+/** The ledger as the handlers read it: every account's id in ascending order. */
+function books(x: AdminContext): Books {
+  return { admin: x.admin, accountIds: async () => (await x.stores.accounts.list()).map((a) => a.id).sort() };
 }
 
-function exportResponse(x: AdminContext, format: 'csv' | 'jsonl', filter: Parameters<typeof ledgerEntries>[1]): Response {
+/** A query's account and times: the account must exist; ages ("24h") count back from now. */
+async function filterOf(x: AdminContext, q: { account?: string | undefined; from?: string | undefined; to?: string | undefined }) {
+  if (q.account !== undefined) await x.account(q.account);
+  const now = x.core.now();
+  return {
+    ...(q.account === undefined ? {} : { account: q.account }),
+    ...(q.from === undefined ? {} : { from: whenToUnixMs(q.from, 'from', now) }),
+    ...(q.to === undefined ? {} : { to: whenToUnixMs(q.to, 'to', now) }),
+  };
+}
+
+/** One account's ledger, or every account's without `account` (paged account by account). */
+export async function ledger(x: AdminContext, c: Call<undefined, typeof S.ledgerQuery>) {
+  const q = c.query;
+  const filter: LedgerFilter = { ...(await filterOf(x, q)), ...(q.key === undefined ? {} : { key: q.key }) };
+  const { account } = filter;
+  const page = (p: { cursor?: string; limit: number }) =>
+    account === undefined ? ledgerPageAll(books(x), { ...filter, ...p }) : x.admin.ledger({ ...filter, account, ...p });
+  if (q.format === 'csv' || q.format === 'jsonl') {
+    // Checked before the first byte: a bad filter is still a 400 envelope.
+    await page({ limit: 1 });
+    return exportResponse(x, q.format, filter);
+  }
+  const got = await page({ ...(q.cursor === undefined ? {} : { cursor: q.cursor }), limit: q.limit ?? 100 });
+  return { object: 'list', data: got.entries.map(entryView), nextCursor: got.nextCursor, more: got.more };
+}
+
+function exportResponse(x: AdminContext, format: 'csv' | 'jsonl', filter: LedgerFilter): Response {
   const encoder = new TextEncoder();
-  const entries = ledgerEntries(x.admin, filter);
+  const entries = ledgerEntries(books(x), filter);
   const header = ledgerHeader(format);
   const stream = new ReadableStream<Uint8Array>({
     start(ctrl) {
@@ -69,10 +89,10 @@ function exportResponse(x: AdminContext, format: 'csv' | 'jsonl', filter: Parame
   });
 }
 
+/** Usage of one account, or of every account without `account`; by day unless `group_by`. */
 export async function usage(x: AdminContext, c: Call<undefined, typeof S.usageQuery>) {
   const q = c.query;
-  await x.account(q.account);
-  const r = await usageReport(x.admin, { account: q.account, groupBy: q.group_by, from: timeParam(q.from), to: timeParam(q.to) });
+  const r = await usageReport(books(x), { ...(await filterOf(x, q)), groupBy: q.group_by });
   return { object: 'list', groupBy: q.group_by, data: r.rows, totalUsd: r.totalUsd, truncated: r.truncated };
 }
 

@@ -24,9 +24,6 @@ export interface Call<B extends z.ZodType | undefined = undefined, Q extends z.Z
 export const notFound = (what: string, id: string) =>
   new GatewayError('not_found', `No ${what} "${id.slice(0, 200)}".`, { param: 'id' });
 
-/** A query value that is all digits is unix ms; anything else an ISO 8601 date. */
-export const timeParam = (v: string | undefined) => (v === undefined ? undefined : /^\d+$/.test(v) ? Number(v) : v);
-
 export class AdminContext {
   constructor(
     readonly core: Services,
