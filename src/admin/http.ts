@@ -22,7 +22,6 @@ import { AdminContext, type Call } from './handlers/context.js';
 import { openApiDocument } from './openapi.js';
 import { type AdminRoute, adminRouter } from './routes.js';
 
-export { entryView } from './handlers/activity.js';
 
 export interface AdminHttpOptions {
   /** Hex SHA-256 of the admin token. */

@@ -144,8 +144,6 @@ export interface Meter {
    * deferred to this hold (see `DeferredCheck`) that refuses throws its 429 instead.
    */
   tryOpen(req: OpenRequest): Promise<{ ok: true; call: BilledCall } | HoldRefusal>;
-  /** Opens a call; a refused hold throws what `refuse` builds (the route words its 402). */
-  open(req: OpenRequest, refuse: (r: HoldRefusal) => GatewayError): Promise<BilledCall>;
   /**
    * A handle on a hold placed earlier, possibly by another instance (a job adopted after a
    * crash): it settles or releases that hold through the same lifecycle.
@@ -315,11 +313,6 @@ export function createMeter(deps: MeterDeps): Meter {
       const call = new CallImpl(internals, id, key.accountId, key.id, req.model, amount, req.durable === true, req.observed);
       open.add(call, ttlMs);
       return { ok: true, call };
-    },
-    async open(req, refuse) {
-      const r = await meter.tryOpen(req);
-      if (!r.ok) throw refuse(r);
-      return r.call;
     },
     resume: ({ id, accountId, keyId, model, durable }) => new CallImpl(internals, id, accountId, keyId, model, 0n, durable === true),
     async report(key) {
