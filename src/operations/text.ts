@@ -14,6 +14,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/call.js';
+import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream } from '../upstream/stream/relay.js';
 import type { Operation, TextOperation, TextPlan } from './types.js';
 
@@ -88,15 +89,23 @@ async function send(
   call.onAbort(() => upstream.abort(new Error('gateway shutting down')));
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
+      const translation = translationFor(core, served, path);
       let body: string | Uint8Array;
-      if (!plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = bytes;
-      else if (replaced && own(served)) body = JSON.stringify(replaced);
+      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = bytes;
       else {
-        const fields = plan.fields(served);
-        body = JSON.stringify((plugins && (await pluginFields(core, ctx, served, path, fields))) || fields);
+        let fields = replaced && own(served) ? replaced : plan.fields(served);
+        if (plugins && !(replaced && own(served))) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
+        if (!translation) body = JSON.stringify(fields);
+        else {
+          // Another kind of upstream: the request goes out in its API, to its path.
+          const call = translation.request(fields, plan.stream);
+          return { method: 'POST' as const, path: call.path, headers: upstreamHeaders(ctx.requestId), body: JSON.stringify(call.body), signal: upstream.signal };
+        }
       }
       return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream.signal };
     });
+    const translation = translationFor(core, answer.served, path);
+    if (translation) answer.res = translatedResponse(answer.res, translation, plan.stream);
     if (answer.res.status < 200 || answer.res.status >= 300) {
       throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
     }
@@ -106,6 +115,11 @@ async function send(
     void call.cancel();
     throw err;
   }
+}
+
+/** How the upstream serving `served` carries the ingress API at `path`: null when it speaks it. */
+function translationFor(core: Services, served: Model, path: string): Translation | null {
+  return kindOf(upstreamKindOf(core.cfg.upstreams, served.upstream)).translation(path);
 }
 
 /**

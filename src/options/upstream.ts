@@ -6,10 +6,19 @@ import { z } from 'zod';
 import type { UpstreamClient } from '../upstream/client.js';
 import { secret } from './values.js';
 
+/**
+ * The wire API the upstream speaks: `openai` (chat completions, Responses, ...), `anthropic`
+ * (the Messages API, `x-api-key`) or `gemini` (`generateContent`, `x-goog-api-key`). Requests
+ * are translated to it and its answers back. @default "openai"
+ */
+const kind = z.enum(['openai', 'anthropic', 'gemini']).default('openai');
+
 const httpUpstream = z.strictObject({
+  kind,
   baseUrl: z.url({ protocol: /^https?$/ }),
   /**
-   * Sent as `Authorization: Bearer <apiKey>`. Leave it out for an upstream that takes no key;
+   * Sent as `Authorization: Bearer <apiKey>` (`x-api-key` to an `anthropic` upstream,
+   * `x-goog-api-key` to a `gemini` one). Leave it out for an upstream that takes no key;
    * an empty one is refused (it is almost always an unset environment variable).
    */
   apiKey: secret.default(''),
@@ -36,6 +45,8 @@ const upstreamClient = z.custom<UpstreamClient>(
 
 const simulatedUpstream = z.strictObject({
   simulate: z.literal(true),
+  /** The wire API the simulator speaks, to try a kind without a provider account. @default "openai" */
+  kind,
   /** Delay before a simulated image is returned. @default 1500 */
   imageDelayMs: z.number().int().nonnegative().default(1500),
   /** How long a simulated video job takes to finish. @default 4000 */

@@ -7,6 +7,7 @@ import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
 import { GatewayError } from '../errors.js';
 import { nativeSignal } from '../http/node-lane.js';
 import { createFetchUpstream } from './fetch-upstream.js';
+import { kindOf } from './kinds/index.js';
 import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type UpstreamCall, type UpstreamResponse, withQuery } from './types.js';
 
 // The transport contract lives in types.ts (both transports implement it); re-exported here
@@ -70,7 +71,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
     bodyTimeout: opts.timeoutMs,
     connect: { timeout: Math.min(opts.timeoutMs, 10_000) },
   });
-  const auth = opts.apiKey ? `Bearer ${opts.apiKey}` : null;
+  const auth = opts.apiKey ? kindOf(opts.kind).auth(opts.apiKey) : null;
   return {
     name,
     simulated: false,

@@ -4,6 +4,7 @@
  * undici transport: a header timeout, an idle timeout between body chunks, 504 / 502 errors.
  */
 import { GatewayError } from '../errors.js';
+import { kindOf } from './kinds/index.js';
 import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type UpstreamResponse, withQuery } from './types.js';
 
 const timeoutError = (name: string) =>
@@ -33,7 +34,7 @@ export function createFetchUpstream(
   redact: (text: string) => string,
 ): Upstream {
   const base = opts.baseUrl.replace(/\/+$/, '');
-  const auth = opts.apiKey ? `Bearer ${opts.apiKey}` : null;
+  const auth = opts.apiKey ? kindOf(opts.kind).auth(opts.apiKey) : null;
   // fetch has no pool of its own to size: calls beyond maxConnections wait for a free slot.
   const slots = new Slots(opts.maxConnections ?? Number.POSITIVE_INFINITY);
   return {

@@ -35,6 +35,8 @@ export interface Upstream {
 }
 
 export interface HttpUpstreamOptions {
+  /** The wire API the upstream speaks (how its key is sent). @default "openai" */
+  kind?: 'openai' | 'anthropic' | 'gemini';
   baseUrl: string;
   apiKey: string;
   timeoutMs: number;
@@ -54,17 +56,17 @@ export function withQuery(path: string, query: Record<string, string> | undefine
   return path + (path.includes('?') ? '&' : '?') + extra;
 }
 
-/** Headers sent upstream: the call's, then the upstream's own extras, then its bearer key. */
+/** Headers sent upstream: the call's, then the upstream's own extras, then its key's headers. */
 export function outgoingHeaders(
   headers: Record<string, string>,
   extra: Record<string, string> | undefined,
-  auth: string | null,
+  auth: Record<string, string> | null,
 ): Record<string, string> {
   if (!auth && (!extra || Object.keys(extra).length === 0)) return headers;
   // Copied key by key into a fresh object: a spread's copy makes the writes below slow.
   const out: Record<string, string> = {};
   for (const k in headers) out[k] = headers[k]!;
   if (extra) for (const [k, v] of Object.entries(extra)) out[k.toLowerCase()] = v;
-  if (auth) out.authorization = auth;
+  if (auth) for (const k in auth) out[k] = auth[k]!;
   return out;
 }
