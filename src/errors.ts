@@ -110,9 +110,33 @@ export function isGatewayError(value: unknown): value is GatewayError {
   return value instanceof GatewayError;
 }
 
+/** Anthropic's error types by status, for the Messages API's clients. */
+const ANTHROPIC_TYPES: Record<number, string> = {
+  400: 'invalid_request_error',
+  401: 'authentication_error',
+  402: 'billing_error',
+  403: 'permission_error',
+  404: 'not_found_error',
+  408: 'timeout_error',
+  413: 'request_too_large',
+  429: 'rate_limit_error',
+  503: 'overloaded_error',
+  504: 'timeout_error',
+  529: 'overloaded_error',
+};
+
+/** The error in Anthropic's shape, `{"type": "error", "error": {"type", "message"}}`, its type told by its status. */
+export function anthropicError(err: GatewayError): { type: 'error'; error: { type: string; message: string } } {
+  const type = ANTHROPIC_TYPES[err.status] ?? (err.status < 500 ? 'invalid_request_error' : 'api_error');
+  return { type: 'error', error: { type, message: err.message } };
+}
+
+/** The shape an error body takes: the gateway's own envelope, or Anthropic's on the Messages API. */
+export type ErrorShape = 'openai' | 'anthropic';
+
 /** Writes the envelope. The only place an error Response is built. */
-export function errorResponse(err: GatewayError, requestId: string, extraHeaders: Record<string, string> = {}): Response {
-  const body = JSON.stringify(err.toJSON());
+export function errorResponse(err: GatewayError, requestId: string, extraHeaders: Record<string, string> = {}, shape: ErrorShape = 'openai'): Response {
+  const body = JSON.stringify(shape === 'anthropic' ? anthropicError(err) : err.toJSON());
   // The envelope's own headers win over the error's, which win over the request's.
   const headers = withHeaders(
     withHeaders({ 'content-type': 'application/json', 'content-length': String(Buffer.byteLength(body)), 'x-request-id': requestId }, err.headers),

@@ -95,7 +95,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     observe,
     userHooks(hooks),
     corsStage(createCors(cfg.cors)),
-    errorEnvelope(hooks, log),
+    errorEnvelope(hooks, log, (path) => (path === `${paths.v1}/messages` || path.startsWith(`${paths.v1}/messages/`) ? 'anthropic' : 'openai')),
     probesStage(paths, createProbes({ stores: core.stores, startup: () => startup, draining: () => draining, log }), metrics),
     adminMount(adminHttp && { adminPath: `${base}/admin`, basePath: base, handle: adminHttp.handle }, () => (isReady ? null : ready)),
     drain({ ready, isReady: () => isReady, draining: () => draining }, `${paths.v1}/`),

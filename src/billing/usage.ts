@@ -1,8 +1,13 @@
 /** Token counts an upstream reports, read defensively: a malformed `usage` is no usage. */
 
 export interface Usage {
+  /** Every input token, cache reads and writes included. */
   prompt: number;
   completion: number;
+  /** Of `prompt`, the tokens read from the provider's prompt cache. */
+  cachedPrompt?: number;
+  /** Of `prompt`, the tokens written to the provider's prompt cache. */
+  cacheWrite?: number;
 }
 
 const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;

@@ -8,6 +8,7 @@ import { listBrands, listKnowledge, listModels, readKey, retrieveModel } from '.
 import { createEmbeddings } from './embeddings.js';
 import { createImage } from './images.js';
 import { getJob } from './media.js';
+import { countMessageTokens, createMessage } from './messages/index.js';
 import { createResponse } from './responses.js';
 import { createSpeech } from './speech.js';
 import type { Operation } from './types.js';
@@ -22,6 +23,8 @@ export const operations: readonly Operation[] = [
   chatCompletions,
   createCompletion,
   createResponse,
+  createMessage,
+  countMessageTokens,
   createEmbeddings,
   get('/models', listModels),
   get('/models/{id...}', retrieveModel),

@@ -72,11 +72,13 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
     connect: { timeout: Math.min(opts.timeoutMs, 10_000) },
   });
   const auth = opts.apiKey ? kindOf(opts.kind).auth(opts.apiKey) : null;
+  // The kind's own headers first: an upstream's configured ones replace them.
+  const extra = { ...kindOf(opts.kind).headers, ...opts.headers };
   return {
     name,
     simulated: false,
     async call(c) {
-      const headers = outgoingHeaders(c.headers, opts.headers, auth);
+      const headers = outgoingHeaders(c.headers, extra, auth);
       let res: Dispatcher.ResponseData;
       try {
         res = await pool.request({

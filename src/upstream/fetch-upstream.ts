@@ -35,6 +35,8 @@ export function createFetchUpstream(
 ): Upstream {
   const base = opts.baseUrl.replace(/\/+$/, '');
   const auth = opts.apiKey ? kindOf(opts.kind).auth(opts.apiKey) : null;
+  // The kind's own headers first: an upstream's configured ones replace them.
+  const extra = { ...kindOf(opts.kind).headers, ...opts.headers };
   // fetch has no pool of its own to size: calls beyond maxConnections wait for a free slot.
   const slots = new Slots(opts.maxConnections ?? Number.POSITIVE_INFINITY);
   return {
@@ -61,7 +63,7 @@ export function createFetchUpstream(
       try {
         res = await fetch(base + withQuery(c.path, opts.query), {
           method: c.method,
-          headers: outgoingHeaders(c.headers, opts.headers, auth),
+          headers: outgoingHeaders(c.headers, extra, auth),
           body: (c.body ?? undefined) as BodyInit | undefined,
           signal: ac.signal,
         });

@@ -15,7 +15,10 @@ export function auth(authenticator: Authenticator, hooks: Hooks): Stage {
       .then(next);
   };
   return (x, next) => {
-    const key = authenticator.authenticate(x.request.headers.get('authorization'));
+    // Anthropic's clients send the key as `x-api-key`; either header names one of the gateway's keys.
+    const headers = x.request.headers;
+    const apiKey = headers.get('authorization') ? null : headers.get('x-api-key');
+    const key = authenticator.authenticate(apiKey ? `Bearer ${apiKey}` : headers.get('authorization'));
     // A cached key is answered synchronously: no await, no microtask turn.
     return typeof (key as Partial<Promise<ApiKeyRecord>>).then === 'function'
       ? (key as Promise<ApiKeyRecord>).then((k) => authenticated(x, k, next))

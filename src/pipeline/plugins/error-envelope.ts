@@ -3,13 +3,14 @@
  * state); a thrown error becomes the one error envelope. Unexpected errors are masked (500
  * internal_error, logged with the request id), never echoed.
  */
-import { errorResponse, errors, GatewayError } from '../../errors.js';
+import { type ErrorShape, errorResponse, errors, GatewayError } from '../../errors.js';
 import type { Logger } from '../../observability/log.js';
 import { isStoreUnavailable } from '../../stores/errors.js';
 import type { Hooks } from '../hooks.js';
 import type { Stage } from '../types.js';
 
-export function errorEnvelope(hooks: Hooks, log: Logger): Stage {
+/** `shapeOf`: the error shape a path's clients read (Anthropic's on the Messages API). */
+export function errorEnvelope(hooks: Hooks, log: Logger, shapeOf: (path: string) => ErrorShape = () => 'openai'): Stage {
   return async (x, next) => {
     try {
       const res = await next();
@@ -24,7 +25,7 @@ export function errorEnvelope(hooks: Hooks, log: Logger): Stage {
       const meta = gErr.metadata as { limit?: unknown; limit_source?: unknown } | undefined;
       const limit = meta?.limit ?? meta?.limit_source;
       if (typeof limit === 'string') r.limit = limit;
-      return errorResponse(gErr, x.requestId, x.headers);
+      return errorResponse(gErr, x.requestId, x.headers, shapeOf(x.path));
     }
   };
 }

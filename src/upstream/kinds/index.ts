@@ -1,5 +1,6 @@
 /** The kinds an upstream may speak, and the translated call and answer the billed call uses. */
 import type { Kind, Translation, UpstreamKind } from './types.js';
+import { anthropicKind } from './anthropic.js';
 import { openaiKind } from './openai.js';
 import type { UpstreamResponse } from '../types.js';
 
@@ -7,9 +8,9 @@ export type { Kind, StreamTranslator, Translation, UpstreamKind } from './types.
 
 const kinds: Record<UpstreamKind, Kind> = {
   openai: openaiKind,
+  anthropic: anthropicKind,
   // Filled in as each kind lands; an unknown kind never reaches here (the options schema
   // names the kinds).
-  anthropic: openaiKind,
   gemini: openaiKind,
 };
 

@@ -32,6 +32,8 @@ export interface Translation {
 export interface Kind {
   /** The headers that authenticate a call with the upstream's key (none without a key). */
   auth(apiKey: string): Record<string, string>;
+  /** Headers every call to the kind carries (an API version); an upstream's configured headers win. */
+  headers?: Record<string, string>;
   /**
    * The translation for an ingress path (`/chat/completions`, `/responses`, `/messages`), or
    * null when the ingress API passes to this kind as it is. Throws a GatewayError when the

@@ -7,6 +7,7 @@ import { contentText, type Tokenizer } from '../../billing/tokens.js';
 import type { Upstream, UpstreamCall, UpstreamResponse } from '../client.js';
 import { jsonResponse, streamResponse } from '../local-response.js';
 import { createMediaSimulator, type MediaSimulatorOptions } from './media.js';
+import { simulateMessages } from './messages.js';
 import { sleep } from '../sleep.js';
 
 export interface SimulatorOptions extends MediaSimulatorOptions {
@@ -41,7 +42,7 @@ function simulatedAnswer(prompt: string, maxTokens: number | undefined, tokenize
 }
 
 /** A text route: the parsed JSON body in, the simulated answer out. */
-type TextRoute = (c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer) => UpstreamResponse;
+type TextRoute = (c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer) => UpstreamResponse | Promise<UpstreamResponse>;
 
 function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
   const model = String(body.model);
@@ -221,6 +222,10 @@ export function createSimulator(name: string, opts: SimulatorOptions, tokenizer:
       if (c.method === 'POST' && c.path === '/embeddings') return textCall(c, opts, tokenizer, embeddings);
       if (c.method === 'POST' && c.path === '/completions') return textCall(c, opts, tokenizer, completions);
       if (c.method === 'POST' && c.path === '/responses') return textCall(c, opts, tokenizer, responses);
+      // Anthropic's Messages API, for `kind: "anthropic"` (any other kind is sent chat instead).
+      if (c.method === 'POST' && c.path === '/messages') {
+        return textCall(c, opts, tokenizer, (call, body) => simulateMessages(call, body, tokenizer, (cc, b) => chat(cc, b, opts, tokenizer)));
+      }
       const handled = await media.handle(c);
       if (handled) return handled;
       return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null } });

@@ -1,0 +1,78 @@
+/**
+ * POST /messages (Anthropic's Messages API) and POST /messages/count_tokens. A Messages call
+ * is one more text operation over the one billed call: the hold is its prompt's worst case
+ * (system, every block, tools; images at the model's per-image maximum; a document at the
+ * whole context) plus `max_tokens`; the debit is the usage the upstream reports (the whole
+ * input, cache reads and writes named), else the output counted with the tokenizer. `brand`
+ * and `knowledge` go in front of `system`. Served by an OpenAI-kind upstream, the call goes as
+ * chat and its answer comes back as a Message (upstream/kinds/messages).
+ */
+import { countPromptTokens, estimatePromptTokens, promptTokensBound } from '../../billing/tokens.js';
+import { CONTEXT_FIELDS } from '../../context/inject.js';
+import { json, parseJsonObject } from '../../http/json.js';
+import { withoutFields } from '../../http/objects.js';
+import { eventReader } from '../../upstream/stream/reader.js';
+import { checkContextWindow, checkOutputCap, zodError } from '../shared.js';
+import { promptHold, textOperation } from '../text.js';
+import type { Operation } from '../types.js';
+import { contextLengthHold } from '../uncountable.js';
+import { messageOutput, messagesEvents, messagesUsage } from './events.js';
+import { hasDocument, messagesPrompt, systemWith } from './prompt.js';
+import { countTokensSchema, messagesSchema } from './schema.js';
+
+export const createMessage = textOperation({
+  path: '/messages',
+  async plan(core, ctx, body) {
+    const checked = messagesSchema.safeParse(body);
+    if (!checked.success) throw zodError(checked.error, body);
+    const req = checked.data;
+    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    checkOutputCap(model, { max_tokens: req.max_tokens });
+    const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
+    const system = systemWith(req.system, injected);
+    const input = messagesPrompt(model, { ...req, system });
+    const bound = promptTokensBound(input);
+    checkContextWindow(model, bound, () => countPromptTokens(core.tokenizer, input), 'messages');
+    let estimate: number | undefined;
+    const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
+    const counted = { bound, estimate: promptTokens, maxOutput: req.max_tokens };
+    return {
+      model,
+      hold: hasDocument(req.messages) ? contextLengthHold(model, counted) : counted,
+      holdFor(fields) {
+        const asked = typeof fields.max_tokens === 'number' ? fields.max_tokens : 0;
+        const hold = promptHold(core, messagesPrompt(model, fields), Math.max(req.max_tokens, asked));
+        return hasDocument(fields.messages) ? contextLengthHold(model, hold) : hold;
+      },
+      stream: req.stream === true,
+      promptTokens,
+      unchanged: !injected && !('brand' in body) && !('knowledge' in body),
+      fields(served) {
+        // The gateway's own fields (brand, knowledge) never go upstream; their text is in `system`.
+        const out = withoutFields(body, CONTEXT_FIELDS);
+        out.model = served.upstreamModel;
+        if (injected?.length) out.system = system;
+        return out;
+      },
+      events: (served, apiKey) => eventReader(messagesEvents(served), apiKey),
+      answer(answer) {
+        if (answer.type !== 'message' || !Array.isArray(answer.content)) throw new Error('not a message');
+        return { usage: messagesUsage(answer.usage), output: () => messageOutput(answer.content) };
+      },
+    };
+  },
+});
+
+/** The input tokens a Messages request would be billed for, counted with the gateway's tokenizer; nothing is billed. */
+export const countMessageTokens: Operation = {
+  method: 'POST',
+  path: '/messages/count_tokens',
+  async run(core, ctx) {
+    const body = parseJsonObject(await ctx.body());
+    const checked = countTokensSchema.safeParse(body);
+    if (!checked.success) throw zodError(checked.error, body);
+    const model = await core.catalog.resolve(checked.data.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    await core.tokenizer.ready;
+    return json(200, { input_tokens: countPromptTokens(core.tokenizer, messagesPrompt(model, checked.data)) });
+  },
+};

@@ -1,0 +1,66 @@
+/** The Anthropic Messages request, as its API documents it (unknown fields pass, like Anthropic's). */
+import { z } from 'zod';
+
+const cacheControl = { cache_control: z.looseObject({ type: z.literal('ephemeral') }).nullable().optional() };
+const source = z.looseObject({ type: z.enum(['base64', 'url', 'text', 'content', 'file']) });
+
+const textBlock = z.looseObject({ type: z.literal('text'), text: z.string(), ...cacheControl });
+const block = z.discriminatedUnion('type', [
+  textBlock,
+  z.looseObject({ type: z.literal('image'), source, ...cacheControl }),
+  z.looseObject({ type: z.literal('document'), source, ...cacheControl }),
+  z.looseObject({ type: z.literal('tool_use'), id: z.string().min(1), name: z.string().min(1), input: z.looseObject({}), ...cacheControl }),
+  z.looseObject({
+    type: z.literal('tool_result'),
+    tool_use_id: z.string().min(1),
+    content: z.union([z.string(), z.array(z.looseObject({ type: z.string() }))]).optional(),
+    is_error: z.boolean().optional(),
+    ...cacheControl,
+  }),
+  z.looseObject({ type: z.literal('thinking'), thinking: z.string(), signature: z.string() }),
+  z.looseObject({ type: z.literal('redacted_thinking'), data: z.string() }),
+]);
+
+const message = z.looseObject({
+  role: z.enum(['user', 'assistant']),
+  content: z.union([z.string(), z.array(block)]),
+});
+
+const tool = z.looseObject({ name: z.string().min(1), type: z.string().nullable().optional(), input_schema: z.looseObject({}).optional() });
+
+const toolChoice = z.discriminatedUnion('type', [
+  z.looseObject({ type: z.literal('auto'), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({ type: z.literal('any'), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({ type: z.literal('tool'), name: z.string().min(1), disable_parallel_tool_use: z.boolean().optional() }),
+  z.looseObject({ type: z.literal('none') }),
+]);
+
+const thinking = z.discriminatedUnion('type', [
+  z.looseObject({ type: z.literal('enabled'), budget_tokens: z.int().min(1024) }),
+  z.looseObject({ type: z.literal('disabled') }),
+]);
+
+/** The fields `count_tokens` reads: everything that is input. */
+export const countTokensSchema = z.looseObject({
+  model: z.string().min(1),
+  messages: z.array(message).min(1),
+  system: z.union([z.string(), z.array(textBlock)]).optional(),
+  tools: z.array(tool).optional(),
+  tool_choice: toolChoice.optional(),
+  thinking: thinking.optional(),
+});
+
+export const messagesSchema = countTokensSchema.extend({
+  max_tokens: z.int().positive(),
+  stop_sequences: z.array(z.string()).optional(),
+  metadata: z.looseObject({ user_id: z.string().nullable().optional() }).optional(),
+  temperature: z.number().min(0).max(1).optional(),
+  top_p: z.number().min(0).max(1).optional(),
+  top_k: z.int().nonnegative().optional(),
+  stream: z.boolean().optional(),
+  brand: z.string().min(1).optional(),
+  knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
+});
+
+export type MessagesBody = z.infer<typeof messagesSchema>;
+export type CountTokensBody = z.infer<typeof countTokensSchema>;

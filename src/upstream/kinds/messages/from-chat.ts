@@ -1,0 +1,169 @@
+/**
+ * OpenAI chat completions carried by an Anthropic Messages upstream: system and developer
+ * messages as `system`, parts as content blocks (images as base64 or URL sources, PDFs as
+ * documents), tool calls as `tool_use` and tool messages as `tool_result` blocks; the Message
+ * answer back as a chat completion. A chat feature Messages has no way to carry is a 400 naming it.
+ */
+import { randomUUID } from 'node:crypto';
+import { GatewayError } from '../../../errors.js';
+import { cannotCarry, chatFinish, chatUsageOf, isObject, type Json, present } from './shared.js';
+
+/**
+ * What a chat request without a cap asks for: Messages requires `max_tokens`, and the chat
+ * request leaves it to the model.
+ */
+const DEFAULT_MAX_TOKENS = 4096;
+/** Thinking budgets for chat's reasoning efforts. */
+const BUDGETS: Record<string, number> = { low: 1024, medium: 4096, high: 16_384 };
+
+/** Chat fields Messages cannot carry (when set to anything but their neutral value). */
+const UNCARRIED: Record<string, (v: unknown) => boolean> = {
+  n: (v) => v !== 1,
+  logprobs: (v) => v !== false,
+  top_logprobs: () => true,
+  logit_bias: () => true,
+  frequency_penalty: (v) => v !== 0,
+  presence_penalty: (v) => v !== 0,
+  seed: () => true,
+  audio: () => true,
+  modalities: (v) => !(Array.isArray(v) && v.every((m) => m === 'text')),
+  prediction: () => true,
+  functions: () => true,
+  function_call: () => true,
+  web_search_options: () => true,
+  service_tier: () => true,
+  store: (v) => v !== false,
+  metadata: () => true,
+  verbosity: () => true,
+  response_format: (v) => !(isObject(v) && v.type === 'text'),
+};
+
+/** A chat image URL (a data URL or a link) as an image source. */
+function imageSource(url: unknown, param: string): Json {
+  if (typeof url !== 'string') throw cannotCarry(param, 'an image needs a URL.');
+  const data = /^data:([^;,]+);base64,(.*)$/s.exec(url);
+  return data ? { type: 'base64', media_type: data[1], data: data[2] } : { type: 'url', url };
+}
+
+function block(part: unknown, param: string): Json {
+  if (!isObject(part)) throw cannotCarry(param, 'is not a content part.');
+  if (part.type === 'text') return { type: 'text', text: part.text };
+  if (part.type === 'image_url') return { type: 'image', source: imageSource(isObject(part.image_url) ? part.image_url.url : undefined, param) };
+  if (part.type === 'file' && isObject(part.file) && typeof part.file.file_data === 'string') {
+    const data = /^data:(application\/pdf);base64,(.*)$/s.exec(part.file.file_data);
+    if (data) return { type: 'document', source: { type: 'base64', media_type: data[1], data: data[2] } };
+  }
+  throw cannotCarry(param, `a \`${String(part.type)}\` part cannot be sent to the model's upstream (the Anthropic Messages API).`);
+}
+
+const blocksOf = (content: unknown, param: string): Json[] =>
+  typeof content === 'string' ? (content ? [{ type: 'text', text: content }] : []) : Array.isArray(content) ? content.map((p, j) => block(p, `${param}[${j}]`)) : [];
+
+const textOf = (content: unknown): string =>
+  typeof content === 'string' ? content : Array.isArray(content) ? content.map((p) => (isObject(p) && typeof p.text === 'string' ? p.text : '')).join('') : '';
+
+function toolUse(call: unknown, param: string): Json {
+  const fn = isObject(call) && isObject(call.function) ? call.function : null;
+  if (!fn || !isObject(call)) throw cannotCarry(param, 'only function tool calls can be sent to the model\'s upstream (the Anthropic Messages API).');
+  let input: unknown = {};
+  try {
+    input = typeof fn.arguments === 'string' && fn.arguments ? JSON.parse(fn.arguments) : {};
+  } catch {
+    throw cannotCarry(`${param}.function.arguments`, 'is not JSON.');
+  }
+  return { type: 'tool_use', id: call.id, name: fn.name, input };
+}
+
+/** The chat messages as `system` text and Messages turns (consecutive tool results in one user turn). */
+function turns(messages: unknown[]): { system: string[]; turns: Json[] } {
+  const system: string[] = [];
+  const out: Json[] = [];
+  messages.forEach((m, i) => {
+    if (!isObject(m)) return;
+    const param = `messages[${i}]`;
+    if (m.role === 'system' || m.role === 'developer') system.push(textOf(m.content));
+    else if (m.role === 'user') out.push({ role: 'user', content: blocksOf(m.content, `${param}.content`) });
+    else if (m.role === 'assistant') {
+      const content = blocksOf(m.content, `${param}.content`);
+      if (Array.isArray(m.tool_calls)) content.push(...m.tool_calls.map((c, j) => toolUse(c, `${param}.tool_calls[${j}]`)));
+      out.push({ role: 'assistant', content });
+    } else if (m.role === 'tool') {
+      const result = { type: 'tool_result', tool_use_id: m.tool_call_id, content: typeof m.content === 'string' ? m.content : blocksOf(m.content, `${param}.content`) };
+      const last = out[out.length - 1];
+      const merges = last?.role === 'user' && Array.isArray(last.content) && (last.content as Json[]).every((b) => b.type === 'tool_result');
+      if (merges) (last.content as Json[]).push(result);
+      else out.push({ role: 'user', content: [result] });
+    } else throw cannotCarry(`${param}.role`, "this role cannot be sent to the model's upstream (the Anthropic Messages API).");
+  });
+  return { system, turns: out };
+}
+
+function messagesTools(tools: unknown[]): Json[] {
+  return tools.map((t, i) => {
+    const fn = isObject(t) && t.type === 'function' && isObject(t.function) ? t.function : null;
+    if (!fn) throw cannotCarry(`tools[${i}]`, "only function tools can be sent to the model's upstream (the Anthropic Messages API).");
+    return { name: fn.name, ...(fn.description ? { description: fn.description } : {}), input_schema: fn.parameters ?? { type: 'object', properties: {} } };
+  });
+}
+
+function toolChoice(choice: unknown, parallel: unknown): Json | null {
+  const noParallel = parallel === false ? { disable_parallel_tool_use: true } : {};
+  if (choice === undefined || choice === null) return parallel === false ? { type: 'auto', ...noParallel } : null;
+  if (choice === 'auto') return { type: 'auto', ...noParallel };
+  if (choice === 'required') return { type: 'any', ...noParallel };
+  if (choice === 'none') return { type: 'none' };
+  if (isObject(choice) && isObject(choice.function)) return { type: 'tool', name: choice.function.name, ...noParallel };
+  throw cannotCarry('tool_choice', 'is not a tool choice the Anthropic Messages API has.');
+}
+
+/** A chat completions request as a Messages request. Throws 400 for a field Messages cannot carry. */
+export function messagesRequestOf(fields: Json, stream: boolean): Json {
+  for (const [k, refuses] of Object.entries(UNCARRIED)) {
+    if (present(fields[k]) && refuses(fields[k])) throw cannotCarry(k, "the model's upstream (the Anthropic Messages API) cannot carry it.");
+  }
+  const { system, turns: messages } = turns(Array.isArray(fields.messages) ? fields.messages : []);
+  const cap = fields.max_completion_tokens ?? fields.max_tokens;
+  const out: Json = { model: fields.model, max_tokens: typeof cap === 'number' ? cap : DEFAULT_MAX_TOKENS, messages };
+  if (system.length) out.system = system.join('\n\n');
+  for (const k of ['temperature', 'top_p'] as const) if (present(fields[k])) out[k] = fields[k];
+  const stop = fields.stop;
+  if (present(stop)) out.stop_sequences = Array.isArray(stop) ? stop : [stop];
+  if (Array.isArray(fields.tools) && fields.tools.length) out.tools = messagesTools(fields.tools);
+  const choice = toolChoice(fields.tool_choice, fields.parallel_tool_calls);
+  if (choice) out.tool_choice = choice;
+  if (typeof fields.user === 'string') out.metadata = { user_id: fields.user };
+  if (typeof fields.reasoning_effort === 'string') {
+    const budget = BUDGETS[fields.reasoning_effort] ?? BUDGETS.medium!;
+    if ((out.max_tokens as number) <= budget) {
+      throw new GatewayError('invalid_request', `Invalid value for 'reasoning_effort': this effort thinks for up to ${budget} tokens; set max_completion_tokens above that.`, { param: 'reasoning_effort' });
+    }
+    out.thinking = { type: 'enabled', budget_tokens: budget };
+  }
+  if (stream) out.stream = true;
+  return out;
+}
+
+/** A Message as a chat completion. Throws when it is not one. */
+export function chatAnswerOf(message: Json): Json {
+  if (!Array.isArray(message.content)) throw new Error('no content');
+  let text = '';
+  let reasoning = '';
+  const calls: Json[] = [];
+  for (const b of message.content) {
+    if (!isObject(b)) continue;
+    if (b.type === 'text' && typeof b.text === 'string') text += b.text;
+    else if (b.type === 'thinking' && typeof b.thinking === 'string') reasoning += b.thinking;
+    else if (b.type === 'tool_use') calls.push({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } });
+  }
+  const msg: Json = { role: 'assistant', content: text || (calls.length ? null : ''), refusal: null };
+  if (reasoning) msg.reasoning_content = reasoning;
+  if (calls.length) msg.tool_calls = calls;
+  return {
+    id: typeof message.id === 'string' ? `chatcmpl-${message.id}` : `chatcmpl-${randomUUID()}`,
+    object: 'chat.completion',
+    created: Math.floor(Date.now() / 1000),
+    model: message.model,
+    choices: [{ index: 0, message: msg, logprobs: null, finish_reason: chatFinish(message.stop_reason) }],
+    usage: chatUsageOf(message.usage),
+  };
+}
