@@ -18,13 +18,13 @@ import type { Operation } from '../types.js';
 import { contextLengthHold } from '../uncountable.js';
 import { messageOutput, messagesEvents, messagesUsage } from './events.js';
 import { hasDocument, messagesPrompt, systemWith } from './prompt.js';
-import { countTokensSchema, messagesSchema } from './schema.js';
+import { countTokensSchema, messagesSchema, specificError } from './schema.js';
 
 export const createMessage = textOperation({
   path: '/messages',
   async plan(core, ctx, body) {
     const checked = messagesSchema.safeParse(body);
-    if (!checked.success) throw zodError(checked.error, body);
+    if (!checked.success) throw zodError(specificError(checked.error), body);
     const req = checked.data;
     const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
     checkOutputCap(model, { max_tokens: req.max_tokens });
@@ -70,7 +70,7 @@ export const countMessageTokens: Operation = {
   async run(core, ctx) {
     const body = parseJsonObject(await ctx.body());
     const checked = countTokensSchema.safeParse(body);
-    if (!checked.success) throw zodError(checked.error, body);
+    if (!checked.success) throw zodError(specificError(checked.error), body);
     const model = await core.catalog.resolve(checked.data.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
     await core.tokenizer.ready;
     return json(200, { input_tokens: countPromptTokens(core.tokenizer, messagesPrompt(model, checked.data)) });

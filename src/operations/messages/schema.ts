@@ -64,3 +64,25 @@ export const messagesSchema = countTokensSchema.extend({
 
 export type MessagesBody = z.infer<typeof messagesSchema>;
 export type CountTokensBody = z.infer<typeof countTokensSchema>;
+
+type Issue = z.core.$ZodIssue;
+
+/** The most specific issue under a union's: the one deepest in the request (a bad block, not just "bad content"). */
+function deepest(issue: Issue, prefix: PropertyKey[] = []): Issue {
+  const path = [...prefix, ...issue.path];
+  if (issue.code !== 'invalid_union' || !issue.errors.length) return { ...issue, path };
+  let best: Issue = { ...issue, path };
+  for (const alternative of issue.errors) {
+    for (const sub of alternative) {
+      const found = deepest(sub, path);
+      if (found.path.length > best.path.length) best = found;
+    }
+  }
+  return best;
+}
+
+/** A failed parse with its first issue made as specific as the schema allows, so the 400 names the field. */
+export function specificError(error: z.ZodError): z.ZodError {
+  const first = error.issues[0];
+  return first ? new z.ZodError([deepest(first)]) : error;
+}
