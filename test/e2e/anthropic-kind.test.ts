@@ -68,7 +68,7 @@ describe('an Anthropic-kind upstream', () => {
     expect(data.choices[0]!.message.content).toBe('Bonjour!');
     expect(data.choices[0]!.finish_reason).toBe('stop');
     expect(data.usage).toMatchObject({ prompt_tokens: 609, completion_tokens: 3, total_tokens: 612, prompt_tokens_details: { cached_tokens: 500 } });
-    expect((data.usage?.prompt_tokens_details as Record<string, unknown>).cache_write_tokens).toBe(100);
+    expect(data.usage!.prompt_tokens_details).toMatchObject({ cache_write_tokens: 100 });
     expect(up.requests[0]!.path).toBe('/v1/messages');
     expect(up.requests[0]!.headers['x-api-key']).toBe(UPSTREAM_API_KEY);
     expect(sent()).toEqual({ model: UPSTREAM_MODEL, max_tokens: 50, system: 'Be French.', messages: [{ role: 'user', content: [{ type: 'text', text: 'Hello' }] }] });
