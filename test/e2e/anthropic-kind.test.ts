@@ -214,6 +214,9 @@ describe('an Anthropic-kind upstream', () => {
       expect(await expectError(await post({ ...hi, temperature: 5 }), 400, 'invalid_request_error')).toContain('temperature');
       const bad = { ...hi, messages: [{ role: 'user', content: [{ type: 'video', url: 'x' }] }] };
       expect(await expectError(await post(bad), 400, 'invalid_request_error')).toContain('messages[0].content[0]');
+      // A server tool is priced per use, which no usage field reports: refused, not relayed unbilled.
+      const search = { ...hi, tools: [{ type: 'web_search_20250305', name: 'web_search' }] };
+      expect(await expectError(await post(search), 400, 'invalid_request_error')).toContain('web_search');
       expect(up.requests).toHaveLength(0);
     });
 

@@ -12,6 +12,7 @@ import { CONTEXT_FIELDS } from '../../context/inject.js';
 import { json, parseJsonObject } from '../../http/json.js';
 import { withoutFields } from '../../http/objects.js';
 import { eventReader } from '../../upstream/stream/reader.js';
+import { unsupportedTool } from '../hosted-tools.js';
 import { checkContextWindow, checkOutputCap, zodError } from '../shared.js';
 import { promptHold, textOperation } from '../text.js';
 import type { Operation } from '../types.js';
@@ -19,6 +20,19 @@ import { contextLengthHold } from '../uncountable.js';
 import { messageOutput, messagesEvents, messagesUsage } from './events.js';
 import { hasDocument, messagesPrompt, systemWith } from './prompt.js';
 import { countTokensSchema, messagesSchema, specificError } from './schema.js';
+
+/**
+ * Anthropic's server tools run on Anthropic's side at a price per use (searches, fetches,
+ * container time) that no usage field reports to bill: refused, like chat's hosted tools. Its
+ * client tools (`bash_...`, `text_editor_...`, `computer_...`) cost only tokens.
+ */
+const SERVER_TOOL = /^(web_search|web_fetch|code_execution)_/;
+
+function refuseServerTools(tools: ReadonlyArray<{ type?: string | null | undefined }> | undefined): void {
+  tools?.forEach((t, i) => {
+    if (t.type && SERVER_TOOL.test(t.type)) throw unsupportedTool(t.type, 'on the Messages API through this gateway, which cannot bill its per-use price', `tools[${i}]`);
+  });
+}
 
 export const createMessage = textOperation({
   path: '/messages',
@@ -28,6 +42,7 @@ export const createMessage = textOperation({
     const req = checked.data;
     const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
     checkOutputCap(model, { max_tokens: req.max_tokens });
+    refuseServerTools(req.tools);
     const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
     const system = systemWith(req.system, injected);
     const input = messagesPrompt(model, { ...req, system });

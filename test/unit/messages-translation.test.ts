@@ -1,0 +1,195 @@
+/**
+ * The Messages <-> chat translations, case by case: what each block and field becomes, what
+ * is refused by name, and how a stream's events map (usage in the finish chunk, reasoning,
+ * a stream without usage, a cut stream, an error event).
+ */
+import { describe, expect, it } from 'vitest';
+import { GatewayError } from '../../src/errors.js';
+import { messagesUsage } from '../../src/operations/messages/events.js';
+import { ChatToMessagesEvents } from '../../src/upstream/kinds/messages/chat-to-events.js';
+import { MessagesToChatEvents } from '../../src/upstream/kinds/messages/events-to-chat.js';
+import { messagesRequestOf } from '../../src/upstream/kinds/messages/from-chat.js';
+import { chatRequestOf, messageOf } from '../../src/upstream/kinds/messages/to-chat.js';
+import { streamEvents } from '../helpers/anthropic-shapes.js';
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+const sse = (events: unknown[]) => enc.encode(events.map((e) => `data: ${typeof e === 'string' ? e : JSON.stringify(e)}\n\n`).join(''));
+const text = (parts: Uint8Array[]) => parts.map((p) => dec.decode(p)).join('');
+const refusal = (fn: () => unknown): GatewayError => {
+  try {
+    fn();
+  } catch (err) {
+    expect(err).toBeInstanceOf(GatewayError);
+    return err as GatewayError;
+  }
+  throw new Error('expected a refusal');
+};
+
+describe('Messages request as chat', () => {
+  const base = { model: 'm', max_tokens: 10 };
+
+  it('blocks become parts; tool results come first as tool messages; earlier thinking is left out', () => {
+    const out = chatRequestOf(
+      {
+        ...base,
+        system: [{ type: 'text', text: 'A' }, { type: 'text', text: 'B' }],
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'look' },
+              { type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBOR' } },
+              { type: 'image', source: { type: 'url', url: 'https://example.com/a.png' } },
+              { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBER' }, title: 'a.pdf' },
+              { type: 'document', source: { type: 'text', media_type: 'text/plain', data: 'plain doc' } },
+            ],
+          },
+          { role: 'assistant', content: [{ type: 'thinking', thinking: 'hmm', signature: 's' }, { type: 'tool_use', id: 't1', name: 'f', input: { a: 1 } }] },
+          { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: 'boom', is_error: true }, { type: 'text', text: 'and?' }] },
+        ],
+        tool_choice: { type: 'any', disable_parallel_tool_use: true },
+        tools: [{ name: 'f', input_schema: { type: 'object' } }],
+        stop_sequences: ['END'],
+        metadata: { user_id: 'u1' },
+        thinking: { type: 'enabled', budget_tokens: 5000 },
+      },
+      true,
+    );
+    expect(out.messages).toEqual([
+      { role: 'system', content: 'A\n\nB' },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'look' },
+          { type: 'image_url', image_url: { url: 'data:image/png;base64,iVBOR' } },
+          { type: 'image_url', image_url: { url: 'https://example.com/a.png' } },
+          { type: 'file', file: { filename: 'a.pdf', file_data: 'data:application/pdf;base64,JVBER' } },
+          { type: 'text', text: 'plain doc' },
+        ],
+      },
+      { role: 'assistant', content: null, tool_calls: [{ id: 't1', type: 'function', function: { name: 'f', arguments: '{"a":1}' } }] },
+      { role: 'tool', tool_call_id: 't1', content: 'Error: boom' },
+      { role: 'user', content: [{ type: 'text', text: 'and?' }] },
+    ]);
+    expect(out).toMatchObject({ tool_choice: 'required', parallel_tool_calls: false, stop: ['END'], user: 'u1', reasoning_effort: 'medium', stream_options: { include_usage: true } });
+  });
+
+  it('what chat cannot carry is refused by name', () => {
+    const hi = [{ role: 'user', content: 'hi' }];
+    expect(refusal(() => chatRequestOf({ ...base, messages: hi, top_k: 5 }, false)).param).toBe('top_k');
+    expect(refusal(() => chatRequestOf({ ...base, messages: hi, tools: [{ type: 'web_search_20250305', name: 'web_search' }] }, false)).param).toBe('tools[0]');
+    const fileDoc = [{ role: 'user', content: [{ type: 'document', source: { type: 'file', file_id: 'f' } }] }];
+    expect(refusal(() => chatRequestOf({ ...base, messages: fileDoc }, false)).param).toBe('messages[0].content[0]');
+  });
+
+  it('a chat answer without usage reports none (zero input), and the reader takes it as no report', () => {
+    const m = messageOf({ id: 'chatcmpl-1', model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'x' }, finish_reason: 'length' }] });
+    expect(m.stop_reason).toBe('max_tokens');
+    expect(messagesUsage(m.usage)).toBeNull();
+    expect(messagesUsage({ input_tokens: 3, output_tokens: 2, cache_read_input_tokens: 10, cache_creation_input_tokens: 5 })).toEqual({ prompt: 18, completion: 2, cachedPrompt: 10, cacheWrite: 5 });
+  });
+});
+
+describe('chat request as Messages', () => {
+  it('images by data URL or link; consecutive tool messages in one user turn', () => {
+    const out = messagesRequestOf(
+      {
+        model: 'm',
+        messages: [
+          { role: 'developer', content: 'D' },
+          { role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/jpeg;base64,/9j/' } }, { type: 'image_url', image_url: { url: 'https://x/y.png' } }] },
+          { role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'f', arguments: '{}' } }, { id: 'b', type: 'function', function: { name: 'g', arguments: '{"k":2}' } }] },
+          { role: 'tool', tool_call_id: 'a', content: '1' },
+          { role: 'tool', tool_call_id: 'b', content: '2' },
+        ],
+        stop: 'X',
+        n: 1,
+      },
+      false,
+    );
+    expect(out).toEqual({
+      model: 'm',
+      max_tokens: 4096,
+      system: 'D',
+      stop_sequences: ['X'],
+      messages: [
+        { role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'image/jpeg', data: '/9j/' } }, { type: 'image', source: { type: 'url', url: 'https://x/y.png' } }] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'a', name: 'f', input: {} }, { type: 'tool_use', id: 'b', name: 'g', input: { k: 2 } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'a', content: '1' }, { type: 'tool_result', tool_use_id: 'b', content: '2' }] },
+      ],
+    });
+  });
+
+  it('what Messages cannot carry is refused by name', () => {
+    const hi = [{ role: 'user', content: 'hi' }];
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, n: 2 }, false)).param).toBe('n');
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, seed: 1 }, false)).param).toBe('seed');
+    const audio = [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }] }];
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: audio }, false)).param).toBe('messages[0].content[1]');
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, max_tokens: 500, reasoning_effort: 'low' }, false)).param).toBe('reasoning_effort');
+  });
+});
+
+describe('chat stream as Messages events', () => {
+  const chunk = (delta: Record<string, unknown>, finish: string | null = null, extra: Record<string, unknown> = {}) => ({
+    id: 'chatcmpl-9',
+    model: 'm',
+    choices: [{ index: 0, delta, finish_reason: finish }],
+    ...extra,
+  });
+
+  it('reasoning then text as two blocks; usage in the finish chunk ends the message at once', () => {
+    const t = new ChatToMessagesEvents();
+    const usage = { prompt_tokens: 100, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 60 } };
+    const out = text(t.push(sse([chunk({ role: 'assistant', reasoning_content: 'think' }), chunk({ content: 'Hi' }), chunk({}, 'stop', { usage })])));
+    const events = streamEvents(out);
+    expect(events.map((e) => e.type)).toEqual([
+      'message_start',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_stop',
+      'content_block_start',
+      'content_block_delta',
+      'content_block_stop',
+      'message_delta',
+      'message_stop',
+    ]);
+    expect(events[4]).toMatchObject({ index: 1, content_block: { type: 'text' } });
+    expect(events[7]).toMatchObject({ delta: { stop_reason: 'end_turn' }, usage: { input_tokens: 40, cache_read_input_tokens: 60, output_tokens: 9 } });
+    expect(text(t.push(sse(['[DONE]'])))).toBe('');
+  });
+
+  it('no usage chunk: the message ends at [DONE] with no usage reported; a cut stream gets no message_stop', () => {
+    const t = new ChatToMessagesEvents();
+    const events = streamEvents(text([...t.push(sse([chunk({ content: 'a' }), chunk({}, 'length'), '[DONE]'])), ...t.end()]));
+    expect(events.at(-2)).toMatchObject({ type: 'message_delta', delta: { stop_reason: 'max_tokens' } });
+    expect(messagesUsage(events.at(-2)!.usage)).toBeNull();
+    const cut = new ChatToMessagesEvents();
+    const partial = streamEvents(text([...cut.push(sse([chunk({ content: 'a' })])), ...cut.end()]));
+    expect(partial.some((e) => e.type === 'message_stop')).toBe(false);
+  });
+});
+
+describe('Messages events as a chat stream', () => {
+  const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+
+  it('thinking as reasoning_content; an error event throws the upstream failure', () => {
+    const t = new MessagesToChatEvents();
+    const out = text(
+      t.push(
+        enc.encode(
+          ev('message_start', { message: { id: 'msg_1', model: 'm', usage: { input_tokens: 5, output_tokens: 1 } } }) +
+            ev('content_block_start', { index: 0, content_block: { type: 'thinking', thinking: '' } }) +
+            ev('content_block_delta', { index: 0, delta: { type: 'thinking_delta', thinking: 'hmm' } }) +
+            ev('content_block_delta', { index: 0, delta: { type: 'signature_delta', signature: 'sig' } }),
+        ),
+      ),
+    );
+    expect(out).toContain('"reasoning_content":"hmm"');
+    expect(out).not.toContain('sig');
+    const err = refusal(() => t.push(enc.encode(ev('error', { error: { type: 'overloaded_error', message: 'Overloaded' } }))));
+    expect(err.code).toBe('upstream_error');
+    expect(err.message).toBe('Overloaded');
+  });
+});
