@@ -11,7 +11,8 @@ import Anthropic from '@anthropic-ai/sdk';
 import { generateText, streamText } from 'ai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { LedgerEntry } from '../../src/stores/types.js';
-import { chatCost } from '../helpers/billing.js';
+import { estimatePromptTokens } from '../../src/billing/tokens.js';
+import { chatCost, loadTokenizer } from '../helpers/billing.js';
 import { anthropicUpstream, openaiChatUpstream, type Script } from '../helpers/provider-wire.js';
 import { messageSchema, streamEventSchema } from '../helpers/anthropic-shapes.js';
 import { ACCOUNT, MODEL, UPSTREAM_API_KEY, UPSTREAM_MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
@@ -119,6 +120,21 @@ describe.each(kinds)('the Anthropic SDK through the gateway, served by an $kind-
     expect(chargedAtStop?.cost).toBe(chatCost(30, 8));
     expectUpstreamCall(only());
     if (kind === 'openai') expect(only().body?.stream_options).toEqual({ include_usage: true });
+  });
+
+  it.runIf(kind === 'openai')('an upstream stream without usage: billed on the tokenizer count of prompt and output', async () => {
+    up.setBehavior({ kind: 'stream', chunks: ['Counted', ' by', ' the', ' gateway.'], usage: false });
+    const messages = [{ role: 'user' as const, content: 'Count me' }];
+    const stream = client.messages.stream({ model: MODEL, max_tokens: 50, messages });
+    const final = await stream.finalMessage();
+    expect(final.content).toEqual([{ type: 'text', text: 'Counted by the gateway.' }]);
+    const e = await entry((await stream.withResponse()).response.headers.get('x-request-id'));
+    const tokenizer = await loadTokenizer();
+    const prompt = estimatePromptTokens(tokenizer, { messages });
+    const completion = tokenizer.count('Counted by the gateway.');
+    expect(e.measured).toBe('tokenizer');
+    expect(e.units).toMatchObject({ prompt, completion });
+    expect(e.cost).toBe(chatCost(prompt, completion));
   });
 
   it('MessageStream helper: finalMessage carries the usage, input included', async () => {

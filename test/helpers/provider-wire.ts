@@ -31,7 +31,7 @@ const pieces = (text: string, n = 3): string[] => {
   return out;
 };
 
-/** Anthropic's Messages API (docs.anthropic.com: Messages, Streaming Messages, Errors). */
+/** Anthropic's Messages API. */
 export function anthropicUpstream(script: Script | ((rec: RecordedRequest) => Script)): Behavior {
   return {
     kind: 'custom',
@@ -86,7 +86,7 @@ export function anthropicUpstream(script: Script | ((rec: RecordedRequest) => Sc
   };
 }
 
-/** OpenAI's chat completions (platform.openai.com: Chat, the chat completion chunk object). */
+/** OpenAI's chat completions. */
 export function openaiChatUpstream(script: Script | ((rec: RecordedRequest) => Script)): Behavior {
   return {
     kind: 'custom',

@@ -72,7 +72,8 @@ describe('Messages request as chat', () => {
       { role: 'tool', tool_call_id: 't1', content: 'Error: boom' },
       { role: 'user', content: [{ type: 'text', text: 'and?' }] },
     ]);
-    expect(out).toMatchObject({ tool_choice: 'required', parallel_tool_calls: false, stop: ['END'], user: 'u1', reasoning_effort: 'medium', stream_options: { include_usage: true } });
+    expect(out).toMatchObject({ tool_choice: 'required', parallel_tool_calls: false, stop: ['END'], user: 'u1', reasoning_effort: 'medium', max_completion_tokens: 10, stream_options: { include_usage: true } });
+    expect(out.max_tokens).toBeUndefined();
   });
 
   it('what chat cannot carry is refused by name', () => {
