@@ -8,8 +8,9 @@
  */
 import { createAnthropic } from '@ai-sdk/anthropic';
 import Anthropic from '@anthropic-ai/sdk';
-import { generateText, streamText } from 'ai';
+import { generateText, streamText, tool } from 'ai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
+import { z } from 'zod';
 import type { LedgerEntry } from '../../src/stores/types.js';
 import { estimatePromptTokens } from '../../src/billing/tokens.js';
 import { chatCost, loadTokenizer } from '../helpers/billing.js';
@@ -254,5 +255,14 @@ describe.each(kinds)('the Anthropic SDK through the gateway, served by an $kind-
     expect(text).toBe('Streamed by the AI SDK.');
     expect((await streamed.usage).outputTokens).toBe(6);
     expect(await streamed.finishReason).toBe('stop');
+  });
+
+  it("the Vercel AI SDK's Anthropic provider: a tool call comes back typed", async () => {
+    const anthropic = createAnthropic({ baseURL: gw.baseURL, apiKey: devKey });
+    script({ tool: TOOL_CALL, usage: { input: 30, output: 12 } });
+    const tools = { get_weather: tool({ description: 'The weather in a city.', inputSchema: z.object({ location: z.string() }) }) };
+    const result = await generateText({ model: anthropic(MODEL), prompt: 'Weather in Paris?', tools, maxOutputTokens: 100 });
+    expect(result.finishReason).toBe('tool-calls');
+    expect(result.toolCalls).toMatchObject([{ toolCallId: TOOL_CALL.id, toolName: 'get_weather', input: TOOL_CALL.input }]);
   });
 });
