@@ -58,9 +58,9 @@ describe('the simulator reports cached tokens', () => {
 
     // Same prefix, another last turn: a cache hit of the same length.
     const second = await call('/chat/completions', { messages: [messages[0], { role: 'user', content: 'second question' }] });
-    const hit = second.usage.prompt_tokens_details as { cached_tokens: number; cache_write_tokens?: number };
+    const hit = second.usage.prompt_tokens_details as { cached_tokens: number; cache_write_tokens: number };
     expect(hit.cached_tokens).toBe(written);
-    expect(hit.cache_write_tokens).toBeUndefined();
+    expect(hit.cache_write_tokens).toBe(0);
     expect(second.entry.units).toMatchObject({ cachedPrompt: written });
     expect(second.entry.units).not.toHaveProperty('cacheWrite');
     expect(second.entry.cost).toBe(nano(second.usage.prompt_tokens as number, written, 0, second.usage.completion_tokens as number));
@@ -83,7 +83,7 @@ describe('the simulator reports cached tokens', () => {
     ];
     await call('/chat/completions', { messages });
     const again = await call('/chat/completions', { messages });
-    expect(again.usage.prompt_tokens_details).toEqual({ cached_tokens: 0 });
+    expect(again.usage.prompt_tokens_details).toEqual({ cached_tokens: 0, cache_write_tokens: 0 });
     expect(Object.keys(again.entry.units).sort()).toEqual(['completion', 'kind', 'prompt']);
   });
 });

@@ -69,7 +69,7 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
     prompt_tokens: promptTokens,
     completion_tokens: completionTokens,
     total_tokens: promptTokens + completionTokens,
-    prompt_tokens_details: { cached_tokens: cached.cached, ...(cached.written > 0 ? { cache_write_tokens: cached.written } : {}) },
+    prompt_tokens_details: { cached_tokens: cached.cached, cache_write_tokens: cached.written },
   };
   const id = `chatcmpl-sim-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
@@ -80,7 +80,7 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
       object: 'chat.completion',
       created,
       model,
-      choices: [{ index: 0, message: { role: 'assistant', content: answer }, finish_reason: finish }],
+      choices: [{ index: 0, message: { role: 'assistant', content: answer, refusal: null, annotations: [] }, logprobs: null, finish_reason: finish }],
       usage,
     });
   }
@@ -88,7 +88,7 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
   const words = answer.split(' ');
   const chunk = (delta: Record<string, unknown>, finishReason: string | null, extra: Record<string, unknown> = {}) =>
     encoder.encode(
-      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`,
+      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }], ...extra })}\n\n`,
     );
   const signal = c.signal;
   const delay = opts.chunkDelayMs;
@@ -186,11 +186,11 @@ function responses(c: UpstreamCall, body: Record<string, unknown>, opts: Simulat
   };
   const message = (text: string, status: string) => ({
     id: msgId, type: 'message', role: 'assistant', status,
-    content: [{ type: 'output_text', text, annotations: [] }],
+    content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
   });
   const usage = {
     input_tokens: inputTokens,
-    input_tokens_details: { cached_tokens: cached.cached, ...(cached.written > 0 ? { cache_write_tokens: cached.written } : {}) },
+    input_tokens_details: { cached_tokens: cached.cached, cache_write_tokens: cached.written },
     output_tokens: outputTokens, output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: inputTokens + outputTokens,
   };
@@ -201,17 +201,18 @@ function responses(c: UpstreamCall, body: Record<string, unknown>, opts: Simulat
     encoder.encode(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
   const words = answer.split(' ');
   async function* events() {
-    const pending = { ...base, status: 'in_progress', output: [], usage: null };
+    // No usage until the response is done (OpenAI's schema has no null usage).
+    const pending = { ...base, status: 'in_progress', output: [] };
     yield ev('response.created', { response: pending });
     yield ev('response.in_progress', { response: pending });
     yield ev('response.output_item.added', { output_index: 0, item: { ...message('', 'in_progress'), content: [] } });
-    yield ev('response.content_part.added', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+    yield ev('response.content_part.added', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [], logprobs: [] } });
     for (let i = 0; i < words.length; i++) {
       if (opts.chunkDelayMs > 0) await sleep(opts.chunkDelayMs, c.signal);
       yield ev('response.output_text.delta', { item_id: msgId, output_index: 0, content_index: 0, delta: (i === 0 ? '' : ' ') + words[i], logprobs: [] });
     }
     yield ev('response.output_text.done', { item_id: msgId, output_index: 0, content_index: 0, text: answer, logprobs: [] });
-    yield ev('response.content_part.done', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: answer, annotations: [] } });
+    yield ev('response.content_part.done', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: answer, annotations: [], logprobs: [] } });
     yield ev('response.output_item.done', { output_index: 0, item: message(answer, 'completed') });
     yield ev('response.completed', { response: done });
   }
