@@ -56,9 +56,14 @@ const responsesUsage = {
   total_tokens: PROMPT + COMPLETION,
 };
 
-const sse = (res: ServerResponse, frames: unknown[], events?: string[]) => {
+/** Writes `frames` as SSE; `cut`: the connection is reset after them, before `[DONE]`. */
+const sse = (res: ServerResponse, frames: unknown[], events?: string[], cut = false) => {
   res.writeHead(200, { 'content-type': 'text/event-stream' });
   for (const [i, f] of frames.entries()) res.write(`${events ? `event: ${events[i]}\n` : ''}data: ${JSON.stringify(f)}\n\n`);
+  if (cut) {
+    setTimeout(() => res.socket?.destroy(), 50);
+    return;
+  }
   if (!events) res.write('data: [DONE]\n\n');
   res.end();
 };
@@ -80,7 +85,7 @@ function answer(path: string, body: Record<string, unknown>, res: ServerResponse
       chunk([{ index: 0, delta: { content: ' hello' }, finish_reason: null }]),
       chunk([{ index: 0, delta: {}, finish_reason: 'stop' }]),
       chunk([], { usage: chatUsage }),
-    ]);
+    ], undefined, body.user === 'cut');
     return;
   }
   if (path === '/v1/completions') {
@@ -187,6 +192,15 @@ describe('cache reads, cache writes and reasoning billed exactly', () => {
     expect(entry.units).toEqual(UNITS);
   });
 
+  it('a stream cut after its usage (no [DONE]) still bills the usage parts, measured by the tokenizer', async () => {
+    const { debit, entry } = await billed('/chat/completions', { model: CACHED_MODEL, messages: [{ role: 'user', content: 'hi' }], stream: true, user: 'cut' });
+    // The usage is not final (the stream did not end), so the output is counted as well; the
+    // larger completion (the usage's 777) and the usage's prompt parts are billed.
+    expect(entry.measured).toBe('tokenizer');
+    expect(entry.units).toEqual(UNITS);
+    expect(debit).toBe(GOLDEN_NANO);
+  });
+
   it('a client that asked for the usage chunk gets the upstream details relayed', async () => {
     const { text } = await billed('/chat/completions', { model: CACHED_MODEL, messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } });
     const usage = text
@@ -203,8 +217,8 @@ describe('cache reads, cache writes and reasoning billed exactly', () => {
     const { data } = (await res.json()) as { data: { usage: number; wallet: { balance: number } } };
     const charges = await chargesOf(gw.stores.billing.ledger(account));
     const total = charges.reduce((n, e) => n + e.cost, 0n);
-    // The two tables above and the relay check: 7 golden, 7 plain, 1 golden.
-    expect(total).toBe(8n * GOLDEN_NANO + 7n * PLAIN_NANO);
+    // The two tables above, the cut stream and the relay check: 7 golden, 7 plain, 2 golden.
+    expect(total).toBe(9n * GOLDEN_NANO + 7n * PLAIN_NANO);
     expect(data.usage).toBe(Number(total) / 1e9);
     expect(data.wallet.balance).toBe(Number(100_000_000_000n - total) / 1e9);
   });
