@@ -224,7 +224,7 @@ async function textCall(c: UpstreamCall, opts: SimulatorOptions, tokenizer: Toke
   try {
     body = JSON.parse(typeof c.body === 'string' ? c.body : new TextDecoder().decode(c.body ?? new Uint8Array()));
   } catch {
-    return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null } });
+    return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null, param: null } });
   }
   return route(c, body, opts, tokenizer, cache);
 }
@@ -242,7 +242,7 @@ export function createSimulator(name: string, opts: SimulatorOptions, tokenizer:
       if (c.method === 'POST' && c.path === '/responses') return textCall(c, opts, tokenizer, responses, cache);
       const handled = await media.handle(c);
       if (handled) return handled;
-      return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null } });
+      return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null, param: null } });
     },
     async close() {
       media.close();
