@@ -29,22 +29,35 @@ function detail(details: unknown, field: string): number {
 }
 
 /**
- * The usage with its parts read from the `<field>_details` objects beside the counts
- * (`prompt_tokens_details`, `input_tokens_details`, `completion_tokens_details`, ...).
- * Cache reads and writes are parts of the prompt: a report whose parts add up to more than
- * its prompt is read as a prompt of that many tokens, so each part is billed at its own price
- * and no reported token goes unbilled.
+ * A usage in its one shape, whatever a provider's report looked like: parts of zero are left
+ * out, and cache reads and writes are parts of the prompt, so a report whose parts add up to
+ * more than its prompt is read as a prompt of that many tokens (each part billed at its own
+ * price, no reported token unbilled). Every reader of a provider's usage builds it here.
  */
-function withDetails(u: Record<string, unknown>, prompt: number, completion: number, promptField: string, completionField: string | null): Usage {
-  const promptDetails = u[`${promptField}_details`];
-  const cachedPrompt = detail(promptDetails, 'cached_tokens');
-  const cacheWrite = detail(promptDetails, 'cache_write_tokens');
-  const reasoning = completionField === null ? 0 : detail(u[`${completionField}_details`], 'reasoning_tokens');
-  const usage: Usage = { prompt: Math.max(prompt, cachedPrompt + cacheWrite), completion };
+export function usageOfParts(parts: { prompt: number; completion: number; cachedPrompt?: number; cacheWrite?: number; reasoning?: number }): Usage {
+  const cachedPrompt = parts.cachedPrompt ?? 0;
+  const cacheWrite = parts.cacheWrite ?? 0;
+  const reasoning = parts.reasoning ?? 0;
+  const usage: Usage = { prompt: Math.max(parts.prompt, cachedPrompt + cacheWrite), completion: parts.completion };
   if (cachedPrompt > 0) usage.cachedPrompt = cachedPrompt;
   if (cacheWrite > 0) usage.cacheWrite = cacheWrite;
   if (reasoning > 0) usage.reasoning = reasoning;
   return usage;
+}
+
+/**
+ * The usage with its parts read from the `<field>_details` objects beside the counts
+ * (`prompt_tokens_details`, `input_tokens_details`, `completion_tokens_details`, ...).
+ */
+function withDetails(u: Record<string, unknown>, prompt: number, completion: number, promptField: string, completionField: string | null): Usage {
+  const promptDetails = u[`${promptField}_details`];
+  return usageOfParts({
+    prompt,
+    completion,
+    cachedPrompt: detail(promptDetails, 'cached_tokens'),
+    cacheWrite: detail(promptDetails, 'cache_write_tokens'),
+    reasoning: completionField === null ? 0 : detail(u[`${completionField}_details`], 'reasoning_tokens'),
+  });
 }
 
 /** Token counts from a chat or completions `usage` object, or null when it is missing or malformed. */

@@ -8,7 +8,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { Model } from '../../src/catalog/catalog.js';
 import { listCost } from '../../src/billing/pricing.js';
-import { usageFrom, usageOf } from '../../src/billing/usage.js';
+import { usageFrom, usageOf, usageOfParts } from '../../src/billing/usage.js';
 
 const textModel = (promptPico: bigint, completionPico: bigint, cachedPromptPico: bigint, cacheWritePico: bigint) =>
   ({ id: 'm', text: { promptPico, completionPico, cachedPromptPico, cacheWritePico } }) as unknown as Model;
@@ -95,5 +95,10 @@ describe('usage details read from the wire', () => {
 
   it('embeddings (no completion field) read the prompt parts too', () => {
     expect(usageOf({ prompt_tokens: 12, prompt_tokens_details: { cached_tokens: 4 } }, 'prompt_tokens', null)).toEqual({ prompt: 12, completion: 0, cachedPrompt: 4 });
+  });
+
+  it('usageOfParts (for providers that report parts apart) drops zero parts and keeps parts inside the prompt', () => {
+    expect(usageOfParts({ prompt: 10, completion: 2, cachedPrompt: 0, cacheWrite: 0, reasoning: 0 })).toEqual({ prompt: 10, completion: 2 });
+    expect(usageOfParts({ prompt: 5, completion: 2, cachedPrompt: 4, cacheWrite: 3 })).toEqual({ prompt: 7, completion: 2, cachedPrompt: 4, cacheWrite: 3 });
   });
 });
