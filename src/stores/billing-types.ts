@@ -263,6 +263,11 @@ export interface BillingStore {
    * returned cursor visits every matching entry once, also while settles append new ones.
    */
   queryLedger(query: LedgerQuery): Promise<LedgerPage>;
+  /**
+   * The account's last `limit` entries (1 to 1,000), newest first: the store reads only those,
+   * never the whole ledger, however long it is.
+   */
+  latestLedger(accountId: string, limit: number): Promise<LedgerEntry[]>;
   /** Number of open (unexpired) holds of an account. */
   openHolds(accountId: string): Promise<number>;
   /**
