@@ -18,7 +18,7 @@ import { readBody } from '../http/body.js';
 import { json, parseJsonObject } from '../http/json.js';
 import { isStoreUnavailable } from '../stores/errors.js';
 import { adminTokenId, createChangeLog } from './change-log.js';
-import { consoleAsset } from './console.js';
+import { consoleAsset } from './console/assets.js';
 import { AdminContext, type Call } from './handlers/context.js';
 import { openApiDocument } from './openapi.js';
 import { type AdminRoute, adminRouter } from './routes.js';
