@@ -30,6 +30,7 @@ const CONSOLE_HTML = `<!doctype html>
 <meta name="viewport" content="width=device-width, initial-scale=1">
 <base href="__BASE__">
 <title>model-gateway console</title>
+<link rel="icon" href="data:,">
 <link rel="stylesheet" href="uplot.css">
 <style>
   body { font: 14px/1.4 system-ui, sans-serif; margin: 0; color: #1b1f24; background: #f6f7f9; }
