@@ -13,6 +13,7 @@ import type { AdminContext, Call } from './handlers/context.js';
 import * as keys from './handlers/keys.js';
 import * as monitor from './handlers/monitor.js';
 import * as overview from './handlers/overview.js';
+import * as R from './responses.js';
 import * as S from './schemas.js';
 
 type Schema = z.ZodType | undefined;
@@ -26,6 +27,8 @@ export interface AdminRoute extends Routed {
   body?: z.ZodType;
   /** The query parameters, parsed with this before the handler runs (a violation is 400). */
   query?: z.ZodType;
+  /** The success answer's shape, for the OpenAPI document. @default any JSON object */
+  returns?: z.ZodType;
   /** The success status. @default 200 */
   status?: number;
   /** The answer: JSON, or a Response sent as it is (an export). */
@@ -51,6 +54,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     path: '/accounts',
     summary: 'A page of accounts with their wallets, in id order; `search` keeps ids containing it (any case) ({data, total, nextCursor, more})',
     query: S.accountsQuery,
+    returns: R.accountsPage,
     run: accounts.list,
   }),
   route({
@@ -148,6 +152,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     path: '/ledger/latest',
     summary: 'An account’s latest ledger entries, newest first (only those are read)',
     query: S.latestLedgerQuery,
+    returns: R.latestLedger,
     run: overview.latestLedger,
   }),
   route({
@@ -155,6 +160,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     path: '/overview',
     summary: 'Every account’s spend over [from, to): total, calls, top accounts and models, spend per UTC day',
     query: S.overviewQuery,
+    returns: R.overview,
     run: overview.overview,
   }),
   route({
@@ -174,18 +180,21 @@ export const adminRoutes: readonly AdminRoute[] = [
     summary:
       'This instance’s latest /v1 requests, newest first, from its bounded ring (admin.recentRequests): request_id, time, route, status, key_id, account, model, latency_ms, cost_usd, error_code',
     query: S.requestsQuery,
+    returns: R.requests,
     run: monitor.requests,
   }),
   route({
     method: 'GET',
     path: '/model-stats',
     summary: 'Per model, over this instance’s recent requests: calls, errors (5xx), refused (4xx), error_rate, p50_ms, p95_ms, max_ms',
+    returns: R.modelStats,
     run: monitor.modelStats,
   }),
   route({
     method: 'GET',
     path: '/upstreams',
     summary: 'The upstreams, their models and circuit breaker as this instance sees it: state (closed, open, half-open), recentFailures, openedAt',
+    returns: R.upstreams,
     run: monitor.upstreams,
   }),
   route({
@@ -193,6 +202,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     path: '/changes',
     summary: 'The latest admin changes made through this instance, newest first: who (token label and id), route, target ids, what changed',
     query: S.changesQuery,
+    returns: R.changes,
     run: monitor.changes,
   }),
   route({

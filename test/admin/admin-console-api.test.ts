@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import * as R from '../../src/admin/responses.js';
 import type { Gateway } from '../../src/gateway.js';
 import type { Logger } from '../../src/observability/log.js';
 import { createLogger } from '../../src/observability/logs.js';
@@ -88,6 +89,7 @@ for (const [driver, make] of Object.entries(drivers)) {
       expect(first.json).toMatchObject({ total: 4, more: true, nextCursor: 'zeta-1' });
       expect(first.json.data.map((a: any) => a.id)).toEqual(['Zeta-Big', 'zeta-1']);
       expect(first.json.data[0]).toMatchObject({ balanceUsd: '3', heldUsd: '0' });
+      expect(R.accountsPage.parse(first.json)).toBeTruthy();
       const second = await api('GET', `/accounts?search=ZETA&limit=2&cursor=${first.json.nextCursor}`);
       expect(second.json.data.map((a: any) => a.id)).toEqual(['zeta-2', 'zeta-3']);
       expect(second.json.more).toBe(false);
@@ -103,6 +105,7 @@ for (const [driver, make] of Object.entries(drivers)) {
       const o = await api('GET', '/overview?from=7d&top=1');
       expect(o.status).toBe(200);
       expect(o.json.calls).toBe(4);
+      expect(R.overview.parse(o.json)).toBeTruthy();
       expect(o.json.topAccounts).toHaveLength(1);
       expect(o.json.topAccounts[0]).toMatchObject({ group: 'zeta-2', calls: 3 });
       expect(o.json.topModels[0]).toMatchObject({ group: MODEL, calls: 4 });
@@ -122,6 +125,7 @@ for (const [driver, make] of Object.entries(drivers)) {
       const latest = await api('GET', '/ledger/latest?account=zeta-2&limit=2');
       expect(latest.status).toBe(200);
       expect(latest.json.data).toHaveLength(2);
+      expect(R.latestLedger.parse(latest.json)).toBeTruthy();
       const all = (await api('GET', '/ledger?account=zeta-2&limit=100')).json.data;
       expect(all).toHaveLength(4); // the opening balance and three calls
       expect(latest.json.data.map((e: any) => e.id)).toEqual([all[3].id, all[2].id]);
@@ -137,6 +141,7 @@ for (const [driver, make] of Object.entries(drivers)) {
       const ok = await chat(setup.devKey);
       const recent = await api('GET', '/requests?limit=3');
       expect(recent.json.kept).toBe(RING);
+      expect(R.requests.parse(recent.json)).toBeTruthy();
       expect(recent.json.data).toHaveLength(3);
       expect(recent.json.data[0]).toMatchObject({ request_id: ok.id, route: '/v1/chat/completions', status: 200, model: MODEL, account: setup.account });
       expect(recent.json.data[0].cost_usd).toMatch(/^0\.\d+$/);
@@ -151,14 +156,18 @@ for (const [driver, make] of Object.entries(drivers)) {
       expect(errors.map((r: any) => r.request_id)).toEqual(failed.map((f) => f.id).reverse());
       expect((await api('GET', `/requests?account=${setup.account}&limit=1`)).json.data[0].request_id).toBe(ok.id);
 
-      const stats = (await api('GET', '/model-stats')).json.data;
+      const statsAnswer = (await api('GET', '/model-stats')).json;
+      expect(R.modelStats.parse(statsAnswer)).toBeTruthy();
+      const stats = statsAnswer.data;
       const broken = stats.find((s: any) => s.model === BROKEN);
       expect(broken).toMatchObject({ calls: 5, errors: 5, error_rate: 1 });
       const good = stats.find((s: any) => s.model === MODEL);
       expect(good).toMatchObject({ errors: 0, error_rate: 0 });
       expect(good.p95_ms).toBeGreaterThanOrEqual(good.p50_ms);
 
-      const ups = (await api('GET', '/upstreams')).json.data;
+      const upsAnswer = (await api('GET', '/upstreams')).json;
+      expect(R.upstreams.parse(upsAnswer)).toBeTruthy();
+      const ups = upsAnswer.data;
       expect(ups.find((u: any) => u.name === 'down')).toMatchObject({ state: 'open', models: [BROKEN], simulated: false });
       expect(ups.find((u: any) => u.name === 'down').recentFailures).toBeGreaterThanOrEqual(5);
       expect(ups.find((u: any) => u.name !== 'down')).toMatchObject({ state: 'closed', openedAt: null });
@@ -184,7 +193,9 @@ for (const [driver, make] of Object.entries(drivers)) {
       expect(text).not.toContain(ADMIN_SHA);
       expect(text).not.toContain(key.key);
 
-      const view = (await api('GET', '/changes?limit=2')).json.data;
+      const viewAnswer = (await api('GET', '/changes?limit=2')).json;
+      expect(R.changes.parse(viewAnswer)).toBeTruthy();
+      const view = viewAnswer.data;
       expect(view.map((c: any) => c.route)).toEqual(['/admin/v1/accounts/{id}/grants', '/admin/v1/keys/{id}/monthly-cap']);
       expect(view[0]).toMatchObject({ admin: 'ops-team', target: { id: 'omega' } });
     });
@@ -194,6 +205,13 @@ for (const [driver, make] of Object.entries(drivers)) {
       for (const p of ['/overview', '/ledger/latest', '/requests', '/model-stats', '/upstreams', '/changes']) {
         expect(doc.paths[`/admin/v1${p}`]?.get?.summary, p).toBeTruthy();
       }
+      // Their answers' shapes are described, from the same schemas the answers are checked with above.
+      expect(doc.paths['/admin/v1/overview'].get.responses['200'].content['application/json'].schema.required).toEqual(
+        expect.arrayContaining(['totalUsd', 'topAccounts', 'topModels', 'days']),
+      );
+      expect(doc.paths['/admin/v1/requests'].get.responses['200'].content['application/json'].schema.properties.data.items.required).toEqual(
+        expect.arrayContaining(['request_id', 'time', 'route', 'status', 'key_id', 'account', 'model', 'latency_ms', 'cost_usd']),
+      );
       expect(doc.paths['/admin/v1/accounts'].get.parameters.map((p: any) => p.name)).toEqual(['search', 'cursor', 'limit']);
       expect(doc.paths['/admin/v1/requests'].get.parameters.map((p: any) => p.name)).toEqual(['account', 'key', 'errors', 'limit']);
     });
