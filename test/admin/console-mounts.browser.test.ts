@@ -13,6 +13,7 @@
  * - toNext's handlers with `basePath: '/api'` on node:http, as a catch-all route
  *   app/api/[[...path]]/route.ts would call them (Next.js itself is not started here).
  */
+import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
@@ -122,6 +123,8 @@ afterAll(async () => {
 });
 
 const NEW_ACCOUNT = 'shop-co';
+/** Screenshots of the console after the flow (git-ignored). */
+const ARTIFACTS = new URL('../artifacts/', import.meta.url).pathname;
 
 /** Signs in at `url` and waits for the first full load. */
 async function signIn(page: Page, url: string): Promise<void> {
@@ -229,6 +232,8 @@ for (const [name, start] of Object.entries(hosts)) {
         await page.waitForFunction((id) => document.querySelector('#account-name')?.textContent === id, ACCOUNT);
         expect(await page.locator('#new-secret code.secret').count()).toBe(0);
         expect(await page.textContent('#changes tbody')).toContain('/admin/v1/accounts/{id}/credits');
+        mkdirSync(ARTIFACTS, { recursive: true });
+        await page.screenshot({ path: `${ARTIFACTS}console-under-api-${name.replace(/\W+/g, '-')}.png`, fullPage: true });
 
         expect(network.failures).toEqual([]);
         expect(network.urls.filter((u) => !u.startsWith(`${host.origin}/api/admin`) && !u.startsWith('blob:'))).toEqual([]);
