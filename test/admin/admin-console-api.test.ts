@@ -3,18 +3,21 @@
  * with paging, key labels in usage by key, the latest ledger entries newest first, this
  * instance's recent requests and errors (a bounded ring), latency and error rate per model,
  * upstream and breaker status, and the admin change log (a log line and the recent-changes
- * view, naming the token's label, never the token). Each runs on memory and on SQLite storage
- * (a real database file); the store reads also have their conformance tests on every driver.
+ * view, naming the token's label, never the token). Each runs on memory, SQLite (a real
+ * database file) and PostgreSQL (a fresh schema, dropped after); the store reads also have
+ * their conformance tests on every driver.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { POSTGRES_URL, dropSchema, freshSchema, postgresProblem } from '../../bench/postgres-util.js';
 import * as R from '../../src/admin/responses.js';
 import type { Gateway } from '../../src/gateway.js';
 import type { Logger } from '../../src/observability/log.js';
 import { createLogger } from '../../src/observability/logs.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
+import { createPostgresStores } from '../../src/stores/postgres/entry.js';
 import { createSqliteStores } from '../../src/stores/sqlite/index.js';
 import type { Stores } from '../../src/stores/types.js';
 import { MODEL, makeGateway, testConfig } from '../helpers/gateway.js';
@@ -23,20 +26,31 @@ import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
 const BROKEN = 'broken/chat';
 const RING = 8;
 
-const drivers: Record<string, () => { stores: Stores; cleanup(): void }> = {
-  memory: () => ({ stores: createMemoryStores(), cleanup() {} }),
-  sqlite: () => {
+const drivers: Record<string, () => Promise<{ stores: Stores; cleanup(): Promise<void> | void }>> = {
+  memory: async () => ({ stores: createMemoryStores(), cleanup() {} }),
+  sqlite: async () => {
     const dir = mkdtempSync(join(tmpdir(), 'mg-console-api-'));
     return { stores: createSqliteStores({ path: join(dir, 'gw.db') }), cleanup: () => rmSync(dir, { recursive: true, force: true }) };
   },
 };
+const pgProblem = await postgresProblem(POSTGRES_URL);
+if (pgProblem === null) {
+  drivers.postgres = async () => {
+    const schema = freshSchema();
+    return { stores: await createPostgresStores({ url: POSTGRES_URL, schema, maxConnections: 4 }), cleanup: () => dropSchema(schema) };
+  };
+} else if (process.env.CI === 'true') {
+  throw new Error(`PostgreSQL at ${POSTGRES_URL} is unreachable (${pgProblem}): required under CI=true.`);
+} else {
+  console.warn(`\n!!! SKIPPING the admin console API on PostgreSQL: ${POSTGRES_URL} is unreachable (${pgProblem}).\n`);
+}
 
 for (const [driver, make] of Object.entries(drivers)) {
   describe(`admin API for the console (${driver})`, () => {
     const lines: Array<Record<string, unknown>> = [];
     const capture: Logger = createLogger('info', { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) });
     let gateway: Gateway;
-    let store: ReturnType<typeof make>;
+    let store: Awaited<ReturnType<typeof make>>;
     const setup = testConfig({
       walletUsd: 10,
       // A model whose upstream refuses connections: its calls are 502s and open its circuit.
@@ -66,7 +80,7 @@ for (const [driver, make] of Object.entries(drivers)) {
     }
 
     beforeAll(async () => {
-      store = make();
+      store = await make();
       const options = setup.options;
       ({ gateway } = await makeGateway({
         ...options,
@@ -79,7 +93,7 @@ for (const [driver, make] of Object.entries(drivers)) {
     afterAll(async () => {
       await gateway?.dispose();
       await store?.stores.close();
-      store?.cleanup();
+      await store?.cleanup();
     });
 
     it('creates accounts and keys through the API; searches and pages accounts by id', async () => {
