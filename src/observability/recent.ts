@@ -61,9 +61,42 @@ export interface RecentRequests {
   modelStats(): ModelStats[];
 }
 
+/**
+ * What the ring keeps of a request: the record's plain fields, copied (not the record, which
+ * holds its span), and formatted only when read: the request path pays one small object.
+ */
 interface Slot {
-  record: RecentRequest;
+  requestId: string;
+  at: number;
+  method: string;
+  route: string;
+  status: number;
+  keyId: string | null;
+  account: string | null;
+  model: string | null;
+  upstream: string | null;
+  stream: boolean;
+  ms: number;
   cost: bigint | null;
+  errorCode: string | null;
+}
+
+function view(s: Slot): RecentRequest {
+  return {
+    request_id: s.requestId,
+    time: new Date(s.at).toISOString(),
+    method: s.method,
+    route: s.route,
+    status: s.status,
+    key_id: s.keyId,
+    account: s.account,
+    model: s.model,
+    upstream: s.upstream,
+    stream: s.stream,
+    latency_ms: Math.round(s.ms * 10) / 10,
+    cost_usd: s.cost === null ? null : formatUsd(s.cost),
+    error_code: s.errorCode,
+  };
 }
 
 const kept = (route: string) => route.startsWith('/v1') || route === 'unmatched';
@@ -88,22 +121,19 @@ export function createRecentRequests(size: number, now: () => number): RecentReq
       end(r: CallRecord, totalMs: number) {
         if (size === 0 || !kept(r.route)) return;
         ring[next] = {
+          requestId: r.requestId,
+          at: now(),
+          method: r.method,
+          route: r.route,
+          status: r.status,
+          keyId: r.keyId,
+          account: r.account,
+          model: r.model,
+          upstream: r.upstream,
+          stream: r.stream,
+          ms: totalMs,
           cost: r.costNano,
-          record: {
-            request_id: r.requestId,
-            time: new Date(now()).toISOString(),
-            method: r.method,
-            route: r.route,
-            status: r.status,
-            key_id: r.keyId,
-            account: r.account,
-            model: r.model,
-            upstream: r.upstream,
-            stream: r.stream,
-            latency_ms: Math.round(totalMs * 10) / 10,
-            cost_usd: null,
-            error_code: r.errorCode,
-          },
+          errorCode: r.errorCode,
         };
         next = (next + 1) % size;
       },
@@ -112,21 +142,20 @@ export function createRecentRequests(size: number, now: () => number): RecentReq
       const out: RecentRequest[] = [];
       for (const s of slots()) {
         if (out.length >= f.limit) break;
-        const r = s.record;
-        if (f.account !== undefined && r.account !== f.account) continue;
-        if (f.key !== undefined && r.key_id !== f.key) continue;
-        if (f.errors && r.status < 400) continue;
-        out.push({ ...r, cost_usd: s.cost === null ? null : formatUsd(s.cost) });
+        if (f.account !== undefined && s.account !== f.account) continue;
+        if (f.key !== undefined && s.keyId !== f.key) continue;
+        if (f.errors && s.status < 400) continue;
+        out.push(view(s));
       }
       return out;
     },
     modelStats() {
       const by = new Map<string, { latencies: number[]; errors: number; refused: number }>();
-      for (const { record: r } of slots()) {
+      for (const r of slots()) {
         if (r.model === null) continue;
         let m = by.get(r.model);
         if (!m) by.set(r.model, (m = { latencies: [], errors: 0, refused: 0 }));
-        m.latencies.push(r.latency_ms);
+        m.latencies.push(Math.round(r.ms * 10) / 10);
         if (r.status >= 500) m.errors++;
         else if (r.status >= 400) m.refused++;
       }
