@@ -1,5 +1,5 @@
 /**
- * The console page and its script (plain browser JavaScript, no build step).
+ * The console page (plain HTML and CSS; its script is script-core.ts and the parts beside it).
  *
  * The page asks the browser for no absolute path: the host app may mount the gateway under
  * any prefix (Express and Fastify strip theirs before the gateway sees the path, so the server
