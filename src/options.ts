@@ -237,7 +237,13 @@ export const optionsSchema = z.strictObject({
    * @default null
    */
   admin: z
-    .strictObject({ tokenSha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the admin token (64 hex digits)') })
+    .strictObject({
+      tokenSha256: z.string().regex(/^[0-9a-fA-F]{64}$/, 'must be the hex SHA-256 of the admin token (64 hex digits)'),
+      /** Who the token is in the admin change log ("ops", "billing-team"). @default "admin" */
+      label: z.string().min(1).max(100).default('admin'),
+      /** Requests each instance keeps for the console's recent requests and per-model latency (0: none). @default 1000 */
+      recentRequests: z.number().int().min(0).max(100_000).default(1000),
+    })
     .nullable()
     .default(null),
   /** Budget alerts: signed webhooks when spend or a balance crosses a threshold. @default null */

@@ -20,6 +20,7 @@ import type { Logger } from './observability/log.js';
 import { accessLog, createLogger, redactingLogger } from './observability/logs.js';
 import { createMetrics, type Metrics } from './observability/metrics.js';
 import type { Observer } from './observability/record.js';
+import { createRecentRequests, type RecentRequests } from './observability/recent.js';
 import { tracing } from './observability/traces.js';
 import { parseOptions, type GatewayConfig, type GatewayConfigInput } from './options.js';
 import { createHooks, type GatewayPlugin, type Hooks } from './pipeline/hooks.js';
@@ -52,6 +53,8 @@ export interface Services {
   hooks: Hooks;
   /** Live counts the metrics read. */
   counters: { openStreams: number };
+  /** The last requests this instance answered (the admin API's recent requests). */
+  recent: RecentRequests;
   /** Aborted by dispose(): long-running background work stops. */
   shutdown: AbortSignal;
   /** True once shutdown's grace period is over: no new billed call is opened. */
@@ -114,7 +117,8 @@ export function createServices(
   let stores = givenStores ?? storesFor(cfg, now);
   // Store latency by operation is measured around every store call when metrics are on.
   if (metrics) stores = metrics.timeStores(stores);
-  const observers: Observer[] = [...(cfg.accessLog ? [accessLog(givenLog)] : []), ...(metrics ? [metrics.observer] : []), tracing];
+  const recent = createRecentRequests(cfg.admin?.recentRequests ?? 1000, now);
+  const observers: Observer[] = [...(cfg.accessLog ? [accessLog(givenLog)] : []), ...(metrics ? [metrics.observer] : []), tracing, recent.observer];
 
   const tokenizer = createTokenizer();
   const upstreams = upstreamsOf(cfg, tokenizer);
@@ -158,6 +162,7 @@ export function createServices(
     },
     hooks,
     counters,
+    recent,
     shutdown: shutdown.signal,
     draining: () => cut,
     // Set right below: the job runner needs the rest of the services.

@@ -17,7 +17,8 @@ import { GatewayError, errorResponse } from '../errors.js';
 import { readBody } from '../http/body.js';
 import { json, parseJsonObject } from '../http/json.js';
 import { isStoreUnavailable } from '../stores/errors.js';
-import { consoleAsset } from './console.js';
+import { adminTokenId, createChangeLog } from './change-log.js';
+import { consoleAsset } from './console/assets.js';
 import { AdminContext, type Call } from './handlers/context.js';
 import { openApiDocument } from './openapi.js';
 import { type AdminRoute, adminRouter } from './routes.js';
@@ -26,6 +27,8 @@ import { type AdminRoute, adminRouter } from './routes.js';
 export interface AdminHttpOptions {
   /** Hex SHA-256 of the admin token. */
   tokenSha256: string;
+  /** Who the token is in the admin change log. @default "admin" */
+  label?: string;
 }
 
 /** Parses with a schema; a violation is 400 invalid_request naming the field. */
@@ -53,7 +56,8 @@ async function consoleResponse(request: Request, path: string): Promise<Response
 
 export function createAdminHttp(core: Services, admin: Admin, options: AdminHttpOptions) {
   const expected = Buffer.from(options.tokenSha256.toLowerCase(), 'hex');
-  const context = new AdminContext(core, admin);
+  const changes = createChangeLog(core.log, { admin: options.label ?? 'admin', tokenId: adminTokenId(options.tokenSha256) }, core.now);
+  const context = new AdminContext(core, admin, changes);
 
   function authorize(request: Request): void {
     const header = request.headers.get('authorization') ?? '';
@@ -80,7 +84,7 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
    * told the declared pattern a request matched ("/admin/v1/accounts/{id}"): metrics and
    * access lines name it, never the raw path (ids would make every label value unique).
    */
-  async function route(request: Request, sub: string, query: string, onRoute?: (route: string) => void): Promise<Response> {
+  async function route(request: Request, sub: string, query: string, requestId: string, onRoute?: (route: string) => void): Promise<Response> {
     if (sub === '/openapi.json' && (request.method === 'GET' || request.method === 'HEAD')) {
       onRoute?.('/admin/v1/openapi.json');
       return json(200, openApi());
@@ -97,7 +101,10 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
     const r = m.found;
     let result: unknown;
     try {
-      result = await r.run(context, await callOf(r, request, m.params, query));
+      const call = await callOf(r, request, m.params, query);
+      result = await r.run(context, call);
+      // Every call that changes something says who made it and what it changed.
+      if (r.method !== 'GET') changes.record({ requestId, method: r.method, route: `/admin/v1${r.path}`, params: m.params, body: call.body, result });
     } catch (err) {
       // The admin's own refusals (no such account, a bad amount or time) are the caller's mistake.
       if (err instanceof AdminError || err instanceof RangeError) throw new GatewayError('invalid_request', err.message);
@@ -120,7 +127,7 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
   async function handle(request: Request, path: string, query: string, requestId: string, onRoute?: (route: string) => void): Promise<Response> {
     try {
       if (isConsolePath(path)) return await consoleResponse(request, path);
-      const res = await route(request, path.slice('/admin/v1'.length), query, onRoute);
+      const res = await route(request, path.slice('/admin/v1'.length), query, requestId, onRoute);
       res.headers.set('x-request-id', requestId);
       return res;
     } catch (err) {

@@ -55,7 +55,10 @@ function operation(r: AdminRoute): Record<string, unknown> {
       ...(r.query ? queryParameters(r.query) : []),
     ],
     responses: {
-      [String(r.status ?? 200)]: { description: 'OK', content: { 'application/json': { schema: { type: 'object' } } } },
+      [String(r.status ?? 200)]: {
+        description: 'OK',
+        content: { 'application/json': { schema: r.returns ? z.toJSONSchema(r.returns, { io: 'output' }) : { type: 'object' } } },
+      },
       '400': errorRef,
       '401': errorRef,
       '404': errorRef,

@@ -11,6 +11,9 @@ import * as activity from './handlers/activity.js';
 import * as content from './handlers/content.js';
 import type { AdminContext, Call } from './handlers/context.js';
 import * as keys from './handlers/keys.js';
+import * as monitor from './handlers/monitor.js';
+import * as overview from './handlers/overview.js';
+import * as R from './responses.js';
 import * as S from './schemas.js';
 
 type Schema = z.ZodType | undefined;
@@ -24,6 +27,8 @@ export interface AdminRoute extends Routed {
   body?: z.ZodType;
   /** The query parameters, parsed with this before the handler runs (a violation is 400). */
   query?: z.ZodType;
+  /** The success answer's shape, for the OpenAPI document. @default any JSON object */
+  returns?: z.ZodType;
   /** The success status. @default 200 */
   status?: number;
   /** The answer: JSON, or a Response sent as it is (an export). */
@@ -44,7 +49,14 @@ function route<B extends Schema = undefined, Q extends Schema = undefined>(
 
 export const adminRoutes: readonly AdminRoute[] = [
   // Accounts and wallets.
-  route({ method: 'GET', path: '/accounts', summary: 'List accounts with their wallets', run: accounts.list }),
+  route({
+    method: 'GET',
+    path: '/accounts',
+    summary: 'A page of accounts with their wallets, in id order; `search` keeps ids containing it (any case) ({data, total, nextCursor, more})',
+    query: S.accountsQuery,
+    returns: R.accountsPage,
+    run: accounts.list,
+  }),
   route({
     method: 'POST',
     path: '/accounts',
@@ -137,6 +149,22 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({
     method: 'GET',
+    path: '/ledger/latest',
+    summary: 'An account’s latest ledger entries, newest first (only those are read)',
+    query: S.latestLedgerQuery,
+    returns: R.latestLedger,
+    run: overview.latestLedger,
+  }),
+  route({
+    method: 'GET',
+    path: '/overview',
+    summary: 'Every account’s spend over [from, to): total, calls, top accounts and models, spend per UTC day',
+    query: S.overviewQuery,
+    returns: R.overview,
+    run: overview.overview,
+  }),
+  route({
+    method: 'GET',
     path: '/usage',
     summary: 'Spend and calls of an account or of all, by account, day (UTC, the default), model or key over [from, to)',
     query: S.usageQuery,
@@ -144,6 +172,39 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({ method: 'GET', path: '/jobs', summary: 'An account’s unfinished image and video jobs', query: S.jobsQuery, run: activity.listJobs }),
   route({ method: 'GET', path: '/jobs/{id}', summary: 'A job (any status)', run: activity.getJob }),
+
+  // This instance: its recent requests, upstreams, and admin changes.
+  route({
+    method: 'GET',
+    path: '/requests',
+    summary:
+      'This instance’s latest /v1 requests, newest first, from its bounded ring (admin.recentRequests): request_id, time, route, status, key_id, account, model, latency_ms, cost_usd, error_code',
+    query: S.requestsQuery,
+    returns: R.requests,
+    run: monitor.requests,
+  }),
+  route({
+    method: 'GET',
+    path: '/model-stats',
+    summary: 'Per model, over this instance’s recent requests: calls, errors (5xx), refused (4xx), error_rate, p50_ms, p95_ms, max_ms',
+    returns: R.modelStats,
+    run: monitor.modelStats,
+  }),
+  route({
+    method: 'GET',
+    path: '/upstreams',
+    summary: 'The upstreams, their models and circuit breaker as this instance sees it: state (closed, open, half-open), recentFailures, openedAt',
+    returns: R.upstreams,
+    run: monitor.upstreams,
+  }),
+  route({
+    method: 'GET',
+    path: '/changes',
+    summary: 'The latest admin changes made through this instance, newest first: who (token label and id), route, target ids, what changed',
+    query: S.changesQuery,
+    returns: R.changes,
+    run: monitor.changes,
+  }),
   route({
     method: 'GET',
     path: '/audit',

@@ -80,3 +80,30 @@ export const usageQuery = z.strictObject({
 
 export const jobsQuery = z.strictObject({ account: id });
 export const auditQuery = z.strictObject({ account: id.optional() });
+
+/** A page of accounts in id order, optionally those whose id contains `search` (any case). */
+export const accountsQuery = z.strictObject({
+  search: z.string().max(200).optional(),
+  /** The `nextCursor` of the previous page (the last id it held). */
+  cursor: z.string().max(200).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(100),
+});
+
+export const overviewQuery = z.strictObject({
+  from: time.optional(),
+  to: time.optional(),
+  /** How many top accounts and models. */
+  top: z.coerce.number().int().min(1).max(100).default(10),
+});
+
+export const latestLedgerQuery = z.strictObject({ account: id, limit: z.coerce.number().int().min(1).max(1000).default(20) });
+
+export const requestsQuery = z.strictObject({
+  account: id.optional(),
+  key: id.optional(),
+  /** Only answers with a status of 400 or more. */
+  errors: z.enum(['true', 'false']).optional(),
+  limit: z.coerce.number().int().min(1).max(1000).default(50),
+});
+
+export const changesQuery = z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).default(50) });

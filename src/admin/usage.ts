@@ -134,3 +134,64 @@ export async function usageReport(
     .map(([group, s]) => ({ group, calls: s.calls, costUsd: formatUsd(s.cost), promptTokens: s.prompt, completionTokens: s.completion }));
   return { rows, totalUsd: formatUsd(total), truncated };
 }
+
+/** Spend of one group in an overview. */
+export interface SpendRow {
+  group: string;
+  calls: number;
+  costUsd: string;
+}
+
+export interface Overview {
+  totalUsd: string;
+  calls: number;
+  /** The accounts and models that spent most, most first (ties by id). */
+  topAccounts: SpendRow[];
+  topModels: SpendRow[];
+  /** Spend per UTC day with any, oldest first. */
+  days: SpendRow[];
+  truncated: boolean;
+}
+
+type Sums = Map<string, { calls: number; cost: bigint }>;
+
+function add(sums: Sums, group: string, cost: bigint): void {
+  const s = sums.get(group);
+  if (s) {
+    s.calls++;
+    s.cost += cost;
+  } else sums.set(group, { calls: 1, cost });
+}
+
+const rows = (sums: Sums): SpendRow[] => [...sums].map(([group, s]) => ({ group, calls: s.calls, costUsd: formatUsd(s.cost) }));
+
+/** The `top` groups by spend, most first. */
+function topOf(sums: Sums, top: number): SpendRow[] {
+  const sorted = [...sums].sort(([a, x], [b, y]) => (x.cost > y.cost ? -1 : x.cost < y.cost ? 1 : a < b ? -1 : a > b ? 1 : 0));
+  return rows(new Map(sorted.slice(0, top)));
+}
+
+/** Every account's spend over [from, to) in one pass: the total, the top accounts and models, and spend per day. */
+export async function overviewReport(books: Books, q: { from?: TimeInput; to?: TimeInput; top: number }): Promise<Overview> {
+  const accounts: Sums = new Map();
+  const models: Sums = new Map();
+  const days: Sums = new Map();
+  let total = 0n;
+  let calls = 0;
+  let scanned = 0;
+  let truncated = false;
+  for await (const e of ledgerEntries(books, { from: q.from, to: q.to })) {
+    if (++scanned > MAX_SCAN) {
+      truncated = true;
+      break;
+    }
+    if (e.units.kind === 'credit') continue;
+    calls++;
+    total += e.cost;
+    add(accounts, e.accountId, e.cost);
+    add(models, e.model, e.cost);
+    add(days, groupOf(e, 'day'), e.cost);
+  }
+  const byDay = rows(days).sort((a, b) => (a.group < b.group ? -1 : 1));
+  return { totalUsd: formatUsd(total), calls, topAccounts: topOf(accounts, q.top), topModels: topOf(models, q.top), days: byDay, truncated };
+}

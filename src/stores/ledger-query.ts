@@ -33,6 +33,14 @@ export function checkLedgerQuery(q: LedgerQuery): CheckedLedgerQuery {
   return { ...q, start: q.cursor === undefined ? 0n : BigInt(q.cursor) };
 }
 
+/** Validates a latest-entries read (an account and a limit of 1 to MAX_LEDGER_PAGE); throws a RangeError. */
+export function checkLatestLedger(accountId: string, limit: number): void {
+  if (typeof accountId !== 'string' || accountId === '') throw new RangeError('latest ledger: accountId is required');
+  if (!Number.isInteger(limit) || limit < 1 || limit > MAX_LEDGER_PAGE) {
+    throw new RangeError(`latest ledger: limit must be an integer from 1 to ${MAX_LEDGER_PAGE}, got ${String(limit)}`);
+  }
+}
+
 /** Whether an entry passes the query's key and time filters. */
 export function matchesLedgerQuery(e: LedgerEntry, q: LedgerQuery): boolean {
   return (

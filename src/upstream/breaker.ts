@@ -25,12 +25,23 @@ export interface Breaker {
    */
   admit(upstream: string): { ok: true; probe: number | null } | { ok: false; retryAfterS: number };
   isOpen(upstream: string): boolean;
+  /** What operators see of `upstream`'s circuit now (changes nothing). */
+  status(upstream: string): CircuitStatus;
   success(upstream: string, probe?: number | null): void;
   /**
    * A failure of `upstream`: `account` is the account whose request it was, null for a
    * connection failure that no request can have caused; `probe` the call's probe ticket.
    */
   failure(upstream: string, account: string | null, probe?: number | null): void;
+}
+
+export interface CircuitStatus {
+  /** closed: calls go through; open: they fail fast; half-open: one probe call is in flight. */
+  state: 'closed' | 'open' | 'half-open';
+  /** Failures in the window with no success since. */
+  recentFailures: number;
+  /** When the circuit opened (unix ms), null while closed. */
+  openedAt: number | null;
 }
 
 interface State {
@@ -86,6 +97,14 @@ export function createBreaker(now: () => number, opts: BreakerOptions = {}): Bre
       }
       // While a probe runs this is 1 s: its answer may close the circuit at any moment.
       return { ok: false, retryAfterS: Math.max(1, Math.ceil((cooldownMs - waited) / 1000)) };
+    },
+    status(u) {
+      const s = states.get(u);
+      const t = now();
+      const failures = s ? s.failures.filter((f) => f.at > t - windowMs).length : 0;
+      if (!s || s.openedAt === null) return { state: 'closed', recentFailures: failures, openedAt: null };
+      const probing = s.probe !== null && t < s.probe.deadline;
+      return { state: probing ? 'half-open' : 'open', recentFailures: failures, openedAt: s.openedAt };
     },
     isOpen(u) {
       const s = states.get(u);

@@ -1,21 +1,25 @@
 /**
- * The console works where the host app mounts the gateway: under the prefix "/api" of each
- * adapter, the page at /api/admin (and /api/admin/) loads its assets and calls its API under
- * /api/admin, signs in with the admin token and shows the accounts view, with no request
- * failing and none leaving the prefix. Real headless Chromium against real servers:
+ * The console works where the host app mounts the gateway, and runs the business from there.
+ * Under the prefix "/api" of each adapter, real headless Chromium (one browser, a page per
+ * check) signs in at /api/admin and, through the UI only, creates an account, a key (its secret
+ * shown once) and a top-up; then the official openai client calls /api/v1 with that key, and
+ * the console shows the call in recent requests and its spend in the overview, the account's
+ * by-key table names the key's label, the CSV export holds the call, and selecting another
+ * account clears the secret. No request fails and none leaves the prefix. The hosts:
  * - Express (`app.use('/api', toExpress(gateway))`) and Fastify (`prefix: '/api'`), which strip
  *   the prefix before the gateway sees the path;
  * - the gateway's own `basePath: '/api'` on node:http and on Bun (examples/bun/server.ts run by
  *   the real `bun` with a config naming basePath), where the gateway removes it itself;
  * - toNext's handlers with `basePath: '/api'` on node:http, as a catch-all route
- *   app/api/admin/[[...path]]/route.ts would call them (Next.js itself is not started here:
- *   examples/next-app routes only /api/v1).
+ *   app/api/[[...path]]/route.ts would call them (Next.js itself is not started here).
  */
+import { mkdirSync } from 'node:fs';
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import express from 'express';
 import Fastify from 'fastify';
-import type { Browser } from 'playwright-core';
+import OpenAI from 'openai';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toExpress } from '../../adapters/express.js';
 import { toFastify } from '../../adapters/fastify.js';
@@ -118,6 +122,43 @@ afterAll(async () => {
   await browser?.close();
 });
 
+const NEW_ACCOUNT = 'shop-co';
+/** Screenshots of the console after the flow (git-ignored). */
+const ARTIFACTS = new URL('../artifacts/', import.meta.url).pathname;
+
+/** Signs in at `url` and waits for the first full load. */
+async function signIn(page: Page, url: string): Promise<void> {
+  const answer = await page.goto(url);
+  expect(answer?.status()).toBe(200);
+  await page.waitForSelector('#signin:not([hidden])', { timeout: 10_000 });
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#signin-button');
+  await page.waitForSelector('body[data-loaded]', { timeout: 15_000 });
+}
+
+/** Creates an account, a key and a top-up through the UI; answers the key's secret. */
+async function openAccountInUi(page: Page): Promise<string> {
+  await page.fill('#new-account-id', NEW_ACCOUNT);
+  await page.click('#create-account');
+  await page.waitForSelector(`#accounts tr.selected[data-account="${NEW_ACCOUNT}"]`);
+  await page.waitForFunction((id) => document.querySelector('#account-name')?.textContent === id, NEW_ACCOUNT);
+  expect(await page.textContent('#balance')).toBe('0');
+
+  await page.fill('#key-label', 'checkout');
+  await page.click('#create-key');
+  const secret = (await page.locator('#new-secret code.secret').textContent({ timeout: 10_000 })) ?? '';
+  expect(secret).toMatch(/^sk-mg-/);
+  await page.waitForSelector('#keys td:text-is("checkout")');
+
+  await page.fill('#credit-amount', '5');
+  await page.fill('#credit-reason', 'first top-up');
+  await page.click('#credit-submit');
+  await page.waitForFunction(() => document.querySelector('#balance')?.textContent === '5');
+  // The secret stays on screen until another account is chosen.
+  expect(await page.locator('#new-secret code.secret').count()).toBe(1);
+  return secret;
+}
+
 for (const [name, start] of Object.entries(hosts)) {
   describe(`the console under /api with ${name}`, () => {
     let host: Host;
@@ -128,31 +169,77 @@ for (const [name, start] of Object.entries(hosts)) {
       await host?.close();
     });
 
-    for (const path of ['/api/admin', '/api/admin/']) {
-      it(`signs in at ${path} and shows the accounts view; every request stays under /api/admin and succeeds`, async () => {
-        const page = await browser.newPage();
-        const network = watchNetwork(page);
-        try {
-          const answer = await page.goto(`${host.origin}${path}`);
-          expect(answer?.status()).toBe(200);
-          // Once loaded, the page has asked for its assets: a miss says which, at once.
-          expect(network.failures).toEqual([]);
-          await page.waitForSelector('#signin:not([hidden])', { timeout: 10_000 });
-          await page.fill('#token', ADMIN_TOKEN);
-          await page.click('#signin-button');
-          await page.waitForSelector('body[data-loaded]', { timeout: 15_000 });
-          expect(await page.inputValue('#account')).toBe(ACCOUNT);
-          expect(await page.textContent('#balance')).toBe('12.5');
-          expect(await page.locator('#spend-chart canvas').count()).toBe(1);
-          expect(network.failures).toEqual([]);
-          const outside = network.urls.filter((u) => !u.startsWith(`${host.origin}/api/admin`));
-          expect(outside).toEqual([]);
-          // The assets and the API calls were all asked for, under the prefix.
-          for (const asset of ['uplot.css', 'uplot.js', 'console.js', 'v1/accounts']) expect(network.urls).toContain(`${host.origin}/api/admin/${asset}`);
-        } finally {
-          await page.close();
-        }
-      }, 30_000);
-    }
+    it('signs in at /api/admin/ and shows the accounts view; every request stays under /api/admin and succeeds', async () => {
+      const page = await browser.newPage();
+      const network = watchNetwork(page);
+      try {
+        await signIn(page, `${host.origin}/api/admin/`);
+        expect(await page.textContent('#account-name')).toBe(ACCOUNT);
+        expect(await page.textContent('#balance')).toBe('12.5');
+        expect(await page.locator('#spend-chart canvas').count()).toBe(1);
+        expect(network.failures).toEqual([]);
+        expect(network.urls.filter((u) => !u.startsWith(`${host.origin}/api/admin/`))).toEqual([]);
+      } finally {
+        await page.close();
+      }
+    }, 30_000);
+
+    it('at /api/admin: creates an account, a key and a top-up in the UI; the call with that key shows in recent requests and the overview', async () => {
+      const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+      const network = watchNetwork(page);
+      try {
+        await signIn(page, `${host.origin}/api/admin`);
+        // The assets and the API calls were all asked for, under the prefix.
+        for (const asset of ['uplot.css', 'uplot.js', 'console.js', 'v1/accounts?limit=1']) expect(network.urls).toContain(`${host.origin}/api/admin/${asset}`);
+        const secret = await openAccountInUi(page);
+
+        const client = new OpenAI({ apiKey: secret, baseURL: `${host.origin}/api/v1`, maxRetries: 0 });
+        const { data: answer, response } = await client.chat.completions
+          .create({ model: 'sim/chat', messages: [{ role: 'user', content: 'hello from the shop' }], max_tokens: 20 })
+          .withResponse();
+        expect(answer.usage?.total_tokens).toBeGreaterThan(0);
+        const requestId = response.headers.get('x-request-id') ?? '';
+        expect(requestId).toMatch(/^req_/);
+
+        await page.click('#refresh');
+        const row = page.locator(`#requests tr[data-request="${requestId}"]`);
+        await row.waitFor({ timeout: 10_000 });
+        expect(await row.textContent()).toContain(NEW_ACCOUNT);
+        expect(await row.textContent()).toContain('/v1/chat/completions');
+        // The spend: the overview's total and top accounts, to the unit the ledger has.
+        const spent = await page.locator(`#top-accounts tr[data-account="${NEW_ACCOUNT}"] td.num`).last().textContent();
+        expect(Number(spent)).toBeGreaterThan(0);
+        expect(await page.textContent('#ov-total')).toBe(spent);
+        expect(await page.textContent('#ov-calls')).toBe('1');
+        expect(await page.getAttribute('#spend-chart', 'data-points')).toBe('1');
+        expect(await page.textContent('#by-key tbody')).toContain('checkout');
+        expect(await page.textContent('#total')).toBe(spent);
+
+        const [download] = await Promise.all([page.waitForEvent('download'), page.click('#export-account')]);
+        const csv = await new Promise<string>((resolve, reject) => {
+          void download.createReadStream().then((stream) => {
+            const parts: Buffer[] = [];
+            stream.on('data', (b: Buffer) => parts.push(b));
+            stream.on('end', () => resolve(Buffer.concat(parts).toString('utf8')));
+            stream.on('error', reject);
+          }, reject);
+        });
+        expect(csv).toContain(requestId);
+        expect(csv).toContain('first top-up');
+
+        // Choosing another account clears the secret from the screen.
+        await page.click(`#accounts tr[data-account="${ACCOUNT}"]`);
+        await page.waitForFunction((id) => document.querySelector('#account-name')?.textContent === id, ACCOUNT);
+        expect(await page.locator('#new-secret code.secret').count()).toBe(0);
+        expect(await page.textContent('#changes tbody')).toContain('/admin/v1/accounts/{id}/credits');
+        mkdirSync(ARTIFACTS, { recursive: true });
+        await page.screenshot({ path: `${ARTIFACTS}console-under-api-${name.replace(/\W+/g, '-')}.png`, fullPage: true });
+
+        expect(network.failures).toEqual([]);
+        expect(network.urls.filter((u) => !u.startsWith(`${host.origin}/api/admin`) && !u.startsWith('blob:'))).toEqual([]);
+      } finally {
+        await page.close();
+      }
+    }, 60_000);
   });
 }

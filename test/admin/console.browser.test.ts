@@ -1,7 +1,9 @@
 /**
  * The web console in real headless Chromium: sign in with the admin token, see the spend
- * chart drawn from seeded spend, disable a key and see calls with it refused (401).
- * Screenshots go to test/artifacts/ (git-ignored).
+ * chart drawn from seeded spend, disable a key and see calls with it refused (401); set a
+ * key's monthly cap, an account's grants and a signed adjustment through the UI; rotate a key
+ * (the new secret works, the old one is refused) and see the secret cleared on choosing
+ * another account. Screenshots go to test/artifacts/ (git-ignored).
  */
 import { mkdirSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
@@ -62,4 +64,51 @@ it('signs in, draws the spend chart, disables a key (then 401)', async () => {
   await page.screenshot({ path: `${ARTIFACTS}console-key-disabled.png`, fullPage: true });
   expect((await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'x' }] })).status).toBe(401);
   await page.close();
+}, 60_000);
+
+it('sets a cap, grants and an adjustment; rotates a key, whose secret is cleared on choosing another account', async () => {
+  await gw.gateway.admin.createAccount({ id: 'other-co', walletUsd: 1 });
+  const agentId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'agent')!.id;
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  page.on('dialog', (d) => void d.accept());
+  try {
+    await page.goto(`${gw.origin}/admin`);
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#signin-button');
+    await page.waitForSelector('body[data-loaded]');
+    await page.click(`#accounts tr[data-account="${setup.account}"]`);
+    await page.waitForFunction((id) => document.querySelector('#account-name')?.textContent === id, setup.account);
+    const row = page.locator(`#keys tr[data-key="${agentId}"]`);
+
+    await row.locator('input.cap').fill('7.5');
+    await row.locator('button.set-cap').click();
+    await page.waitForFunction((id) => document.querySelector(`#keys tr[data-key="${id}"]`)?.textContent?.includes('7.5'), agentId);
+    expect((await gw.gateway.admin.getKey(agentId))?.monthlyCapUsd).toBe('7.5');
+
+    await page.fill('#grants', `${MODEL}, other/model`);
+    await page.click('#grants-save');
+    await expect.poll(async () => (await gw.stores.accounts.get(setup.account))?.grants).toEqual([MODEL, 'other/model']);
+
+    const before = Number(await page.textContent('#balance'));
+    await page.selectOption('#credit-kind', 'adjustments');
+    await page.fill('#credit-amount', '-1.25');
+    await page.fill('#credit-reason', 'refund reversal');
+    await page.click('#credit-submit');
+    await page.waitForFunction((b) => Number(document.querySelector('#balance')?.textContent) !== b, before);
+    expect(Number(await page.textContent('#balance'))).toBeCloseTo(before - 1.25, 9);
+    expect(await page.textContent('#ledger tbody tr:first-child')).toContain('refund reversal');
+
+    await row.locator('button.rotate').click();
+    const secret = (await page.locator('#new-secret code.secret').textContent()) ?? '';
+    expect(secret).toMatch(/^sk-mg-/);
+    expect((await postChat(gw.baseURL, secret, { model: MODEL, messages: [{ role: 'user', content: 'x' }] })).status).toBe(200);
+    expect((await postChat(gw.baseURL, setup.agentKey, { model: MODEL, messages: [{ role: 'user', content: 'x' }] })).status).toBe(401);
+    await page.click('#accounts tr[data-account="other-co"]');
+    await page.waitForFunction(() => document.querySelector('#account-name')?.textContent === 'other-co');
+    expect(await page.locator('#new-secret code.secret').count()).toBe(0);
+    expect(await page.textContent('#new-secret')).toBe('');
+    await page.screenshot({ path: `${ARTIFACTS}console-changes.png`, fullPage: true });
+  } finally {
+    await page.close();
+  }
 }, 60_000);

@@ -61,6 +61,25 @@ export function ledgerSuite(name: string, make: MakeStores): void {
       expect((await stores.billing.queryLedger({ accountId, keyId, limit: 10 })).entries.map((e) => e.id)).toEqual([holdId]);
     });
 
+    it('latestLedger reads the last entries newest first, bounded by its limit', async () => {
+      const { stores } = h();
+      const accountId = uid('acct');
+      expect(await stores.accounts.create({ id: accountId, grants: [], createdAt: 0 }, 0n)).toBe(true);
+      expect(await stores.billing.latestLedger(accountId, 5)).toEqual([]);
+      const reasons = Array.from({ length: 12 }, (_, i) => `r${i}`);
+      for (const [i, reason] of reasons.entries()) {
+        await stores.billing.credit({ accountId, creditId: uid('cr'), amount: BigInt(i + 1), reason, at: 1_000 + i });
+      }
+      const latest = await stores.billing.latestLedger(accountId, 5);
+      expect(latest.map((e) => (e.units.kind === 'credit' ? e.units.reason : ''))).toEqual(['r11', 'r10', 'r9', 'r8', 'r7']);
+      expect(latest[0]).toMatchObject({ accountId, cost: -12n, at: 1_011 });
+      // Fewer entries than the limit: all of them; another account's entries never.
+      expect((await stores.billing.latestLedger(accountId, 1_000)).map((e) => e.cost)).toEqual(reasons.map((_, i) => -BigInt(i + 1)).reverse());
+      expect(await stores.billing.latestLedger(uid('acct'), 3)).toEqual([]);
+      await expect(stores.billing.latestLedger(accountId, 0)).rejects.toThrow(RangeError);
+      await expect(stores.billing.latestLedger(accountId, 1_001)).rejects.toThrow(RangeError);
+    });
+
     it('a zero opening balance writes no entry; every top-up is an entry of its own', async () => {
       const { stores } = h();
       const accountId = uid('acct');

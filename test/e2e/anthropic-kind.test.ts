@@ -261,31 +261,35 @@ describe('the simulator speaking kind "anthropic"', () => {
     await gw?.close();
   });
 
-  const system: Anthropic.TextBlockParam[] = [{ type: 'text', text: 'You are the house style guide. '.repeat(20), cache_control: { type: 'ephemeral' } }];
+  // Over 1,024 tokens: the simulator caches a prompt's prefix (here the system) like OpenAI does.
+  const system: Anthropic.TextBlockParam[] = [{ type: 'text', text: 'You are the house style guide of a careful publisher. '.repeat(120) }];
 
-  it.each([false, true])('answers Messages (stream: %s) with cache reads reported and billed on the whole input', async (streamed) => {
-    const params = { model: MODEL, max_tokens: 200, system, messages: [{ role: 'user' as const, content: 'Say hello' }] };
-    let message: Anthropic.Message;
-    let requestId: string | null;
+  async function call(streamed: boolean, content: string) {
+    const params = { model: MODEL, max_tokens: 200, system, messages: [{ role: 'user' as const, content }] };
     if (streamed) {
       const stream = client.messages.stream(params);
-      message = await stream.finalMessage();
-      requestId = (await stream.withResponse()).response.headers.get('x-request-id');
-    } else {
-      const { data, response } = await client.messages.create(params).withResponse();
-      message = data;
-      requestId = response.headers.get('x-request-id');
+      const message = await stream.finalMessage();
+      return { message, requestId: (await stream.withResponse()).response.headers.get('x-request-id') };
     }
-    expect(message.content[0]).toMatchObject({ type: 'text' });
-    expect((message.content[0] as Anthropic.TextBlock).text).toContain('simulator');
-    const read = message.usage.cache_read_input_tokens ?? 0;
-    expect(read).toBeGreaterThan(100);
-    const whole = message.usage.input_tokens + read + (message.usage.cache_creation_input_tokens ?? 0);
+    const { data, response } = await client.messages.create(params).withResponse();
+    return { message: data, requestId: response.headers.get('x-request-id') };
+  }
+
+  it('answers Messages plain and streamed: the cache written, then read, each billed on the whole input', async () => {
     const ledger = () => gw.gateway.admin.ledger(ACCOUNT);
-    await eventually(async () => (await ledger()).some((e) => e.id === requestId), 'the charge');
-    const entry = (await ledger()).find((e) => e.id === requestId)!;
-    expect(entry.units).toMatchObject({ prompt: whole, completion: message.usage.output_tokens });
-    expect(entry.cost).toBe(chatCost(whole, message.usage.output_tokens));
+    const calls = [await call(false, 'Say hello'), await call(true, 'Say hello again'), await call(false, 'And once more')];
+    expect(calls[0]!.message.usage.cache_creation_input_tokens).toBeGreaterThan(1000);
+    expect(calls[0]!.message.usage.cache_read_input_tokens).toBe(0);
+    for (const { message } of calls.slice(1)) expect(message.usage.cache_read_input_tokens).toBe(calls[0]!.message.usage.cache_creation_input_tokens);
+    for (const { message, requestId } of calls) {
+      expect((message.content[0] as Anthropic.TextBlock).text).toContain('simulator');
+      const u = message.usage;
+      const whole = u.input_tokens + (u.cache_read_input_tokens ?? 0) + (u.cache_creation_input_tokens ?? 0);
+      await eventually(async () => (await ledger()).some((e) => e.id === requestId), 'the charge');
+      const entry = (await ledger()).find((e) => e.id === requestId)!;
+      expect(entry.units).toMatchObject({ prompt: whole, completion: u.output_tokens });
+      expect(entry.cost).toBe(chatCost(whole, u.output_tokens));
+    }
   });
 
   it('serves chat completions too, translated to Messages and back', async () => {

@@ -12,11 +12,12 @@ import { generateText, streamText, tool } from 'ai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import type { LedgerEntry } from '../../src/stores/types.js';
+import { costOf, parsePrice } from '../../src/billing/money.js';
 import { estimatePromptTokens } from '../../src/billing/tokens.js';
 import { chatCost, loadTokenizer } from '../helpers/billing.js';
 import { anthropicUpstream, openaiChatUpstream, type Script } from '../helpers/provider-wire.js';
 import { messageSchema, streamEventSchema } from '../helpers/anthropic-shapes.js';
-import { ACCOUNT, MODEL, UPSTREAM_API_KEY, UPSTREAM_MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, COMPLETION_PRICE, MODEL, PROMPT_PRICE, UPSTREAM_API_KEY, UPSTREAM_MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type RecordedRequest, type TestUpstream } from '../helpers/upstream.js';
 
 const kinds = [
@@ -30,6 +31,10 @@ const weather: Anthropic.Tool = {
   input_schema: { type: 'object', properties: { location: { type: 'string' } }, required: ['location'] },
 };
 const TOOL_CALL = { id: 'toolu_01A09q90qw90lq917835lq9', name: 'get_weather', input: { location: 'Paris' } };
+/** A model with cache prices: reads at a tenth of the prompt price, writes at 1.25 times it (Anthropic's ratios). */
+const CACHED_MODEL = 'test/cached';
+const CACHED_PRICE = '0.0000001';
+const WRITE_PRICE = '0.00000125';
 
 describe.each(kinds)('the Anthropic SDK through the gateway, served by an $kind-kind upstream', ({ kind, behave, path }) => {
   let up: TestUpstream;
@@ -39,7 +44,19 @@ describe.each(kinds)('the Anthropic SDK through the gateway, served by an $kind-
 
   beforeAll(async () => {
     up = await startTestUpstream();
-    const setup = testConfig({ upstreamUrl: up.url });
+    const setup = testConfig({
+      upstreamUrl: up.url,
+      models: [
+        {
+          id: CACHED_MODEL,
+          type: 'text',
+          upstream: 'test',
+          pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE, cachedPrompt: CACHED_PRICE, cacheWrite: WRITE_PRICE },
+          contextLength: 32_000,
+          maxOutputTokens: 1000,
+        },
+      ],
+    });
     setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000, kind } };
     gw = await startGateway(setup.options);
     devKey = setup.devKey;
@@ -212,6 +229,24 @@ describe.each(kinds)('the Anthropic SDK through the gateway, served by an $kind-
     const e = await entry(requestId);
     expect(e.units).toMatchObject({ kind: 'tokens', prompt: wholeInput, completion: 5 });
     expect(e.cost).toBe(chatCost(wholeInput, 5));
+  });
+
+  it.each([false, true])('golden, cache prices set (stream: %s): uncached input, cache reads, cache writes and output each at their price', async (streamed) => {
+    script({ text: 'Priced.', usage: cache });
+    const params = { model: CACHED_MODEL, max_tokens: 50, messages: [{ role: 'user' as const, content: 'Priced again' }] };
+    let requestId: string | null;
+    if (streamed) {
+      const stream = client.messages.stream(params);
+      await stream.finalMessage();
+      requestId = (await stream.withResponse()).response.headers.get('x-request-id');
+    } else requestId = (await client.messages.create(params).withResponse()).response.headers.get('x-request-id');
+    const e = await entry(requestId);
+    const written = cache.cacheWrite ?? 0;
+    expect(e.units).toMatchObject({ prompt: wholeInput, completion: 5, cachedPrompt: 1000, ...(written ? { cacheWrite: written } : {}) });
+    // 10 x 1e-6 + 1000 x 1e-7 + 200 x 1.25e-6 + 5 x 2e-6 USD, in nano-USD, written out.
+    const golden = kind === 'anthropic' ? 10_000n + 100_000n + 250_000n + 10_000n : 10_000n + 100_000n + 10_000n;
+    expect(e.cost).toBe(golden);
+    expect(e.cost).toBe(costOf([[parsePrice(PROMPT_PRICE), 10], [parsePrice(CACHED_PRICE), 1000], [parsePrice(WRITE_PRICE), written], [parsePrice(COMPLETION_PRICE), 5]]));
   });
 
   it('countTokens: the input counted by the gateway, authenticated, nothing sent upstream or billed', async () => {

@@ -3,8 +3,25 @@ import { GatewayError } from '../../errors.js';
 import type * as S from '../schemas.js';
 import type { AdminContext, Call } from './context.js';
 
-export async function list(x: AdminContext) {
-  return { object: 'list', data: await x.admin.listAccounts() };
+/**
+ * A page of accounts in id order, those whose id contains `search` (any case) when given.
+ * Only the page's wallets are read, so thousands of accounts cost one list of ids per page.
+ */
+export async function list(x: AdminContext, c: Call<undefined, typeof S.accountsQuery>) {
+  const { search, cursor, limit } = c.query;
+  const needle = search?.trim().toLowerCase() ?? '';
+  const ids = (await x.stores.accounts.list())
+    .map((a) => a.id)
+    .filter((id) => needle === '' || id.toLowerCase().includes(needle))
+    .sort();
+  const from = cursor === undefined ? 0 : ids.findIndex((id) => id > cursor);
+  const page = from < 0 ? [] : ids.slice(from, from + limit);
+  const more = from >= 0 && from + limit < ids.length;
+  const data = await Promise.all(page.map(async (id) => {
+    const { openHolds: _holds, ...a } = await x.account(id);
+    return a;
+  }));
+  return { object: 'list', data, total: ids.length, nextCursor: page.at(-1) ?? cursor ?? null, more };
 }
 
 export async function create(x: AdminContext, c: Call<typeof S.createAccountBody>) {

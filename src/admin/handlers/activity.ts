@@ -33,12 +33,12 @@ export function entryView(e: LedgerEntry) {
 }
 
 /** The ledger as the handlers read it: every account's id in ascending order. */
-function books(x: AdminContext): Books {
+export function books(x: AdminContext): Books {
   return { admin: x.admin, accountIds: async () => (await x.stores.accounts.list()).map((a) => a.id).sort() };
 }
 
 /** A query's account and times: the account must exist; ages ("24h") count back from now. */
-async function filterOf(x: AdminContext, q: { account?: string | undefined; from?: string | undefined; to?: string | undefined }) {
+export async function filterOf(x: AdminContext, q: { account?: string | undefined; from?: string | undefined; to?: string | undefined }) {
   if (q.account !== undefined) await x.account(q.account);
   const now = x.core.now();
   return {
@@ -93,7 +93,18 @@ function exportResponse(x: AdminContext, format: 'csv' | 'jsonl', filter: Ledger
 export async function usage(x: AdminContext, c: Call<undefined, typeof S.usageQuery>) {
   const q = c.query;
   const r = await usageReport(books(x), { ...(await filterOf(x, q)), groupBy: q.group_by });
-  return { object: 'list', groupBy: q.group_by, data: r.rows, totalUsd: r.totalUsd, truncated: r.truncated };
+  const data = q.group_by === 'key' ? await withKeyLabels(x, r.rows) : r.rows;
+  return { object: 'list', groupBy: q.group_by, data, totalUsd: r.totalUsd, truncated: r.truncated };
+}
+
+/** Rows by key with each key's label and account (null for a key since deleted): ids alone say little. */
+async function withKeyLabels<R extends { group: string }>(x: AdminContext, rows: R[]) {
+  return Promise.all(
+    rows.map(async (row) => {
+      const k = row.group === '' ? null : await x.stores.keys.get(row.group);
+      return { ...row, label: k?.label ?? null, account: k?.accountId ?? null };
+    }),
+  );
 }
 
 export async function listJobs(x: AdminContext, c: Call<undefined, typeof S.jobsQuery>) {

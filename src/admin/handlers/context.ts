@@ -5,6 +5,7 @@
  */
 import type { z } from 'zod';
 import type { Admin } from '../accounts.js';
+import type { ChangeLog } from '../change-log.js';
 import type { Services } from '../../services.js';
 import type { Stores } from '../../stores/types.js';
 import { GatewayError } from '../../errors.js';
@@ -28,6 +29,7 @@ export class AdminContext {
   constructor(
     readonly core: Services,
     readonly admin: Admin,
+    readonly changes: ChangeLog,
   ) {}
 
   get stores(): Stores {

@@ -7,7 +7,7 @@
  * `error` event.
  */
 import { collectOutput, noOutput } from '../../billing/output.js';
-import type { Usage } from '../../billing/usage.js';
+import { type Usage, usageOfParts } from '../../billing/usage.js';
 import type { Model } from '../../catalog/catalog.js';
 import { errors, type GatewayError, anthropicError } from '../../errors.js';
 import { type EventHandler, parseEvent } from '../../upstream/stream/reader.js';
@@ -28,7 +28,7 @@ export function messagesUsage(value: unknown): Usage | null {
   const cacheWrite = isCount(u.cache_creation_input_tokens) ? u.cache_creation_input_tokens : 0;
   const prompt = u.input_tokens + cachedPrompt + cacheWrite;
   if (prompt === 0) return null;
-  return { prompt, completion: u.output_tokens, ...(cachedPrompt ? { cachedPrompt } : {}), ...(cacheWrite ? { cacheWrite } : {}) };
+  return usageOfParts({ prompt, completion: u.output_tokens, cachedPrompt, cacheWrite });
 }
 
 /** Anthropic's error event: what a stream that failed after its 200 ends with. */

@@ -17,7 +17,7 @@ import type {
   WindowHit,
 } from '../types.js';
 import type { MemoryLimits } from './limits.js';
-import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
+import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { createRecentIds } from './recent-ids.js';
 import { createSweeper } from './sweep.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
@@ -317,6 +317,11 @@ export class MemoryBilling implements BillingStore {
       if (matchesLedgerQuery(e, q)) entries.push(structuredClone(e));
     }
     return { entries, nextCursor: String(base + i), more: i < ledger.length };
+  }
+
+  async latestLedger(accountId: string, limit: number): Promise<LedgerEntry[]> {
+    checkLatestLedger(accountId, limit);
+    return structuredClone((this.ledgers.get(accountId) ?? []).slice(-limit).reverse());
   }
 
   async openHolds(accountId: string): Promise<number> {

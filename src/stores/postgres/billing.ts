@@ -1,4 +1,4 @@
-import { checkLedgerQuery } from '../ledger-query.js';
+import { checkLatestLedger, checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
   CountedHold,
@@ -253,6 +253,17 @@ class PostgresBilling implements BillingStore {
       nextCursor: last ? String(last.seq) : c.start.toString(),
       more: rows.length > c.limit,
     };
+  }
+
+  // The (account_id, seq) index read backwards: only the rows returned are touched.
+  async latestLedger(accountId: string, limit: number): Promise<LedgerEntry[]> {
+    checkLatestLedger(accountId, limit);
+    const rows = await this.ctx.q<LedgerRow>(
+      'latestLedger',
+      `SELECT ${LEDGER_COLUMNS} FROM ${this.s}.ledger WHERE account_id = $1 ORDER BY seq DESC LIMIT $2::integer`,
+      [accountId, limit],
+    );
+    return rows.map(ledgerEntry);
   }
 
   async openHolds(accountId: string): Promise<number> {

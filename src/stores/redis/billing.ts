@@ -17,7 +17,7 @@ import type {
   WalletView,
   WindowHit,
 } from '../types.js';
-import { checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
+import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { big, esc, hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { creditEntry, creditMarker } from './credits.js';
@@ -228,6 +228,15 @@ class RedisBilling implements BillingStore {
       }
       return { entries, nextCursor: String(pos), more: pos < int(await this.ctx.client.llen(key)) };
     });
+  }
+
+  // The list's tail only (LRANGE with negative indexes): one round trip, whatever its length.
+  async latestLedger(accountId: string, limit: number): Promise<LedgerEntry[]> {
+    checkLatestLedger(accountId, limit);
+    await this.upgrade.ensure();
+    const key = accountKeys(this.ctx, accountId).ledger;
+    const raw = list(await this.ctx.run('latestLedger', () => this.ctx.client.lrange(key, -limit, -1)));
+    return raw.map(parseEntry).reverse();
   }
 
   async openHolds(accountId: string): Promise<number> {

@@ -1,4 +1,4 @@
-import { checkLedgerQuery } from '../ledger-query.js';
+import { checkLatestLedger, checkLedgerQuery } from '../ledger-query.js';
 import type {
   BillingStore,
   CountedHold,
@@ -300,6 +300,13 @@ class SqliteBilling implements BillingStore {
         more: rows.length > c.limit,
       };
     });
+  }
+
+  // The (account_id, seq) index read backwards: only the rows returned are touched.
+  async latestLedger(accountId: string, limit: number): Promise<LedgerEntry[]> {
+    checkLatestLedger(accountId, limit);
+    const sql = `SELECT ${LEDGER_COLUMNS} FROM ledger WHERE account_id = ? ORDER BY seq DESC LIMIT ?`;
+    return this.ctx.run('latestLedger', () => (this.ctx.exact(sql).all(accountId, limit) as LedgerRow[]).map(ledgerEntry));
   }
 
   async openHolds(accountId: string): Promise<number> {

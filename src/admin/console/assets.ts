@@ -1,5 +1,5 @@
 /**
- * The web console's assets: one page and one script, kept here as strings so they ship inside
+ * The web console's assets: one page and one script (page.ts, script-*.ts), kept as strings so they ship inside
  * the built package with no build step at run time; the chart library (uPlot) is read from
  * node_modules, where it is a dependency. The page talks only to the admin API next to it
  * (…/admin/v1, under whatever prefix the gateway is mounted at) with the token the operator
@@ -8,7 +8,18 @@
 import { readFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { Response } from '@whatwg-node/server';
-import { CONSOLE_JS, consoleBase, consoleHtml } from './console-page.js';
+import { consoleBase, consoleHtml } from './page.js';
+import { SCRIPT_ACCOUNT } from './script-account.js';
+import { SCRIPT_CORE } from './script-core.js';
+import { SCRIPT_OPS } from './script-ops.js';
+
+/** The console's script: its parts share one function scope; signing in (or the kept token) starts it. */
+const CONSOLE_JS = `'use strict';
+(function () {
+${SCRIPT_CORE}${SCRIPT_ACCOUNT}${SCRIPT_OPS}
+  if (token()) start().catch(function () { showSignIn(''); }); else showSignIn('');
+})();
+`;
 
 const cache = new Map<string, string>();
 

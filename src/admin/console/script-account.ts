@@ -1,0 +1,184 @@
+/**
+ * The console script's account part (runs in the core's scope, see script-core.ts): create an
+ * account, the selected account's wallet (top-up or signed adjustment, each with a reason),
+ * grants, spend in the date range by model and by key (with labels), its keys (create, enable,
+ * disable, rotate, monthly cap), latest ledger entries, jobs, and CSV export.
+ *
+ * A new key's or rotated key's secret is shown once, and cleared when another account is
+ * selected or the operator signs out. The new-key form is built from KEY_FIELDS: a key setting
+ * the API learns is one more entry there.
+ */
+export const SCRIPT_ACCOUNT = `
+  /**
+   * The new-key form: each field is an input (or a select with options) #key-<name>; a value
+   * that is not empty is sent as that field of POST /keys, through parse when one is given.
+   */
+  var KEY_FIELDS = [
+    { name: 'label', placeholder: 'label', size: 14 },
+    { name: 'kind', options: ['developer', 'agent'] },
+    { name: 'model', placeholder: 'model (agent keys)', size: 16, list: 'model-list' },
+    { name: 'monthlyCapUsd', placeholder: 'monthly cap USD', size: 10 },
+  ];
+
+  function buildKeyForm() {
+    var form = $('create-key-form');
+    if (form.dataset.built) return;
+    KEY_FIELDS.forEach(function (f) {
+      var el;
+      if (f.options) {
+        el = document.createElement('select');
+        f.options.forEach(function (o) { var opt = document.createElement('option'); opt.value = o; opt.textContent = o; el.appendChild(opt); });
+      } else {
+        el = document.createElement('input');
+        el.placeholder = f.placeholder || f.name;
+        if (f.size) el.size = f.size;
+        if (f.list) el.setAttribute('list', f.list);
+      }
+      el.id = 'key-' + f.name;
+      form.appendChild(el);
+    });
+    var submit = document.createElement('button');
+    submit.type = 'submit'; submit.id = 'create-key'; submit.textContent = 'Create key';
+    form.appendChild(submit);
+    form.dataset.built = '1';
+  }
+
+  function keyBody() {
+    var body = { account: state.account };
+    KEY_FIELDS.forEach(function (f) {
+      var v = $('key-' + f.name).value.trim();
+      if (v !== '') body[f.name] = f.parse ? f.parse(v) : v;
+    });
+    return body;
+  }
+
+  function clearSecret() { var box = $('new-secret'); box.textContent = ''; delete box.dataset.key; }
+
+  function showSecret(what, res) {
+    var box = $('new-secret');
+    box.textContent = what + ' ' + res.id + ' (shown once: copy it now): ';
+    var code = document.createElement('code'); code.className = 'secret'; code.textContent = res.key;
+    box.appendChild(code);
+    box.dataset.key = res.id;
+  }
+
+  function selectAccount(id) {
+    if (id !== state.account) clearSecret();
+    state.account = id;
+    Array.prototype.forEach.call(document.querySelectorAll('#accounts tbody tr'), function (tr) {
+      tr.className = tr.dataset.account === id ? 'selected' : '';
+    });
+    return loadAccount().catch(function (err) { notice(err.message); });
+  }
+
+  function units(u) {
+    if (u.kind === 'tokens') return u.prompt + ' + ' + u.completion + ' tokens';
+    if (u.kind === 'images') return u.images + ' images (' + u.tier + ')';
+    if (u.kind === 'seconds') return u.seconds + ' s (' + u.tier + ')';
+    if (u.kind === 'speech_tokens') return u.tokens + ' speech tokens';
+    if (u.kind === 'credit') return 'credit: ' + u.reason;
+    return u.kind;
+  }
+
+  function keyRow(tr, k) {
+    var path = '/keys/' + enc(k.id);
+    tr.dataset.key = k.id;
+    cell(tr, k.id); cell(tr, k.prefix); cell(tr, k.label); cell(tr, k.kind + (k.model ? ' (' + k.model + ')' : ''));
+    cell(tr, k.monthlyCapUsd, 'num'); cell(tr, k.disabled ? 'disabled' : 'active');
+    var td = cell(tr, '');
+    td.appendChild(button(k.disabled ? 'Enable' : 'Disable', k.disabled ? 'enable' : 'disable', function () {
+      change('POST', path + (k.disabled ? '/enable' : '/disable'));
+    }));
+    td.appendChild(button('Rotate', 'rotate', function () {
+      if (!confirm('Rotate ' + k.id + '? The current secret stops working.')) return;
+      change('POST', path + '/rotate', undefined, function (res) { showSecret('New secret for', res); });
+    }));
+    var cap = document.createElement('input');
+    cap.className = 'cap'; cap.placeholder = 'cap USD'; cap.value = k.monthlyCapUsd || '';
+    td.appendChild(cap);
+    td.appendChild(button('Set cap', 'set-cap', function () {
+      change('PUT', path + '/monthly-cap', { monthlyCapUsd: cap.value.trim() === '' ? null : cap.value.trim() });
+    }));
+  }
+
+  function loadAccount() {
+    var a = state.account, q = '?account=' + enc(a);
+    return Promise.all([
+      api('GET', '/accounts/' + enc(a)),
+      api('GET', '/usage' + q + '&group_by=model' + range()),
+      api('GET', '/usage' + q + '&group_by=key' + range()),
+      api('GET', '/keys' + q),
+      api('GET', '/ledger/latest' + q + '&limit=20'),
+      api('GET', '/jobs' + q),
+    ]).then(function (r) {
+      if (a !== state.account) return; // another account was selected meanwhile
+      $('account-view').hidden = false;
+      Array.prototype.forEach.call(document.querySelectorAll('.account-part'), function (s) { s.hidden = false; });
+      $('account-name').textContent = a;
+      $('balance').textContent = r[0].balanceUsd;
+      $('held').textContent = r[0].heldUsd;
+      $('holds').textContent = r[0].openHolds;
+      if (document.activeElement !== $('grants')) $('grants').value = r[0].grants.join(', ');
+      $('total').textContent = r[1].totalUsd;
+      fill('by-model', r[1].data, function (tr, x) { cell(tr, x.group); cell(tr, x.calls, 'num'); cell(tr, x.costUsd, 'num'); });
+      fill('by-key', r[2].data, function (tr, x) { cell(tr, x.group); cell(tr, x.label); cell(tr, x.calls, 'num'); cell(tr, x.costUsd, 'num'); });
+      fill('keys', r[3].data, keyRow);
+      fill('ledger', r[4].data, function (tr, e) {
+        cell(tr, shortTime(new Date(e.at).toISOString())); cell(tr, e.id); cell(tr, e.key); cell(tr, e.model);
+        cell(tr, units(e.units)); cell(tr, e.costUsd, 'num');
+      });
+      fill('jobs', r[5].data, function (tr, j) { cell(tr, j.id); cell(tr, j.object); cell(tr, j.model); cell(tr, j.status); cell(tr, j.progress, 'num'); });
+    });
+  }
+
+  /** Downloads the ledger as CSV (the API needs the token, so a plain link cannot). */
+  function exportCsv(query, name) {
+    notice('');
+    fetch(API + '/ledger?format=csv' + query, { headers: { authorization: 'Bearer ' + token() } })
+      .then(function (res) {
+        if (!res.ok) return res.json().then(function (d) { throw new Error((d.error && d.error.message) || ('HTTP ' + res.status)); });
+        return res.blob();
+      })
+      .then(function (blob) {
+        var a = document.createElement('a');
+        a.href = URL.createObjectURL(blob); a.download = name;
+        document.body.appendChild(a); a.click(); a.remove();
+        setTimeout(function () { URL.revokeObjectURL(a.href); }, 10000);
+      })
+      .catch(function (err) { notice(err.message); });
+  }
+
+  $('create-account-form').addEventListener('submit', function (ev) {
+    ev.preventDefault();
+    var body = { id: $('new-account-id').value.trim() };
+    if ($('new-account-wallet').value.trim()) body.walletUsd = $('new-account-wallet').value.trim();
+    change('POST', '/accounts', body, function (res) {
+      $('new-account-id').value = ''; $('new-account-wallet').value = '';
+      clearSecret();
+      state.account = res.id;
+    });
+  });
+  $('create-key-form').addEventListener('submit', function (ev) {
+    ev.preventDefault();
+    change('POST', '/keys', keyBody(), function (res) {
+      KEY_FIELDS.forEach(function (f) { if (!f.options) $('key-' + f.name).value = ''; });
+      showSecret('New key', res);
+    });
+  });
+  $('credit-form').addEventListener('submit', function (ev) {
+    ev.preventDefault();
+    var body = { amountUsd: $('credit-amount').value.trim(), reason: $('credit-reason').value.trim() };
+    change('POST', '/accounts/' + enc(state.account) + '/' + $('credit-kind').value, body, function () {
+      $('credit-amount').value = ''; $('credit-reason').value = '';
+    });
+  });
+  $('grants-form').addEventListener('submit', function (ev) {
+    ev.preventDefault();
+    var models = $('grants').value.split(',').map(function (m) { return m.trim(); }).filter(Boolean);
+    change('PUT', '/accounts/' + enc(state.account) + '/grants', { models: models });
+  });
+  $('export-all').addEventListener('click', function () { exportCsv(range(), 'ledger-all.csv'); });
+  $('export-account').addEventListener('click', function () {
+    exportCsv('&account=' + enc(state.account) + range(), 'ledger-' + state.account + '.csv');
+  });
+`;

@@ -1,0 +1,46 @@
+/**
+ * The console script's operations part (runs in the core's scope, see script-core.ts): this
+ * instance's recent requests and errors, latency and error rate per model, its upstreams and
+ * their circuit breakers, and the recent admin changes.
+ */
+export const SCRIPT_OPS = `
+  function loadOps() {
+    return Promise.all([
+      api('GET', '/requests?limit=50'),
+      api('GET', '/requests?errors=true&limit=20'),
+      api('GET', '/model-stats'),
+      api('GET', '/upstreams'),
+      api('GET', '/changes?limit=20'),
+    ]).then(function (r) {
+      fill('requests', r[0].data, function (tr, x) {
+        tr.dataset.request = x.request_id;
+        cell(tr, shortTime(x.time)); cell(tr, x.request_id); cell(tr, x.method + ' ' + x.route);
+        cell(tr, x.status, x.status >= 400 ? 'bad' : ''); cell(tr, x.account); cell(tr, x.key_id); cell(tr, x.model);
+        cell(tr, x.latency_ms, 'num'); cell(tr, x.cost_usd, 'num');
+      });
+      fill('errors', r[1].data, function (tr, x) {
+        tr.dataset.request = x.request_id;
+        cell(tr, shortTime(x.time)); cell(tr, x.request_id); cell(tr, x.method + ' ' + x.route);
+        cell(tr, x.status, 'bad'); cell(tr, x.error_code); cell(tr, x.account); cell(tr, x.model);
+      });
+      fill('model-stats', r[2].data, function (tr, m) {
+        cell(tr, m.model); cell(tr, m.calls, 'num'); cell(tr, m.p50_ms, 'num'); cell(tr, m.p95_ms, 'num');
+        cell(tr, (m.error_rate * 100).toFixed(1) + '%', m.errors ? 'num bad' : 'num'); cell(tr, m.refused, 'num');
+      });
+      fill('upstreams', r[3].data, function (tr, u) {
+        tr.dataset.upstream = u.name;
+        cell(tr, u.name + (u.simulated ? ' (simulator)' : ''));
+        cell(tr, u.state + (u.openedAt ? ' since ' + shortTime(new Date(u.openedAt).toISOString()) : ''), u.state === 'closed' ? 'good' : 'bad');
+        cell(tr, u.recentFailures, 'num'); cell(tr, u.models.join(', '));
+      });
+      var models = $('model-list');
+      models.textContent = '';
+      r[3].data.forEach(function (u) { u.models.forEach(function (m) { var o = document.createElement('option'); o.value = m; models.appendChild(o); }); });
+      fill('changes', r[4].data, function (tr, c) {
+        cell(tr, shortTime(c.time)); cell(tr, c.admin + ' (' + c.token_id + ')'); cell(tr, c.method + ' ' + c.route);
+        cell(tr, Object.keys(c.target).map(function (k) { return k + '=' + c.target[k]; }).join(' '));
+        cell(tr, JSON.stringify(c.change));
+      });
+    });
+  }
+`;
