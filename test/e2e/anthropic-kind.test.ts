@@ -12,7 +12,8 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chatCost } from '../helpers/billing.js';
 import { errorSchema, streamEvents, streamEventSchema } from '../helpers/anthropic-shapes.js';
 import { anthropicUpstream, type Script } from '../helpers/provider-wire.js';
-import { ACCOUNT, MODEL, UPSTREAM_API_KEY, UPSTREAM_MODEL, eventually, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, MODEL, UPSTREAM_API_KEY, UPSTREAM_MODEL, eventually, sseData, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
+import { openaiSchemas } from '../helpers/openapi.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const TOOL_CALL = { id: 'toolu_01T1x1fJ34qAmk2tNTrN7Up6', name: 'get_weather', input: { location: 'Paris', unit: 'celsius' } };
@@ -134,6 +135,21 @@ describe('an Anthropic-kind upstream', () => {
     }
     expect({ id, name, input: JSON.parse(args) }).toEqual(TOOL_CALL);
     expect(finish).toBe('tool_calls');
+  });
+
+  it("chat answers translated from Messages validate against OpenAI's published schemas, plain and streamed", async () => {
+    const schemas = openaiSchemas();
+    const post = (stream: boolean) =>
+      fetch(`${gw.baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], tools: [weather], stream, stream_options: stream ? { include_usage: true } : undefined }),
+      });
+    script({ text: 'Checking.', tool: TOOL_CALL, usage: { input: 10, output: 4, cacheRead: 20 } });
+    expect(schemas.check('CreateChatCompletionResponse', await (await post(false)).json())).toEqual([]);
+    const chunks = sseData(await (await post(true)).text()).filter((d) => d !== '[DONE]');
+    expect(chunks.length).toBeGreaterThan(3);
+    for (const chunk of chunks) expect(schemas.check('CreateChatCompletionStreamResponse', JSON.parse(chunk)), chunk).toEqual([]);
   });
 
   it('a chat feature Messages cannot carry is a 400 naming it, before any upstream call', async () => {
