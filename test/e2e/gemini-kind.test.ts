@@ -403,3 +403,61 @@ describe('Responses over a Gemini upstream', () => {
     expect(gem.requests.length).toBe(requests);
   });
 });
+
+describe("the simulator's gemini kind", () => {
+  let sim: RunningGateway;
+  let key: string;
+  beforeAll(async () => {
+    const setup = testConfig({ walletUsd: 100 });
+    setup.options.upstreams = { test: { simulate: true, kind: 'gemini', chunkDelayMs: 0, imageDelayMs: 0, videoDurationMs: 0 } };
+    key = setup.devKey;
+    sim = await startGateway(setup.options);
+  });
+  afterAll(async () => {
+    await sim?.close();
+  });
+  const simClient = () => new OpenAI({ apiKey: key, baseURL: sim.baseURL, maxRetries: 0 });
+  async function simCharge(requestId: string | null) {
+    await eventually(async () => (await chargesOf(sim.gateway.admin.ledger(ACCOUNT))).some((e) => e.id === requestId), `ledger entry ${requestId}`);
+    return (await chargesOf(sim.gateway.admin.ledger(ACCOUNT))).find((e) => e.id === requestId)!;
+  }
+
+  it('answers chat plain and streamed in the Gemini wire format, a second turn reporting cached tokens, billed from them', async () => {
+    const first = await simClient().chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Tell me about caching' }] }).withResponse();
+    const answer = first.data.choices[0]!.message.content!;
+    expect(answer).toContain('as a Gemini model would');
+    expect(first.data.usage!.prompt_tokens_details?.cached_tokens ?? 0).toBe(0);
+    const u1 = first.data.usage!;
+    expect((await simCharge(first.response.headers.get('x-request-id'))).cost).toBe(chatCost(u1.prompt_tokens, u1.completion_tokens));
+
+    // The next turn starts with the first one's request: the simulated implicit cache reports it.
+    const { data: stream, response } = await simClient()
+      .chat.completions.create({
+        model: MODEL,
+        messages: [
+          { role: 'user', content: 'Tell me about caching' },
+          { role: 'assistant', content: answer },
+          { role: 'user', content: 'And more?' },
+        ],
+        stream: true,
+        stream_options: { include_usage: true },
+      })
+      .withResponse();
+    let text = '';
+    let usage: OpenAI.CompletionUsage | undefined;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.delta.content ?? '';
+      usage = chunk.usage ?? usage;
+    }
+    expect(text).toContain('And more?');
+    expect(usage!.prompt_tokens_details!.cached_tokens).toBe(u1.prompt_tokens);
+    expect(usage!.prompt_tokens).toBeGreaterThan(u1.prompt_tokens);
+    expect((await simCharge(response.headers.get('x-request-id'))).cost).toBe(chatCost(usage!.prompt_tokens, usage!.completion_tokens));
+  });
+
+  it('answers Responses too', async () => {
+    const res = await simClient().responses.create({ model: MODEL, input: 'Hello there' });
+    expect(res.output_text).toContain('Hello there');
+    expect(res.usage!.input_tokens).toBeGreaterThan(0);
+  });
+});

@@ -198,13 +198,14 @@ export function chatToResponse(chat: Record<string, unknown>): Record<string, un
     output.push({ id: newId('fc'), type: 'function_call', status: 'completed', call_id: call.id, name: fn.name, arguments: fn.arguments });
   }
   const reason = incompleteReason(choice.finish_reason);
+  const usage = responsesUsage(chat.usage);
   const created = typeof chat.created === 'number' ? chat.created : Math.floor(Date.now() / 1000);
   return {
     ...responseShell(newId('resp'), typeof chat.model === 'string' ? chat.model : 'unknown', created),
     status: reason ? 'incomplete' : 'completed',
     incomplete_details: reason ? { reason } : null,
     output,
-    usage: responsesUsage(chat.usage),
+    ...(usage ? { usage } : {}),
   };
 }
 

@@ -24,7 +24,10 @@ export function responsesUsage(usage: unknown): Record<string, unknown> | null {
   };
 }
 
-/** The fields every Response object carries; the translation knows only what the answer says. */
+/**
+ * The fields every Response object carries; the translation knows only what the answer says.
+ * `usage` is left out until there is one (OpenAI's schema has no null usage).
+ */
 export function responseShell(id: string, model: string, createdAt: number): Record<string, unknown> {
   return {
     id,
@@ -46,7 +49,6 @@ export function responseShell(id: string, model: string, createdAt: number): Rec
     tools: [],
     top_p: null,
     truncation: 'disabled',
-    usage: null,
     metadata: {},
   };
 }

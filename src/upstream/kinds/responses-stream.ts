@@ -149,7 +149,7 @@ export class ResponsesStream implements StreamTranslator {
       status: reason ? 'incomplete' : 'completed',
       incomplete_details: reason ? { reason } : null,
       output: this.output,
-      usage: this.usage,
+      ...(this.usage ? { usage: this.usage } : {}),
     };
     return out + this.emit(reason ? 'response.incomplete' : 'response.completed', { response });
   }
