@@ -7,7 +7,7 @@
  * `x-goog-api-key` and never the client's. The upstream is a loopback server written from
  * Google's documented format (test/helpers/gemini-upstream.ts), not from the translators.
  */
-import OpenAI, { BadRequestError } from 'openai';
+import OpenAI, { APIError, BadRequestError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatCost, chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, UPSTREAM_MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
@@ -273,6 +273,26 @@ describe('chat completions over a Gemini upstream', () => {
     expect((err as BadRequestError).message).toContain('Request contains an invalid argument.');
     await eventually(async () => (await gw.stores.billing.openHolds(ACCOUNT)) === 0, 'no open hold');
     expect(await balance()).toBe(before);
+  });
+
+  it('a stream Gemini breaks off, or ends with an error event, ends with an error after what came, never looks finished', async () => {
+    const event = (e: unknown) => `data: ${JSON.stringify(e)}\r\n\r\n`;
+    const partial = event({ candidates: [{ content: { role: 'model', parts: [{ text: 'Half an ans' }] }, index: 0 }], responseId: 'cut' });
+    const failed = partial + event({ error: { code: 500, message: 'Internal error encountered.', status: 'INTERNAL' } });
+    for (const [sse, message] of [
+      [partial, 'ended before it was complete'],
+      [failed, 'Internal error encountered.'],
+    ] as const) {
+      gem.answer = () => ({ sse });
+      const stream = await client().chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], stream: true });
+      let text = '';
+      const err = await (async () => {
+        for await (const chunk of stream) text += chunk.choices[0]?.delta.content ?? '';
+      })().catch((e: unknown) => e);
+      expect(text).toBe('Half an ans');
+      expect(err).toBeInstanceOf(APIError);
+      expect((err as APIError).message).toContain(message);
+    }
   });
 });
 

@@ -23,7 +23,9 @@ export interface GeminiRequest {
 /** What the model answers: its parts, finish reason and usage, or a Google error. */
 export type GeminiAnswer =
   | { parts: Array<Record<string, unknown>>; finishReason?: string; usageMetadata?: Record<string, unknown> }
-  | { error: { code: number; message: string; status: string } };
+  | { error: { code: number; message: string; status: string } }
+  /** A 200 stream of these raw SSE bytes (a stream that breaks, or reports an error mid-way). */
+  | { sse: string };
 
 export interface GeminiUpstream {
   /** The base URL with the API version, e.g. http://127.0.0.1:41234/v1beta. */
@@ -78,6 +80,10 @@ export async function startGeminiUpstream(apiKey: string): Promise<GeminiUpstrea
     const [, model, method, sse] = route;
     const answer = up.answer(body);
     if ('error' in answer) return send(answer.error.code, answer);
+    if ('sse' in answer) {
+      res.writeHead(200, { 'content-type': 'text/event-stream' });
+      return res.end(answer.sse);
+    }
     const responseId = `resp-${requests.length}`;
     const candidate = (parts: unknown[], finishReason?: string) => ({ content: { parts, role: 'model' }, ...(finishReason ? { finishReason } : {}), index: 0 });
     if (method === 'generateContent') {

@@ -109,12 +109,18 @@ export class GeminiChatStream implements StreamTranslator {
   private readonly calls = new Map<number, number>();
   private readonly finished = new Set<number>();
 
+  /** An error event met after other events of one read: thrown at the next call, once those went out. */
+  private failed: unknown = null;
+
   push(chunk: Uint8Array): Uint8Array[] {
+    if (this.failed) throw this.failed;
     return this.frames(this.parser.push(chunk));
   }
 
   end(): Uint8Array[] {
+    if (this.failed) throw this.failed;
     const out = this.frames(this.parser.end().events);
+    if (this.failed) throw this.failed;
     const complete = this.finished.size > 0 && [...this.calls.keys()].every((i) => this.finished.has(i));
     if (!complete) return out;
     let tail = '';
@@ -124,7 +130,12 @@ export class GeminiChatStream implements StreamTranslator {
 
   private frames(events: string[]): Uint8Array[] {
     let out = '';
-    for (const data of events) out += this.event(data);
+    try {
+      for (const data of events) out += this.event(data);
+    } catch (err) {
+      if (!out) throw err;
+      this.failed = err;
+    }
     return out ? [encoder.encode(out)] : [];
   }
 

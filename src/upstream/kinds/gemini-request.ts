@@ -37,7 +37,8 @@ export function geminiRequest(fields: Record<string, unknown>, stream: boolean):
   const tools = declarations(fields.tools, fields.tool_choice);
   if (tools) body.tools = [{ functionDeclarations: tools }];
   const toolConfig = toolConfigOf(fields.tool_choice);
-  if (toolConfig) body.toolConfig = toolConfig;
+  // A choice among no functions says nothing to Gemini.
+  if (toolConfig && tools) body.toolConfig = toolConfig;
   for (const [key, value] of Object.entries(fields)) {
     if (HINTS.has(key) || key === 'tools' || key === 'tool_choice') continue;
     carryField(key, value, generationConfig);

@@ -38,17 +38,29 @@ export class ResponsesStream implements StreamTranslator {
   private usage: Record<string, unknown> | null = null;
   private done = false;
 
+  /** An error event met after other events of one read: thrown at the next call, once those went out. */
+  private failed: unknown = null;
+
   push(chunk: Uint8Array): Uint8Array[] {
+    if (this.failed) throw this.failed;
     return this.frames(this.parser.push(chunk));
   }
 
   end(): Uint8Array[] {
-    return this.frames(this.parser.end().events);
+    if (this.failed) throw this.failed;
+    const out = this.frames(this.parser.end().events);
+    if (this.failed) throw this.failed;
+    return out;
   }
 
   private frames(events: string[]): Uint8Array[] {
     let out = '';
-    for (const data of events) if (!this.done) out += this.event(data);
+    try {
+      for (const data of events) if (!this.done) out += this.event(data);
+    } catch (err) {
+      if (!out) throw err;
+      this.failed = err;
+    }
     return out ? [encoder.encode(out)] : [];
   }
 
