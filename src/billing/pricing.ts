@@ -20,8 +20,16 @@ export function listCost(model: Model, units: LedgerUnits): bigint {
     case 'tokens': {
       const text = model.text;
       if (!text) throw new RangeError(`model ${model.id} has no token pricing`);
+      // Cache reads and writes are parts of the prompt, each at its own price; the rest of
+      // the prompt is at the prompt price. Reasoning is a part of the completion: not added.
+      const cached = units.cachedPrompt ?? 0;
+      const written = units.cacheWrite ?? 0;
+      const uncached = units.prompt - cached - written;
+      if (uncached < 0) throw new RangeError(`cache reads and writes exceed the prompt of ${units.prompt} tokens`);
       const parts: Array<[bigint, number]> = [
-        [text.promptPico, units.prompt],
+        [text.promptPico, uncached],
+        [text.cachedPromptPico, cached],
+        [text.cacheWritePico, written],
         [text.completionPico, units.completion],
       ];
       // Hosted tool calls are priced per call; a call of a tool the model does not price is

@@ -52,8 +52,11 @@ export interface Model {
   maxTokensPerAudio: number;
   /** A text model that serves /embeddings (the only models accepted there). */
   embedding: boolean;
-  /** Text models: prices in pico-USD per token. */
-  text: { promptPico: bigint; completionPico: bigint } | null;
+  /**
+   * Text models: prices in pico-USD per token. Prompt tokens read from and written to the
+   * provider's cache have their own prices (the prompt price unless configured).
+   */
+  text: { promptPico: bigint; completionPico: bigint; cachedPromptPico: bigint; cacheWritePico: bigint } | null;
   /** Hosted tools the model may use, each priced in pico-USD per call; absent: none. */
   toolPrices?: ReadonlyMap<string, bigint>;
   media: MediaPrice | null;
@@ -132,8 +135,18 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
   let pricing: Record<string, unknown>;
   let toolPrices: Map<string, bigint> | undefined;
   if ('prompt' in m.pricing) {
-    text = { promptPico: parsePrice(m.pricing.prompt), completionPico: parsePrice(m.pricing.completion) };
+    const promptPico = parsePrice(m.pricing.prompt);
+    const { cachedPrompt, cacheWrite } = m.pricing;
+    text = {
+      promptPico,
+      completionPico: parsePrice(m.pricing.completion),
+      cachedPromptPico: cachedPrompt === undefined ? promptPico : parsePrice(cachedPrompt),
+      cacheWritePico: cacheWrite === undefined ? promptPico : parsePrice(cacheWrite),
+    };
     pricing = { prompt: formatPrice(text.promptPico), completion: formatPrice(text.completionPico) };
+    // Listed under OpenRouter's names, only when configured (else they are the prompt price).
+    if (cachedPrompt !== undefined) pricing.input_cache_read = formatPrice(text.cachedPromptPico);
+    if (cacheWrite !== undefined) pricing.input_cache_write = formatPrice(text.cacheWritePico);
     if (m.pricing.tools) {
       toolPrices = new Map(Object.entries(m.pricing.tools).map(([tool, price]) => [tool, parsePrice(price)]));
       // Listed as configured, USD per call, so a client can see what a hosted tool costs.

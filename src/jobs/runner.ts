@@ -156,6 +156,8 @@ export function jobView(job: JobRecord): Record<string, unknown> {
     // A string, as OpenAI's video object (and its SDKs) type it.
     view.seconds = job.seconds === undefined ? null : String(job.seconds);
     view.size = job.size ?? null;
+    // OpenAI's video object always names the video it remixes; the gateway makes no remixes.
+    view.remixed_from_video_id = null;
   }
   return view;
 }

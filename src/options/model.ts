@@ -5,6 +5,10 @@ import { decimalPrice } from './values.js';
 export const textPricingSchema = z.strictObject({
   prompt: decimalPrice,
   completion: decimalPrice,
+  /** USD per prompt token read from the provider's cache. @default the prompt price */
+  cachedPrompt: decimalPrice.optional(),
+  /** USD per prompt token written to the provider's cache. @default the prompt price */
+  cacheWrite: decimalPrice.optional(),
   /**
    * Hosted tools the model may use (`web_search`, `image_generation`, ...): USD per call the
    * upstream reports, by the tool's `type`. A hosted tool not priced here is refused (400

@@ -6,8 +6,21 @@
 import type { WindowResult } from './limit-types.js';
 
 export type LedgerUnits =
-  /** `tools`: calls of priced hosted tools (`{web_search: 3}`), billed per call beside the tokens. */
-  | { kind: 'tokens'; prompt: number; completion: number; tools?: Record<string, number> }
+  /**
+   * `prompt` is every input token; `cachedPrompt` and `cacheWrite` (present when above zero)
+   * are the parts of it read from and written to the provider's cache, billed at their own
+   * prices. `reasoning` is the part of `completion` spent reasoning: shown, billed as completion.
+   * `tools`: calls of priced hosted tools (`{web_search: 3}`), billed per call beside the tokens.
+   */
+  | {
+      kind: 'tokens';
+      prompt: number;
+      completion: number;
+      cachedPrompt?: number;
+      cacheWrite?: number;
+      reasoning?: number;
+      tools?: Record<string, number>;
+    }
   | { kind: 'images'; images: number; tier: string }
   | { kind: 'seconds'; seconds: number; tier: string }
   | { kind: 'speech_tokens'; tokens: number }

@@ -284,6 +284,16 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect((await charges(a.accountId))[0]?.cost).toBe(250n);
     });
 
+    it('keeps the parts of token units (cache reads and writes, reasoning, tool calls) as settled', async () => {
+      const a = await account(h().stores, 10_000n);
+      const held = hold(a, 1_000n);
+      await billing().placeHold(held);
+      const units = { kind: 'tokens' as const, prompt: 2001, completion: 777, cachedPrompt: 1501, cacheWrite: 300, reasoning: 500, tools: { web_search: 2 } };
+      const s = { ...settleReq(a, held.holdId, 400n), entry: { ...settleReq(a, held.holdId, 0n).entry, units } };
+      await billing().settle(s);
+      expect((await charges(a.accountId))[0]?.units).toEqual(units);
+    });
+
     it('pages the ledger by cursor, filtered by key and time, visiting every entry once', async () => {
       const a = await account(h().stores, 1_000_000n);
       const other = { accountId: a.accountId, keyId: uid('key') };

@@ -226,7 +226,7 @@ describe('CLI processes on one SQLite file', () => {
 
     const csv = (await cli(['ledger', '--config', configFile, '--account', 'acct_holds', '--format', 'csv'])).trim().split('\n');
     expect(csv[0]).toBe(
-      'at,id,account,key,model,units,prompt_tokens,completion_tokens,images,seconds,tokens,tier,cost_usd,held_usd,exceeded_hold,measured,upstream,reason',
+      'at,id,account,key,model,units,prompt_tokens,completion_tokens,cached_prompt_tokens,cache_write_tokens,reasoning_tokens,images,seconds,tokens,tier,cost_usd,held_usd,exceeded_hold,measured,upstream,reason',
     );
     // The opening balance, the top-up and the 15 charges: the ledger sums to minus the balance.
     expect(csv).toHaveLength(18);

@@ -19,8 +19,8 @@ import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../../u
 import { openAmountCall } from '../../billing/billed-call.js';
 import { refuseNul, takeSlot, unixSeconds } from '../media.js';
 import { refuseAgentKeys, zodError } from '../shared.js';
-import { DEFAULT_SECONDS, forUpstream, readSubmission, type Submission } from './submission.js';
-import { trackVideo } from './tracker.js';
+import { DEFAULT_SECONDS, DEFAULT_SIZE, forUpstream, readSubmission, type Submission } from './submission.js';
+import { reportedSize, trackVideo } from './tracker.js';
 
 const videoSchema = z.looseObject({
   model: z.string().min(1),
@@ -82,7 +82,7 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
     result: null,
     prompt: req.prompt,
     seconds,
-    size: req.size ?? req.resolution,
+    size: req.size ?? req.resolution ?? submitted.size ?? DEFAULT_SIZE,
     holdId: jobId,
     leaseId: lease.leaseId,
     tier,
@@ -103,6 +103,8 @@ interface Submitted {
   upstreamJobId: string;
   /** The upstream that accepted the job. */
   servedBy: string;
+  /** The size the upstream says it renders, when it says. */
+  size: string | null;
 }
 
 /** Sends the submission upstream (the model's targets in turn); anything but an accepted job releases the hold and throws. */
@@ -120,7 +122,8 @@ async function submit(core: Services, ctx: RequestContext, model: Model, sub: Su
     if (!parsed || typeof parsed !== 'object' || typeof (parsed as { id?: unknown }).id !== 'string') {
       throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent a malformed video job.`);
     }
-    return { call, upstreamJobId: (parsed as { id: string }).id, servedBy };
+    const job = parsed as { id: string; size?: unknown };
+    return { call, upstreamJobId: job.id, servedBy, size: reportedSize(job.size) };
   } catch (err) {
     await call.cancel();
     throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });

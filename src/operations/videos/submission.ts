@@ -12,6 +12,13 @@ import { encodeMultipart, type FilePart, readMultipart } from './multipart.js';
 export const DEFAULT_SECONDS = 4;
 
 /**
+ * The size a job is shown with when neither the client nor the upstream named one: OpenAI's
+ * default, which an OpenAI-compatible upstream renders when asked for none (its video object
+ * always has a size).
+ */
+export const DEFAULT_SIZE = '720x1280';
+
+/**
  * The fields that set what is rendered and billed, or what the job record keeps: always text.
  * One of them sent as a file is refused, since upstreams differ on whether they read it.
  */

@@ -42,7 +42,7 @@ function reportedSeconds(value: unknown): number | null {
  * is not kept: text the job store cannot hold (a NUL on PostgreSQL) would make the completed
  * record unwritable, and the job would never be billed.
  */
-function reportedSize(value: unknown): string | null {
+export function reportedSize(value: unknown): string | null {
   return typeof value === 'string' && /^[A-Za-z0-9x]{1,32}$/.test(value) ? value : null;
 }
 

@@ -1,20 +1,19 @@
 /**
  * The simulator's Gemini API (`kind: "gemini"`): `models/{model}:generateContent` and
  * `:streamGenerateContent?alt=sse`, answering the last user text deterministically, with
- * `usageMetadata` as Gemini reports it. Implicit caching is simulated: the longest start of
- * a request (system instruction, then whole turns) that an earlier request already sent is
- * reported as `cachedContentTokenCount`, so the second turn of a conversation shows cached
- * tokens. A thinking budget is reported as a few `thoughtsTokenCount`.
+ * `usageMetadata` as Gemini reports it. Implicit caching is the simulator's prompt cache
+ * (prompt-cache.ts): a request whose start (system instruction and every turn but the last)
+ * an earlier one sent reads it, reported as `cachedContentTokenCount` (Gemini reports no
+ * cache writes). A thinking budget is reported as a few `thoughtsTokenCount`.
  */
-import { createHash, randomUUID } from 'node:crypto';
+import { randomUUID } from 'node:crypto';
 import type { Tokenizer } from '../../billing/tokens.js';
 import type { UpstreamCall, UpstreamResponse } from '../client.js';
 import { jsonResponse, streamResponse } from '../local-response.js';
 import { sleep } from '../sleep.js';
+import type { PromptCache } from './prompt-cache.js';
 
 const ROUTE = /^\/(?:models|tunedModels)\/([^/:]+):(generateContent|streamGenerateContent)(\?alt=sse)?$/;
-/** How many request starts the simulated cache remembers before it starts afresh. */
-const CACHE_ENTRIES = 10_000;
 const encoder = new TextEncoder();
 
 type Obj = Record<string, unknown>;
@@ -47,27 +46,7 @@ export interface GeminiSimulator {
   handle(c: UpstreamCall, opts: { chunkDelayMs: number }): UpstreamResponse | null;
 }
 
-export function createGeminiSimulator(tokenizer: Tokenizer): GeminiSimulator {
-  const seen = new Set<string>();
-
-  /** Tokens of the longest start of `segments` an earlier request sent; remembers this one's starts. */
-  function cached(segments: string[], tokens: number[]): number {
-    const hash = createHash('sha256');
-    let hit = 0;
-    let sum = 0;
-    const keys: string[] = [];
-    segments.forEach((s, i) => {
-      hash.update(`${s.length}:${s}`);
-      sum += tokens[i]!;
-      const key = hash.copy().digest('hex');
-      if (seen.has(key)) hit = sum;
-      keys.push(key);
-    });
-    if (seen.size + keys.length > CACHE_ENTRIES) seen.clear();
-    for (const k of keys) seen.add(k);
-    return hit;
-  }
-
+export function createGeminiSimulator(tokenizer: Tokenizer, cache: PromptCache): GeminiSimulator {
   return {
     handle(c, opts) {
       const route = c.method === 'POST' ? ROUTE.exec(c.path) : null;
@@ -87,7 +66,9 @@ export function createGeminiSimulator(tokenizer: Tokenizer): GeminiSimulator {
       const segments = [textOf(body.systemInstruction), ...contents.map(textOf)];
       const tokens = segments.map((s) => tokenizer.count(s));
       const promptTokenCount = tokens.reduce((a, b) => a + b, 0);
-      const cachedContentTokenCount = cached(segments, tokens);
+      const start = segments.slice(0, -1);
+      const startTokens = tokens.slice(0, -1).reduce((a, b) => a + b, 0);
+      const cachedContentTokenCount = cache.use(`gemini:${model}\n${JSON.stringify(start)}`, startTokens, promptTokenCount).cached;
       const config = isObj(body.generationConfig) ? body.generationConfig : {};
       const budget = isObj(config.thinkingConfig) && typeof config.thinkingConfig.thinkingBudget === 'number' ? config.thinkingConfig.thinkingBudget : 0;
       const thoughtsTokenCount = Math.min(Math.max(budget, 0), 24);

@@ -8,6 +8,7 @@ import type { Upstream, UpstreamCall, UpstreamResponse } from '../client.js';
 import { jsonResponse, streamResponse } from '../local-response.js';
 import { createGeminiSimulator } from './gemini.js';
 import { createMediaSimulator, type MediaSimulatorOptions } from './media.js';
+import { PromptCache } from './prompt-cache.js';
 import { sleep } from '../sleep.js';
 
 export interface SimulatorOptions extends MediaSimulatorOptions {
@@ -42,9 +43,14 @@ function simulatedAnswer(prompt: string, maxTokens: number | undefined, tokenize
 }
 
 /** A text route: the parsed JSON body in, the simulated answer out. */
-type TextRoute = (c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer) => UpstreamResponse;
+type TextRoute = (c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer, cache: PromptCache) => UpstreamResponse;
 
-function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
+/** Tokens of chat messages as the simulator counts them: 4 per message plus its content, 3 per prompt. */
+function messageTokens(messages: unknown[], tokenizer: Tokenizer): number {
+  return messages.reduce((n: number, m: unknown) => n + 4 + tokenizer.count(contentText((m as { content?: unknown })?.content)), 3);
+}
+
+function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer, cache: PromptCache): UpstreamResponse {
   const model = String(body.model);
   const prompt = lastUserText(body.messages);
   const maxTokens =
@@ -54,11 +60,18 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
         ? body.max_completion_tokens
         : undefined;
   const answer = simulatedAnswer(prompt, maxTokens, tokenizer);
-  const promptTokens = Array.isArray(body.messages)
-    ? body.messages.reduce((n: number, m: unknown) => n + 4 + tokenizer.count(contentText((m as { content?: unknown })?.content)), 3)
-    : 0;
+  const messages = Array.isArray(body.messages) ? body.messages : [];
+  const promptTokens = messageTokens(messages, tokenizer);
   const completionTokens = tokenizer.count(answer);
-  const usage = { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+  // Every message before the last is the prefix a provider's prompt cache may hold.
+  const prefix = messages.slice(0, -1);
+  const cached = cache.use(`${model}\n${JSON.stringify(prefix)}`, messageTokens(prefix, tokenizer), promptTokens);
+  const usage = {
+    prompt_tokens: promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: cached.cached, cache_write_tokens: cached.written },
+  };
   const id = `chatcmpl-sim-${randomUUID()}`;
   const created = Math.floor(Date.now() / 1000);
   const finish = maxTokens !== undefined && answer.split(' ').length < simulatedAnswer(prompt, undefined, tokenizer).split(' ').length ? 'length' : 'stop';
@@ -68,7 +81,7 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
       object: 'chat.completion',
       created,
       model,
-      choices: [{ index: 0, message: { role: 'assistant', content: answer }, finish_reason: finish }],
+      choices: [{ index: 0, message: { role: 'assistant', content: answer, refusal: null, annotations: [] }, logprobs: null, finish_reason: finish }],
       usage,
     });
   }
@@ -76,7 +89,7 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
   const words = answer.split(' ');
   const chunk = (delta: Record<string, unknown>, finishReason: string | null, extra: Record<string, unknown> = {}) =>
     encoder.encode(
-      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, finish_reason: finishReason }], ...extra })}\n\n`,
+      `data: ${JSON.stringify({ id, object: 'chat.completion.chunk', created, model, choices: [{ index: 0, delta, logprobs: null, finish_reason: finishReason }], ...extra })}\n\n`,
     );
   const signal = c.signal;
   const delay = opts.chunkDelayMs;
@@ -154,13 +167,16 @@ function completions(c: UpstreamCall, body: Record<string, unknown>, opts: Simul
   return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
 }
 
-function responses(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
+function responses(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOptions, tokenizer: Tokenizer, cache: PromptCache): UpstreamResponse {
   const input = body.input;
   const prompt = typeof input === 'string' ? input : lastUserText(input);
   const answer = simulatedAnswer(prompt, maxTokensOf(body.max_output_tokens), tokenizer);
   const instructions = typeof body.instructions === 'string' ? body.instructions : '';
   const inputTokens = tokenizer.count(instructions) + (typeof input === 'string' ? tokenizer.count(input) : tokenizer.count(JSON.stringify(input ?? '')));
   const outputTokens = tokenizer.count(answer);
+  // The instructions and every input item before the last are the prefix a provider's cache may hold.
+  const prefix = `${instructions}\n${Array.isArray(input) ? JSON.stringify(input.slice(0, -1)) : ''}`;
+  const cached = cache.use(`${String(body.model)}\n${prefix}`, tokenizer.count(prefix), inputTokens);
   const id = `resp_sim${randomUUID().replaceAll('-', '')}`;
   const msgId = `msg_sim${randomUUID().replaceAll('-', '')}`;
   const created_at = Math.floor(Date.now() / 1000);
@@ -171,10 +187,11 @@ function responses(c: UpstreamCall, body: Record<string, unknown>, opts: Simulat
   };
   const message = (text: string, status: string) => ({
     id: msgId, type: 'message', role: 'assistant', status,
-    content: [{ type: 'output_text', text, annotations: [] }],
+    content: [{ type: 'output_text', text, annotations: [], logprobs: [] }],
   });
   const usage = {
-    input_tokens: inputTokens, input_tokens_details: { cached_tokens: 0 },
+    input_tokens: inputTokens,
+    input_tokens_details: { cached_tokens: cached.cached, cache_write_tokens: cached.written },
     output_tokens: outputTokens, output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: inputTokens + outputTokens,
   };
@@ -185,49 +202,51 @@ function responses(c: UpstreamCall, body: Record<string, unknown>, opts: Simulat
     encoder.encode(`event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: seq++, ...data })}\n\n`);
   const words = answer.split(' ');
   async function* events() {
-    const pending = { ...base, status: 'in_progress', output: [], usage: null };
+    // No usage until the response is done (OpenAI's schema has no null usage).
+    const pending = { ...base, status: 'in_progress', output: [] };
     yield ev('response.created', { response: pending });
     yield ev('response.in_progress', { response: pending });
     yield ev('response.output_item.added', { output_index: 0, item: { ...message('', 'in_progress'), content: [] } });
-    yield ev('response.content_part.added', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [] } });
+    yield ev('response.content_part.added', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: '', annotations: [], logprobs: [] } });
     for (let i = 0; i < words.length; i++) {
       if (opts.chunkDelayMs > 0) await sleep(opts.chunkDelayMs, c.signal);
       yield ev('response.output_text.delta', { item_id: msgId, output_index: 0, content_index: 0, delta: (i === 0 ? '' : ' ') + words[i], logprobs: [] });
     }
     yield ev('response.output_text.done', { item_id: msgId, output_index: 0, content_index: 0, text: answer, logprobs: [] });
-    yield ev('response.content_part.done', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: answer, annotations: [] } });
+    yield ev('response.content_part.done', { item_id: msgId, output_index: 0, content_index: 0, part: { type: 'output_text', text: answer, annotations: [], logprobs: [] } });
     yield ev('response.output_item.done', { output_index: 0, item: message(answer, 'completed') });
     yield ev('response.completed', { response: done });
   }
   return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
 }
 
-async function textCall(c: UpstreamCall, opts: SimulatorOptions, tokenizer: Tokenizer, route: TextRoute): Promise<UpstreamResponse> {
+async function textCall(c: UpstreamCall, opts: SimulatorOptions, tokenizer: Tokenizer, route: TextRoute, cache: PromptCache): Promise<UpstreamResponse> {
   let body: Record<string, unknown>;
   try {
     body = JSON.parse(typeof c.body === 'string' ? c.body : new TextDecoder().decode(c.body ?? new Uint8Array()));
   } catch {
-    return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null } });
+    return jsonResponse(400, { error: { message: 'invalid JSON', type: 'invalid_request_error', code: null, param: null } });
   }
-  return route(c, body, opts, tokenizer);
+  return route(c, body, opts, tokenizer, cache);
 }
 
 export function createSimulator(name: string, opts: SimulatorOptions, tokenizer: Tokenizer): Upstream {
   const media = createMediaSimulator(opts, tokenizer);
-  const gemini = createGeminiSimulator(tokenizer);
+  const cache = new PromptCache();
+  const gemini = createGeminiSimulator(tokenizer, cache);
   return {
     name,
     simulated: true,
     async call(c) {
-      if (c.method === 'POST' && c.path === '/chat/completions') return textCall(c, opts, tokenizer, chat);
-      if (c.method === 'POST' && c.path === '/embeddings') return textCall(c, opts, tokenizer, embeddings);
-      if (c.method === 'POST' && c.path === '/completions') return textCall(c, opts, tokenizer, completions);
-      if (c.method === 'POST' && c.path === '/responses') return textCall(c, opts, tokenizer, responses);
+      if (c.method === 'POST' && c.path === '/chat/completions') return textCall(c, opts, tokenizer, chat, cache);
+      if (c.method === 'POST' && c.path === '/embeddings') return textCall(c, opts, tokenizer, embeddings, cache);
+      if (c.method === 'POST' && c.path === '/completions') return textCall(c, opts, tokenizer, completions, cache);
+      if (c.method === 'POST' && c.path === '/responses') return textCall(c, opts, tokenizer, responses, cache);
       const google = gemini.handle(c, opts);
       if (google) return google;
       const handled = await media.handle(c);
       if (handled) return handled;
-      return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null } });
+      return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null, param: null } });
     },
     async close() {
       media.close();

@@ -98,7 +98,7 @@ async function parseVideoBody(c: UpstreamCall): Promise<Record<string, unknown> 
 
 export function createMediaSimulator(opts: MediaSimulatorOptions, _tokenizer: Tokenizer): MediaSimulator {
   const videos = new Map<string, SimVideo>();
-  const badRequest = (message: string) => jsonResponse(400, { error: { message, type: 'invalid_request_error', code: null } });
+  const badRequest = (message: string) => jsonResponse(400, { error: { message, type: 'invalid_request_error', code: null, param: null } });
 
   const videoView = (v: SimVideo) => {
     const elapsed = Date.now() - v.createdAt;
@@ -113,8 +113,11 @@ export function createMediaSimulator(opts: MediaSimulatorOptions, _tokenizer: To
       progress,
       created_at: Math.floor(v.createdAt / 1000),
       completed_at: done ? Math.floor((v.createdAt + opts.videoDurationMs) / 1000) : null,
+      expires_at: null,
+      prompt: v.prompt,
       seconds: v.seconds,
       size: v.size,
+      remixed_from_video_id: null,
       error: done && v.fail ? { code: 'generation_failed', message: 'The simulated generation failed.' } : null,
     };
   };
@@ -126,7 +129,7 @@ export function createMediaSimulator(opts: MediaSimulatorOptions, _tokenizer: To
         if (!body) return badRequest('invalid JSON');
         await sleep(opts.imageDelayMs, c.signal);
         if (String(body.prompt).includes('[fail]')) {
-          return jsonResponse(500, { error: { message: 'simulated failure', type: 'server_error', code: null } });
+          return jsonResponse(500, { error: { message: 'simulated failure', type: 'server_error', code: null, param: null } });
         }
         const n = typeof body.n === 'number' ? body.n : 1;
         const asUrl = body.response_format === 'url';
@@ -162,7 +165,7 @@ export function createMediaSimulator(opts: MediaSimulatorOptions, _tokenizer: To
       const m = /^\/videos\/([^/]+)(\/content)?$/.exec(c.path.split('?')[0] ?? '');
       if (c.method === 'GET' && m) {
         const v = videos.get(decodeURIComponent(m[1]!));
-        if (!v) return jsonResponse(404, { error: { message: 'no such video', type: 'invalid_request_error', code: null } });
+        if (!v) return jsonResponse(404, { error: { message: 'no such video', type: 'invalid_request_error', code: null, param: null } });
         if (!m[2]) return jsonResponse(200, videoView(v));
         if (videoView(v).status !== 'completed') return badRequest('video is not completed');
         return bytesResponse(200, placeholderMp4(), { 'content-type': 'video/mp4' });

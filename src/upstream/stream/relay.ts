@@ -75,7 +75,8 @@ export function settleStream(billing: StreamCall, reader: EventReader, tokenizer
   if (completion === 0 && !usage?.completion && !tools) return call.cancel();
   // The prompt is the provider's to count whenever it said (it does not grow mid-stream).
   const prompt = usage?.prompt ?? billing.promptTokens();
-  return call.bill({ kind: 'tokens', prompt, completion: Math.max(usage?.completion ?? 0, completion), ...toolCalls }, 'tokenizer', {
+  // The usage's cache reads and writes stay parts of its prompt, priced as such.
+  return call.bill({ kind: 'tokens', ...usage, prompt, completion: Math.max(usage?.completion ?? 0, completion), ...toolCalls }, 'tokenizer', {
     upstream: model.upstream,
   });
 }
