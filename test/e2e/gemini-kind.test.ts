@@ -15,13 +15,33 @@ import { defaultAnswer, startGeminiUpstream, type GeminiUpstream } from '../help
 
 const GEMINI_KEY = 'AIzaSyTestKey-q8Zw2Kx9Lp4Rm7Tj3Vb';
 
+/**
+ * A model priced apart for cache reads. USD per token: prompt 0.000003, cache read
+ * 0.0000003333, completion 0.000015 (pico-USD 3_000_000, 333_300, 15_000_000).
+ */
+const CACHED_MODEL = 'test/gemini-cached';
+const CACHED_PRICING = { prompt: '0.000003', completion: '0.000015', cachedPrompt: '0.0000003333' };
+/** Gemini reports 2001 prompt tokens of which 1501 cached, 277 candidate tokens and 500 thinking ones. */
+const CACHED_USAGE = { promptTokenCount: 2001, cachedContentTokenCount: 1501, candidatesTokenCount: 277, thoughtsTokenCount: 500, totalTokenCount: 2778 };
+/**
+ *   uncached   (2001 - 1501) x  3_000_000 =  1_500_000_000 pico
+ *   reads       1501 x   333_300          =    500_283_300
+ *   completion  (277 + 500) x 15_000_000  = 11_655_000_000   (thinking is completion)
+ *   total                                 = 13_655_283_300 pico -> rounded up: 13_655_284 nano
+ */
+const CACHED_GOLDEN_NANO = 13_655_284n;
+const CACHED_UNITS = { kind: 'tokens', prompt: 2001, completion: 777, cachedPrompt: 1501, reasoning: 500 };
+
 let gem: GeminiUpstream;
 let gw: RunningGateway;
 let devKey: string;
 
 beforeAll(async () => {
   gem = await startGeminiUpstream(GEMINI_KEY);
-  const setup = testConfig({ walletUsd: 100 });
+  const setup = testConfig({
+    walletUsd: 100,
+    models: [{ id: CACHED_MODEL, type: 'text', upstream: 'test', upstreamModel: 'gemini-cached', pricing: CACHED_PRICING, contextLength: 32_000, maxOutputTokens: 4096 }],
+  });
   setup.options.upstreams = { test: { kind: 'gemini', baseUrl: gem.url, apiKey: GEMINI_KEY, timeoutMs: 10_000 } };
   devKey = setup.devKey;
   gw = await startGateway(setup.options);
@@ -421,6 +441,36 @@ describe('Responses over a Gemini upstream', () => {
       expect((err as BadRequestError).param).toBe(param);
     }
     expect(gem.requests.length).toBe(requests);
+  });
+});
+
+describe('cached and thinking tokens from usageMetadata, golden to the nano-USD', () => {
+  const cases = [
+    ['chat', false],
+    ['chat', true],
+    ['responses', false],
+    ['responses', true],
+  ] as const;
+  it.each(cases)('%s, streamed: %s', async (api, stream) => {
+    gem.answer = () => ({ parts: [{ text: 'Cached answer.' }], finishReason: 'STOP', usageMetadata: CACHED_USAGE });
+    const before = await balance();
+    let requestId: string | null;
+    if (api === 'chat') {
+      const body = { model: CACHED_MODEL, messages: [{ role: 'user' as const, content: 'Hi' }] };
+      if (stream) {
+        const { data, response } = await client().chat.completions.create({ ...body, stream: true }).withResponse();
+        for await (const _ of data);
+        requestId = response.headers.get('x-request-id');
+      } else requestId = (await client().chat.completions.create(body).withResponse()).response.headers.get('x-request-id');
+    } else if (stream) {
+      const { data, response } = await client().responses.create({ model: CACHED_MODEL, input: 'Hi', stream: true }).withResponse();
+      for await (const _ of data);
+      requestId = response.headers.get('x-request-id');
+    } else requestId = (await client().responses.create({ model: CACHED_MODEL, input: 'Hi' }).withResponse()).response.headers.get('x-request-id');
+    const entry = await chargeOf(requestId);
+    expect(entry.units).toEqual(CACHED_UNITS);
+    expect(entry.cost).toBe(CACHED_GOLDEN_NANO);
+    expect(before - (await balance())).toBe(CACHED_GOLDEN_NANO);
   });
 });
 
