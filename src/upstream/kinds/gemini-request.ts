@@ -141,7 +141,11 @@ function allowedNames(choice: unknown): Set<string> | null {
   return new Set(tools.map((t) => (isObject(t) && isObject(t.function) ? t.function.name : undefined)).filter((n): n is string => typeof n === 'string'));
 }
 
-/** `tools` as Gemini function declarations (JSON Schema parameters), or null when there are none. */
+/**
+ * `tools` as Gemini function declarations (JSON Schema parameters), or null when there are
+ * none. A function's `strict` has no Gemini counterpart; it is accepted (the docs say so) as
+ * the schema still goes to the model.
+ */
 function declarations(tools: unknown, choice: unknown): Record<string, unknown>[] | null {
   if (absent(tools)) return null;
   if (!Array.isArray(tools)) throw refuse('tools', 'an array of function tools is required');
