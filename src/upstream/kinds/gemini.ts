@@ -1,0 +1,28 @@
+/**
+ * Google's Gemini API (`generateContent`, `streamGenerateContent?alt=sse`) as an upstream
+ * kind: the key goes in `x-goog-api-key`; chat completions are translated to it and back
+ * (gemini-request.ts, gemini-answer.ts), and Responses through chat (responses-chat.ts).
+ */
+import { GatewayError } from '../../errors.js';
+import { compose } from './compose.js';
+import { GeminiChatStream, geminiAnswer } from './gemini-answer.js';
+import { geminiRequest } from './gemini-request.js';
+import { responsesOverChat } from './responses-chat.js';
+import type { Kind, Translation } from './types.js';
+
+export const chatOverGemini: Translation = {
+  request: geminiRequest,
+  answer: geminiAnswer,
+  stream: () => new GeminiChatStream(),
+};
+
+const responsesOverGemini = compose(responsesOverChat, chatOverGemini);
+
+export const geminiKind: Kind = {
+  auth: (apiKey): Record<string, string> => (apiKey ? { 'x-goog-api-key': apiKey } : {}),
+  translation(path) {
+    if (path === '/chat/completions') return chatOverGemini;
+    if (path === '/responses') return responsesOverGemini;
+    throw new GatewayError('invalid_request', `This model is served by a Gemini upstream, which cannot serve ${path}.`, { param: 'model' });
+  },
+};
