@@ -10,6 +10,7 @@ import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, whenToUnixMs } from './admin/accounts.js';
 import { describeStorage, open } from './cli/open.js';
+import { flagProblem } from './cli/flags.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
 import { parseUsd } from './billing/money.js';
@@ -234,6 +235,8 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
 }
 
 async function admin(argv: string[]): Promise<void> {
+  const problem = flagProblem(argv, options);
+  if (problem) throw new UsageError(problem);
   const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options, allowPositionals: true });
   const [group, action] = positionals;
   if (group === 'serve') return serve(need(values.config, 'config'), port(values.port), values.host ?? '127.0.0.1');

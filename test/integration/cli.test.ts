@@ -78,6 +78,21 @@ describe('command-line mistakes', () => {
     }
   });
 
+  it('an unknown flag names the nearest known one, and a bad config names the field and what it got', async () => {
+    const unknown = await cli('serve', '--config', MEMORY_CONFIG, '--prot', '9000');
+    expectClearError(unknown, /^unknown option --prot; did you mean --port\?\n/);
+    expect(unknown.stderr).not.toMatch(/parseArgs|positional argument/);
+    const config = writeConfig({
+      upstreams: { sim: { simulate: true } },
+      models: [{ id: 'm', upstream: 'sim', pricing: { prompt: 1.5e-7, completion: '0.000001' } }],
+      limts: {},
+    });
+    const bad = await cli('serve', '--config', config, '--port', '0');
+    expectClearError(bad, /^invalid gateway options:\n/);
+    expect(bad.stderr).toContain('  models[0].pricing.prompt: expected a decimal string such as "0.000001", got the number 1.5e-7\n');
+    expect(bad.stderr).toContain('  (root): "limts" is not a known key; did you mean "limits"?\n');
+  });
+
   it('documents every command and option in --help; an unknown command prints it', async () => {
     const help = await cli('--help');
     expect(help.code).toBe(0);
@@ -150,6 +165,33 @@ describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', 
     const down = writeConfig({ storage: { driver: 'redis', url: 'redis://127.0.0.1:1', keyPrefix: prefix } });
     expectClearError(await cli('accounts', 'list', '--config', down), /^the storage does not answer: Redis/);
   });
+});
+
+describe('from a clone, without a build', () => {
+  /** `npm run cli -- ARGS`, as the README says to run the CLI from a clone. */
+  const npmRunCli = (...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
+    new Promise((resolve) => {
+      execFile('npm', ['run', 'cli', '--', ...args], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) => {
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      });
+    });
+
+  it('npm run cli -- runs the command from the sources', async () => {
+    const help = await npmRunCli('--help');
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toContain('model-gateway serve --config FILE');
+    const dir = mkdtempSync(join(tmpdir(), 'mg-cli-clone-'));
+    try {
+      const config = writeConfig({ storage: { driver: 'sqlite', path: join(dir, 'books.db') } });
+      const created = await npmRunCli('accounts', 'create', '--config', config, '--id', 'acme', '--wallet', '3');
+      expect(created.code, created.stderr).toBe(0);
+      const listed = await npmRunCli('accounts', 'list', '--config', config);
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(listed.stdout).toMatch(/"id": "acme"[\s\S]*"balanceUsd": "3"/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe('audit', () => {
