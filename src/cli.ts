@@ -9,7 +9,7 @@ import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, whenToUnixMs } from './admin/accounts.js';
-import { describeStorage, open } from './cli/open.js';
+import { describeStorage, open, StoreUnreachableError } from './cli/open.js';
 import { flagProblem } from './cli/flags.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
@@ -316,7 +316,7 @@ main().catch((err: unknown) => {
     process.stderr.write(`${err.message}\n(model-gateway --help lists every command and option)\n`);
   } else if (err instanceof UsageError || (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_'))) {
     process.stderr.write(`${(err as Error).message}\n\n${USAGE}\n`);
-  } else if (err instanceof ConfigError || err instanceof AdminError) {
+  } else if (err instanceof ConfigError || err instanceof AdminError || err instanceof StoreUnreachableError) {
     process.stderr.write(`${err.message}\n`);
   } else if (isStoreUnavailable(err)) {
     process.stderr.write(`the storage does not answer: ${err.message}\n`);

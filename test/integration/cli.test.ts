@@ -17,6 +17,7 @@ import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createRedisStores } from '../../src/stores/redis/index.js';
 import { writeConfig } from '../helpers/processes.js';
+import { freePort } from '../helpers/redis-servers.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -161,10 +162,19 @@ describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', 
     expectClearError(await cli('wallet', 'show', '--config', config, '--account', 'nobody'), /^No account "nobody"\./);
   }, 60_000);
 
-  it('a storage that does not answer is one line, not a stack', async () => {
-    const down = writeConfig({ storage: { driver: 'redis', url: 'redis://127.0.0.1:1', keyPrefix: prefix } });
-    expectClearError(await cli('accounts', 'list', '--config', down), /^the storage does not answer: Redis/);
-  });
+});
+
+describe('a store that does not answer at start', () => {
+  it('names its address, never its password, in one line: Redis for serve, PostgreSQL for an admin command', async () => {
+    const [redisPort, pgPort] = [await freePort(), await freePort()];
+    const redis = writeConfig({ storage: { driver: 'redis', url: `redis://:s3cret-redis-pw@127.0.0.1:${redisPort}` } });
+    const pg = writeConfig({ storage: { driver: 'postgres', url: `postgres://gw:s3cret-pg-pw@127.0.0.1:${pgPort}/books` } });
+    const [serve, list] = await Promise.all([cli('serve', '--config', redis, '--port', '0'), cli('accounts', 'list', '--config', pg)]);
+    expectClearError(serve, new RegExp(`^could not reach Redis at redis://127\\.0\\.0\\.1:${redisPort}: .*\\n$`));
+    expectClearError(list, new RegExp(`^could not reach PostgreSQL at postgres://gw@127\\.0\\.0\\.1:${pgPort}/books: .*ECONNREFUSED.*\\n$`));
+    for (const r of [serve, list]) expect(r.stderr + r.stdout).not.toMatch(/s3cret/);
+    expect(serve.stdout).not.toMatch(/listening/);
+  }, 60_000);
 });
 
 describe('from a clone, without a build', () => {
