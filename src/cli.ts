@@ -193,7 +193,8 @@ function startLines(gateway: Gateway, where: string): string {
 }
 
 async function serve(configFile: string, port: number, host: string): Promise<void> {
-  const { gateway, stores } = await open(configFile, false);
+  // A store that does not answer yet is named on stderr; the gateway serves 503 until it does.
+  const { gateway, stores } = await open(configFile, false, (message) => process.stderr.write(`${message}\n`));
   const server = createServer(gateway);
   server.keepAliveTimeout = 65_000;
   try {

@@ -42,16 +42,28 @@ function redisPlace(r: { url?: string | undefined; cluster?: readonly string[] |
 }
 
 /**
- * Builds a store (`make` may connect) and pings it; a failure of either names the place.
- * The reason is the driver's own words with every password of the config taken out.
+ * What to do when a store does not answer its first ping: `serve` reports it and serves
+ * anyway (calls get 503 until the store answers, and the stores reconnect by themselves);
+ * without it, opening fails (an admin command cannot do its work).
  */
-async function reach(place: string, secrets: string[], make: () => Stores | Promise<Stores>): Promise<Stores> {
-  const fail = (err: unknown): never => {
+export type StoreDown = ((message: string) => void) | undefined;
+
+/**
+ * Builds a store (`make` may connect) and pings it; a failure names the place, with the
+ * driver's own words as the reason and every password of the config taken out. A store that
+ * cannot even be built (PostgreSQL's migrations need the server) always fails.
+ */
+async function reach(place: string, secrets: string[], make: () => Stores | Promise<Stores>, storeDown: StoreDown): Promise<Stores> {
+  const message = (err: unknown): string => {
     let reason = err instanceof Error ? err.message : String(err);
     for (const s of secrets) if (s) reason = reason.split(s).join('***');
-    throw new StoreUnreachableError(`could not reach ${place}: ${reason}. Is it running there, and is that the address the config means?`);
+    return `could not reach ${place}: ${reason}. Is it running there, and is that the address the config means?`;
   };
-  const stores = await Promise.resolve().then(make).catch(fail);
+  const stores = await Promise.resolve()
+    .then(make)
+    .catch((err: unknown) => {
+      throw new StoreUnreachableError(message(err));
+    });
   if (!stores.ping) return stores;
   let timer: NodeJS.Timeout | undefined;
   try {
@@ -61,13 +73,17 @@ async function reach(place: string, secrets: string[], make: () => Stores | Prom
         timer = setTimeout(() => reject(new Error(`no answer within ${REACH_TIMEOUT_MS / 1000} s`)), REACH_TIMEOUT_MS);
       }),
     ]);
-    return stores;
   } catch (err) {
+    if (storeDown) {
+      storeDown(`${message(err)} Serving anyway: calls get 503 until it answers.`);
+      return stores;
+    }
     await stores.close().catch(() => {});
-    return fail(err);
+    throw new StoreUnreachableError(message(err));
   } finally {
     clearTimeout(timer);
   }
+  return stores;
 }
 
 /** The passwords a storage config holds (in URLs or fields), to keep out of messages. */
@@ -100,20 +116,20 @@ const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const
  * and any limits taken from Redis. Memory and plain SQLite are left to createGateway. The
  * driver modules are loaded on demand, so their packages are needed only when configured.
  */
-async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
+async function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores | undefined> {
   const { storage } = parseOptions(config);
   const secrets = passwordsOf(storage);
   if (storage.driver === 'memory') return undefined;
   if (storage.driver === 'redis') {
     const { createRedisStores } = await import('../stores/redis/entry.js');
     const { driver: _driver, ...connection } = storage;
-    return reach(redisPlace(storage), secrets, () => createRedisStores(connection));
+    return reach(redisPlace(storage), secrets, () => createRedisStores(connection), storeDown);
   }
   if (storage.driver === 'sqlite' && !storage.limits) return undefined;
   let books: Stores;
   if (storage.driver === 'postgres') {
     const { createPostgresStores } = await import('../stores/postgres/entry.js');
-    books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema }));
+    books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema }), storeDown);
   } else {
     const { createSqliteStores } = await import('../stores/sqlite/entry.js');
     books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
@@ -121,7 +137,7 @@ async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
   if (!storage.limits) return books;
   const { createRedisStores } = await import('../stores/redis/entry.js');
   const { url, keyPrefix } = storage.limits;
-  const redis = await reach(`${redisPlace({ url })} (storage.limits)`, secrets, () => createRedisStores({ url, keyPrefix })).catch(async (err: unknown) => {
+  const redis = await reach(`${redisPlace({ url })} (storage.limits)`, secrets, () => createRedisStores({ url, keyPrefix }), storeDown).catch(async (err: unknown) => {
     await books.close();
     throw err;
   });
@@ -149,10 +165,10 @@ function journalDir(config: GatewayOptions): string | null | undefined {
   return resolve('data', 'settle-journal', store);
 }
 
-export async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gateway; stores?: Stores }> {
+export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores?: Stores }> {
   const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
-  const stores = await storesFor(config);
+  const stores = await storesFor(config, storeDown);
   try {
     const gateway = createGateway({
       ...config,
