@@ -38,10 +38,10 @@ import { createServices, type Services, type ServicesOptions } from './services.
 
 export type { GatewayServerContext } from './pipeline/types.js';
 
-export interface GatewayOptions extends ServicesOptions {
+export type GatewayOptions = ServicesOptions & {
   /** Path prefix in front of /v1 when the host app does not strip it (e.g. "/api"). */
   basePath?: string;
-}
+};
 
 export interface GatewayExtras {
   /** Resolves when seeding (accounts, keys, brands, documents from the options) is done. */

@@ -170,12 +170,13 @@ export async function open(configFile: string, quiet: boolean, storeDown?: Store
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
   const stores = await storesFor(config, storeDown);
   try {
+    // The storage is checked against the stores at run time: a config file is JSON.
     const gateway = createGateway({
       ...config,
       settleJournalDir: journalDir(config),
       stores,
       ...(quiet ? { logger: silentLogger } : {}),
-    });
+    } as GatewayOptions);
     await gateway.ready;
     return { gateway, stores };
   } catch (err) {
