@@ -9,7 +9,8 @@ import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, whenToUnixMs } from './admin/accounts.js';
-import { describeStorage, open } from './cli/open.js';
+import { describeStorage, open, StoreUnreachableError } from './cli/open.js';
+import { flagProblem } from './cli/flags.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
 import { parseUsd } from './billing/money.js';
@@ -192,7 +193,8 @@ function startLines(gateway: Gateway, where: string): string {
 }
 
 async function serve(configFile: string, port: number, host: string): Promise<void> {
-  const { gateway, stores } = await open(configFile, false);
+  // A store that does not answer yet is named on stderr; the gateway serves 503 until it does.
+  const { gateway, stores } = await open(configFile, false, (message) => process.stderr.write(`${message}\n`));
   const server = createServer(gateway);
   server.keepAliveTimeout = 65_000;
   try {
@@ -234,6 +236,8 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
 }
 
 async function admin(argv: string[]): Promise<void> {
+  const problem = flagProblem(argv, options);
+  if (problem) throw new UsageError(problem);
   const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options, allowPositionals: true });
   const [group, action] = positionals;
   if (group === 'serve') return serve(need(values.config, 'config'), port(values.port), values.host ?? '127.0.0.1');
@@ -313,7 +317,7 @@ main().catch((err: unknown) => {
     process.stderr.write(`${err.message}\n(model-gateway --help lists every command and option)\n`);
   } else if (err instanceof UsageError || (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_'))) {
     process.stderr.write(`${(err as Error).message}\n\n${USAGE}\n`);
-  } else if (err instanceof ConfigError || err instanceof AdminError) {
+  } else if (err instanceof ConfigError || err instanceof AdminError || err instanceof StoreUnreachableError) {
     process.stderr.write(`${err.message}\n`);
   } else if (isStoreUnavailable(err)) {
     process.stderr.write(`the storage does not answer: ${err.message}\n`);

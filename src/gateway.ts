@@ -30,7 +30,7 @@ import { ipLimit } from './pipeline/plugins/ip-limit.js';
 import { keyLimit } from './pipeline/plugins/key-limit.js';
 import { observe } from './pipeline/plugins/observe.js';
 import { createProbes, probesStage, type StartupState } from './pipeline/plugins/probes.js';
-import { route } from './pipeline/plugins/route.js';
+import { matchRoute, route } from './pipeline/plugins/route.js';
 import { userHooks } from './pipeline/plugins/user-hooks.js';
 import { createRouter } from './pipeline/router.js';
 import type { Exchange, GatewayServerContext } from './pipeline/types.js';
@@ -38,10 +38,10 @@ import { createServices, type Services, type ServicesOptions } from './services.
 
 export type { GatewayServerContext } from './pipeline/types.js';
 
-export interface GatewayOptions extends ServicesOptions {
+export type GatewayOptions = ServicesOptions & {
   /** Path prefix in front of /v1 when the host app does not strip it (e.g. "/api"). */
   basePath?: string;
-}
+};
 
 export interface GatewayExtras {
   /** Resolves when seeding (accounts, keys, brands, documents from the options) is done. */
@@ -98,9 +98,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     errorEnvelope(hooks, log, (path) => (path === `${paths.v1}/messages` || path.startsWith(`${paths.v1}/messages/`) ? 'anthropic' : 'openai')),
     probesStage(paths, createProbes({ stores: core.stores, startup: () => startup, draining: () => draining, log }), metrics),
     adminMount(adminHttp && { adminPath: `${base}/admin`, basePath: base, handle: adminHttp.handle }, () => (isReady ? null : ready)),
+    // Named before any refusal, so every refusal's access line and metrics name the route.
+    matchRoute(createRouter(operations), paths.v1, core),
     drain({ ready, isReady: () => isReady, draining: () => draining }, `${paths.v1}/`),
     ipLimit(limiter),
-    route(createRouter(operations), paths.v1, core),
+    route,
     auth(core.auth, hooks),
     keyLimit(limiter),
     idempotency(core.stores.idempotency, ctx, paths.v1, { lockTtlMs: cfg.limits.idempotencyLockTtlMs, ...cfg.idempotency }),

@@ -4,6 +4,7 @@
  * storage sections, and the field validators they share, are in src/options/.
  */
 import { z } from 'zod';
+import { formatIssues } from './options/issues.js';
 import { modelSchema } from './options/model.js';
 import { storageSchema } from './options/storage.js';
 import { upstreamSchema } from './options/upstream.js';
@@ -256,11 +257,15 @@ export type GatewayConfig = z.output<typeof optionsSchema>;
 export type ModelConfig = z.output<typeof modelSchema>;
 export type UpstreamConfig = GatewayConfig['upstreams'][string];
 
-/** Validates options; the error names the path of every bad field. */
+/**
+ * Validates options; the error has a line per bad field: its path in JS notation and what
+ * was expected and given (`models[0].pricing.prompt: expected a decimal string such as
+ * "0.000001", got the number 1.5e-7`), with the nearest known name for an unknown key.
+ */
 export function parseOptions(input: unknown): GatewayConfig {
-  const result = optionsSchema.safeParse(input);
+  const result = optionsSchema.safeParse(input, { reportInput: true });
   if (result.success) return crossCheck(result.data);
-  const lines = result.error.issues.map((i) => `  ${i.path.length ? i.path.join('.') : '(root)'}: ${i.message}`);
+  const lines = formatIssues(result.error.issues, optionsSchema, input).map((l) => `  ${l}`);
   throw new ConfigError(`invalid gateway options:\n${lines.join('\n')}`);
 }
 
@@ -273,35 +278,35 @@ function crossCheck(cfg: GatewayConfig): GatewayConfig {
   const problems: string[] = [];
   const modelIds = new Set<string>();
   cfg.models.forEach((m, i) => {
-    if (modelIds.has(m.id)) problems.push(`models.${i}.id: duplicate model id "${m.id}"`);
+    if (modelIds.has(m.id)) problems.push(`models[${i}].id: duplicate model id "${m.id}"`);
     modelIds.add(m.id);
-    if (m.upstream !== undefined && !cfg.upstreams[m.upstream]) problems.push(`models.${i}.upstream: no upstream named "${m.upstream}"`);
+    if (m.upstream !== undefined && !cfg.upstreams[m.upstream]) problems.push(`models[${i}].upstream: no upstream named "${m.upstream}"`);
     m.targets?.forEach((t, j) => {
-      if (!cfg.upstreams[t.upstream]) problems.push(`models.${i}.targets.${j}.upstream: no upstream named "${t.upstream}"`);
+      if (!cfg.upstreams[t.upstream]) problems.push(`models[${i}].targets[${j}].upstream: no upstream named "${t.upstream}"`);
     });
   });
   const accountIds = new Set(cfg.accounts.map((a) => a.id));
   cfg.keys.forEach((k, i) => {
-    if (!accountIds.has(k.account)) problems.push(`keys.${i}.account: no account "${k.account}"`);
+    if (!accountIds.has(k.account)) problems.push(`keys[${i}].account: no account "${k.account}"`);
     if (k.kind === 'agent') {
       const model = cfg.models.find((m) => m.id === k.model);
-      if (!model) problems.push(`keys.${i}.model: an agent key needs the id of a configured text model`);
-      else if (model.type !== 'text') problems.push(`keys.${i}.model: an agent key is pinned to a text model`);
+      if (!model) problems.push(`keys[${i}].model: an agent key needs the id of a configured text model`);
+      else if (model.type !== 'text') problems.push(`keys[${i}].model: an agent key is pinned to a text model`);
     } else if (k.model !== null) {
-      problems.push(`keys.${i}.model: only agent keys are pinned to a model`);
+      problems.push(`keys[${i}].model: only agent keys are pinned to a model`);
     }
   });
   cfg.brands.forEach((b, i) => {
-    if (!accountIds.has(b.account)) problems.push(`brands.${i}.account: no account "${b.account}"`);
+    if (!accountIds.has(b.account)) problems.push(`brands[${i}].account: no account "${b.account}"`);
   });
   cfg.documents.forEach((d, i) => {
-    if (!accountIds.has(d.account)) problems.push(`documents.${i}.account: no account "${d.account}"`);
+    if (!accountIds.has(d.account)) problems.push(`documents[${i}].account: no account "${d.account}"`);
   });
   if (cfg.idempotency.maxAnswerBytes > cfg.idempotency.maxBytesPerAccount) {
     problems.push('idempotency.maxAnswerBytes: must not be larger than idempotency.maxBytesPerAccount');
   }
   cfg.trustProxy.forEach((p, i) => {
-    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy.${i}: not an IP address or CIDR: "${p}"`);
+    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy[${i}]: not an IP address or CIDR: "${p}"`);
   });
   if (problems.length) throw new ConfigError(`invalid gateway options:\n${problems.map((p) => `  ${p}`).join('\n')}`);
   return cfg;

@@ -13,7 +13,6 @@ import { formatUsd } from './billing/money.js';
 import { createTokenizer, type Tokenizer } from './billing/tokens.js';
 import { createCatalog, type Catalog } from './catalog/catalog.js';
 import { createContextService, type ContextService } from './context/inject.js';
-import { GatewayError } from './errors.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
@@ -22,7 +21,7 @@ import { createMetrics, type Metrics } from './observability/metrics.js';
 import type { Observer } from './observability/record.js';
 import { createRecentRequests, type RecentRequests } from './observability/recent.js';
 import { tracing } from './observability/traces.js';
-import { parseOptions, type GatewayConfig, type GatewayConfigInput } from './options.js';
+import { ConfigError, parseOptions, type GatewayConfig, type GatewayConfigInput } from './options.js';
 import { createHooks, type GatewayPlugin, type Hooks } from './pipeline/hooks.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import { createSqliteStores } from './stores/sqlite/index.js';
@@ -61,15 +60,40 @@ export interface Services {
   draining(): boolean;
 }
 
-export interface ServicesOptions extends GatewayConfigInput {
-  /** Stores to use instead of the ones `storage` describes (e.g. a Redis store you built). */
-  stores?: Stores;
+interface ServicesBase extends Omit<GatewayConfigInput, 'storage'> {
   /** The clock (unix ms). Tests inject one; defaults to Date.now. */
   now?: () => number;
   logger?: Logger;
   /** Plugins, run in this order at each stage (see `GatewayPlugin`). */
   plugins?: GatewayPlugin[];
 }
+
+type StorageInput = NonNullable<GatewayConfigInput['storage']>;
+type SqliteInput = Extract<StorageInput, { driver: 'sqlite' }>;
+/** Storage createGateway builds itself: memory, and SQLite without limits from Redis. */
+type StorageBuiltHere = Extract<StorageInput, { driver: 'memory' }> | (SqliteInput & { limits?: undefined });
+/**
+ * Storage whose stores connect (and PostgreSQL's migrate) asynchronously, which createGateway,
+ * a synchronous call, cannot wait for: build them first (`createPostgresStores`,
+ * `createRedisStores`) and pass them as `stores`.
+ */
+type StorageBuiltFirst = Extract<StorageInput, { driver: 'postgres' | 'redis' }> | (SqliteInput & { limits: NonNullable<SqliteInput['limits']> });
+
+/**
+ * The options: `storage` says which stores to use, and a driver that connects asynchronously
+ * needs them built and passed as `stores` (the type says so, and createGateway refuses one
+ * without them).
+ * @example { storage: { driver: 'postgres', url }, stores: await createPostgresStores({ url }) }
+ */
+export type ServicesOptions = ServicesBase &
+  (
+    | {
+        storage?: StorageBuiltHere;
+        /** Stores to use instead of the ones `storage` describes (e.g. Redis stores you built). */
+        stores?: Stores;
+      }
+    | { storage: StorageBuiltFirst; stores: Stores }
+  );
 
 /** What createGateway composes the pipeline from, beside the services. */
 export interface Built {
@@ -204,7 +228,8 @@ function storesFor(cfg: GatewayConfig, now: () => number): Stores {
         ? 'import { createRedisStores } from "model-gateway/redis" and pass them as `stores`'
         : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
   const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
-  throw new GatewayError('internal_error', `${what} needs stores built first: ${how}, or use the CLI.`);
+  // Refused here, when the gateway is created, never per request.
+  throw new ConfigError(`${what} needs stores built first: ${how}, or use the CLI.`);
 }
 
 function upstreamsOf(cfg: GatewayConfig, tokenizer: Tokenizer): Map<string, Upstream> {

@@ -135,7 +135,7 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
       if (isStoreUnavailable(err)) {
         return errorResponse(new GatewayError('service_unavailable', 'A store is unreachable. Try again shortly.', { headers: { 'retry-after': '1' } }), requestId);
       }
-      core.log.error({ msg: 'admin API: unexpected error', requestId, err });
+      core.log.error({ msg: 'admin API: unexpected error', request_id: requestId, err });
       return errorResponse(new GatewayError('internal_error', `Internal error. Quote request id ${requestId} when reporting it.`), requestId);
     }
   }

@@ -268,7 +268,7 @@ export function createMeter(deps: MeterDeps): Meter {
   const open = new OpenCalls(billing, deps.holdTtlMs, deps.now, log);
   const internals: MeterInternals = {
     now: deps.now,
-    priceMissing: (call, err) => log.error({ msg: 'no price for the units billed; charged the hold', holdId: call.id, err: errMessage(err) }),
+    priceMissing: (call, err) => log.error({ msg: 'no price for the units billed; charged the hold', hold_id: call.id, err: errMessage(err) }),
     unobserved(charge) {
       try {
         deps.onUnobservedCharge?.(charge);
@@ -283,7 +283,7 @@ export function createMeter(deps: MeterDeps): Meter {
         await billing.release(call.accountId, call.id);
       } catch (err) {
         // The hold expires on its own within its TTL; nothing was charged either way.
-        log.warn({ msg: 'release failed; the hold expires on its own', holdId: call.id, err: errMessage(err) });
+        log.warn({ msg: 'release failed; the hold expires on its own', hold_id: call.id, err: errMessage(err) });
       }
     },
   };

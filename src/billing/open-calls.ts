@@ -48,7 +48,7 @@ export class OpenCalls {
       this.billing.renewHold(call.accountId, call.id, entry.ttlMs).catch((err: unknown) => {
         // A missed renewal is harmless while the next one lands; if the hold does expire,
         // the settle still bills the call in full.
-        this.log.warn({ msg: 'hold renewal failed', holdId: call.id, err: errMessage(err) });
+        this.log.warn({ msg: 'hold renewal failed', hold_id: call.id, err: errMessage(err) });
       });
     }
   }
@@ -76,7 +76,7 @@ export class OpenCalls {
         try {
           call.abortHandler();
         } catch (err) {
-          this.log.error({ msg: 'aborting a call failed', holdId: call.id, err: errMessage(err) });
+          this.log.error({ msg: 'aborting a call failed', hold_id: call.id, err: errMessage(err) });
         }
       }
       // Whatever the handler did, the call ends now: nothing more reaches the client.

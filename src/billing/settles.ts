@@ -53,7 +53,7 @@ export class SettleWriter {
       const r = await this.billing.settle(req);
       if (r.settled) this.billed(req, r);
     } catch (err) {
-      this.log.error({ msg: 'settle failed; kept in the settle journal and retried', holdId: req.holdId, err: errMessage(err) });
+      this.log.error({ msg: 'settle failed; kept in the settle journal and retried', hold_id: req.holdId, err: errMessage(err) });
       this.keep(req);
     }
   }
@@ -71,7 +71,7 @@ export class SettleWriter {
     try {
       this.journal.add(req);
     } catch (err) {
-      this.log.error({ msg: 'could not write the settle journal', holdId: req.holdId, err: errMessage(err) });
+      this.log.error({ msg: 'could not write the settle journal', hold_id: req.holdId, err: errMessage(err) });
     }
     this.retrying.set(id, req);
     let delay = FIRST_RETRY_MS;
@@ -96,9 +96,9 @@ export class SettleWriter {
     try {
       this.journal.remove(req);
     } catch (err) {
-      this.log.error({ msg: 'could not update the settle journal', holdId: req.holdId, err: errMessage(err) });
+      this.log.error({ msg: 'could not update the settle journal', hold_id: req.holdId, err: errMessage(err) });
     }
-    this.log.info({ msg: 'kept settle landed', holdId: req.holdId });
+    this.log.info({ msg: 'kept settle landed', hold_id: req.holdId });
     return true;
   }
 
@@ -111,8 +111,8 @@ export class SettleWriter {
       if (await this.land(req)) continue;
       this.log.error({
         msg: 'settle still not written at shutdown; it stays in the settle journal and lands at the next start',
-        holdId: req.holdId,
-        accountId: req.accountId,
+        hold_id: req.holdId,
+        account: req.accountId,
         cost: req.cost.toString(),
       });
     }

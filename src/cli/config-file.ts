@@ -10,24 +10,25 @@
  */
 import { readFile } from 'node:fs/promises';
 import { ConfigError } from '../options.js';
+import { jsPath } from '../options/issues.js';
 
 const REFERENCE = /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
-function substitute(value: unknown, env: NodeJS.ProcessEnv, path: string): unknown {
+function substitute(value: unknown, env: NodeJS.ProcessEnv, path: readonly (string | number)[]): unknown {
   if (typeof value === 'string') {
     return value.replace(REFERENCE, (whole, escaped: string, name: string) => {
       if (escaped) return whole.slice(1);
       const v = env[name];
-      const where = path || '(root)';
+      const where = jsPath(path);
       if (v === undefined) throw new ConfigError(`${where}: environment variable ${name} is not set (write $\${${name}} for the literal text)`);
       if (v === '') throw new ConfigError(`${where}: environment variable ${name} is empty`);
       return v;
     });
   }
-  if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, `${path}.${i}`));
+  if (Array.isArray(value)) return value.map((v, i) => substitute(v, env, [...path, i]));
   if (value && typeof value === 'object') {
     const out: Record<string, unknown> = {};
-    for (const [k, v] of Object.entries(value)) out[k] = substitute(v, env, path ? `${path}.${k}` : k);
+    for (const [k, v] of Object.entries(value)) out[k] = substitute(v, env, [...path, k]);
     return out;
   }
   return value;
@@ -48,5 +49,5 @@ export async function loadConfigFile(file: string, env: NodeJS.ProcessEnv = proc
     throw new ConfigError(`config file ${file} is not valid JSON: ${(err as Error).message}`);
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError(`config file ${file} must hold a JSON object`);
-  return substitute(parsed, env, '') as Record<string, unknown>;
+  return substitute(parsed, env, []) as Record<string, unknown>;
 }

@@ -11,6 +11,103 @@ import { parseOptions } from '../options.js';
 import type { Stores } from '../stores/types.js';
 import { loadConfigFile } from './config-file.js';
 
+/**
+ * A store the config names did not answer at start: the message names what and where (the
+ * address without its password), so the operator knows what to start or correct.
+ */
+export class StoreUnreachableError extends Error {
+  override name = 'StoreUnreachableError';
+}
+
+/** How long a store may take to answer its first ping at start. */
+const REACH_TIMEOUT_MS = 15_000;
+
+/** A URL as it may be shown: without its password (in the userinfo or a `password` parameter). */
+export function shownUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    u.password = '';
+    u.searchParams.delete('password');
+    return u.toString().replace(/\/$/, '');
+  } catch {
+    return '(the configured url, which is not a valid URL)';
+  }
+}
+
+/** What a Redis config names and where, e.g. "Redis at redis://10.0.0.7:6379". */
+function redisPlace(r: { url?: string | undefined; cluster?: readonly string[] | undefined; sentinels?: readonly string[] | undefined; name?: string | undefined }): string {
+  if (r.cluster) return `the Redis Cluster at ${r.cluster.map(shownUrl).join(', ')}`;
+  if (r.sentinels) return `the Redis primary "${r.name}" through the sentinels at ${r.sentinels.map(shownUrl).join(', ')}`;
+  return `Redis at ${shownUrl(r.url ?? 'redis://127.0.0.1:6379')}`;
+}
+
+/**
+ * What to do when a store does not answer its first ping: `serve` reports it and serves
+ * anyway (calls get 503 until the store answers, and the stores reconnect by themselves);
+ * without it, opening fails (an admin command cannot do its work).
+ */
+export type StoreDown = ((message: string) => void) | undefined;
+
+/**
+ * Builds a store (`make` may connect) and pings it; a failure names the place, with the
+ * driver's own words as the reason and every password of the config taken out. A store that
+ * cannot even be built (PostgreSQL's migrations need the server) always fails.
+ */
+async function reach(place: string, secrets: string[], make: () => Stores | Promise<Stores>, storeDown: StoreDown): Promise<Stores> {
+  const message = (err: unknown): string => {
+    let reason = err instanceof Error ? err.message : String(err);
+    for (const s of secrets) if (s) reason = reason.split(s).join('***');
+    return `could not reach ${place}: ${reason}. Is it running there, and is that the address the config means?`;
+  };
+  const stores = await Promise.resolve()
+    .then(make)
+    .catch((err: unknown) => {
+      throw new StoreUnreachableError(message(err));
+    });
+  if (!stores.ping) return stores;
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    await Promise.race([
+      stores.ping(),
+      new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`no answer within ${REACH_TIMEOUT_MS / 1000} s`)), REACH_TIMEOUT_MS);
+      }),
+    ]);
+  } catch (err) {
+    if (storeDown) {
+      storeDown(`${message(err)} Serving anyway: calls get 503 until it answers.`);
+      return stores;
+    }
+    await stores.close().catch(() => {});
+    throw new StoreUnreachableError(message(err));
+  } finally {
+    clearTimeout(timer);
+  }
+  return stores;
+}
+
+/** The passwords a storage config holds (in URLs or fields), to keep out of messages. */
+function passwordsOf(storage: unknown): string[] {
+  const out: string[] = [];
+  const visit = (v: unknown, key: string) => {
+    if (typeof v === 'string') {
+      if (key === 'password') out.push(v);
+      try {
+        const u = new URL(v);
+        if (u.password) out.push(u.password, decodeURIComponent(u.password));
+        const q = u.searchParams.get('password');
+        if (q) out.push(q);
+      } catch {
+        // Not a URL.
+      }
+    } else if (v && typeof v === 'object') {
+      for (const [k, inner] of Object.entries(v)) visit(inner, k);
+    }
+  };
+  visit(storage, '');
+  return out;
+}
+
 /** Where the CLI keeps its books when a config names no storage. */
 const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const;
 
@@ -19,26 +116,31 @@ const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const
  * and any limits taken from Redis. Memory and plain SQLite are left to createGateway. The
  * driver modules are loaded on demand, so their packages are needed only when configured.
  */
-async function storesFor(config: GatewayOptions): Promise<Stores | undefined> {
+async function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores | undefined> {
   const { storage } = parseOptions(config);
+  const secrets = passwordsOf(storage);
   if (storage.driver === 'memory') return undefined;
   if (storage.driver === 'redis') {
     const { createRedisStores } = await import('../stores/redis/entry.js');
     const { driver: _driver, ...connection } = storage;
-    return createRedisStores(connection);
+    return reach(redisPlace(storage), secrets, () => createRedisStores(connection), storeDown);
   }
   if (storage.driver === 'sqlite' && !storage.limits) return undefined;
   let books: Stores;
   if (storage.driver === 'postgres') {
     const { createPostgresStores } = await import('../stores/postgres/entry.js');
-    books = await createPostgresStores({ url: storage.url, schema: storage.schema });
+    books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema }), storeDown);
   } else {
     const { createSqliteStores } = await import('../stores/sqlite/entry.js');
     books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
   }
   if (!storage.limits) return books;
   const { createRedisStores } = await import('../stores/redis/entry.js');
-  const redis = createRedisStores({ url: storage.limits.url, keyPrefix: storage.limits.keyPrefix });
+  const { url, keyPrefix } = storage.limits;
+  const redis = await reach(`${redisPlace({ url })} (storage.limits)`, secrets, () => createRedisStores({ url, keyPrefix }), storeDown).catch(async (err: unknown) => {
+    await books.close();
+    throw err;
+  });
   return {
     ...books,
     limits: redis.limits,
@@ -63,17 +165,18 @@ function journalDir(config: GatewayOptions): string | null | undefined {
   return resolve('data', 'settle-journal', store);
 }
 
-export async function open(configFile: string, quiet: boolean): Promise<{ gateway: Gateway; stores?: Stores }> {
+export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores?: Stores }> {
   const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
-  const stores = await storesFor(config);
+  const stores = await storesFor(config, storeDown);
   try {
+    // The storage is checked against the stores at run time: a config file is JSON.
     const gateway = createGateway({
       ...config,
       settleJournalDir: journalDir(config),
       stores,
       ...(quiet ? { logger: silentLogger } : {}),
-    });
+    } as GatewayOptions);
     await gateway.ready;
     return { gateway, stores };
   } catch (err) {

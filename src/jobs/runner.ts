@@ -72,7 +72,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
       try {
         await core.stores.jobs.update(id, { owner: instanceId, ownerUntil: core.now() + ttl }, UNFINISHED);
       } catch (err) {
-        core.log.warn({ msg: 'job ownership renewal failed', jobId: id, err });
+        core.log.warn({ msg: 'job ownership renewal failed', job_id: id, err });
       }
     }
   };
@@ -87,7 +87,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
       for (const job of jobs) {
         if (owned.has(job.id) || (job.ownerUntil ?? 0) > now) continue;
         const adopt = adopters.get(job.object);
-        if (adopt) await adopt(job).catch((err) => core.log.warn({ msg: 'job adoption failed', jobId: job.id, err }));
+        if (adopt) await adopt(job).catch((err) => core.log.warn({ msg: 'job adoption failed', job_id: job.id, err }));
       }
     } catch (err) {
       core.log.warn({ msg: 'job sweep failed', err });
@@ -121,7 +121,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
       const ac = new AbortController();
       owned.set(job.id, ac);
       const p = track(job, ac.signal)
-        .catch((err) => core.log.warn({ msg: 'job tracking stopped', jobId: job.id, err }))
+        .catch((err) => core.log.warn({ msg: 'job tracking stopped', job_id: job.id, err }))
         .finally(() => owned.delete(job.id));
       core.track(p);
     },

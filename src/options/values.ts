@@ -1,8 +1,12 @@
 /** Field validators shared by the sections of the options schema. */
 import { z } from 'zod';
 import { parsePrice, parseUsd } from '../billing/money.js';
+import { describeValue } from './issues.js';
 
-export const decimalPrice = z.string().refine(
+/** A price: a decimal string, never a JSON number (a float cannot hold every price exactly). */
+export const decimalPrice = z
+  .string({ error: (iss) => (iss.input === undefined ? undefined : `expected a decimal string such as "0.000001", got ${describeValue(iss.input)}`) })
+  .refine(
   (s) => {
     try {
       parsePrice(s);

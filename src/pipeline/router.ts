@@ -13,8 +13,8 @@ export interface Routed {
 export type Match<R> =
   /** The path and the method match: the route, with its parameters decoded. */
   | { found: R; params: Record<string, string> }
-  /** The path matches, the method does not: the methods it allows. */
-  | { found: null; allow: string[] }
+  /** The path matches, the method does not: the methods it allows, and the declared path it matched. */
+  | { found: null; allow: string[]; path: string }
   /** Nothing is declared at this path. */
   | null;
 
@@ -24,6 +24,7 @@ export interface Router<R extends Routed> {
 }
 
 interface Compiled<R> {
+  path: string;
   pattern: RegExp;
   names: string[];
   byMethod: Map<string, R>;
@@ -41,7 +42,7 @@ export function createRouter<R extends Routed>(routes: readonly R[]): Router<R> 
           return rest ? '(.+)' : '([^/]+)';
         })}$`,
       );
-      c = { pattern, names, byMethod: new Map() };
+      c = { path: r.path, pattern, names, byMethod: new Map() };
       byPath.set(r.path, c);
     }
     if (c.byMethod.has(r.method)) throw new Error(`Two routes for ${r.method} ${r.path}`);
@@ -56,7 +57,7 @@ export function createRouter<R extends Routed>(routes: readonly R[]): Router<R> 
         if (!m) continue;
         // A Map, not an object: a method named "constructor" or "__proto__" finds nothing.
         const found = c.byMethod.get(method);
-        if (!found) return { found: null, allow: [...c.byMethod.keys()] };
+        if (!found) return { found: null, allow: [...c.byMethod.keys()], path: c.path };
         const params: Record<string, string> = {};
         c.names.forEach((name, i) => {
           const raw = m[i + 1] ?? '';

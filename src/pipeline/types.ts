@@ -63,6 +63,11 @@ export interface Exchange {
   headers: Record<string, string>;
   clientIp: string;
   route?: MatchedRoute;
+  /**
+   * The answer for a /v1 path that matched no operation (404, or 405 for another method),
+   * found before the IP throttle and given after it: the throttle counts unknown paths too.
+   */
+  refusal?: Error;
   key?: ApiKeyRecord;
   /** The key-rate check deferred to the request's hold (see RequestContext.takeKeyCheck). */
   keyCheck: DeferredCheck | null;

@@ -10,7 +10,7 @@ import Anthropic from '@anthropic-ai/sdk';
 import OpenAI, { APIError } from 'openai';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { chatCost } from '../helpers/billing.js';
-import { errorSchema, streamEvents, streamEventSchema } from '../helpers/anthropic-shapes.js';
+import { errorSchema, messageSchema, streamEvents, streamEventSchema } from '../helpers/anthropic-shapes.js';
 import { anthropicUpstream, type Script } from '../helpers/provider-wire.js';
 import { ACCOUNT, MODEL, UPSTREAM_API_KEY, UPSTREAM_MODEL, eventually, sseData, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { openaiSchemas } from '../helpers/openapi.js';
@@ -150,6 +150,28 @@ describe('an Anthropic-kind upstream', () => {
     const chunks = sseData(await (await post(true)).text()).filter((d) => d !== '[DONE]');
     expect(chunks.length).toBeGreaterThan(3);
     for (const chunk of chunks) expect(schemas.check('CreateChatCompletionStreamResponse', JSON.parse(chunk)), chunk).toEqual([]);
+  });
+
+  it('Responses through chat to Messages, plain and streamed, billed exactly', async () => {
+    script({ text: 'Responses via Claude.', usage: { input: 15, output: 5, cacheRead: 100 } });
+    const { data, response } = await openai.responses.create({ model: MODEL, input: 'Hi', max_output_tokens: 40 }).withResponse();
+    expect(data.output_text).toBe('Responses via Claude.');
+    expect(data.usage).toMatchObject({ input_tokens: 115, output_tokens: 5 });
+    expect(up.requests[0]!.path).toBe('/v1/messages');
+    expect(sent()).toMatchObject({ model: UPSTREAM_MODEL, max_tokens: 40, messages: [{ role: 'user' }] });
+    expect(await cost(response.headers.get('x-request-id'))).toBe(chatCost(115, 5));
+
+    up.requests.length = 0;
+    const { data: stream, response: streamed } = await openai.responses.create({ model: MODEL, input: 'Hi', stream: true }).withResponse();
+    let text = '';
+    let completed = false;
+    for await (const event of stream) {
+      if (event.type === 'response.output_text.delta') text += event.delta;
+      if (event.type === 'response.completed') completed = true;
+    }
+    expect(text).toBe('Responses via Claude.');
+    expect(completed).toBe(true);
+    expect(await cost(streamed.headers.get('x-request-id'))).toBe(chatCost(115, 5));
   });
 
   it('a chat feature Messages cannot carry is a 400 naming it, before any upstream call', async () => {
@@ -313,5 +335,42 @@ describe('the simulator speaking kind "anthropic"', () => {
     const answer = await openai.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hello' }] });
     expect(answer.choices[0]!.message.content).toContain('simulator');
     expect(answer.usage!.prompt_tokens).toBeGreaterThan(0);
+  });
+});
+
+describe("Messages over the simulator's gemini kind (through chat)", () => {
+  let gw: RunningGateway;
+  let client: Anthropic;
+  beforeAll(async () => {
+    const setup = testConfig();
+    setup.options.upstreams = { test: { simulate: true, kind: 'gemini', chunkDelayMs: 0, imageDelayMs: 0, videoDurationMs: 0 } };
+    gw = await startGateway(setup.options);
+    client = new Anthropic({ apiKey: setup.devKey, baseURL: gw.origin, maxRetries: 0 });
+  });
+  afterAll(async () => {
+    await gw?.close();
+  });
+
+  it.each([false, true])('the Anthropic SDK gets a Message (stream: %s), billed on the usage it reports', async (streamed) => {
+    const params = { model: MODEL, max_tokens: 100, messages: [{ role: 'user' as const, content: 'Hello Gemini' }] };
+    let message: Anthropic.Message;
+    let requestId: string | null;
+    if (streamed) {
+      const stream = client.messages.stream(params);
+      message = await stream.finalMessage();
+      requestId = (await stream.withResponse()).response.headers.get('x-request-id');
+    } else {
+      const { data, response } = await client.messages.create(params).withResponse();
+      message = data;
+      requestId = response.headers.get('x-request-id');
+    }
+    expect(messageSchema.safeParse(message).error).toBeUndefined();
+    expect((message.content[0] as Anthropic.TextBlock).text).toContain('simulator');
+    expect(message.usage.input_tokens).toBeGreaterThan(0);
+    const ledger = () => gw.gateway.admin.ledger(ACCOUNT);
+    await eventually(async () => (await ledger()).some((e) => e.id === requestId), 'the charge');
+    const entry = (await ledger()).find((e) => e.id === requestId)!;
+    expect(entry.measured).toBe('usage');
+    expect(entry.cost).toBe(chatCost(message.usage.input_tokens + (message.usage.cache_read_input_tokens ?? 0), message.usage.output_tokens));
   });
 });

@@ -23,7 +23,7 @@ export const IP_LIMIT = 3;
 export const MAX_BODY_BYTES = 64 * 1024;
 
 /** The gateway configuration every framework test serves. */
-export function frameworkConfig(upstreamUrl: string): GatewayConfigInput {
+export function frameworkConfig(upstreamUrl: string): Omit<GatewayConfigInput, 'storage'> {
   return {
     upstreams: { slow: { baseUrl: upstreamUrl, timeoutMs: 10_000 }, sim: { simulate: true, chunkDelayMs: 50 } },
     models: [

@@ -16,7 +16,8 @@ import { build } from 'esbuild';
 import { Redis } from 'ioredis';
 import { afterAll, describe, expect, it } from 'vitest';
 import { createRedisStores } from '../../src/stores/redis/index.js';
-import { writeConfig } from '../helpers/processes.js';
+import { startGatewayProcess, writeConfig } from '../helpers/processes.js';
+import { freePort } from '../helpers/redis-servers.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
 const ROOT = join(import.meta.dirname, '..', '..');
@@ -76,6 +77,21 @@ describe('command-line mistakes', () => {
     } finally {
       busy.close();
     }
+  });
+
+  it('an unknown flag names the nearest known one, and a bad config names the field and what it got', async () => {
+    const unknown = await cli('serve', '--config', MEMORY_CONFIG, '--prot', '9000');
+    expectClearError(unknown, /^unknown option --prot; did you mean --port\?\n/);
+    expect(unknown.stderr).not.toMatch(/parseArgs|positional argument/);
+    const config = writeConfig({
+      upstreams: { sim: { simulate: true } },
+      models: [{ id: 'm', upstream: 'sim', pricing: { prompt: 1.5e-7, completion: '0.000001' } }],
+      limts: {},
+    });
+    const bad = await cli('serve', '--config', config, '--port', '0');
+    expectClearError(bad, /^invalid gateway options:\n/);
+    expect(bad.stderr).toContain('  models[0].pricing.prompt: expected a decimal string such as "0.000001", got the number 1.5e-7\n');
+    expect(bad.stderr).toContain('  (root): "limts" is not a known key; did you mean "limits"?\n');
   });
 
   it('documents every command and option in --help; an unknown command prints it', async () => {
@@ -146,10 +162,55 @@ describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', 
     expectClearError(await cli('wallet', 'show', '--config', config, '--account', 'nobody'), /^No account "nobody"\./);
   }, 60_000);
 
-  it('a storage that does not answer is one line, not a stack', async () => {
-    const down = writeConfig({ storage: { driver: 'redis', url: 'redis://127.0.0.1:1', keyPrefix: prefix } });
-    expectClearError(await cli('accounts', 'list', '--config', down), /^the storage does not answer: Redis/);
-  });
+});
+
+describe('a store that does not answer at start', () => {
+  it('names its address, never its password: an admin command stops (Redis, PostgreSQL); serve says so and serves 503', async () => {
+    const [redisPort, pgPort] = [await freePort(), await freePort()];
+    const redis = writeConfig({ storage: { driver: 'redis', url: `redis://:s3cret-redis-pw@127.0.0.1:${redisPort}` } });
+    const pg = writeConfig({ storage: { driver: 'postgres', url: `postgres://gw:s3cret-pg-pw@127.0.0.1:${pgPort}/books` } });
+    const [onRedis, onPg] = await Promise.all([cli('accounts', 'list', '--config', redis), cli('accounts', 'list', '--config', pg)]);
+    expectClearError(onRedis, new RegExp(`^could not reach Redis at redis://127\\.0\\.0\\.1:${redisPort}: .*\\n$`));
+    expectClearError(onPg, new RegExp(`^could not reach PostgreSQL at postgres://gw@127\\.0\\.0\\.1:${pgPort}/books: .*ECONNREFUSED.*\\n$`));
+
+    // serve starts anyway (the stores reconnect by themselves) and says what it could not reach.
+    const server = await startGatewayProcess(redis);
+    try {
+      const res = await fetch(`${server.baseURL}/models`, { headers: { authorization: `Bearer sk-mg-${'A'.repeat(44)}` } });
+      expect(res.status).toBe(503);
+      expect(server.output()).toMatch(new RegExp(`could not reach Redis at redis://127\\.0\\.0\\.1:${redisPort}: .*Serving anyway`));
+      for (const text of [onRedis.stderr, onPg.stderr, server.output()]) expect(text).not.toMatch(/s3cret/);
+    } finally {
+      await server.kill();
+    }
+  }, 90_000);
+});
+
+describe('from a clone, without a build', () => {
+  /** `npm run cli -- ARGS`, as the README says to run the CLI from a clone. */
+  const npmRunCli = (...args: string[]): Promise<{ code: number; stdout: string; stderr: string }> =>
+    new Promise((resolve) => {
+      execFile('npm', ['run', 'cli', '--', ...args], { cwd: ROOT, timeout: 60_000 }, (err, stdout, stderr) => {
+        resolve({ code: err ? Number((err as { code?: number }).code ?? 1) : 0, stdout, stderr });
+      });
+    });
+
+  it('npm run cli -- runs the command from the sources', async () => {
+    const help = await npmRunCli('--help');
+    expect(help.code, help.stderr).toBe(0);
+    expect(help.stdout).toContain('model-gateway serve --config FILE');
+    const dir = mkdtempSync(join(tmpdir(), 'mg-cli-clone-'));
+    try {
+      const config = writeConfig({ storage: { driver: 'sqlite', path: join(dir, 'books.db') } });
+      const created = await npmRunCli('accounts', 'create', '--config', config, '--id', 'acme', '--wallet', '3');
+      expect(created.code, created.stderr).toBe(0);
+      const listed = await npmRunCli('accounts', 'list', '--config', config);
+      expect(listed.code, listed.stderr).toBe(0);
+      expect(listed.stdout).toMatch(/"id": "acme"[\s\S]*"balanceUsd": "3"/);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  }, 120_000);
 });
 
 describe('audit', () => {

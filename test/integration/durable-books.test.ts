@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { AdminError } from '../../src/admin/accounts.js';
 import { createGateway } from '../../src/gateway.js';
+import { ConfigError } from '../../src/options.js';
 import { silentLogger } from '../../src/observability/log.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { LedgerEntry } from '../../src/stores/types.js';
@@ -142,12 +143,18 @@ describe('a gateway on SQLite (in process)', () => {
     }
   });
 
-  it('storage drivers that connect asynchronously say how to pass their stores', () => {
+  it('storage drivers that connect asynchronously need their stores: the type says so, and createGateway refuses at once', () => {
+    // @ts-expect-error: a PostgreSQL storage needs `stores` built first
     expect(() => createGateway({ storage: { driver: 'postgres', url: 'postgres://x/y' } })).toThrow(/model-gateway\/postgres/);
+    // @ts-expect-error: so does a Redis storage
+    expect(() => createGateway({ storage: { driver: 'redis', url: 'redis://127.0.0.1:6379' } })).toThrow(ConfigError);
+    // @ts-expect-error: and SQLite with limits from Redis
     expect(() => createGateway({ storage: { driver: 'sqlite', path: join(dir, 'x.db'), limits: { driver: 'redis' } } })).toThrow(
       /limits from Redis/,
     );
-    expect(() => createGateway({ storage: { driver: 'postgres', url: 'postgres://x/y', schema: 'Bad-Name' } })).toThrow(
+    // @ts-expect-error: a PostgreSQL storage always needs its url
+    expect(() => createGateway({ storage: { driver: 'postgres' }, stores: createMemoryStores() })).toThrow(/storage\.url: missing/);
+    expect(() => createGateway({ storage: { driver: 'postgres', url: 'postgres://x/y', schema: 'Bad-Name' }, stores: createMemoryStores() })).toThrow(
       /storage.schema: must be a lower-case identifier/,
     );
   });

@@ -264,7 +264,7 @@ describe('configuration', () => {
       /exactly one of/,
     );
     expect(() => parseOptions({ upstreams, models: [{ id: 'm', pricing, targets: [{ upstream: 'y' }] }] })).toThrow(
-      /models\.0\.targets\.0\.upstream: no upstream named "y"/,
+      /models\[0\]\.targets\[0\]\.upstream: no upstream named "y"/,
     );
     const ok = parseOptions({ upstreams, models: [{ id: 'm', pricing, targets: [{ upstream: 'x' }] }] });
     expect(ok.models[0]!.targets).toEqual([{ upstream: 'x', priority: 0, weight: 1 }]);

@@ -48,7 +48,7 @@ describe('environment variables in a config file', () => {
     const err = await loadConfigFile(file(upstream('${OPENAI_KEY}')), { OPENAI_KEY: '' }).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(ConfigError);
     expect((err as Error).message).toBe('upstreams.openai.apiKey: environment variable OPENAI_KEY is empty');
-    await expect(loadConfigFile(file({ keys: [{ key: 'x${K}' }] }), { K: '' })).rejects.toThrow('keys.0.key: environment variable K is empty');
+    await expect(loadConfigFile(file({ keys: [{ key: 'x${K}' }] }), { K: '' })).rejects.toThrow('keys[0].key: environment variable K is empty');
   });
 });
 
@@ -70,11 +70,60 @@ describe('the schema', () => {
       [{ driver: 'redis', url: 'redis://a:1', cluster: ['redis://b:2'] }, /storage\.cluster: give one of url, cluster or sentinels/],
       [{ driver: 'redis', sentinels: ['redis://a:26379'] }, /storage\.name: sentinels need the name/],
       [{ driver: 'redis', cluster: [] }, /storage\.cluster/],
-      [{ driver: 'redis', cluster: ['10.0.0.7:7000'] }, /storage\.cluster\.0: must be a Redis URL/],
+      [{ driver: 'redis', cluster: ['10.0.0.7:7000'] }, /storage\.cluster\[0\]: must be a Redis URL/],
       [{ driver: 'redis', sentinels: ['redis://a:26379'], name: 'm', password: '' }, /storage\.password: must not be empty/],
       [{ driver: 'redis', url: 'redis://a:1', name: 'm' }, /storage\.name: only used with sentinels/],
       [{ driver: 'redis', keyPrefix: 'mg{x}:' }, /storage\.keyPrefix: must not contain/],
     ];
     for (const [storage, message] of bad) expect(() => parseOptions({ storage }), JSON.stringify(storage)).toThrow(message);
+  });
+});
+
+describe('config errors a person can act on', () => {
+  const problems = (input: unknown): string[] => {
+    try {
+      parseOptions(input);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as Error).message.split('\n').slice(1).map((l) => l.trim());
+    }
+    throw new Error('the options were accepted');
+  };
+  const sim = { upstreams: { sim: { simulate: true } } };
+
+  it('names the field in JS notation and says what was expected and what was given', () => {
+    const model = { id: 'm', upstream: 'sim', pricing: { prompt: 1.5e-7, completion: '0.000001' } };
+    expect(problems({ ...sim, models: [model] })).toEqual(['models[0].pricing.prompt: expected a decimal string such as "0.000001", got the number 1.5e-7']);
+    expect(problems({ ...sim, models: [{ ...model, pricing: { prompt: '0.0000001', completion: '1e-6' } }] })).toEqual([
+      'models[0].pricing.completion: must be a USD decimal string with at most 12 decimal places, e.g. "0.000000075"; got the string "1e-6"',
+    ]);
+    expect(problems({ limits: { keyRequestsPerMinute: 0 }, accounts: [{ id: '' }] })).toEqual([
+      'accounts[0].id: must not be empty',
+      'limits.keyRequestsPerMinute: must be more than 0, got the number 0',
+    ]);
+    expect(problems({ upstreams: { 'my-upstream': { baseUrl: 'ftp://files.example.com' } } })).toEqual([
+      'upstreams["my-upstream"].baseUrl: expected an http or https URL such as "https://api.example.com/v1", got the string "ftp://files.example.com"',
+    ]);
+    expect(problems({ storage: { driver: 'postgres' } })).toEqual(['storage.url: missing; expected a string']);
+  });
+
+  it('suggests the known key or option nearest to a typo', () => {
+    expect(problems({ limts: { keyRequestsPerMinute: 5 } })).toEqual(['(root): "limts" is not a known key; did you mean "limits"?']);
+    expect(problems({ limits: { maxbodybytes: 10 } })).toEqual(['limits: "maxbodybytes" is not a known key; did you mean "maxBodyBytes"?']);
+    // The storage's keys are those of the driver it names.
+    expect(problems({ storage: { driver: 'sqlite', pth: './x.db' } })).toEqual(['storage: "pth" is not a known key; did you mean "path"?']);
+    expect(problems({ storage: { driver: 'postgress' } })).toEqual([
+      'storage.driver: expected one of "memory", "sqlite", "postgres", "redis", got the string "postgress"; did you mean "postgres"?',
+    ]);
+    expect(problems({ logLevel: 'inf' })).toEqual([
+      'logLevel: expected one of "fatal", "error", "warn", "info", "debug", "trace", "silent", got the string "inf"; did you mean "info"?',
+    ]);
+    // Nothing near: no suggestion.
+    expect(problems({ colour: 'blue' })).toEqual(['(root): "colour" is not a known key']);
+  });
+
+  it('a config file names the field of an unset variable in the same notation', async () => {
+    const err = await loadConfigFile(file({ upstreams: { 'eu-1': { baseUrl: 'https://x/v1', headers: { 'api-key': ['${K}'] } } } }), {}).catch((e: unknown) => e);
+    expect((err as Error).message).toMatch(/^upstreams\["eu-1"\]\.headers\["api-key"\]\[0\]: environment variable K is not set/);
   });
 });

@@ -157,9 +157,9 @@ async function record(core: Services, job: JobRecord, call: BilledCall, unitPric
   }
   core.log.error({
     msg: 'video job record not written; billed as held',
-    jobId: job.id,
+    job_id: job.id,
     upstream: job.upstream,
-    upstreamJobId: job.upstreamJobId,
+    upstream_job_id: job.upstreamJobId,
     err: failure instanceof Error ? failure.message : String(failure),
   });
   await call.bill({ kind: 'seconds', seconds: job.seconds ?? DEFAULT_SECONDS, tier: job.tier }, 'estimate', {

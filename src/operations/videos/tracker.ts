@@ -82,7 +82,7 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
       }
       upstream = JSON.parse(await res.text()) as Record<string, unknown>;
     } catch (err) {
-      core.log.warn({ msg: 'video poll failed', jobId: job.id, err: err instanceof Error ? err.message : String(err) });
+      core.log.warn({ msg: 'video poll failed', job_id: job.id, err: err instanceof Error ? err.message : String(err) });
       continue;
     }
     const status = upstream.status;

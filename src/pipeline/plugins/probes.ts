@@ -44,7 +44,7 @@ export function createProbes(deps: {
       ]);
       return 'ok';
     } catch (err) {
-      deps.log.warn({ msg: 'readiness: storage does not answer', requestId, err: (err as Error)?.message ?? String(err) });
+      deps.log.warn({ msg: 'readiness: storage does not answer', request_id: requestId, err: (err as Error)?.message ?? String(err) });
       return 'unavailable';
     } finally {
       clearTimeout(timer);

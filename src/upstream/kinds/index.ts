@@ -1,17 +1,17 @@
 /** The kinds an upstream may speak, and the translated call and answer the billed call uses. */
 import type { Kind, Translation, UpstreamKind } from './types.js';
 import { anthropicKind } from './anthropic.js';
+import { geminiKind } from './gemini.js';
 import { openaiKind } from './openai.js';
 import type { UpstreamResponse } from '../types.js';
 
 export type { Kind, StreamTranslator, Translation, UpstreamKind } from './types.js';
+export { compose } from './compose.js';
 
 const kinds: Record<UpstreamKind, Kind> = {
   openai: openaiKind,
   anthropic: anthropicKind,
-  // Filled in as each kind lands; an unknown kind never reaches here (the options schema
-  // names the kinds).
-  gemini: openaiKind,
+  gemini: geminiKind,
 };
 
 export function kindOf(kind: UpstreamKind | undefined): Kind {

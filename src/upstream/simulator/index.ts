@@ -6,6 +6,7 @@ import { randomUUID } from 'node:crypto';
 import { contentText, type Tokenizer } from '../../billing/tokens.js';
 import type { Upstream, UpstreamCall, UpstreamResponse } from '../client.js';
 import { jsonResponse, streamResponse } from '../local-response.js';
+import { createGeminiSimulator } from './gemini.js';
 import { createMediaSimulator, type MediaSimulatorOptions } from './media.js';
 import { simulateMessages } from './messages.js';
 import { PromptCache } from './prompt-cache.js';
@@ -239,6 +240,7 @@ async function textCall(c: UpstreamCall, opts: SimulatorOptions, tokenizer: Toke
 export function createSimulator(name: string, opts: SimulatorOptions, tokenizer: Tokenizer): Upstream {
   const media = createMediaSimulator(opts, tokenizer);
   const cache = new PromptCache();
+  const gemini = createGeminiSimulator(tokenizer, cache);
   return {
     name,
     simulated: true,
@@ -251,6 +253,8 @@ export function createSimulator(name: string, opts: SimulatorOptions, tokenizer:
       if (c.method === 'POST' && c.path === '/messages') {
         return textCall(c, opts, tokenizer, (call, body) => simulateMessages(call, body, (cc, b) => chat(cc, b, opts, tokenizer, cache)), cache);
       }
+      const google = gemini.handle(c, opts);
+      if (google) return google;
       const handled = await media.handle(c);
       if (handled) return handled;
       return jsonResponse(404, { error: { message: `simulator: no route ${c.method} ${c.path}`, type: 'invalid_request_error', code: null, param: null } });
