@@ -29,7 +29,7 @@
  *   BENCH_WARMUP [3]          seconds of unmeasured load per kind and relay before round 1
  *   BENCH_ROUNDS [5]          rounds; the median is reported
  *   BENCH_CONCURRENCY [50]    connections; the targets are judged at 50 (e.g. "1,50,256" adds cells)
- *   BENCH_KINDS [plain,stream]
+ *   BENCH_KINDS [plain,stream,paced]  plain; streamed in one write; streamed one event per write, 2 ms apart
  *   BENCH_STORAGE [memory,sqlite,postgres,redis]  the gateways to measure (postgres at POSTGRES_URL,
  *                             redis at REDIS_URL)
  *   BENCH_PEER [on]           "off": leave out @portkey-ai/gateway
@@ -59,7 +59,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { gatewayConfig, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig, PACED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -75,6 +75,7 @@ import {
   fmtMb,
   fmtMs,
   type Kind,
+  KIND_NAMES,
   NOISY_CORES,
   renderMarkdown,
   type StorageState,
@@ -101,8 +102,8 @@ const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
 const ROUNDS = num(env.BENCH_ROUNDS, 5);
 const CONCURRENCY = list(env.BENCH_CONCURRENCY, String(HEADLINE_C)).map(Number);
-const KINDS = list(env.BENCH_KINDS, 'plain,stream') as Kind[];
-for (const k of KINDS) if (k !== 'plain' && k !== 'stream') throw new Error(`BENCH_KINDS: unknown kind ${k}`);
+const KINDS = list(env.BENCH_KINDS, 'plain,stream,paced') as Kind[];
+for (const k of KINDS) if (!KIND_NAMES.includes(k)) throw new Error(`BENCH_KINDS: unknown kind ${k}`);
 const HELD = num(env.BENCH_HELD, 2000);
 const GATEWAY_MODE = env.BENCH_GATEWAY === 'tsx' ? 'tsx' : 'dist';
 const PROFILE = env.BENCH_PROFILE === 'all' ? 'all' : env.BENCH_PROFILE ? 'gateway' : '';
@@ -179,9 +180,13 @@ function bareArgs(upstreamUrl: string, connections: number, profile: boolean): s
   return [...NODE_FLAGS, ...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
 }
 
-const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST);
+const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : kind === 'paced' ? PACED_REQUEST : STREAM_REQUEST);
 const answerOf = (kind: Kind) => (kind === 'plain' ? PLAIN_BODY : STREAM_BODY);
-const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = { plain: sameContentAs(PLAIN_BODY), stream: sameContentAs(STREAM_BODY) };
+const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = {
+  plain: sameContentAs(PLAIN_BODY),
+  stream: sameContentAs(STREAM_BODY),
+  paced: sameContentAs(STREAM_BODY),
+};
 
 /**
  * One plain and one streamed call through a relay. Ours must answer byte for byte; the peer may
@@ -190,7 +195,7 @@ const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = { plain: sameCont
  */
 async function sanityCheck(id: TargetId, url: string, headers: Record<string, string>): Promise<'bytes' | 'content'> {
   let check: 'bytes' | 'content' = 'bytes';
-  for (const kind of ['plain', 'stream'] as const) {
+  for (const kind of KIND_NAMES) {
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...headers },
@@ -279,6 +284,7 @@ async function main(): Promise<void> {
     return [];
   };
   const configFiles: Partial<Record<Storage, string>> = {};
+  const idleRss: Partial<Record<Storage, number>> = {};
 
   let redisCommands: CommandCount | { skipped: string } | { failed: string } | null = null;
   try {
@@ -296,6 +302,10 @@ async function main(): Promise<void> {
     relays.push({ id: 'bare', child: bare, headers: {}, bodyCheck: 'bytes', storagePids: none });
     for (const s of measured) {
       const child = track(await startNode(`gateway (${s})`, gatewayArgs(configFiles[s]!, PROFILE ? `gateway-${s}` : null), ROOT));
+      // What the CLI holds before its first call: heavy parts load when first needed.
+      await sleep(1_000);
+      const idle = memoryOf(child.pid)?.rss;
+      if (idle !== undefined) idleRss[s] = idle;
       relays.push({ id: s, child, headers: AUTH, bodyCheck: 'bytes', storagePids: storagePidsOf(s, child) });
     }
     if (peerInstall && !('skipped' in peerInstall)) {
@@ -475,7 +485,8 @@ async function main(): Promise<void> {
     }
 
     // ---- report ----
-    const checks = evaluate({ cells: summaries, kinds: KINDS, storages, held, heldCount: HELD, redisCommands });
+    const peerMeasured = summaries.some((c) => c.targets.peer !== undefined);
+    const checks = evaluate({ cells: summaries, kinds: KINDS, storages, held, heldCount: HELD, redisCommands, idleRss, peerMeasured });
     const peerRow = PEER ? [{ id: 'peer' as const, label: LABEL.peer, skipped: peerSkipped }] : [];
     const rows = [
       { id: 'bare' as const, label: LABEL.bare, skipped: null },
