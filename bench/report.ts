@@ -16,6 +16,7 @@ import {
   type Storage,
 } from './targets.js';
 import { STREAM_EVENT_COUNT } from './fixtures.js';
+import type { WorkersResult } from './workers.js';
 
 /** plain; streamed, the answer in one write; streamed paced, one event per write. */
 export type Kind = 'plain' | 'stream' | 'paced';
@@ -270,6 +271,10 @@ export interface ReportInput {
   notes: string[];
   allRuns: LoadResult[];
   retries: number;
+  /** `serve --workers 2` against one process, per storage. */
+  workers: WorkersResult[];
+  /** RSS of each gateway's CLI just after it started. */
+  idleRss: Partial<Record<Storage, number>>;
   reproduce: string;
 }
 
@@ -383,6 +388,27 @@ export function renderMarkdown(r: ReportInput): string {
       );
     }
   }
+
+  // ---- workers, idle RSS ----
+  if (r.workers.length) {
+    md.push(
+      '',
+      `### serve --workers 2 against one process (plain, c=${HEADLINE_C}, median of ${r.workers[0]!.rounds} alternating rounds)`,
+      '',
+      'On this 2-core machine the upstream and the load generator share the cores with the workers: this is what a second core buys here.',
+      '',
+      '| Storage | 1 process: req/s | CPU µs/call | 2 workers: req/s | CPU µs/call (all processes) | req/s, 2 vs 1 | other load (cores) |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+    );
+    for (const w of r.workers) {
+      md.push(
+        `| ${w.storage} | ${fmtInt(w.one.rps)} | ${fmtInt(w.one.cpuUsPerCall)} | ${fmtInt(w.two.rps)} | ${fmtInt(w.two.cpuUsPerCall)} | ` +
+          `${fmtX(w.two.rps / w.one.rps)} | ${w.otherLoadCores.toFixed(2)} |`,
+      );
+    }
+  }
+  const idle = Object.entries(r.idleRss).map(([s, b]) => `${s} ${fmtMb(b)}`);
+  if (idle.length) md.push('', `Idle RSS of the CLI (\`serve\`, before its first call): ${idle.join(', ')}.`);
 
   // ---- the machine ----
   const peaks = r.rows.filter((row) => Number.isFinite(r.peakRss[row.id] ?? NaN)).map((row) => `${row.label} ${fmtMb(r.peakRss[row.id]!)}`);

@@ -49,6 +49,8 @@
  *                             "chunked": 22 writes back to back (inflates the baseline's cost)
  *   BENCH_NODE_FLAGS []       Node flags of every relay process, the bare relay and the peer included
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
+ *   BENCH_WORKERS [sqlite,redis]  storages on which `serve --workers 2` is measured against 1 ("off": none)
+ *   BENCH_WORKERS_ROUNDS [3]  rounds of that comparison
  *
  * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
  */
@@ -85,6 +87,7 @@ import {
 import { postgresBackendPids, redisServerPid } from './storage-processes.js';
 import { HEADLINE_C, STORAGES, type Storage } from './targets.js';
 import { formatSummary, summarize } from './top-profile.js';
+import { type WorkersResult, workersThroughput } from './workers.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const RESULTS = join(ROOT, 'bench/results');
@@ -124,6 +127,9 @@ const UPSTREAM_WRITES = env.BENCH_UPSTREAM_WRITES === 'chunked' ? 'chunked' : 's
  * compare code, not runtime settings (e.g. "--max-semi-space-size=32"). Default: none.
  */
 const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+/** The storages on which `serve --workers 2` is measured against one process ("off": none). */
+const WORKERS_ON = env.BENCH_WORKERS === 'off' ? [] : list(env.BENCH_WORKERS, 'sqlite,redis');
+const WORKERS_ROUNDS = num(env.BENCH_WORKERS_ROUNDS, 3);
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const AUTH = { authorization: `Bearer ${KEY}` };
@@ -437,6 +443,28 @@ async function main(): Promise<void> {
     for (const r of relays) await r.child.stop();
     const summaries: CellSummary[] = cells.map(summarizeCell);
 
+    // ---- two workers against one process ----
+    const workers: WorkersResult[] = [];
+    for (const s of measured.filter((x) => WORKERS_ON.includes(x))) {
+      const w = await workersThroughput({
+        storage: s,
+        serveArgs: gatewayArgs(configFiles[s]!, null),
+        cwd: ROOT,
+        request: requestOf('plain'),
+        answer: answerOf('plain'),
+        headers: AUTH,
+        duration: DURATION,
+        settleS: SETTLE,
+        rounds: WORKERS_ROUNDS,
+        benchPids: [upstream.pid],
+      });
+      workers.push(w);
+      log(
+        `workers  ${s}: 1 process ${fmtInt(w.one.rps)} req/s (${fmtInt(w.one.cpuUsPerCall)} µs/call), ` +
+          `2 workers ${fmtInt(w.two.rps)} req/s (${fmtInt(w.two.cpuUsPerCall)} µs/call): ${(w.two.rps / w.one.rps).toFixed(2)}x`,
+      );
+    }
+
     // ---- memory under held streams (fresh processes) ----
     const held: Partial<Record<'bare' | Storage, HeldResult>> = {};
     if (HELD > 0) {
@@ -527,7 +555,7 @@ async function main(): Promise<void> {
       (FIXED_PROMPT
         ? 'Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); '
         : `Every call sends a unique user message (${PLAIN_REQUEST.length} B body) after a fixed system prompt; `) +
-      'streamed calls get 20 chunks + usage.';
+      'streamed calls get 20 chunks + usage + [DONE]: in one write ("stream, one write") or one event per write, 2 ms apart ("stream, paced").';
     const took = (Date.now() - began) / 1000;
     const md = renderMarkdown({
       intro,
@@ -542,6 +570,8 @@ async function main(): Promise<void> {
       notes,
       allRuns: cells.flatMap((c) => Object.values(c.runs).flat()),
       retries: RETRIES,
+      workers,
+      idleRss,
       reproduce: `Reproduce: \`${command}\` (${took < 120 ? `${Math.round(took)} s` : `about ${Math.round(took / 60)} minutes`}).`,
     });
     const json = {
@@ -572,6 +602,8 @@ async function main(): Promise<void> {
       cells: summaries,
       peakRssBytes: peakRss,
       heldStreams: HELD > 0 ? held : null,
+      workers,
+      idleRssBytes: idleRss,
       redisCommands,
       targets: checks,
       elapsedS: took,
