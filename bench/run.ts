@@ -610,6 +610,8 @@ async function main(): Promise<void> {
     };
     writeFileSync(join(RESULTS, `${OUT}.json`), `${JSON.stringify(json, null, 2)}\n`);
     writeFileSync(join(RESULTS, `${OUT}.md`), md);
+    // A dated copy of every "latest", so runs can be compared over time.
+    if (OUT === 'latest') writeFileSync(join(RESULTS, `${json.date.slice(0, 16).replace(/:/g, '')}.md`), md);
 
     log('');
     log(md);
