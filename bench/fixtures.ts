@@ -76,6 +76,23 @@ export const STREAM_REQUEST = JSON.stringify({
   stream: true,
   stream_options: { include_usage: true },
 });
+/**
+ * The paced streamed call: the same answer, but the upstream writes it one event per write,
+ * PACE_MS apart, as a model streaming tokens does (each event arrives in a read of its own).
+ * The upstream tells it by the `[paced]` mark at the start of the user message.
+ */
+export const PACED_MARK = '[paced]';
+export const PACED_REQUEST = JSON.stringify({
+  model: MODEL,
+  messages: [MESSAGES[0], { role: 'user', content: `${PACED_MARK} ${USER}` }],
+  max_tokens: 64,
+  stream: true,
+  stream_options: { include_usage: true },
+});
+/** Milliseconds between two events of a paced answer. */
+export const PACE_MS = 2;
+/** Events of a streamed answer: 20 chunks, the usage chunk, [DONE]. */
+export const STREAM_EVENT_COUNT = 22;
 export const HELD_REQUEST = JSON.stringify({
   model: HELD_MODEL,
   messages: [{ role: 'user', content: 'Take your time.' }],

@@ -29,7 +29,7 @@
  *   BENCH_WARMUP [3]          seconds of unmeasured load per kind and relay before round 1
  *   BENCH_ROUNDS [5]          rounds; the median is reported
  *   BENCH_CONCURRENCY [50]    connections; the targets are judged at 50 (e.g. "1,50,256" adds cells)
- *   BENCH_KINDS [plain,stream]
+ *   BENCH_KINDS [plain,stream,paced]  plain; streamed in one write; streamed one event per write, 2 ms apart
  *   BENCH_STORAGE [memory,sqlite,postgres,redis]  the gateways to measure (postgres at POSTGRES_URL,
  *                             redis at REDIS_URL)
  *   BENCH_PEER [on]           "off": leave out @portkey-ai/gateway
@@ -49,6 +49,8 @@
  *                             "chunked": 22 writes back to back (inflates the baseline's cost)
  *   BENCH_NODE_FLAGS []       Node flags of every relay process, the bare relay and the peer included
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
+ *   BENCH_WORKERS [sqlite,redis]  storages on which `serve --workers 2` is measured against 1 ("off": none)
+ *   BENCH_WORKERS_ROUNDS [3]  rounds of that comparison
  *
  * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
  */
@@ -59,7 +61,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { gatewayConfig, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig, PACED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -75,6 +77,7 @@ import {
   fmtMb,
   fmtMs,
   type Kind,
+  KIND_NAMES,
   NOISY_CORES,
   renderMarkdown,
   type StorageState,
@@ -84,6 +87,7 @@ import {
 import { postgresBackendPids, redisServerPid } from './storage-processes.js';
 import { HEADLINE_C, STORAGES, type Storage } from './targets.js';
 import { formatSummary, summarize } from './top-profile.js';
+import { type WorkersResult, workersThroughput } from './workers.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
 const RESULTS = join(ROOT, 'bench/results');
@@ -101,8 +105,8 @@ const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
 const ROUNDS = num(env.BENCH_ROUNDS, 5);
 const CONCURRENCY = list(env.BENCH_CONCURRENCY, String(HEADLINE_C)).map(Number);
-const KINDS = list(env.BENCH_KINDS, 'plain,stream') as Kind[];
-for (const k of KINDS) if (k !== 'plain' && k !== 'stream') throw new Error(`BENCH_KINDS: unknown kind ${k}`);
+const KINDS = list(env.BENCH_KINDS, 'plain,stream,paced') as Kind[];
+for (const k of KINDS) if (!KIND_NAMES.includes(k)) throw new Error(`BENCH_KINDS: unknown kind ${k}`);
 const HELD = num(env.BENCH_HELD, 2000);
 const GATEWAY_MODE = env.BENCH_GATEWAY === 'tsx' ? 'tsx' : 'dist';
 const PROFILE = env.BENCH_PROFILE === 'all' ? 'all' : env.BENCH_PROFILE ? 'gateway' : '';
@@ -123,6 +127,9 @@ const UPSTREAM_WRITES = env.BENCH_UPSTREAM_WRITES === 'chunked' ? 'chunked' : 's
  * compare code, not runtime settings (e.g. "--max-semi-space-size=32"). Default: none.
  */
 const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
+/** The storages on which `serve --workers 2` is measured against one process ("off": none). */
+const WORKERS_ON = env.BENCH_WORKERS === 'off' ? [] : list(env.BENCH_WORKERS, 'sqlite,redis');
+const WORKERS_ROUNDS = num(env.BENCH_WORKERS_ROUNDS, 3);
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const AUTH = { authorization: `Bearer ${KEY}` };
@@ -179,9 +186,13 @@ function bareArgs(upstreamUrl: string, connections: number, profile: boolean): s
   return [...NODE_FLAGS, ...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
 }
 
-const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : STREAM_REQUEST);
+const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : kind === 'paced' ? PACED_REQUEST : STREAM_REQUEST);
 const answerOf = (kind: Kind) => (kind === 'plain' ? PLAIN_BODY : STREAM_BODY);
-const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = { plain: sameContentAs(PLAIN_BODY), stream: sameContentAs(STREAM_BODY) };
+const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = {
+  plain: sameContentAs(PLAIN_BODY),
+  stream: sameContentAs(STREAM_BODY),
+  paced: sameContentAs(STREAM_BODY),
+};
 
 /**
  * One plain and one streamed call through a relay. Ours must answer byte for byte; the peer may
@@ -190,7 +201,7 @@ const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = { plain: sameCont
  */
 async function sanityCheck(id: TargetId, url: string, headers: Record<string, string>): Promise<'bytes' | 'content'> {
   let check: 'bytes' | 'content' = 'bytes';
-  for (const kind of ['plain', 'stream'] as const) {
+  for (const kind of KIND_NAMES) {
     const res = await fetch(`${url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', ...headers },
@@ -279,6 +290,7 @@ async function main(): Promise<void> {
     return [];
   };
   const configFiles: Partial<Record<Storage, string>> = {};
+  const idleRss: Partial<Record<Storage, number>> = {};
 
   let redisCommands: CommandCount | { skipped: string } | { failed: string } | null = null;
   try {
@@ -296,6 +308,10 @@ async function main(): Promise<void> {
     relays.push({ id: 'bare', child: bare, headers: {}, bodyCheck: 'bytes', storagePids: none });
     for (const s of measured) {
       const child = track(await startNode(`gateway (${s})`, gatewayArgs(configFiles[s]!, PROFILE ? `gateway-${s}` : null), ROOT));
+      // What the CLI holds before its first call: heavy parts load when first needed.
+      await sleep(1_000);
+      const idle = memoryOf(child.pid)?.rss;
+      if (idle !== undefined) idleRss[s] = idle;
       relays.push({ id: s, child, headers: AUTH, bodyCheck: 'bytes', storagePids: storagePidsOf(s, child) });
     }
     if (peerInstall && !('skipped' in peerInstall)) {
@@ -427,6 +443,28 @@ async function main(): Promise<void> {
     for (const r of relays) await r.child.stop();
     const summaries: CellSummary[] = cells.map(summarizeCell);
 
+    // ---- two workers against one process ----
+    const workers: WorkersResult[] = [];
+    for (const s of measured.filter((x) => WORKERS_ON.includes(x))) {
+      const w = await workersThroughput({
+        storage: s,
+        serveArgs: gatewayArgs(configFiles[s]!, null),
+        cwd: ROOT,
+        request: requestOf('plain'),
+        answer: answerOf('plain'),
+        headers: AUTH,
+        duration: DURATION,
+        settleS: SETTLE,
+        rounds: WORKERS_ROUNDS,
+        benchPids: [upstream.pid],
+      });
+      workers.push(w);
+      log(
+        `workers  ${s}: 1 process ${fmtInt(w.one.rps)} req/s (${fmtInt(w.one.cpuUsPerCall)} µs/call), ` +
+          `2 workers ${fmtInt(w.two.rps)} req/s (${fmtInt(w.two.cpuUsPerCall)} µs/call): ${(w.two.rps / w.one.rps).toFixed(2)}x`,
+      );
+    }
+
     // ---- memory under held streams (fresh processes) ----
     const held: Partial<Record<'bare' | Storage, HeldResult>> = {};
     if (HELD > 0) {
@@ -475,7 +513,8 @@ async function main(): Promise<void> {
     }
 
     // ---- report ----
-    const checks = evaluate({ cells: summaries, kinds: KINDS, storages, held, heldCount: HELD, redisCommands });
+    const peerMeasured = summaries.some((c) => c.targets.peer !== undefined);
+    const checks = evaluate({ cells: summaries, kinds: KINDS, storages, held, heldCount: HELD, redisCommands, idleRss, peerMeasured });
     const peerRow = PEER ? [{ id: 'peer' as const, label: LABEL.peer, skipped: peerSkipped }] : [];
     const rows = [
       { id: 'bare' as const, label: LABEL.bare, skipped: null },
@@ -516,7 +555,7 @@ async function main(): Promise<void> {
       (FIXED_PROMPT
         ? 'Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); '
         : `Every call sends a unique user message (${PLAIN_REQUEST.length} B body) after a fixed system prompt; `) +
-      'streamed calls get 20 chunks + usage.';
+      'streamed calls get 20 chunks + usage + [DONE]: in one write ("stream, one write") or one event per write, 2 ms apart ("stream, paced").';
     const took = (Date.now() - began) / 1000;
     const md = renderMarkdown({
       intro,
@@ -531,6 +570,8 @@ async function main(): Promise<void> {
       notes,
       allRuns: cells.flatMap((c) => Object.values(c.runs).flat()),
       retries: RETRIES,
+      workers,
+      idleRss,
       reproduce: `Reproduce: \`${command}\` (${took < 120 ? `${Math.round(took)} s` : `about ${Math.round(took / 60)} minutes`}).`,
     });
     const json = {
@@ -561,12 +602,16 @@ async function main(): Promise<void> {
       cells: summaries,
       peakRssBytes: peakRss,
       heldStreams: HELD > 0 ? held : null,
+      workers,
+      idleRssBytes: idleRss,
       redisCommands,
       targets: checks,
       elapsedS: took,
     };
     writeFileSync(join(RESULTS, `${OUT}.json`), `${JSON.stringify(json, null, 2)}\n`);
     writeFileSync(join(RESULTS, `${OUT}.md`), md);
+    // A dated copy of every "latest", so runs can be compared over time.
+    if (OUT === 'latest') writeFileSync(join(RESULTS, `${json.date.slice(0, 16).replace(/:/g, '')}.md`), md);
 
     log('');
     log(md);

@@ -6,13 +6,25 @@ export type Storage = 'memory' | 'sqlite' | 'postgres' | 'redis';
 export const STORAGES: Storage[] = ['memory', 'sqlite', 'postgres', 'redis'];
 
 /**
- * CPU per call of the gateway over the bare relay's, per storage. CPU per call is the headline
- * because it barely moves with other load on the machine, unlike req/s and latency. null: no
- * target is set for that storage; it is still measured and reported.
+ * CPU per call of the gateway process over the bare relay's, per storage and call shape:
+ * plain, streamed in one write, streamed paced (one event per write). CPU per call is the
+ * headline because it barely moves with other load on the machine, unlike req/s and latency
+ * (p99 is reported, not judged: on a shared 2-core machine the store's own processes, the
+ * upstream and the load generator take the gateway's cores). null: no target is set for that
+ * storage; it is still measured and reported.
  */
-export const CPU_RATIO_GOAL: Record<Storage, number | null> = { memory: 1.5, sqlite: 2.0, postgres: null, redis: 2.5 };
-/** p99 latency at the headline concurrency, at most this factor of the bare relay's. */
-export const P99_RATIO_GOAL = 1.5;
+export const CPU_RATIO_GOAL: Record<Storage, { plain: number; stream: number; paced: number } | null> = {
+  memory: { plain: 1.6, stream: 2.0, paced: 1.3 },
+  sqlite: { plain: 2.0, stream: 2.4, paced: 1.5 },
+  postgres: null,
+  redis: { plain: 2.5, stream: 2.8, paced: 1.6 },
+};
+/** Gateway CPU per streamed event over the bare relay's, at most this many µs. */
+export const PER_EVENT_US_GOAL = 3;
+/** The gateway's req/s at least this many times the peer's, plain and streamed (one write). */
+export const PEER_RPS_GOAL = { plain: 8, stream: 4 };
+/** RSS of the CLI right after it started (no call yet), at most this. */
+export const IDLE_RSS_GOAL_BYTES = 90 * 1024 * 1024;
 /** RSS growth over idle with the held streams open, strictly below this. */
 export const HELD_GROWTH_GOAL_BYTES = 100 * 1024 * 1024;
 /** The concurrency the targets are judged at. */

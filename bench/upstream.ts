@@ -7,19 +7,22 @@
  *                                    body has "stream":true, 20 SSE chunks + a usage chunk +
  *                                    [DONE]: one write by default (--writes single, as a fast
  *                                    provider's answer arrives: one TCP read for the relay), or
- *                                    22 writes back to back with --writes chunked.
+ *                                    22 writes back to back with --writes chunked. A user
+ *                                    message starting with [paced] gets the same 22 events one
+ *                                    per write, --pace-ms apart (default 2), as a model
+ *                                    streaming tokens sends them.
  *   POST /slow/v1/chat/completions   held: SSE headers and a first chunk at once, then one
  *                                    chunk every --tick-ms until POST /__release (or
  *                                    --max-hold-ms), then finish + usage + [DONE].
  *   GET  /__held                     {"open": <held streams now>}
  *   POST /__release                  ends every held stream.
  *
- * node --import tsx bench/upstream.ts [--port 0] [--tick-ms 1000] [--max-hold-ms 120000] [--writes single|chunked]
+ * node --import tsx bench/upstream.ts [--port 0] [--tick-ms 1000] [--max-hold-ms 120000] [--writes single|chunked] [--pace-ms 2]
  * Prints "upstream listening on http://127.0.0.1:PORT" when ready.
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { parseArgs } from 'node:util';
-import { DONE, HELD_FIRST, HELD_LAST, PLAIN, STREAM_EVENTS, TICK_EVENT, USAGE_EVENT } from './fixtures.js';
+import { DONE, HELD_FIRST, HELD_LAST, PACE_MS, PACED_MARK, PLAIN, STREAM_EVENTS, TICK_EVENT, USAGE_EVENT } from './fixtures.js';
 
 const { values } = parseArgs({
   options: {
@@ -28,6 +31,7 @@ const { values } = parseArgs({
     'tick-ms': { type: 'string', default: '1000' },
     'max-hold-ms': { type: 'string', default: '120000' },
     writes: { type: 'string', default: 'single' },
+    'pace-ms': { type: 'string', default: String(PACE_MS) },
   },
 });
 const TICK_MS = Number(values['tick-ms']);
@@ -35,6 +39,24 @@ const MAX_HOLD_MS = Number(values['max-hold-ms']);
 const SINGLE_WRITE = values.writes !== 'chunked';
 /** The whole streamed answer as one buffer, for the single-write variant. */
 const STREAM_ALL = Buffer.concat([...STREAM_EVENTS, USAGE_EVENT, DONE]);
+/** The streamed answer's events, one write each for the paced variant. */
+const EVENTS = [...STREAM_EVENTS, USAGE_EVENT, DONE];
+const PACED_MS = Number(values['pace-ms']);
+const PACED_AT = `"content":"${PACED_MARK}`;
+
+/** One event per write, PACED_MS apart; stops when the client goes. */
+function paced(res: ServerResponse): void {
+  let i = 0;
+  let timer: NodeJS.Timeout | undefined;
+  const next = () => {
+    const e = EVENTS[i++]!;
+    if (i === EVENTS.length) return void res.end(e);
+    res.write(e);
+    timer = setTimeout(next, PACED_MS);
+  };
+  res.on('close', () => clearTimeout(timer));
+  next();
+}
 
 const PLAIN_HEADERS = { 'content-type': 'application/json', 'content-length': String(PLAIN.length) };
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
@@ -56,6 +78,10 @@ function fast(body: string, res: ServerResponse): void {
     return;
   }
   res.writeHead(200, SSE_HEADERS);
+  if (body.includes(PACED_AT)) {
+    paced(res);
+    return;
+  }
   if (SINGLE_WRITE) {
     res.end(STREAM_ALL);
     return;

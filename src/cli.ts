@@ -17,9 +17,10 @@ import { parseUsd } from './billing/money.js';
 import { ConfigError } from './options.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './admin/ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
+import { announce, checkShareable, isWorker, superviseWorkers, workerCount, WorkersError } from './cli/workers.js';
 
 const USAGE = `usage:
-  model-gateway serve --config FILE [--port N] [--host H]
+  model-gateway serve --config FILE [--port N] [--host H] [--workers N|auto]
   model-gateway accounts create --config FILE --id ID [--wallet USD]
   model-gateway accounts list --config FILE
   model-gateway wallet show --config FILE --account ID
@@ -35,6 +36,8 @@ options:
   --config FILE       the JSON config; its storage is what the admin commands change
   --port N            serve: the TCP port, 0-65535 (default 8080; 0 picks a free one)
   --host H            serve: the address to listen on (default 127.0.0.1; 0.0.0.0 for all)
+  --workers N|auto    serve: gateway processes on the one port (default 1; auto: one per core);
+                      more than 1 needs sqlite, postgres or redis storage
   --wallet USD        accounts create: the starting balance, e.g. 25 or 12.5 (default 0)
   --usd AMOUNT        wallet top-up: the amount to add, more than 0
   --monthly-cap USD   keys create: the key's monthly spending cap
@@ -49,6 +52,7 @@ const options = {
   config: { type: 'string' },
   port: { type: 'string' },
   host: { type: 'string' },
+  workers: { type: 'string' },
   id: { type: 'string' },
   wallet: { type: 'string' },
   account: { type: 'string' },
@@ -210,7 +214,7 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   }
   const addr = server.address();
   const where = typeof addr === 'object' && addr ? `http://${addr.family === 'IPv6' ? `[${addr.address}]` : addr.address}:${addr.port}` : String(addr);
-  process.stdout.write(startLines(gateway, where));
+  announce(startLines(gateway, where));
   // Graceful shutdown: stop accepting connections, let calls and streams in flight finish
   // within the grace period (the gateway cuts and bills what is left after it), settle
   // everything, then exit 0. Idle keep-alive connections are closed as they become idle.
@@ -218,7 +222,8 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   const stop = () => {
     if (stopping) return;
     stopping = true;
-    process.stdout.write(`model-gateway shutting down: finishing calls in flight (up to ${gateway.config.shutdownGraceMs} ms)\n`);
+    // A worker's primary says it once for all.
+    if (!isWorker()) process.stdout.write(`model-gateway shutting down: finishing calls in flight (up to ${gateway.config.shutdownGraceMs} ms)\n`);
     server.close();
     server.closeIdleConnections();
     const idle = setInterval(() => server.closeIdleConnections(), 100);
@@ -240,7 +245,15 @@ async function admin(argv: string[]): Promise<void> {
   if (problem) throw new UsageError(problem);
   const { values, positionals } = parseArgs({ args: joinNegativeValues(argv), options, allowPositionals: true });
   const [group, action] = positionals;
-  if (group === 'serve') return serve(need(values.config, 'config'), port(values.port), values.host ?? '127.0.0.1');
+  if (group === 'serve') {
+    const configFile = need(values.config, 'config');
+    const listen = port(values.port);
+    const workers = workerCount(values.workers);
+    if (workers === 1 || isWorker()) return serve(configFile, listen, values.host ?? '127.0.0.1');
+    await checkShareable(configFile, workers);
+    process.exitCode = await superviseWorkers(workers);
+    return;
+  }
   const known = ['accounts create', 'accounts list', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable'];
   const alone = (group === 'ledger' || group === 'audit') && action === undefined;
   if (!known.includes(`${group} ${action}`) && !alone) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
@@ -313,7 +326,7 @@ async function main(): Promise<void> {
 
 main().catch((err: unknown) => {
   const code = (err as { code?: unknown } | null)?.code;
-  if (err instanceof UsageError && !err.showUsage) {
+  if ((err instanceof UsageError && !err.showUsage) || err instanceof WorkersError) {
     process.stderr.write(`${err.message}\n(model-gateway --help lists every command and option)\n`);
   } else if (err instanceof UsageError || (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_'))) {
     process.stderr.write(`${(err as Error).message}\n\n${USAGE}\n`);

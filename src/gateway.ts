@@ -70,7 +70,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   core.jobs.onOrphan('image', adoptLostImage(core));
   core.jobs.onOrphan('video', adoptVideo(core));
   const admin = createAdmin(core, { forgetGrants: built.forgetGrants });
-  const ready = Promise.all([seed(core, admin), core.tokenizer.ready]).then(() => undefined);
+  const ready = seed(core, admin);
   ready.catch((err: unknown) => log.error({ msg: 'seeding failed', err }));
   const paths = { v1: `${base}/v1`, health: `${base}/health`, ready: `${base}/ready`, metrics: cfg.metrics ? `${base}${cfg.metrics.path}` : null };
   let isReady = false;

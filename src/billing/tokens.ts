@@ -1,15 +1,27 @@
 /**
- * Token counting with a real tokenizer (gpt-tokenizer, o200k_base). It is loaded when a
- * gateway is created, not at import. Until it has loaded, counts fall back to the UTF-8 byte
- * length, which is never below the token count, so a hold placed that early is still safe.
+ * Token counting with a real tokenizer (gpt-tokenizer, o200k_base). Its tables are tens of
+ * MB, so they are loaded by the first count, not at start: an idle gateway does without them.
+ * The load is synchronous, so every count is exact; should the package fail to load, counts
+ * fall back to the UTF-8 byte length, which is never below the token count (a hold stays safe).
  */
+import { createRequire } from 'node:module';
 import { LRUCache } from 'lru-cache';
 
 type CountFn = (text: string) => number;
 
 export interface Tokenizer {
+  /** Resolved: the tables load with the first count (kept for callers that await it). */
   ready: Promise<void>;
   count(text: string): number;
+}
+
+/** gpt-tokenizer's count, loaded now (Node caches the module for every later caller); null when it cannot load. */
+export function loadTokenCounter(): CountFn | null {
+  try {
+    return (createRequire(import.meta.url)('gpt-tokenizer') as { countTokens: CountFn }).countTokens;
+  } catch {
+    return null;
+  }
 }
 
 /** Strings up to this long have their counts cached: system prompts and few-shot turns repeat. */
@@ -51,18 +63,15 @@ function countInPieces(counter: CountFn, text: string): number {
 }
 
 export function createTokenizer(): Tokenizer {
-  let counter: CountFn | null = null;
+  // undefined: not loaded yet; null: the package could not be loaded.
+  let loaded: CountFn | null | undefined;
   const cache = new LRUCache<string, number>({ max: 4096 });
-  const ready = import('gpt-tokenizer').then(
-    (m) => {
-      counter = m.countTokens as CountFn;
-    },
-    () => undefined,
-  );
   return {
-    ready,
+    ready: Promise.resolve(),
     count(text) {
       if (text.length === 0) return 0;
+      if (loaded === undefined) loaded = loadTokenCounter();
+      const counter = loaded;
       if (!counter) return Buffer.byteLength(text, 'utf8');
       if (text.length > CACHED_MAX_LENGTH) return countInPieces(counter, text);
       let n = cache.get(text);

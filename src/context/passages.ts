@@ -17,7 +17,17 @@
  * except for fenced code blocks, which are never split, and single "words"
  * longer than the target.
  */
-import { countTokens } from 'gpt-tokenizer';
+import { loadTokenCounter } from '../billing/tokens.js';
+
+/**
+ * gpt-tokenizer's count of `text`. Its tables load with the first count (an idle gateway does
+ * without them); the module is Node's to cache. Should it fail to load, the UTF-8 byte
+ * length stands in: never below the token count, so a passage never looks smaller than it is.
+ */
+function countTokens(text: string): number {
+  const count = loadTokenCounter();
+  return count ? count(text) : Buffer.byteLength(text, 'utf8');
+}
 
 export const DEFAULT_TARGET_TOKENS = 220;
 export const DEFAULT_OVERLAP_TOKENS = 30;

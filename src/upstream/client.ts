@@ -8,7 +8,17 @@ import { GatewayError } from '../errors.js';
 import { nativeSignal } from '../http/node-lane.js';
 import { createFetchUpstream } from './fetch-upstream.js';
 import { kindOf } from './kinds/index.js';
-import { type HttpUpstreamOptions, outgoingHeaders, type Upstream, type UpstreamCall, type UpstreamResponse, withQuery } from './types.js';
+import type { Readable } from 'node:stream';
+import {
+  type BodyFlow,
+  type BodyListener,
+  type HttpUpstreamOptions,
+  outgoingHeaders,
+  type Upstream,
+  type UpstreamCall,
+  type UpstreamResponse,
+  withQuery,
+} from './types.js';
 
 // The transport contract lives in types.ts (both transports implement it); re-exported here
 // for the modules that import it with the client.
@@ -57,6 +67,32 @@ export function upstreamFailure(err: unknown, upstream: string): GatewayError {
  */
 export function redactKey(text: string, apiKey: string): string {
   return apiKey.length >= 8 && text.includes(apiKey) ? text.replaceAll(apiKey, '[redacted]') : text;
+}
+
+/**
+ * A node stream's reads handed to `listener` as they come, then its end or its failure once
+ * (a stream destroyed without an error fails too: it did not end). A stream that already
+ * ended or failed says so on the next turn.
+ */
+function listenTo(body: Readable, listener: BodyListener): BodyFlow {
+  let over = false;
+  const once = (fn: () => void) => {
+    if (over) return;
+    over = true;
+    fn();
+  };
+  const closed = () => once(() => listener.error(body.errored ?? new Error('The upstream body was closed before its end.')));
+  body.on('error', (err) => once(() => listener.error(err)));
+  body.on('close', closed);
+  if (body.readableEnded) queueMicrotask(() => once(() => listener.end()));
+  else if (body.destroyed) queueMicrotask(closed);
+  else {
+    body.on('end', () => once(() => listener.end()));
+    body.on('data', (chunk: Uint8Array) => {
+      if (!over) listener.data(chunk);
+    });
+  }
+  return { pause: () => void body.pause(), resume: () => void body.resume() };
 }
 
 export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Upstream {
@@ -127,6 +163,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
           body.on('error', () => undefined);
           body.resume();
         },
+        listen: (listener) => listenTo(body, listener),
       };
     },
     async close() {

@@ -25,6 +25,25 @@ export interface UpstreamResponse {
   received?(): Uint8Array | null;
   /** With `received`: reads and drops what is left of the body, so the connection can be reused. */
   skipRest?(): void;
+  /**
+   * Optional, for a transport that can: hands each read of the body to `listener` as it
+   * arrives (no promise per read, as an async iterator takes), then its end or its failure,
+   * exactly one of them. Called at most once, instead of iterating `body`.
+   */
+  listen?(listener: BodyListener): BodyFlow;
+}
+
+/** What receives a body read by read (see `UpstreamResponse.listen`). */
+export interface BodyListener {
+  data(chunk: Uint8Array): void;
+  end(): void;
+  error(err: unknown): void;
+}
+
+/** Backpressure on a listened body: `pause` holds reads back until `resume`. */
+export interface BodyFlow {
+  pause(): void;
+  resume(): void;
 }
 
 export interface Upstream {

@@ -26,10 +26,16 @@ export function writeConfig(config: unknown): string {
 
 /**
  * Starts `model-gateway serve --config FILE --port 0` and waits for its listening line.
- * `wrap`: a command the gateway runs under (e.g. `unshare ...` to make it PID 1).
+ * `wrap`: a command the gateway runs under (e.g. `unshare ...` to make it PID 1); `more.args`:
+ * more serve flags (e.g. `--workers 2`), `more.startMs` how long it may take to listen.
  */
-export function startGatewayProcess(configFile: string, env: NodeJS.ProcessEnv = {}, wrap: string[] = []): Promise<GatewayProcess> {
-  const args = [process.execPath, '--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve', '--config', configFile, '--port', '0'];
+export function startGatewayProcess(
+  configFile: string,
+  env: NodeJS.ProcessEnv = {},
+  wrap: string[] = [],
+  more: { args?: string[]; startMs?: number } = {},
+): Promise<GatewayProcess> {
+  const args = [process.execPath, '--import', 'tsx', join(ROOT, 'src', 'cli.ts'), 'serve', '--config', configFile, '--port', '0', ...(more.args ?? [])];
   const [command, ...rest] = [...wrap, ...args];
   const child = spawn(command!, rest, {
     cwd: ROOT,
@@ -41,7 +47,7 @@ export function startGatewayProcess(configFile: string, env: NodeJS.ProcessEnv =
   child.stderr!.on('data', (d: Buffer) => (out += d.toString()));
   const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`gateway process did not start:\n${out}`)), 30_000);
+    const timer = setTimeout(() => reject(new Error(`gateway process did not start:\n${out}`)), more.startMs ?? 30_000);
     const onData = () => {
       const m = /listening on (http:\/\/[^\s]+\/v1)/.exec(out);
       if (!m) return;

@@ -12,7 +12,8 @@ const NODE_BODIES = Response !== globalThis.Response;
 
 /** Where the relay writes: a web ReadableStream's controller, or a Node Readable. */
 export interface Sink {
-  push(chunk: Uint8Array): void;
+  /** False when the client has enough buffered: write more only after its next pull. */
+  push(chunk: Uint8Array): boolean;
   close(): void;
 }
 
@@ -38,18 +39,28 @@ export function streamBody(source: BodySource): ReadableStream<Uint8Array> | Rea
         callback(err);
       },
     });
-    const sink: Sink = { push: (chunk) => void readable.push(chunk), close: () => void readable.push(null) };
+    const sink: Sink = { push: (chunk) => readable.push(chunk), close: () => void readable.push(null) };
     source.start(sink);
     return readable;
   }
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
-        source.start({ push: (chunk) => controller.enqueue(chunk), close: () => controller.close() });
+        source.start(webSink(controller));
       },
-      pull: (controller) => source.pull({ push: (chunk) => controller.enqueue(chunk), close: () => controller.close() }),
+      pull: (controller) => source.pull(webSink(controller)),
       cancel: () => source.cancel(),
     },
     { highWaterMark: 0 },
   );
+}
+
+function webSink(controller: ReadableStreamDefaultController<Uint8Array>): Sink {
+  return {
+    push(chunk) {
+      controller.enqueue(chunk);
+      return (controller.desiredSize ?? 0) > 0;
+    },
+    close: () => controller.close(),
+  };
 }

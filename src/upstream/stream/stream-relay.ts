@@ -1,0 +1,390 @@
+/**
+ * The state of one streamed answer between its upstream and its client (see relay.ts): what
+ * was read ahead, the keep-alive timer, the settle before the last frames, a client that left.
+ */
+import { errors, GatewayError } from '../../errors.js';
+import type { RequestContext } from '../../pipeline/types.js';
+import type { Services } from '../../services.js';
+import { upstreamFailure } from '../client.js';
+import { redactedError, upstreamKeysRedactor } from '../key-redactor.js';
+import type { BodyFlow, UpstreamResponse } from '../types.js';
+import type { Sink } from './bodies.js';
+import type { EventReader } from './reader.js';
+import { type StreamCall, settleStream } from './settle.js';
+import { KEEP_ALIVE } from './sse.js';
+
+const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
+
+/** What Promise.race returns when the upstream had nothing more buffered this turn. */
+const NOT_YET = Symbol('not yet');
+const nextTurn = (): Promise<typeof NOT_YET> => new Promise((resolve) => setImmediate(resolve, NOT_YET));
+
+/** Reads the rest of an upstream body nobody needs, so its connection can go back to the pool. */
+const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
+  void (async () => {
+    try {
+      while (!(await iterator.next()).done);
+    } catch {
+      // Failed after the answer was complete: nothing left to bill or tell.
+    }
+  })();
+};
+
+/** What `step` returns once the answer is complete: `finish` has taken its last frames. */
+const FINISHING = Symbol('finishing');
+
+/**
+ * One stream's relay state: what was read ahead, the keep-alive timer, whether it ended.
+ *
+ * A transport that can hand its reads over as they arrive (`UpstreamResponse.listen`) is read
+ * that way: each read is scanned and its frames written in the same turn, with no promise per
+ * read and no wait for the client to pull (its backpressure pauses the upstream instead).
+ * Others are read through their async iterator, one read per pull of the client's stream.
+ */
+export class StreamRelay {
+  ended = false;
+  private keepAlive: NodeJS.Timeout | undefined;
+  private iterator: AsyncIterator<Uint8Array> | null = null;
+  private pending: Promise<IteratorResult<Uint8Array>> | null = null;
+  private carried: Uint8Array[] | null = null;
+  private carriedError: unknown = null;
+  private sink: Sink | null = null;
+  /** The read the stream waits on: a read-on after the client left takes its result over. */
+  private inflight: Promise<IteratorResult<Uint8Array>> | null = null;
+  /** The client left after the answer's end; the upstream is read on for the usage. */
+  private readingOn = false;
+  /** A listened body's backpressure; null while the body is read through its iterator. */
+  private flow: BodyFlow | null = null;
+  /** The complete answer's settle and last frames, under way. */
+  private finishing: Promise<void> | null = null;
+  /** Ends a read-on of a listened body (its end, its failure, or the grace running out). */
+  private readOnDone: (() => void) | null = null;
+
+  constructor(
+    private readonly core: Services,
+    private readonly ctx: RequestContext,
+    private readonly res: UpstreamResponse,
+    private readonly billing: StreamCall,
+    private readonly reader: EventReader,
+  ) {
+    ctx.observed.record.stream = true;
+    core.counters.openStreams++;
+    // Shutdown's grace period is over: the answer is cut like any failed stream, and what was
+    // produced so far is billed.
+    billing.call.onAbort(() => {
+      if (this.readingOn) {
+        // The grace for the usage is cut short: what was seen is billed now.
+        void settleStream(this.billing, this.reader, this.core.tokenizer);
+        this.res.discard();
+        return;
+      }
+      if (this.ended) return;
+      this.res.discard();
+      void this.end();
+      this.tell(this.reader.errorFrames(errors.cutByShutdown()));
+    });
+    // Belt and braces: some servers report a disconnect only through the request's signal,
+    // and a client may have left while the upstream's answer was on its way.
+    if (ctx.request.signal?.aborted) queueMicrotask(() => this.cancel());
+    else ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
+  }
+
+  private iter(): AsyncIterator<Uint8Array> {
+    return (this.iterator ??= this.res.body[Symbol.asyncIterator]());
+  }
+
+  /** Stops the relay once; false when it had stopped already. */
+  private stop(): boolean {
+    if (this.ended) return false;
+    this.ended = true;
+    this.core.counters.openStreams--;
+    clearTimeout(this.keepAlive);
+    return true;
+  }
+
+  /** Ends the relay once and bills it; resolves when the charge is in the store. */
+  private end(): Promise<void> {
+    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer) : Promise.resolve();
+  }
+
+  /** Reads the rest of a body nobody needs (ignored), so its connection can go back to the pool. */
+  private drain(): void {
+    if (this.flow) this.flow.resume();
+    else drainRest(this.iter());
+  }
+
+  /**
+   * The whole answer, when it came with the headers (settled before it is returned), else
+   * null with what was read kept for the stream. A transport that can tell hands over what it
+   * has already received at once (given until the next turn when it had nothing yet);
+   * otherwise the first read is given until the next turn.
+   */
+  async completeOnArrival(): Promise<Uint8Array | null> {
+    let received = this.res.received?.() ?? null;
+    if (!received && this.res.listen) {
+      await nextTurn();
+      if (this.ended) return null;
+      received = this.res.received?.() ?? null;
+      // Nothing yet: the stream opens and the body is listened to from its first read.
+      if (!received) return null;
+    }
+    let early: IteratorResult<Uint8Array> | typeof NOT_YET;
+    if (received) early = { done: false, value: received };
+    else {
+      this.pending = this.iter().next();
+      early = await Promise.race([this.pending, nextTurn()]).catch((): typeof NOT_YET => NOT_YET);
+    }
+    // Cut by shutdown meanwhile: the stream opens only to tell so (see start).
+    if (this.ended) return null;
+    if (typeof early !== 'object' || early.done) return null;
+    this.pending = null;
+    try {
+      this.carried = this.reader.push(early.value);
+    } catch (err) {
+      this.carriedError = err;
+      return null;
+    }
+    if (!this.reader.done) return null;
+    const parts = this.carried;
+    this.carried = null;
+    if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
+    if (this.iterator || !this.res.skipRest) drainRest(this.iter());
+    else this.res.skipRest();
+    await this.end();
+    const record = this.ctx.observed.record;
+    record.ttfbMs = performance.now() - record.startedAt;
+    return joined(parts);
+  }
+
+  start(sink: Sink): void {
+    this.sink = sink;
+    if (this.ended) {
+      // Cut by shutdown before the stream opened: it says so and ends.
+      this.tell(this.reader.errorFrames(errors.cutByShutdown()));
+      return;
+    }
+    const core = this.core;
+    this.keepAlive = setTimeout(
+      function tick(this: void, relay: StreamRelay) {
+        if (relay.ended) return;
+        try {
+          sink.push(KEEP_ALIVE);
+        } catch {
+          return;
+        }
+        relay.keepAlive?.refresh();
+      },
+      core.cfg.limits.streamKeepAliveMs,
+      this,
+    );
+  }
+
+  private read(): Promise<IteratorResult<Uint8Array>> {
+    const p = this.pending ?? this.iter().next();
+    this.pending = null;
+    return p;
+  }
+
+  /**
+   * The answer's body bytes, noting when the first one went out (time to first token).
+   * False when the client has enough buffered for now.
+   */
+  private send(sink: Sink, parts: Uint8Array[]): boolean {
+    if (parts.length === 0) return true;
+    const record = this.ctx.observed.record;
+    if (record.ttfbMs === null) record.ttfbMs = performance.now() - record.startedAt;
+    return sink.push(joined(parts));
+  }
+
+  /** The client wants more: writes something, ends the stream, or lets a listened body flow again; never throws. */
+  async pullInto(sink: Sink): Promise<void> {
+    if (this.ended) return;
+    if (this.flow) return this.flow.resume();
+    try {
+      if (this.carriedError) {
+        const err = this.carriedError;
+        this.carriedError = null;
+        throw err;
+      }
+      if (this.carried && !this.reader.answered) {
+        const parts = this.carried;
+        this.carried = null;
+        if (parts.length) {
+          this.send(sink, parts);
+          if (this.res.listen && !this.iterator) this.listen(sink);
+          return;
+        }
+      }
+      if (this.res.listen && !this.iterator) return this.listen(sink);
+      for (;;) {
+        const read = (this.inflight = this.read());
+        const next = await read;
+        this.inflight = null;
+        if (this.ended) return;
+        const out = this.step(sink, next.done ? null : next.value);
+        if (out === FINISHING) return void (await this.finishing);
+        if (out.length) return void this.send(sink, out);
+      }
+    } catch (err) {
+      if (this.ended) return;
+      await this.fail(sink, err);
+    }
+  }
+
+  /**
+   * One upstream read (null: the body ended): the frames to send now, or FINISHING when the
+   * answer is complete (`finish` then settles and sends the rest). Once the answer's content
+   * ended, its last frames wait for the end and its settle: the usage chunk, like [DONE],
+   * reaches the client only once the charge is in. Throws on a bad event or a cut body.
+   */
+  private step(sink: Sink, chunk: Uint8Array | null): Uint8Array[] | typeof FINISHING {
+    this.keepAlive?.refresh();
+    const reader = this.reader;
+    const frames = chunk === null ? reader.end() : reader.push(chunk);
+    const parts = reader.answered && this.carried ? [...this.carried, ...frames] : frames;
+    if (reader.answered) this.carried = null;
+    if (chunk === null && !reader.done) {
+      this.send(sink, parts);
+      throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
+    }
+    if (reader.done) {
+      // Failed only after the relay ended (the charge is the journal's then): nothing to tell.
+      this.finishing = this.finish(sink, parts, chunk === null).catch(() => undefined);
+      return FINISHING;
+    }
+    if (reader.answered) {
+      this.carried = parts;
+      return [];
+    }
+    return parts;
+  }
+
+  /** Reads a listened body from here on: each read is relayed as it arrives. */
+  private listen(sink: Sink): void {
+    const onChunk = (chunk: Uint8Array | null): void => {
+      if (this.readingOn) this.readOnto(chunk);
+      if (this.ended) return;
+      try {
+        const out = this.step(sink, chunk);
+        if (out !== FINISHING && out.length && !this.send(sink, out)) this.flow?.pause();
+      } catch (err) {
+        if (!this.ended) void this.fail(sink, err);
+      }
+    };
+    this.flow = this.res.listen!({
+      data: onChunk,
+      end: () => onChunk(null),
+      error: (err) => {
+        if (this.readingOn) this.readOnDone?.();
+        else if (!this.ended) void this.fail(sink, err);
+      },
+    });
+  }
+
+  /**
+   * The answer is complete: the charge lands first, then the last frames and the end marker
+   * go out. An upstream that keeps its side open after its end has the rest of its body read
+   * (and ignored) in the background, so the connection can go back to the pool.
+   */
+  private async finish(sink: Sink, parts: Uint8Array[], bodyEnded: boolean): Promise<void> {
+    if (!bodyEnded) this.drain();
+    await this.end();
+    if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
+    this.send(sink, parts);
+    sink.close();
+  }
+
+  private async fail(sink: Sink, err: unknown): Promise<void> {
+    const { core, ctx, billing } = this;
+    this.res.discard();
+    // An upstream's error event is relayed in the client's last frame: no upstream key material in it.
+    const gErr = redactedError(err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream), upstreamKeysRedactor(core.cfg));
+    if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
+    core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
+    if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
+    await this.end();
+    this.sink = sink;
+    // The answer's held-back last frames (its content went out before them) precede the error.
+    const held = this.carried ?? [];
+    this.carried = null;
+    this.tell([...held, ...this.reader.errorFrames(gErr)]);
+  }
+
+  /** Writes frames that end the stream, if the client is still there. */
+  private tell(frames: Uint8Array[]): void {
+    try {
+      for (const f of frames) this.sink?.push(f);
+      this.sink?.close();
+    } catch {
+      // The client is gone too.
+    }
+  }
+
+  /**
+   * The client went away: stop the upstream and bill what was produced so far. Gone after the
+   * answer's end, it still pays the usage that follows: the upstream is read on for it, at
+   * most `usageGraceMs`.
+   */
+  cancel(): void {
+    const graceMs = this.core.cfg.usageGraceMs;
+    if (!this.stop()) return;
+    if (this.reader.answered && !this.reader.done && graceMs > 0) {
+      this.readingOn = true;
+      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer));
+      return;
+    }
+    this.res.discard();
+    void settleStream(this.billing, this.reader, this.core.tokenizer);
+  }
+
+  /** Reads the upstream to its end (or until `graceMs` passed or it failed) with nobody to send to. */
+  private async readOn(graceMs: number): Promise<void> {
+    if (this.flow) return this.readOnFlow(graceMs);
+    const timer = setTimeout(() => this.res.discard(), graceMs);
+    let pending = this.inflight;
+    try {
+      for (;;) {
+        const next = await (pending ?? this.read());
+        pending = null;
+        if (next.done) {
+          this.reader.end();
+          break;
+        }
+        this.reader.push(next.value);
+        if (this.reader.done) break;
+      }
+    } catch {
+      // The upstream failed, or the grace ran out: what was seen is billed.
+    } finally {
+      clearTimeout(timer);
+    }
+    this.res.discard();
+  }
+
+  /** `readOn` for a listened body: its reads keep coming to `readOnto`. */
+  private readOnFlow(graceMs: number): Promise<void> {
+    return new Promise((resolve) => {
+      const timer = setTimeout(() => this.res.discard(), graceMs);
+      this.readOnDone = () => {
+        this.readOnDone = null;
+        clearTimeout(timer);
+        this.res.discard();
+        resolve();
+      };
+      this.flow?.resume();
+    });
+  }
+
+  /** One read (null: the end) of a body read on for its usage. */
+  private readOnto(chunk: Uint8Array | null): void {
+    try {
+      if (chunk === null) this.reader.end();
+      else this.reader.push(chunk);
+    } catch {
+      // A bad event: what was seen is billed.
+      this.readOnDone?.();
+      return;
+    }
+    if (chunk === null || this.reader.done) this.readOnDone?.();
+  }
+}
