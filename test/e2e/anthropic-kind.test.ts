@@ -255,6 +255,10 @@ describe('an Anthropic-kind upstream', () => {
       // A server tool is priced per use, which no usage field reports: refused, not relayed unbilled.
       const search = { ...hi, tools: [{ type: 'web_search_20250305', name: 'web_search' }] };
       expect(await expectError(await post(search), 400, 'invalid_request_error')).toContain('web_search');
+      // So do remote MCP servers and a code-execution container, which Anthropic bills beside the tokens.
+      const mcp = { ...hi, mcp_servers: [{ type: 'url', url: 'https://mcp.example.com/sse', name: 'x' }] };
+      expect(await expectError(await post(mcp), 400, 'invalid_request_error')).toContain('mcp_servers');
+      expect(await expectError(await post({ ...hi, container: 'container_1' }), 400, 'invalid_request_error')).toContain('container');
       expect(up.requests).toHaveLength(0);
     });
 

@@ -28,7 +28,16 @@ import { countTokensSchema, messagesSchema, specificError } from './schema.js';
  */
 const SERVER_TOOL = /^(web_search|web_fetch|code_execution)_/;
 
-function refuseServerTools(tools: ReadonlyArray<{ type?: string | null | undefined }> | undefined): void {
+/**
+ * Fields that make Anthropic run billable work beside the tokens (remote MCP servers, a
+ * code-execution container): refused for the same reason, never relayed unbilled.
+ */
+const SERVER_FIELDS = ['mcp_servers', 'container'] as const;
+
+function refuseServerTools(body: Record<string, unknown>, tools: ReadonlyArray<{ type?: string | null | undefined }> | undefined): void {
+  for (const field of SERVER_FIELDS) {
+    if (body[field] !== undefined && body[field] !== null) throw unsupportedTool(field, 'on the Messages API through this gateway, which cannot bill its per-use price', field);
+  }
   tools?.forEach((t, i) => {
     if (t.type && SERVER_TOOL.test(t.type)) throw unsupportedTool(t.type, 'on the Messages API through this gateway, which cannot bill its per-use price', `tools[${i}]`);
   });
@@ -42,7 +51,7 @@ export const createMessage = textOperation({
     const req = checked.data;
     const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
     checkOutputCap(model, { max_tokens: req.max_tokens });
-    refuseServerTools(req.tools);
+    refuseServerTools(body, req.tools);
     const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
     const system = systemWith(req.system, injected);
     const input = messagesPrompt(model, { ...req, system });
