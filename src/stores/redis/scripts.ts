@@ -480,6 +480,16 @@ return 1
 `,
   },
 
+  /** Sets one field of an existing account record. KEYS: account record. ARGV: field, value. Returns 1 when set. */
+  mgAccountSetField: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+return 1
+`,
+  },
+
   /** KEYS: key record (by digest). ARGV: id, record JSON, disabled ('0' | '1'). */
   mgKeyInsert: {
     numberOfKeys: 1,
@@ -708,6 +718,84 @@ return bump(KEYS[2])
       `
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 bump(KEYS[2])
+return 1
+`,
+  },
+
+  /**
+   * Tokens per minute: take-if-it-fits over an exact sliding window of tokens. The takes of the
+   * window are a zset (take id -> ms) and a hash (take id -> tokens, "#" -> their sum), under
+   * one hash tag; takes that left the window are dropped (and their tokens subtracted) first.
+   * KEYS: takes zset, tokens hash. ARGV: take id, tokens, limit, window ms.
+   * Returns {allowed (0 | 1), remaining, reset ms} (reset -1: these tokens never fit).
+   */
+  mgTokensTake: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      `
+local z, h = KEYS[1], KEYS[2]
+local id, n, limit, w = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = now_ms()
+local used = num(redis.call('HGET', h, '#'))
+local gone = redis.call('ZRANGEBYSCORE', z, '-inf', fmt(t - w))
+if #gone > 0 then
+  for i = 1, #gone do
+    used = used - num(redis.call('HGET', h, gone[i]))
+    redis.call('HDEL', h, gone[i])
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(t - w))
+  redis.call('HSET', h, '#', fmt(used))
+end
+local remaining = limit - used
+if remaining < 0 then remaining = 0 end
+local held = redis.call('HEXISTS', h, id) == 1
+if held or used + n <= limit then
+  if not held then
+    redis.call('ZADD', z, fmt(t), id)
+    redis.call('HSET', h, id, fmt(n), '#', fmt(used + n))
+    used = used + n
+    -- The newest take leaves the window within w, so an idle window disappears.
+    redis.call('PEXPIRE', z, fmt(w))
+    redis.call('PEXPIRE', h, fmt(w))
+  end
+  remaining = limit - used
+  if remaining < 0 then remaining = 0 end
+  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  local reset = 0
+  if first[2] then reset = tonumber(first[2]) + w - t end
+  if reset < 0 then reset = 0 end
+  return {1, fmt(remaining), fmt(reset)}
+end
+if n > limit then return {0, fmt(remaining), '-1'} end
+-- Walk from the oldest take until enough has left for these tokens to fit.
+local free = limit - used
+local rows = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+for i = 1, #rows, 2 do
+  free = free + num(redis.call('HGET', h, rows[i]))
+  if free >= n then
+    local reset = tonumber(rows[i + 1]) + w - t
+    if reset < 1 then reset = 1 end
+    return {0, fmt(remaining), fmt(reset)}
+  end
+end
+return {0, fmt(remaining), '-1'}
+`,
+  },
+
+  /**
+   * Corrects a take to the tokens its call used (the sum moves with it). A take no longer
+   * held changes nothing. KEYS: takes zset, tokens hash. ARGV: take id, tokens. Returns 1 when corrected.
+   */
+  mgTokensSet: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      `
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if not old then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[2], '#', fmt(tonumber(ARGV[2]) - tonumber(old)))
 return 1
 `,
   },
