@@ -278,6 +278,11 @@ export interface BillingStore {
   credit(req: CreditRequest): Promise<CreditResult>;
   wallet(accountId: string): Promise<WalletView>;
   keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
+  /**
+   * What was settled in `period` (a name from spendPeriods) by the key `scope`, or by the
+   * whole account when `scope` is "": the figure budgets are checked against.
+   */
+  periodSpend(accountId: string, scope: string, period: string): Promise<bigint>;
   /** Ledger entries of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /**

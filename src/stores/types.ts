@@ -106,6 +106,8 @@ export interface AccountStore {
 export type {
   BillingStore,
   BudgetCheck,
+  BudgetSource,
+  LimitSource,
   CountedHold,
   CreditRequest,
   CreditResult,
