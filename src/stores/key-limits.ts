@@ -26,10 +26,24 @@ export function encodeKeyLimits(k: Partial<KeyLimits>): string | null {
   return JSON.stringify({ models, tokensPerMinute, budgets: JSON.parse(encodeBudgets(budgets)) as StoredBudget[] });
 }
 
-export function decodeKeyLimits(text: string | null | undefined): KeyLimits {
-  if (!text) return { models: null, tokensPerMinute: null, budgets: [] };
+/**
+ * The limits a stored text holds, only those set: a key without limits reads back exactly as
+ * it was written, without fields it never had.
+ */
+export function decodeKeyLimits(text: string | null | undefined): Partial<KeyLimits> {
+  if (!text) return {};
   const v = JSON.parse(text) as { models?: string[] | null; tokensPerMinute?: number | null; budgets?: StoredBudget[] };
-  return { models: v.models ?? null, tokensPerMinute: v.tokensPerMinute ?? null, budgets: decodeBudgets(JSON.stringify(v.budgets ?? [])) };
+  const out: Partial<KeyLimits> = {};
+  if (v.models != null) out.models = v.models;
+  if (v.tokensPerMinute != null) out.tokensPerMinute = v.tokensPerMinute;
+  if (v.budgets?.length) out.budgets = decodeBudgets(JSON.stringify(v.budgets));
+  return out;
+}
+
+/** An account's budgets as a record carries them: absent when there are none. */
+export function budgetsField(text: string | null | undefined): { budgets?: Budget[] } {
+  const budgets = decodeBudgets(text);
+  return budgets.length ? { budgets } : {};
 }
 
 /** Only the limits `patch` sets, as JSON, for a driver that merges them into the stored ones in one statement. */

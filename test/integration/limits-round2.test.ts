@@ -112,7 +112,7 @@ for (const driver of drivers) {
     }, 60_000);
 
     /** POSTs `payload` to /v1/chat/completions through gateway `i` (every other call to the second instance). */
-    const call = (key: string, payload: unknown, i = 0) =>
+    const call = async (key: string, payload: unknown, i = 0): Promise<Response> =>
       (gateways[i % gateways.length] as Gateway).fetch(
         new Request('http://gw/v1/chat/completions', {
           method: 'POST',
@@ -120,7 +120,7 @@ for (const driver of drivers) {
           body: JSON.stringify(payload),
         }),
       );
-    const get = (key: string, path: string, i = 0) =>
+    const get = async (key: string, path: string, i = 0): Promise<Response> =>
       (gateways[i % gateways.length] as Gateway).fetch(new Request(`http://gw/v1${path}`, { headers: { authorization: `Bearer ${key}` } }));
 
     it('130 concurrent calls against a tokens-per-minute window admit exactly what fits, then the window holds what they used', async () => {

@@ -1,6 +1,6 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type PgContext } from './connection.js';
-import { decodeBudgets, decodeKeyLimits, encodeBudgets, encodeKeyLimits, encodeLimitsPatch, touchesLimits } from '../key-limits.js';
+import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, encodeLimitsPatch, touchesLimits } from '../key-limits.js';
 
 interface AccountRow {
   id: string;
@@ -13,7 +13,7 @@ const account = (r: AccountRow): AccountRecord => ({
   id: r.id,
   grants: r.grants,
   createdAt: num(r.created_at),
-  budgets: r.budgets ? decodeBudgets(JSON.stringify(r.budgets)) : [],
+  ...budgetsField(r.budgets ? JSON.stringify(r.budgets) : null),
 });
 const ACCOUNT_COLUMNS = 'id, grants, created_at, budgets';
 

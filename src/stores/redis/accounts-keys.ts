@@ -1,7 +1,7 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyPatch, KeyStore } from '../types.js';
 import { creditEntry, creditMarker } from './credits.js';
 import { int, list, type RedisContext, str } from './connection.js';
-import { decodeBudgets, decodeKeyLimits, encodeBudgets, encodeKeyLimits, patchedLimits, touchesLimits } from '../key-limits.js';
+import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, patchedLimits, touchesLimits } from '../key-limits.js';
 import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 /**
@@ -15,7 +15,7 @@ export function createRedisAccounts(ctx: RedisContext): AccountStore {
   function parse(reply: unknown): AccountRecord | null {
     const [id, grants, createdAt, budgets] = list(reply).map(str);
     if (id === null || id === undefined) return null;
-    return { id, grants: JSON.parse(grants ?? '[]') as string[], createdAt: Number(createdAt ?? 0), budgets: decodeBudgets(budgets) };
+    return { id, grants: JSON.parse(grants ?? '[]') as string[], createdAt: Number(createdAt ?? 0), ...budgetsField(budgets) };
   }
 
   const store: AccountStore = {

@@ -1,7 +1,7 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
 import { prepareCredit } from './credit.js';
-import { decodeBudgets, decodeKeyLimits, encodeBudgets, encodeKeyLimits, patchedLimits, touchesLimits } from '../key-limits.js';
+import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, patchedLimits, touchesLimits } from '../key-limits.js';
 import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 interface AccountRow {
@@ -15,7 +15,7 @@ const account = (r: AccountRow): AccountRecord => ({
   id: r.id,
   grants: JSON.parse(r.grants) as string[],
   createdAt: num(r.created_at),
-  budgets: decodeBudgets(r.budgets),
+  ...budgetsField(r.budgets),
 });
 
 /**
