@@ -1181,8 +1181,9 @@ CREATE TABLE ${s}.token_takes (
 CREATE INDEX token_takes_at ON ${s}.token_takes (bucket, at);
 
 -- Takes p_tokens from the bucket's window if what its takes of the last p_window ms hold plus
--- p_tokens stays within p_limit. Returns whether it took, what is left, and the ms until
--- enough of the window has left it for p_tokens to fit (0 when they fit now; -1 never).
+-- p_tokens stays within p_limit. Returns whether it took, what is left, and when taken the ms
+-- until the oldest take leaves; when refused the ms until enough has left for p_tokens to
+-- fit (-1: they never fit).
 CREATE FUNCTION ${s}.mg_tokens_take(
   p_bucket text, p_take text, p_tokens bigint, p_limit bigint, p_window bigint,
   OUT o_allowed boolean, OUT o_remaining bigint, OUT o_reset bigint
@@ -1194,12 +1195,18 @@ BEGIN
   v_t := ${s}.mg_now();
   DELETE FROM ${s}.token_takes WHERE bucket = p_bucket AND at <= v_t - p_window;
   SELECT coalesce(sum(tokens), 0)::bigint INTO v_used FROM ${s}.token_takes WHERE bucket = p_bucket;
-  o_allowed := v_used + p_tokens <= p_limit;
+  -- A take id the window holds already is not taken twice.
+  o_allowed := EXISTS (SELECT 1 FROM ${s}.token_takes WHERE bucket = p_bucket AND take_id = p_take);
   o_reset := 0;
-  IF o_allowed THEN
-    INSERT INTO ${s}.token_takes (bucket, take_id, at, tokens) VALUES (p_bucket, p_take, v_t, p_tokens)
-      ON CONFLICT (bucket, take_id) DO NOTHING;
-    o_remaining := p_limit - v_used - p_tokens;
+  IF o_allowed OR v_used + p_tokens <= p_limit THEN
+    IF NOT o_allowed THEN
+      INSERT INTO ${s}.token_takes (bucket, take_id, at, tokens) VALUES (p_bucket, p_take, v_t, p_tokens);
+      v_used := v_used + p_tokens;
+    END IF;
+    o_allowed := true;
+    o_remaining := greatest(p_limit - v_used, 0);
+    -- When the oldest take leaves the window.
+    SELECT greatest(min(at) + p_window - v_t, 0) INTO o_reset FROM ${s}.token_takes WHERE bucket = p_bucket;
     RETURN;
   END IF;
   o_remaining := greatest(p_limit - v_used, 0);
