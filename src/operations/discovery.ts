@@ -40,6 +40,7 @@ export async function readKey(core: Services, ctx: RequestContext): Promise<Resp
   const report = await core.meter.report(key);
   const { usage, wallet } = report;
   // The tightest of the monthly cap, the key's budgets and its account's: what it can still spend.
+  const tpm = key.tokensPerMinute ?? core.cfg.limits.keyTokensPerMinute;
   const limit = await tightestLimit(core.stores.billing, key, await core.accountBudgets(key.accountId), report, now);
   return json(
     200,
@@ -56,12 +57,8 @@ export async function readKey(core: Services, ctx: RequestContext): Promise<Resp
         limit_reset: limit === null ? null : limit.reset,
         resets_at: (limit?.resetsAt ?? nextMonthStart(now)).toISOString(),
         wallet: { balance: usdNumber(wallet.balance), held: usdNumber(wallet.held) },
-        rate_limit: {
-          requests: core.cfg.limits.keyRequestsPerMinute,
-          tokens: key.tokensPerMinute ?? core.cfg.limits.keyTokensPerMinute,
-          interval: '60s',
-        },
-        models: key.kind === 'agent' ? null : (key.models ?? null),
+        // `tokens` only for a key with a tokens-per-minute limit.
+        rate_limit: { requests: core.cfg.limits.keyRequestsPerMinute, ...(tpm === null ? {} : { tokens: tpm }), interval: '60s' },
         created_at: seconds(key.createdAt),
       },
     },
