@@ -1218,6 +1218,34 @@ BEGIN
   END LOOP;
 END $f$;
 
+-- The sweep as before, and token takes that left every window.
+CREATE OR REPLACE FUNCTION ${s}.mg_sweep() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_t bigint := ${s}.mg_now(); v_bucket text;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  DELETE FROM ${s}.holds WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.holds WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.closed_holds WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.closed_holds WHERE closed_at <= v_t - ${CLOSED_TTL_MS} LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  -- A window whose newest hit has left goes with all its hits, under the window's own lock
+  -- (tried, never waited for), checked again once held, so no hit is lost or miscounted.
+  FOR v_bucket IN SELECT bucket FROM ${s}.rate_windows WHERE until <= v_t LIMIT 500 LOOP
+    IF pg_try_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || v_bucket, 0)) THEN
+      DELETE FROM ${s}.rate_windows WHERE bucket = v_bucket AND until <= v_t;
+      IF FOUND THEN DELETE FROM ${s}.rate_hits WHERE bucket = v_bucket; END IF;
+    END IF;
+  END LOOP;
+  DELETE FROM ${s}.leases WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.leases WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.jobs WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.jobs WHERE gone_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.idempotency WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.idempotency WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  -- Token takes an hour old have left every window (a minute); an idle key's go here.
+  DELETE FROM ${s}.token_takes WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.token_takes WHERE at <= v_t - 3600000 LIMIT 10000 FOR UPDATE SKIP LOCKED));
+END $$;
+
 -- Corrects a take to the tokens the call used, under the same lock, so a take never reads a
 -- window half-corrected. A take that left the window already changes nothing.
 CREATE FUNCTION ${s}.mg_tokens_set(p_bucket text, p_take text, p_tokens bigint) RETURNS void LANGUAGE plpgsql AS $f$
