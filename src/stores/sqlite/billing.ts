@@ -116,10 +116,8 @@ function prepareStatements(ctx: SqliteContext) {
     openHolds: ctx.prepare('SELECT count(*) AS n FROM holds WHERE account_id = ? AND expires_at > ?'),
     periodSpend: ctx.exact('SELECT amount FROM period_spend WHERE account_id = ? AND scope = ? AND period = ?'),
     // A settle's cost goes to the key's and the account's ('') day, week and month at once.
-    addPeriodSpend: ctx.prepare(
-      `INSERT INTO period_spend (account_id, scope, period, amount) VALUES ${Array(6).fill('(?, ?, ?, ?)').join(', ')}
-       ON CONFLICT DO UPDATE SET amount = amount + excluded.amount`,
-    ),
+    addPeriodSpend: ctx.prepare(`INSERT INTO period_spend (account_id, scope, period, amount)
+      VALUES ${Array(6).fill('(?, ?, ?, ?)').join(', ')} ON CONFLICT DO UPDATE SET amount = amount + excluded.amount`),
   };
 }
 
@@ -177,7 +175,7 @@ class SqliteBilling implements BillingStore {
       const room = (req.monthlyCap as bigint) - big(facts[3]) - big(facts[4]);
       if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
     }
-    const refused = req.budgets?.length ? this.budgetRefusal(req, big(facts[2]), t) : undefined;
+    const refused = req.budgets?.length && this.budgetRefusal(req, big(facts[2]), t);
     if (refused) return refused;
     q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
     return { ok: true };
@@ -185,11 +183,9 @@ class SqliteBilling implements BillingStore {
 
   /** The first budget the hold would pass, as its refusal; undefined when it fits them all. */
   private budgetRefusal(req: HoldRequest, heldByAccount: bigint, t: number): HoldResult | undefined {
-    const q = this.q;
-    const heldByKey = big((q.heldByKey.get(req.accountId, req.keyId, t) as { held: bigint }).held);
+    const heldByKey = big((this.q.heldByKey.get(req.accountId, req.keyId, t) as { held: bigint }).held);
     for (const b of req.budgets ?? []) {
-      const scope = b.scope === 'key' ? req.keyId : '';
-      const spent = big((q.periodSpend.get(req.accountId, scope, b.period) as { amount: bigint } | undefined)?.amount);
+      const spent = this.spentIn(req.accountId, b.scope === 'key' ? req.keyId : '', b.period);
       const room = b.cap - spent - (b.scope === 'key' ? heldByKey : heldByAccount);
       if (room < req.amount) return { ok: false, limitSource: b.source, available: room > 0n ? room : 0n };
     }
@@ -230,10 +226,8 @@ class SqliteBilling implements BillingStore {
     const cost = req.cost;
     q.debit.run(req.accountId, -cost);
     q.spend.run(req.accountId, req.entry.keyId, month, cost);
-    const [day, week, mon] = spendPeriods(req.entry.at);
-    const k = req.entry.keyId;
-    const a = req.accountId;
-    q.addPeriodSpend.run(a, k, day, cost, a, k, week, cost, a, k, mon, cost, a, '', day, cost, a, '', week, cost, a, '', mon, cost);
+    const periods = spendPeriods(req.entry.at);
+    q.addPeriodSpend.run(...[req.entry.keyId, ''].flatMap((scope) => periods.flatMap((p) => [req.accountId, scope, p, cost])));
     const e = req.entry;
     q.append.run(
       req.accountId,
@@ -292,10 +286,12 @@ class SqliteBilling implements BillingStore {
     }));
   }
 
+  private spentIn(accountId: string, scope: string, period: string): bigint {
+    return big((this.q.periodSpend.get(accountId, scope, period) as { amount: bigint } | undefined)?.amount);
+  }
+
   async periodSpend(accountId: string, scope: string, period: string): Promise<bigint> {
-    return this.ctx.read('periodSpend', () =>
-      big((this.q.periodSpend.get(accountId, scope, period) as { amount: bigint } | undefined)?.amount),
-    );
+    return this.ctx.read('periodSpend', () => this.spentIn(accountId, scope, period));
   }
 
   async ledger(accountId: string): Promise<LedgerEntry[]> {
