@@ -9,6 +9,7 @@ import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, whenToUnixMs } from './admin/accounts.js';
+import { keyLimitFlags, LimitFlagError } from './cli/limits.js';
 import { describeStorage, open, StoreUnreachableError } from './cli/open.js';
 import { flagProblem } from './cli/flags.js';
 import { auditText } from './cli/audit.js';
@@ -21,11 +22,14 @@ import { announce, checkShareable, isWorker, superviseWorkers, workerCount, Work
 
 const USAGE = `usage:
   model-gateway serve --config FILE [--port N] [--host H] [--workers N|auto]
-  model-gateway accounts create --config FILE --id ID [--wallet USD]
+  model-gateway accounts create --config FILE --id ID [--wallet USD] [--budget USD/PERIOD ...]
+  model-gateway accounts budgets --config FILE --id ID --budget USD/PERIOD ... | --budget none
   model-gateway accounts list --config FILE
   model-gateway wallet show --config FILE --account ID
   model-gateway wallet top-up --config FILE --account ID --usd AMOUNT
   model-gateway keys create --config FILE --account ID [--kind developer|agent] [--model M] [--label L] [--monthly-cap USD]
+                    [--models LIST] [--tpm N] [--budget USD/PERIOD ...]
+  model-gateway keys limits --config FILE --id KEY_ID [--models LIST|all] [--tpm N|default] [--budget USD/PERIOD ...|none]
   model-gateway keys list --config FILE --account ID
   model-gateway keys disable --config FILE --id KEY_ID
   model-gateway keys enable --config FILE --id KEY_ID
@@ -42,6 +46,9 @@ options:
   --usd AMOUNT        wallet top-up: the amount to add, more than 0
   --monthly-cap USD   keys create: the key's monthly spending cap
   --kind K            keys create: developer (default) or agent (needs --model)
+  --models LIST       keys: the models the key may call, comma-separated ids or prefixes ending in *
+  --tpm N             keys: tokens per minute for the key (over limits.keyTokensPerMinute)
+  --budget USD/PERIOD keys, accounts: a budget per day, week or month (e.g. 5/day); repeat for several
   -h, --help          this text
 
 Amounts are USD with at most 9 decimal places. WHEN is an ISO 8601 date or date-time (UTC
@@ -61,6 +68,9 @@ const options = {
   model: { type: 'string' },
   label: { type: 'string' },
   'monthly-cap': { type: 'string' },
+  models: { type: 'string' },
+  tpm: { type: 'string' },
+  budget: { type: 'string', multiple: true },
   key: { type: 'string' },
   since: { type: 'string' },
   until: { type: 'string' },
@@ -148,7 +158,7 @@ function parseWhen(value: string, flag: string): number {
 }
 
 /** Writes an account's ledger, page by page, so an export of any size runs in constant memory. */
-async function exportLedger(gateway: Gateway, values: Record<string, string | boolean | undefined>): Promise<void> {
+async function exportLedger(gateway: Gateway, values: Record<string, string | string[] | boolean | undefined>): Promise<void> {
   const format = (values.format ?? 'jsonl') as string;
   if (format !== 'jsonl' && format !== 'csv') throw new UsageError('--format is jsonl or csv');
   const query = {
@@ -240,6 +250,16 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   process.once('SIGTERM', stop);
 }
 
+/** The limit flags, checked (a bad one is a usage error naming it). */
+function checkedLimits(values: { models?: string | undefined; tpm?: string | undefined; budget?: string[] | undefined }) {
+  try {
+    return keyLimitFlags(values);
+  } catch (err) {
+    if (err instanceof LimitFlagError) throw new UsageError(err.message);
+    throw err;
+  }
+}
+
 async function admin(argv: string[]): Promise<void> {
   const problem = flagProblem(argv, options);
   if (problem) throw new UsageError(problem);
@@ -254,7 +274,7 @@ async function admin(argv: string[]): Promise<void> {
     process.exitCode = await superviseWorkers(workers);
     return;
   }
-  const known = ['accounts create', 'accounts list', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable'];
+  const known = ['accounts create', 'accounts list', 'accounts budgets', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable', 'keys limits'];
   const alone = (group === 'ledger' || group === 'audit') && action === undefined;
   if (!known.includes(`${group} ${action}`) && !alone) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
   const configFile = need(values.config, 'config');
@@ -262,6 +282,7 @@ async function admin(argv: string[]): Promise<void> {
   const wallet = values.wallet === undefined ? '0' : usd(values.wallet, 'wallet', false);
   const topUp = values.usd === undefined ? undefined : usd(values.usd, 'usd', true);
   const cap = values['monthly-cap'] === undefined ? null : usd(values['monthly-cap'], 'monthly-cap', false);
+  const limits = checkedLimits(values);
   const { gateway, stores } = await open(configFile, true);
   try {
     const changes = !alone && !['accounts list', 'wallet show', 'keys list'].includes(`${group} ${action}`);
@@ -279,7 +300,11 @@ async function admin(argv: string[]): Promise<void> {
       if (!report.ok) process.exitCode = 1;
       return;
     } else if (group === 'accounts' && action === 'create') {
-      out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: wallet });
+      out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: wallet, budgets: limits.budgets ?? [] });
+    } else if (group === 'accounts' && action === 'budgets') {
+      if (limits.budgets === undefined) throw new UsageError('missing --budget (USD/PERIOD, repeated for several, or none)');
+      await a.setAccountBudgets(need(values.id, 'id'), limits.budgets);
+      out = { account: values.id, budgets: limits.budgets };
     } else if (group === 'accounts' && action === 'list') {
       out = await a.listAccounts();
     } else if (group === 'wallet' && action === 'show') {
@@ -296,7 +321,10 @@ async function admin(argv: string[]): Promise<void> {
         model: values.model ?? null,
         label: values.label ?? null,
         monthlyCapUsd: cap,
+        ...limits,
       });
+    } else if (group === 'keys' && action === 'limits') {
+      out = await a.setKeyLimits(need(values.id, 'id'), limits);
     } else if (group === 'keys' && action === 'disable') {
       await a.disableKey(need(values.id, 'id'));
       out = { disabled: values.id };

@@ -5,7 +5,8 @@
  * small plugin of its own (src/pipeline/plugins/), ending in the declared operation.
  */
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
-import { type Admin, createAdmin, seed } from './admin/accounts.js';
+import { type Admin, createAdmin } from './admin/accounts.js';
+import { seed } from './admin/seed.js';
 import { budgetAlerts } from './alerts/alerts.js';
 import { type AdminHttpOptions, createAdminHttp } from './admin/http.js';
 import { withNodeBridge } from './http/node-bridge.js';

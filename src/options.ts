@@ -8,7 +8,7 @@ import { formatIssues } from './options/issues.js';
 import { modelSchema } from './options/model.js';
 import { storageSchema } from './options/storage.js';
 import { upstreamSchema } from './options/upstream.js';
-import { secret, usdAmount } from './options/values.js';
+import { budgetSchema, modelPattern, secret, usdAmount } from './options/values.js';
 
 export { mediaPricingSchema, modelSchema, textPricingSchema } from './options/model.js';
 
@@ -56,6 +56,8 @@ export const optionsSchema = z.strictObject({
         id: z.string().min(1).max(200),
         walletUsd: usdAmount.default(0),
         grants: z.array(z.string()).default([]),
+        /** Spending budgets across the account's keys, e.g. `[{usd: "50", period: "week"}]`. @default [] */
+        budgets: z.array(budgetSchema).default([]),
       }),
     )
     .default([]),
@@ -69,6 +71,12 @@ export const optionsSchema = z.strictObject({
         model: z.string().nullable().default(null),
         label: z.string().nullable().default(null),
         monthlyCapUsd: usdAmount.nullable().default(null),
+        /** Models the key may call: exact ids or a trailing `*` (`["acme/*"]`). @default null (all) */
+        models: z.array(modelPattern).nullable().default(null),
+        /** Tokens per minute, over `limits.keyTokensPerMinute`. @default null (the default) */
+        tokensPerMinute: z.number().int().positive().nullable().default(null),
+        /** Budgets per period, beside the monthly cap: `[{usd: "5", period: "day"}]`. @default [] */
+        budgets: z.array(budgetSchema).default([]),
       }),
     )
     .default([]),
@@ -102,6 +110,11 @@ export const optionsSchema = z.strictObject({
       keyRequestsPerMinute: z.number().int().positive().default(120),
       /** @default 60 */
       ipRequestsPerMinute: z.number().int().positive().default(60),
+      /**
+       * Tokens (prompt and most output, as a hold counts them) per key in any 60 s; a key's own
+       * `tokensPerMinute` overrides it. @default null (no token limit)
+       */
+      keyTokensPerMinute: z.number().int().positive().nullable().default(null),
       /**
        * The per-IP window groups IPv6 clients by this many leading bits: one host usually holds
        * a whole /64 and could otherwise rotate addresses to escape the limit. 128 counts each

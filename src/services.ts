@@ -25,8 +25,9 @@ import { ConfigError, parseOptions, type GatewayConfig, type GatewayConfigInput 
 import { createHooks, type GatewayPlugin, type Hooks } from './pipeline/hooks.js';
 import { createMemoryStores } from './stores/memory/index.js';
 import { createSqliteStores } from './stores/sqlite/index.js';
-import type { Stores } from './stores/types.js';
+import type { Budget, Stores } from './stores/types.js';
 import { createBreaker, type Breaker } from './upstream/breaker.js';
+import { createTokenLimiter, type TokenLimiter } from './limits/tokens.js';
 import { createHttpUpstream, customUpstream, type Upstream } from './upstream/client.js';
 import { upstreamKeysRedactor } from './upstream/key-redactor.js';
 import { createSimulator } from './upstream/simulator/index.js';
@@ -46,6 +47,10 @@ export interface Services {
   log: Logger;
   /** Grants of an account ("Contact sales" models), cached briefly. */
   grants(accountId: string): Promise<readonly string[]>;
+  /** Budgets of an account, cached briefly (as its grants). */
+  accountBudgets(accountId: string): Promise<readonly Budget[]>;
+  /** Tokens per minute per key. */
+  tokenLimiter: TokenLimiter;
   /** Registers background work that `dispose()` waits for. */
   track(p: Promise<unknown>): void;
   /** The user plugins' hooks the operations run (onUpstreamRequest; onError for failed streams). */
@@ -98,7 +103,7 @@ export type ServicesOptions = ServicesBase &
 /** What createGateway composes the pipeline from, beside the services. */
 export interface Built {
   services: Services;
-  /** Drops an account's cached grants (after an admin changed them). */
+  /** Drops an account's cached grants and budgets (after an admin changed them). */
   forgetGrants(accountId: string): void;
   limiter: Limiter;
   metrics: Metrics | null;
@@ -147,7 +152,16 @@ export function createServices(
   const tokenizer = createTokenizer();
   const upstreams = upstreamsOf(cfg, tokenizer);
   const breaker = createBreaker(now, { probeDeadlineMs: cfg.routing.probeDeadlineMs });
-  const grantsCache = new LRUCache<string, readonly string[]>({ max: 10_000, ttl: 5_000 });
+  const accountCache = new LRUCache<string, { grants: readonly string[]; budgets: readonly Budget[] }>({ max: 10_000, ttl: 5_000 });
+  const cachedAccount = async (accountId: string) => {
+    let a = accountCache.get(accountId);
+    if (!a) {
+      const account = await stores.accounts.get(accountId);
+      a = { grants: account?.grants ?? [], budgets: account?.budgets ?? [] };
+      accountCache.set(accountId, a);
+    }
+    return a;
+  };
 
   const core: Services = {
     cfg,
@@ -171,15 +185,9 @@ export function createServices(
     breaker,
     now,
     log,
-    async grants(accountId) {
-      let g = grantsCache.get(accountId);
-      if (!g) {
-        const account = await stores.accounts.get(accountId);
-        g = account?.grants ?? [];
-        grantsCache.set(accountId, g);
-      }
-      return g;
-    },
+    grants: async (accountId) => (await cachedAccount(accountId)).grants,
+    accountBudgets: async (accountId) => (await cachedAccount(accountId)).budgets,
+    tokenLimiter: createTokenLimiter(cfg.limits.keyTokensPerMinute, stores.limits, log),
     track(p) {
       pending.add(p);
       void p.finally(() => pending.delete(p));
@@ -201,7 +209,7 @@ export function createServices(
     .catch(() => undefined); // an unreachable store is reported by readiness and by every call
   return {
     services: core,
-    forgetGrants: (id) => void grantsCache.delete(id),
+    forgetGrants: (id) => void accountCache.delete(id),
     limiter: createLimiter(cfg, stores.limits),
     metrics,
     observers,

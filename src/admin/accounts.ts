@@ -2,12 +2,14 @@
  * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
-import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from '../auth/keys.js';
+import { digestKey, displayPrefix, generateKey, randomBase62 } from '../auth/keys.js';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
 import { type AuditOptions, type AuditReport, auditBooks } from '../billing/audit.js';
 import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
 import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from '../stores/types.js';
+import { AdminError } from './admin-error.js';
+import { type BudgetInput, budgetsView, type KeyLimitsInput, keyLimitsPatch, parseBudgets } from './limits.js';
 
 export interface CreateKeyInput {
   account: string;
@@ -16,6 +18,10 @@ export interface CreateKeyInput {
   model?: string | null;
   label?: string | null;
   monthlyCapUsd?: string | number | null;
+  /** Models it may call (developer keys), tokens per minute, budgets per period. */
+  models?: string[] | null;
+  tokensPerMinute?: number | null;
+  budgets?: BudgetInput[];
 }
 
 export interface CreatedKey {
@@ -42,10 +48,15 @@ export interface LedgerQueryInput {
   limit?: number;
 }
 
-export type KeyView = Omit<ApiKeyRecord, 'digest' | 'monthlyCap'> & { monthlyCapUsd: string | null };
+export type KeyView = Omit<ApiKeyRecord, 'digest' | 'monthlyCap' | 'budgets'> & {
+  monthlyCapUsd: string | null;
+  budgets: { usd: string; period: BudgetInput['period'] }[];
+};
 
 export interface Admin {
-  createAccount(input: { id: string; walletUsd?: string | number; grants?: string[] }): Promise<{ created: boolean }>;
+  createAccount(input: { id: string; walletUsd?: string | number; grants?: string[]; budgets?: BudgetInput[] }): Promise<{ created: boolean }>;
+  /** Replaces an account's budgets (across all its keys); [] clears them. */
+  setAccountBudgets(accountId: string, budgets: BudgetInput[]): Promise<void>;
   /** Every account, with its wallet (USD decimal strings). */
   listAccounts(): Promise<Array<{ id: string; grants: string[]; createdAt: number; balanceUsd: string; heldUsd: string }>>;
   /** Adds to an account's wallet; returns the new balance as a USD decimal string. */
@@ -60,6 +71,8 @@ export interface Admin {
   getKey(id: string): Promise<KeyView | null>;
   /** Sets (a USD amount) or clears (null) a key's monthly cap. */
   setMonthlyCap(id: string, usd: string | number | null): Promise<KeyView>;
+  /** Sets a key's model allow-list, tokens per minute and/or budgets (fields left out stay). */
+  setKeyLimits(id: string, limits: KeyLimitsInput): Promise<KeyView>;
   /** Replaces a key's secret, keeping its id, spend and settings; the old secret stops working. */
   rotateKey(id: string): Promise<CreatedKey>;
   /** Deletes a key; its ledger entries stay. */
@@ -93,9 +106,7 @@ export interface Admin {
   audit(options?: AuditOptions): Promise<AuditReport>;
 }
 
-export class AdminError extends Error {
-  override name = 'AdminError';
-}
+export { AdminError };
 
 /** An ISO 8601 date or date-time as unix ms; UTC unless it names an offset (NaN when not one). */
 function isoToMs(text: string): number {
@@ -141,11 +152,11 @@ export function whenToUnixMs(value: string, field: string, now: number): number 
 }
 
 function keyView(k: ApiKeyRecord): KeyView {
-  const { digest: _digest, monthlyCap, ...rest } = k;
-  return { ...rest, monthlyCapUsd: monthlyCap === null ? null : formatUsd(monthlyCap) };
+  const { digest: _digest, monthlyCap, budgets, ...rest } = k;
+  return { models: null, tokensPerMinute: null, ...rest, monthlyCapUsd: monthlyCap === null ? null : formatUsd(monthlyCap), budgets: budgetsView(budgets) };
 }
 
-async function insertKey(core: Services, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
+export async function insertKey(core: Services, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
   if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${input.account}".`);
   const kind = input.kind ?? 'developer';
   const model = input.model ?? null;
@@ -155,6 +166,9 @@ async function insertKey(core: Services, plain: string, input: CreateKeyInput, i
   } else if (model !== null) {
     throw new AdminError('Only agent keys are pinned to a model.');
   }
+  // An agent key keeps its one model: an allow-list is for developer keys.
+  if (kind === 'agent' && input.models) throw new AdminError('models: an agent key is pinned to its one model.');
+  const limits = keyLimitsPatch(input);
   const digest = digestKey(plain);
   return core.stores.keys.insert({
     id,
@@ -167,6 +181,9 @@ async function insertKey(core: Services, plain: string, input: CreateKeyInput, i
     monthlyCap: input.monthlyCapUsd === null || input.monthlyCapUsd === undefined ? null : parseUsd(input.monthlyCapUsd),
     disabled: false,
     createdAt: core.now(),
+    models: limits.models ?? null,
+    tokensPerMinute: limits.tokensPerMinute ?? null,
+    budgets: limits.budgets ?? [],
   });
 }
 
@@ -176,13 +193,14 @@ async function requireAccount(core: Services, id: string) {
   return account;
 }
 
-type AccountMethods = Pick<Admin, 'createAccount' | 'listAccounts' | 'topUp' | 'wallet' | 'setGrants' | 'credit'>;
+type AccountMethods = Pick<Admin, 'createAccount' | 'listAccounts' | 'topUp' | 'wallet' | 'setGrants' | 'setAccountBudgets' | 'credit'>;
 
 function accountMethods(core: Services, hooks: { forgetGrants(accountId: string): void }): AccountMethods {
   const { stores } = core;
   return {
-    async createAccount({ id, walletUsd = 0, grants = [] }) {
-      const created = await stores.accounts.create({ id, grants, createdAt: core.now() }, parseUsd(walletUsd));
+    async createAccount({ id, walletUsd = 0, grants = [], budgets }) {
+      const record = { id, grants, createdAt: core.now(), budgets: parseBudgets(budgets) };
+      const created = await stores.accounts.create(record, parseUsd(walletUsd));
       return { created };
     },
     async listAccounts() {
@@ -208,6 +226,10 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       if (!(await stores.accounts.setGrants(accountId, modelIds))) throw new AdminError(`No account "${accountId}".`);
       hooks.forgetGrants(accountId);
     },
+    async setAccountBudgets(accountId, budgets) {
+      if (!(await stores.accounts.setBudgets(accountId, parseBudgets(budgets)))) throw new AdminError(`No account "${accountId}".`);
+      hooks.forgetGrants(accountId);
+    },
     async credit(accountId, { amountUsd, reason, id }) {
       await requireAccount(core, accountId);
       const text = String(amountUsd).trim();
@@ -221,7 +243,10 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
   };
 }
 
-type KeyMethods = Pick<Admin, 'createKey' | 'disableKey' | 'enableKey' | 'listKeys' | 'getKey' | 'setMonthlyCap' | 'rotateKey' | 'deleteKey'>;
+type KeyMethods = Pick<
+  Admin,
+  'createKey' | 'disableKey' | 'enableKey' | 'listKeys' | 'getKey' | 'setMonthlyCap' | 'setKeyLimits' | 'rotateKey' | 'deleteKey'
+>;
 
 function keyMethods(core: Services): KeyMethods {
   const { stores } = core;
@@ -251,6 +276,15 @@ function keyMethods(core: Services): KeyMethods {
     },
     async setMonthlyCap(id, usd) {
       const key = await stores.keys.update(id, { monthlyCap: usd === null ? null : parseUsd(usd) });
+      if (!key) throw new AdminError(`No key "${id}".`);
+      core.auth.forget(key.digest);
+      return keyView(key);
+    },
+    async setKeyLimits(id, input) {
+      const current = await stores.keys.get(id);
+      if (!current) throw new AdminError(`No key "${id}".`);
+      if (current.kind === 'agent' && input.models) throw new AdminError('models: an agent key is pinned to its one model.');
+      const key = await stores.keys.update(id, keyLimitsPatch(input));
       if (!key) throw new AdminError(`No key "${id}".`);
       core.auth.forget(key.digest);
       return keyView(key);
@@ -343,38 +377,4 @@ function audit(core: Services): Admin['audit'] {
       throw err;
     }
   };
-}
-
-/**
- * Seeds accounts, keys, brands and documents from the options. Idempotent: a record that
- * exists is left as it is, so a restart with the same config credits no wallet twice.
- */
-export async function seed(core: Services, admin: Admin): Promise<void> {
-  const cfg = core.cfg;
-  for (const a of cfg.accounts) {
-    // A seeded wallet is credited only when the account is created, and never for an account
-    // that already has ledger history (its record lost, its money spent): durable books never
-    // hand out the seed twice.
-    const history = (await core.stores.billing.queryLedger({ accountId: a.id, limit: 1 })).entries.length > 0;
-    await admin.createAccount({ id: a.id, walletUsd: history ? 0 : a.walletUsd, grants: a.grants });
-  }
-  for (const k of cfg.keys) {
-    await insertKey(
-      core,
-      k.key,
-      { account: k.account, kind: k.kind, model: k.model, label: k.label, monthlyCapUsd: k.monthlyCapUsd },
-      keyIdFor(digestKey(k.key)),
-    );
-  }
-  // Brands and documents are created only when absent, so a restart never rewrites them.
-  for (const b of cfg.brands) {
-    if (!(await core.stores.content.getBrand(b.account, b.id))) {
-      await admin.putBrand({ id: b.id, account: b.account, name: b.name, description: b.description, voice: b.voice });
-    }
-  }
-  for (const d of cfg.documents) {
-    if (!(await core.stores.content.getDocument(d.account, d.id))) {
-      await admin.addDocument({ id: d.id, account: d.account, brand: d.brand, title: d.title, text: d.text });
-    }
-  }
 }

@@ -89,6 +89,13 @@ export const adminRoutes: readonly AdminRoute[] = [
     body: S.grantsBody,
     run: accounts.setGrants,
   }),
+  route({
+    method: 'PUT',
+    path: '/accounts/{id}/budgets',
+    summary: 'Replace an account’s budgets per day, week or month (across all its keys)',
+    body: S.accountBudgetsBody,
+    run: accounts.setBudgets,
+  }),
 
   // Keys.
   route({ method: 'GET', path: '/keys', summary: "List an account's keys (never their secrets)", query: S.keysQuery, run: keys.list }),
@@ -116,6 +123,13 @@ export const adminRoutes: readonly AdminRoute[] = [
     summary: 'Set (USD) or clear (null) a key’s monthly cap',
     body: S.monthlyCapBody,
     run: keys.setMonthlyCap,
+  }),
+  route({
+    method: 'PUT',
+    path: '/keys/{id}/limits',
+    summary: 'Set a key’s model allow-list, tokens per minute and budgets (fields left out stay)',
+    body: S.keyLimitsBody,
+    run: keys.setLimits,
   }),
 
   // Brands and knowledge.

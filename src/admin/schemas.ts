@@ -12,10 +12,25 @@ const signedUsd = z.union([z.string().regex(/^-?\d{1,15}(\.\d{1,9})?$/), z.numbe
 /** Unix ms, an ISO 8601 date or date-time, or an age before now ("30m", "24h", "7d"). */
 const time = z.string().min(1).max(40);
 
+/** A budget per UTC day, week (from Monday) or month. */
+const budget = z.strictObject({ usd, period: z.enum(['day', 'week', 'month']) });
+/** An exact model id, or a prefix ending in `*`. */
+const modelPattern = id.regex(/^[^*]*\*?$/, 'a model id, or a prefix ending in "*"');
+
 export const createAccountBody = z.strictObject({
   id: id.regex(/^[\w.:@-]+$/, 'letters, digits and _ . : @ - only'),
   walletUsd: usd.optional(),
   grants: z.array(id).optional(),
+  budgets: z.array(budget).optional(),
+});
+
+export const accountBudgetsBody = z.strictObject({ budgets: z.array(budget) });
+
+/** A key's limits beyond the monthly cap; a field left out stays as it is. */
+export const keyLimitsBody = z.strictObject({
+  models: z.array(modelPattern).nullable().optional(),
+  tokensPerMinute: z.number().int().positive().nullable().optional(),
+  budgets: z.array(budget).optional(),
 });
 
 export const creditBody = z.strictObject({
@@ -39,6 +54,7 @@ export const createKeyBody = z.strictObject({
   model: id.nullable().optional(),
   label: z.string().max(200).nullable().optional(),
   monthlyCapUsd: usd.nullable().optional(),
+  ...keyLimitsBody.shape,
 });
 
 export const monthlyCapBody = z.strictObject({ monthlyCapUsd: usd.nullable() });

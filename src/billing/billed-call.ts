@@ -16,6 +16,8 @@ import type { RequestContext } from '../pipeline/types.js';
 import { affordableUnits, formatUsd } from './money.js';
 import { type BilledCall, type HoldRefusal, insufficientQuota, type Meter } from './meter.js';
 import { listCost } from './pricing.js';
+import type { TokenLimiter, TokenTake } from '../limits/tokens.js';
+import type { Budget } from '../stores/types.js';
 
 export type { BilledCall } from './meter.js';
 
@@ -24,6 +26,10 @@ export interface BillingDoor {
   meter: Meter;
   /** True once shutdown began: no new call is opened. */
   draining(): boolean;
+  /** Tokens per minute per key; absent: no token limit. */
+  tokenLimiter?: TokenLimiter;
+  /** The account's budgets (cached briefly); absent: none. */
+  accountBudgets?(accountId: string): Promise<readonly Budget[]>;
 }
 
 /** The worst case of a token-priced call. */
@@ -49,12 +55,18 @@ export interface AmountHold {
   durable?: boolean;
 }
 
-const CAPPED = " (limited by this key's monthly spending cap)";
-const cappedBy = (r: HoldRefusal) => (r.limitSource === 'key_monthly_cap' ? CAPPED : '');
+/** Names the limit that refused, unless it was the wallet. */
+function cappedBy(r: HoldRefusal): string {
+  if (r.limitSource === 'wallet') return '';
+  if (r.limitSource === 'key_monthly_cap') return " (limited by this key's monthly spending cap)";
+  const [scope, period] = r.limitSource.split('_');
+  return ` (limited by ${scope === 'key' ? "this key's" : "the account's"} ${period} budget)`;
+}
 
 /** Opens a call with `amount` held, or returns the refusal. */
-async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold) {
+async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold, tokens?: TokenTake | null) {
   if (door.draining()) throw errors.shuttingDown();
+  const accountBudgets = door.accountBudgets ? await door.accountBudgets(ctx.key.accountId) : [];
   return door.meter.tryOpen({
     id: hold.id ?? ctx.requestId,
     key: ctx.key,
@@ -64,7 +76,20 @@ async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold)
     durable: hold.durable,
     observed: ctx.observed,
     keyCheck: ctx.takeKeyCheck(),
+    accountBudgets,
+    tokens,
   });
+}
+
+/**
+ * Takes the call's tokens from its key's tokens-per-minute window (429 when they do not fit).
+ * The key's request rate is counted first, so the order of checks stays: rate, tokens, money.
+ */
+async function takeTokens(door: BillingDoor, ctx: RequestContext, hold: TokenHold): Promise<TokenTake | null> {
+  const limiter = door.tokenLimiter;
+  if (!limiter || (ctx.key.tokensPerMinute ?? limiter.defaultLimit) === null) return null;
+  await ctx.runKeyCheck();
+  return limiter.take(ctx.key, ctx.requestId, hold.estimate() + hold.maxOutput, ctx.headers);
 }
 
 /**
@@ -74,9 +99,18 @@ async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold)
  */
 export async function openTokenCall(door: BillingDoor, ctx: RequestContext, model: Model, hold: TokenHold): Promise<BilledCall> {
   const amount = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput, tools: hold.tools });
-  let opened = await tryOpen(door, ctx, { model, amount: amount(hold.bound) });
-  if (!opened.ok && hold.estimate() < hold.bound) opened = await tryOpen(door, ctx, { model, amount: amount(hold.estimate()) });
+  const tokens = await takeTokens(door, ctx, hold);
+  let opened: Awaited<ReturnType<typeof tryOpen>>;
+  try {
+    opened = await tryOpen(door, ctx, { model, amount: amount(hold.bound) }, tokens);
+    if (!opened.ok && hold.estimate() < hold.bound) opened = await tryOpen(door, ctx, { model, amount: amount(hold.estimate()) }, tokens);
+  } catch (err) {
+    await tokens?.correct(0);
+    throw err;
+  }
   if (opened.ok) return opened.call;
+  // Not held: the call never runs, so it uses none of the tokens it took.
+  await tokens?.correct(0);
   throw tokensRefused(opened, model, hold);
 }
 

@@ -18,6 +18,7 @@ import type { Logger } from '../observability/log.js';
 import type {
   ApiKeyRecord,
   BillingStore,
+  Budget,
   HoldRequest,
   HoldResult,
   KeyUsage,
@@ -33,6 +34,8 @@ import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
 import { costAtPrice, listCost } from './pricing.js';
 import { monthOf } from './months.js';
+import { budgetChecks } from './budgets.js';
+import type { TokenTake } from '../limits/tokens.js';
 import { OpenCalls } from './open-calls.js';
 import { SettleWriter } from './settles.js';
 
@@ -43,7 +46,11 @@ export type HoldRefusal = Extract<HoldResult, { ok: false }>;
 export interface OpenRequest {
   /** The hold id: the request id, or the job id of a job that outlives its request. */
   id: string;
-  key: Pick<ApiKeyRecord, 'id' | 'accountId' | 'monthlyCap'>;
+  key: Pick<ApiKeyRecord, 'id' | 'accountId' | 'monthlyCap' | 'budgets'>;
+  /** The account's budgets, checked beside the key's. */
+  accountBudgets?: readonly Budget[];
+  /** The call's take from its key's tokens-per-minute window: corrected to the tokens used when it is billed. */
+  tokens?: TokenTake | null;
   model: Model;
   /** The worst-case cost (nano-USD) to hold. */
   amount: bigint;
@@ -176,6 +183,7 @@ class CallImpl implements BilledCall {
     readonly held: bigint,
     readonly durable: boolean,
     private readonly observed?: Tracked | undefined,
+    private readonly tokens?: TokenTake | null,
   ) {
     if (observed && model) {
       observed.record.model = model.id;
@@ -237,7 +245,10 @@ class CallImpl implements BilledCall {
     };
     // The call stays open (shutdown waits for it) until its charge is in the store or the
     // journal: the answer's last bytes go out after that, and the stores must outlive it.
-    return this.meter.write(req).finally(() => this.meter.forget(this));
+    const written = this.meter.write(req).finally(() => this.meter.forget(this));
+    if (!this.tokens) return written;
+    const used = units.kind === 'tokens' ? units.prompt + units.completion : units.kind === 'speech_tokens' ? units.tokens : 0;
+    return Promise.all([written, this.tokens.correct(used)]).then(() => undefined);
   }
 
   cancel(): Promise<void> {
@@ -245,7 +256,8 @@ class CallImpl implements BilledCall {
     this.closed = true;
     this.meter.forget(this);
     this.ended();
-    return this.meter.release(this);
+    if (!this.tokens) return this.meter.release(this);
+    return Promise.all([this.meter.release(this), this.tokens.correct(0)]).then(() => undefined);
   }
 
   onAbort(stop: () => void): void {
@@ -293,7 +305,8 @@ export function createMeter(deps: MeterDeps): Meter {
   /** Places the hold, counting the request's deferred key check first, in the same step when the stores can. */
   async function place(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
     if (!check) return billing.placeHold(hold);
-    if (!folds) {
+    // A hold with budgets is not folded: not every driver's combined step checks budgets.
+    if (!folds || hold.budgets) {
       await check.run();
       return billing.placeHold(hold);
     }
@@ -307,10 +320,12 @@ export function createMeter(deps: MeterDeps): Meter {
     async tryOpen(req) {
       const ttlMs = req.ttlMs ?? deps.holdTtlMs;
       const { id, key, amount } = req;
-      const hold = { holdId: id, accountId: key.accountId, keyId: key.id, amount, monthlyCap: key.monthlyCap, month: monthOf(deps.now()), ttlMs };
+      const t = deps.now();
+      const hold: HoldRequest = { holdId: id, accountId: key.accountId, keyId: key.id, amount, monthlyCap: key.monthlyCap, month: monthOf(t), ttlMs };
+      if (key.budgets?.length || req.accountBudgets?.length) hold.budgets = budgetChecks(key.budgets, req.accountBudgets ?? [], t);
       const result = await place(hold, req.keyCheck);
       if (!result.ok) return result;
-      const call = new CallImpl(internals, id, key.accountId, key.id, req.model, amount, req.durable === true, req.observed);
+      const call = new CallImpl(internals, id, key.accountId, key.id, req.model, amount, req.durable === true, req.observed, req.tokens);
       open.add(call, ttlMs);
       return { ok: true, call };
     },

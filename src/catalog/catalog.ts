@@ -2,6 +2,7 @@
  * The model catalog: prices parsed once at start, listing rows prebuilt, retirement
  * checked against the clock on every call (no restart needed when a date passes).
  */
+import { allowsModel } from './allow-list.js';
 import { GatewayError } from '../errors.js';
 import { formatPrice, parsePrice } from '../billing/money.js';
 import type { GatewayConfig, ModelConfig } from '../options.js';
@@ -79,7 +80,7 @@ export interface Catalog {
   /**
    * Resolves a model for a call by `key`, or throws the error a client gets:
    * 404 model_not_found (unknown, retired, wrong modality), 403 model_not_allowed (agent key,
-   * another model), 403 permission_denied ("Contact sales" without a grant).
+   * another model; a key's allow-list without it), 403 permission_denied ("Contact sales" without a grant).
    */
   resolve(id: unknown, key: ApiKeyRecord, modality: Modality, grants: () => Promise<readonly string[]>): Promise<Model>;
   /** The listing rows a key sees (`type` null: text rows). */
@@ -251,6 +252,8 @@ export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
             param: 'model',
           });
         }
+      } else if (!allowsModel(key.models, id)) {
+        throw new GatewayError('model_not_allowed', `This API key may not call the model \`${id.slice(0, 200)}\`.`, { param: 'model' });
       }
       if (!model || model.type !== modality || isRetired(model)) throw notFound(id);
       if (model.posture === 'Contact sales' && !(await grants()).includes(model.id)) {
@@ -269,7 +272,7 @@ export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
         return m && !isRetired(m) ? [withStatus(m)] : [];
       }
       const want: Modality = type ?? 'text';
-      return ordered.filter((m) => m.type === want && !isRetired(m)).map(withStatus);
+      return ordered.filter((m) => m.type === want && !isRetired(m) && allowsModel(key.models, m.id)).map(withStatus);
     },
   };
 }

@@ -16,8 +16,9 @@ import type { GatewayConfig } from '../options.js';
 import { GatewayError } from '../errors.js';
 import type { ApiKeyRecord, LimitStore, WindowHit, WindowResult } from '../stores/types.js';
 import { createAddressResolver, createIpBucket } from './client-address.js';
+import { WINDOW_MS } from './window.js';
 
-export const WINDOW_MS = 60_000;
+export { WINDOW_MS };
 
 export interface Limiter {
   clientAddress(peer: string, xForwardedFor: string | null): string;

@@ -5,6 +5,7 @@ import type { Services } from '../services.js';
 import { GatewayError } from '../errors.js';
 import { json } from '../http/json.js';
 import { usdNumber } from '../billing/money.js';
+import { tightestLimit } from '../billing/budgets.js';
 
 const MEDIA_TYPES = new Set(['image', 'audio', 'video']);
 
@@ -36,9 +37,11 @@ const seconds = (ms: number) => Math.floor(ms / 1000);
 export async function readKey(core: Services, ctx: RequestContext): Promise<Response> {
   const key = ctx.key;
   const now = core.now();
-  const { usage, wallet } = await core.meter.report(key);
-  const cap = key.monthlyCap;
-  const remaining = cap === null ? null : cap - usage.monthly - usage.held;
+  const report = await core.meter.report(key);
+  const { usage, wallet } = report;
+  // The tightest of the monthly cap, the key's budgets and its account's: what it can still spend.
+  const tpm = key.tokensPerMinute ?? core.cfg.limits.keyTokensPerMinute;
+  const limit = await tightestLimit(core.stores.billing, key, await core.accountBudgets(key.accountId), report, now);
   return json(
     200,
     {
@@ -49,12 +52,13 @@ export async function readKey(core: Services, ctx: RequestContext): Promise<Resp
         model: key.kind === 'agent' ? key.model : null,
         usage: usdNumber(usage.total),
         usage_monthly: usdNumber(usage.monthly),
-        limit: cap === null ? null : usdNumber(cap),
-        limit_remaining: remaining === null ? null : usdNumber(remaining > 0n ? remaining : 0n),
-        limit_reset: cap === null ? null : 'monthly',
-        resets_at: nextMonthStart(now).toISOString(),
+        limit: limit === null ? null : usdNumber(limit.limit),
+        limit_remaining: limit === null ? null : usdNumber(limit.remaining),
+        limit_reset: limit === null ? null : limit.reset,
+        resets_at: (limit?.resetsAt ?? nextMonthStart(now)).toISOString(),
         wallet: { balance: usdNumber(wallet.balance), held: usdNumber(wallet.held) },
-        rate_limit: { requests: core.cfg.limits.keyRequestsPerMinute, interval: '60s' },
+        // `tokens` only for a key with a tokens-per-minute limit.
+        rate_limit: { requests: core.cfg.limits.keyRequestsPerMinute, ...(tpm === null ? {} : { tokens: tpm }), interval: '60s' },
         created_at: seconds(key.createdAt),
       },
     },

@@ -33,3 +33,9 @@ export const usdAmount = z.union([z.number(), z.string()]).refine(
 export const redisUrl = z.string().regex(/^rediss?:\/\/\S+$/, 'must be a Redis URL, e.g. "redis://10.0.0.7:6379"');
 /** A secret may be left out, never empty: an empty one is an unset variable, not "no password". */
 export const secret = z.string().min(1, 'must not be empty (leave it out when there is none)');
+
+/** A spending budget per period (periods start 00:00 UTC; weeks on Monday). */
+export const budgetSchema = z.strictObject({ usd: usdAmount, period: z.enum(['day', 'week', 'month']) });
+
+/** A model allow-list entry: an exact model id, or a prefix ending in `*` ("acme/*"). */
+export const modelPattern = z.string().regex(/^[^*]*\*?$/, 'must be a model id, or a prefix ending in "*"').min(1);

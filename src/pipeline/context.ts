@@ -15,6 +15,7 @@ export class Context implements RequestContext {
   readonly params: Record<string, string>;
   readonly key: ApiKeyRecord;
   readonly observed: Tracked;
+  readonly headers: Record<string, string>;
   private readonly rawQuery: string;
   private bodyBytes: Promise<Uint8Array> | undefined;
 
@@ -29,6 +30,7 @@ export class Context implements RequestContext {
     this.params = x.route!.params;
     this.key = x.key!;
     this.observed = x.observed;
+    this.headers = x.headers;
     this.rawQuery = x.query;
   }
 

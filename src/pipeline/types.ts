@@ -27,6 +27,8 @@ export interface RequestContext {
   key: ApiKeyRecord;
   /** What is observed of this request (access log, metrics, traces); streams hold it open. */
   observed: Tracked;
+  /** Headers every answer to this request carries (the rate-limit state); a check may add its own. */
+  headers: Record<string, string>;
   /** The request body, read once within the body limits (413 / 408 otherwise). */
   body(): Promise<Uint8Array>;
   /**

@@ -70,13 +70,35 @@ export interface HoldRequest {
   month: string;
   /** A hold that is neither settled nor released stops counting after this long (unless renewed). */
   ttlMs: number;
+  /** The key's and the account's budgets, each checked like the monthly cap; absent: none. */
+  budgets?: BudgetCheck[];
+}
+
+/** What refused a hold: the wallet, the key's monthly cap, or one of the budgets. */
+export type LimitSource = 'wallet' | 'key_monthly_cap' | BudgetSource;
+
+/** Names a budget in a 402: whose it is and its period. */
+export type BudgetSource = `${'key' | 'account'}_${'daily' | 'weekly' | 'monthly'}_budget`;
+
+/**
+ * One budget a hold is checked against: the spend settled in `period` by the key (or by the
+ * whole account), plus what the key's (or the account's) open holds hold, plus the new
+ * amount, must stay within `cap`. Spend is counted per period by every settle, at the time of
+ * its ledger entry (see `spendPeriods`), whether or not any budget is set.
+ */
+export interface BudgetCheck {
+  scope: 'key' | 'account';
+  /** The period's name, as `spendPeriods` names it ("d2026-11-26", "w2026-11-23", "m2026-11"). */
+  period: string;
+  cap: bigint;
+  source: BudgetSource;
 }
 
 export type HoldResult =
   | { ok: true }
   | {
       ok: false;
-      limitSource: 'wallet' | 'key_monthly_cap';
+      limitSource: LimitSource;
       /** What could still be held against the limit that refused (never negative). */
       available: bigint;
     };
@@ -256,6 +278,11 @@ export interface BillingStore {
   credit(req: CreditRequest): Promise<CreditResult>;
   wallet(accountId: string): Promise<WalletView>;
   keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
+  /**
+   * What was settled in `period` (a name from spendPeriods) by the key `scope`, or by the
+   * whole account when `scope` is "": the figure budgets are checked against.
+   */
+  periodSpend(accountId: string, scope: string, period: string): Promise<bigint>;
   /** Ledger entries of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /**

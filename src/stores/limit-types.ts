@@ -12,6 +12,18 @@ export interface WindowResult {
   resetMs: number;
 }
 
+export interface TokenResult {
+  allowed: boolean;
+  limit: number;
+  /** Tokens still free in the window after this take (refused: before it). */
+  remaining: number;
+  /**
+   * Allowed: ms until the oldest take leaves the window (0 when none is held). Refused: ms
+   * until enough has left for these tokens to fit; -1 when they never fit (more than the limit).
+   */
+  resetMs: number;
+}
+
 export interface LimitStore {
   /**
    * Atomic count-if-under-limit over an exact sliding window: the request is counted (and
@@ -33,6 +45,18 @@ export interface LimitStore {
    * books on PostgreSQL: then a hit and a hold are two operations.
    */
   readonly windowsId?: symbol;
+  /**
+   * Atomic take-if-it-fits over an exact sliding window of tokens: `tokens` are taken (under
+   * `takeId`, at the store's time) only if the takes of the last `windowMs` plus `tokens` stay
+   * within `limit`. A refused take takes nothing. Taking an id the window holds already
+   * changes nothing. `accountId` as for `hit`.
+   */
+  takeTokens(bucket: string, takeId: string, tokens: number, limit: number, windowMs: number, accountId?: string): Promise<TokenResult>;
+  /**
+   * Corrects a take to `tokens` (what the call used), keeping its time: atomic with respect to
+   * `takeTokens`. A take that has left the window (or was refused) changes nothing.
+   */
+  setTokens(bucket: string, takeId: string, tokens: number, accountId?: string): Promise<void>;
   /** Atomic: takes a slot in `pool` if fewer than `cap` unexpired leases are held. */
   acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean>;
   /** Extends a live lease; false when it already expired or was released. */

@@ -29,6 +29,24 @@ export interface ApiKeyRecord {
   monthlyCap: bigint | null;
   disabled: boolean;
   createdAt: number;
+  /**
+   * The models the key may call: exact ids, or a prefix ending in `*` ("acme/*"). Absent or
+   * null: every model its kind may call.
+   */
+  models?: string[] | null;
+  /** Tokens per minute for this key, over the configured default; absent or null: the default. */
+  tokensPerMinute?: number | null;
+  /** Spending budgets per period, beside the monthly cap; absent: none. */
+  budgets?: Budget[];
+}
+
+/** The calendar periods a budget counts in: each starts at 00:00 UTC (a week on Monday). */
+export type BudgetPeriod = 'day' | 'week' | 'month';
+
+/** A spending budget: at most `amount` (nano-USD) of spend plus open holds per period. */
+export interface Budget {
+  amount: bigint;
+  period: BudgetPeriod;
 }
 
 export interface AccountRecord {
@@ -36,6 +54,8 @@ export interface AccountRecord {
   /** Ids of "Contact sales" models this account was granted. */
   grants: string[];
   createdAt: number;
+  /** Spending budgets across all the account's keys; absent: none. */
+  budgets?: Budget[];
 }
 
 export interface KeyStore {
@@ -47,7 +67,7 @@ export interface KeyStore {
   setDisabled(id: string, disabled: boolean): Promise<boolean>;
   listByAccount(accountId: string): Promise<ApiKeyRecord[]>;
   /**
-   * Atomic per key: sets the monthly cap and/or replaces the digest and display prefix (a
+   * Atomic per key: sets the monthly cap, the limits (models, tokens per minute, budgets) and/or replaces the digest and display prefix (a
    * rotated key keeps its id, so its spend and ledger stay its own). Returns the updated key,
    * or null when no such key exists or the new digest belongs to another key.
    */
@@ -58,6 +78,9 @@ export interface KeyStore {
 
 export interface KeyPatch {
   monthlyCap?: bigint | null;
+  models?: string[] | null;
+  tokensPerMinute?: number | null;
+  budgets?: Budget[];
   /** A new digest, with its display prefix. */
   digest?: { digest: string; prefix: string };
 }
@@ -75,11 +98,16 @@ export interface AccountStore {
   get(id: string): Promise<AccountRecord | null>;
   /** Replaces the account's grants. Returns false when no such account exists. */
   setGrants(id: string, grants: string[]): Promise<boolean>;
+  /** Replaces the account's budgets. Returns false when no such account exists. */
+  setBudgets(id: string, budgets: Budget[]): Promise<boolean>;
   list(): Promise<AccountRecord[]>;
 }
 
 export type {
   BillingStore,
+  BudgetCheck,
+  BudgetSource,
+  LimitSource,
   CountedHold,
   CreditRequest,
   CreditResult,
@@ -99,7 +127,7 @@ export type {
   WalletView,
   WindowHit,
 } from './billing-types.js';
-export type { LimitStore, WindowResult } from './limit-types.js';
+export type { LimitStore, TokenResult, WindowResult } from './limit-types.js';
 
 export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed';
 

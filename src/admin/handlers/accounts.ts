@@ -1,4 +1,4 @@
-/** Admin API handlers for accounts and their wallets: create, read, credit, adjust, grants. */
+/** Admin API handlers for accounts and their wallets: create, read, credit, adjust, grants, budgets. */
 import { GatewayError } from '../../errors.js';
 import type * as S from '../schemas.js';
 import type { AdminContext, Call } from './context.js';
@@ -26,7 +26,7 @@ export async function list(x: AdminContext, c: Call<undefined, typeof S.accounts
 
 export async function create(x: AdminContext, c: Call<typeof S.createAccountBody>) {
   const b = c.body;
-  const { created } = await x.admin.createAccount({ id: b.id, walletUsd: b.walletUsd ?? 0, grants: b.grants ?? [] });
+  const { created } = await x.admin.createAccount({ id: b.id, walletUsd: b.walletUsd ?? 0, grants: b.grants ?? [], budgets: b.budgets ?? [] });
   if (!created) throw new GatewayError('conflict', `Account "${b.id}" already exists.`, { status: 409, type: 'invalid_request_error', param: 'id' });
   return x.account(b.id);
 }
@@ -39,6 +39,12 @@ export function get(x: AdminContext, c: Call) {
 export async function credit(x: AdminContext, c: Call<typeof S.creditBody | typeof S.adjustmentBody>) {
   await x.account(c.params.id!);
   return x.admin.credit(c.params.id!, c.body);
+}
+
+export async function setBudgets(x: AdminContext, c: Call<typeof S.accountBudgetsBody>) {
+  await x.account(c.params.id!);
+  await x.admin.setAccountBudgets(c.params.id!, c.body.budgets);
+  return x.account(c.params.id!);
 }
 
 export async function setGrants(x: AdminContext, c: Call<typeof S.grantsBody>) {

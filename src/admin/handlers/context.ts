@@ -3,6 +3,7 @@
  * the lookups every group of routes shares (an account or a key, 404 when there is none), and
  * the call itself with its body and query already checked against the route's schemas.
  */
+import { budgetsView } from '../limits.js';
 import type { z } from 'zod';
 import type { Admin } from '../accounts.js';
 import type { ChangeLog } from '../change-log.js';
@@ -44,6 +45,7 @@ export class AdminContext {
     return {
       id: acct.id,
       grants: acct.grants,
+      budgets: budgetsView(acct.budgets),
       createdAt: acct.createdAt,
       balanceUsd: formatUsd(w.balance),
       heldUsd: formatUsd(w.held),

@@ -1,4 +1,4 @@
-/** Admin API handlers for API keys: list, create, read, delete, disable, enable, rotate, cap. */
+/** Admin API handlers for API keys: list, create, read, delete, disable, enable, rotate, cap, limits. */
 import type * as S from '../schemas.js';
 import type { AdminContext, Call } from './context.js';
 
@@ -40,6 +40,11 @@ export async function rotate(x: AdminContext, c: Call) {
   await x.key(c.params.id!);
   const r = await x.admin.rotateKey(c.params.id!);
   return { ...(await x.key(r.id)), key: r.key };
+}
+
+export async function setLimits(x: AdminContext, c: Call<typeof S.keyLimitsBody>) {
+  await x.key(c.params.id!);
+  return x.admin.setKeyLimits(c.params.id!, c.body);
 }
 
 export async function setMonthlyCap(x: AdminContext, c: Call<typeof S.monthlyCapBody>) {

@@ -1,4 +1,5 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, CreditRequest, KeyPatch, KeyStore } from '../types.js';
+import { patchedLimits, touchesLimits } from '../key-limits.js';
 import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 /**
@@ -33,6 +34,13 @@ export function createMemoryAccounts(credit: (req: CreditRequest) => unknown): A
       const account = accounts.get(id);
       if (!account) return false;
       account.grants = [...grants];
+      return true;
+    },
+
+    async setBudgets(id, budgets) {
+      const account = accounts.get(id);
+      if (!account) return false;
+      account.budgets = budgets.map((b) => ({ ...b }));
       return true;
     },
 
@@ -91,6 +99,7 @@ export function createMemoryKeys(): KeyStore {
         key.prefix = patch.digest.prefix;
       }
       if (patch.monthlyCap !== undefined) key.monthlyCap = patch.monthlyCap;
+      if (touchesLimits(patch)) Object.assign(key, patchedLimits(key, patch));
       return structuredClone(key);
     },
 

@@ -19,6 +19,7 @@ import type {
 import type { MemoryLimits } from './limits.js';
 import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { createRecentIds } from './recent-ids.js';
+import { spendPeriods } from '../spend-periods.js';
 import { createSweeper } from './sweep.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
@@ -80,6 +81,8 @@ export class MemoryBilling implements BillingStore {
   private readonly holds = new Map<string, AccountHolds>();
   /** Settled spend: account id -> key id -> spend. */
   private readonly spend = new Map<string, Map<string, KeySpend>>();
+  /** Settled spend per period: "account\0scope\0period" (scope: the key id, or "" for the account). */
+  private readonly spentIn = new Map<string, bigint>();
   private readonly ledgers = new Map<string, LedgerEntry[]>();
   /** Entries trimmed from the front of each ledger, so a page cursor (a position) stays valid. */
   private readonly trimmed = new Map<string, number>();
@@ -176,6 +179,12 @@ export class MemoryBilling implements BillingStore {
       const room = req.monthlyCap - used;
       if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
     }
+    for (const b of req.budgets ?? []) {
+      const scope = b.scope === 'key' ? req.keyId : '';
+      const spent = this.spentIn.get(`${req.accountId}\u0000${scope}\u0000${b.period}`) ?? 0n;
+      const room = b.cap - spent - heldBy(mine, b.scope === 'key' ? req.keyId : undefined);
+      if (room < req.amount) return { ok: false, limitSource: b.source, available: room > 0n ? room : 0n };
+    }
 
     const target = mine ?? { byId: new Map<string, Hold>(), total: 0n, byKey: new Map<string, bigint>(), nextExpiry: Infinity };
     const expiresAt = t + req.ttlMs;
@@ -219,6 +228,12 @@ export class MemoryBilling implements BillingStore {
     const charged = req.cost;
     this.balances.set(req.accountId, (this.balances.get(req.accountId) ?? 0n) - charged);
     this.addSpend(req.accountId, req.entry.keyId, month, charged);
+    for (const period of spendPeriods(req.entry.at)) {
+      for (const scope of [req.entry.keyId, '']) {
+        const k = `${req.accountId}\u0000${scope}\u0000${period}`;
+        this.spentIn.set(k, (this.spentIn.get(k) ?? 0n) + charged);
+      }
+    }
 
     const e = req.entry;
     // A field-by-field copy: every field is a primitive but `units` (structuredClone is slow here).
@@ -299,6 +314,10 @@ export class MemoryBilling implements BillingStore {
       monthly: s?.byMonth.get(month) ?? 0n,
       held: heldBy(this.liveHolds(accountId), keyId),
     };
+  }
+
+  async periodSpend(accountId: string, scope: string, period: string): Promise<bigint> {
+    return this.spentIn.get(`${accountId}\u0000${scope}\u0000${period}`) ?? 0n;
   }
 
   async ledger(accountId: string): Promise<LedgerEntry[]> {

@@ -1,5 +1,6 @@
 import type { LimitStore, WindowResult } from '../types.js';
 import { createSweeper } from './sweep.js';
+import { createMemoryTokenWindows } from './tokens.js';
 
 interface Bucket {
   /** Times of the counted hits, oldest first, from index `head` on. */
@@ -47,6 +48,7 @@ export interface MemoryLimits extends LimitStore {
  */
 export function createMemoryLimits(now: () => number): MemoryLimits {
   const buckets = new Map<string, Bucket>();
+  const tokens = createMemoryTokenWindows(now);
   /** pool -> lease id -> expiry (unix ms). */
   const pools = new Map<string, Map<string, number>>();
 
@@ -68,6 +70,7 @@ export function createMemoryLimits(now: () => number): MemoryLimits {
       if (counted(bucket) === 0) buckets.delete(name);
     }
     for (const pool of [...pools.keys()]) livePool(pool, t);
+    tokens.sweep(t);
   });
 
   function hitNow(name: string, limit: number, windowMs: number): WindowResult {
@@ -94,6 +97,15 @@ export function createMemoryLimits(now: () => number): MemoryLimits {
     hitNow,
     async hit(name: string, limit: number, windowMs: number): Promise<WindowResult> {
       return hitNow(name, limit, windowMs);
+    },
+
+    async takeTokens(bucket, takeId, n, limit, windowMs) {
+      sweep();
+      return tokens.take(bucket, takeId, n, limit, windowMs);
+    },
+
+    async setTokens(bucket, takeId, n) {
+      tokens.set(bucket, takeId, n);
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {

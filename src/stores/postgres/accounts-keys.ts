@@ -1,28 +1,37 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type PgContext } from './connection.js';
+import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, encodeLimitsPatch, touchesLimits } from '../key-limits.js';
 
 interface AccountRow {
   id: string;
   grants: string[];
   created_at: bigint;
+  budgets: unknown;
 }
 
-const account = (r: AccountRow): AccountRecord => ({ id: r.id, grants: r.grants, createdAt: num(r.created_at) });
+const account = (r: AccountRow): AccountRecord => ({
+  id: r.id,
+  grants: r.grants,
+  createdAt: num(r.created_at),
+  ...budgetsField(r.budgets ? JSON.stringify(r.budgets) : null),
+});
+const ACCOUNT_COLUMNS = 'id, grants, created_at, budgets';
 
 /** Accounts; `create` inserts the record and credits the wallet in one function call. */
 export function createPostgresAccounts(ctx: PgContext): AccountStore {
   const { s } = ctx;
-  return {
+  const store: AccountStore = {
     async create(record: AccountRecord, initialBalance: bigint): Promise<boolean> {
       const r = await ctx.one<{ created: boolean }>(
         'createAccount',
         `SELECT ${s}.mg_create_account($1, $2::text::jsonb, $3::bigint, $4::bigint) AS created`,
         [record.id, JSON.stringify(record.grants), record.createdAt, initialBalance.toString()],
       );
+      if (r?.created === true && record.budgets?.length) await store.setBudgets(record.id, record.budgets);
       return r?.created === true;
     },
     async get(id: string): Promise<AccountRecord | null> {
-      const r = await ctx.one<AccountRow>('getAccount', `SELECT id, grants, created_at FROM ${s}.accounts WHERE id = $1`, [id]);
+      const r = await ctx.one<AccountRow>('getAccount', `SELECT ${ACCOUNT_COLUMNS} FROM ${s}.accounts WHERE id = $1`, [id]);
       return r ? account(r) : null;
     },
     async setGrants(id: string, grants: string[]): Promise<boolean> {
@@ -32,11 +41,19 @@ export function createPostgresAccounts(ctx: PgContext): AccountStore {
       ]);
       return rows.length === 1;
     },
+    async setBudgets(id, budgets) {
+      const rows = await ctx.q('setBudgets', `UPDATE ${s}.accounts SET budgets = $2::text::jsonb WHERE id = $1 RETURNING 1 AS one`, [
+        id,
+        encodeBudgets(budgets),
+      ]);
+      return rows.length === 1;
+    },
     async list(): Promise<AccountRecord[]> {
-      const rows = await ctx.q<AccountRow>('listAccounts', `SELECT id, grants, created_at FROM ${s}.accounts ORDER BY created_at, id`);
+      const rows = await ctx.q<AccountRow>('listAccounts', `SELECT ${ACCOUNT_COLUMNS} FROM ${s}.accounts ORDER BY created_at, id`);
       return rows.map(account);
     },
   };
+  return store;
 }
 
 interface KeyRow {
@@ -50,9 +67,10 @@ interface KeyRow {
   monthly_cap: bigint | null;
   disabled: boolean;
   created_at: bigint;
+  limits: unknown;
 }
 
-const KEY_COLUMNS = 'id, digest, prefix, account_id, kind, model, label, monthly_cap, disabled, created_at';
+const KEY_COLUMNS = 'id, digest, prefix, account_id, kind, model, label, monthly_cap, disabled, created_at, limits';
 
 function key(r: KeyRow): ApiKeyRecord {
   return {
@@ -66,6 +84,7 @@ function key(r: KeyRow): ApiKeyRecord {
     monthlyCap: r.monthly_cap === null ? null : big(r.monthly_cap),
     disabled: r.disabled,
     createdAt: num(r.created_at),
+    ...decodeKeyLimits(r.limits ? JSON.stringify(r.limits) : null),
   };
 }
 
@@ -76,7 +95,7 @@ export function createPostgresKeys(ctx: PgContext): KeyStore {
     async insert(k: ApiKeyRecord): Promise<boolean> {
       const rows = await ctx.q(
         'insertKey',
-        `INSERT INTO ${s}.api_keys (${KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10::bigint)
+        `INSERT INTO ${s}.api_keys (${KEY_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::bigint, $9, $10::bigint, $11::text::jsonb)
           ON CONFLICT DO NOTHING RETURNING 1 AS one`,
         [
           k.id,
@@ -89,6 +108,7 @@ export function createPostgresKeys(ctx: PgContext): KeyStore {
           k.monthlyCap === null ? null : k.monthlyCap.toString(),
           k.disabled,
           k.createdAt,
+          encodeKeyLimits(k),
         ],
       );
       return rows.length === 1;
@@ -118,6 +138,11 @@ export function createPostgresKeys(ctx: PgContext): KeyStore {
       if (patch.monthlyCap !== undefined) {
         params.push(patch.monthlyCap === null ? null : patch.monthlyCap.toString());
         sets.push(`monthly_cap = $${params.length}::bigint`);
+      }
+      if (touchesLimits(patch)) {
+        // Merged into the stored limits in the same statement: fields the patch leaves out stay.
+        params.push(encodeLimitsPatch(patch));
+        sets.push(`limits = coalesce(limits, '{}'::jsonb) || $${params.length}::text::jsonb`);
       }
       if (sets.length === 0) return this.get(id);
       // A digest that belongs to another key conflicts with the unique index: nothing changes.

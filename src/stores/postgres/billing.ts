@@ -22,6 +22,7 @@ import type {
 import { big, int32, num, type PgContext, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { limitSourceOf } from '../limit-sources.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -61,8 +62,7 @@ interface SettleOut {
 
 function holdResult(r: HoldOut): HoldResult {
   if (r.ok === true) return { ok: true };
-  const limitSource = r.source === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
-  return { ok: false, limitSource, available: big(r.available) };
+  return { ok: false, limitSource: limitSourceOf(r.source), available: big(r.available) };
 }
 
 const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at';
@@ -124,7 +124,31 @@ class PostgresBilling implements BillingStore {
   async placeHold(req: HoldRequest): Promise<HoldResult> {
     if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
     this.sweep();
+    if (req.budgets?.length) return this.placeBudgeted(req);
     return holdResult((await this.accounts.submit(req.accountId, { op: 'hold', ...holdOp(req) })) as HoldOut);
+  }
+
+  /**
+   * A hold with budgets is one call of its own (not in the account's batch): it runs under the
+   * same wallet row lock as the batch, so the two still take turns.
+   */
+  private async placeBudgeted(req: HoldRequest): Promise<HoldResult> {
+    const budgets = (req.budgets ?? []).map((b) => ({ scope: b.scope, period: b.period, cap: b.cap.toString(), source: b.source }));
+    const r = await this.ctx.one<{ o_ok: boolean; o_source: string | null; o_available: bigint | null }>(
+      'placeHold',
+      `SELECT * FROM ${this.s}.mg_place_hold_budgeted($1, $2, $3, $4::bigint, $5::bigint, $6, $7::bigint, $8::text::jsonb)`,
+      [
+        req.accountId,
+        req.holdId,
+        req.keyId,
+        req.amount.toString(),
+        req.monthlyCap === null ? null : req.monthlyCap.toString(),
+        req.month,
+        whole(req.ttlMs),
+        JSON.stringify(budgets),
+      ],
+    );
+    return holdResult({ ok: r?.o_ok ?? null, source: r?.o_source ?? null, available: r?.o_available?.toString() ?? null });
   }
 
   async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
@@ -142,6 +166,15 @@ class PostgresBilling implements BillingStore {
       window: { allowed, limit: hit.limit, remaining: num(r.remaining), resetMs: num(r.reset) },
       hold: allowed ? holdResult(r) : null,
     };
+  }
+
+  async periodSpend(accountId: string, scope: string, period: string): Promise<bigint> {
+    const r = await this.ctx.one<{ amount: bigint }>(
+      'periodSpend',
+      `SELECT amount FROM ${this.s}.period_spend WHERE account_id = $1 AND scope = $2 AND period = $3`,
+      [accountId, scope, period],
+    );
+    return big(r?.amount);
   }
 
   async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {

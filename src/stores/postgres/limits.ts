@@ -4,7 +4,8 @@ import { functionLanes } from './lanes.js';
 
 /**
  * Rate windows and lease pools on PostgreSQL: `hit` (batched per bucket) and `acquireLease`
- * are one function call each under an advisory lock on the bucket or pool; renew, release and
+ * are one function call each under an advisory lock on the bucket or pool, and so are a token
+ * window's take and correction; renew, release and
  * count are single statements.
  */
 export function createPostgresLimits(ctx: PgContext, sweep: () => void, windowsId: symbol): LimitStore {
@@ -18,6 +19,19 @@ export function createPostgresLimits(ctx: PgContext, sweep: () => void, windowsI
       sweep();
       const [allowed, remaining, reset] = await buckets.submit(bucket, [int32(limit), whole(windowMs)]);
       return { allowed: allowed === true, limit, remaining: num(remaining), resetMs: num(reset) };
+    },
+
+    async takeTokens(bucket, takeId, tokens, limit, windowMs) {
+      const r = await ctx.one<{ o_allowed: boolean; o_remaining: bigint; o_reset: bigint }>(
+        'takeTokens',
+        `SELECT * FROM ${s}.mg_tokens_take($1, $2, $3::bigint, $4::bigint, $5::bigint)`,
+        [bucket, takeId, whole(tokens), whole(limit), whole(windowMs)],
+      );
+      return { allowed: r?.o_allowed === true, limit, remaining: num(r?.o_remaining), resetMs: num(r?.o_reset) };
+    },
+
+    async setTokens(bucket, takeId, tokens) {
+      await ctx.q('setTokens', `SELECT ${s}.mg_tokens_set($1, $2, $3::bigint)`, [bucket, takeId, whole(tokens)]);
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {

@@ -1072,6 +1072,189 @@ BEGIN
     ) AS w WHERE w.newer > p_cap);
 END $$;
 `,
+  // 9: limits beyond the monthly cap. A key's model allow-list, tokens per minute and budgets
+  // (one jsonb, null for none) and an account's budgets; the spend per key and per account
+  // (scope '') in each UTC day, week (from Monday) and month, counted from the ledger by a
+  // statement trigger, so every way a charge is appended (the batch, mg_settle) counts it in
+  // the same transaction; a hold checked against budgets (mg_place_hold_budgeted, under the
+  // wallet row lock every money operation of the account takes); and the windows of tokens
+  // per minute (mg_tokens_take / mg_tokens_set, under the bucket's advisory lock).
+  (s, lockPrefix) => `
+ALTER TABLE ${s}.api_keys ADD COLUMN limits jsonb;
+ALTER TABLE ${s}.accounts ADD COLUMN budgets jsonb;
+
+CREATE TABLE ${s}.period_spend (
+  account_id text NOT NULL,
+  scope text NOT NULL,
+  period text NOT NULL,
+  amount bigint NOT NULL,
+  PRIMARY KEY (account_id, scope, period)
+);
+
+-- The day, week and month names of a unix-ms time, as the gateway names them
+-- ("d2026-11-26", "w2026-11-23", "m2026-11"); integer days, so no float is involved.
+CREATE FUNCTION ${s}.mg_periods(p_at bigint) RETURNS text[] LANGUAGE sql IMMUTABLE AS $f$
+  SELECT ARRAY[
+    'd' || to_char(d, 'YYYY-MM-DD'),
+    'w' || to_char(d - (extract(isodow FROM d)::integer - 1), 'YYYY-MM-DD'),
+    'm' || to_char(d, 'YYYY-MM')]
+    FROM (SELECT date '1970-01-01' + (p_at / 86400000)::integer AS d) AS x
+$f$;
+
+CREATE FUNCTION ${s}.mg_count_period_spend() RETURNS trigger LANGUAGE plpgsql AS $f$
+BEGIN
+  INSERT INTO ${s}.period_spend (account_id, scope, period, amount)
+  SELECT a.account_id, sc.scope, p.period, sum(a.cost)
+    FROM added AS a
+    CROSS JOIN LATERAL (VALUES (a.key_id), ('')) AS sc(scope)
+    CROSS JOIN LATERAL unnest(${s}.mg_periods(a.at)) AS p(period)
+   WHERE a.key_id <> ''
+   GROUP BY a.account_id, sc.scope, p.period
+  ON CONFLICT (account_id, scope, period) DO UPDATE SET amount = ${s}.period_spend.amount + excluded.amount;
+  RETURN NULL;
+END $f$;
+CREATE TRIGGER ledger_period_spend AFTER INSERT ON ${s}.ledger
+  REFERENCING NEW TABLE AS added FOR EACH STATEMENT EXECUTE FUNCTION ${s}.mg_count_period_spend();
+
+-- The last five weeks' charges, counted in now, so a budget set right after the upgrade
+-- sees its period's spend.
+INSERT INTO ${s}.period_spend (account_id, scope, period, amount)
+SELECT l.account_id, sc.scope, p.period, sum(l.cost)
+  FROM ${s}.ledger AS l
+  CROSS JOIN LATERAL (VALUES (l.key_id), ('')) AS sc(scope)
+  CROSS JOIN LATERAL unnest(${s}.mg_periods(l.at)) AS p(period)
+ WHERE l.key_id <> '' AND l.at >= ${s}.mg_now() - 35 * 86400000::bigint
+ GROUP BY l.account_id, sc.scope, p.period;
+
+-- Hold-if-affordable as mg_place_hold, and then within every budget of p_budgets
+-- ([{scope: "key" | "account", period, cap, source}], money as decimal strings): the scope's
+-- spend in the period plus what its open holds hold plus the amount stays within the cap.
+CREATE FUNCTION ${s}.mg_place_hold_budgeted(
+  p_account text, p_hold text, p_key text, p_amount bigint, p_cap bigint, p_month text, p_ttl bigint, p_budgets jsonb,
+  OUT o_ok boolean, OUT o_source text, OUT o_available bigint
+) LANGUAGE plpgsql AS $f$
+DECLARE v_balance bigint; v_t bigint; v_held bigint; v_held_key bigint; v_room bigint; v_b jsonb;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  v_balance := ${s}.mg_lock_wallet(p_account);
+  v_t := ${s}.mg_now();
+  DELETE FROM ${s}.holds WHERE account_id = p_account AND expires_at <= v_t;
+  o_ok := true;
+  IF EXISTS (SELECT 1 FROM ${s}.holds WHERE account_id = p_account AND hold_id = p_hold) THEN RETURN; END IF;
+  SELECT coalesce(sum(amount), 0)::bigint, coalesce(sum(amount) FILTER (WHERE key_id = p_key), 0)::bigint
+    INTO v_held, v_held_key FROM ${s}.holds WHERE account_id = p_account;
+  IF v_balance - v_held < p_amount THEN
+    o_ok := false; o_source := 'wallet'; o_available := greatest(v_balance - v_held, 0);
+    RETURN;
+  END IF;
+  IF p_cap IS NOT NULL THEN
+    v_room := p_cap - v_held_key
+      - coalesce((SELECT amount FROM ${s}.key_spend WHERE account_id = p_account AND key_id = p_key AND month = p_month), 0);
+    IF v_room < p_amount THEN
+      o_ok := false; o_source := 'key_monthly_cap'; o_available := greatest(v_room, 0);
+      RETURN;
+    END IF;
+  END IF;
+  FOR v_b IN SELECT value FROM jsonb_array_elements(p_budgets) LOOP
+    v_room := (v_b ->> 'cap')::bigint
+      - CASE WHEN v_b ->> 'scope' = 'key' THEN v_held_key ELSE v_held END
+      - coalesce((SELECT amount FROM ${s}.period_spend WHERE account_id = p_account
+                    AND scope = CASE WHEN v_b ->> 'scope' = 'key' THEN p_key ELSE '' END
+                    AND period = v_b ->> 'period'), 0);
+    IF v_room < p_amount THEN
+      o_ok := false; o_source := v_b ->> 'source'; o_available := greatest(v_room, 0);
+      RETURN;
+    END IF;
+  END LOOP;
+  INSERT INTO ${s}.holds (account_id, hold_id, key_id, amount, month, expires_at)
+    VALUES (p_account, p_hold, p_key, p_amount, p_month, v_t + p_ttl);
+END $f$;
+
+-- Tokens per minute: one row per call that took tokens from a bucket's window.
+CREATE TABLE ${s}.token_takes (
+  bucket text NOT NULL,
+  take_id text NOT NULL,
+  at bigint NOT NULL,
+  tokens bigint NOT NULL,
+  PRIMARY KEY (bucket, take_id)
+);
+CREATE INDEX token_takes_at ON ${s}.token_takes (bucket, at);
+
+-- Takes p_tokens from the bucket's window if what its takes of the last p_window ms hold plus
+-- p_tokens stays within p_limit. Returns whether it took, what is left, and when taken the ms
+-- until the oldest take leaves; when refused the ms until enough has left for p_tokens to
+-- fit (-1: they never fit).
+CREATE FUNCTION ${s}.mg_tokens_take(
+  p_bucket text, p_take text, p_tokens bigint, p_limit bigint, p_window bigint,
+  OUT o_allowed boolean, OUT o_remaining bigint, OUT o_reset bigint
+) LANGUAGE plpgsql AS $f$
+DECLARE v_t bigint; v_used bigint; v_free bigint; r record;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:tpm:' || p_bucket, 0));
+  v_t := ${s}.mg_now();
+  DELETE FROM ${s}.token_takes WHERE bucket = p_bucket AND at <= v_t - p_window;
+  SELECT coalesce(sum(tokens), 0)::bigint INTO v_used FROM ${s}.token_takes WHERE bucket = p_bucket;
+  -- A take id the window holds already is not taken twice.
+  o_allowed := EXISTS (SELECT 1 FROM ${s}.token_takes WHERE bucket = p_bucket AND take_id = p_take);
+  o_reset := 0;
+  IF o_allowed OR v_used + p_tokens <= p_limit THEN
+    IF NOT o_allowed THEN
+      INSERT INTO ${s}.token_takes (bucket, take_id, at, tokens) VALUES (p_bucket, p_take, v_t, p_tokens);
+      v_used := v_used + p_tokens;
+    END IF;
+    o_allowed := true;
+    o_remaining := greatest(p_limit - v_used, 0);
+    -- When the oldest take leaves the window.
+    SELECT greatest(min(at) + p_window - v_t, 0) INTO o_reset FROM ${s}.token_takes WHERE bucket = p_bucket;
+    RETURN;
+  END IF;
+  o_remaining := greatest(p_limit - v_used, 0);
+  IF p_tokens > p_limit THEN o_reset := -1; RETURN; END IF;
+  v_free := p_limit - v_used;
+  FOR r IN SELECT at, tokens FROM ${s}.token_takes WHERE bucket = p_bucket ORDER BY at, take_id LOOP
+    v_free := v_free + r.tokens;
+    IF v_free >= p_tokens THEN o_reset := greatest(r.at + p_window - v_t, 1); RETURN; END IF;
+  END LOOP;
+END $f$;
+
+-- The sweep as before, and token takes that left every window.
+CREATE OR REPLACE FUNCTION ${s}.mg_sweep() RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_t bigint := ${s}.mg_now(); v_bucket text;
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  DELETE FROM ${s}.holds WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.holds WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.closed_holds WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.closed_holds WHERE closed_at <= v_t - ${CLOSED_TTL_MS} LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  -- A window whose newest hit has left goes with all its hits, under the window's own lock
+  -- (tried, never waited for), checked again once held, so no hit is lost or miscounted.
+  FOR v_bucket IN SELECT bucket FROM ${s}.rate_windows WHERE until <= v_t LIMIT 500 LOOP
+    IF pg_try_advisory_xact_lock(hashtextextended('${lockPrefix}:rl:' || v_bucket, 0)) THEN
+      DELETE FROM ${s}.rate_windows WHERE bucket = v_bucket AND until <= v_t;
+      IF FOUND THEN DELETE FROM ${s}.rate_hits WHERE bucket = v_bucket; END IF;
+    END IF;
+  END LOOP;
+  DELETE FROM ${s}.leases WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.leases WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.jobs WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.jobs WHERE gone_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  DELETE FROM ${s}.idempotency WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.idempotency WHERE expires_at <= v_t LIMIT 10000 FOR UPDATE SKIP LOCKED));
+  -- Token takes an hour old have left every window (a minute); an idle key's go here.
+  DELETE FROM ${s}.token_takes WHERE ctid = ANY (ARRAY(
+    SELECT ctid FROM ${s}.token_takes WHERE at <= v_t - 3600000 LIMIT 10000 FOR UPDATE SKIP LOCKED));
+END $$;
+
+-- Corrects a take to the tokens the call used, under the same lock, so a take never reads a
+-- window half-corrected. A take that left the window already changes nothing.
+CREATE FUNCTION ${s}.mg_tokens_set(p_bucket text, p_take text, p_tokens bigint) RETURNS void LANGUAGE plpgsql AS $f$
+BEGIN
+  PERFORM ${s}.mg_async_commit();
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:tpm:' || p_bucket, 0));
+  UPDATE ${s}.token_takes SET tokens = p_tokens WHERE bucket = p_bucket AND take_id = p_take;
+END $f$;
+`,
 ];
 
 /**

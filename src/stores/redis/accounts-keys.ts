@@ -1,6 +1,7 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyPatch, KeyStore } from '../types.js';
 import { creditEntry, creditMarker } from './credits.js';
 import { int, list, type RedisContext, str } from './connection.js';
+import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, patchedLimits, touchesLimits } from '../key-limits.js';
 import { OPENING_BALANCE_ID, OPENING_BALANCE_REASON } from '../wallet-entries.js';
 
 /**
@@ -12,12 +13,12 @@ export function createRedisAccounts(ctx: RedisContext): AccountStore {
   const { client, scripts } = ctx;
 
   function parse(reply: unknown): AccountRecord | null {
-    const [id, grants, createdAt] = list(reply).map(str);
+    const [id, grants, createdAt, budgets] = list(reply).map(str);
     if (id === null || id === undefined) return null;
-    return { id, grants: JSON.parse(grants ?? '[]') as string[], createdAt: Number(createdAt ?? 0) };
+    return { id, grants: JSON.parse(grants ?? '[]') as string[], createdAt: Number(createdAt ?? 0), ...budgetsField(budgets) };
   }
 
-  return {
+  const store: AccountStore = {
     async create(account: AccountRecord, initialBalance: bigint): Promise<boolean> {
       const created = await ctx.run('createAccount', async () => {
         await client.sadd(ctx.index('accounts'), account.id);
@@ -32,11 +33,12 @@ export function createRedisAccounts(ctx: RedisContext): AccountStore {
           [account.id, JSON.stringify(account.grants), String(account.createdAt), initialBalance.toString(), JSON.stringify(opening)],
         );
       });
+      if (int(created) === 1 && account.budgets?.length) await store.setBudgets(account.id, account.budgets);
       return int(created) === 1;
     },
 
     async get(id: string): Promise<AccountRecord | null> {
-      return parse(await ctx.run('getAccount', () => client.hmget(ctx.account(id, 'acct'), 'id', 'grants', 'createdAt')));
+      return parse(await ctx.run('getAccount', () => client.hmget(ctx.account(id, 'acct'), ...ACCOUNT_FIELDS)));
     },
 
     async setGrants(id: string, grants: string[]): Promise<boolean> {
@@ -46,29 +48,44 @@ export function createRedisAccounts(ctx: RedisContext): AccountStore {
       return int(r) === 1;
     },
 
+    async setBudgets(id, budgets) {
+      const r = await ctx.run('setBudgets', () =>
+        scripts.mgAccountSetField([ctx.account(id, 'acct')], ['budgets', encodeBudgets(budgets)]),
+      );
+      return int(r) === 1;
+    },
+
     async list(): Promise<AccountRecord[]> {
       return ctx.run('listAccounts', async () => {
         const ids = list(await client.smembers(ctx.index('accounts'))).map((v) => str(v) ?? '');
         const replies = await Promise.all(
-          ids.map((id) => client.hmget(ctx.account(id, 'acct'), 'id', 'grants', 'createdAt')),
+          ids.map((id) => client.hmget(ctx.account(id, 'acct'), ...ACCOUNT_FIELDS)),
         );
         return replies.map(parse).filter((r): r is AccountRecord => r !== null);
       });
     },
   };
+  return store;
 }
 
-type StoredKey = Omit<ApiKeyRecord, 'monthlyCap' | 'disabled'> & { monthlyCap: string | null };
+const ACCOUNT_FIELDS = ['id', 'grants', 'createdAt', 'budgets'] as const;
+
+/** A key as its record JSON keeps it: amounts as decimal strings, its limits as one JSON text (absent: none). */
+type StoredKey = Omit<ApiKeyRecord, 'monthlyCap' | 'disabled' | 'models' | 'tokensPerMinute' | 'budgets'> & {
+  monthlyCap: string | null;
+  limits?: string | null;
+};
 
 /** A key from its HMGET reply (`rec`, `disabled`), or null when there is no record. */
 function parseKey(reply: unknown): ApiKeyRecord | null {
   const [rec, disabled] = list(reply).map(str);
   if (rec === null || rec === undefined) return null;
-  const stored = JSON.parse(rec) as StoredKey;
+  const { limits, ...stored } = JSON.parse(rec) as StoredKey;
   return {
     ...stored,
     monthlyCap: stored.monthlyCap === null ? null : BigInt(stored.monthlyCap),
     disabled: disabled === '1',
+    ...decodeKeyLimits(limits),
   };
 }
 
@@ -99,8 +116,8 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
 
   return {
     async insert(key: ApiKeyRecord): Promise<boolean> {
-      const { monthlyCap, disabled, ...rest } = key;
-      const stored: StoredKey = { ...rest, monthlyCap: monthlyCap === null ? null : monthlyCap.toString() };
+      const { monthlyCap, disabled, models: _m, tokensPerMinute: _t, budgets: _b, ...rest } = key;
+      const stored: StoredKey = { ...rest, monthlyCap: monthlyCap === null ? null : monthlyCap.toString(), limits: encodeKeyLimits(key) };
       return ctx.run('insertKey', async () => {
         const claimed = await client.set(ctx.keyIdIndex(key.id), key.digest, 'NX');
         if (claimed === null) return false;
@@ -143,6 +160,7 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
         const stored = JSON.parse(oldRec) as StoredKey;
         if (stored.id !== id) return null;
         if (patch.monthlyCap !== undefined) stored.monthlyCap = patch.monthlyCap === null ? null : patch.monthlyCap.toString();
+        if (touchesLimits(patch)) stored.limits = encodeKeyLimits(patchedLimits(decodeKeyLimits(stored.limits), patch));
         if (!patch.digest || patch.digest.digest === digest) {
           if (int(await scripts.mgKeyReplace([ctx.keyByDigest(digest)], [id, oldRec, JSON.stringify(stored)])) !== 1) return null;
           return byId(ctx, id);

@@ -20,6 +20,8 @@ import type {
 import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { big, esc, hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { limitSourceOf } from '../limit-sources.js';
+import { spendPeriods } from '../spend-periods.js';
 import { creditEntry, creditMarker } from './credits.js';
 import type { RedisLedgerUpgrade } from './ledger-upgrade.js';
 
@@ -43,9 +45,14 @@ function parseEntry(line: unknown): LedgerEntry {
 /** A hold script's answer from `at` on: {1} or {0, limitSource, available}. */
 function holdResult(reply: unknown[], at: number): HoldResult {
   if (int(reply[at]) === 1) return { ok: true };
-  const limitSource = str(reply[at + 1]) === 'key_monthly_cap' ? 'key_monthly_cap' : 'wallet';
-  return { ok: false, limitSource, available: big(reply[at + 2]) };
+  return { ok: false, limitSource: limitSourceOf(str(reply[at + 1])), available: big(reply[at + 2]) };
 }
+
+/**
+ * The spend hash's field of a key's (or, with no key, the account's) spend in a period (a
+ * name from spendPeriods: "d2026-11-26", "w2026-11-23", "m2026-11").
+ */
+const periodField = (period: string, keyId = '') => `p:${esc(period)}:${keyId}`;
 
 /** Field names inside the account's `held` and `spend` hashes for one key (and month). */
 function fields(keyId: string, month: string) {
@@ -74,6 +81,12 @@ const holdArgv = (req: HoldRequest, f: ReturnType<typeof fields>): Array<string 
   f.held,
   f.monthly,
   f.total,
+  // Then each budget: its cap, its spend field, its held field, and its name for the 402.
+  ...(req.budgets ?? []).flatMap((b) =>
+    b.scope === 'key'
+      ? [b.cap.toString(), periodField(b.period, req.keyId), f.held, b.source]
+      : [b.cap.toString(), periodField(b.period), 'all', b.source],
+  ),
 ];
 
 /**
@@ -123,6 +136,11 @@ class RedisBilling implements BillingStore {
     };
   }
 
+  async periodSpend(accountId: string, scope: string, period: string): Promise<bigint> {
+    const k = accountKeys(this.ctx, accountId);
+    return big(await this.ctx.run('periodSpend', () => this.ctx.client.hget(k.spend, periodField(period, scope))));
+  }
+
   async renewHold(accountId: string, holdId: string, ttlMs: number): Promise<boolean> {
     const k = accountKeys(this.ctx, accountId);
     const renewed = await this.ctx.run('renewHold', () => this.ctx.scripts.mgRenewHold([k.holds, k.hexp, k.held], [holdId, whole(ttlMs)]));
@@ -140,7 +158,7 @@ class RedisBilling implements BillingStore {
         'settle',
         'mgSettle',
         [k.bal, k.holds, k.hexp, k.held, k.spend, k.ledger, k.ledgerIndex, closedMarker(this.ctx, req.accountId, req.holdId)],
-        [req.holdId, req.cost.toString(), entry, f.monthly, f.total],
+        [req.holdId, req.cost.toString(), entry, f.monthly, f.total, ...spendPeriods(req.entry.at).flatMap((p) => [periodField(p, req.entry.keyId), periodField(p)])],
       ),
     );
     return int(reply[0]) === 1 ? { settled: true, charged: big(reply[1]), held: big(reply[2]) } : { settled: false, charged: 0n };

@@ -21,6 +21,8 @@
  *   P{a:<account>}:docs            hash   documentId -> JSON
  *   P{a:<account>}:docver          string documents version
  *   P{a:<account>}:rl:<bucket>     zset   unique hit -> ms (a rate window of the account's, e.g. a key's)
+ *   P{a:<account>}:rl:tokens:<b>   zset   take id -> ms (a key's tokens-per-minute window), and
+ *   P{a:<account>}:rl:tokens:<b>:n hash   take id -> tokens, "#" -> their sum
  *   P{a:<account>}:idem-order      zset   Idempotency-Key scope -> expiry ms (the account's stored answers)
  *   P{a:<account>}:idem-sizes      hash   Idempotency-Key scope -> bytes it counts for
  *   P{a:<account>}:idem-total      string the sum of idem-sizes (the account's quota use)

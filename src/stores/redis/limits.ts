@@ -13,8 +13,14 @@ export function hitMembers(): () => string {
   return () => prefix + (n++).toString(36);
 }
 
+/** A token window's two keys (takes by time, tokens by take), under the bucket's hash tag. */
+function tokenKeys(ctx: RedisContext, bucket: string, accountId: string | undefined): [string, string] {
+  const base = ctx.bucket(`tokens:${bucket}`, accountId);
+  return [base, `${base}:n`];
+}
+
 /**
- * Rate windows and lease pools. `hit`, `acquireLease`, `renewLease` and `activeLeases` are one
+ * Rate windows, token windows and lease pools. `hit`, `acquireLease`, `renewLease` and `activeLeases` are one
  * EVALSHA each on a single key (a sorted set scored by Redis TIME in ms), so they are atomic
  * and Cluster-safe. Idle buckets and pools expire by themselves.
  */
@@ -29,6 +35,19 @@ export function createRedisLimits(ctx: RedisContext, windowsId: symbol, hitMembe
       );
       const allowed = int(reply[0]) === 1;
       return { allowed, limit, remaining: int(reply[1]), resetMs: int(reply[2]) };
+    },
+
+    async takeTokens(bucket, takeId, tokens, limit, windowMs, accountId) {
+      const k = tokenKeys(ctx, bucket, accountId);
+      const reply = list(
+        await ctx.run('takeTokens', () => scripts.mgTokensTake(k, [takeId, whole(tokens), whole(limit), whole(windowMs)])),
+      );
+      return { allowed: int(reply[0]) === 1, limit, remaining: int(reply[1]), resetMs: int(reply[2]) };
+    },
+
+    async setTokens(bucket, takeId, tokens, accountId) {
+      const k = tokenKeys(ctx, bucket, accountId);
+      await ctx.run('setTokens', () => scripts.mgTokensSet(k, [takeId, whole(tokens)]));
     },
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {

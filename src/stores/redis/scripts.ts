@@ -107,8 +107,10 @@ end
 
 /** Hold-if-affordable on one account's keys (see mgPlaceHold). Needs PRELUDE, HOLDS, EXPIRE_WITH_LAST. */
 const PLACE_HOLD = `
+-- budgets: {cap, spend field, held field, source, cap, ...}: spend in the period plus the
+-- scope's open holds plus the amount must stay within each cap.
 -- Returns {1} when held (or already open), else {0, limitSource, available}.
-local function place_hold(bal, holds, hexp, held, spend, id, amount_s, cap_s, ttl, kf, mf, tf, t)
+local function place_hold(bal, holds, hexp, held, spend, id, amount_s, cap_s, ttl, kf, mf, tf, t, budgets)
   prune(holds, hexp, held, t)
   -- Placing an open hold again is a no-op, so a retried call cannot hold twice.
   if redis.call('HEXISTS', holds, id) == 1 then return {1} end
@@ -123,6 +125,13 @@ local function place_hold(bal, holds, hexp, held, spend, id, amount_s, cap_s, tt
     if room < amount then
       if room < 0 then room = 0 end
       return {0, 'key_monthly_cap', fmt(room)}
+    end
+  end
+  for i = 1, #budgets, 4 do
+    local room = tonumber(budgets[i]) - num(redis.call('HGET', spend, budgets[i + 1])) - num(redis.call('HGET', held, budgets[i + 2]))
+    if room < amount then
+      if room < 0 then room = 0 end
+      return {0, budgets[i + 3], fmt(room)}
     end
   end
   redis.call('HSET', holds, id, cjson.encode({a = amount_s, kf = kf, mf = mf, tf = tf}))
@@ -214,11 +223,12 @@ export const SCRIPTS = {
    * Hold-if-affordable.
    * KEYS: balance, holds, hold expiries, held sums, spend
    * ARGV: holdId, amount, monthlyCap ('' = none), ttlMs, held field of the key,
-   *       monthly spend field, all-time spend field
+   *       monthly spend field, all-time spend field, then per budget: cap, spend field of its
+   *       period, held field of its scope, its name
    * Returns {1} or {0, limitSource, available}.
    */
   mgPlaceHold: batchable(5, [PRELUDE, HOLDS, EXPIRE_WITH_LAST, PLACE_HOLD], `
-local h = place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_ms())
+local h = place_hold(KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], ARGV[1], ARGV[2], ARGV[3], ARGV[4], ARGV[5], ARGV[6], ARGV[7], now_ms(), {unpack(ARGV, 8)})
 expire_due()
 return h
 `),
@@ -228,7 +238,7 @@ return h
    * step: the window key lives under the account's hash tag, beside the hold's keys.
    * KEYS: window (zset of hit -> ms), balance, holds, hold expiries, held sums, spend
    * ARGV: limit, windowMs, unique member, then mgPlaceHold's ARGV (holdId, amount,
-   *       monthlyCap, ttlMs, held field, monthly spend field, all-time spend field)
+   *       monthlyCap, ttlMs, held field, monthly spend field, all-time spend field, budgets)
    * Returns {0, 0, resetMs} (refused by the window, nothing held), {1, remaining, resetMs, 1}
    * (counted and held) or {1, remaining, resetMs, 0, limitSource, available} (counted, not held).
    */
@@ -236,7 +246,7 @@ return h
 local t = now_ms()
 local allowed, remaining, reset = window_hit(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]), ARGV[3], t)
 if allowed == 0 then return {0, 0, reset} end
-local h = place_hold(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], t)
+local h = place_hold(KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], ARGV[4], ARGV[5], ARGV[6], ARGV[7], ARGV[8], ARGV[9], ARGV[10], t, {unpack(ARGV, 11)})
 expire_due()
 return {1, remaining, reset, h[1], h[2], h[3]}
 `),
@@ -252,7 +262,8 @@ return {1, remaining, reset, h[1], h[2], h[3]}
    *       of the hold (written by a release)
    * ARGV: holdId, list cost, ledger entry JSON without "cost"/"held"/"exceededHold" (an object,
    *       ends with '}'), monthly spend field and all-time spend field to use when the hold is
-   *       gone
+   *       gone, then the period spend fields the cost also counts in (the key's and the
+   *       account's day, week and month)
    * Returns {1, charged, held} or {0, '0'}.
    */
   mgSettle: batchable(8, [PRELUDE, HOLDS], `
@@ -276,6 +287,7 @@ if cost > 0 then
   redis.call('DECRBY', bal, c)
   redis.call('HINCRBY', spend, mf, c)
   redis.call('HINCRBY', spend, tf, c)
+  for i = 6, #ARGV do redis.call('HINCRBY', spend, ARGV[i], c) end
 end
 local exceeded = 'false'
 if cost > amount then exceeded = 'true' end
@@ -476,6 +488,16 @@ return 1
     lua: `
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'grants', ARGV[1])
+return 1
+`,
+  },
+
+  /** Sets one field of an existing account record. KEYS: account record. ARGV: field, value. Returns 1 when set. */
+  mgAccountSetField: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
 return 1
 `,
   },
@@ -708,6 +730,84 @@ return bump(KEYS[2])
       `
 if redis.call('HDEL', KEYS[1], ARGV[1]) == 0 then return 0 end
 bump(KEYS[2])
+return 1
+`,
+  },
+
+  /**
+   * Tokens per minute: take-if-it-fits over an exact sliding window of tokens. The takes of the
+   * window are a zset (take id -> ms) and a hash (take id -> tokens, "#" -> their sum), under
+   * one hash tag; takes that left the window are dropped (and their tokens subtracted) first.
+   * KEYS: takes zset, tokens hash. ARGV: take id, tokens, limit, window ms.
+   * Returns {allowed (0 | 1), remaining, reset ms} (reset -1: these tokens never fit).
+   */
+  mgTokensTake: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      `
+local z, h = KEYS[1], KEYS[2]
+local id, n, limit, w = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local t = now_ms()
+local used = num(redis.call('HGET', h, '#'))
+local gone = redis.call('ZRANGEBYSCORE', z, '-inf', fmt(t - w))
+if #gone > 0 then
+  for i = 1, #gone do
+    used = used - num(redis.call('HGET', h, gone[i]))
+    redis.call('HDEL', h, gone[i])
+  end
+  redis.call('ZREMRANGEBYSCORE', z, '-inf', fmt(t - w))
+  redis.call('HSET', h, '#', fmt(used))
+end
+local remaining = limit - used
+if remaining < 0 then remaining = 0 end
+local held = redis.call('HEXISTS', h, id) == 1
+if held or used + n <= limit then
+  if not held then
+    redis.call('ZADD', z, fmt(t), id)
+    redis.call('HSET', h, id, fmt(n), '#', fmt(used + n))
+    used = used + n
+    -- The newest take leaves the window within w, so an idle window disappears.
+    redis.call('PEXPIRE', z, fmt(w))
+    redis.call('PEXPIRE', h, fmt(w))
+  end
+  remaining = limit - used
+  if remaining < 0 then remaining = 0 end
+  local first = redis.call('ZRANGE', z, 0, 0, 'WITHSCORES')
+  local reset = 0
+  if first[2] then reset = tonumber(first[2]) + w - t end
+  if reset < 0 then reset = 0 end
+  return {1, fmt(remaining), fmt(reset)}
+end
+if n > limit then return {0, fmt(remaining), '-1'} end
+-- Walk from the oldest take until enough has left for these tokens to fit.
+local free = limit - used
+local rows = redis.call('ZRANGE', z, 0, -1, 'WITHSCORES')
+for i = 1, #rows, 2 do
+  free = free + num(redis.call('HGET', h, rows[i]))
+  if free >= n then
+    local reset = tonumber(rows[i + 1]) + w - t
+    if reset < 1 then reset = 1 end
+    return {0, fmt(remaining), fmt(reset)}
+  end
+end
+return {0, fmt(remaining), '-1'}
+`,
+  },
+
+  /**
+   * Corrects a take to the tokens its call used (the sum moves with it). A take no longer
+   * held changes nothing. KEYS: takes zset, tokens hash. ARGV: take id, tokens. Returns 1 when corrected.
+   */
+  mgTokensSet: {
+    numberOfKeys: 2,
+    lua:
+      PRELUDE +
+      `
+local old = redis.call('HGET', KEYS[2], ARGV[1])
+if not old then return 0 end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('HINCRBY', KEYS[2], '#', fmt(tonumber(ARGV[2]) - tonumber(old)))
 return 1
 `,
   },

@@ -22,6 +22,7 @@ import type {
 import { big, num, type SqliteContext } from './connection.js';
 import type { SqliteLimits } from './limits.js';
 import { prepareCredit } from './credit.js';
+import { spendPeriods } from '../spend-periods.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 interface LedgerRow {
@@ -113,6 +114,10 @@ function prepareStatements(ctx: SqliteContext) {
     ),
     ledger: ctx.exact(`SELECT ${LEDGER_COLUMNS} FROM ledger WHERE account_id = ? ORDER BY seq`),
     openHolds: ctx.prepare('SELECT count(*) AS n FROM holds WHERE account_id = ? AND expires_at > ?'),
+    periodSpend: ctx.exact('SELECT amount FROM period_spend WHERE account_id = ? AND scope = ? AND period = ?'),
+    // A settle's cost goes to the key's and the account's ('') day, week and month at once.
+    addPeriodSpend: ctx.prepare(`INSERT INTO period_spend (account_id, scope, period, amount)
+      VALUES ${Array(6).fill('(?, ?, ?, ?)').join(', ')} ON CONFLICT DO UPDATE SET amount = amount + excluded.amount`),
   };
 }
 
@@ -170,8 +175,21 @@ class SqliteBilling implements BillingStore {
       const room = (req.monthlyCap as bigint) - big(facts[3]) - big(facts[4]);
       if (room < req.amount) return { ok: false, limitSource: 'key_monthly_cap', available: room > 0n ? room : 0n };
     }
+    const refused = req.budgets?.length && this.budgetRefusal(req, big(facts[2]), t);
+    if (refused) return refused;
     q.insertHold.run(req.accountId, req.holdId, req.keyId, req.amount, req.month, t + req.ttlMs);
     return { ok: true };
+  }
+
+  /** The first budget the hold would pass, as its refusal; undefined when it fits them all. */
+  private budgetRefusal(req: HoldRequest, heldByAccount: bigint, t: number): HoldResult | undefined {
+    const heldByKey = big((this.q.heldByKey.get(req.accountId, req.keyId, t) as { held: bigint }).held);
+    for (const b of req.budgets ?? []) {
+      const spent = this.spentIn(req.accountId, b.scope === 'key' ? req.keyId : '', b.period);
+      const room = b.cap - spent - (b.scope === 'key' ? heldByKey : heldByAccount);
+      if (room < req.amount) return { ok: false, limitSource: b.source, available: room > 0n ? room : 0n };
+    }
+    return undefined;
   }
 
   async placeHold(req: HoldRequest): Promise<HoldResult> {
@@ -208,6 +226,8 @@ class SqliteBilling implements BillingStore {
     const cost = req.cost;
     q.debit.run(req.accountId, -cost);
     q.spend.run(req.accountId, req.entry.keyId, month, cost);
+    const periods = spendPeriods(req.entry.at);
+    q.addPeriodSpend.run(...[req.entry.keyId, ''].flatMap((scope) => periods.flatMap((p) => [req.accountId, scope, p, cost])));
     const e = req.entry;
     q.append.run(
       req.accountId,
@@ -264,6 +284,14 @@ class SqliteBilling implements BillingStore {
       monthly: big((q.monthSpend.get(accountId, keyId, month) as { amount: bigint } | undefined)?.amount),
       held: big((q.heldByKey.get(accountId, keyId, t) as { held: bigint }).held),
     }));
+  }
+
+  private spentIn(accountId: string, scope: string, period: string): bigint {
+    return big((this.q.periodSpend.get(accountId, scope, period) as { amount: bigint } | undefined)?.amount);
+  }
+
+  async periodSpend(accountId: string, scope: string, period: string): Promise<bigint> {
+    return this.ctx.read('periodSpend', () => this.spentIn(accountId, scope, period));
   }
 
   async ledger(accountId: string): Promise<LedgerEntry[]> {

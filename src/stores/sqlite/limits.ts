@@ -5,7 +5,7 @@ import { num, type SqliteContext } from './connection.js';
 /**
  * Limits for the SQLite driver, which serves one gateway process.
  *
- * Rate windows live in that process's memory, not in the file: they are counted exactly
+ * Rate windows (and token windows) live in that process's memory, not in the file: they are counted exactly
  * there (one process sees every hit), they are not books (nothing is owed or paid by a
  * window), and writing two window hits per call into the file was most of what SQLite
  * storage cost beyond the books themselves. They start empty when the process restarts.
@@ -40,6 +40,9 @@ export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
     windows,
     hit: (bucket, limit, windowMs) => windows.hit(bucket, limit, windowMs),
     hitNow: (bucket, limit, windowMs) => windows.hitNow(bucket, limit, windowMs),
+    // Token windows, like rate windows, live in the one process's memory.
+    takeTokens: (bucket, takeId, tokens, limit, windowMs) => windows.takeTokens(bucket, takeId, tokens, limit, windowMs),
+    setTokens: (bucket, takeId, tokens) => windows.setTokens(bucket, takeId, tokens),
 
     async acquireLease(pool: string, cap: number, leaseId: string, ttlMs: number): Promise<boolean> {
       return ctx.write('acquireLease', () => {

@@ -220,4 +220,38 @@ ALTER TABLE idempotency ADD COLUMN account TEXT;
 ALTER TABLE idempotency ADD COLUMN bytes INTEGER NOT NULL DEFAULT 0;
 CREATE INDEX idempotency_account ON idempotency (account, expires_at) WHERE account IS NOT NULL;
 `,
+  // 7: limits beyond the monthly cap. A key's model allow-list, tokens per minute and budgets
+  // (one JSON text, null for none), an account's budgets, and the spend per key and per account
+  // in each UTC day, week (from Monday) and month, which budgets are checked against (scope ''
+  // is the whole account). The spend of the last five weeks' charges is counted in now, so a
+  // budget set right after the upgrade sees its period's spend.
+  `
+ALTER TABLE api_keys ADD COLUMN limits TEXT;
+ALTER TABLE accounts ADD COLUMN budgets TEXT;
+CREATE TABLE period_spend (
+  account_id TEXT NOT NULL,
+  scope TEXT NOT NULL,
+  period TEXT NOT NULL,
+  amount INTEGER NOT NULL,
+  PRIMARY KEY (account_id, scope, period)
+) STRICT, WITHOUT ROWID;
+WITH recent AS (
+  SELECT account_id, key_id, at, cost FROM ledger
+   WHERE key_id <> '' AND at >= (CAST(strftime('%s', 'now') AS INTEGER) - 35 * 86400) * 1000
+)
+INSERT INTO period_spend (account_id, scope, period, amount)
+SELECT account_id, scope, period, sum(cost) FROM (
+  SELECT account_id, key_id AS scope, 'd' || strftime('%Y-%m-%d', at / 1000, 'unixepoch') AS period, cost FROM recent
+  UNION ALL
+  SELECT account_id, key_id AS scope, 'w' || date(at / 1000, 'unixepoch', '-6 days', 'weekday 1') AS period, cost FROM recent
+  UNION ALL
+  SELECT account_id, key_id AS scope, 'm' || strftime('%Y-%m', at / 1000, 'unixepoch') AS period, cost FROM recent
+  UNION ALL
+  SELECT account_id, '' AS scope, 'd' || strftime('%Y-%m-%d', at / 1000, 'unixepoch') AS period, cost FROM recent
+  UNION ALL
+  SELECT account_id, '' AS scope, 'w' || date(at / 1000, 'unixepoch', '-6 days', 'weekday 1') AS period, cost FROM recent
+  UNION ALL
+  SELECT account_id, '' AS scope, 'm' || strftime('%Y-%m', at / 1000, 'unixepoch') AS period, cost FROM recent
+) GROUP BY account_id, scope, period;
+`,
 ];

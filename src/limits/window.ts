@@ -1,0 +1,2 @@
+/** Every rate and token window spans one minute. */
+export const WINDOW_MS = 60_000;
