@@ -152,16 +152,7 @@ export function createServices(
   const tokenizer = createTokenizer();
   const upstreams = upstreamsOf(cfg, tokenizer);
   const breaker = createBreaker(now, { probeDeadlineMs: cfg.routing.probeDeadlineMs });
-  const accountCache = new LRUCache<string, { grants: readonly string[]; budgets: readonly Budget[] }>({ max: 10_000, ttl: 5_000 });
-  const cachedAccount = async (accountId: string) => {
-    let a = accountCache.get(accountId);
-    if (!a) {
-      const account = await stores.accounts.get(accountId);
-      a = { grants: account?.grants ?? [], budgets: account?.budgets ?? [] };
-      accountCache.set(accountId, a);
-    }
-    return a;
-  };
+  const { cache: accountCache, read: cachedAccount } = accountSettings(stores);
 
   const core: Services = {
     cfg,
@@ -221,6 +212,25 @@ export function createServices(
       await Promise.allSettled([...pending]);
     },
   };
+}
+
+/**
+ * An account's grants and budgets, read through a short cache: every billed call needs them,
+ * and a change reaches the instance within the cache's 5 s (or at once, on this instance, when
+ * the admin API forgets it).
+ */
+function accountSettings(stores: Stores) {
+  const cache = new LRUCache<string, { grants: readonly string[]; budgets: readonly Budget[] }>({ max: 10_000, ttl: 5_000 });
+  const read = async (accountId: string) => {
+    let a = cache.get(accountId);
+    if (!a) {
+      const account = await stores.accounts.get(accountId);
+      a = { grants: account?.grants ?? [], budgets: account?.budgets ?? [] };
+      cache.set(accountId, a);
+    }
+    return a;
+  };
+  return { cache, read };
 }
 
 /** The stores `storage` describes, when they can be built synchronously (memory, SQLite). */
