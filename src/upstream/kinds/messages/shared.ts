@@ -3,7 +3,8 @@
  * (Anthropic counts cache reads and writes apart from `input_tokens`; chat counts them inside
  * `prompt_tokens`), and the refusal of a parameter the other API cannot carry.
  */
-import { errors, GatewayError } from '../../../errors.js';
+import { GatewayError } from '../../../errors.js';
+import { eventData } from '../shared.js';
 
 export type Json = Record<string, unknown>;
 
@@ -81,13 +82,4 @@ export function chatUsageOf(messages: unknown): Json {
 export const messagesEvent = (event: Json): string => `event: ${String(event.type)}\ndata: ${JSON.stringify(event)}\n\n`;
 
 /** One stream event's data as a JSON object, or 502 as a malformed event. */
-export function eventOf(data: string): Json {
-  let value: unknown;
-  try {
-    value = JSON.parse(data);
-  } catch {
-    throw errors.malformedEvent();
-  }
-  if (!isObject(value)) throw errors.malformedEvent();
-  return value;
-}
+export const eventOf = (data: string): Json => eventData(data) as Json;
