@@ -3,7 +3,9 @@
  * chart drawn from seeded spend, disable a key and see calls with it refused (401); set a
  * key's monthly cap, an account's grants and a signed adjustment through the UI; rotate a key
  * (the new secret works, the old one is refused) and see the secret cleared on choosing
- * another account. Screenshots go to test/artifacts/ (git-ignored).
+ * another account; set a key's model allow-list, tokens per minute and budgets and an account's
+ * budgets (a model outside the allow-list is then 403). Screenshots go to test/artifacts/
+ * (git-ignored).
  */
 import { mkdirSync } from 'node:fs';
 import type { Browser } from 'playwright-core';
@@ -108,6 +110,72 @@ it('sets a cap, grants and an adjustment; rotates a key, whose secret is cleared
     expect(await page.locator('#new-secret code.secret').count()).toBe(0);
     expect(await page.textContent('#new-secret')).toBe('');
     await page.screenshot({ path: `${ARTIFACTS}console-changes.png`, fullPage: true });
+  } finally {
+    await page.close();
+  }
+}, 60_000);
+
+it('sets a key’s model allow-list, tokens per minute and daily budget, and an account’s budgets', async () => {
+  await gw.gateway.admin.createAccount({ id: 'limits-co', walletUsd: 5 });
+  const adminGet = async (path: string) => {
+    const res = await fetch(`${gw.origin}/admin/v1${path}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(res.status).toBe(200);
+    return res.json();
+  };
+  const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
+  try {
+    await page.goto(`${gw.origin}/admin`);
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#signin-button');
+    await page.waitForSelector('body[data-loaded]');
+    await page.click('#accounts tr[data-account="limits-co"]');
+    await page.waitForFunction(() => document.querySelector('#account-name')?.textContent === 'limits-co');
+
+    // A budget that does not read is refused in the page, and nothing is created.
+    await page.fill('#key-label', 'limited');
+    await page.fill('#key-models', 'other/*');
+    await page.fill('#key-tokensPerMinute', '1200');
+    await page.fill('#key-budgets', 'two dollars a day');
+    await page.click('#create-key');
+    await page.waitForSelector('#notice:has-text("budgets")');
+    expect(await gw.gateway.admin.listKeys('limits-co')).toEqual([]);
+
+    await page.fill('#key-budgets', '2/day');
+    await page.click('#create-key');
+    const secret = (await page.locator('#new-secret code.secret').textContent()) ?? '';
+    expect(secret).toMatch(/^sk-mg-/);
+    const keyId = (await page.getAttribute('#new-secret', 'data-key'))!;
+    const key = await adminGet(`/keys/${keyId}`);
+    expect(key).toMatchObject({ label: 'limited', models: ['other/*'], tokensPerMinute: 1200, budgets: [{ period: 'day' }] });
+    expect(Number(key.budgets[0].usd)).toBe(2);
+    const row = page.locator(`#keys tr[data-key="${keyId}"]`);
+    await page.waitForFunction((id) => document.querySelector(`#keys tr[data-key="${id}"] td.limits`)?.textContent?.includes('other/*'), keyId);
+    expect(await row.locator('td.limits').textContent()).toContain('tpm: 1200');
+
+    // The allow-list holds: a model outside it is refused before anything is billed.
+    const refused = await postChat(gw.baseURL, secret, { model: MODEL, messages: [{ role: 'user', content: 'x' }] });
+    expect(refused.status).toBe(403);
+    expect((await refused.json()).error).toMatchObject({ code: 'model_not_allowed', param: 'model' });
+
+    await page.fill('#account-budgets', '10/week, 30/month');
+    await page.click('#budgets-save');
+    await expect.poll(async () => (await adminGet('/accounts/limits-co')).budgets.map((b: { usd: string; period: string }) => [Number(b.usd), b.period]))
+      .toEqual([[10, 'week'], [30, 'month']]);
+    await page.waitForFunction(() => document.querySelector('#accounts tr[data-account="limits-co"]')?.textContent?.includes('10/week'));
+
+    // Editing the key's limits in its row: the allow-list now names the model, so the call goes through.
+    await row.locator('input.models').fill(MODEL);
+    await row.locator('input.tpm').fill('');
+    await row.locator('button.set-limits').click();
+    await expect.poll(async () => (await gw.gateway.admin.getKey(keyId))?.models).toEqual([MODEL]);
+    expect((await gw.gateway.admin.getKey(keyId))?.tokensPerMinute).toBeNull();
+    expect((await postChat(gw.baseURL, secret, { model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 5 })).status).toBe(200);
+
+    // Each change went through the admin API, so the change log has it.
+    const changes = JSON.stringify((await adminGet('/changes?limit=20')).data);
+    expect(changes).toContain('/budgets');
+    expect(changes).toContain('/limits');
+    await page.screenshot({ path: `${ARTIFACTS}console-limits.png`, fullPage: true });
   } finally {
     await page.close();
   }

@@ -11,12 +11,13 @@ import { Response } from '@whatwg-node/server';
 import { consoleBase, consoleHtml } from './page.js';
 import { SCRIPT_ACCOUNT } from './script-account.js';
 import { SCRIPT_CORE } from './script-core.js';
+import { SCRIPT_LIMITS } from './script-limits.js';
 import { SCRIPT_OPS } from './script-ops.js';
 
 /** The console's script: its parts share one function scope; signing in (or the kept token) starts it. */
 const CONSOLE_JS = `'use strict';
 (function () {
-${SCRIPT_CORE}${SCRIPT_ACCOUNT}${SCRIPT_OPS}
+${SCRIPT_CORE}${SCRIPT_LIMITS}${SCRIPT_ACCOUNT}${SCRIPT_OPS}
   if (token()) start().catch(function () { showSignIn(''); }); else showSignIn('');
 })();
 `;

@@ -56,6 +56,7 @@ const CONSOLE_HTML = `<!doctype html>
   #accounts tbody tr.selected { background: #eff4ff; font-weight: 600; }
   input, select, button { font: inherit; padding: 4px 8px; }
   input.cap { width: 6em; }
+  td.limits .row { margin: 2px 0 0; flex-wrap: nowrap; }
   code.secret { background: #fff3c4; padding: 2px 4px; word-break: break-all; }
   .muted { color: #6b7280; }
 </style>
@@ -97,7 +98,7 @@ const CONSOLE_HTML = `<!doctype html>
     <section id="accounts-panel">
       <h2>Accounts</h2>
       <div class="row"><input id="account-search" type="search" placeholder="Search by id" size="24"> <span id="accounts-count" class="muted"></span></div>
-      <table id="accounts"><thead><tr><th>Account</th><th class="num">Balance USD</th><th class="num">Held USD</th></tr></thead><tbody></tbody></table>
+      <table id="accounts"><thead><tr><th>Account</th><th class="num">Balance USD</th><th class="num">Held USD</th><th>Budgets</th></tr></thead><tbody></tbody></table>
       <div class="row"><button id="accounts-prev">Previous</button><button id="accounts-next">Next</button></div>
       <h3>New account</h3>
       <form id="create-account-form" class="row">
@@ -120,13 +121,17 @@ const CONSOLE_HTML = `<!doctype html>
         <label>Granted models <input id="grants" placeholder="model ids, comma separated" size="28" list="model-list"></label>
         <button type="submit" id="grants-save">Save grants</button>
       </form>
+      <form id="budgets-form" class="row">
+        <label>Budgets (all keys) <input id="account-budgets" placeholder="e.g. 5/day, 100/month" size="24"></label>
+        <button type="submit" id="budgets-save">Save budgets</button>
+      </form>
       <div>Spend in range <span id="total" class="big">-</span> USD <button id="export-account">Export CSV</button></div>
     </section>
 
     <section class="wide account-part" hidden>
       <h2>Keys</h2>
       <div id="new-secret"></div>
-      <table id="keys"><thead><tr><th>Id</th><th>Prefix</th><th>Label</th><th>Kind</th><th class="num">Monthly cap</th><th>Status</th><th></th></tr></thead><tbody></tbody></table>
+      <table id="keys"><thead><tr><th>Id</th><th>Prefix</th><th>Label</th><th>Kind</th><th class="num">Monthly cap</th><th>Status</th><th>Limits</th><th></th></tr></thead><tbody></tbody></table>
       <h3>New key</h3>
       <form id="create-key-form" class="row"></form>
     </section>

@@ -1,8 +1,9 @@
 /**
  * The console script's account part (runs in the core's scope, see script-core.ts): create an
  * account, the selected account's wallet (top-up or signed adjustment, each with a reason),
- * grants, spend in the date range by model and by key (with labels), its keys (create, enable,
- * disable, rotate, monthly cap), latest ledger entries, jobs, and CSV export.
+ * grants, budgets, spend in the date range by model and by key (with labels), its keys (create,
+ * enable, disable, rotate, monthly cap, limits: script-limits.ts), latest ledger entries, jobs,
+ * and CSV export.
  *
  * A new key's or rotated key's secret is shown once, and cleared when another account is
  * selected or the operator signs out. The new-key form is built from KEY_FIELDS: a key setting
@@ -18,6 +19,9 @@ export const SCRIPT_ACCOUNT = `
     { name: 'kind', options: ['developer', 'agent'] },
     { name: 'model', placeholder: 'model (agent keys)', size: 16, list: 'model-list' },
     { name: 'monthlyCapUsd', placeholder: 'monthly cap USD', size: 10 },
+    { name: 'models', placeholder: 'models (ids or prefix*; empty: all)', size: 24, parse: parseModels },
+    { name: 'tokensPerMinute', placeholder: 'tokens/min (empty: default)', size: 18, parse: parseTokensPerMinute },
+    { name: 'budgets', placeholder: 'budgets, e.g. 5/day, 100/month', size: 22, parse: parseBudgets },
   ];
 
   function buildKeyForm() {
@@ -85,6 +89,7 @@ export const SCRIPT_ACCOUNT = `
     tr.dataset.key = k.id;
     cell(tr, k.id); cell(tr, k.prefix); cell(tr, k.label); cell(tr, k.kind + (k.model ? ' (' + k.model + ')' : ''));
     cell(tr, k.monthlyCapUsd, 'num'); cell(tr, k.disabled ? 'disabled' : 'active');
+    limitsCell(tr, k);
     var td = cell(tr, '');
     td.appendChild(button(k.disabled ? 'Enable' : 'Disable', k.disabled ? 'enable' : 'disable', function () {
       change('POST', path + (k.disabled ? '/enable' : '/disable'));
@@ -119,6 +124,7 @@ export const SCRIPT_ACCOUNT = `
       $('held').textContent = r[0].heldUsd;
       $('holds').textContent = r[0].openHolds;
       if (document.activeElement !== $('grants')) $('grants').value = r[0].grants.join(', ');
+      if (document.activeElement !== $('account-budgets')) $('account-budgets').value = budgetsText(r[0].budgets);
       $('total').textContent = r[1].totalUsd;
       fill('by-model', r[1].data, function (tr, x) { cell(tr, x.group); cell(tr, x.calls, 'num'); cell(tr, x.costUsd, 'num'); });
       fill('by-key', r[2].data, function (tr, x) { cell(tr, x.group); cell(tr, x.label); cell(tr, x.calls, 'num'); cell(tr, x.costUsd, 'num'); });
@@ -160,7 +166,9 @@ export const SCRIPT_ACCOUNT = `
   });
   $('create-key-form').addEventListener('submit', function (ev) {
     ev.preventDefault();
-    change('POST', '/keys', keyBody(), function (res) {
+    var body;
+    try { body = keyBody(); } catch (err) { notice(err.message); return; }
+    change('POST', '/keys', body, function (res) {
       KEY_FIELDS.forEach(function (f) { if (!f.options) $('key-' + f.name).value = ''; });
       showSecret('New key', res);
     });

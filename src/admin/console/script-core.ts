@@ -124,7 +124,7 @@ export const SCRIPT_CORE = `
       fill('accounts', list.data, function (tr, a) {
         tr.dataset.account = a.id;
         if (a.id === state.account) tr.className = 'selected';
-        cell(tr, a.id); cell(tr, a.balanceUsd, 'num'); cell(tr, a.heldUsd, 'num');
+        cell(tr, a.id); cell(tr, a.balanceUsd, 'num'); cell(tr, a.heldUsd, 'num'); cell(tr, budgetsText(a.budgets));
         tr.onclick = function () { selectAccount(a.id); };
       });
       state.next = list.more ? list.nextCursor : null;
