@@ -6,7 +6,7 @@
  *
  * "Who" is the admin token's label and a non-secret id of it (a digest of its digest): never
  * the token. "What" is the route pattern, the ids it named, and the fields of the body that say
- * what changed (amounts, reasons, kinds, caps, models); texts that may be long or private (a
+ * what changed (amounts, reasons, kinds, caps, budgets, token limits, models); texts that may be long or private (a
  * brand's voice, a document's text) are left out.
  */
 import { createHash } from 'node:crypto';
@@ -27,7 +27,7 @@ export interface AdminChange {
 }
 
 /** Body fields a change line carries. */
-const SAID = ['account', 'id', 'kind', 'model', 'label', 'walletUsd', 'amountUsd', 'reason', 'monthlyCapUsd', 'models', 'grants', 'name', 'title', 'brand'];
+const SAID = ['account', 'id', 'kind', 'model', 'label', 'walletUsd', 'amountUsd', 'reason', 'monthlyCapUsd', 'models', 'tokensPerMinute', 'budgets', 'grants', 'name', 'title', 'brand'];
 
 /** Changes kept for the console. */
 const KEPT = 200;

@@ -191,6 +191,9 @@ for (const [driver, make] of Object.entries(drivers)) {
       const credit = await api('POST', '/accounts/omega/credits', { amountUsd: '2.5', reason: 'goodwill' });
       expect(credit.status).toBe(201);
       const key = (await api('POST', '/keys', { account: 'omega', label: 'ci', monthlyCapUsd: '4' })).json;
+      const limits = { models: [MODEL], tokensPerMinute: 5000, budgets: [{ usd: '1', period: 'day' }] };
+      expect((await api('PUT', `/keys/${key.id}/limits`, limits)).status).toBe(200);
+      expect((await api('PUT', '/accounts/omega/budgets', { budgets: [{ usd: '9', period: 'week' }] })).status).toBe(200);
       expect((await api('PUT', `/keys/${key.id}/monthly-cap`, { monthlyCapUsd: '7' })).status).toBe(200);
       expect((await api('PUT', '/accounts/omega/grants', { models: [MODEL] })).status).toBe(200);
       const logged = lines.filter((l) => l.msg === 'admin change');
@@ -200,6 +203,8 @@ for (const [driver, make] of Object.entries(drivers)) {
       expect(logged.findLast((l) => l.route === '/admin/v1/keys')).toMatchObject({ target: { result_id: key.id }, change: { account: 'omega', label: 'ci', monthlyCapUsd: '4' } });
       expect(logged.find((l) => l.route === '/admin/v1/keys/{id}/monthly-cap')).toMatchObject({ target: { id: key.id }, change: { monthlyCapUsd: '7' } });
       expect(logged.find((l) => l.route === '/admin/v1/accounts/{id}/grants')).toMatchObject({ change: { models: [MODEL] } });
+      expect(logged.find((l) => l.route === '/admin/v1/keys/{id}/limits')).toMatchObject({ target: { id: key.id }, change: limits });
+      expect(logged.find((l) => l.route === '/admin/v1/accounts/{id}/budgets')).toMatchObject({ change: { budgets: [{ usd: '9', period: 'week' }] } });
       // Reads are not changes; no line holds the token or a key's secret.
       expect(logged.some((l) => l.route === '/admin/v1/overview')).toBe(false);
       const text = JSON.stringify(lines);
