@@ -65,21 +65,12 @@ export interface RecentRequests {
  * What the ring keeps of a request: the record's plain fields, copied (not the record, which
  * holds its span), and formatted only when read: the request path pays one small object.
  */
-interface Slot {
-  requestId: string;
+type Slot = Pick<CallRecord, 'requestId' | 'method' | 'route' | 'status' | 'keyId' | 'account' | 'model' | 'upstream' | 'stream'> & {
   at: number;
-  method: string;
-  route: string;
-  status: number;
-  keyId: string | null;
-  account: string | null;
-  model: string | null;
-  upstream: string | null;
-  stream: boolean;
   ms: number;
   cost: bigint | null;
   errorCode: string | null;
-}
+};
 
 function view(s: Slot): RecentRequest {
   return {

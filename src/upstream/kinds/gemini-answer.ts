@@ -6,12 +6,10 @@
  * output with the model's thinking.
  */
 import { errors } from '../../errors.js';
-import { SseParser } from '../stream/sse.js';
+import { EventTranslator } from './event-translator.js';
 import { idBase, toolCallId } from './gemini-ids.js';
-import type { StreamTranslator } from './types.js';
 import { eventData, isObject } from './shared.js';
 
-const encoder = new TextEncoder();
 const count = (v: unknown): number => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : 0);
 
 /** Gemini's reasons a candidate stopped that are a filter's doing. */
@@ -99,8 +97,7 @@ export function geminiAnswer(body: Record<string, unknown>): Record<string, unkn
  * upstream's body ends, and only if every candidate finished: a cut stream must not look
  * like a finished one.
  */
-export class GeminiChatStream implements StreamTranslator {
-  private readonly parser = new SseParser();
+export class GeminiChatStream extends EventTranslator {
   private base: string | null = null;
   private model = 'gemini';
   private readonly created = Math.floor(Date.now() / 1000);
@@ -109,41 +106,18 @@ export class GeminiChatStream implements StreamTranslator {
   private readonly calls = new Map<number, number>();
   private readonly finished = new Set<number>();
 
-  /** An error event met after other events of one read: thrown at the next call, once those went out. */
-  private failed: unknown = null;
-
-  push(chunk: Uint8Array): Uint8Array[] {
-    if (this.failed) throw this.failed;
-    return this.frames(this.parser.push(chunk));
-  }
-
-  end(): Uint8Array[] {
-    if (this.failed) throw this.failed;
-    const out = this.frames(this.parser.end().events);
-    if (this.failed) throw this.failed;
+  /** The chat answer's last chunks: its usage and [DONE], only when every candidate finished (else it was cut). */
+  protected override tail(): string {
     const complete = this.finished.size > 0 && [...this.calls.keys()].every((i) => this.finished.has(i));
-    if (!complete) return out;
-    let tail = '';
-    if (this.usage) tail += this.frame([], { usage: this.usage });
-    return [...out, encoder.encode(`${tail}data: [DONE]\n\n`)];
-  }
-
-  private frames(events: string[]): Uint8Array[] {
-    let out = '';
-    try {
-      for (const data of events) out += this.event(data);
-    } catch (err) {
-      if (!out) throw err;
-      this.failed = err;
-    }
-    return out ? [encoder.encode(out)] : [];
+    if (!complete) return '';
+    return `${this.usage ? this.frame([], { usage: this.usage }) : ''}data: [DONE]\n\n`;
   }
 
   private frame(choices: unknown[], extra: Record<string, unknown> = {}): string {
     return `data: ${JSON.stringify({ id: `chatcmpl-${this.base}`, object: 'chat.completion.chunk', created: this.created, model: this.model, choices, ...extra })}\n\n`;
   }
 
-  private event(data: string): string {
+  protected event(data: string): string {
     const event = eventData(data);
     if (event.error) throw errors.upstreamFailedMidStream(event.error);
     this.base ??= idBase(event.responseId);

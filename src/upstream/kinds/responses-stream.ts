@@ -7,12 +7,10 @@
  * stream cut before `[DONE]` ends without a terminal event, so it reads as cut.
  */
 import { errors } from '../../errors.js';
-import { SseParser } from '../stream/sse.js';
+import { EventTranslator } from './event-translator.js';
 import { incompleteReason, newId, responseShell, responsesUsage } from './responses-shapes.js';
-import type { StreamTranslator } from './types.js';
 import { eventData, isObject } from './shared.js';
 
-const encoder = new TextEncoder();
 
 type Item = Record<string, unknown>;
 interface OpenMessage {
@@ -26,8 +24,7 @@ interface OpenCall {
   index: number;
 }
 
-export class ResponsesStream implements StreamTranslator {
-  private readonly parser = new SseParser();
+export class ResponsesStream extends EventTranslator {
   private sequence = 0;
   private response: Record<string, unknown> | null = null;
   private readonly output: Item[] = [];
@@ -38,37 +35,15 @@ export class ResponsesStream implements StreamTranslator {
   private usage: Record<string, unknown> | null = null;
   private done = false;
 
-  /** An error event met after other events of one read: thrown at the next call, once those went out. */
-  private failed: unknown = null;
-
-  push(chunk: Uint8Array): Uint8Array[] {
-    if (this.failed) throw this.failed;
-    return this.frames(this.parser.push(chunk));
-  }
-
-  end(): Uint8Array[] {
-    if (this.failed) throw this.failed;
-    const out = this.frames(this.parser.end().events);
-    if (this.failed) throw this.failed;
-    return out;
-  }
-
-  private frames(events: string[]): Uint8Array[] {
-    let out = '';
-    try {
-      for (const data of events) if (!this.done) out += this.event(data);
-    } catch (err) {
-      if (!out) throw err;
-      this.failed = err;
-    }
-    return out ? [encoder.encode(out)] : [];
+  protected override stopped(): boolean {
+    return this.done;
   }
 
   private emit(type: string, data: Record<string, unknown>): string {
     return `event: ${type}\ndata: ${JSON.stringify({ type, sequence_number: this.sequence++, ...data })}\n\n`;
   }
 
-  private event(data: string): string {
+  protected event(data: string): string {
     if (data === '[DONE]') return this.complete();
     const chunk = eventData(data);
     if (chunk.error) throw errors.upstreamFailedMidStream(chunk.error);
