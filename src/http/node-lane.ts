@@ -278,6 +278,20 @@ export function bodyStream(req: IncomingMessage): ReadableStream<Uint8Array> {
   );
 }
 
+/**
+ * On a streamed body that can write itself: hands the answer to a node:http response to write
+ * into directly, instead of being piped through a stream. False (and nothing done) once the
+ * body was read from some other way.
+ */
+export const WRITE_DIRECT = Symbol('write direct');
+
+export interface DirectBody {
+  [WRITE_DIRECT](res: ServerResponse): boolean;
+}
+
+const isDirectBody = (v: unknown): v is DirectBody =>
+  v !== null && typeof v === 'object' && typeof (v as Partial<DirectBody>)[WRITE_DIRECT] === 'function';
+
 /** The fields of the server adapter's Response that say what its body is without building a stream. */
 interface AdapterBody {
   bodyType?: string;
@@ -290,8 +304,9 @@ const isNodeReadable = (v: unknown): v is Readable =>
 
 /**
  * Writes `response` to `res`: status and headers (the answer's own, then `late`, which win)
- * in one writeHead, then the body: a string or bytes in one `end`, a node stream piped (and
- * destroyed when the client goes away), a web stream pumped chunk by chunk.
+ * in one writeHead, then the body: a string or bytes in one `end`, a relay that writes itself
+ * handed the response, a node stream piped (and destroyed when the client goes away), a web
+ * stream pumped chunk by chunk.
  */
 export function writeAnswer(req: IncomingMessage, res: ServerResponse, response: Response, late: Record<string, string> | null): void {
   if (res.closed || res.destroyed || res.writableEnded) return;
@@ -315,6 +330,8 @@ export function writeAnswer(req: IncomingMessage, res: ServerResponse, response:
     return;
   }
   if (own.bodyType === 'Readable' && isNodeReadable(own.bodyInit)) {
+    configureSocket(req);
+    if (isDirectBody(own.bodyInit) && own.bodyInit[WRITE_DIRECT](res)) return;
     pipeStream(req, res, own.bodyInit);
     return;
   }

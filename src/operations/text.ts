@@ -10,6 +10,7 @@ import { outputTokens } from '../billing/output.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
+import { ClientSignal } from '../http/node-lane.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { UpstreamResponse } from '../upstream/client.js';
@@ -79,7 +80,9 @@ async function send(
   const own = (served: Model) => served.upstream === plan.model.upstream && served.upstreamModel === plan.model.upstreamModel;
   // A client that goes away aborts the upstream call, until a stream's relay takes over: a
   // client gone after the answer's end leaves the upstream to be read on for its usage.
-  const upstream = new AbortController();
+  // A light signal (undici takes any EventTarget-like one; a user's own client is handed a
+  // native one): a native AbortController costs several microseconds per call.
+  const upstream = new ClientSignal();
   const signal = ctx.request.signal;
   const gone = () => upstream.abort(signal?.reason);
   if (signal?.aborted) gone();
@@ -99,10 +102,10 @@ async function send(
         else {
           // Another kind of upstream: the request goes out in its API, to its path.
           const call = translation.request(fields, plan.stream);
-          return { method: 'POST' as const, path: call.path, headers: upstreamHeaders(ctx.requestId), body: JSON.stringify(call.body), signal: upstream.signal };
+          return { method: 'POST' as const, path: call.path, headers: upstreamHeaders(ctx.requestId), body: JSON.stringify(call.body), signal: upstream as unknown as AbortSignal };
         }
       }
-      return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream.signal };
+      return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream as unknown as AbortSignal };
     });
     const translation = translationFor(core, answer.served, path);
     if (translation) answer.res = translatedResponse(answer.res, translation, plan.stream);

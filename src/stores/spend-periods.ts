@@ -33,7 +33,17 @@ export function periodName(period: BudgetPeriod, ms: number): string {
   return `${period === 'day' ? 'd' : 'w'}${iso.slice(0, 10)}`;
 }
 
+/** The last day asked for and its names: every settle asks, nearly always for today. */
+let lastDay = Number.NaN;
+let lastNames: readonly [string, string, string] = ['', '', ''];
+
 /** The names of the day, week and month `ms` falls in: where a settle at `ms` counts its cost. */
-export function spendPeriods(ms: number): [string, string, string] {
-  return [periodName('day', ms), periodName('week', ms), periodName('month', ms)];
+export function spendPeriods(ms: number): readonly [string, string, string] {
+  // A UTC day lies in one week and one month: its names are those of its 00:00.
+  const day = Math.floor(ms / DAY_MS);
+  if (day !== lastDay) {
+    lastNames = [periodName('day', ms), periodName('week', ms), periodName('month', ms)];
+    lastDay = day;
+  }
+  return lastNames;
 }
