@@ -18,7 +18,8 @@
  *   AB_A_FLAGS [], AB_B_FLAGS []  Node flags of each, e.g. "--max-semi-space-size=32"
  *   AB_STORAGE [memory]         memory | sqlite (a temp file each) | redis (REDIS_URL, a fresh prefix each) |
  *                               postgres (POSTGRES_URL, a fresh schema each, dropped after)
- *   AB_KIND [plain]             plain | stream (one write) | paced (one event per write, 2 ms apart)
+ *   AB_KIND [plain]             plain | stream (one write) | paced (one event per write, 2 ms apart) |
+ *                               paired (two events per write, 4 ms apart)
  *   AB_ROUNDS [8]               rounds; 5 s per run (1 s not counted)
  *   AB_FRESH []                 1: new gateway processes every round (started in the round's
  *                               order, warmed up 3 s), so no process's luck lasts the whole run
@@ -29,7 +30,7 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { gatewayConfig, PACED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig, PACED_REQUEST, PAIRED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type LoadResult, runLoad } from './load.js';
 import { type Child, startNode } from './procs.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from './postgres-util.js';
@@ -45,7 +46,7 @@ const variants = [
   { name: 'B', dist: env.AB_B ?? 'dist', flags: flags(env.AB_B_FLAGS) },
 ];
 const STORAGE = env.AB_STORAGE ?? 'memory';
-const KIND = env.AB_KIND === 'stream' || env.AB_KIND === 'paced' ? env.AB_KIND : 'plain';
+const KIND = env.AB_KIND === 'stream' || env.AB_KIND === 'paced' || env.AB_KIND === 'paired' ? env.AB_KIND : 'plain';
 const ROUNDS = Number(env.AB_ROUNDS ?? 8);
 const FRESH = env.AB_FRESH === '1';
 if (!['memory', 'sqlite', 'redis', 'postgres'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
@@ -86,7 +87,7 @@ async function main(): Promise<void> {
     return g;
   };
   for (const i of variants.keys()) gateways.push(await startGateway(i));
-  const body = KIND === 'plain' ? PLAIN_REQUEST : KIND === 'paced' ? PACED_REQUEST : STREAM_REQUEST;
+  const body = KIND === 'plain' ? PLAIN_REQUEST : KIND === 'paced' ? PACED_REQUEST : KIND === 'paired' ? PAIRED_REQUEST : STREAM_REQUEST;
   const expectBody = KIND === 'plain' ? PLAIN_BODY : STREAM_BODY;
   // The store works for the gateways: its CPU is not other load. Redis is one process; a
   // PostgreSQL gateway's backends are found after it has connected (and again after a restart).

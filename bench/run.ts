@@ -29,7 +29,8 @@
  *   BENCH_WARMUP [3]          seconds of unmeasured load per kind and relay before round 1
  *   BENCH_ROUNDS [5]          rounds; the median is reported
  *   BENCH_CONCURRENCY [50]    connections; the targets are judged at 50 (e.g. "1,50,256" adds cells)
- *   BENCH_KINDS [plain,stream,paced]  plain; streamed in one write; streamed one event per write, 2 ms apart
+ *   BENCH_KINDS [plain,stream,paced,paired]  plain; streamed in one write; streamed one event per write, 2 ms apart;
+ *                                    streamed two events per write, 4 ms apart (for the per-event figure)
  *   BENCH_STORAGE [memory,sqlite,postgres,redis]  the gateways to measure (postgres at POSTGRES_URL,
  *                             redis at REDIS_URL)
  *   BENCH_PEER [on]           "off": leave out @portkey-ai/gateway
@@ -61,7 +62,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { gatewayConfig, PACED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig, PACED_REQUEST, PAIRED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -105,7 +106,7 @@ const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
 const ROUNDS = num(env.BENCH_ROUNDS, 5);
 const CONCURRENCY = list(env.BENCH_CONCURRENCY, String(HEADLINE_C)).map(Number);
-const KINDS = list(env.BENCH_KINDS, 'plain,stream,paced') as Kind[];
+const KINDS = list(env.BENCH_KINDS, 'plain,stream,paced,paired') as Kind[];
 for (const k of KINDS) if (!KIND_NAMES.includes(k)) throw new Error(`BENCH_KINDS: unknown kind ${k}`);
 const HELD = num(env.BENCH_HELD, 2000);
 const GATEWAY_MODE = env.BENCH_GATEWAY === 'tsx' ? 'tsx' : 'dist';
@@ -186,12 +187,14 @@ function bareArgs(upstreamUrl: string, connections: number, profile: boolean): s
   return [...NODE_FLAGS, ...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
 }
 
-const requestOf = (kind: Kind) => (kind === 'plain' ? PLAIN_REQUEST : kind === 'paced' ? PACED_REQUEST : STREAM_REQUEST);
+const requestOf = (kind: Kind) =>
+  kind === 'plain' ? PLAIN_REQUEST : kind === 'paced' ? PACED_REQUEST : kind === 'paired' ? PAIRED_REQUEST : STREAM_REQUEST;
 const answerOf = (kind: Kind) => (kind === 'plain' ? PLAIN_BODY : STREAM_BODY);
 const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = {
   plain: sameContentAs(PLAIN_BODY),
   stream: sameContentAs(STREAM_BODY),
   paced: sameContentAs(STREAM_BODY),
+  paired: sameContentAs(STREAM_BODY),
 };
 
 /**
@@ -555,7 +558,7 @@ async function main(): Promise<void> {
       (FIXED_PROMPT
         ? 'Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); '
         : `Every call sends a unique user message (${PLAIN_REQUEST.length} B body) after a fixed system prompt; `) +
-      'streamed calls get 20 chunks + usage + [DONE]: in one write ("stream, one write") or one event per write, 2 ms apart ("stream, paced").';
+      'streamed calls get 20 chunks + usage + [DONE]: in one write ("stream, one write"), one event per write, 2 ms apart ("stream, paced"), or two events per write, 4 ms apart ("stream, paired").';
     const took = (Date.now() - began) / 1000;
     const md = renderMarkdown({
       intro,

@@ -10,7 +10,10 @@
  *                                    22 writes back to back with --writes chunked. A user
  *                                    message starting with [paced] gets the same 22 events one
  *                                    per write, --pace-ms apart (default 2), as a model
- *                                    streaming tokens sends them.
+ *                                    streaming tokens sends them, each due --pace-ms after the
+ *                                    one before on the answer's own clock. [paired]: two
+ *                                    events per write, each pair when its second event would
+ *                                    be due (so it ends when a paced answer does).
  *   POST /slow/v1/chat/completions   held: SSE headers and a first chunk at once, then one
  *                                    chunk every --tick-ms until POST /__release (or
  *                                    --max-hold-ms), then finish + usage + [DONE].
@@ -22,7 +25,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { parseArgs } from 'node:util';
-import { DONE, HELD_FIRST, HELD_LAST, PACE_MS, PACED_MARK, PLAIN, STREAM_EVENTS, TICK_EVENT, USAGE_EVENT } from './fixtures.js';
+import { DONE, HELD_FIRST, HELD_LAST, PACE_MS, PACED_MARK, PAIRED_MARK, PLAIN, STREAM_EVENTS, TICK_EVENT, USAGE_EVENT } from './fixtures.js';
 
 const { values } = parseArgs({
   options: {
@@ -43,19 +46,31 @@ const STREAM_ALL = Buffer.concat([...STREAM_EVENTS, USAGE_EVENT, DONE]);
 const EVENTS = [...STREAM_EVENTS, USAGE_EVENT, DONE];
 const PACED_MS = Number(values['pace-ms']);
 const PACED_AT = `"content":"${PACED_MARK}`;
+const PAIRED_AT = `"content":"${PAIRED_MARK}`;
+/** The same events two per write, for the paired variant. */
+const PAIRS = EVENTS.flatMap((e, i) => (i % 2 ? [] : [Buffer.concat(EVENTS.slice(i, i + 2))]));
 
-/** One event per write, PACED_MS apart; stops when the client goes. */
-function paced(res: ServerResponse): void {
+/**
+ * Event i of a paced answer goes out PACED_MS * i after the first, on a clock of its own (a
+ * late timer does not delay the rest); a pair goes out when its second event would have. A
+ * paced and a paired answer so end at the same time. Stops when the client goes.
+ */
+function paced(res: ServerResponse, paired = false): void {
+  const writes = paired ? PAIRS : EVENTS;
+  const start = performance.now();
   let i = 0;
   let timer: NodeJS.Timeout | undefined;
   const next = () => {
-    const e = EVENTS[i++]!;
-    if (i === EVENTS.length) return void res.end(e);
+    const e = writes[i++]!;
+    if (i === writes.length) return void res.end(e);
     res.write(e);
-    timer = setTimeout(next, PACED_MS);
+    timer = setTimeout(next, Math.max(0, dueOf(i) - performance.now()));
   };
+  /** When write k goes out. */
+  const dueOf = (k: number) => start + PACED_MS * (paired ? 2 * k + 1 : k);
   res.on('close', () => clearTimeout(timer));
-  next();
+  if (paired) timer = setTimeout(next, PACED_MS);
+  else next();
 }
 
 const PLAIN_HEADERS = { 'content-type': 'application/json', 'content-length': String(PLAIN.length) };
@@ -80,6 +95,10 @@ function fast(body: string, res: ServerResponse): void {
   res.writeHead(200, SSE_HEADERS);
   if (body.includes(PACED_AT)) {
     paced(res);
+    return;
+  }
+  if (body.includes(PAIRED_AT)) {
+    paced(res, true);
     return;
   }
   if (SINGLE_WRITE) {
