@@ -48,7 +48,7 @@ const PACED_MS = Number(values['pace-ms']);
 const PACED_AT = `"content":"${PACED_MARK}`;
 const PAIRED_AT = `"content":"${PAIRED_MARK}`;
 /** The same events two per write, for the paired variant. */
-const PAIRS = EVENTS.flatMap((e, i) => (i % 2 ? [] : [Buffer.concat(EVENTS.slice(i, i + 2))]));
+const PAIRS = Array.from({ length: EVENTS.length / 2 }, (_, j) => Buffer.concat(EVENTS.slice(2 * j, 2 * j + 2)));
 
 /**
  * Event i of a paced answer goes out PACED_MS * i after the first, on a clock of its own (a
