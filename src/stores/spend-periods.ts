@@ -42,7 +42,8 @@ export function spendPeriods(ms: number): readonly [string, string, string] {
   // A UTC day lies in one week and one month: its names are those of its 00:00.
   const day = Math.floor(ms / DAY_MS);
   if (day !== lastDay) {
-    lastNames = [periodName('day', ms), periodName('week', ms), periodName('month', ms)];
+    // Frozen: every settle of the day shares it.
+    lastNames = Object.freeze([periodName('day', ms), periodName('week', ms), periodName('month', ms)] as const);
     lastDay = day;
   }
   return lastNames;

@@ -11,8 +11,8 @@ import { chatCost } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
-/** 20,000 events of about 1 KB: far more than every socket buffer on the way can hold. */
-const EVENTS = 20_000;
+/** 40,000 events of about 1 KB: far more than every socket buffer on the way can hold. */
+const EVENTS = 40_000;
 const TEXT = 'x'.repeat(1000);
 
 let up: TestUpstream;
@@ -66,17 +66,19 @@ describe('a slow client', () => {
 
     // Not read by the client: the upstream stops once the buffers on the way are full.
     await eventually(() => written > 0, 'the upstream starts writing');
+    // Held: no byte more over three looks in a row, 150 ms apart.
     let before = -1;
+    let quiet = 0;
     await eventually(
       async () => {
         const now = written;
-        const still = now === before;
+        quiet = now === before ? quiet + 1 : 0;
         before = now;
         await new Promise((r) => setTimeout(r, 150));
-        return still;
+        return quiet >= 3;
       },
       'the upstream is held back',
-      10_000,
+      15_000,
     );
     const total = EVENTS * (TEXT.length + 120);
     expect(written).toBeLessThan(total / 2);

@@ -48,7 +48,7 @@ export function streamBody(source: BodySource): ReadableStream<Uint8Array> | Rea
     // The relay keeps this sink: pointing its two methods at the response redirects every
     // write, keep-alives included. Nothing is pushed before the body is first read.
     (readable as Readable & DirectBody)[WRITE_DIRECT] = (res) => {
-      if (readable.readableFlowing !== null || readable.readableLength > 0 || readable.destroyed) return false;
+      if (readable.readableFlowing !== null || readable.readableDidRead || readable.readableEnded || readable.readableLength > 0 || readable.destroyed) return false;
       writeInto(res, source, sink);
       return true;
     };
@@ -91,7 +91,7 @@ function writeInto(res: ServerResponse, source: BodySource, sink: Sink): void {
   let again = false;
   sink.push = (chunk) => {
     // After the end (or the client left) a write would only raise an error on the response.
-    if (closed || res.destroyed) return false;
+    if (closed || res.destroyed || res.writableEnded) return false;
     wrote = true;
     held = !res.write(chunk);
     return !held;
@@ -118,6 +118,9 @@ function writeInto(res: ServerResponse, source: BodySource, sink: Sink): void {
       pull();
     }
   };
+  // A response fails only through its socket, which the server and 'close' handle already:
+  // unheard, an 'error' would end the process.
+  res.on('error', () => undefined);
   res.on('drain', () => {
     held = false;
     pull();
