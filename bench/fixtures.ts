@@ -76,33 +76,29 @@ export const STREAM_REQUEST = JSON.stringify({
   stream: true,
   stream_options: { include_usage: true },
 });
+/** A streamed call whose user message starts with `mark`: the upstream paces its answer by it. */
+const markedRequest = (mark: string) =>
+  JSON.stringify({
+    model: MODEL,
+    messages: [MESSAGES[0], { role: 'user', content: `${mark} ${USER}` }],
+    max_tokens: 64,
+    stream: true,
+    stream_options: { include_usage: true },
+  });
 /**
  * The paced streamed call: the same answer, but the upstream writes it one event per write,
  * PACE_MS apart, as a model streaming tokens does (each event arrives in a read of its own).
- * The upstream tells it by the `[paced]` mark at the start of the user message.
  */
 export const PACED_MARK = '[paced]';
-export const PACED_REQUEST = JSON.stringify({
-  model: MODEL,
-  messages: [MESSAGES[0], { role: 'user', content: `${PACED_MARK} ${USER}` }],
-  max_tokens: 64,
-  stream: true,
-  stream_options: { include_usage: true },
-});
+export const PACED_REQUEST = markedRequest(PACED_MARK);
 /**
- * The paired streamed call: the same 22 events, two per write, 2 * PACE_MS apart. It lasts as
- * long as a paced call, so a relay serves both at about the same rate and its store batches
- * alike: what a paced call costs over a paired one is what the 11 extra reads cost (the
- * per-event figure). Marked `[paired]` like `[paced]`.
+ * The paired streamed call: the same 22 events, two per write, each pair when its second event
+ * is due in a paced answer. It ends when a paced call does, so a relay serves both at about the
+ * same rate and its store batches alike: what a paced call costs over a paired one is what the
+ * 11 extra reads cost (the per-event figure).
  */
 export const PAIRED_MARK = '[paired]';
-export const PAIRED_REQUEST = JSON.stringify({
-  model: MODEL,
-  messages: [MESSAGES[0], { role: 'user', content: `${PAIRED_MARK} ${USER}` }],
-  max_tokens: 64,
-  stream: true,
-  stream_options: { include_usage: true },
-});
+export const PAIRED_REQUEST = markedRequest(PAIRED_MARK);
 /** Milliseconds between two events of a paced answer. */
 export const PACE_MS = 2;
 /** Events of a streamed answer: 20 chunks, the usage chunk, [DONE]. */
