@@ -330,8 +330,6 @@ export function writeAnswer(req: IncomingMessage, res: ServerResponse, response:
     return;
   }
   if (own.bodyType === 'Readable' && isNodeReadable(own.bodyInit)) {
-    configureSocket(req);
-    if (isDirectBody(own.bodyInit) && own.bodyInit[WRITE_DIRECT](res)) return;
     pipeStream(req, res, own.bodyInit);
     return;
   }
@@ -354,9 +352,13 @@ function configureSocket(req: IncomingMessage): void {
   req.socket?.setKeepAlive?.(true);
 }
 
-/** Pipes a node stream into the answer; either side failing or closing ends the other. */
+/**
+ * A node stream into the answer: a relay that can write itself is handed the response;
+ * anything else is piped, either side failing or closing ending the other.
+ */
 function pipeStream(req: IncomingMessage, res: ServerResponse, body: Readable): void {
   configureSocket(req);
+  if (isDirectBody(body) && body[WRITE_DIRECT](res)) return;
   pipeline(body, res, () => undefined);
 }
 

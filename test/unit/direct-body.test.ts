@@ -71,12 +71,19 @@ function source(frames: string[]) {
 const req = { socket: null } as unknown as IncomingMessage;
 const settle = () => new Promise((r) => setTimeout(r, 20));
 
+/** `frames` answered through writeAnswer into a response that takes `room` writes before refusing one. */
+async function answered(frames: string[], room = Number.POSITIVE_INFINITY) {
+  const { body, state } = source(frames);
+  const res = new FakeResponse();
+  res.room = room;
+  writeAnswer(req, res as unknown as ServerResponse, new Response(body as unknown as BodyInit, { headers: { 'content-type': 'text/event-stream' } }), null);
+  await settle();
+  return { body, state, res };
+}
+
 describe('a streamed answer written straight into the response', () => {
   it('is handed the response (never piped) and writes every frame in order, then ends', async () => {
-    const { body } = source(['a', 'b', 'c']);
-    const res = new FakeResponse();
-    writeAnswer(req, res as unknown as ServerResponse, new Response(body as unknown as BodyInit, { headers: { 'content-type': 'text/event-stream' } }), null);
-    await settle();
+    const { body, res } = await answered(['a', 'b', 'c']);
     expect(res.written).toEqual(['a', 'b', 'c']);
     expect(res.ended).toBe(true);
     // Piped, the Readable would be flowing.
@@ -84,11 +91,7 @@ describe('a streamed answer written straight into the response', () => {
   });
 
   it('waits for drain when a write is refused, then goes on', async () => {
-    const { body, state } = source(['a', 'b', 'c', 'd']);
-    const res = new FakeResponse();
-    res.room = 2;
-    writeAnswer(req, res as unknown as ServerResponse, new Response(body as unknown as BodyInit), null);
-    await settle();
+    const { state, res } = await answered(['a', 'b', 'c', 'd'], 2);
     expect(res.written).toEqual(['a', 'b']);
     const pulls = state.pulls;
     await settle();
@@ -101,11 +104,7 @@ describe('a streamed answer written straight into the response', () => {
   });
 
   it('cancels the relay once when the client leaves, and writes nothing after', async () => {
-    const { body, state } = source(['a', 'b', 'c', 'd']);
-    const res = new FakeResponse();
-    res.room = 1;
-    writeAnswer(req, res as unknown as ServerResponse, new Response(body as unknown as BodyInit), null);
-    await settle();
+    const { state, res } = await answered(['a', 'b', 'c', 'd'], 1);
     res.leave();
     expect(state.cancels).toBe(1);
     // A keep-alive or a late frame after the client left is dropped.
