@@ -11,6 +11,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { eventually, testKey } from '../helpers/gateway.js';
 import { startGatewayProcess, writeConfig, type GatewayProcess } from '../helpers/processes.js';
+import { freePort } from '../helpers/redis-servers.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 import { REDIS_URL, redisProblem } from '../../bench/redis-util.js';
 import { baseConfig, chat, cleanupPrefix, multiInstanceSuite } from './multi-instance.suite.js';
@@ -40,8 +41,10 @@ describe.runIf(reachable || process.env.CI === 'true')('one Redis', () => {
 const hasRedisServer = spawnSync('redis-server', ['--version'], { stdio: 'ignore' }).status === 0;
 
 describe.runIf(hasRedisServer || process.env.CI === 'true')('Redis stopped mid-test', () => {
-  const port = 20_000 + Math.floor(Math.random() * 20_000);
-  const url = `redis://127.0.0.1:${port}`;
+  // A port the OS says is free (a random one could be taken, and redis-server would just exit);
+  // kept for the whole test, so the restarted server comes back where the gateway looks.
+  let port = 0;
+  let url = '';
   const dir = mkdtempSync(join(tmpdir(), 'mg-redis-'));
   let redis: ChildProcess | undefined;
   let gw: GatewayProcess | undefined;
@@ -65,6 +68,8 @@ describe.runIf(hasRedisServer || process.env.CI === 'true')('Redis stopped mid-t
   beforeAll(async () => {
     expect(hasRedisServer, 'redis-server must be installed under CI=true').toBe(true);
     up = await startTestUpstream();
+    port = await freePort();
+    url = `redis://127.0.0.1:${port}`;
     await startRedis();
     gw = await startGatewayProcess(
       writeConfig({
