@@ -53,6 +53,8 @@ export function textOperation(decl: TextOperation): Operation {
       const { res, served } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       const headers = served.deprecationHeaders ?? {};
       if (plan.stream) {
+        // The upstream has the request: a stream that lasts minutes keeps no copy of the body.
+        ctx.releaseBody();
         const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
         return relayStream(core, ctx, res, { call, model: served, promptTokens: plan.promptTokens }, reader, headers);
       }

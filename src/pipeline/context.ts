@@ -18,6 +18,7 @@ export class Context implements RequestContext {
   readonly headers: Record<string, string>;
   private readonly rawQuery: string;
   private bodyBytes: Promise<Uint8Array> | undefined;
+  private bodyReleased = false;
 
   constructor(
     private readonly x: Exchange,
@@ -39,7 +40,14 @@ export class Context implements RequestContext {
   }
 
   body(): Promise<Uint8Array> {
+    // A program error, not the client's: reading the body again would find it consumed.
+    if (this.bodyReleased) return Promise.reject(new Error('the request body was released: read it before the upstream call'));
     return (this.bodyBytes ??= readBody(this.request, this.maxBodyBytes, this.bodyTimeoutMs));
+  }
+
+  releaseBody(): void {
+    this.bodyReleased = true;
+    this.bodyBytes = undefined;
   }
 
   takeKeyCheck(): DeferredCheck | null {

@@ -32,6 +32,11 @@ export interface RequestContext {
   /** The request body, read once within the body limits (413 / 408 otherwise). */
   body(): Promise<Uint8Array>;
   /**
+   * Lets go of the body once nothing will read it again (a stream's upstream request is out):
+   * a long stream then does not keep the client's prompt alive. `body()` rejects after it.
+   */
+  releaseBody(): void;
+  /**
    * The key-rate check deferred to this request's hold, taken by whoever runs it (the hold
    * counts it in the same store step when it can). Null once taken, or when not deferred.
    */

@@ -122,7 +122,9 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
           path: withQuery(prefix + c.path, opts.query),
           method: c.method,
           headers,
-          body: c.body ?? null,
+          // A string body goes as the one Buffer undici would make of it: it keeps both the
+          // string and its bytes until the answer ends, for a stream as long as it lasts.
+          body: typeof c.body === 'string' ? Buffer.from(c.body) : (c.body ?? null),
           signal: c.signal,
         });
       } catch (err) {
