@@ -4,7 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { once } from 'node:events';
-import { createServer, type Server } from 'node:http';
+import { createServer, type IncomingMessage, request, type Server } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
 import { createGateway, type Gateway, type GatewayOptions } from '../../src/gateway.js';
 import { silentLogger } from '../../src/observability/log.js';
@@ -181,6 +181,21 @@ export function postChat(baseURL: string, key: string, body: unknown, init: Requ
     body: JSON.stringify(body),
     ...init,
   });
+}
+
+/**
+ * POST /chat/completions with node:http, resolving with the answer's head: the test reads the
+ * body itself, as slowly as it likes (fetch would buffer ahead of it).
+ */
+export async function postChatRaw(baseURL: string, key: string, body: unknown): Promise<IncomingMessage> {
+  const text = JSON.stringify(body);
+  const req = request(`${baseURL}/chat/completions`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(text) },
+  });
+  req.end(text);
+  const [res] = (await once(req, 'response')) as [IncomingMessage];
+  return res;
 }
 
 /** Splits an SSE body into its `data:` payloads (and comments are dropped). */

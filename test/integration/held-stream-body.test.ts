@@ -5,14 +5,12 @@
  * alone to keep or drop: with a weak reference to them and forced collections, this checks
  * they are gone while the stream is still held open, and that the call still ends and bills.
  */
-import { once } from 'node:events';
-import { request } from 'node:http';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Context } from '../../src/pipeline/context.js';
 import { chatCost } from '../helpers/billing.js';
-import { ACCOUNT, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, MODEL, postChatRaw, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 setFlagsFromString('--expose-gc');
@@ -83,13 +81,8 @@ async function collected(ref: WeakRef<object>): Promise<boolean> {
 describe('a held stream', () => {
   it('keeps no copy of a 1 MB request body once its upstream has it, and still ends billed by usage', async () => {
     const prompt = 'y'.repeat(1 << 20);
-    const body = JSON.stringify({ model: LONG_MODEL, messages: [{ role: 'user', content: prompt }], stream: true });
-    const req = request(`${gw.baseURL}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-    });
-    req.end(body);
-    const [res] = (await once(req, 'response')) as [import('node:http').IncomingMessage];
+    const body = { model: LONG_MODEL, messages: [{ role: 'user', content: prompt }], stream: true };
+    const res = await postChatRaw(gw.baseURL, devKey, body);
     expect(res.statusCode).toBe(200);
     let text = '';
     res.setEncoding('utf8');
@@ -104,7 +97,7 @@ describe('a held stream', () => {
     // are nobody's but the gateway's: while the stream is held open, they must be collectable.
     expect(up.requests[0]?.body?.stream_options).toEqual({ include_usage: true });
     expect(read).toHaveLength(1);
-    expect(read[0]!.view.deref()?.byteLength).toBe(Buffer.byteLength(body));
+    expect(read[0]!.view.deref()?.byteLength).toBe(Buffer.byteLength(JSON.stringify(body)));
     expect(await collected(read[0]!.view)).toBe(true);
     expect(await collected(read[0]!.memory)).toBe(true);
 

@@ -5,10 +5,9 @@
  * the whole answer arrives byte for byte and is billed by its usage.
  */
 import { once } from 'node:events';
-import { request } from 'node:http';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { chatCost } from '../helpers/billing.js';
-import { ACCOUNT, MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, MODEL, eventually, postChatRaw, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 /** 40,000 events of about 1 KB: far more than every socket buffer on the way can hold. */
@@ -54,13 +53,7 @@ afterEach(async () => {
 
 describe('a slow client', () => {
   it('holds the upstream back while it does not read, then gets the whole answer, billed by its usage', async () => {
-    const body = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Write at length.' }], stream: true });
-    const req = request(`${gw.baseURL}/chat/completions`, {
-      method: 'POST',
-      headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-    });
-    req.end(body);
-    const [res] = (await once(req, 'response')) as [import('node:http').IncomingMessage];
+    const res = await postChatRaw(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'Write at length.' }], stream: true });
     expect(res.statusCode).toBe(200);
     res.pause();
 
