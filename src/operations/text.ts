@@ -53,7 +53,8 @@ export function textOperation(decl: TextOperation): Operation {
       const { res, served } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       const headers = served.deprecationHeaders ?? {};
       if (plan.stream) {
-        // The upstream has the request: a stream that lasts minutes keeps no copy of the body.
+        // The upstream has the request: the context's copy of the body goes (undici keeps the
+        // bytes it sent until the answer ends; a body it got rewritten is then held nowhere).
         ctx.releaseBody();
         const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
         return relayStream(core, ctx, res, { call, model: served, promptTokens: plan.promptTokens }, reader, headers);
@@ -80,18 +81,7 @@ async function send(
 ) {
   const plugins = core.hooks.has('onUpstreamRequest');
   const own = (served: Model) => served.upstream === plan.model.upstream && served.upstreamModel === plan.model.upstreamModel;
-  // A client that goes away aborts the upstream call, until a stream's relay takes over: a
-  // client gone after the answer's end leaves the upstream to be read on for its usage.
-  // A light signal (undici takes any EventTarget-like one; a user's own client is handed a
-  // native one): a native AbortController costs several microseconds per call.
-  const upstream = new ClientSignal();
-  const signal = ctx.request.signal;
-  const gone = () => upstream.abort(signal?.reason);
-  if (signal?.aborted) gone();
-  else signal?.addEventListener('abort', gone, { once: true });
-  // Shutdown's grace ending before the answer came stops the upstream too (a stream's relay
-  // takes this over once it starts).
-  call.onAbort(() => upstream.abort(new Error('gateway shutting down')));
+  const { upstream, detach } = upstreamSignal(ctx, call);
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       const translation = translationFor(core, served, path);
@@ -114,12 +104,31 @@ async function send(
     if (answer.res.status < 200 || answer.res.status >= 300) {
       throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
     }
-    if (plan.stream) signal?.removeEventListener('abort', gone);
+    if (plan.stream) detach();
     return answer;
   } catch (err) {
     void call.cancel();
     throw err;
   }
+}
+
+/**
+ * The upstream call's abort signal. A client that goes away aborts it, until a stream's relay
+ * takes over (`detach`): a client gone after the answer's end leaves the upstream to be read on
+ * for its usage. Shutdown's grace ending before the answer came aborts it too (a stream's relay
+ * takes that over once it starts). A light signal (undici takes any EventTarget-like one; a
+ * user's own client is handed a native one): a native AbortController costs several
+ * microseconds per call. Made apart from `send`, so that the listeners left on the client's
+ * signal and the billed call hold only the signal, never the request body `send` has in scope.
+ */
+function upstreamSignal(ctx: RequestContext, call: BilledCall): { upstream: ClientSignal; detach(): void } {
+  const upstream = new ClientSignal();
+  const signal = ctx.request.signal;
+  const gone = () => upstream.abort(signal?.reason);
+  if (signal?.aborted) gone();
+  else signal?.addEventListener('abort', gone, { once: true });
+  call.onAbort(() => upstream.abort(new Error('gateway shutting down')));
+  return { upstream, detach: () => signal?.removeEventListener('abort', gone) };
 }
 
 /** How the upstream serving `served` carries the ingress API at `path`: null when it speaks it. */
