@@ -34,7 +34,9 @@ const QUOTA_LUA = `
 local order, sizes, total = KEYS[1], KEYS[2], KEYS[3]
 local scope, bytes, ttl, cap = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- In ms with the microseconds kept: two records stored in one millisecond still expire, and
+-- are evicted, in the order they were stored (equal scores would order by scope name).
+local now = tonumber(t[1]) * 1000 + tonumber(t[2]) / 1000
 local sum = tonumber(redis.call('GET', total) or '0')
 local function forget(s)
   local b = redis.call('HGET', sizes, s)
