@@ -5,16 +5,12 @@
  * alone to keep or drop: with a weak reference to them and forced collections, this checks
  * they are gone while the stream is still held open, and that the call still ends and bills.
  */
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Context } from '../../src/pipeline/context.js';
 import { chatCost } from '../helpers/billing.js';
+import { collected } from '../helpers/gc.js';
 import { ACCOUNT, MODEL, postChatRaw, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
-
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
 
 const LONG_MODEL = 'test/long-context';
 
@@ -69,14 +65,6 @@ afterEach(async () => {
   await gw.close();
   await up.close();
 });
-
-async function collected(ref: WeakRef<object>): Promise<boolean> {
-  for (let i = 0; i < 10 && ref.deref() !== undefined; i++) {
-    await new Promise((r) => setTimeout(r, 5));
-    gc();
-  }
-  return ref.deref() === undefined;
-}
 
 describe('a held stream', () => {
   it('keeps no copy of a 1 MB request body once its upstream has it, and still ends billed by usage', async () => {

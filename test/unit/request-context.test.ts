@@ -2,14 +2,10 @@
  * The per-request context keeps the body it read until the operation lets it go: a stream that
  * runs for minutes must not hold the client's prompt once its upstream request is out.
  */
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import { describe, expect, it } from 'vitest';
 import { contextOf } from '../../src/pipeline/context.js';
+import { collected } from '../helpers/gc.js';
 import type { Exchange } from '../../src/pipeline/types.js';
-
-setFlagsFromString('--expose-gc');
-const gc = runInNewContext('gc') as () => void;
 
 /** A request whose body is `size` bytes made when read: the request itself keeps no reference to them. */
 function exchangeWith(size: number, fill: (bytes: Uint8Array) => void = (b) => b.fill(97)): Exchange {
@@ -45,14 +41,6 @@ async function readThrough(release: boolean) {
   const ref = new WeakRef(await ctx.body());
   if (release) ctx.releaseBody();
   return { ctx, ref };
-}
-
-async function collected(ref: WeakRef<object>): Promise<boolean> {
-  for (let i = 0; i < 5 && ref.deref() !== undefined; i++) {
-    await new Promise((r) => setImmediate(r));
-    gc();
-  }
-  return ref.deref() === undefined;
 }
 
 describe('RequestContext.releaseBody', () => {
