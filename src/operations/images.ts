@@ -15,6 +15,7 @@ import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs
 import type { JobRecord } from '../stores/types.js';
 import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
 import type { BilledCall } from '../billing/meter.js';
+import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { openAmountCall, refuseIfClosed } from '../billing/billed-call.js';
 import { refuseNul, takeSlot, unixSeconds } from './media.js';
@@ -69,15 +70,9 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   const finish = async (outcome: Outcome): Promise<void> => {
     if (outcome.ok) {
       const data = outcome.body.data;
-      const counted = Array.isArray(data);
-      const images = counted ? Math.min(n, data.length) : n;
-      await call.bill({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
-        entryId: ledgerId,
-        upstream: servedBy,
-        unitPricePico,
-      });
+      await settleImages(call, Array.isArray(data) ? data.length : null, n, tier, { entryId: ledgerId, upstream: servedBy, unitPricePico });
     } else {
-      await call.cancel();
+      await releaseCall(call);
     }
     await core.jobs.drop(lease);
   };
@@ -234,7 +229,7 @@ export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void
       UNFINISHED,
     );
     if (!updated) return;
-    await core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }).cancel();
+    await releaseCall(core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }));
     const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
     await core.jobs.drop(lease);
   };

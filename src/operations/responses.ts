@@ -208,8 +208,13 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
     },
     complete: () => done,
     answered: () => answered,
-    usage: () => usage,
-    produced: () => produced.total(),
+    // Usage comes only with the terminal event, after all the output: no report precedes output.
+    account: {
+      get usage() {
+        return usage;
+      },
+      output: () => produced.total(),
+    },
     endFrame: null,
     // Responses' own error event, carrying the gateway's envelope (`error`) as well, so SDKs
     // that look for either raise it.

@@ -13,6 +13,7 @@ import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
 import { openAmountCall } from '../billing/billed-call.js';
+import { settleSpeech } from '../billing/settle.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 import { Response } from '@whatwg-node/server';
 
@@ -59,7 +60,7 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
   // Once a byte of audio went out the speech was produced and is billed; else nothing is.
   const finish = (produced: boolean): Promise<void> => {
     ctx.request.signal?.removeEventListener('abort', onClientGone);
-    return produced ? call.bill(units, 'tokenizer', { upstream: servedBy }) : call.cancel();
+    return settleSpeech(call, tokens, produced, { upstream: servedBy });
   };
 
   let res: UpstreamResponse | undefined;

@@ -6,7 +6,8 @@
  */
 import { openTokenCall, refuseIfClosed, type BilledCall, type TokenHold } from '../billing/billed-call.js';
 import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
-import { outputTokens } from '../billing/output.js';
+import { type AnswerAccount, plainAccount } from '../billing/answer.js';
+import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
@@ -50,16 +51,18 @@ export function textOperation(decl: TextOperation): Operation {
         plan = { ...plan, hold, promptTokens: hold.estimate };
       }
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
-      const { res, served } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
+      const { res, served, account } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       const headers = served.deprecationHeaders ?? {};
       if (plan.stream) {
         // The upstream has the request: the context's copy of the body goes (undici keeps the
         // bytes it sent until the answer ends; a body it got rewritten is then held nowhere).
         ctx.releaseBody();
         const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
-        return relayStream(core, ctx, res, { call, model: served, promptTokens: plan.promptTokens }, reader, headers);
+        const translated = account();
+        const billing = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
+        return relayStream(core, ctx, res, billing, reader, headers);
       }
-      return plainAnswer(core, ctx, plan, call, res, served, headers);
+      return plainAnswer(core, ctx, plan, call, res, served, headers, account);
     },
   };
 }
@@ -100,14 +103,16 @@ async function send(
       return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream as unknown as AbortSignal };
     });
     const translation = translationFor(core, answer.served, path);
-    if (translation) answer.res = translatedResponse(answer.res, translation, plan.stream);
+    // A translated answer is billed by what the upstream said in its own format.
+    let account: () => AnswerAccount | null = () => null;
+    if (translation) ({ res: answer.res, account } = translatedResponse(answer.res, translation, plan.stream));
     if (answer.res.status < 200 || answer.res.status >= 300) {
       throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
     }
     if (plan.stream) detach();
-    return answer;
+    return { ...answer, account };
   } catch (err) {
-    void call.cancel();
+    void releaseCall(call);
     throw err;
   }
 }
@@ -150,6 +155,8 @@ async function plainAnswer(
   res: UpstreamResponse,
   served: Model,
   headers: Record<string, string>,
+  /** The upstream's answer read in its own format, when it was translated. */
+  translated: () => AnswerAccount | null,
 ): Promise<Response> {
   let text: string;
   let read: ReturnType<TextPlan['answer']>;
@@ -165,19 +172,15 @@ async function plainAnswer(
       text = JSON.stringify(answer);
     }
   } catch (err) {
-    void call.cancel();
+    void releaseCall(call);
     if (err instanceof GatewayError) throw err;
     core.breaker.failure(served.upstream, ctx.key.accountId);
     throw errors.malformedAnswer(served.upstream);
   }
   refuseIfClosed(call);
-  const usage = read.usage;
-  const tools = read.tools ? { tools: read.tools } : {};
-  if (usage) await call.bill({ kind: 'tokens', ...usage, ...tools }, 'usage', { upstream: served.upstream });
-  else {
-    const completion = outputTokens(read.output(), (t) => core.tokenizer.count(t));
-    await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion, ...tools }, 'tokenizer', { upstream: served.upstream });
-  }
+  const native = translated();
+  const account = native ? plainAccount(native.usage, () => native.output(), read.tools) : plainAccount(read.usage, read.output, read.tools);
+  await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
   await read.remember?.();
   return jsonText(200, text, headers);
 }

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { GatewayError } from '../../src/errors.js';
-import { messagesUsage } from '../../src/operations/messages/events.js';
+import { messagesUsage } from '../../src/upstream/answers/messages.js';
 import { ChatToMessagesEvents } from '../../src/upstream/kinds/messages/chat-to-events.js';
 import { MessagesToChatEvents } from '../../src/upstream/kinds/messages/events-to-chat.js';
 import { messagesRequestOf } from '../../src/upstream/kinds/messages/from-chat.js';

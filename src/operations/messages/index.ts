@@ -17,7 +17,8 @@ import { checkContextWindow, checkOutputCap, zodError } from '../shared.js';
 import { promptHold, textOperation } from '../text.js';
 import type { Operation } from '../types.js';
 import { contextLengthHold } from '../uncountable.js';
-import { messageOutput, messagesEvents, messagesUsage } from './events.js';
+import { messagesAnswer } from '../../upstream/answers/messages.js';
+import { messagesEvents } from './events.js';
 import { hasDocument, messagesPrompt, systemWith } from './prompt.js';
 import { countTokensSchema, messagesSchema, specificError } from './schema.js';
 
@@ -81,7 +82,8 @@ export const createMessage = textOperation({
       events: (served, apiKey) => eventReader(messagesEvents(served), apiKey),
       answer(answer) {
         if (answer.type !== 'message' || !Array.isArray(answer.content)) throw new Error('not a message');
-        return { usage: messagesUsage(answer.usage), output: () => messageOutput(answer.content) };
+        const read = messagesAnswer(answer);
+        return { usage: read.usage, output: read.output };
       },
     };
   },

@@ -5,26 +5,14 @@
  * reader (chat-events.ts); the other APIs read parsed events through `eventReader`.
  */
 import { errors, type GatewayError } from '../../errors.js';
-import type { OutputCount } from '../../billing/output.js';
-import type { Usage } from '../../billing/usage.js';
+import type { AnswerAccount } from '../../billing/answer.js';
 import { redactKey } from '../client.js';
 import { SseParser } from './sse.js';
 
 const encoder = new TextEncoder();
 
-/** What a stream produced: the upstream's usage when it came, and the output to count. */
-export interface Produced {
-  usage: Usage | null;
-  /** Every kind of output produced so far (see billing/output.ts). */
-  output(): OutputCount;
-  /** Calls of priced hosted tools the upstream reported (`{web_search: 2}`), or null for none. */
-  tools?(): Record<string, number> | null;
-  /**
-   * True when output came after the last usage report: that report did not count it, so it is
-   * not final even at the stream's end. Absent: a reader whose usage comes only at the end.
-   */
-  outputAfterUsage?(): boolean;
-}
+/** What a stream produced: its account in the answer model. */
+export type Produced = AnswerAccount;
 
 export interface EventReader {
   /** The frames to send for one upstream read. Throws a GatewayError on an error event or a malformed one. */
@@ -53,10 +41,8 @@ export interface EventHandler {
   event(data: string): string | null;
   /** Whether the upstream reached its proper end (its last event came). */
   complete(): boolean;
-  /** The usage the upstream reported, once it did. */
-  usage(): Usage | null;
-  /** Every kind of output produced so far. */
-  produced(): OutputCount;
+  /** What the answer produced, in the answer model (the API's own reader fills it). */
+  readonly account: AnswerAccount;
   /** Whether the answer's content ended (its usage may still follow). */
   answered?(): boolean;
   /** What goes out after the last event (`data: [DONE]`), if anything. */
@@ -93,7 +79,7 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
     doneFramed: false,
     endFrame,
     errorFrames: (err) => [encoder.encode(handler.errorFrame(err))],
-    produced: () => ({ usage: handler.usage(), output: () => handler.produced() }),
+    produced: () => handler.account,
   };
 }
 

@@ -74,13 +74,13 @@ export class StreamRelay {
     billing.call.onAbort(() => {
       if (this.readingOn) {
         // The grace for the usage is cut short: what was seen is billed now.
-        void settleStream(this.billing, this.reader, this.core.tokenizer);
+        void settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped');
         this.res.discard();
         return;
       }
       if (this.ended) return;
       this.res.discard();
-      void this.end();
+      void this.end('stopped');
       this.tell(this.reader.errorFrames(errors.cutByShutdown()));
     });
     // Belt and braces: some servers report a disconnect only through the request's signal,
@@ -102,9 +102,12 @@ export class StreamRelay {
     return true;
   }
 
-  /** Ends the relay once and bills it; resolves when the charge is in the store. */
-  private end(): Promise<void> {
-    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer) : Promise.resolve();
+  /**
+   * Ends the relay once and bills it; resolves when the charge is in the store. `cause` says
+   * who ended an answer that is not complete (ignored when it is).
+   */
+  private end(cause: 'upstream' | 'stopped' = 'stopped'): Promise<void> {
+    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer, cause) : Promise.resolve();
   }
 
   /** Reads the rest of a body nobody needs (ignored), so its connection can go back to the pool. */
@@ -302,7 +305,7 @@ export class StreamRelay {
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
-    await this.end();
+    await this.end('upstream');
     this.sink = sink;
     // The answer's held-back last frames (its content went out before them) precede the error.
     const held = this.carried ?? [];
@@ -330,11 +333,11 @@ export class StreamRelay {
     if (!this.stop()) return;
     if (this.reader.answered && !this.reader.done && graceMs > 0) {
       this.readingOn = true;
-      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer));
+      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped'));
       return;
     }
     this.res.discard();
-    void settleStream(this.billing, this.reader, this.core.tokenizer);
+    void settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped');
   }
 
   /** Reads the upstream to its end (or until `graceMs` passed or it failed) with nobody to send to. */

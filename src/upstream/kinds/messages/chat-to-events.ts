@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { errors } from '../../../errors.js';
 import { SseParser } from '../../stream/sse.js';
+import { ChatAccount } from '../../answers/chat.js';
 import type { StreamTranslator } from '../types.js';
 import { eventOf, isObject, type Json, messagesEvent, messagesUsageOf, stopReason } from './shared.js';
 
@@ -24,6 +25,9 @@ export class ChatToMessagesEvents implements StreamTranslator {
   private readonly tools = new Map<number, number>();
   private finish: unknown = null;
   private usage: unknown = null;
+  private readonly chat = new ChatAccount();
+  /** The answer as the chat upstream says it: what the stream is billed by. */
+  readonly account = this.chat.account;
 
   push(chunk: Uint8Array): Uint8Array[] {
     return this.frames(this.parser.push(chunk));
@@ -54,6 +58,7 @@ export class ChatToMessagesEvents implements StreamTranslator {
 
   private chunk(c: Json): string {
     if (c.error) throw errors.upstreamFailedMidStream(c.error);
+    this.chat.read(c);
     let out = '';
     if (!this.started) {
       this.started = true;

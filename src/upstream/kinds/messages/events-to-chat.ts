@@ -7,6 +7,7 @@
  */
 import { errors } from '../../../errors.js';
 import { DONE_FRAME, frameEvent, SseParser } from '../../stream/sse.js';
+import { MessagesAccount } from '../../answers/messages.js';
 import type { StreamTranslator } from '../types.js';
 import { chatFinish, chatUsageOf, eventOf, isObject, type Json } from './shared.js';
 
@@ -22,6 +23,8 @@ export class MessagesToChatEvents implements StreamTranslator {
   /** Content block index -> the chat tool call index it carries. */
   private readonly tools = new Map<number, number>();
   private ended = false;
+  /** The answer as Anthropic says it: what the stream is billed by. */
+  readonly account = new MessagesAccount();
 
   push(chunk: Uint8Array): Uint8Array[] {
     return this.frames(this.parser.push(chunk));
@@ -47,6 +50,7 @@ export class MessagesToChatEvents implements StreamTranslator {
   }
 
   private event(e: Json): string {
+    this.account.read(e);
     switch (e.type) {
       case 'message_start': {
         const message = isObject(e.message) ? e.message : {};
