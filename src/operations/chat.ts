@@ -47,6 +47,9 @@ export const chatSchema = z.looseObject({
 
 export type ChatBody = z.infer<typeof chatSchema>;
 
+/** The fields a chat request caps its output with (an upstream may honour either). */
+const CHAT_CAPS = ['max_tokens', 'max_completion_tokens'] as const;
+
 const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const isPositiveInt = (v: unknown) => typeof v === 'number' && Number.isSafeInteger(v) && v > 0;
@@ -172,6 +175,8 @@ export const chatCompletions = textOperation({
       stream,
       promptTokens,
       unchanged: !addsUsage && !injected && !('brand' in req) && !('knowledge' in req),
+      // No cap asked for: the upstream gets the model's, which is what was held per choice.
+      ...(req.max_tokens || req.max_completion_tokens ? {} : { cap: { field: 'max_completion_tokens', tokens: perChoice, names: CHAT_CAPS } }),
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
         const out = withoutFields(body, CONTEXT_FIELDS);

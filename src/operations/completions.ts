@@ -87,6 +87,8 @@ export const createCompletion = textOperation({
       promptTokens,
       holdFor: (fields) => bodyHold(core, fields, maxOutput),
       unchanged: !stream,
+      // No cap asked for: the upstream gets the model's, which is what was held per choice.
+      ...(req.max_tokens ? {} : { cap: { field: 'max_tokens', tokens: model.maxOutputTokens, names: ['max_tokens'] } }),
       fields(served) {
         const out: Record<string, unknown> = { ...body, model: served.upstreamModel };
         if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };

@@ -125,6 +125,8 @@ export const createResponse = textOperation({
         return uncountableResponsesInput(fields) ? contextLengthHold(model, hold) : hold;
       },
       unchanged: !injected && !('brand' in body) && !('knowledge' in body),
+      // No cap asked for: the upstream gets the model's, which is what was held.
+      ...(req.max_output_tokens ? {} : { cap: { field: 'max_output_tokens', tokens: model.maxOutputTokens, names: ['max_output_tokens'] } }),
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
         const out = withoutFields(body, CONTEXT_FIELDS);

@@ -18,7 +18,7 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/call.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream } from '../upstream/stream/relay.js';
-import type { Operation, TextOperation, TextPlan } from './types.js';
+import type { Operation, OutputCap, TextOperation, TextPlan } from './types.js';
 
 /** The worst case of a chat-shaped prompt: its byte bound, its estimate counted once when asked, and the most output. */
 export function promptHold(core: Services, input: PromptInput, maxOutput: number): TokenHold {
@@ -89,10 +89,11 @@ async function send(
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       const translation = translationFor(core, served, path);
       let body: string | Uint8Array;
-      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = bytes;
+      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = plan.cap ? withLeadingField(bytes, plan.cap) : bytes;
       else {
         let fields = replaced && own(served) ? replaced : plan.fields(served);
         if (plugins && !(replaced && own(served))) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
+        fields = capped(fields, plan.cap);
         if (!translation) body = JSON.stringify(fields);
         else {
           // Another kind of upstream: the request goes out in its API, to its path.
@@ -115,6 +116,22 @@ async function send(
     void releaseCall(call);
     throw err;
   }
+}
+
+/** The fields with the output cap added when they name none (a plugin may have dropped the client's). */
+function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
+  if (!cap || cap.names.some((n) => fields[n] !== undefined && fields[n] !== null)) return fields;
+  return { ...fields, [cap.field]: cap.tokens };
+}
+
+/**
+ * The client's JSON object with the cap as its first field, without parsing or re-encoding it:
+ * the plan found no cap in it, so the field is new.
+ */
+function withLeadingField(bytes: Uint8Array, cap: OutputCap): Uint8Array {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const open = buf.indexOf(123); // '{': the body parsed as an object, so it starts there after whitespace.
+  return Buffer.concat([buf.subarray(0, open + 1), Buffer.from(`"${cap.field}":${cap.tokens},`), buf.subarray(open + 1)]);
 }
 
 /**
