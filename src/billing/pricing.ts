@@ -24,12 +24,15 @@ export function listCost(model: Model, units: LedgerUnits): bigint {
       // the prompt is at the prompt price. Reasoning is a part of the completion: not added.
       const cached = units.cachedPrompt ?? 0;
       const written = units.cacheWrite ?? 0;
+      // Hour-long writes are a part of the writes, at their own price (twice the prompt's by default).
+      const writtenHour = Math.min(units.cacheWrite1h ?? 0, written);
       const uncached = units.prompt - cached - written;
       if (uncached < 0) throw new RangeError(`cache reads and writes exceed the prompt of ${units.prompt} tokens`);
       const parts: Array<[bigint, number]> = [
         [text.promptPico, uncached],
         [text.cachedPromptPico, cached],
-        [text.cacheWritePico, written],
+        [text.cacheWritePico, written - writtenHour],
+        [text.cacheWrite1hPico, writtenHour],
         [text.completionPico, units.completion],
       ];
       // Hosted tool calls are priced per call; a call of a tool the model does not price is

@@ -13,7 +13,7 @@ import { createChatEvents } from '../upstream/stream/chat-events.js';
 import type { Model } from '../catalog/catalog.js';
 import type { ApiKeyRecord } from '../stores/types.js';
 import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
-import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableChatInput } from './uncountable.js';
 
@@ -127,7 +127,7 @@ export const chatCompletions = textOperation({
       if (!checked.success) throw zodError(checked.error, body);
     }
     const req = body as ChatBody;
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
     const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
     const messages = injected?.length ? [...injected, ...req.messages] : req.messages;

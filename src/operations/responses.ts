@@ -21,7 +21,7 @@ import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
 import { checkResponseOwner, keepResponseOwner } from './response-owners.js';
-import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableResponsesInput } from './uncountable.js';
 
@@ -86,7 +86,7 @@ export const createResponse = textOperation({
     if (req.input === undefined && !req.instructions && !req.prompt) {
       throw new GatewayError('invalid_request', "Invalid value for 'input': is required", { param: 'input' });
     }
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
     const tools = hostedToolsHold(model, ctx.key, req.tools, req.max_tool_calls);
     // A thread is continued only by the account that started it (the upstream cannot tell tenants apart).
@@ -210,6 +210,7 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
     },
     complete: () => done,
     answered: () => answered,
+    usageInLastEvent: true,
     // Usage comes only with the terminal event, after all the output: no report precedes output.
     account: {
       get usage() {

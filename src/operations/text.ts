@@ -43,7 +43,10 @@ export function textOperation(decl: TextOperation): Operation {
     idempotent: true,
     async run(core, ctx) {
       const bytes = await ctx.body();
-      let plan = await decl.plan(core, ctx, parseJsonObject(bytes));
+      const fields = parseJsonObject(bytes);
+      let plan = await decl.plan(core, ctx, fields);
+      // A cap field sent as null is a key already: the cap then goes in by re-encoding (one key, never two).
+      if (plan.cap && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
       // The plugins see the body first: the hold is computed on what the upstream receives.
       const replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
       if (replaced) {

@@ -18,6 +18,8 @@ export type LedgerUnits =
       completion: number;
       cachedPrompt?: number;
       cacheWrite?: number;
+      /** Of `cacheWrite`, the tokens written to live an hour, at their own price. */
+      cacheWrite1h?: number;
       reasoning?: number;
       tools?: Record<string, number>;
     }

@@ -22,9 +22,12 @@ export function messagesUsage(value: unknown): Usage | null {
   if (!isCount(value.input_tokens) || !isCount(value.output_tokens)) return null;
   const cachedPrompt = isCount(value.cache_read_input_tokens) ? value.cache_read_input_tokens : 0;
   const cacheWrite = isCount(value.cache_creation_input_tokens) ? value.cache_creation_input_tokens : 0;
+  // Writes that live an hour are billed at their own price: Anthropic names them in `cache_creation`.
+  const creation = isObject(value.cache_creation) ? value.cache_creation : {};
+  const cacheWrite1h = isCount(creation.ephemeral_1h_input_tokens) ? creation.ephemeral_1h_input_tokens : 0;
   const prompt = value.input_tokens + cachedPrompt + cacheWrite;
   if (prompt === 0) return null;
-  return usageOfParts({ prompt, completion: value.output_tokens, cachedPrompt, cacheWrite });
+  return usageOfParts({ prompt, completion: value.output_tokens, cachedPrompt, cacheWrite, cacheWrite1h });
 }
 
 /** A plain Message's account. */

@@ -32,7 +32,9 @@ function simulatedAnswer(prompt: string, maxTokens: number | undefined, tokenize
   const words = `Hello! This is the model-gateway simulator answering "${topic}". It echoes a short, deterministic reply so that you can try streaming, metering and limits without a real provider.`.split(
     ' ',
   );
-  if (maxTokens === undefined) return words.join(' ');
+  const whole = words.join(' ');
+  // The whole reply fits almost always (the gateway always sends a cap): counted once.
+  if (maxTokens === undefined || tokenizer.count(whole) <= maxTokens) return whole;
   // Respect max_tokens like a real model would: stop once the budget is used.
   let out = '';
   for (const w of words) {

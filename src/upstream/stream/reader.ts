@@ -28,6 +28,12 @@ export interface EventReader {
   readonly answered: boolean;
   /** True when the frames returned already end with `endFrame`: add none. */
   readonly doneFramed: boolean;
+  /**
+   * True when the usage comes in the answer's last event (Responses' `response.completed`):
+   * nothing before it waits for the settle, only that event. Else the frames from `answered`
+   * on wait (chat's usage chunk and Messages' `message_delta` follow the content's end).
+   */
+  readonly usageInLastEvent?: boolean;
   /** What goes out after the last event of a complete answer (`data: [DONE]`), or null. */
   readonly endFrame: Uint8Array | null;
   /** The frames a stream that failed after its 200 ends with. */
@@ -47,6 +53,8 @@ export interface EventHandler {
   answered?(): boolean;
   /** What goes out after the last event (`data: [DONE]`), if anything. */
   endFrame: string | null;
+  /** The usage comes in the last event (see EventReader). */
+  usageInLastEvent?: boolean;
   /** The event(s) that report a failure after the 200. */
   errorFrame(err: GatewayError): string;
 }
@@ -77,6 +85,7 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
       return handler.answered?.() === true;
     },
     doneFramed: false,
+    usageInLastEvent: handler.usageInLastEvent === true,
     endFrame,
     errorFrames: (err) => [encoder.encode(handler.errorFrame(err))],
     produced: () => handler.account,

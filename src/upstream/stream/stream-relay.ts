@@ -89,6 +89,15 @@ export class StreamRelay {
     else ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
   }
 
+  /**
+   * Whether frames wait for the settle now: from the answer's content end on, when its usage
+   * comes in events of their own after it (chat's usage chunk, Messages' message_delta). A
+   * reader whose usage comes in its last event holds nothing back: that event alone waits.
+   */
+  private holding(): boolean {
+    return this.reader.answered && !this.reader.usageInLastEvent;
+  }
+
   private iter(): AsyncIterator<Uint8Array> {
     return (this.iterator ??= this.res.body[Symbol.asyncIterator]());
   }
@@ -209,7 +218,7 @@ export class StreamRelay {
         this.carriedError = null;
         throw err;
       }
-      if (this.carried && !this.reader.answered) {
+      if (this.carried && !this.holding()) {
         const parts = this.carried;
         this.carried = null;
         if (parts.length) {
@@ -244,8 +253,9 @@ export class StreamRelay {
     this.keepAlive?.refresh();
     const reader = this.reader;
     const frames = chunk === null ? reader.end() : reader.push(chunk);
-    const parts = reader.answered && this.carried ? [...this.carried, ...frames] : frames;
-    if (reader.answered) this.carried = null;
+    const holding = this.holding();
+    const parts = holding && this.carried ? [...this.carried, ...frames] : frames;
+    if (holding) this.carried = null;
     if (chunk === null && !reader.done) {
       this.send(sink, parts);
       throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
@@ -255,7 +265,7 @@ export class StreamRelay {
       this.finishing = this.finish(sink, parts, chunk === null).catch(() => undefined);
       return FINISHING;
     }
-    if (reader.answered) {
+    if (holding) {
       this.carried = parts;
       return [];
     }
