@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNT, makeGateway, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
-import { VIDEO, mediaModels } from '../helpers/media.js';
+import { mediaModels } from '../helpers/media.js';
 import type { Gateway } from '../../src/gateway.js';
 import { MAX_JSON_DEPTH } from '../../src/http/json.js';
 import { ADMIN_SHA, ADMIN_TOKEN } from '../admin/token.js';
@@ -39,7 +39,7 @@ describe('a multipart video submission with a flood of header lines', () => {
       const res = await fetch(`${gw.baseURL}/videos`, {
         method: 'POST',
         headers: { authorization: `Bearer ${devKey}`, 'content-type': `multipart/form-data; boundary=${BOUNDARY}` },
-        body: repeatedHeaderBody(times),
+        body: new Uint8Array(repeatedHeaderBody(times)),
       });
       const body = (await res.json()) as { error: { code: string; param: string | null; message: string } };
       return { status: res.status, error: body.error, ms: performance.now() - started };
