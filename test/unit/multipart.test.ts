@@ -16,7 +16,7 @@ const CONTENT_TYPE = `multipart/form-data; boundary=${BOUNDARY}`;
 const TEXT = new Set(['model', 'prompt']);
 
 /** CPU milliseconds (user + system) this process may spend on a body of `bytes`. */
-const budgetMs = (bytes: number) => 50 + (200 * bytes) / 100_000;
+const budgetMs = (bytes: number) => 100 + (200 * bytes) / 100_000;
 
 function cpuMs<T>(fn: () => T): { ms: number; outcome: T | GatewayError } {
   const before = process.cpuUsage();
