@@ -248,6 +248,10 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
+  // A hangup (the terminal or SSH session closed, or a supervisor's reload) drains too: its
+  // default would end the process at once, cutting streams unbilled. Kept for every hangup,
+  // so a second one during the drain does not cut it either.
+  process.on('SIGHUP', stop);
 }
 
 /** The limit flags, checked (a bad one is a usage error naming it). */

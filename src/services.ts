@@ -161,7 +161,7 @@ export function createServices(
     auth: createAuthenticator(stores.keys),
     meter: createMeter({
       billing: stores.billing,
-      journal: cfg.settleJournalDir ? fileJournal(cfg.settleJournalDir) : memoryJournal(),
+      journal: cfg.settleJournalDir ? openJournal(cfg.settleJournalDir) : memoryJournal(),
       now,
       log,
       holdTtlMs: cfg.limits.holdTtlMs,
@@ -263,4 +263,18 @@ function upstreamsOf(cfg: GatewayConfig, tokenizer: Tokenizer): Map<string, Upst
 function reportCharge(c: UnobservedCharge, log: Logger, metrics: Metrics | null): void {
   log.info({ msg: 'job billed', job_id: c.entryId, account: c.accountId, model: c.model, units: c.units, cost_usd: formatUsd(c.cost) });
   metrics?.charge(c.model, c.units, c.cost);
+}
+
+/**
+ * The settle journal in `dir`, or a ConfigError naming the option when the directory cannot
+ * be made or used (a file of that name, no permission): a start error to act on, not a
+ * stack trace.
+ */
+function openJournal(dir: string) {
+  try {
+    return fileJournal(dir);
+  } catch (err) {
+    const why = (err as NodeJS.ErrnoException).code === 'EEXIST' || (err as NodeJS.ErrnoException).code === 'ENOTDIR' ? 'it is not a directory' : (err as Error).message;
+    throw new ConfigError(`invalid gateway options:\n  settleJournalDir: cannot keep the settle journal in "${dir}": ${why}`);
+  }
 }

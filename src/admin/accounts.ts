@@ -2,6 +2,7 @@
  * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
+import { ENTITY_ID } from '../options/values.js';
 import { digestKey, displayPrefix, generateKey, randomBase62 } from '../auth/keys.js';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
@@ -187,6 +188,11 @@ export async function insertKey(core: Services, plain: string, input: CreateKeyI
   });
 }
 
+/** An account, brand or document id as it may be created (`.` and `..` never: they are path segments). */
+function checkId(field: string, id: string): void {
+  if (!ENTITY_ID.test(id)) throw new AdminError(`${field}: must be 1-64 letters, digits, "_", "-" or ".", and not "." or ".."; got ${JSON.stringify(id.slice(0, 80))}`);
+}
+
 async function requireAccount(core: Services, id: string) {
   const account = await core.stores.accounts.get(id);
   if (!account) throw new AdminError(`No account "${id}".`);
@@ -199,6 +205,7 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
   const { stores } = core;
   return {
     async createAccount({ id, walletUsd = 0, grants = [], budgets }) {
+      checkId('id', id);
       const record = { id, grants, createdAt: core.now(), budgets: parseBudgets(budgets) };
       const created = await stores.accounts.create(record, parseUsd(walletUsd));
       return { created };
@@ -341,14 +348,16 @@ function contentMethods(core: Services): ContentMethods {
   return {
     async putBrand({ id, account, name = '', description = '', voice }) {
       await requireAccount(core, account);
-      if (!id || !voice) throw new AdminError('A brand needs an id and a voice.');
+      checkId('id', id);
+      if (!voice) throw new AdminError('A brand needs an id and a voice.');
       const existing = await stores.content.getBrand(account, id);
       await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
     },
     deleteBrand: (accountId, id) => stores.content.deleteBrand(accountId, id),
     async addDocument({ id, account, brand = null, title = '', text }) {
       await requireAccount(core, account);
-      if (!id || !text.trim()) throw new AdminError('A document needs an id and some text.');
+      checkId('id', id);
+      if (!text.trim()) throw new AdminError('A document needs an id and some text.');
       if (brand !== null && !(await stores.content.getBrand(account, brand))) {
         throw new AdminError(`No brand "${brand}" in account "${account}".`);
       }
