@@ -57,8 +57,10 @@ export interface Admin {
   createAccount(input: { id: string; walletUsd?: string | number; grants?: string[]; budgets?: BudgetInput[] }): Promise<{ created: boolean }>;
   /** Replaces an account's budgets (across all its keys); [] clears them. */
   setAccountBudgets(accountId: string, budgets: BudgetInput[]): Promise<void>;
-  /** Every account, with its wallet (USD decimal strings). */
-  listAccounts(): Promise<Array<{ id: string; grants: string[]; createdAt: number; balanceUsd: string; heldUsd: string }>>;
+  /** Every account, with its budgets and its wallet (USD decimal strings). */
+  listAccounts(): Promise<
+    Array<{ id: string; grants: string[]; budgets: ReturnType<typeof budgetsView>; createdAt: number; balanceUsd: string; heldUsd: string }>
+  >;
   /** Adds to an account's wallet; returns the new balance as a USD decimal string. */
   topUp(accountId: string, usd: string | number): Promise<{ balanceUsd: string }>;
   wallet(accountId: string): Promise<{ balanceUsd: string; heldUsd: string }>;
@@ -208,7 +210,8 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       return Promise.all(
         accounts.map(async (acct) => {
           const w = await stores.billing.wallet(acct.id);
-          return { id: acct.id, grants: acct.grants, createdAt: acct.createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
+          const { id, grants, createdAt } = acct;
+          return { id, grants, budgets: budgetsView(acct.budgets), createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
         }),
       );
     },
