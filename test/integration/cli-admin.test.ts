@@ -46,7 +46,7 @@ function json<T>(r: Run): T {
 }
 
 const CONFIG = {
-  upstreams: { sim: { simulate: true } },
+  upstreams: { sim: { simulate: true as const } },
   models: [{ id: 'sim/chat', upstream: 'sim', pricing: { prompt: '0.000001', completion: '0.000002' } }],
   storage: { driver: 'sqlite' as const, path: join(dir, 'gateway.db') },
 };
