@@ -81,10 +81,14 @@ export interface Admin {
   deleteKey(id: string): Promise<void>;
   /**
    * Changes an account's wallet by a signed USD amount with a reason, as one ledger entry
-   * (units `{kind: 'credit', reason}`). `id` makes it idempotent: a credit id already applied
-   * changes nothing. A negative amount (an adjustment) may leave the wallet below zero.
+   * (units `{kind: 'credit', reason}`, plus `adjustment: true` when `adjustment` says it is an
+   * operator's correction rather than a top-up). `id` makes it idempotent: a credit id already
+   * applied changes nothing. A negative amount may leave the wallet below zero.
    */
-  credit(accountId: string, input: { amountUsd: string | number; reason: string; id?: string }): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
+  credit(
+    accountId: string,
+    input: { amountUsd: string | number; reason: string; id?: string; adjustment?: boolean },
+  ): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
   /** Every ledger entry of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /**
@@ -233,14 +237,14 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       if (!(await stores.accounts.setBudgets(accountId, parseBudgets(budgets)))) throw new AdminError(`No account "${accountId}".`);
       hooks.forgetGrants(accountId);
     },
-    async credit(accountId, { amountUsd, reason, id }) {
+    async credit(accountId, { amountUsd, reason, id, adjustment = false }) {
       await requireAccount(core, accountId);
       const text = String(amountUsd).trim();
       const negative = text.startsWith('-');
       const amount = parseUsd(negative ? text.slice(1) : text);
       if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
       const creditId = id ?? `cr_${randomBase62(20)}`;
-      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, at: core.now() });
+      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });
       return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };
     },
   };

@@ -80,7 +80,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     summary: 'Adjust a wallet by a signed amount (a ledger entry with the reason)',
     body: S.adjustmentBody,
     status: 201,
-    run: accounts.credit,
+    run: accounts.adjust,
   }),
   route({
     method: 'PUT',

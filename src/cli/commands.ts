@@ -90,7 +90,7 @@ export async function runAdminCommand(a: Admin, command: string, values: Command
       const account = need(values.account, 'account');
       const amountUsd = need(flags.amount, 'usd');
       const reason = need(values.reason?.trim(), 'reason');
-      return a.credit(account, { amountUsd, reason, ...(values.id === undefined ? {} : { id: values.id }) });
+      return a.credit(account, { amountUsd, reason, adjustment: true, ...(values.id === undefined ? {} : { id: values.id }) });
     }
     case 'keys create': {
       const kind = values.kind ?? 'developer';

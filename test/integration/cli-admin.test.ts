@@ -136,10 +136,10 @@ describe('CLI: rotate and delete keys, adjust wallets, change caps', () => {
     expect(json(await cli('wallet', 'show', '--config', config, '--account', 'adj'))).toEqual({ account: 'adj', balanceUsd: '-0.500000001', heldUsd: '0' });
 
     const ledger = (await cli('ledger', '--config', config, '--account', 'adj')).stdout.trim().split('\n').map((l) => JSON.parse(l) as Record<string, unknown>);
-    expect(ledger.map((e) => [e.reason, e.cost_usd])).toEqual([
-      ['opening balance', '-1'],
-      ['refund of invoice 7', '2.000000001'],
-      ['goodwill', '-0.5'],
+    expect(ledger.map((e) => [e.units, e.reason, e.cost_usd])).toEqual([
+      ['credit', 'opening balance', '-1'],
+      ['adjustment', 'refund of invoice 7', '2.000000001'],
+      ['adjustment', 'goodwill', '-0.5'],
     ]);
     const audit = await cli('audit', '--config', config, '--account', 'adj');
     expect(audit.code, audit.stdout).toBe(0);
