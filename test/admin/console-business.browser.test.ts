@@ -116,6 +116,12 @@ it('money to cents with the exact figure on hover; paged ledger and requests; 40
   const pageTwo = await page.locator('#requests tbody tr').evaluateAll((rows) => rows.map((r) => (r as HTMLElement).dataset.request));
   expect(pageTwo).toHaveLength(6); // 31 requests in all
   expect(pageTwo.some((id) => pageOne.includes(id))).toBe(false);
+  // At desktop width the keys table fits its box: every key's buttons are in view.
+  const keysBox = await page.evaluate(() => {
+    const box = document.getElementById('keys')!.parentElement!;
+    return { scroll: box.scrollWidth, client: box.clientWidth };
+  });
+  expect(keysBox.scroll).toBeLessThanOrEqual(keysBox.client);
   await page.screenshot({ path: join(SHOTS, 'console-1280.png'), fullPage: true });
   for (const table of ['requests', 'keys', 'ledger']) await page.locator(`section:has(#${table})`).screenshot({ path: join(SHOTS, `${table}-1280.png`) });
 

@@ -62,7 +62,11 @@ const CONSOLE_HTML = `<!doctype html>
   /* A wide table scrolls inside its own box; its cells (dates, ids, amounts) never wrap. */
   .scroll { overflow-x: auto; max-width: 100%; }
   .scroll th, .scroll td { white-space: nowrap; }
-  .scroll td.wrap, .scroll td.limits, .scroll td.actions { white-space: normal; min-width: 16em; }
+  .scroll td.wrap { white-space: normal; min-width: 16em; }
+  /* A key's label, limits and buttons wrap, so at desktop width every button is in view. */
+  #keys td { white-space: normal; }
+  #keys td:first-child, #keys td:nth-child(2) { white-space: nowrap; }
+  #keys td.limits, #keys td.actions { min-width: 12em; }
   #spend-chart { overflow: hidden; }
   .pager { display: flex; gap: 8px; align-items: center; margin-top: 6px; }
   #signin code { background: #eef0f3; padding: 1px 4px; }
