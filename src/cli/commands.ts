@@ -101,7 +101,10 @@ export async function runAdminCommand(a: Admin, command: string, values: Command
     case 'keys limits': {
       const id = need(values.id, 'id');
       // The cap first: a key that does not exist is refused before anything else changes.
-      if (flags.cap !== undefined) await a.setMonthlyCap(id, flags.cap);
+      if (flags.cap !== undefined) {
+        const view = await a.setMonthlyCap(id, flags.cap);
+        if (Object.keys(limits).length === 0) return view;
+      }
       return a.setKeyLimits(id, limits);
     }
     case 'keys disable':
