@@ -58,8 +58,10 @@ export interface Admin {
   createAccount(input: { id: string; walletUsd?: string | number; grants?: string[]; budgets?: BudgetInput[] }): Promise<{ created: boolean }>;
   /** Replaces an account's budgets (across all its keys); [] clears them. */
   setAccountBudgets(accountId: string, budgets: BudgetInput[]): Promise<void>;
-  /** Every account, with its wallet (USD decimal strings). */
-  listAccounts(): Promise<Array<{ id: string; grants: string[]; createdAt: number; balanceUsd: string; heldUsd: string }>>;
+  /** Every account, with its budgets and its wallet (USD decimal strings). */
+  listAccounts(): Promise<
+    Array<{ id: string; grants: string[]; budgets: ReturnType<typeof budgetsView>; createdAt: number; balanceUsd: string; heldUsd: string }>
+  >;
   /** Adds to an account's wallet; returns the new balance as a USD decimal string. */
   topUp(accountId: string, usd: string | number): Promise<{ balanceUsd: string }>;
   wallet(accountId: string): Promise<{ balanceUsd: string; heldUsd: string }>;
@@ -80,10 +82,14 @@ export interface Admin {
   deleteKey(id: string): Promise<void>;
   /**
    * Changes an account's wallet by a signed USD amount with a reason, as one ledger entry
-   * (units `{kind: 'credit', reason}`). `id` makes it idempotent: a credit id already applied
-   * changes nothing. A negative amount (an adjustment) may leave the wallet below zero.
+   * (units `{kind: 'credit', reason}`, plus `adjustment: true` when `adjustment` says it is an
+   * operator's correction rather than a top-up). `id` makes it idempotent: a credit id already
+   * applied changes nothing. A negative amount may leave the wallet below zero.
    */
-  credit(accountId: string, input: { amountUsd: string | number; reason: string; id?: string }): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
+  credit(
+    accountId: string,
+    input: { amountUsd: string | number; reason: string; id?: string; adjustment?: boolean },
+  ): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
   /** Every ledger entry of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /**
@@ -215,7 +221,8 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       return Promise.all(
         accounts.map(async (acct) => {
           const w = await stores.billing.wallet(acct.id);
-          return { id: acct.id, grants: acct.grants, createdAt: acct.createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
+          const { id, grants, createdAt } = acct;
+          return { id, grants, budgets: budgetsView(acct.budgets), createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
         }),
       );
     },
@@ -237,14 +244,14 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       if (!(await stores.accounts.setBudgets(accountId, parseBudgets(budgets)))) throw new AdminError(`No account "${accountId}".`);
       hooks.forgetGrants(accountId);
     },
-    async credit(accountId, { amountUsd, reason, id }) {
+    async credit(accountId, { amountUsd, reason, id, adjustment = false }) {
       await requireAccount(core, accountId);
       const text = String(amountUsd).trim();
       const negative = text.startsWith('-');
       const amount = parseUsd(negative ? text.slice(1) : text);
       if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
       const creditId = id ?? `cr_${randomBase62(20)}`;
-      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, at: core.now() });
+      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });
       return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };
     },
   };

@@ -124,6 +124,8 @@ export const requestsQuery = z.strictObject({
   key: id.optional(),
   /** Only answers with a status of 400 or more. */
   errors: z.enum(['true', 'false']).optional(),
+  /** The next page: requests older than this request id (the last one of the page before). */
+  before: z.string().min(1).max(200).optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(50),
 });
 

@@ -284,17 +284,21 @@ export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
         if (id !== key.model) {
           throw new GatewayError('model_not_allowed', `This agent key may only call the model \`${key.model}\`.`, {
             param: 'model',
+            model: id.slice(0, 200),
           });
         }
       } else if (!allowsModel(key.models, id)) {
-        throw new GatewayError('model_not_allowed', `This API key may not call the model \`${id.slice(0, 200)}\`.`, { param: 'model' });
+        throw new GatewayError('model_not_allowed', `This API key may not call the model \`${id.slice(0, 200)}\`.`, {
+          param: 'model',
+          model: id.slice(0, 200),
+        });
       }
       if (!model || model.type !== modality || isRetired(model)) throw notFound(id);
       if (model.posture === 'Contact sales' && !(await grants()).includes(model.id)) {
         throw new GatewayError(
           'permission_denied',
           `The model \`${id}\` is available on request. Contact sales to enable it for your account.`,
-          { param: 'model' },
+          { param: 'model', model: model.id },
         );
       }
       return model;

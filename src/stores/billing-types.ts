@@ -30,9 +30,10 @@ export type LedgerUnits =
    * Money put into (an opening balance, a top-up) or taken out of (a negative adjustment) a
    * wallet, not by a call: its entry's `cost` is minus the amount credited, its key and model
    * are "". The reason says which ("opening balance", "top-up", or the operator's own words).
-   * Credits are no key's spend and no usage.
+   * Credits are no key's spend and no usage. `adjustment` marks an operator's signed
+   * correction (the admin API's adjustments, the CLI's `wallet adjust`) apart from a top-up.
    */
-  | { kind: 'credit'; reason: string };
+  | { kind: 'credit'; reason: string; adjustment?: true };
 
 /**
  * How a ledger entry's units were measured: the upstream's own `usage` report, a count of the
@@ -161,6 +162,8 @@ export interface CreditRequest {
   /** Nano-USD added to the wallet; negative takes money out (it may leave the wallet below zero). */
   amount: bigint;
   reason: string;
+  /** An operator's correction rather than a top-up: the entry's units say `adjustment: true`. */
+  adjustment?: boolean;
   /** Unix ms of the entry. */
   at: number;
 }

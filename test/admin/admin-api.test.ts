@@ -90,7 +90,7 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect(ledger.json.data.map((e: any) => [e.costUsd, e.units])).toEqual([
         ['-5', { kind: 'credit', reason: 'opening balance' }],
         ['-2.5', { kind: 'credit', reason: 'invoice 42' }],
-        ['1.25', { kind: 'credit', reason: 'goodwill reversal' }],
+        ['1.25', { kind: 'credit', reason: 'goodwill reversal', adjustment: true }],
       ]);
       expect((await api('PUT', '/accounts/acme/grants', { models: [MODEL] })).json.grants).toEqual([MODEL]);
       expect((await api('GET', '/accounts/nope')).status).toBe(404);

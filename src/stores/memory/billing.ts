@@ -21,7 +21,7 @@ import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledg
 import { createRecentIds } from './recent-ids.js';
 import { spendPeriods } from '../spend-periods.js';
 import { createSweeper } from './sweep.js';
-import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 /** Wallet balances by account id. */
 export type Balances = Map<string, bigint>;
@@ -292,7 +292,7 @@ export class MemoryBilling implements BillingStore {
       accountId: req.accountId,
       keyId: '',
       model: '',
-      units: { kind: 'credit', reason: req.reason },
+      units: creditUnits(req.reason, req.adjustment),
       cost: -req.amount,
       held: 0n,
       exceededHold: false,

@@ -21,7 +21,7 @@ import type {
 } from '../types.js';
 import { big, int32, num, type PgContext, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
-import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
 
 interface LedgerRow {
@@ -229,7 +229,7 @@ class PostgresBilling implements BillingStore {
     const r = await this.ctx.one<{ o_applied: boolean; o_balance: bigint }>(
       'credit',
       `SELECT * FROM ${this.s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, $5::bigint)`,
-      [req.accountId, req.creditId, req.amount.toString(), JSON.stringify({ kind: 'credit', reason: req.reason }), req.at],
+      [req.accountId, req.creditId, req.amount.toString(), JSON.stringify(creditUnits(req.reason, req.adjustment)), req.at],
     );
     return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
   }

@@ -188,7 +188,7 @@ class RedisBilling implements BillingStore {
 
   async credit(req: CreditRequest): Promise<CreditResult> {
     const k = accountKeys(this.ctx, req.accountId);
-    const entry = creditEntry(req.accountId, req.creditId, req.amount, req.reason, req.at);
+    const entry = creditEntry(req.accountId, req.creditId, req.amount, req.reason, req.at, req.adjustment);
     const reply = list(
       await this.ctx.run('credit', () =>
         this.ctx.scripts.mgCredit(
