@@ -13,12 +13,12 @@ import { errors, GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
-import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
+import { upstreamError } from '../upstream/call.js';
 import type { BilledCall } from '../billing/meter.js';
 import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { openAmountCall, refuseIfClosed } from '../billing/billed-call.js';
-import { refuseNul, takeSlot, unixSeconds } from './media.js';
+import { callModelWithBody, refuseNul, takeSlot, unixSeconds } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 
 const imageSchema = z.looseObject({
@@ -118,20 +118,7 @@ async function generate(
   servedBy: (upstream: string) => void,
 ): Promise<Outcome> {
   try {
-    const answer = await callModel(core, ctx, model, async (served) => ({
-      method: 'POST',
-      path: '/images/generations',
-      headers: upstreamHeaders(ctx.requestId),
-      body: await pluginBody(
-        core,
-        ctx,
-        served,
-        '/images/generations',
-        { ...body, model: served.upstreamModel },
-        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
-      ),
-      signal,
-    }));
+    const answer = await callModelWithBody(core, ctx, model, '/images/generations', body, bytes, signal);
     const res = answer.res;
     servedBy(answer.served.upstream);
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });

@@ -11,9 +11,10 @@ import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
+import { upstreamError } from '../upstream/call.js';
 import { openAmountCall } from '../billing/billed-call.js';
 import { settleSpeech } from '../billing/settle.js';
+import { callModelWithBody } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 import { Response } from '@whatwg-node/server';
 
@@ -77,20 +78,7 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
   });
 
   try {
-    const answer = await callModel(core, ctx, model, async (served) => ({
-      method: 'POST',
-      path: '/audio/speech',
-      headers: upstreamHeaders(ctx.requestId),
-      body: await pluginBody(
-        core,
-        ctx,
-        served,
-        '/audio/speech',
-        { ...body, model: served.upstreamModel },
-        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
-      ),
-      signal: abort.signal,
-    }));
+    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', body, bytes, abort.signal);
     res = answer.res;
     servedBy = answer.served.upstream;
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
