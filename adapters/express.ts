@@ -14,7 +14,7 @@
  * `trustProxy` decides whether X-Forwarded-For is believed (Express's `trust proxy` is not used).
  */
 import type { ServerResponse } from 'node:http';
-import type { Gateway } from '../src/index.js';
+import type { Gateway } from '../src/gateway.js';
 import { sendResponse, serverContextOf, toFetchRequest, type NodeRequest } from './internal/node.js';
 
 /** The parts of an Express request the middleware reads (Express 4 and 5 both fit). */

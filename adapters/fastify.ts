@@ -14,7 +14,7 @@
  * throttle is the socket's peer; the gateway's `trustProxy` decides about X-Forwarded-For.
  */
 import type { FastifyPluginCallback } from 'fastify';
-import type { Gateway } from '../src/index.js';
+import type { Gateway } from '../src/gateway.js';
 import { serverContextOf, toFetchRequest } from './internal/node.js';
 
 export function toFastify(gateway: Gateway): FastifyPluginCallback {

@@ -219,14 +219,14 @@ describe('the packed tarball', () => {
       `const plugin = toFastify(gateway);`,
       `express().use('/api', toExpress(gateway));`,
       `void Fastify().register(plugin, { prefix: '/api' });`,
-      `const { GET, POST } = toNext(() => gateway, { basePath: '/api', clientAddress: lastForwardedFor });`,
+      `const { GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS } = toNext(() => gateway, { basePath: '/api', clientAddress: lastForwardedFor });`,
       `const fetchHandler: (r: Request, s: { requestIP(r: Request): { address: string } | null }) => Promise<Response> = toBun(gateway);`,
       `const stores: typeof createRedisStores = createRedisStores;`,
       `const durable: [typeof createSqliteStores, typeof createPostgresStores] = [createSqliteStores, createPostgresStores];`,
       // Proves the types are real (not any): an unused @ts-expect-error is itself an error.
       `// @ts-expect-error clientAddress is required`,
       `toNext(gateway, { basePath: '/api' });`,
-      `export { middleware, plugin, GET, POST, fetchHandler, stores, durable };`,
+      `export { middleware, plugin, GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, fetchHandler, stores, durable };`,
     ];
     const imports = [
       `import express from 'express';`,

@@ -29,7 +29,10 @@ async function vendor(file: string): Promise<string> {
   let text = cache.get(file);
   if (text === undefined) {
     const require = createRequire(import.meta.url);
-    text = await readFile(require.resolve(`uplot/dist/${file}`), 'utf8');
+    // Resolved at run time from the installed package. Next.js (Turbopack) bundles a package
+    // left out of serverExternalPackages and would turn this resolve into a module id; the
+    // comment keeps it a plain resolve there.
+    text = await readFile(require.resolve(/* turbopackIgnore: true */ `uplot/dist/${file}`), 'utf8');
     cache.set(file, text);
   }
   return text;

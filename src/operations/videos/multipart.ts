@@ -185,8 +185,9 @@ export async function encodeMultipart(
   for (const [k, v] of Object.entries(fields)) form.append(k, typeof v === 'string' ? v : JSON.stringify(v));
   for (const f of files) form.append(f.name, new Blob([f.data], { type: f.contentType }), f.filename);
   const encoded = new globalThis.Response(form);
-  return {
-    body: new Uint8Array(await encoded.arrayBuffer()),
-    contentType: encoded.headers.get('content-type') ?? 'multipart/form-data',
-  };
+  // The Content-Type (the boundary) is read before the body: Bun fills it in lazily and has
+  // none once the body was read, and a multipart body without its boundary is unreadable.
+  const contentType = encoded.headers.get('content-type');
+  if (!contentType?.includes('boundary=')) throw new Error('The runtime encoded a multipart body without its boundary.');
+  return { body: new Uint8Array(await encoded.arrayBuffer()), contentType };
 }
