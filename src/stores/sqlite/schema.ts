@@ -254,4 +254,9 @@ SELECT account_id, scope, period, sum(cost) FROM (
   SELECT account_id, '' AS scope, 'm' || strftime('%Y-%m', at / 1000, 'unixepoch') AS period, cost FROM recent
 ) GROUP BY account_id, scope, period;
 `,
+  // 8: a charge keeps the unit prices it was computed at (JSON, USD decimal strings by the
+  // part of the units each prices), so the audit re-derives its cost. Older charges have none.
+  `
+ALTER TABLE ledger ADD COLUMN prices TEXT;
+`,
 ];
