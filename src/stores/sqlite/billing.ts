@@ -381,9 +381,9 @@ class SqliteBilling implements BillingStore {
 }
 
 /**
- * Billing beside the limit store's windows. The key's window is in this process's memory:
- * its hit is counted synchronously, then the hold is placed only when the hit was allowed.
- * A refused hit writes nothing.
+ * Billing beside the limit store's windows (in the same file): a hold counts the key's window
+ * hit first, in the same atomic step, and is placed only when the hit was allowed. A refused
+ * hit writes nothing.
  */
 class WindowedSqliteBilling extends SqliteBilling {
   readonly windowsId: symbol;
@@ -398,9 +398,11 @@ class WindowedSqliteBilling extends SqliteBilling {
 
   async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
     if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-    const window = this.windows.windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
-    if (!window.allowed) return { window, hold: null };
     this.ctx.sweep();
-    return { window, hold: await this.ctx.batch('placeHold', () => this.placeInTransaction(req, this.ctx.now())) };
+    return this.ctx.batch('hitAndPlaceHold', () => {
+      const t = this.ctx.now();
+      const window = this.windows.windows.hitIn(hit.bucket, hit.limit, hit.windowMs, t);
+      return { window, hold: window.allowed ? this.placeInTransaction(req, t) : null };
+    });
   }
 }

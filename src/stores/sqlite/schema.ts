@@ -259,4 +259,24 @@ SELECT account_id, scope, period, sum(cost) FROM (
   `
 ALTER TABLE ledger ADD COLUMN prices TEXT;
 `,
+  // 9: rate windows and token windows back in the file, so the processes that share it
+  // (`serve --workers N`) count in the same windows and every limit is exact across them. A
+  // window's hits are one row per millisecond with a count, clustered on (bucket, at); token
+  // takes one row per call, found by bucket and id and read in time order.
+  `
+CREATE TABLE rate_hits (
+  bucket TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  n INTEGER NOT NULL,
+  PRIMARY KEY (bucket, at)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE token_takes (
+  bucket TEXT NOT NULL,
+  take_id TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  PRIMARY KEY (bucket, take_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX token_takes_at ON token_takes (bucket, at);
+`,
 ];
