@@ -66,8 +66,10 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
       ['DELETE FROM leases WHERE expires_at <= ?', 0],
       ['DELETE FROM jobs WHERE gone_at <= ?', 0],
       ['DELETE FROM idempotency WHERE expires_at <= ?', 0],
-      // Windows nobody hit for an hour (a busy window trims itself on every hit).
-      ['DELETE FROM rate_hits WHERE at <= ?', WINDOW_ROWS_TTL_MS],
+      // Windows nobody hit for an hour, their hits with them (a busy window trims itself on
+      // every hit); in one transaction, so a window's count always matches its hits.
+      ['DELETE FROM rate_hits WHERE bucket IN (SELECT bucket FROM rate_windows WHERE last <= ?)', WINDOW_ROWS_TTL_MS],
+      ['DELETE FROM rate_windows WHERE last <= ?', WINDOW_ROWS_TTL_MS],
       ['DELETE FROM token_takes WHERE at <= ?', WINDOW_ROWS_TTL_MS],
     ] as const;
     const prepared = statements.map(([sql, age]) => [db.prepare(sql), age] as const);

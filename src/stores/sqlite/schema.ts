@@ -261,9 +261,15 @@ ALTER TABLE ledger ADD COLUMN prices TEXT;
 `,
   // 9: rate windows and token windows back in the file, so the processes that share it
   // (`serve --workers N`) count in the same windows and every limit is exact across them. A
-  // window's hits are one row per millisecond with a count, clustered on (bucket, at); token
-  // takes one row per call, found by bucket and id and read in time order.
+  // window's hits are one row per millisecond with a count, clustered on (bucket, at), and
+  // its count of them (with its last hit, for the sweep) in a row of its own; token takes one
+  // row per call, found by bucket and id and read in time order.
   `
+CREATE TABLE rate_windows (
+  bucket TEXT PRIMARY KEY,
+  hits INTEGER NOT NULL,
+  last INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
 CREATE TABLE rate_hits (
   bucket TEXT NOT NULL,
   at INTEGER NOT NULL,

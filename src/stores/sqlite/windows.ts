@@ -7,9 +7,11 @@
  * the write are one step against every other process on the file. A key's hit can run inside
  * its hold's step (`hitIn`), so a billed call's check and hold share one commit.
  *
- * A window's hits are one row per millisecond with a count, clustered on (bucket, at): a hit
- * trims what left the window and counts the rest through that key, never a table scan. Token
- * takes are one row per call that took tokens (a take is corrected by its id).
+ * A window's hits are one row per millisecond with a count, clustered on (bucket, at), and the
+ * window keeps how many it counts beside them (`rate_windows`): a hit deletes what left the
+ * window (amortised O(1)), reads the count and the oldest hit through the keys, and never sums
+ * the window, however busy it is. Token takes are one row per call that took tokens (a take is
+ * corrected by its id); a window holds only the takes its limit admitted.
  */
 import type { TokenResult, WindowResult } from '../types.js';
 import { num, type SqliteContext } from './connection.js';
@@ -27,9 +29,12 @@ export interface SqliteWindows {
 
 export function createSqliteWindows(ctx: SqliteContext): SqliteWindows {
   const q = {
-    trim: ctx.prepare('DELETE FROM rate_hits WHERE bucket = ? AND at <= ?'),
-    // What the window counts and its oldest hit, in one read of the bucket's rows.
-    counted: ctx.prepare('SELECT coalesce(sum(n), 0) AS n, min(at) AS oldest FROM rate_hits WHERE bucket = ?'),
+    trim: ctx.prepare('DELETE FROM rate_hits WHERE bucket = ? AND at <= ? RETURNING n').pluck(),
+    counted: ctx.prepare('SELECT hits FROM rate_windows WHERE bucket = ?').pluck(),
+    setCounted: ctx.prepare(
+      'INSERT INTO rate_windows (bucket, hits, last) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET hits = excluded.hits, last = excluded.last',
+    ),
+    oldest: ctx.prepare('SELECT at FROM rate_hits WHERE bucket = ? ORDER BY at LIMIT 1').pluck(),
     count: ctx.prepare('INSERT INTO rate_hits (bucket, at, n) VALUES (?, ?, 1) ON CONFLICT DO UPDATE SET n = n + 1'),
     trimTakes: ctx.prepare('DELETE FROM token_takes WHERE bucket = ? AND at <= ?'),
     used: ctx.prepare('SELECT coalesce(sum(tokens), 0) AS used, min(at) AS oldest FROM token_takes WHERE bucket = ?'),
@@ -40,12 +45,15 @@ export function createSqliteWindows(ctx: SqliteContext): SqliteWindows {
   };
 
   function hitIn(bucket: string, limit: number, windowMs: number, t: number): WindowResult {
-    q.trim.run(bucket, t - windowMs);
-    const before = q.counted.get(bucket) as { n: number; oldest: number | null };
-    const n = num(before.n);
+    let left = 0;
+    for (const n of q.trim.iterate(bucket, t - windowMs) as Iterable<number>) left += n;
+    const n = num(q.counted.get(bucket)) - left;
     const allowed = n < limit;
     if (allowed) q.count.run(bucket, t);
-    const oldest = before.oldest === null ? (allowed ? t : null) : num(before.oldest);
+    // The count is written when it moved: a refused hit on a full window writes nothing.
+    if (allowed || left > 0) q.setCounted.run(bucket, allowed ? n + 1 : n, t);
+    const first = q.oldest.get(bucket) as number | undefined;
+    const oldest = first === undefined ? null : num(first);
     return {
       allowed,
       limit,
