@@ -386,7 +386,9 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
 function audit(core: Services): Admin['audit'] {
   return async (options) => {
     try {
-      return await auditBooks(core.stores, options);
+      // A hold lives at most the longer of the calls' and the jobs' TTL past its last renewal.
+      const maxHoldTtlMs = Math.max(core.cfg.limits.holdTtlMs, core.cfg.limits.jobTtlMs);
+      return await auditBooks(core.stores, { maxHoldTtlMs, ...options });
     } catch (err) {
       // An account that does not exist is the caller's mistake.
       if (err instanceof RangeError) throw new AdminError(err.message.replace(/^no account/, 'No account'));

@@ -42,6 +42,16 @@ export type LedgerUnits =
  */
 export type Measurement = 'usage' | 'tokenizer' | 'estimate';
 
+/**
+ * The unit prices a charge was computed at, USD per unit as exact decimal strings (the
+ * catalog's form), named by the part of the units each multiplies: `prompt` (the prompt less
+ * its cache reads and writes), `completion`, `cachedPrompt`, `cacheWrite`, `tool:<name>` per
+ * hosted tool call; `images`, `seconds` or `tokens` (speech) for media. They are the prices
+ * the call was held at, so the audit re-derives the cost: the sum of count x price over the
+ * parts, rounded up to the nano-USD once, as billing rounds it.
+ */
+export type UnitPrices = Record<string, string>;
+
 export interface LedgerEntry {
   /** The request id or job id the charge belongs to. */
   id: string;
@@ -59,6 +69,8 @@ export interface LedgerEntry {
   measured: Measurement | null;
   /** The upstream that served the call, when one did. */
   upstream?: string;
+  /** Charges: the unit prices the cost was computed at. Absent on credits and on charges written before prices were kept. */
+  prices?: UnitPrices;
   at: number;
 }
 
@@ -207,9 +219,14 @@ export interface HoldPage {
   at: number;
 }
 
-/** A hold id with more than one charge in an account's ledger. */
+/**
+ * An id with more than one charge in an account's ledger: a hold id (settles are idempotent
+ * per hold id), or an entry's own id, the request or job id (each request or job is billed
+ * once, whatever hold it went through).
+ */
 export interface DuplicateCharge {
-  holdId: string;
+  of: 'hold' | 'request';
+  id: string;
   /** How many charges name it (2 or more). */
   charges: number;
 }
@@ -310,9 +327,9 @@ export interface BillingStore {
    */
   listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage>;
   /**
-   * For the audit: hold ids with more than one charge (a ledger entry that is not a credit)
-   * in the account's ledger, at most `limit` of them. Settles are idempotent per hold id, so
-   * on sound books this is empty. The store finds them itself (an index, or a pass in the
+   * For the audit: hold ids, and entry ids (request or job ids), with more than one charge (a
+   * ledger entry that is not a credit) in the account's ledger, at most `limit` of each. On
+   * sound books this is empty. The store finds them itself (an index, or a pass in the
    * database), so the caller never holds a whole ledger's ids.
    */
   duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]>;
