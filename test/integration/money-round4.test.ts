@@ -8,6 +8,7 @@
 import { Redis } from 'ioredis';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { deleteKeysWithPrefix, REDIS_URL, redisProblem } from '../../bench/redis-util.js';
+import { auditBooks } from '../../src/billing/audit.js';
 import { costOf, parsePrice } from '../../src/billing/money.js';
 import type { Stores } from '../../src/index.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
@@ -121,6 +122,8 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     expect(entry!.units).toMatchObject({ kind: 'tokens', prompt: 3010, completion: 5, cacheWrite: 3000, cacheWrite1h: 2000 });
     // 10 uncached + 1,000 five-minute writes at the prompt price, 2,000 hour-long writes at twice it.
     expect(entry!.cost).toBe(costOf([[PROMPT_PICO, 1010], [2n * PROMPT_PICO, 2000], [COMPLETION_PICO, 5]]));
+    // The charge keeps the hour-long price, and the audit re-derives its cost from it.
+    expect(await auditBooks(gw.stores, { account: ACCOUNT })).toMatchObject({ ok: true });
   });
 
   it.runIf(enabled)('3. service_tier "priority" is refused unless the model prices it, and then billed at its price', async () => {
@@ -144,6 +147,8 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     await settled();
     const [entry] = await charges();
     expect(entry!.cost).toBe(costOf([[2n * PROMPT_PICO, answer.usage.prompt_tokens], [2n * COMPLETION_PICO, answer.usage.completion_tokens]]));
+    // Charged at the tier's prices, kept on the entry: the audit re-derives the cost.
+    expect(await auditBooks(gw.stores, { account: ACCOUNT })).toMatchObject({ ok: true });
     // Standard tiers are the list price and pass.
     const standard = await post('/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], service_tier: 'default' });
     expect(standard.status).toBe(200);
