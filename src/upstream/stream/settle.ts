@@ -8,7 +8,26 @@ import type { BilledCall } from '../../billing/meter.js';
 import { settleAnswer } from '../../billing/settle.js';
 import type { Tokenizer } from '../../billing/tokens.js';
 import type { Model } from '../../catalog/catalog.js';
+import type { Logger } from '../../observability/log.js';
+import type { Hooks } from '../../pipeline/hooks.js';
+import type { Breaker } from '../breaker.js';
 import type { EventReader } from './reader.js';
+
+/** What the one stream relay uses of the gateway: no more. */
+export interface RelayDeps {
+  cfg: {
+    limits: { streamKeepAliveMs: number };
+    usageGraceMs: number;
+    /** The upstreams, for the redaction of their keys from an error relayed to the client. */
+    upstreams: Readonly<Record<string, unknown>>;
+  };
+  /** Streams open now (a gauge). */
+  counters: { openStreams: number };
+  tokenizer: Tokenizer;
+  log: Pick<Logger, 'warn'>;
+  hooks: Pick<Hooks, 'has' | 'run'>;
+  breaker: Pick<Breaker, 'failure'>;
+}
 
 export interface StreamCall {
   call: BilledCall;

@@ -4,13 +4,12 @@
  */
 import { errors, GatewayError } from '../../errors.js';
 import type { RequestContext } from '../../pipeline/types.js';
-import type { Services } from '../../services.js';
 import { upstreamFailure } from '../client.js';
 import { redactedError, upstreamKeysRedactor } from '../key-redactor.js';
 import type { BodyFlow, UpstreamResponse } from '../types.js';
 import type { Sink } from './bodies.js';
 import type { EventReader } from './reader.js';
-import { type StreamCall, settleStream } from './settle.js';
+import { type RelayDeps, type StreamCall, settleStream } from './settle.js';
 import { KEEP_ALIVE } from './sse.js';
 
 const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
@@ -61,7 +60,7 @@ export class StreamRelay {
   private readOnDone: (() => void) | null = null;
 
   constructor(
-    private readonly core: Services,
+    private readonly core: RelayDeps,
     private readonly ctx: RequestContext,
     private readonly res: UpstreamResponse,
     private readonly billing: StreamCall,
