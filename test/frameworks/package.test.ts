@@ -1,5 +1,5 @@
 /**
- * The published package as a user gets it: `npm pack` (its prepack builds with tsup) in a
+ * The published package as a user gets it: `npm pack` (its prepare script builds with tsup) in a
  * copy of the repository, the tarball unpacked into a fresh project's node_modules, then
  * every subpath imported from ESM and required from CJS, the bin run, and the types checked
  * from a NodeNext TypeScript project. Dependencies come from this repository's node_modules,
