@@ -135,7 +135,7 @@ function embed(input: string | number[], dimensions: number): number[] {
 function encodeEmbedding(vector: number[], format: unknown): number[] | string {
   if (format !== 'base64') return vector;
   const bytes = Buffer.alloc(vector.length * 4);
-  vector.forEach((x, i) => bytes.writeFloatLE(x, i * 4));
+  for (const [i, x] of vector.entries()) bytes.writeFloatLE(x, i * 4);
   return bytes.toString('base64');
 }
 
