@@ -59,23 +59,38 @@ function firstError(text: string): Stop | null {
   const value = (): void => {
     space();
     const c = text[i];
-    if (c === '{') return members('}', () => {
+    if (c === '{') {
+      members('}', () => {
+        string();
+        space();
+        if (text[i] !== ':') fail("':' after the property name");
+        i++;
+        value();
+      });
+      return;
+    }
+    if (c === '[') {
+      members(']', value);
+      return;
+    }
+    if (c === '"') {
       string();
-      space();
-      if (text[i] !== ':') fail("':' after the property name");
-      i++;
-      value();
-    });
-    if (c === '[') return members(']', value);
-    if (c === '"') return string();
+      return;
+    }
     for (const word of ['true', 'false', 'null']) {
-      if (text.startsWith(word, i)) return void (i += word.length);
+      if (text.startsWith(word, i)) {
+        i += word.length;
+        return;
+      }
     }
     if (c === '-' || (c !== undefined && c >= '0' && c <= '9')) {
       if (c === '-') i++;
       if (text[i] === '0') i++;
       else digits();
-      if (text[i] === '.') (i++, digits());
+      if (text[i] === '.') {
+        i++;
+        digits();
+      }
       if (text[i] === 'e' || text[i] === 'E') {
         i++;
         if (text[i] === '+' || text[i] === '-') i++;
