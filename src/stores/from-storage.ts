@@ -26,9 +26,9 @@ export type OpenStore = (place: string, make: () => Stores | Promise<Stores>) =>
  * are yours. A bad section throws `ConfigError` naming the field.
  *
  * @example
- * const config = await loadConfigFile('gateway.config.json');
- * const stores = await createStores(config.storage ?? { driver: 'sqlite' });
- * const gateway = createGateway({ ...config, stores });
+ * const storage = { driver: 'postgres', url: process.env.DATABASE_URL!, limits: { driver: 'redis' } } as const;
+ * const stores = await createStores(storage);
+ * const gateway = createGateway({ ...options, storage, stores });
  * // on shutdown: await gateway.dispose(); await stores.close();
  */
 export async function createStores(storage: StorageOptions): Promise<Stores> {
