@@ -79,8 +79,8 @@ type SqliteInput = Extract<StorageInput, { driver: 'sqlite' }>;
 type StorageBuiltHere = Extract<StorageInput, { driver: 'memory' }> | (SqliteInput & { limits?: undefined });
 /**
  * Storage whose stores connect (and PostgreSQL's migrate) asynchronously, which createGateway,
- * a synchronous call, cannot wait for: build them first (`createPostgresStores`,
- * `createRedisStores`) and pass them as `stores`.
+ * a synchronous call, cannot wait for: build them first (`createStores(storage)`, or the
+ * driver's own `createPostgresStores`, `createRedisStores`) and pass them as `stores`.
  */
 type StorageBuiltFirst = Extract<StorageInput, { driver: 'postgres' | 'redis' }> | (SqliteInput & { limits: NonNullable<SqliteInput['limits']> });
 
@@ -239,15 +239,11 @@ function storesFor(cfg: GatewayConfig, now: () => number): Stores {
   if (storage.driver === 'memory') return createMemoryStores({ now });
   if (storage.driver === 'sqlite' && !storage.limits) return createSqliteStores({ path: storage.path, synchronous: storage.synchronous, now });
   // These connect (and PostgreSQL migrates) asynchronously; createGateway is synchronous.
-  const how =
-    storage.driver === 'postgres'
-      ? 'import { createPostgresStores } from "model-gateway/postgres" and pass `stores: await createPostgresStores({ url, schema })`'
-      : storage.driver === 'redis'
-        ? 'import { createRedisStores } from "model-gateway/redis" and pass them as `stores`'
-        : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
   const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
   // Refused here, when the gateway is created, never per request.
-  throw new ConfigError(`${what} needs stores built first: ${how}, or use the CLI.`);
+  throw new ConfigError(
+    `${what} needs stores built first: import { createStores } from "model-gateway" and pass \`stores: await createStores(storage)\`, or use the CLI.`,
+  );
 }
 
 function upstreamsOf(cfg: GatewayConfig, tokenizer: Tokenizer): Map<string, Upstream> {
