@@ -11,6 +11,8 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 
 export type WireKind = 'openai' | 'anthropic' | 'gemini';
+/** The formats an upstream answers in: a kind's own, or OpenAI's Responses API (`/responses`). */
+export type WireFormat = WireKind | 'responses';
 export type UsagePlan = 'final' | 'absent' | 'early' | 'partial' | 'string' | 'negative';
 
 export interface ScriptedAnswer {
@@ -20,6 +22,8 @@ export interface ScriptedAnswer {
   /** What the usage reports when it reports counts. */
   prompt: number;
   completion: number;
+  /** Responses only: the text comes as deltas then its `.done` events (default), or only in the `.done` events. */
+  textIn?: 'deltas' | 'done-only';
 }
 
 const json = (v: unknown) => JSON.stringify(v);
@@ -46,8 +50,40 @@ function geminiUsage(a: ScriptedAnswer, candidates: unknown): Record<string, unk
   return { promptTokenCount: a.prompt, ...(candidates === undefined ? {} : { candidatesTokenCount: candidates }), totalTokenCount: a.prompt + a.completion };
 }
 
+function responsesUsage(a: ScriptedAnswer): Record<string, unknown> {
+  const c = completionOf(a);
+  return { input_tokens: a.prompt, ...(c === undefined ? {} : { output_tokens: c }), total_tokens: a.prompt + a.completion };
+}
+
+/** An answer of OpenAI's Responses API, plain or as its typed events. */
+function responsesAnswer(a: ScriptedAnswer, stream: boolean, model: string): string {
+  const text = a.pieces.join('');
+  const reports = a.usage !== 'absent';
+  const message = { id: 'msg_wire1', type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text, annotations: [] }] };
+  const response = (status: string, output: unknown[], usage: boolean) => ({
+    id: 'resp_wire1',
+    object: 'response',
+    created_at: 1_700_000_000,
+    model,
+    status,
+    output,
+    ...(usage && reports ? { usage: responsesUsage(a) } : {}),
+  });
+  if (!stream) return json(response('completed', [message], true));
+  let seq = 0;
+  const event = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${json({ type, sequence_number: seq++, ...data })}\n\n`;
+  let out = event('response.created', { response: response('in_progress', [], false) });
+  out += event('response.output_item.added', { output_index: 0, item: { ...message, status: 'in_progress', content: [] } });
+  if (a.textIn !== 'done-only') for (const p of a.pieces) out += event('response.output_text.delta', { item_id: 'msg_wire1', output_index: 0, content_index: 0, delta: p });
+  out += event('response.output_text.done', { item_id: 'msg_wire1', output_index: 0, content_index: 0, text });
+  out += event('response.output_item.done', { output_index: 0, item: message });
+  out += event('response.completed', { response: response('completed', [message], true) });
+  return out;
+}
+
 /** The whole answer's bytes in `kind`'s format. */
-export function wireAnswer(kind: WireKind, a: ScriptedAnswer, stream: boolean, model: string): { contentType: string; body: string } {
+export function wireAnswer(kind: WireFormat, a: ScriptedAnswer, stream: boolean, model: string): { contentType: string; body: string } {
+  if (kind === 'responses') return { contentType: stream ? 'text/event-stream' : 'application/json', body: responsesAnswer(a, stream, model) };
   const text = a.pieces.join('');
   const reports = a.usage !== 'absent';
   if (!stream) {
@@ -123,14 +159,18 @@ export interface WireRequest {
 export interface WireUpstream {
   url: string;
   requests: WireRequest[];
-  /** The next answers: `cutAt` bytes of a stream are sent, then the connection is destroyed. */
-  script(kind: WireKind, answer: ScriptedAnswer, cutAt?: number): void;
+  /**
+   * The next answers, in `kind`'s format (a request to `/responses` is answered in Responses'
+   * own). `cutAt`: that many bytes of a stream are sent, then the connection is destroyed.
+   * `pauseMs`: a stream's first event goes out at once, the rest that much later.
+   */
+  script(kind: WireKind, answer: ScriptedAnswer, cutAt?: number, pauseMs?: number): void;
   close(): Promise<void>;
 }
 
 /** A loopback upstream that answers every request with the scripted answer in its kind's format. */
 export async function startWireUpstream(): Promise<WireUpstream> {
-  let current: { kind: WireKind; answer: ScriptedAnswer; cutAt?: number | undefined } | null = null;
+  let current: { kind: WireKind; answer: ScriptedAnswer; cutAt?: number | undefined; pauseMs?: number | undefined } | null = null;
   const requests: WireRequest[] = [];
   const server: Server = createServer((req, res) => {
     const parts: Buffer[] = [];
@@ -145,9 +185,18 @@ export async function startWireUpstream(): Promise<WireUpstream> {
       }
       const stream = path.includes('streamGenerateContent') || body.stream === true;
       const model = typeof body.model === 'string' ? body.model : 'gemini-wire';
-      const { contentType, body: text } = wireAnswer(current.kind, current.answer, stream, model);
+      const format: WireFormat = path.endsWith('/responses') ? 'responses' : current.kind;
+      const { contentType, body: text } = wireAnswer(format, current.answer, stream, model);
       res.writeHead(200, { 'content-type': contentType });
       const cut = current.cutAt;
+      const pause = current.pauseMs;
+      if (stream && pause !== undefined) {
+        const first = text.indexOf('\n\n') + 2;
+        res.write(text.slice(0, first));
+        const timer = setTimeout(() => res.end(text.slice(first)), pause);
+        res.on('close', () => clearTimeout(timer));
+        return;
+      }
       if (stream && cut !== undefined && cut < Buffer.byteLength(text)) {
         res.write(Buffer.from(text).subarray(0, cut), () => setTimeout(() => res.destroy(), 5));
         return;
@@ -161,8 +210,8 @@ export async function startWireUpstream(): Promise<WireUpstream> {
   return {
     url: `http://127.0.0.1:${port}/v1`,
     requests,
-    script(kind, answer, cutAt) {
-      current = { kind, answer, cutAt };
+    script(kind, answer, cutAt, pauseMs) {
+      current = { kind, answer, cutAt, pauseMs };
     },
     close: () =>
       new Promise<void>((resolve) => {

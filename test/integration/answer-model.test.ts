@@ -7,6 +7,7 @@
  */
 import fc from 'fast-check';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { costOf, parsePrice } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/index.js';
 import { loadTokenizer } from '../helpers/billing.js';
 import { ACCOUNT, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
@@ -40,7 +41,7 @@ beforeAll(async () => {
     ownedBy: 'Test Labs',
     upstream: kind,
     upstreamModel: `${kind}-model-2024-07-18`,
-    pricing: { prompt: '0.000001', completion: '0.000002' },
+    pricing: { prompt: '0.000001', completion: '0.000002', ...(kind === 'openai' ? { serviceTiers: { priority: { prompt: '0.000003', completion: '0.000007' } } } : {}) },
     contextLength: 32_000,
     maxOutputTokens: MAX_OUTPUT,
   }));
@@ -55,22 +56,38 @@ afterAll(async () => {
 
 const PROMPT = 'Write about the sea.';
 
-function requestOf(ingress: Ingress, kind: WireKind, stream: boolean): { path: string; body: Record<string, unknown> } {
-  const model = modelOf(kind);
+function requestOf(ingress: Ingress, kind: WireKind | 'responses', stream: boolean): { path: string; body: Record<string, unknown> } {
+  // Responses over an OpenAI upstream is its own wire format: the openai model, asked on /responses.
+  const model = modelOf(kind === 'responses' ? 'openai' : kind);
   if (ingress === 'chat') return { path: '/chat/completions', body: { model, messages: [{ role: 'user', content: PROMPT }], stream } };
   if (ingress === 'responses') return { path: '/responses', body: { model, input: PROMPT, stream } };
   return { path: '/messages', body: { model, max_tokens: MAX_OUTPUT, messages: [{ role: 'user', content: PROMPT }], stream } };
 }
 
-/** Makes one call, reads its whole answer, and returns the charge it landed (or null when none). */
-async function call(ingress: Ingress, kind: WireKind, stream: boolean): Promise<{ status: number; charge: LedgerEntry | null; text: string }> {
+/**
+ * Makes one call and returns the charge it landed (or null when none): the whole answer read,
+ * or (`leave`) the client gone right after the answer's first read.
+ */
+async function call(
+  ingress: Ingress,
+  kind: WireKind | 'responses',
+  stream: boolean,
+  opts: { extra?: Record<string, unknown>; leave?: boolean } = {},
+): Promise<{ status: number; charge: LedgerEntry | null; text: string }> {
   const { path, body } = requestOf(ingress, kind, stream);
+  const abort = new AbortController();
   const res = await fetch(`${gw.baseURL}${path}`, {
     method: 'POST',
     headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
+    body: JSON.stringify({ ...body, ...opts.extra }),
+    signal: abort.signal,
   });
-  const text = await res.text().catch(() => '');
+  let text = '';
+  if (opts.leave && res.status === 200) {
+    const first = await res.body!.getReader().read();
+    text = new TextDecoder().decode(first.value);
+    abort.abort();
+  } else text = await res.text().catch(() => '');
   const id = res.headers.get('x-request-id')!;
   let charge: LedgerEntry | null = null;
   await eventually(async () => {
@@ -189,6 +206,76 @@ describe('property: every ingress x upstream kind pair, plain and streamed, bill
         }
       }),
       { numRuns: 40 },
+    );
+  }, 240_000);
+});
+
+describe('property: the money rules of round 4 hold on every ingress x upstream kind pair', () => {
+  const plans: UsagePlan[] = ['final', 'absent', 'early', 'partial', 'string', 'negative'];
+  const answer = fc.record({
+    pieces: fc.array(fc.stringMatching(/^[ a-zA-Z.,!?]{1,30}$/), { minLength: 1, maxLength: 8 }),
+    usage: fc.constantFrom(...plans),
+    prompt: fc.integer({ min: 1, max: 500 }),
+    completion: fc.integer({ min: 1, max: 3000 }),
+  });
+  const pair = fc.constantFrom(...(Object.entries(INGRESSES) as Array<[WireKind, Ingress[]]>).flatMap(([kind, ins]) => ins.map((i) => [kind, i] as const)));
+  const tiers: Record<string, { prompt: bigint; completion: bigint }> = {
+    list: { prompt: parsePrice('0.000001'), completion: parsePrice('0.000002') },
+    priority: { prompt: parsePrice('0.000003'), completion: parsePrice('0.000007') },
+  };
+
+  it('a price-changing field is billed at the tier it names when the model prices it, else refused before any upstream call', async () => {
+    await fc.assert(
+      fc.asyncProperty(answer, pair, fc.boolean(), fc.constantFrom(undefined, 'default', 'priority', 'flex'), async (a, [kind, ingress], stream, tier) => {
+        wire.script(kind, a);
+        const before = wire.requests.length;
+        const r = await call(ingress, kind, stream, tier === undefined ? {} : { extra: { service_tier: tier } });
+        if (r.status !== 200) {
+          // Refused (an unpriced tier, or an upstream kind that cannot carry it): nothing went upstream, nothing billed.
+          expect(r.status, `${ingress} over ${kind}, ${tier}`).toBe(400);
+          expect(wire.requests.length).toBe(before);
+          expect(r.charge).toBeNull();
+          return;
+        }
+        expect(tier, 'an unpriced tier is never served').not.toBe('flex');
+        const prices = tier === 'priority' ? tiers.priority! : tiers.list!;
+        const u = unitsOf(r.charge)!;
+        expect(r.charge!.cost, `${ingress} over ${kind}, ${tier}`).toBe(costOf([[prices.prompt, u.prompt], [prices.completion, u.completion]]));
+      }),
+      { numRuns: 30 },
+    );
+  }, 240_000);
+
+  it('a stream the client leaves before its first word pays its prompt, the same through every API', async () => {
+    const native: Record<WireKind, Ingress> = { openai: 'chat', anthropic: 'messages', gemini: 'chat' };
+    await fc.assert(
+      fc.asyncProperty(answer, fc.constantFrom<WireKind>('openai', 'anthropic', 'gemini'), async (a, kind) => {
+        // The first event goes out at once, the rest only after the client has gone.
+        wire.script(kind, a, undefined, 2_000);
+        const reference = await call(native[kind], kind, true, { leave: true });
+        expect(reference.charge, `${kind}: the prompt is billed`).not.toBeNull();
+        for (const ingress of INGRESSES[kind]) {
+          if (ingress === native[kind]) continue;
+          const r = await call(ingress, kind, true, { leave: true });
+          expect(r.charge, `${ingress} over ${kind}: the prompt is billed`).not.toBeNull();
+          expect(unitsOf(r.charge)!.completion, `${ingress} over ${kind}`).toBe(unitsOf(reference.charge)!.completion);
+        }
+      }),
+      { numRuns: 12 },
+    );
+  }, 240_000);
+
+  it('a Responses answer bills its text once, whether it streams it as deltas or only in its .done events', async () => {
+    await fc.assert(
+      fc.asyncProperty(answer, fc.constantFrom<'deltas' | 'done-only'>('deltas', 'done-only'), fc.boolean(), async (a, textIn, stream) => {
+        wire.script('openai', { ...a, textIn });
+        const r = await call('responses', 'responses', stream);
+        expect(r.status).toBe(200);
+        // Responses reports usage only in its last event: a valid report is final.
+        const expected = a.usage === 'final' ? a.completion : a.usage === 'early' ? 5 : count(a.pieces.join(''));
+        expect(unitsOf(r.charge)!.completion).toBe(expected);
+      }),
+      { numRuns: 30 },
     );
   }, 240_000);
 });
