@@ -4,16 +4,27 @@
  */
 import type { Model, Target } from '../catalog/catalog.js';
 import type { RequestContext } from '../pipeline/types.js';
-import type { Services } from '../services.js';
-import { pluginKey } from '../pipeline/hooks.js';
+import type { GatewayConfig } from '../options.js';
+import type { Breaker } from './breaker.js';
+import { type Hooks, pluginKey } from '../pipeline/hooks.js';
 import { GatewayError } from '../errors.js';
-import { upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
+import { type Upstream, upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
 import { SpanStatusCode } from '@opentelemetry/api';
 import type { Logger } from '../observability/log.js';
 import { failureCause } from '../observability/logs.js';
 import { type Redact, upstreamKeysRedactor } from './key-redactor.js';
 import type { CallRecord } from '../observability/record.js';
 import { startUpstreamSpan } from '../observability/traces.js';
+
+/** What calling a model uses of the gateway: its upstreams, their breaker, routing, the clock, the plugins' hooks. */
+export interface CallDeps {
+  cfg: Pick<GatewayConfig, 'routing' | 'upstreams'>;
+  upstreams: ReadonlyMap<string, Upstream>;
+  breaker: Breaker;
+  now: () => number;
+  log: Logger;
+  hooks: Pick<Hooks, 'has' | 'run'>;
+}
 
 /** Request headers sent upstream: built from scratch, never copied from the client. */
 export function upstreamHeaders(requestId: string, contentType = 'application/json'): Record<string, string> {
@@ -40,7 +51,7 @@ function isConnectionFailure(err: unknown): boolean {
  * timeout, reset).
  */
 export async function callUpstream(
-  core: Services,
+  core: CallDeps,
   upstreamName: string,
   call: UpstreamCall,
   record?: CallRecord,
@@ -163,7 +174,7 @@ const pause = (ms: number, signal?: AbortSignal) =>
   });
 
 /** A failed attempt's answer that another attempt replaced: logged with the upstream's words, its body read to the end. */
-function dropAnswer(core: Services, ctx: ModelCallContext, answer: ModelAnswer): void {
+function dropAnswer(core: CallDeps, ctx: ModelCallContext, answer: ModelAnswer): void {
   void upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId }).catch(() => undefined);
 }
 
@@ -182,7 +193,7 @@ function dropAnswer(core: Services, ctx: ModelCallContext, answer: ModelAnswer):
  * `build` makes the request for one target (its `upstreamModel` goes in the body's `model`).
  */
 export async function callModel(
-  core: Services,
+  core: CallDeps,
   ctx: ModelCallContext,
   model: Model,
   build: (served: Model) => UpstreamCall | Promise<UpstreamCall>,
@@ -338,7 +349,7 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
  * as JSON. Each plugin sees the body the plugins before it left.
  */
 export async function pluginBody(
-  core: Services,
+  core: CallDeps,
   ctx: RequestContext,
   model: Model,
   path: string,
@@ -351,7 +362,7 @@ export async function pluginBody(
 
 /** Runs onUpstreamRequest over `body`; the replacement, or null when no plugin replaced it. */
 export async function pluginFields(
-  core: Services,
+  core: CallDeps,
   ctx: RequestContext,
   model: Model,
   path: string,
@@ -382,7 +393,7 @@ export async function pluginFields(
  * The key of upstream `name` as far as it must be hidden from clients ('' when it has none, or
  * one too short to search for without hiding ordinary text).
  */
-export function upstreamKeyOf(cfg: Pick<Services['cfg'], 'upstreams'>, name: string): string {
+export function upstreamKeyOf(cfg: Pick<GatewayConfig, 'upstreams'>, name: string): string {
   const u = cfg.upstreams[name];
   return u && 'apiKey' in u && typeof u.apiKey === 'string' && u.apiKey.length >= 8 ? u.apiKey : '';
 }
