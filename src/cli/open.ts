@@ -129,7 +129,7 @@ async function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<
   let books: Stores;
   if (storage.driver === 'postgres') {
     const { createPostgresStores } = await import('../stores/postgres/entry.js');
-    books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema }), storeDown);
+    books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema, timeoutMs: storage.timeoutMs }), storeDown);
   } else {
     const { createSqliteStores } = await import('../stores/sqlite/entry.js');
     books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });

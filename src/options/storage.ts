@@ -68,6 +68,12 @@ export const storageSchema = z.discriminatedUnion('driver', [
       .string()
       .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case identifier (letters, digits, "_"; at most 63)')
       .default('model_gateway'),
+    /**
+     * A statement without an answer this long fails its call with 503 (the client enforces
+     * it: a server that stopped answering cannot). @default 5000 (no default written here:
+     * the settle journal's folder is named after this section as given)
+     */
+    timeoutMs: z.number().int().positive().optional(),
     limits: redisLimits.optional(),
   }),
   redisStorage,
