@@ -58,6 +58,11 @@ export interface AuditOptions {
 
 export const DEFAULT_AUDIT_GRACE_MS = 10 * 60 * 1000;
 const HOLD_PAGE = 1_000;
+/**
+ * The next turn of the event loop, taken between pages: a synchronous store (SQLite) answers
+ * each page at once, and an audit of a long ledger must not keep every other request waiting.
+ */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 /** Duplicate hold ids named per account at most: one is enough to act on, a flood helps nobody. */
 const MAX_DUPLICATES = 100;
 
@@ -83,6 +88,7 @@ export async function auditBooks(stores: Stores, options: AuditOptions = {}): Pr
   const ids = await accountIds(stores, options.account);
   const report: AuditReport = { ok: true, accounts: 0, entries: 0, differences: [] };
   for (const id of ids) {
+    await nextTurn();
     const r = await readStill(stores, id, options.attempts ?? 3);
     report.accounts++;
     report.entries += r.entries;
@@ -151,6 +157,7 @@ async function readHolds(b: BillingStore, accountId: string): Promise<{ holds: H
     at = Math.max(at, page.at);
     if (page.nextCursor === null) return { holds, at };
     cursor = page.nextCursor;
+    await nextTurn();
   }
 }
 
@@ -170,6 +177,7 @@ async function sumLedger(b: BillingStore, accountId: string, month: string) {
     }
     cursor = page.nextCursor;
     if (!page.more) return { sum, entries, charged, cursor };
+    await nextTurn();
   }
 }
 
