@@ -132,7 +132,7 @@ async function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<
     books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema, timeoutMs: storage.timeoutMs }), storeDown);
   } else {
     const { createSqliteStores } = await import('../stores/sqlite/entry.js');
-    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
+    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous, ...(storage.timeoutMs === undefined ? {} : { timeoutMs: storage.timeoutMs }) });
   }
   if (!storage.limits) return books;
   const { createRedisStores } = await import('../stores/redis/entry.js');

@@ -12,7 +12,8 @@
  *
  * Books must be shared between processes, so the memory driver (and SQLite's ":memory:") is
  * refused before anything starts. SQLite is safe across processes: its file is in WAL mode,
- * every write is an IMMEDIATE transaction, and a busy database is waited for (busyTimeoutMs).
+ * every write is an IMMEDIATE transaction, and a busy database is waited for (off the event
+ * loop, up to storage.timeoutMs).
  */
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';

@@ -57,6 +57,12 @@ export const storageSchema = z.discriminatedUnion('driver', [
     path: z.string().min(1).default('./data/gateway.db'),
     /** @default "normal" */
     synchronous: z.enum(['normal', 'full']).default('normal'),
+    /**
+     * How long a write waits, off the event loop, for another process's write lock before its
+     * call fails with 503. @default 5000 (no default written here: the settle journal's folder
+     * is named after this section as given)
+     */
+    timeoutMs: z.number().int().positive().optional(),
     limits: redisLimits.optional(),
   }),
   /** One PostgreSQL schema: durable books shared by several instances. */
