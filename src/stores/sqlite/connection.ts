@@ -215,7 +215,10 @@ export class SqliteContext {
       outcomes = this.commitGroup(ops);
     } catch (err) {
       // BEGIN or COMMIT failed: nothing of the group was written.
-      if (isBusy(err) && !this.closed) return this.retryLocked(ops, err);
+      if (isBusy(err) && !this.closed) {
+        this.retryLocked(ops, err);
+        return;
+      }
       this.busyTries = 0;
       for (const op of ops) op.reject(this.storeError(op.what, err));
       return;
