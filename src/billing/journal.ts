@@ -161,8 +161,17 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
 
   return {
     add(req) {
-      pending.set(idOf(req), req);
-      write();
+      const id = idOf(req);
+      const had = pending.has(id);
+      pending.set(id, req);
+      try {
+        write();
+      } catch (err) {
+        // Not on disk: the caller is told so and gives the settle up (its call fails), so a
+        // later rewrite must not persist it after all, to be charged for an answer refused.
+        if (!had) pending.delete(id);
+        throw err;
+      }
     },
     remove(req) {
       if (pending.delete(idOf(req))) write();

@@ -3,11 +3,11 @@
  * unreachable) and the settle journal's disk is full (a 256 KiB tmpfs the test mounts and
  * fills, so the journal meets a real ENOSPC): the charge would live only in memory, so the
  * call fails instead, a plain call with 503 service_unavailable and a stream with an error
- * event in place of its last frames. Once the disk has room, a call whose settle the store refuses is
- * journaled and answered as usual.
+ * event in place of its last frames, and the journal never writes those charges later. Once
+ * the disk has room, a call whose settle the store refuses is journaled and answered as usual.
  */
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -19,7 +19,6 @@ const mountPoint = mkdtempSync(join(tmpdir(), 'mg-full-'));
 const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', mountPoint], { stdio: 'ignore' }).status === 0;
 if (!mounted) console.warn('\n!!! SKIPPING the disk-full settle test: mounting a tmpfs is not allowed here.\n');
 
-const filler = join(mountPoint, 'filler');
 /** Fills the volume: a file as large as it takes (the last write meets ENOSPC). */
 function fillDisk(): void {
   for (let size = 1 << 20; size >= 1; size >>= 1) {
@@ -68,9 +67,15 @@ describe.runIf(mounted)('settles when the store and the journal both fail', () =
   });
 
   it('room again: the settle is journaled and the call answered', async () => {
-    rmSync(filler, { force: true });
     for (let size = 1 << 20; size >= 1; size >>= 1) rmSync(join(mountPoint, `fill-${size}`), { force: true });
     const plain = await postChat(gw.baseURL, devKey, body(false));
     expect(plain.status).toBe(200);
+    // The journal holds that one settle: none of the calls that failed (their charges were
+    // given up) is written later, to be charged for an answer the client never had.
+    const dir = join(mountPoint, 'journal');
+    const lines = readdirSync(dir)
+      .filter((f) => f.endsWith('.jsonl'))
+      .flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n').filter(Boolean));
+    expect(lines).toHaveLength(1);
   });
 });
