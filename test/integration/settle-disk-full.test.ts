@@ -1,10 +1,13 @@
 /**
- * A full disk must not lose charges the client saw. The store refuses the settle (it is
- * unreachable) and the settle journal's disk is full (a 256 KiB tmpfs the test mounts and
- * fills, so the journal meets a real ENOSPC): the charge would live only in memory, so the
- * call fails instead, a plain call with 503 service_unavailable and a stream with an error
- * event in place of its last frames, and the journal never writes those charges later. Once
- * the disk has room, a call whose settle the store refuses is journaled and answered as usual.
+ * A full disk must not lose charges the client saw. The store refuses settles (it is
+ * unreachable) and the settle journal's disk fills up (a 256 KiB tmpfs the test mounts and
+ * fills, so the journal meets a real ENOSPC):
+ * - the journal reserved space at start: the first settle after the disk filled still goes
+ *   to the journal (it frees its reserve), and the call is answered;
+ * - with the reserve used and the disk full again, the charge would live only in memory, so
+ *   the call fails instead: a plain call with 503 service_unavailable, a stream with an error
+ *   event in place of its last frames, and the journal never writes those charges later;
+ * - once the disk has room, a refused settle is journaled and the call answered as usual.
  */
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
@@ -20,10 +23,12 @@ const mounted = spawnSync('mount', ['-t', 'tmpfs', '-o', 'size=256k', 'tmpfs', m
 if (!mounted) console.warn('\n!!! SKIPPING the disk-full settle test: mounting a tmpfs is not allowed here.\n');
 
 /** Fills the volume: a file as large as it takes (the last write meets ENOSPC). */
+let fills = 0;
 function fillDisk(): void {
+  fills++;
   for (let size = 1 << 20; size >= 1; size >>= 1) {
     try {
-      writeFileSync(join(mountPoint, `fill-${size}`), Buffer.alloc(size), { flag: 'wx' });
+      writeFileSync(join(mountPoint, `fill-${fills}-${size}`), Buffer.alloc(size), { flag: 'wx' });
     } catch {
       // Too large for what is left: try half.
     }
@@ -52,7 +57,22 @@ describe.runIf(mounted)('settles when the store and the journal both fail', () =
     rmSync(mountPoint, { recursive: true, force: true });
   });
 
-  it('disk full: a plain call gets 503, a stream ends with an error event, not its last frames', async () => {
+  const journalDir = () => join(mountPoint, 'journal');
+  const journaled = () =>
+    readdirSync(journalDir())
+      .filter((f) => f.endsWith('.jsonl'))
+      .flatMap((f) => readFileSync(join(journalDir(), f), 'utf8').split('\n').filter(Boolean));
+
+  it('the disk fills up: the space the journal reserved at start takes the settle', async () => {
+    fillDisk();
+    const plain = await postChat(gw.baseURL, devKey, body(false));
+    expect(plain.status).toBe(200);
+    expect(journaled()).toHaveLength(1);
+    // The journal wrote it by giving up its reserve.
+    expect(readdirSync(journalDir()).some((f) => f.endsWith('.reserve'))).toBe(false);
+  });
+
+  it('reserve used and disk full: a plain call gets 503, a stream ends with an error event, not its last frames', async () => {
     fillDisk();
     const plain = await postChat(gw.baseURL, devKey, body(false));
     const answer = (await plain.json()) as { error?: { code: string } };
@@ -67,15 +87,11 @@ describe.runIf(mounted)('settles when the store and the journal both fail', () =
   });
 
   it('room again: the settle is journaled and the call answered', async () => {
-    for (let size = 1 << 20; size >= 1; size >>= 1) rmSync(join(mountPoint, `fill-${size}`), { force: true });
+    for (const f of readdirSync(mountPoint)) if (f.startsWith('fill-')) rmSync(join(mountPoint, f), { force: true });
     const plain = await postChat(gw.baseURL, devKey, body(false));
     expect(plain.status).toBe(200);
-    // The journal holds that one settle: none of the calls that failed (their charges were
-    // given up) is written later, to be charged for an answer the client never had.
-    const dir = join(mountPoint, 'journal');
-    const lines = readdirSync(dir)
-      .filter((f) => f.endsWith('.jsonl'))
-      .flatMap((f) => readFileSync(join(dir, f), 'utf8').split('\n').filter(Boolean));
-    expect(lines).toHaveLength(1);
+    // The journal holds the two answered calls' settles: none of the calls that failed (their
+    // charges were given up) is written later, to be charged for an answer never delivered.
+    expect(journaled()).toHaveLength(2);
   });
 });
