@@ -34,14 +34,15 @@ export default defineConfig([
   {
     entry: { cli: 'src/cli.ts' },
     format: ['esm'],
-    // The CLI loads the Redis, PostgreSQL and SQLite stores on demand (stores/NAME/entry.js);
+    // The CLI loads the Redis, PostgreSQL and SQLite stores on demand (stores/NAME/entry.js,
+    // imported by stores/from-storage.ts);
     // those imports point at the published dist/redis.js, dist/postgres.js and dist/sqlite.js,
     // so each optional peer (ioredis, postgres, better-sqlite3) is needed only when configured.
     esbuildPlugins: [
       {
         name: 'store-subpaths-external',
         setup(build) {
-          build.onResolve({ filter: /^(?:\.\.?\/)+stores\/(redis|postgres|sqlite)\/entry\.js$/ }, (args) => ({
+          build.onResolve({ filter: /^(?:\.\.?\/)+(?:stores\/)?(redis|postgres|sqlite)\/entry\.js$/ }, (args) => ({
             path: `./${/(redis|postgres|sqlite)/.exec(args.path)![1]}.js`,
             external: true,
           }));

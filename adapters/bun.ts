@@ -10,7 +10,7 @@
  * each gateway request (`server.timeout(request, 0)`); the gateway's own body and upstream
  * timeouts still bound it.
  */
-import type { Gateway } from '../src/index.js';
+import type { Gateway } from '../src/gateway.js';
 
 /** The parts of Bun's `Server` the handler uses (no dependency on bun-types). */
 export interface BunServerLike {

@@ -14,8 +14,8 @@
  * `trustProxy` decides whether X-Forwarded-For is believed (Express's `trust proxy` is not used).
  */
 import type { ServerResponse } from 'node:http';
-import type { Gateway } from '../src/index.js';
-import { sendResponse, toFetchRequest, type NodeRequest } from './internal/node.js';
+import type { Gateway } from '../src/gateway.js';
+import { sendResponse, serverContextOf, toFetchRequest, type NodeRequest } from './internal/node.js';
 
 /** The parts of an Express request the middleware reads (Express 4 and 5 both fit). */
 export interface ExpressRequestLike extends NodeRequest {
@@ -28,13 +28,15 @@ export type ExpressMiddleware = (req: ExpressRequestLike, res: ServerResponse, n
 export function toExpress(gateway: Gateway): ExpressMiddleware {
   return (req, res, next) => {
     let request: Request;
+    // Express removed the mount prefix from req.url and left the rest as the client sent it.
+    const path = req.url ?? '/';
     try {
-      request = toFetchRequest(req, res, req.url ?? '/', parsedBody(req));
+      request = toFetchRequest(req, res, path, parsedBody(req));
     } catch (err) {
       next(err);
       return;
     }
-    Promise.resolve(gateway.fetch(request, { clientAddress: req.socket.remoteAddress }))
+    Promise.resolve(gateway.fetch(request, serverContextOf(req, path)))
       .then((response) => sendResponse(req, res, response))
       .catch(next);
   };

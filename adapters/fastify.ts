@@ -14,8 +14,8 @@
  * throttle is the socket's peer; the gateway's `trustProxy` decides about X-Forwarded-For.
  */
 import type { FastifyPluginCallback } from 'fastify';
-import type { Gateway } from '../src/index.js';
-import { toFetchRequest } from './internal/node.js';
+import type { Gateway } from '../src/gateway.js';
+import { serverContextOf, toFetchRequest } from './internal/node.js';
 
 export function toFastify(gateway: Gateway): FastifyPluginCallback {
   return (fastify, _options, done) => {
@@ -26,7 +26,7 @@ export function toFastify(gateway: Gateway): FastifyPluginCallback {
       const url = request.raw.url ?? '/';
       const path = url.startsWith(prefix) ? url.slice(prefix.length) : url;
       const fetchRequest = toFetchRequest(request.raw, reply.raw, path);
-      return Promise.resolve(gateway.fetch(fetchRequest, { clientAddress: request.raw.socket.remoteAddress })).then((response) =>
+      return Promise.resolve(gateway.fetch(fetchRequest, serverContextOf(request.raw, path))).then((response) =>
         reply.send(response),
       );
     });

@@ -1,13 +1,20 @@
 /**
  * model-gateway/next: route handlers for the Next.js App Router (Node.js runtime).
  *
- *   // app/api/v1/[...path]/route.ts
- *   export const { GET, POST } = toNext(getGateway, { basePath: '/api', clientAddress: lastForwardedFor });
+ *   // app/api/[...path]/route.ts: /api/v1/..., /api/admin (the console), /api/health
+ *   export const { GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS } = toNext(getGateway, { basePath: '/api', clientAddress: lastForwardedFor });
  *   export const runtime = 'nodejs';
  *   export const dynamic = 'force-dynamic';
  *
- * `basePath` is everything in front of /v1 in the URL the handler sees (Next.js's own
- * `basePath` included); it is removed before the gateway routes the request.
+ * One handler answers every method: the gateway routes the request itself (DELETE
+ * /v1/videos/{id}, the admin API's PUT and DELETE, CORS preflights) and answers 405 to a method
+ * a path does not take. A method the route file does not export is Next.js's own 405 before
+ * the gateway sees it, so export them all. Put the route one level above /v1
+ * (`app/api/[...path]`, not `app/api/v1/[...path]`) so that it also receives /api/admin, the
+ * console and its API, and the probes.
+ *
+ * `basePath` is everything in front of /v1 and /admin in the URL the handler sees (Next.js's
+ * own `basePath` included); it is removed before the gateway routes the request.
  *
  * The client address: Next.js gives a route handler no socket, so there is nothing trustworthy
  * to read by default and the choice is yours (`clientAddress` is required):
@@ -20,16 +27,19 @@
  * Returning undefined makes the request count as address "0.0.0.0": every such request
  * shares one IP budget.
  */
-import type { Gateway } from '../src/index.js';
+import type { Gateway } from '../src/gateway.js';
 
 export interface NextAdapterOptions {
-  /** Path in front of /v1, e.g. "/api" for app/api/v1/[...path]/route.ts. @default "" */
+  /** Path in front of /v1 and /admin, e.g. "/api" for app/api/[...path]/route.ts. @default "" */
   basePath?: string;
   /** The client address the per-IP throttle counts (see the module comment). */
   clientAddress: (request: Request) => string | null | undefined;
 }
 
 export type NextRouteHandler = (request: Request) => Promise<Response>;
+
+/** A route module's handler for each HTTP method Next.js lets it export. */
+export type NextRouteHandlers = Record<'GET' | 'HEAD' | 'POST' | 'PUT' | 'PATCH' | 'DELETE' | 'OPTIONS', NextRouteHandler>;
 
 /**
  * `gateway` may be a function returning it (or a promise of it), called on every request:
@@ -39,7 +49,7 @@ export type NextRouteHandler = (request: Request) => Promise<Response>;
 export function toNext(
   gateway: Gateway | (() => Gateway | Promise<Gateway>),
   options: NextAdapterOptions,
-): { GET: NextRouteHandler; POST: NextRouteHandler; OPTIONS: NextRouteHandler } {
+): NextRouteHandlers {
   if (typeof options?.clientAddress !== 'function') {
     throw new TypeError('toNext: options.clientAddress is required (Next.js exposes no client socket); see model-gateway/next.');
   }
@@ -49,9 +59,8 @@ export function toNext(
     const clientAddress = options.clientAddress(request) ?? undefined;
     return target.fetch(stripBasePath(request, basePath), { clientAddress });
   };
-  // OPTIONS reaches the gateway so that its `cors` option can answer preflights; export it
-  // from the route (`export const { GET, POST, OPTIONS } = ...`) when browsers call it.
-  return { GET: handle, POST: handle, OPTIONS: handle };
+  // The same handler for each: OPTIONS included, so the gateway's `cors` option answers preflights.
+  return { GET: handle, HEAD: handle, POST: handle, PUT: handle, PATCH: handle, DELETE: handle, OPTIONS: handle };
 }
 
 /** The last X-Forwarded-For entry: the address the proxy nearest to Next.js saw. */

@@ -9,12 +9,12 @@ import { createServer } from 'node:http';
 import { parseArgs } from 'node:util';
 import { createHash } from 'node:crypto';
 import { AdminError, whenToUnixMs } from './admin/accounts.js';
-import { keyLimitFlags, LimitFlagError } from './cli/limits.js';
+import { ADMIN_COMMANDS, checkFlags, READ_ONLY, runAdminCommand } from './cli/commands.js';
+import { need, UsageError } from './cli/values.js';
 import { describeStorage, open, StoreUnreachableError } from './cli/open.js';
 import { flagProblem } from './cli/flags.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
-import { parseUsd } from './billing/money.js';
 import { ConfigError } from './options.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './admin/ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
@@ -27,12 +27,16 @@ const USAGE = `usage:
   model-gateway accounts list --config FILE
   model-gateway wallet show --config FILE --account ID
   model-gateway wallet top-up --config FILE --account ID --usd AMOUNT
+  model-gateway wallet adjust --config FILE --account ID --usd SIGNED_AMOUNT --reason TEXT [--id ADJUSTMENT_ID]
   model-gateway keys create --config FILE --account ID [--kind developer|agent] [--model M] [--label L] [--monthly-cap USD]
                     [--models LIST] [--tpm N] [--budget USD/PERIOD ...]
-  model-gateway keys limits --config FILE --id KEY_ID [--models LIST|all] [--tpm N|default] [--budget USD/PERIOD ...|none]
+  model-gateway keys limits --config FILE --id KEY_ID [--monthly-cap USD|none] [--models LIST|all] [--tpm N|default]
+                    [--budget USD/PERIOD ...|none]
   model-gateway keys list --config FILE --account ID
   model-gateway keys disable --config FILE --id KEY_ID
   model-gateway keys enable --config FILE --id KEY_ID
+  model-gateway keys rotate --config FILE --id KEY_ID    (a new secret, same id, spend and limits; printed once)
+  model-gateway keys delete --config FILE --id KEY_ID    (its ledger entries stay)
   model-gateway ledger --config FILE --account ID [--key KEY_ID] [--since WHEN] [--until WHEN] [--format jsonl|csv]
   model-gateway audit --config FILE [--account ID]    (exit 0: the books add up; 1: differences)
 
@@ -43,8 +47,11 @@ options:
   --workers N|auto    serve: gateway processes on the one port (default 1; auto: one per core);
                       more than 1 needs sqlite, postgres or redis storage
   --wallet USD        accounts create: the starting balance, e.g. 25 or 12.5 (default 0)
-  --usd AMOUNT        wallet top-up: the amount to add, more than 0
-  --monthly-cap USD   keys create: the key's monthly spending cap
+  --usd AMOUNT        wallet top-up: the amount to add, more than 0; wallet adjust: signed, not 0
+                      (-2.5 takes money out, and may leave the wallet below zero)
+  --reason TEXT       wallet adjust: why, kept in the ledger entry
+  --id ADJUSTMENT_ID  wallet adjust: makes it idempotent (an id already applied changes nothing)
+  --monthly-cap USD   keys create, keys limits: the key's monthly spending cap (none: no cap)
   --kind K            keys create: developer (default) or agent (needs --model)
   --models LIST       keys: the models the key may call, comma-separated ids or prefixes ending in *
   --tpm N             keys: tokens per minute for the key (over limits.keyTokensPerMinute)
@@ -64,6 +71,7 @@ const options = {
   wallet: { type: 'string' },
   account: { type: 'string' },
   usd: { type: 'string' },
+  reason: { type: 'string' },
   kind: { type: 'string' },
   model: { type: 'string' },
   label: { type: 'string' },
@@ -77,39 +85,6 @@ const options = {
   format: { type: 'string' },
   help: { type: 'boolean', short: 'h' },
 } as const;
-
-class UsageError extends Error {
-  /** Whether the whole usage text helps (an unknown command), or the message says it all. */
-  constructor(
-    message: string,
-    readonly showUsage = false,
-  ) {
-    super(message);
-  }
-}
-
-function need(value: string | undefined, flag: string): string {
-  if (!value) throw new UsageError(`missing --${flag}`);
-  return value;
-}
-
-/**
- * A USD amount from a flag, checked here so a typo reads as one line naming the flag:
- * digits with at most 9 decimal places, within what the books can hold, and more than 0
- * when `positive`.
- */
-function usd(value: string, flag: string, positive: boolean): string {
-  const rule = `--${flag} must be ${positive ? 'more than 0' : '0 or more'} USD, with at most 9 decimal places (e.g. 12.5)`;
-  if (!/^\d+(\.\d+)?$/.test(value)) throw new UsageError(`${rule}; got "${value}"`);
-  let nano: bigint;
-  try {
-    nano = parseUsd(value);
-  } catch (err) {
-    throw new UsageError(`${rule}; got "${value}" (${(err as Error).message})`);
-  }
-  if (positive && nano === 0n) throw new UsageError(`${rule}; got "${value}"`);
-  return value;
-}
 
 function port(value: string | undefined): number {
   if (value === undefined) return 8080;
@@ -248,16 +223,10 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
   };
   process.once('SIGINT', stop);
   process.once('SIGTERM', stop);
-}
-
-/** The limit flags, checked (a bad one is a usage error naming it). */
-function checkedLimits(values: { models?: string | undefined; tpm?: string | undefined; budget?: string[] | undefined }) {
-  try {
-    return keyLimitFlags(values);
-  } catch (err) {
-    if (err instanceof LimitFlagError) throw new UsageError(err.message);
-    throw err;
-  }
+  // A hangup (the terminal or SSH session closed, or a supervisor's reload) drains too: its
+  // default would end the process at once, cutting streams unbilled. Kept for every hangup,
+  // so a second one during the drain does not cut it either.
+  process.on('SIGHUP', stop);
 }
 
 async function admin(argv: string[]): Promise<void> {
@@ -274,68 +243,25 @@ async function admin(argv: string[]): Promise<void> {
     process.exitCode = await superviseWorkers(workers);
     return;
   }
-  const known = ['accounts create', 'accounts list', 'accounts budgets', 'wallet show', 'wallet top-up', 'keys create', 'keys list', 'keys disable', 'keys enable', 'keys limits'];
+  const command = `${group} ${action}`;
   const alone = (group === 'ledger' || group === 'audit') && action === undefined;
-  if (!known.includes(`${group} ${action}`) && !alone) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
+  if (!(ADMIN_COMMANDS as readonly string[]).includes(command) && !alone) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
   const configFile = need(values.config, 'config');
   // Flags are checked before anything connects to the storage.
-  const wallet = values.wallet === undefined ? '0' : usd(values.wallet, 'wallet', false);
-  const topUp = values.usd === undefined ? undefined : usd(values.usd, 'usd', true);
-  const cap = values['monthly-cap'] === undefined ? null : usd(values['monthly-cap'], 'monthly-cap', false);
-  const limits = checkedLimits(values);
+  const flags = checkFlags(command, values);
   const { gateway, stores } = await open(configFile, true);
   try {
-    const changes = !alone && !['accounts list', 'wallet show', 'keys list'].includes(`${group} ${action}`);
-    if (changes && gateway.config.storage.driver === 'memory') {
+    if (!alone && !READ_ONLY.has(command) && gateway.config.storage.driver === 'memory') {
       process.stderr.write('note: storage is "memory"; this change lives only in this process. Use sqlite, postgres or redis storage.\n');
     }
-    const a = gateway.admin;
-    let out: unknown;
-    if (group === 'ledger' && action === undefined) {
-      await exportLedger(gateway, values);
-      return;
-    } else if (group === 'audit' && action === undefined) {
-      const report = await a.audit(values.account === undefined ? {} : { account: values.account });
+    if (group === 'ledger') return await exportLedger(gateway, values);
+    if (group === 'audit') {
+      const report = await gateway.admin.audit(values.account === undefined ? {} : { account: values.account });
       process.stdout.write(auditText(report));
       if (!report.ok) process.exitCode = 1;
       return;
-    } else if (group === 'accounts' && action === 'create') {
-      out = await a.createAccount({ id: need(values.id, 'id'), walletUsd: wallet, budgets: limits.budgets ?? [] });
-    } else if (group === 'accounts' && action === 'budgets') {
-      if (limits.budgets === undefined) throw new UsageError('missing --budget (USD/PERIOD, repeated for several, or none)');
-      await a.setAccountBudgets(need(values.id, 'id'), limits.budgets);
-      out = { account: values.id, budgets: limits.budgets };
-    } else if (group === 'accounts' && action === 'list') {
-      out = await a.listAccounts();
-    } else if (group === 'wallet' && action === 'show') {
-      const account = need(values.account, 'account');
-      out = { account, ...(await a.wallet(account)) };
-    } else if (group === 'wallet' && action === 'top-up') {
-      out = await a.topUp(need(values.account, 'account'), need(topUp, 'usd'));
-    } else if (group === 'keys' && action === 'create') {
-      const kind = values.kind ?? 'developer';
-      if (kind !== 'developer' && kind !== 'agent') throw new UsageError('--kind is developer or agent');
-      out = await a.createKey({
-        account: need(values.account, 'account'),
-        kind,
-        model: values.model ?? null,
-        label: values.label ?? null,
-        monthlyCapUsd: cap,
-        ...limits,
-      });
-    } else if (group === 'keys' && action === 'limits') {
-      out = await a.setKeyLimits(need(values.id, 'id'), limits);
-    } else if (group === 'keys' && action === 'disable') {
-      await a.disableKey(need(values.id, 'id'));
-      out = { disabled: values.id };
-    } else if (group === 'keys' && action === 'enable') {
-      await a.enableKey(need(values.id, 'id'));
-      out = { enabled: values.id };
-    } else if (group === 'keys' && action === 'list') {
-      out = await a.listKeys(need(values.account, 'account'));
-    } else {
-      throw new UsageError(`unknown command: ${positionals.join(' ')}`);
     }
+    const out = await runAdminCommand(gateway.admin, command, values, flags);
     process.stdout.write(`${JSON.stringify(out, null, 2)}\n`);
   } finally {
     await gateway.dispose();

@@ -71,6 +71,11 @@ export interface GatewayErrorInit {
   /** Overrides the code's type (an upstream 4xx keeps its own type). */
   type?: string;
   cause?: unknown;
+  /**
+   * The model a refusal concerns (a model the key may not call): never on the wire, but kept
+   * on the request's record so its access line and the console's per-model counts name it.
+   */
+  model?: string;
 }
 
 export class GatewayError extends Error {
@@ -80,6 +85,8 @@ export class GatewayError extends Error {
   readonly param: string | null;
   readonly metadata: Record<string, unknown> | undefined;
   readonly headers: Record<string, string>;
+  /** The model a refusal concerns, for the request's record (not sent). */
+  readonly model: string | undefined;
 
   constructor(code: ErrorCode, message: string, init: GatewayErrorInit = {}) {
     super(message, init.cause === undefined ? undefined : { cause: init.cause });
@@ -91,6 +98,7 @@ export class GatewayError extends Error {
     this.param = init.param ?? null;
     this.metadata = init.metadata;
     this.headers = init.headers ?? {};
+    this.model = init.model;
   }
 
   /** The envelope body. */

@@ -8,6 +8,8 @@ export { ConfigError, optionsSchema, parseOptions } from './options.js';
 export type { GatewayConfig, GatewayConfigInput } from './options.js';
 export { loadConfigFile } from './cli/config-file.js';
 export { createMemoryStores } from './stores/memory/index.js';
+export { createStores } from './stores/from-storage.js';
+export type { StorageOptions } from './stores/from-storage.js';
 export type * from './stores/types.js';
 export { StoreUnavailableError, isStoreUnavailable } from './stores/errors.js';
 export type { Logger } from './observability/log.js';

@@ -6,9 +6,10 @@
 import { z } from 'zod';
 import { formatIssues } from './options/issues.js';
 import { modelSchema } from './options/model.js';
+import { referenceProblems } from './options/references.js';
 import { storageSchema } from './options/storage.js';
 import { upstreamSchema } from './options/upstream.js';
-import { budgetSchema, modelPattern, secret, usdAmount } from './options/values.js';
+import { budgetSchema, entityId, modelPattern, secret, sectionName, usdAmount } from './options/values.js';
 
 export { mediaPricingSchema, modelSchema, textPricingSchema } from './options/model.js';
 
@@ -46,14 +47,14 @@ export const optionsSchema = z.strictObject({
   /** Shown as `owned_by` on media rows. @default "model-gateway" */
   serviceName: z.string().min(1).default('model-gateway'),
   /** @default {} */
-  upstreams: z.record(z.string(), upstreamSchema).default({}),
+  upstreams: z.record(sectionName, upstreamSchema).default({}),
   /** @default [] */
   models: z.array(modelSchema).default([]),
   /** @default [] */
   accounts: z
     .array(
       z.strictObject({
-        id: z.string().min(1).max(200),
+        id: entityId,
         walletUsd: usdAmount.default(0),
         grants: z.array(z.string()).default([]),
         /** Spending budgets across the account's keys, e.g. `[{usd: "50", period: "week"}]`. @default [] */
@@ -84,7 +85,7 @@ export const optionsSchema = z.strictObject({
   brands: z
     .array(
       z.strictObject({
-        id: z.string().min(1).max(200),
+        id: entityId,
         account: z.string().min(1),
         name: z.string().default(''),
         description: z.string().default(''),
@@ -96,7 +97,7 @@ export const optionsSchema = z.strictObject({
   documents: z
     .array(
       z.strictObject({
-        id: z.string().min(1).max(200),
+        id: entityId,
         account: z.string().min(1),
         brand: z.string().nullable().default(null),
         title: z.string().default(''),
@@ -276,6 +277,11 @@ export type UpstreamConfig = GatewayConfig['upstreams'][string];
  * "0.000001", got the number 1.5e-7`), with the nearest known name for an unknown key.
  */
 export function parseOptions(input: unknown): GatewayConfig {
+  // A "__proto__" key (JSON.parse makes it an own key) never reaches a record's key check.
+  const upstreams = (input as { upstreams?: unknown } | null)?.upstreams;
+  if (upstreams && typeof upstreams === 'object' && Object.hasOwn(upstreams, '__proto__')) {
+    throw new ConfigError('invalid gateway options:\n  upstreams["__proto__"]: is a name every object has; choose another');
+  }
   const result = optionsSchema.safeParse(input, { reportInput: true });
   if (result.success) return crossCheck(result.data);
   const lines = formatIssues(result.error.issues, optionsSchema, input).map((l) => `  ${l}`);
@@ -288,39 +294,7 @@ export class ConfigError extends Error {
 
 /** References between sections (a key's account, a model's upstream) are checked here. */
 function crossCheck(cfg: GatewayConfig): GatewayConfig {
-  const problems: string[] = [];
-  const modelIds = new Set<string>();
-  cfg.models.forEach((m, i) => {
-    if (modelIds.has(m.id)) problems.push(`models[${i}].id: duplicate model id "${m.id}"`);
-    modelIds.add(m.id);
-    if (m.upstream !== undefined && !cfg.upstreams[m.upstream]) problems.push(`models[${i}].upstream: no upstream named "${m.upstream}"`);
-    m.targets?.forEach((t, j) => {
-      if (!cfg.upstreams[t.upstream]) problems.push(`models[${i}].targets[${j}].upstream: no upstream named "${t.upstream}"`);
-    });
-  });
-  const accountIds = new Set(cfg.accounts.map((a) => a.id));
-  cfg.keys.forEach((k, i) => {
-    if (!accountIds.has(k.account)) problems.push(`keys[${i}].account: no account "${k.account}"`);
-    if (k.kind === 'agent') {
-      const model = cfg.models.find((m) => m.id === k.model);
-      if (!model) problems.push(`keys[${i}].model: an agent key needs the id of a configured text model`);
-      else if (model.type !== 'text') problems.push(`keys[${i}].model: an agent key is pinned to a text model`);
-    } else if (k.model !== null) {
-      problems.push(`keys[${i}].model: only agent keys are pinned to a model`);
-    }
-  });
-  cfg.brands.forEach((b, i) => {
-    if (!accountIds.has(b.account)) problems.push(`brands[${i}].account: no account "${b.account}"`);
-  });
-  cfg.documents.forEach((d, i) => {
-    if (!accountIds.has(d.account)) problems.push(`documents[${i}].account: no account "${d.account}"`);
-  });
-  if (cfg.idempotency.maxAnswerBytes > cfg.idempotency.maxBytesPerAccount) {
-    problems.push('idempotency.maxAnswerBytes: must not be larger than idempotency.maxBytesPerAccount');
-  }
-  cfg.trustProxy.forEach((p, i) => {
-    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy[${i}]: not an IP address or CIDR: "${p}"`);
-  });
+  const problems = referenceProblems(cfg);
   if (problems.length) throw new ConfigError(`invalid gateway options:\n${problems.map((p) => `  ${p}`).join('\n')}`);
   return cfg;
 }

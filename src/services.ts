@@ -79,8 +79,8 @@ type SqliteInput = Extract<StorageInput, { driver: 'sqlite' }>;
 type StorageBuiltHere = Extract<StorageInput, { driver: 'memory' }> | (SqliteInput & { limits?: undefined });
 /**
  * Storage whose stores connect (and PostgreSQL's migrate) asynchronously, which createGateway,
- * a synchronous call, cannot wait for: build them first (`createPostgresStores`,
- * `createRedisStores`) and pass them as `stores`.
+ * a synchronous call, cannot wait for: build them first (`createStores(storage)`, or the
+ * driver's own `createPostgresStores`, `createRedisStores`) and pass them as `stores`.
  */
 type StorageBuiltFirst = Extract<StorageInput, { driver: 'postgres' | 'redis' }> | (SqliteInput & { limits: NonNullable<SqliteInput['limits']> });
 
@@ -161,7 +161,7 @@ export function createServices(
     auth: createAuthenticator(stores.keys),
     meter: createMeter({
       billing: stores.billing,
-      journal: cfg.settleJournalDir ? fileJournal(cfg.settleJournalDir) : memoryJournal(),
+      journal: cfg.settleJournalDir ? openJournal(cfg.settleJournalDir) : memoryJournal(),
       now,
       log,
       holdTtlMs: cfg.limits.holdTtlMs,
@@ -239,15 +239,11 @@ function storesFor(cfg: GatewayConfig, now: () => number): Stores {
   if (storage.driver === 'memory') return createMemoryStores({ now });
   if (storage.driver === 'sqlite' && !storage.limits) return createSqliteStores({ path: storage.path, synchronous: storage.synchronous, now, ...(storage.timeoutMs === undefined ? {} : { timeoutMs: storage.timeoutMs }) });
   // These connect (and PostgreSQL migrates) asynchronously; createGateway is synchronous.
-  const how =
-    storage.driver === 'postgres'
-      ? 'import { createPostgresStores } from "model-gateway/postgres" and pass `stores: await createPostgresStores({ url, schema })`'
-      : storage.driver === 'redis'
-        ? 'import { createRedisStores } from "model-gateway/redis" and pass them as `stores`'
-        : 'build the stores (model-gateway/sqlite and model-gateway/redis) and pass them as `stores`';
   const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
   // Refused here, when the gateway is created, never per request.
-  throw new ConfigError(`${what} needs stores built first: ${how}, or use the CLI.`);
+  throw new ConfigError(
+    `${what} needs stores built first: import { createStores } from "model-gateway" and pass \`stores: await createStores(storage)\`, or use the CLI.`,
+  );
 }
 
 function upstreamsOf(cfg: GatewayConfig, tokenizer: Tokenizer): Map<string, Upstream> {
@@ -263,4 +259,18 @@ function upstreamsOf(cfg: GatewayConfig, tokenizer: Tokenizer): Map<string, Upst
 function reportCharge(c: UnobservedCharge, log: Logger, metrics: Metrics | null): void {
   log.info({ msg: 'job billed', job_id: c.entryId, account: c.accountId, model: c.model, units: c.units, cost_usd: formatUsd(c.cost) });
   metrics?.charge(c.model, c.units, c.cost);
+}
+
+/**
+ * The settle journal in `dir`, or a ConfigError naming the option when the directory cannot
+ * be made or used (a file of that name, no permission): a start error to act on, not a
+ * stack trace.
+ */
+function openJournal(dir: string) {
+  try {
+    return fileJournal(dir);
+  } catch (err) {
+    const why = (err as NodeJS.ErrnoException).code === 'EEXIST' || (err as NodeJS.ErrnoException).code === 'ENOTDIR' ? 'it is not a directory' : (err as Error).message;
+    throw new ConfigError(`invalid gateway options:\n  settleJournalDir: cannot keep the settle journal in "${dir}": ${why}`);
+  }
 }

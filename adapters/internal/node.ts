@@ -42,6 +42,17 @@ export function toFetchRequest(req: NodeRequest, res: ServerResponse, path: stri
   return new Request(originOf(req) + (path.startsWith('/') ? path : `/${path}`), init);
 }
 
+/**
+ * What the gateway is told of the request besides the Request: the peer's address, and the
+ * path as the host app routed it (`path`, mount prefix removed, exactly as sent). The
+ * Request's own URL cannot carry it: `new Request()` resolves dot segments, so
+ * `/api/v1/../admin/...`, which the host routed past its guard on `/api/admin`, would reach
+ * the gateway as `/admin/...`. The gateway routes by this path, as it does standalone.
+ */
+export function serverContextOf(req: NodeRequest, path: string): { clientAddress: string | undefined; req: { url: string } } {
+  return { clientAddress: req.socket.remoteAddress, req: { url: path.startsWith('/') ? path : `/${path}` } };
+}
+
 function originOf(req: NodeRequest): string {
   const scheme = (req.socket as { encrypted?: boolean }).encrypted ? 'https' : 'http';
   try {

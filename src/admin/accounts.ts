@@ -2,6 +2,7 @@
  * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
+import { ENTITY_ID } from '../options/values.js';
 import { digestKey, displayPrefix, generateKey, randomBase62 } from '../auth/keys.js';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
@@ -57,8 +58,10 @@ export interface Admin {
   createAccount(input: { id: string; walletUsd?: string | number; grants?: string[]; budgets?: BudgetInput[] }): Promise<{ created: boolean }>;
   /** Replaces an account's budgets (across all its keys); [] clears them. */
   setAccountBudgets(accountId: string, budgets: BudgetInput[]): Promise<void>;
-  /** Every account, with its wallet (USD decimal strings). */
-  listAccounts(): Promise<Array<{ id: string; grants: string[]; createdAt: number; balanceUsd: string; heldUsd: string }>>;
+  /** Every account, with its budgets and its wallet (USD decimal strings). */
+  listAccounts(): Promise<
+    Array<{ id: string; grants: string[]; budgets: ReturnType<typeof budgetsView>; createdAt: number; balanceUsd: string; heldUsd: string }>
+  >;
   /** Adds to an account's wallet; returns the new balance as a USD decimal string. */
   topUp(accountId: string, usd: string | number): Promise<{ balanceUsd: string }>;
   wallet(accountId: string): Promise<{ balanceUsd: string; heldUsd: string }>;
@@ -79,10 +82,14 @@ export interface Admin {
   deleteKey(id: string): Promise<void>;
   /**
    * Changes an account's wallet by a signed USD amount with a reason, as one ledger entry
-   * (units `{kind: 'credit', reason}`). `id` makes it idempotent: a credit id already applied
-   * changes nothing. A negative amount (an adjustment) may leave the wallet below zero.
+   * (units `{kind: 'credit', reason}`, plus `adjustment: true` when `adjustment` says it is an
+   * operator's correction rather than a top-up). `id` makes it idempotent: a credit id already
+   * applied changes nothing. A negative amount may leave the wallet below zero.
    */
-  credit(accountId: string, input: { amountUsd: string | number; reason: string; id?: string }): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
+  credit(
+    accountId: string,
+    input: { amountUsd: string | number; reason: string; id?: string; adjustment?: boolean },
+  ): Promise<{ id: string; applied: boolean; balanceUsd: string }>;
   /** Every ledger entry of an account, oldest first. */
   ledger(accountId: string): Promise<LedgerEntry[]>;
   /**
@@ -187,6 +194,11 @@ export async function insertKey(core: Services, plain: string, input: CreateKeyI
   });
 }
 
+/** An account, brand or document id as it may be created (`.` and `..` never: they are path segments). */
+function checkId(field: string, id: string): void {
+  if (!ENTITY_ID.test(id)) throw new AdminError(`${field}: must be 1-64 letters, digits, "_", "-" or ".", and not "." or ".."; got ${JSON.stringify(id.slice(0, 80))}`);
+}
+
 async function requireAccount(core: Services, id: string) {
   const account = await core.stores.accounts.get(id);
   if (!account) throw new AdminError(`No account "${id}".`);
@@ -199,6 +211,7 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
   const { stores } = core;
   return {
     async createAccount({ id, walletUsd = 0, grants = [], budgets }) {
+      checkId('id', id);
       const record = { id, grants, createdAt: core.now(), budgets: parseBudgets(budgets) };
       const created = await stores.accounts.create(record, parseUsd(walletUsd));
       return { created };
@@ -208,7 +221,8 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       return Promise.all(
         accounts.map(async (acct) => {
           const w = await stores.billing.wallet(acct.id);
-          return { id: acct.id, grants: acct.grants, createdAt: acct.createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
+          const { id, grants, createdAt } = acct;
+          return { id, grants, budgets: budgetsView(acct.budgets), createdAt, balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
         }),
       );
     },
@@ -230,14 +244,14 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       if (!(await stores.accounts.setBudgets(accountId, parseBudgets(budgets)))) throw new AdminError(`No account "${accountId}".`);
       hooks.forgetGrants(accountId);
     },
-    async credit(accountId, { amountUsd, reason, id }) {
+    async credit(accountId, { amountUsd, reason, id, adjustment = false }) {
       await requireAccount(core, accountId);
       const text = String(amountUsd).trim();
       const negative = text.startsWith('-');
       const amount = parseUsd(negative ? text.slice(1) : text);
       if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
       const creditId = id ?? `cr_${randomBase62(20)}`;
-      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, at: core.now() });
+      const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });
       return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };
     },
   };
@@ -341,14 +355,16 @@ function contentMethods(core: Services): ContentMethods {
   return {
     async putBrand({ id, account, name = '', description = '', voice }) {
       await requireAccount(core, account);
-      if (!id || !voice) throw new AdminError('A brand needs an id and a voice.');
+      checkId('id', id);
+      if (!voice) throw new AdminError('A brand needs an id and a voice.');
       const existing = await stores.content.getBrand(account, id);
       await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
     },
     deleteBrand: (accountId, id) => stores.content.deleteBrand(accountId, id),
     async addDocument({ id, account, brand = null, title = '', text }) {
       await requireAccount(core, account);
-      if (!id || !text.trim()) throw new AdminError('A document needs an id and some text.');
+      checkId('id', id);
+      if (!text.trim()) throw new AdminError('A document needs an id and some text.');
       if (brand !== null && !(await stores.content.getBrand(account, brand))) {
         throw new AdminError(`No brand "${brand}" in account "${account}".`);
       }
@@ -370,7 +386,9 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
 function audit(core: Services): Admin['audit'] {
   return async (options) => {
     try {
-      return await auditBooks(core.stores, options);
+      // A hold lives at most the longer of the calls' and the jobs' TTL past its last renewal.
+      const maxHoldTtlMs = Math.max(core.cfg.limits.holdTtlMs, core.cfg.limits.jobTtlMs);
+      return await auditBooks(core.stores, { maxHoldTtlMs, ...options });
     } catch (err) {
       // An account that does not exist is the caller's mistake.
       if (err instanceof RangeError) throw new AdminError(err.message.replace(/^no account/, 'No account'));

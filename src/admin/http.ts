@@ -40,6 +40,15 @@ function parse<T>(schema: z.ZodType<T>, value: unknown): T {
   throw new GatewayError('invalid_request', `${param ?? 'body'}: ${issue?.message ?? 'invalid'}`, { param });
 }
 
+/**
+ * A NUL in a path parameter or the query names nothing any store holds (PostgreSQL cannot
+ * even bind it, and would answer as if it were down): 404 naming the parameter, on every driver.
+ */
+function refuseNul(params: Record<string, string>, query: string): void {
+  const named = [...Object.entries(params), ...new URLSearchParams(query)].find(([, v]) => v.includes('\u0000'));
+  if (named) throw new GatewayError('not_found', `No ${named[0]} with that id: it contains NUL.`, { param: named[0] });
+}
+
 /** Whether `path` (under /admin) is the console's: anything but the API under /admin/v1. */
 const isConsolePath = (path: string) =>
   path === '/admin' || path === '/admin/' || (path.startsWith('/admin/') && !path.startsWith('/admin/v1/') && path !== '/admin/v1');
@@ -98,6 +107,7 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
         headers: { allow: m.allow.join(', ') },
       });
     }
+    refuseNul(m.params, query);
     const r = m.found;
     let result: unknown;
     try {

@@ -41,7 +41,8 @@ function row(e: LedgerEntry): Row {
     account: e.accountId,
     key: e.keyId,
     model: e.model,
-    units: u.kind,
+    // An operator's correction reads as an adjustment, apart from top-ups and other credits.
+    units: u.kind === 'credit' && u.adjustment ? 'adjustment' : u.kind,
     prompt_tokens: u.kind === 'tokens' ? u.prompt : null,
     completion_tokens: u.kind === 'tokens' ? u.completion : null,
     // Parts of the prompt (cache reads, cache writes) and of the completion (reasoning).

@@ -41,7 +41,10 @@ const recentRequest = z.object({
   cost_usd: usd.nullable(),
   error_code: z.string().nullable(),
 });
-export const requests = list(recentRequest).extend({ kept: z.number().int().describe('The ring size of this instance') });
+export const requests = list(recentRequest).extend({
+  kept: z.number().int().describe('The ring size of this instance'),
+  more: z.boolean().describe('Older requests follow: ask again with before = the last request_id'),
+});
 
 export const modelStats = list(
   z.object({

@@ -80,7 +80,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     summary: 'Adjust a wallet by a signed amount (a ledger entry with the reason)',
     body: S.adjustmentBody,
     status: 201,
-    run: accounts.credit,
+    run: accounts.adjust,
   }),
   route({
     method: 'PUT',
@@ -192,7 +192,7 @@ export const adminRoutes: readonly AdminRoute[] = [
     method: 'GET',
     path: '/requests',
     summary:
-      'This instance’s latest /v1 requests, newest first, from its bounded ring (admin.recentRequests): request_id, time, route, status, key_id, account, model, latency_ms, cost_usd, error_code',
+      'This instance’s latest /v1 requests, newest first, from its bounded ring (admin.recentRequests), paged with before = the last request_id: request_id, time, route, status, key_id, account, model, latency_ms, cost_usd, error_code',
     query: S.requestsQuery,
     returns: R.requests,
     run: monitor.requests,

@@ -3,8 +3,13 @@
  * document. Bodies use the same camelCase names as the programmatic admin and the config file.
  */
 import { z } from 'zod';
+import { entityId } from '../options/values.js';
 
-const id = z.string().min(1).max(200);
+/**
+ * An id the call names (an account, key, credit, model): no control character, which no
+ * stored id holds and PostgreSQL cannot bind (NUL).
+ */
+const id = z.string().min(1).max(200).regex(/^\P{Cc}*$/u, 'must not contain control characters');
 /** A non-negative USD decimal (string or number); exactness is checked where it is parsed. */
 const usd = z.union([z.string().regex(/^\d{1,15}(\.\d{1,9})?$/), z.number().nonnegative()]);
 /** A signed USD decimal: adjustments may take money out. */
@@ -18,7 +23,7 @@ const budget = z.strictObject({ usd, period: z.enum(['day', 'week', 'month']) })
 const modelPattern = id.regex(/^[^*]*\*?$/, 'a model id, or a prefix ending in "*"');
 
 export const createAccountBody = z.strictObject({
-  id: id.regex(/^[\w.:@-]+$/, 'letters, digits and _ . : @ - only'),
+  id: entityId,
   walletUsd: usd.optional(),
   grants: z.array(id).optional(),
   budgets: z.array(budget).optional(),
@@ -119,6 +124,8 @@ export const requestsQuery = z.strictObject({
   key: id.optional(),
   /** Only answers with a status of 400 or more. */
   errors: z.enum(['true', 'false']).optional(),
+  /** The next page: requests older than this request id (the last one of the page before). */
+  before: z.string().min(1).max(200).optional(),
   limit: z.coerce.number().int().min(1).max(1000).default(50),
 });
 

@@ -4,39 +4,60 @@
  * - `balance`: the wallet's balance is minus the sum of the ledger's costs (every wallet change
  *   is a ledger entry: opening balances, top-ups, credits, charges).
  * - `held`: the wallet's held amount is the sum of its open holds (those not yet expired).
- * - `hold_expiry`: no hold is still counted past its expiry plus a grace. An expired hold a
- *   store has not swept yet counts for nothing and is not named; one the store still counts
- *   (the held amount is above the open holds), or one kept with no expiry at all, is.
+ * - `hold_expiry`: no hold is still counted past its expiry plus a grace (an expired hold a
+ *   store has not swept yet counts for nothing and is not named; one the store still counts,
+ *   the held amount being above the open holds, or one kept with no expiry at all, is), and
+ *   no hold expires later than the longest hold TTL allows from now (plus the grace): a hold
+ *   that never lapses holds the wallet for good.
  * - `key_spend`: each key's month-to-date spend is the sum of its charges this month.
- * - `duplicate_charge`: no hold id has two charges (settles are idempotent per hold id).
+ * - `period_spend`: each key's, and the whole account's, spend in the current day, week and
+ *   month (what budgets are checked against) is the sum of its charges in that period.
+ * - `duplicate_charge`, `duplicate_request`: no hold id, and no request (or job) id, has two
+ *   charges (settles are idempotent per hold id; a request is billed once).
+ * - `cost`: each charge's cost is its units times the unit prices kept on it, rounded up to
+ *   the nano-USD once, as billing computes it (pricing.ts). Charges written before prices
+ *   were kept have none and are not checked.
  *
  * It reads in pages (the ledger by its cursor, holds by theirs) and keeps only sums, so an
  * account with millions of entries is never loaded whole. It writes nothing (the Redis
  * driver's duplicate pass keeps scratch keys that it deletes). Books that change while they
  * are read (a live gateway) are read again, up to a few times, until one reading is still.
  */
-import type { BillingStore, HoldView, Stores } from '../stores/types.js';
-import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
+import type { Stores } from '../stores/types.js';
 import { formatUsd } from './money.js';
-import { monthOf } from './months.js';
+import { nextTurn, type Reading, readStill } from './audit-read.js';
 
-export type AuditCheck = 'balance' | 'held' | 'hold_expiry' | 'key_spend' | 'duplicate_charge';
+export type AuditCheck =
+  | 'balance'
+  | 'held'
+  | 'hold_expiry'
+  | 'key_spend'
+  | 'period_spend'
+  | 'duplicate_charge'
+  | 'duplicate_request'
+  | 'cost';
 
 export interface AuditDifference {
   account: string;
   check: AuditCheck;
   /**
    * What the books say it should be, and what the store has: USD decimal strings for
-   * `balance`, `held` and `key_spend`; counts of charges for `duplicate_charge`; for
-   * `hold_expiry` the time (ISO 8601) the hold had to stop counting by, and the time the
-   * audit found it counted (expected "an expiry", actual "none" for a hold kept without one).
+   * `balance`, `held`, `key_spend`, `period_spend` and `cost`; counts of charges for the
+   * duplicates; for `hold_expiry` the time (ISO 8601) the hold had to stop counting by, and
+   * the time the audit found it counted, or the latest expiry the TTL allows and the hold's
+   * (expected "an expiry", actual "none" for a hold kept without one). A `cost` whose units
+   * name a part no price was kept for expects "a price for every unit" and names the part.
    */
   expected: string;
   actual: string;
-  /** `key_spend`: the key. */
+  /** `key_spend` and a key's `period_spend`: the key. */
   key?: string;
+  /** `period_spend`: the period ("d2026-11-26", "w2026-11-23", "m2026-11"). */
+  period?: string;
   /** `hold_expiry` and `duplicate_charge`: the hold id. */
   hold?: string;
+  /** `cost` and `duplicate_request`: the entry's id (the request or job id). */
+  entry?: string;
 }
 
 export interface AuditReport {
@@ -50,38 +71,19 @@ export interface AuditReport {
 export interface AuditOptions {
   /** Audit only this account. */
   account?: string;
-  /** How long past its expiry a hold may still be counted (a sweep's delay). @default 600_000 */
+  /** How long past its expiry a hold may still be counted (a sweep's delay), and clocks may disagree. @default 600_000 */
   graceMs?: number;
+  /** The longest TTL a hold is placed or renewed with (calls' and jobs'). @default 86_400_000 */
+  maxHoldTtlMs?: number;
   /** Readings of a changing account before its last one is judged. @default 3 */
   attempts?: number;
 }
 
 export const DEFAULT_AUDIT_GRACE_MS = 10 * 60 * 1000;
-const HOLD_PAGE = 1_000;
-/**
- * The next turn of the event loop, taken between pages: a synchronous store (SQLite) answers
- * each page at once, and an audit of a long ledger must not keep every other request waiting.
- */
-const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
-/** Duplicate hold ids named per account at most: one is enough to act on, a flood helps nobody. */
-const MAX_DUPLICATES = 100;
-
-/** What one reading of an account found. */
-interface Reading {
-  balance: bigint;
-  held: bigint;
-  /** Minus the sum of the ledger's costs. */
-  ledgerBalance: bigint;
-  entries: number;
-  /** The store's clock when the holds were read. */
-  at: number;
-  holds: HoldView[];
-  /** Charges this month by key, and each key's month-to-date spend as the store keeps it. */
-  charged: Map<string, bigint>;
-  spend: Map<string, bigint>;
-  /** Nothing changed while it was read. */
-  still: boolean;
-}
+/** The default job TTL: the longest hold a gateway on default options places. */
+export const DEFAULT_MAX_HOLD_TTL_MS = 24 * 60 * 60 * 1000;
+/** Ids named per account and check at most: one is enough to act on, a flood helps nobody. */
+export const MAX_NAMED = 100;
 
 /** Audits every account (or `options.account`). Throws a RangeError when that account does not exist. */
 export async function auditBooks(stores: Stores, options: AuditOptions = {}): Promise<AuditReport> {
@@ -89,12 +91,13 @@ export async function auditBooks(stores: Stores, options: AuditOptions = {}): Pr
   const report: AuditReport = { ok: true, accounts: 0, entries: 0, differences: [] };
   for (const id of ids) {
     await nextTurn();
-    const r = await readStill(stores, id, options.attempts ?? 3);
+    const r = await readStill(stores, id, options.attempts ?? 3, MAX_NAMED);
     report.accounts++;
     report.entries += r.entries;
-    report.differences.push(...judge(id, r, options.graceMs ?? DEFAULT_AUDIT_GRACE_MS));
-    for (const d of await stores.billing.duplicateCharges(id, MAX_DUPLICATES)) {
-      report.differences.push({ account: id, check: 'duplicate_charge', hold: d.holdId, expected: '1', actual: String(d.charges) });
+    report.differences.push(...judge(id, r, options.graceMs ?? DEFAULT_AUDIT_GRACE_MS, options.maxHoldTtlMs ?? DEFAULT_MAX_HOLD_TTL_MS));
+    for (const d of await stores.billing.duplicateCharges(id, MAX_NAMED)) {
+      const named = d.of === 'hold' ? { check: 'duplicate_charge' as const, hold: d.id } : { check: 'duplicate_request' as const, entry: d.id };
+      report.differences.push({ account: id, ...named, expected: '1', actual: String(d.charges) });
     }
   }
   report.ok = report.differences.length === 0;
@@ -111,80 +114,10 @@ async function accountIds(stores: Stores, only: string | undefined): Promise<str
   return (await stores.accounts.list()).map((a) => a.id).sort();
 }
 
-async function readStill(stores: Stores, accountId: string, attempts: number): Promise<Reading> {
-  let r = await readAccount(stores, accountId);
-  for (let i = 1; i < attempts && !r.still; i++) r = await readAccount(stores, accountId);
-  return r;
-}
-
-/**
- * One reading: the wallet, the holds, the ledger to its end, the keys' spend, then the wallet
- * again and the ledger past where it ended. Every wallet change appends an entry in the same
- * step, so an unchanged wallet and no entry past the end mean the sums belong together.
- */
-async function readAccount(stores: Stores, accountId: string): Promise<Reading> {
-  const b = stores.billing;
-  const before = await b.wallet(accountId);
-  const { holds, at } = await readHolds(b, accountId);
-  const month = monthOf(at);
-  const ledger = await sumLedger(b, accountId, month);
-  const keys = new Set([...ledger.charged.keys(), ...(await stores.keys.listByAccount(accountId)).map((k) => k.id)]);
-  const spend = new Map<string, bigint>();
-  for (const key of keys) spend.set(key, (await b.keyUsage(accountId, key, month)).monthly);
-  const after = await b.wallet(accountId);
-  const tail = await b.queryLedger({ accountId, cursor: ledger.cursor, limit: 1 });
-  return {
-    balance: after.balance,
-    held: after.held,
-    ledgerBalance: -ledger.sum,
-    entries: ledger.entries,
-    at,
-    holds,
-    charged: ledger.charged,
-    spend,
-    still: before.balance === after.balance && before.held === after.held && tail.entries.length === 0,
-  };
-}
-
-/** Every hold the store keeps for the account. An account has as many as calls in flight. */
-async function readHolds(b: BillingStore, accountId: string): Promise<{ holds: HoldView[]; at: number }> {
-  const holds: HoldView[] = [];
-  let cursor: string | undefined;
-  let at = 0;
-  for (;;) {
-    const page = await b.listHolds(accountId, cursor, HOLD_PAGE);
-    holds.push(...page.holds);
-    at = Math.max(at, page.at);
-    if (page.nextCursor === null) return { holds, at };
-    cursor = page.nextCursor;
-    await nextTurn();
-  }
-}
-
-/** The ledger's sum, its length, and this month's charges by key, page by page. */
-async function sumLedger(b: BillingStore, accountId: string, month: string) {
-  let sum = 0n;
-  let entries = 0;
-  const charged = new Map<string, bigint>();
-  let cursor: string | undefined;
-  for (;;) {
-    const page = await b.queryLedger({ accountId, limit: MAX_LEDGER_PAGE, ...(cursor === undefined ? {} : { cursor }) });
-    for (const e of page.entries) {
-      sum += e.cost;
-      entries++;
-      // Credits are no key's spend.
-      if (e.units.kind !== 'credit' && monthOf(e.at) === month) charged.set(e.keyId, (charged.get(e.keyId) ?? 0n) + e.cost);
-    }
-    cursor = page.nextCursor;
-    if (!page.more) return { sum, entries, charged, cursor };
-    await nextTurn();
-  }
-}
-
-function judge(account: string, r: Reading, graceMs: number): AuditDifference[] {
+function judge(account: string, r: Reading, graceMs: number, maxTtlMs: number): AuditDifference[] {
   const out: AuditDifference[] = [];
-  const usd = (check: AuditCheck, expected: bigint, actual: bigint, key?: string) => {
-    if (expected !== actual) out.push({ account, check, expected: formatUsd(expected), actual: formatUsd(actual), ...(key === undefined ? {} : { key }) });
+  const usd = (check: AuditCheck, expected: bigint, actual: bigint, named: Partial<AuditDifference> = {}) => {
+    if (expected !== actual) out.push({ account, check, expected: formatUsd(expected), actual: formatUsd(actual), ...named });
   };
   usd('balance', r.ledgerBalance, r.balance);
   const open = r.holds.filter((h) => h.expiresAt === null || h.expiresAt > r.at);
@@ -192,13 +125,20 @@ function judge(account: string, r: Reading, graceMs: number): AuditDifference[] 
   usd('held', openSum, r.held);
   // Expired holds still counted: more held than the open holds explain (or kept with no expiry).
   const countsExpired = r.held > openSum;
+  const iso = (ms: number) => new Date(ms).toISOString();
   for (const h of r.holds) {
     if (h.expiresAt === null) {
       out.push({ account, check: 'hold_expiry', hold: h.holdId, expected: 'an expiry', actual: 'none' });
     } else if (countsExpired && h.expiresAt + graceMs < r.at) {
-      out.push({ account, check: 'hold_expiry', hold: h.holdId, expected: new Date(h.expiresAt + graceMs).toISOString(), actual: new Date(r.at).toISOString() });
+      out.push({ account, check: 'hold_expiry', hold: h.holdId, expected: iso(h.expiresAt + graceMs), actual: iso(r.at) });
+    } else if (h.expiresAt > r.at + maxTtlMs + graceMs) {
+      out.push({ account, check: 'hold_expiry', hold: h.holdId, expected: iso(r.at + maxTtlMs), actual: iso(h.expiresAt) });
     }
   }
-  for (const key of [...r.spend.keys()].sort()) usd('key_spend', r.charged.get(key) ?? 0n, r.spend.get(key) ?? 0n, key);
+  for (const key of [...r.spend.keys()].sort()) usd('key_spend', r.charged.get(key) ?? 0n, r.spend.get(key) ?? 0n, { key });
+  for (const p of r.periods) {
+    usd('period_spend', p.charged, p.spend, { ...(p.scope === '' ? {} : { key: p.scope }), period: p.period });
+  }
+  for (const c of r.costs) out.push({ account, check: 'cost', entry: c.entry, expected: c.expected, actual: c.actual });
   return out;
 }

@@ -26,13 +26,14 @@ import type {
   LedgerUnits,
   Measurement,
   SettleRequest,
+  UnitPrices,
   WalletView,
   WindowHit,
   WindowResult,
 } from '../stores/types.js';
 import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
-import { costAtPrice, listCost } from './pricing.js';
+import { chargeOf } from './pricing.js';
 import { monthOf } from './months.js';
 import { budgetChecks } from './budgets.js';
 import type { TokenTake } from '../limits/tokens.js';
@@ -203,8 +204,10 @@ class CallImpl implements BilledCall {
     const model = this.model;
     if (!model) return this.cancel();
     let cost: bigint;
+    // The prices the cost is computed at go on the ledger entry: the audit re-derives the cost.
+    let prices: UnitPrices | undefined;
     try {
-      cost = options.unitPricePico === undefined ? listCost(model, units) : costAtPrice(units, options.unitPricePico);
+      ({ cost, prices } = chargeOf(model, units, options.unitPricePico));
     } catch (err) {
       // The units name a price the model no longer has (a configuration changed under a live
       // call): the work was done, so it is charged what was held for it rather than nothing.
@@ -240,6 +243,7 @@ class CallImpl implements BilledCall {
         units,
         measured,
         ...(options.upstream ? { upstream: options.upstream } : {}),
+        ...(prices ? { prices } : {}),
         at,
       },
     };

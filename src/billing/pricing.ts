@@ -4,8 +4,8 @@
  * units, rounded up to the nano-USD once per call.
  */
 import type { Model } from '../catalog/catalog.js';
-import { cost, costOf } from './money.js';
-import type { LedgerUnits } from '../stores/types.js';
+import { cost, costOf, formatPrice, parsePrice } from './money.js';
+import type { LedgerUnits, UnitPrices } from '../stores/types.js';
 
 /** The per-unit price (pico-USD) of a media tier: the tier's own, else the model's `from` price. */
 export function tierPrice(model: Model, tier: string): bigint {
@@ -14,43 +14,101 @@ export function tierPrice(model: Model, tier: string): bigint {
   return media.tiers.get(tier) ?? media.fromPico;
 }
 
-/** List cost (nano-USD) of `units` on `model`. */
-export function listCost(model: Model, units: LedgerUnits): bigint {
+/**
+ * What a charge counts, part by part, each named as its price is named on the ledger entry:
+ * tokens as `prompt` (the prompt less its cache reads and writes), `cachedPrompt` and
+ * `cacheWrite` (when the units have them; `cacheWrite` less the hour-long writes, which are
+ * `cacheWrite1h` at their own price), `completion` (reasoning is a part of it: not
+ * added), and `tool:<name>` per priced hosted tool; media as `images`, `seconds` or `tokens`.
+ * Billing and the audit both price these, so a charge is re-derived exactly as it was made.
+ */
+export function unitCounts(units: LedgerUnits): Array<[part: string, count: number]> {
   switch (units.kind) {
     case 'tokens': {
-      const text = model.text;
-      if (!text) throw new RangeError(`model ${model.id} has no token pricing`);
-      // Cache reads and writes are parts of the prompt, each at its own price; the rest of
-      // the prompt is at the prompt price. Reasoning is a part of the completion: not added.
       const cached = units.cachedPrompt ?? 0;
       const written = units.cacheWrite ?? 0;
+      // Hour-long writes are a part of the writes, at their own price (twice the prompt's by default).
+      const writtenHour = Math.min(units.cacheWrite1h ?? 0, written);
       const uncached = units.prompt - cached - written;
       if (uncached < 0) throw new RangeError(`cache reads and writes exceed the prompt of ${units.prompt} tokens`);
-      const parts: Array<[bigint, number]> = [
-        [text.promptPico, uncached],
-        [text.cachedPromptPico, cached],
-        [text.cacheWritePico, written],
-        [text.completionPico, units.completion],
-      ];
-      // Hosted tool calls are priced per call; a call of a tool the model does not price is
-      // never counted (its request is refused), so a missing price here is a program error.
-      for (const [tool, calls] of Object.entries(units.tools ?? {})) {
-        const price = model.toolPrices?.get(tool);
-        if (price === undefined) throw new RangeError(`model ${model.id} has no price for the tool ${tool}`);
-        parts.push([price, calls]);
-      }
-      return costOf(parts);
+      const parts: Array<[string, number]> = [['prompt', uncached], ['completion', units.completion]];
+      if (units.cachedPrompt !== undefined) parts.push(['cachedPrompt', cached]);
+      if (units.cacheWrite !== undefined) parts.push(['cacheWrite', written - writtenHour]);
+      if (writtenHour > 0) parts.push(['cacheWrite1h', writtenHour]);
+      for (const [tool, calls] of Object.entries(units.tools ?? {})) parts.push([`tool:${tool}`, calls]);
+      return parts;
     }
     case 'images':
-      return cost(tierPrice(model, units.tier), units.images);
+      return [['images', units.images]];
     case 'seconds':
-      return cost(tierPrice(model, units.tier), units.seconds);
+      return [['seconds', units.seconds]];
     case 'speech_tokens':
-      return cost(tierPrice(model, model.media?.defaultTier ?? 'default'), units.tokens);
+      return [['tokens', units.tokens]];
     case 'credit':
       // An operator's credit is an amount, not a use of a model.
       throw new RangeError('a credit has no list price');
   }
+}
+
+/** The catalog's price (pico-USD) of one part of `units` on `model` (see unitCounts). */
+function catalogPrice(model: Model, units: LedgerUnits, part: string): bigint {
+  if (units.kind === 'images' || units.kind === 'seconds') return tierPrice(model, units.tier);
+  if (units.kind === 'speech_tokens') return tierPrice(model, model.media?.defaultTier ?? 'default');
+  const text = model.text;
+  if (!text) throw new RangeError(`model ${model.id} has no token pricing`);
+  if (part === 'prompt') return text.promptPico;
+  if (part === 'completion') return text.completionPico;
+  if (part === 'cachedPrompt') return text.cachedPromptPico;
+  if (part === 'cacheWrite') return text.cacheWritePico;
+  if (part === 'cacheWrite1h') return text.cacheWrite1hPico;
+  // Hosted tool calls are priced per call; a call of a tool the model does not price is
+  // never counted (its request is refused), so a missing price here is a program error.
+  const tool = part.slice('tool:'.length);
+  const price = model.toolPrices?.get(tool);
+  if (price === undefined) throw new RangeError(`model ${model.id} has no price for the tool ${tool}`);
+  return price;
+}
+
+/** List cost (nano-USD) of `units` on `model`. */
+export function listCost(model: Model, units: LedgerUnits): bigint {
+  return costOf(unitCounts(units).map(([part, count]) => [catalogPrice(model, units, part), count]));
+}
+
+/** A charge: its cost and the unit prices it was computed at, as its ledger entry keeps them. */
+export interface Charge {
+  cost: bigint;
+  prices: UnitPrices;
+}
+
+/**
+ * The charge for `units`: at the model's prices (those of the model the call was held on), or
+ * at `unitPricePico` for every unit (a job billed at the price it was held at). Rounded up to
+ * the nano-USD once, as listCost.
+ */
+export function chargeOf(model: Model, units: LedgerUnits, unitPricePico?: bigint): Charge {
+  if (unitPricePico !== undefined && units.kind === 'tokens') throw new RangeError('tokens units have no single unit price');
+  const prices: UnitPrices = {};
+  const parts: Array<[bigint, number]> = [];
+  for (const [part, count] of unitCounts(units)) {
+    const price = unitPricePico ?? catalogPrice(model, units, part);
+    prices[part] = formatPrice(price);
+    parts.push([price, count]);
+  }
+  return { cost: costOf(parts), prices };
+}
+
+/**
+ * The cost (nano-USD) of `units` at the prices a ledger entry kept: what the audit expects
+ * the entry's cost to be. Throws a RangeError when a part of the units has no kept price.
+ */
+export function costAtPrices(units: LedgerUnits, prices: UnitPrices): bigint {
+  return costOf(
+    unitCounts(units).map(([part, count]) => {
+      const price = Object.hasOwn(prices, part) ? prices[part] : undefined;
+      if (typeof price !== 'string') throw new RangeError(`no price kept for ${part}`);
+      return [parsePrice(price), count];
+    }),
+  );
 }
 
 /**

@@ -15,6 +15,8 @@ export interface Usage {
   cachedPrompt?: number;
   /** Prompt tokens written to the provider's cache (a part of `prompt`). */
   cacheWrite?: number;
+  /** Of `cacheWrite`, the tokens written to live an hour (priced apart from five-minute writes). */
+  cacheWrite1h?: number;
   /** Completion tokens spent on reasoning (a part of `completion`). */
   reasoning?: number;
 }
@@ -34,13 +36,15 @@ function detail(details: unknown, field: string): number {
  * more than its prompt is read as a prompt of that many tokens (each part billed at its own
  * price, no reported token unbilled). Every reader of a provider's usage builds it here.
  */
-export function usageOfParts(parts: { prompt: number; completion: number; cachedPrompt?: number; cacheWrite?: number; reasoning?: number }): Usage {
+export function usageOfParts(parts: { prompt: number; completion: number; cachedPrompt?: number; cacheWrite?: number; cacheWrite1h?: number; reasoning?: number }): Usage {
   const cachedPrompt = parts.cachedPrompt ?? 0;
   const cacheWrite = parts.cacheWrite ?? 0;
+  const cacheWrite1h = Math.min(parts.cacheWrite1h ?? 0, cacheWrite);
   const reasoning = parts.reasoning ?? 0;
   const usage: Usage = { prompt: Math.max(parts.prompt, cachedPrompt + cacheWrite), completion: parts.completion };
   if (cachedPrompt > 0) usage.cachedPrompt = cachedPrompt;
   if (cacheWrite > 0) usage.cacheWrite = cacheWrite;
+  if (cacheWrite1h > 0) usage.cacheWrite1h = cacheWrite1h;
   if (reasoning > 0) usage.reasoning = reasoning;
   return usage;
 }

@@ -57,7 +57,9 @@ export interface Model {
    * Text models: prices in pico-USD per token. Prompt tokens read from and written to the
    * provider's cache have their own prices (the prompt price unless configured).
    */
-  text: { promptPico: bigint; completionPico: bigint; cachedPromptPico: bigint; cacheWritePico: bigint } | null;
+  text: TextPrices | null;
+  /** The prices of the service tiers the model prices, by tier name; absent: none (a request naming one is refused). */
+  serviceTiers?: ReadonlyMap<string, TextPrices>;
   /** Hosted tools the model may use, each priced in pico-USD per call; absent: none. */
   toolPrices?: ReadonlyMap<string, bigint>;
   media: MediaPrice | null;
@@ -129,21 +131,52 @@ function httpDate(ms: number): string {
   return new Date(ms).toUTCString();
 }
 
+/** A text model's prices, pico-USD per token. */
+export interface TextPrices {
+  promptPico: bigint;
+  completionPico: bigint;
+  cachedPromptPico: bigint;
+  /** Cache writes that live five minutes (and every write of a provider with one kind). */
+  cacheWritePico: bigint;
+  /** Cache writes that live an hour (Anthropic's `ttl: "1h"`). */
+  cacheWrite1hPico: bigint;
+}
+
+/** Text prices from their decimal USD strings: cache reads and writes at the prompt price unless set, hour-long writes at twice it. */
+function textPrices(p: { prompt: string; completion: string; cachedPrompt?: string | undefined; cacheWrite?: string | undefined; cacheWrite1h?: string | undefined }): TextPrices {
+  const promptPico = parsePrice(p.prompt);
+  return {
+    promptPico,
+    completionPico: parsePrice(p.completion),
+    cachedPromptPico: p.cachedPrompt === undefined ? promptPico : parsePrice(p.cachedPrompt),
+    cacheWritePico: p.cacheWrite === undefined ? promptPico : parsePrice(p.cacheWrite),
+    cacheWrite1hPico: p.cacheWrite1h === undefined ? 2n * promptPico : parsePrice(p.cacheWrite1h),
+  };
+}
+
+/**
+ * The model as a service tier bills it: the same model at the tier's prices, so the hold and
+ * the charge of a call that asked for it are at the price the provider bills.
+ */
+export function atServiceTier(model: Model, tier: string): Model | null {
+  const prices = model.serviceTiers?.get(tier);
+  return prices ? { ...model, text: prices } : null;
+}
+
 function buildModel(m: ModelConfig, serviceName: string): Model {
   const retiresAtMs = m.retiresAt ? Date.parse(`${m.retiresAt}T00:00:00Z`) : null;
   let text: Model['text'] = null;
   let media: MediaPrice | null = null;
   let pricing: Record<string, unknown>;
   let toolPrices: Map<string, bigint> | undefined;
+  let serviceTiers: Map<string, TextPrices> | undefined;
   if ('prompt' in m.pricing) {
-    const promptPico = parsePrice(m.pricing.prompt);
     const { cachedPrompt, cacheWrite } = m.pricing;
-    text = {
-      promptPico,
-      completionPico: parsePrice(m.pricing.completion),
-      cachedPromptPico: cachedPrompt === undefined ? promptPico : parsePrice(cachedPrompt),
-      cacheWritePico: cacheWrite === undefined ? promptPico : parsePrice(cacheWrite),
-    };
+    text = textPrices(m.pricing);
+    if (m.pricing.serviceTiers) {
+      const base = m.pricing;
+      serviceTiers = new Map(Object.entries(m.pricing.serviceTiers).map(([tier, p]) => [tier, textPrices({ ...p, cacheWrite1h: base.cacheWrite1h })]));
+    }
     pricing = { prompt: formatPrice(text.promptPico), completion: formatPrice(text.completionPico) };
     // Listed under OpenRouter's names, only when configured (else they are the prompt price).
     if (cachedPrompt !== undefined) pricing.input_cache_read = formatPrice(text.cachedPromptPico);
@@ -207,6 +240,7 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     embedding: m.embedding,
     text,
     ...(toolPrices ? { toolPrices } : {}),
+    ...(serviceTiers ? { serviceTiers } : {}),
     media,
     parameters,
     row,
@@ -250,17 +284,21 @@ export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
         if (id !== key.model) {
           throw new GatewayError('model_not_allowed', `This agent key may only call the model \`${key.model}\`.`, {
             param: 'model',
+            model: id.slice(0, 200),
           });
         }
       } else if (!allowsModel(key.models, id)) {
-        throw new GatewayError('model_not_allowed', `This API key may not call the model \`${id.slice(0, 200)}\`.`, { param: 'model' });
+        throw new GatewayError('model_not_allowed', `This API key may not call the model \`${id.slice(0, 200)}\`.`, {
+          param: 'model',
+          model: id.slice(0, 200),
+        });
       }
       if (!model || model.type !== modality || isRetired(model)) throw notFound(id);
       if (model.posture === 'Contact sales' && !(await grants()).includes(model.id)) {
         throw new GatewayError(
           'permission_denied',
           `The model \`${id}\` is available on request. Contact sales to enable it for your account.`,
-          { param: 'model' },
+          { param: 'model', model: model.id },
         );
       }
       return model;

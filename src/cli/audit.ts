@@ -6,7 +6,12 @@
 import type { AuditDifference, AuditReport } from '../billing/audit.js';
 
 function line(d: AuditDifference): string {
-  const what = d.key !== undefined ? ` key ${d.key}` : d.hold !== undefined ? ` hold ${d.hold}` : '';
+  const what = [
+    d.key === undefined ? '' : ` key ${d.key}`,
+    d.period === undefined ? '' : ` period ${d.period}`,
+    d.hold === undefined ? '' : ` hold ${d.hold}`,
+    d.entry === undefined ? '' : ` entry ${d.entry}`,
+  ].join('');
   return `  ${d.account}: ${d.check}${what}: expected ${d.expected}, actual ${d.actual}`;
 }
 

@@ -11,6 +11,7 @@
 import { readFile } from 'node:fs/promises';
 import { ConfigError } from '../options.js';
 import { jsPath } from '../options/issues.js';
+import { jsonSyntaxError } from './json-error.js';
 
 const REFERENCE = /\$(\$?)\{([A-Za-z_][A-Za-z0-9_]*)\}/g;
 
@@ -45,8 +46,10 @@ export async function loadConfigFile(file: string, env: NodeJS.ProcessEnv = proc
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);
-  } catch (err) {
-    throw new ConfigError(`config file ${file} is not valid JSON: ${(err as Error).message}`);
+  } catch {
+    // Node's message gives an offset at best, or the file's text; a person needs the line.
+    const at = jsonSyntaxError(text);
+    throw new ConfigError(`config file ${file} is not valid JSON${at ? ` at line ${at.line}, column ${at.column}: ${at.problem}` : ''}`);
   }
   if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new ConfigError(`config file ${file} must hold a JSON object`);
   return substitute(parsed, env, []) as Record<string, unknown>;

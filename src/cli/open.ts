@@ -1,13 +1,14 @@
 /**
- * How the CLI opens a config's gateway: the stores it builds itself (the drivers that connect
- * asynchronously, loaded on demand so their packages are needed only when configured), the
- * settle journal's folder, and the default storage.
+ * How the CLI opens a config's gateway: its stores (built by `createStores`' builder, each
+ * connecting one pinged and reported by place), the settle journal's folder, and the default
+ * storage.
  */
 import { createHash } from 'node:crypto';
 import { resolve } from 'node:path';
 import { createGateway, type Gateway, type GatewayOptions } from '../gateway.js';
 import { silentLogger } from '../observability/log.js';
 import { parseOptions } from '../options.js';
+import { buildStores } from '../stores/from-storage.js';
 import type { Stores } from '../stores/types.js';
 import { loadConfigFile } from './config-file.js';
 
@@ -21,25 +22,6 @@ export class StoreUnreachableError extends Error {
 
 /** How long a store may take to answer its first ping at start. */
 const REACH_TIMEOUT_MS = 15_000;
-
-/** A URL as it may be shown: without its password (in the userinfo or a `password` parameter). */
-export function shownUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    u.password = '';
-    u.searchParams.delete('password');
-    return u.toString().replace(/\/$/, '');
-  } catch {
-    return '(the configured url, which is not a valid URL)';
-  }
-}
-
-/** What a Redis config names and where, e.g. "Redis at redis://10.0.0.7:6379". */
-function redisPlace(r: { url?: string | undefined; cluster?: readonly string[] | undefined; sentinels?: readonly string[] | undefined; name?: string | undefined }): string {
-  if (r.cluster) return `the Redis Cluster at ${r.cluster.map(shownUrl).join(', ')}`;
-  if (r.sentinels) return `the Redis primary "${r.name}" through the sentinels at ${r.sentinels.map(shownUrl).join(', ')}`;
-  return `Redis at ${shownUrl(r.url ?? 'redis://127.0.0.1:6379')}`;
-}
 
 /**
  * What to do when a store does not answer its first ping: `serve` reports it and serves
@@ -112,42 +94,14 @@ function passwordsOf(storage: unknown): string[] {
 const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const;
 
 /**
- * Stores the CLI builds itself: the drivers that connect asynchronously (Redis, PostgreSQL)
- * and any limits taken from Redis. Memory and plain SQLite are left to createGateway. The
- * driver modules are loaded on demand, so their packages are needed only when configured.
+ * The config's stores, built by the one builder embedders use too (`createStores`), each
+ * connecting store pinged as it opens (`reach`), with the config's passwords kept out of
+ * what is reported.
  */
-async function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores | undefined> {
+function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores> {
   const { storage } = parseOptions(config);
   const secrets = passwordsOf(storage);
-  if (storage.driver === 'memory') return undefined;
-  if (storage.driver === 'redis') {
-    const { createRedisStores } = await import('../stores/redis/entry.js');
-    const { driver: _driver, ...connection } = storage;
-    return reach(redisPlace(storage), secrets, () => createRedisStores(connection), storeDown);
-  }
-  if (storage.driver === 'sqlite' && !storage.limits) return undefined;
-  let books: Stores;
-  if (storage.driver === 'postgres') {
-    const { createPostgresStores } = await import('../stores/postgres/entry.js');
-    books = await reach(`PostgreSQL at ${shownUrl(storage.url)}`, secrets, () => createPostgresStores({ url: storage.url, schema: storage.schema, timeoutMs: storage.timeoutMs }), storeDown);
-  } else {
-    const { createSqliteStores } = await import('../stores/sqlite/entry.js');
-    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous, ...(storage.timeoutMs === undefined ? {} : { timeoutMs: storage.timeoutMs }) });
-  }
-  if (!storage.limits) return books;
-  const { createRedisStores } = await import('../stores/redis/entry.js');
-  const { url, keyPrefix } = storage.limits;
-  const redis = await reach(`${redisPlace({ url })} (storage.limits)`, secrets, () => createRedisStores({ url, keyPrefix }), storeDown).catch(async (err: unknown) => {
-    await books.close();
-    throw err;
-  });
-  return {
-    ...books,
-    limits: redis.limits,
-    async close() {
-      await Promise.allSettled([books.close(), redis.close()]);
-    },
-  };
+  return buildStores(storage, (place, make) => reach(place, secrets, make, storeDown));
 }
 
 /**
@@ -165,7 +119,7 @@ function journalDir(config: GatewayOptions): string | null | undefined {
   return resolve('data', 'settle-journal', store);
 }
 
-export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores?: Stores }> {
+export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores: Stores }> {
   const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
   // A store down at start (serve only): the gateway seeds once it answers, and serves 503s
@@ -190,7 +144,7 @@ export async function open(configFile: string, quiet: boolean, storeDown?: Store
     if (!down) await gateway.ready;
     return { gateway, stores };
   } catch (err) {
-    await stores?.close();
+    await stores.close();
     throw err;
   }
 }

@@ -6,7 +6,7 @@
  * never race), prints the start-up line once all listen, and replaces a worker that dies.
  * Each worker is a whole gateway with its own store connections and its own settle journal
  * file (journal files are per process, locked by their owner, in the folder they share). On
- * SIGTERM or SIGINT the primary passes SIGTERM to every worker, each drains like a single
+ * SIGTERM, SIGINT or SIGHUP the primary passes SIGTERM to every worker, each drains like a single
  * gateway does (calls in flight finish within the grace, every charge settles), and the
  * primary exits once all have: 0 when every worker exited cleanly.
  *
@@ -132,6 +132,8 @@ export function superviseWorkers(count: number): Promise<number> {
     };
     process.once('SIGTERM', stop);
     process.once('SIGINT', stop);
+    // A hangup drains like SIGTERM (each worker also drains on its own hangup).
+    process.on('SIGHUP', stop);
     fork();
   });
 }

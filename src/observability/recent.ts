@@ -48,6 +48,11 @@ export interface RecentFilter {
   key?: string | undefined;
   /** Only answers with a status of 400 or more. */
   errors?: boolean | undefined;
+  /**
+   * Only requests older than this one (a request id of an earlier page: the next page). None
+   * when it has left the ring meanwhile: the reader starts again from the newest.
+   */
+  before?: string | undefined;
   limit: number;
 }
 
@@ -131,7 +136,12 @@ export function createRecentRequests(size: number, now: () => number): RecentReq
     },
     list(f) {
       const out: RecentRequest[] = [];
+      let skipping = f.before !== undefined;
       for (const s of slots()) {
+        if (skipping) {
+          skipping = s.requestId !== f.before;
+          continue;
+        }
         if (out.length >= f.limit) break;
         if (f.account !== undefined && s.account !== f.account) continue;
         if (f.key !== undefined && s.keyId !== f.key) continue;

@@ -13,7 +13,7 @@ import { createChatEvents } from '../upstream/stream/chat-events.js';
 import type { Model } from '../catalog/catalog.js';
 import type { ApiKeyRecord } from '../stores/types.js';
 import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
-import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableChatInput } from './uncountable.js';
 
@@ -46,6 +46,9 @@ export const chatSchema = z.looseObject({
 });
 
 export type ChatBody = z.infer<typeof chatSchema>;
+
+/** The fields a chat request caps its output with (an upstream may honour either). */
+const CHAT_CAPS = ['max_tokens', 'max_completion_tokens'] as const;
 
 const ROLES = new Set(['system', 'user', 'assistant', 'tool', 'developer']);
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -124,7 +127,7 @@ export const chatCompletions = textOperation({
       if (!checked.success) throw zodError(checked.error, body);
     }
     const req = body as ChatBody;
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
     const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
     const messages = injected?.length ? [...injected, ...req.messages] : req.messages;
@@ -172,6 +175,8 @@ export const chatCompletions = textOperation({
       stream,
       promptTokens,
       unchanged: !addsUsage && !injected && !('brand' in req) && !('knowledge' in req),
+      // No cap asked for: the upstream gets the model's, which is what was held per choice.
+      ...(req.max_tokens || req.max_completion_tokens ? {} : { cap: { field: 'max_completion_tokens', tokens: perChoice, names: CHAT_CAPS } }),
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
         const out = withoutFields(body, CONTEXT_FIELDS);

@@ -6,8 +6,8 @@
  * usage, else the produced `text` counted with the tokenizer.
  */
 import { z } from 'zod';
-import { choicesOutput, noOutput } from '../billing/output.js';
-import { type Usage, usageFrom } from '../billing/usage.js';
+import { usageFrom } from '../billing/usage.js';
+import { ChatAccount, chatAnswer } from '../upstream/answers/chat.js';
 import type { Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { errors, GatewayError } from '../errors.js';
@@ -87,6 +87,8 @@ export const createCompletion = textOperation({
       promptTokens,
       holdFor: (fields) => bodyHold(core, fields, maxOutput),
       unchanged: !stream,
+      // No cap asked for: the upstream gets the model's, which is what was held per choice.
+      ...(req.max_tokens ? {} : { cap: { field: 'max_tokens', tokens: model.maxOutputTokens, names: ['max_tokens'] } }),
       fields(served) {
         const out: Record<string, unknown> = { ...body, model: served.upstreamModel };
         if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
@@ -95,7 +97,8 @@ export const createCompletion = textOperation({
       events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage), apiKey),
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        return { usage: usageFrom(answer.usage), output: () => choicesOutput(answer.choices) };
+        const read = chatAnswer(answer);
+        return { usage: read.usage, output: read.output };
       },
     };
   },
@@ -104,8 +107,8 @@ export const createCompletion = textOperation({
 /** How a legacy completions stream is read: chunks with `choices[].text`, the usage chunk, `[DONE]`. */
 function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler {
   const renames = model.upstreamModel !== model.id;
-  let usage: Usage | null = null;
-  const produced = noOutput();
+  // Completions chunks are chat's with `text` in their choices: the chat reader reads them.
+  const read = new ChatAccount();
   let done = false;
   let answered = false;
   return {
@@ -119,8 +122,7 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
         throw errors.upstreamFailedMidStream(chunk.error);
       }
       const u = usageFrom(chunk.usage);
-      if (u) usage = u;
-      choicesOutput(chunk.choices, produced);
+      read.read(chunk);
       if (Array.isArray(chunk.choices) && chunk.choices.some((c) => typeof (c as { finish_reason?: unknown } | null)?.finish_reason === 'string')) answered = true;
       const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
       // The usage-only chunk was asked for by the gateway, not the client: kept to ourselves.
@@ -131,8 +133,7 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
     },
     complete: () => done,
     answered: () => answered,
-    usage: () => usage,
-    produced: () => produced,
+    account: read.account,
     endFrame: DONE_FRAME,
     errorFrame: (err) => frameEvent(JSON.stringify({ ...err.toJSON(), choices: [{ index: 0, text: '', finish_reason: 'error' }] })) + DONE_FRAME,
   };

@@ -135,6 +135,9 @@ export function withToolCalls(reader: EventReader, calls: () => Record<string, n
     get answered() {
       return reader.answered;
     },
+    get usageInLastEvent() {
+      return reader.usageInLastEvent;
+    },
     get endFrame() {
       return reader.endFrame;
     },

@@ -13,11 +13,12 @@ import { errors, GatewayError } from '../errors.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
-import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
+import { upstreamError } from '../upstream/call.js';
 import type { BilledCall } from '../billing/meter.js';
+import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { openAmountCall, refuseIfClosed } from '../billing/billed-call.js';
-import { refuseNul, takeSlot, unixSeconds } from './media.js';
+import { callModelWithBody, refuseNul, takeSlot, unixSeconds } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 
 const imageSchema = z.looseObject({
@@ -69,15 +70,9 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   const finish = async (outcome: Outcome): Promise<void> => {
     if (outcome.ok) {
       const data = outcome.body.data;
-      const counted = Array.isArray(data);
-      const images = counted ? Math.min(n, data.length) : n;
-      await call.bill({ kind: 'images', images, tier }, counted ? 'usage' : 'estimate', {
-        entryId: ledgerId,
-        upstream: servedBy,
-        unitPricePico,
-      });
+      await settleImages(call, Array.isArray(data) ? data.length : null, n, tier, { entryId: ledgerId, upstream: servedBy, unitPricePico });
     } else {
-      await call.cancel();
+      await releaseCall(call);
     }
     await core.jobs.drop(lease);
   };
@@ -123,20 +118,7 @@ async function generate(
   servedBy: (upstream: string) => void,
 ): Promise<Outcome> {
   try {
-    const answer = await callModel(core, ctx, model, async (served) => ({
-      method: 'POST',
-      path: '/images/generations',
-      headers: upstreamHeaders(ctx.requestId),
-      body: await pluginBody(
-        core,
-        ctx,
-        served,
-        '/images/generations',
-        { ...body, model: served.upstreamModel },
-        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
-      ),
-      signal,
-    }));
+    const answer = await callModelWithBody(core, ctx, model, '/images/generations', body, bytes, signal);
     const res = answer.res;
     servedBy(answer.served.upstream);
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
@@ -234,7 +216,7 @@ export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void
       UNFINISHED,
     );
     if (!updated) return;
-    await core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }).cancel();
+    await releaseCall(core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }));
     const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
     await core.jobs.drop(lease);
   };

@@ -5,6 +5,8 @@ import { jobView, leasePool, type LeaseRef } from '../jobs/runner.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { JobRecord } from '../stores/types.js';
+import type { Model } from '../catalog/catalog.js';
+import { callModel, pluginBody, upstreamHeaders } from '../upstream/call.js';
 import { refuseAgentKeys } from './shared.js';
 
 /** Takes an in-flight slot for the account, or 429 without Retry-After (wait for a job instead). */
@@ -58,4 +60,25 @@ export function refuseNul(fields: Record<string, unknown>): void {
       });
     }
   }
+}
+
+/**
+ * Sends a media request's JSON body through the model's targets (retries, fallbacks, the
+ * plugins' say on the body): the client's bytes as they came to a target named like the model,
+ * else the body naming the target's model.
+ */
+export function callModelWithBody(
+  core: Services,
+  ctx: RequestContext,
+  model: Model,
+  path: string,
+  body: Record<string, unknown>,
+  bytes: Uint8Array,
+  signal: AbortSignal,
+) {
+  return callModel(core, ctx, model, async (served) => {
+    const fields = { ...body, model: served.upstreamModel };
+    const raw = served.upstreamModel === model.id ? bytes : JSON.stringify(fields);
+    return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: await pluginBody(core, ctx, served, path, fields, raw), signal };
+  });
 }

@@ -21,7 +21,7 @@ import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
 import { checkResponseOwner, keepResponseOwner } from './response-owners.js';
-import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableResponsesInput } from './uncountable.js';
 
@@ -86,7 +86,7 @@ export const createResponse = textOperation({
     if (req.input === undefined && !req.instructions && !req.prompt) {
       throw new GatewayError('invalid_request', "Invalid value for 'input': is required", { param: 'input' });
     }
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
     const tools = hostedToolsHold(model, ctx.key, req.tools, req.max_tool_calls);
     // A thread is continued only by the account that started it (the upstream cannot tell tenants apart).
@@ -125,6 +125,8 @@ export const createResponse = textOperation({
         return uncountableResponsesInput(fields) ? contextLengthHold(model, hold) : hold;
       },
       unchanged: !injected && !('brand' in body) && !('knowledge' in body),
+      // No cap asked for: the upstream gets the model's, which is what was held.
+      ...(req.max_output_tokens ? {} : { cap: { field: 'max_output_tokens', tokens: model.maxOutputTokens, names: ['max_output_tokens'] } }),
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
         const out = withoutFields(body, CONTEXT_FIELDS);
@@ -208,8 +210,14 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
     },
     complete: () => done,
     answered: () => answered,
-    usage: () => usage,
-    produced: () => produced.total(),
+    usageInLastEvent: true,
+    // Usage comes only with the terminal event, after all the output: no report precedes output.
+    account: {
+      get usage() {
+        return usage;
+      },
+      output: () => produced.total(),
+    },
     endFrame: null,
     // Responses' own error event, carrying the gateway's envelope (`error`) as well, so SDKs
     // that look for either raise it.

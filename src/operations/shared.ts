@@ -3,7 +3,7 @@
  * checked before anything is held or sent upstream, and the agent-key refusal of media.
  */
 import type { z } from 'zod';
-import type { Model } from '../catalog/catalog.js';
+import { atServiceTier, type Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
 
@@ -69,4 +69,23 @@ export function checkContextWindow(model: Model, bound: number, count: () => num
 
 export function refuseAgentKeys(ctx: RequestContext): void {
   if (ctx.key.kind === 'agent') throw new GatewayError('permission_denied', 'Agent keys cannot use media endpoints.');
+}
+
+/** Service tiers a provider bills at its standard price. */
+const STANDARD_TIERS = new Set(['auto', 'default', 'standard_only']);
+
+/**
+ * The model as the request's price-changing field bills it (`service_tier`, Anthropic's
+ * `inference_geo`): the model itself when the field is absent or asks for the standard price,
+ * the model at the tier's prices when it prices that tier, else 400 naming the field: the
+ * provider would bill more than the gateway held and charged.
+ */
+export function pricedTier(model: Model, body: Record<string, unknown>, field: string): Model {
+  const value = body[field];
+  if (value === undefined || value === null || (typeof value === 'string' && STANDARD_TIERS.has(value))) return model;
+  const tier = typeof value === 'string' ? atServiceTier(model, value) : null;
+  if (tier) return tier;
+  throw new GatewayError('invalid_request', `Invalid value for '${field}': ${JSON.stringify(value)} is billed at a price \`${model.id}\` does not list here.`, {
+    param: field,
+  });
 }

@@ -11,8 +11,11 @@ import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { callModel, pluginBody, upstreamError, upstreamHeaders } from '../upstream/call.js';
+import { upstreamError } from '../upstream/call.js';
+import { relayBytes } from '../upstream/stream/bytes.js';
 import { openAmountCall } from '../billing/billed-call.js';
+import { settleSpeech } from '../billing/settle.js';
+import { callModelWithBody } from './media.js';
 import { refuseAgentKeys, zodError } from './shared.js';
 import { Response } from '@whatwg-node/server';
 
@@ -59,7 +62,7 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
   // Once a byte of audio went out the speech was produced and is billed; else nothing is.
   const finish = (produced: boolean): Promise<void> => {
     ctx.request.signal?.removeEventListener('abort', onClientGone);
-    return produced ? call.bill(units, 'tokenizer', { upstream: servedBy }) : call.cancel();
+    return settleSpeech(call, tokens, produced, { upstream: servedBy });
   };
 
   let res: UpstreamResponse | undefined;
@@ -76,20 +79,7 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
   });
 
   try {
-    const answer = await callModel(core, ctx, model, async (served) => ({
-      method: 'POST',
-      path: '/audio/speech',
-      headers: upstreamHeaders(ctx.requestId),
-      body: await pluginBody(
-        core,
-        ctx,
-        served,
-        '/audio/speech',
-        { ...body, model: served.upstreamModel },
-        served.upstreamModel === model.id ? bytes : JSON.stringify({ ...body, model: served.upstreamModel }),
-      ),
-      signal: abort.signal,
-    }));
+    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', body, bytes, abort.signal);
     res = answer.res;
     servedBy = answer.served.upstream;
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
@@ -98,67 +88,21 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
     throw err;
   }
 
-  const stream = audioStream(res, {
-    finish,
+  // The audio streams through as it arrives; once a byte has gone out the speech was produced,
+  // and the end of the audio goes out once its charge is in the store.
+  const stream = relayBytes(res, {
     sent: () => void (sentAny = true),
-    sentAny: () => sentAny,
+    end: () => finish(sentAny),
+    failed: () => void finish(sentAny),
+    failure: (err) => (err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The speech stream failed.')),
+    cancelled: () => {
+      abort.abort();
+      void finish(sentAny);
+    },
     onCut: (c) => void (cut = c),
-    stop: () => abort.abort(),
   });
   return new Response(stream, {
     status: 200,
     headers: { 'content-type': AUDIO_TYPES[format] },
   });
-}
-
-/** What the audio stream tells its call. */
-interface AudioRelay {
-  /** Bills (a byte went out) or releases; resolves when the charge is in the store. */
-  finish(produced: boolean): Promise<void>;
-  sent(): void;
-  sentAny(): boolean;
-  /** Takes the function that cuts the stream (shutdown). */
-  onCut(cut: (err: Error) => void): void;
-  /** Stops the upstream call. */
-  stop(): void;
-}
-
-/** The audio streams through as it arrives; once a byte has gone out the speech was produced. */
-function audioStream(upstream: UpstreamResponse, relay: AudioRelay): ReadableStream<Uint8Array> {
-  const iterator = upstream.body[Symbol.asyncIterator]();
-  return new ReadableStream<Uint8Array>(
-    {
-      start(controller) {
-        relay.onCut((err) => {
-          try {
-            controller.error(err);
-          } catch {
-            // Already closed.
-          }
-        });
-      },
-      async pull(controller) {
-        try {
-          const next = await iterator.next();
-          if (next.done) {
-            // The end of the audio goes out once its charge is in the store.
-            await relay.finish(relay.sentAny());
-            controller.close();
-            return;
-          }
-          relay.sent();
-          controller.enqueue(next.value);
-        } catch (err) {
-          void relay.finish(relay.sentAny());
-          controller.error(err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The speech stream failed.'));
-        }
-      },
-      cancel() {
-        relay.stop();
-        upstream.discard();
-        void relay.finish(relay.sentAny());
-      },
-    },
-    { highWaterMark: 0 },
-  );
 }

@@ -6,7 +6,8 @@
  */
 import { openTokenCall, refuseIfClosed, type BilledCall, type TokenHold } from '../billing/billed-call.js';
 import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
-import { outputTokens } from '../billing/output.js';
+import { type AnswerAccount, plainAccount } from '../billing/answer.js';
+import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
@@ -17,7 +18,7 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, pluginFields, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/call.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream } from '../upstream/stream/relay.js';
-import type { Operation, TextOperation, TextPlan } from './types.js';
+import type { Operation, OutputCap, TextOperation, TextPlan } from './types.js';
 
 /** The worst case of a chat-shaped prompt: its byte bound, its estimate counted once when asked, and the most output. */
 export function promptHold(core: Services, input: PromptInput, maxOutput: number): TokenHold {
@@ -42,7 +43,10 @@ export function textOperation(decl: TextOperation): Operation {
     idempotent: true,
     async run(core, ctx) {
       const bytes = await ctx.body();
-      let plan = await decl.plan(core, ctx, parseJsonObject(bytes));
+      const fields = parseJsonObject(bytes);
+      let plan = await decl.plan(core, ctx, fields);
+      // A cap field sent as null is a key already: the cap then goes in by re-encoding (one key, never two).
+      if (plan.cap && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
       // The plugins see the body first: the hold is computed on what the upstream receives.
       const replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
       if (replaced) {
@@ -50,16 +54,18 @@ export function textOperation(decl: TextOperation): Operation {
         plan = { ...plan, hold, promptTokens: hold.estimate };
       }
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
-      const { res, served } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
+      const { res, served, account } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       const headers = served.deprecationHeaders ?? {};
       if (plan.stream) {
         // The upstream has the request: the context's copy of the body goes (undici keeps the
         // bytes it sent until the answer ends; a body it got rewritten is then held nowhere).
         ctx.releaseBody();
         const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
-        return relayStream(core, ctx, res, { call, model: served, promptTokens: plan.promptTokens }, reader, headers);
+        const translated = account();
+        const billing = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
+        return relayStream(core, ctx, res, billing, reader, headers);
       }
-      return plainAnswer(core, ctx, plan, call, res, served, headers);
+      return plainAnswer(core, ctx, plan, call, res, served, headers, account);
     },
   };
 }
@@ -86,10 +92,11 @@ async function send(
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       const translation = translationFor(core, served, path);
       let body: string | Uint8Array;
-      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = bytes;
+      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = plan.cap ? withLeadingField(bytes, plan.cap) : bytes;
       else {
         let fields = replaced && own(served) ? replaced : plan.fields(served);
         if (plugins && !(replaced && own(served))) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
+        fields = capped(fields, plan.cap);
         if (!translation) body = JSON.stringify(fields);
         else {
           // Another kind of upstream: the request goes out in its API, to its path.
@@ -100,16 +107,34 @@ async function send(
       return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream as unknown as AbortSignal };
     });
     const translation = translationFor(core, answer.served, path);
-    if (translation) answer.res = translatedResponse(answer.res, translation, plan.stream);
+    // A translated answer is billed by what the upstream said in its own format.
+    let account: () => AnswerAccount | null = () => null;
+    if (translation) ({ res: answer.res, account } = translatedResponse(answer.res, translation, plan.stream));
     if (answer.res.status < 200 || answer.res.status >= 300) {
       throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
     }
     if (plan.stream) detach();
-    return answer;
+    return { ...answer, account };
   } catch (err) {
-    void call.cancel();
+    void releaseCall(call);
     throw err;
   }
+}
+
+/** The fields with the output cap added when they name none (a plugin may have dropped the client's). */
+function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
+  if (!cap || cap.names.some((n) => fields[n] !== undefined && fields[n] !== null)) return fields;
+  return { ...fields, [cap.field]: cap.tokens };
+}
+
+/**
+ * The client's JSON object with the cap as its first field, without parsing or re-encoding it:
+ * the plan found no cap in it, so the field is new.
+ */
+function withLeadingField(bytes: Uint8Array, cap: OutputCap): Uint8Array {
+  const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  const open = buf.indexOf(123); // '{': the body parsed as an object, so it starts there after whitespace.
+  return Buffer.concat([buf.subarray(0, open + 1), Buffer.from(`"${cap.field}":${cap.tokens},`), buf.subarray(open + 1)]);
 }
 
 /**
@@ -150,6 +175,8 @@ async function plainAnswer(
   res: UpstreamResponse,
   served: Model,
   headers: Record<string, string>,
+  /** The upstream's answer read in its own format, when it was translated. */
+  translated: () => AnswerAccount | null,
 ): Promise<Response> {
   let text: string;
   let read: ReturnType<TextPlan['answer']>;
@@ -165,19 +192,15 @@ async function plainAnswer(
       text = JSON.stringify(answer);
     }
   } catch (err) {
-    void call.cancel();
+    void releaseCall(call);
     if (err instanceof GatewayError) throw err;
     core.breaker.failure(served.upstream, ctx.key.accountId);
     throw errors.malformedAnswer(served.upstream);
   }
   refuseIfClosed(call);
-  const usage = read.usage;
-  const tools = read.tools ? { tools: read.tools } : {};
-  if (usage) await call.bill({ kind: 'tokens', ...usage, ...tools }, 'usage', { upstream: served.upstream });
-  else {
-    const completion = outputTokens(read.output(), (t) => core.tokenizer.count(t));
-    await call.bill({ kind: 'tokens', prompt: plan.promptTokens(), completion, ...tools }, 'tokenizer', { upstream: served.upstream });
-  }
+  const native = translated();
+  const account = native ? plainAccount(native.usage, () => native.output(), read.tools) : plainAccount(read.usage, read.output, read.tools);
+  await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
   await read.remember?.();
   return jsonText(200, text, headers);
 }

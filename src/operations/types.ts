@@ -39,6 +39,12 @@ export interface TextPlan {
   holdFor(fields: Record<string, unknown>): TokenHold;
   /** Whether the client's own bytes may go upstream as they came (to a target named like the model). */
   unchanged: boolean;
+  /**
+   * The output cap the upstream is asked for when the body names none: the upstream is never
+   * asked for more output than was held. `field` is where it goes, `tokens` the per-choice most
+   * the hold allows, `names` the fields that already cap the output. Absent: the body caps it.
+   */
+  cap?: OutputCap;
   /** The reader of the streamed answer's events. */
   events(served: Model, apiKey: string): EventReader;
   /**
@@ -52,6 +58,12 @@ export interface TextPlan {
     tools?: Record<string, number> | null;
     remember?: () => Promise<void>;
   };
+}
+
+export interface OutputCap {
+  field: string;
+  tokens: number;
+  names: readonly string[];
 }
 
 /** A token-priced endpoint: it reads its request into a plan; the billed call does the rest. */

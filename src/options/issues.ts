@@ -84,6 +84,10 @@ function lines(issue: Issue, prefix: Path, schema: z.ZodType, input: unknown): s
     const best = issue.errors.reduce((a, b) => (b.length < a.length ? b : a));
     if (best.length > 0) return best.flatMap((inner) => lines(inner, path, schema, input));
   }
+  if (issue.code === 'invalid_key' && issue.issues.length > 0) {
+    // A record's key refused by its own rule: the rule's sentence, at the key's path.
+    return issue.issues.map((inner) => `${jsPath(path)}: ${sentence(inner as Issue)}`);
+  }
   if (issue.code === 'unrecognized_keys') {
     const known = knownKeys(schema, path, input);
     return issue.keys.map((key) => {

@@ -7,8 +7,19 @@ export const textPricingSchema = z.strictObject({
   completion: decimalPrice,
   /** USD per prompt token read from the provider's cache. @default the prompt price */
   cachedPrompt: decimalPrice.optional(),
-  /** USD per prompt token written to the provider's cache. @default the prompt price */
+  /** USD per prompt token written to the provider's cache (Anthropic's 5-minute writes). @default the prompt price */
   cacheWrite: decimalPrice.optional(),
+  /** USD per prompt token written to the provider's cache for an hour (Anthropic bills them at twice the prompt price). @default twice the prompt price */
+  cacheWrite1h: decimalPrice.optional(),
+  /**
+   * Prices of the provider's service tiers (`service_tier: "priority"`, `"flex"`; Anthropic's
+   * `inference_geo` by its value), USD per token. A request naming a tier (other than `auto`
+   * or `default`) the model does not price here is refused: the provider would bill it at
+   * another price than the one held.
+   */
+  serviceTiers: z
+    .record(z.string().min(1).max(64), z.strictObject({ prompt: decimalPrice, completion: decimalPrice, cachedPrompt: decimalPrice.optional(), cacheWrite: decimalPrice.optional() }))
+    .optional(),
   /**
    * Hosted tools the model may use (`web_search`, `image_generation`, ...): USD per call the
    * upstream reports, by the tool's `type`. A hosted tool not priced here is refused (400

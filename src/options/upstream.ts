@@ -4,7 +4,7 @@
  */
 import { z } from 'zod';
 import type { UpstreamClient } from '../upstream/client.js';
-import { secret } from './values.js';
+import { headerValue, secret } from './values.js';
 
 /**
  * The wire API the upstream speaks: `openai` (chat completions, Responses, ...), `anthropic`
@@ -21,7 +21,7 @@ const httpUpstream = z.strictObject({
    * `x-goog-api-key` to a `gemini` one). Leave it out for an upstream that takes no key;
    * an empty one is refused (it is almost always an unset environment variable).
    */
-  apiKey: secret.default(''),
+  apiKey: secret.pipe(headerValue).default(''),
   /** @default 60000 */
   timeoutMs: z.number().int().positive().default(60_000),
   /** Upstream connections kept per origin. @default 256 */
@@ -32,7 +32,7 @@ const httpUpstream = z.strictObject({
    * Extra headers sent on every call, e.g. Azure's `{"api-key": "..."}` or Anthropic's
    * `{"anthropic-version": "2023-06-01"}`. They replace a client header of the same name. @default {}
    */
-  headers: z.record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a header name'), z.string()).default({}),
+  headers: z.record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a header name'), headerValue).default({}),
   /** Query parameters added to every call's URL, e.g. Azure's `{"api-version": "2024-10-21"}`. @default {} */
   query: z.record(z.string().min(1), z.string()).default({}),
 });

@@ -39,3 +39,28 @@ export const budgetSchema = z.strictObject({ usd: usdAmount, period: z.enum(['da
 
 /** A model allow-list entry: an exact model id, or a prefix ending in `*` ("acme/*"). */
 export const modelPattern = z.string().regex(/^[^*]*\*?$/, 'must be a model id, or a prefix ending in "*"').min(1);
+
+/**
+ * An account, key, brand or document id: 1-64 letters, digits, `_`, `-` and `.`, never `.` or
+ * `..`. Ids go into URL paths (the admin API, the console), where `.` and `..` are dot
+ * segments a browser resolves away (an account `..` could never be opened or deleted), and
+ * into store keys and SQL text, where a control character breaks them.
+ */
+export const ENTITY_ID = /^(?!\.\.?$)[A-Za-z0-9_.-]{1,64}$/;
+export const entityId = z
+  .string()
+  .min(1)
+  .max(64)
+  .regex(/^(?!\.\.?$)[A-Za-z0-9_.-]*$/, 'must be letters, digits, "_", "-" or ".", and not "." or ".."');
+
+/**
+ * A header value sent upstream: CR, LF or NUL in it would end the header (or be refused by the
+ * HTTP client on every call), so it is refused in the config instead.
+ */
+export const headerValue = z.string().regex(/^[^\r\n\0]*$/, 'must not contain a line break (CR or LF) or NUL');
+
+/**
+ * A name looked up in a section by key (an upstream's): not one every object already has
+ * (`toString`, `constructor`, `__proto__`), which a plain lookup would find on any object.
+ */
+export const sectionName = z.string().refine((name) => !(name in Object.prototype), { message: 'is a name every object has; choose another' });

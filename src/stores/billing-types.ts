@@ -18,6 +18,8 @@ export type LedgerUnits =
       completion: number;
       cachedPrompt?: number;
       cacheWrite?: number;
+      /** Of `cacheWrite`, the tokens written to live an hour, at their own price. */
+      cacheWrite1h?: number;
       reasoning?: number;
       tools?: Record<string, number>;
     }
@@ -28,9 +30,10 @@ export type LedgerUnits =
    * Money put into (an opening balance, a top-up) or taken out of (a negative adjustment) a
    * wallet, not by a call: its entry's `cost` is minus the amount credited, its key and model
    * are "". The reason says which ("opening balance", "top-up", or the operator's own words).
-   * Credits are no key's spend and no usage.
+   * Credits are no key's spend and no usage. `adjustment` marks an operator's signed
+   * correction (the admin API's adjustments, the CLI's `wallet adjust`) apart from a top-up.
    */
-  | { kind: 'credit'; reason: string };
+  | { kind: 'credit'; reason: string; adjustment?: true };
 
 /**
  * How a ledger entry's units were measured: the upstream's own `usage` report, a count of the
@@ -38,6 +41,16 @@ export type LedgerUnits =
  * away), or the gateway's estimate (units known before the call, e.g. images or seconds asked for).
  */
 export type Measurement = 'usage' | 'tokenizer' | 'estimate';
+
+/**
+ * The unit prices a charge was computed at, USD per unit as exact decimal strings (the
+ * catalog's form), named by the part of the units each multiplies: `prompt` (the prompt less
+ * its cache reads and writes), `completion`, `cachedPrompt`, `cacheWrite`, `tool:<name>` per
+ * hosted tool call; `images`, `seconds` or `tokens` (speech) for media. They are the prices
+ * the call was held at, so the audit re-derives the cost: the sum of count x price over the
+ * parts, rounded up to the nano-USD once, as billing rounds it.
+ */
+export type UnitPrices = Record<string, string>;
 
 export interface LedgerEntry {
   /** The request id or job id the charge belongs to. */
@@ -56,6 +69,8 @@ export interface LedgerEntry {
   measured: Measurement | null;
   /** The upstream that served the call, when one did. */
   upstream?: string;
+  /** Charges: the unit prices the cost was computed at. Absent on credits and on charges written before prices were kept. */
+  prices?: UnitPrices;
   at: number;
 }
 
@@ -159,6 +174,8 @@ export interface CreditRequest {
   /** Nano-USD added to the wallet; negative takes money out (it may leave the wallet below zero). */
   amount: bigint;
   reason: string;
+  /** An operator's correction rather than a top-up: the entry's units say `adjustment: true`. */
+  adjustment?: boolean;
   /** Unix ms of the entry. */
   at: number;
 }
@@ -202,9 +219,14 @@ export interface HoldPage {
   at: number;
 }
 
-/** A hold id with more than one charge in an account's ledger. */
+/**
+ * An id with more than one charge in an account's ledger: a hold id (settles are idempotent
+ * per hold id), or an entry's own id, the request or job id (each request or job is billed
+ * once, whatever hold it went through).
+ */
 export interface DuplicateCharge {
-  holdId: string;
+  of: 'hold' | 'request';
+  id: string;
   /** How many charges name it (2 or more). */
   charges: number;
 }
@@ -305,9 +327,9 @@ export interface BillingStore {
    */
   listHolds(accountId: string, cursor: string | undefined, limit: number): Promise<HoldPage>;
   /**
-   * For the audit: hold ids with more than one charge (a ledger entry that is not a credit)
-   * in the account's ledger, at most `limit` of them. Settles are idempotent per hold id, so
-   * on sound books this is empty. The store finds them itself (an index, or a pass in the
+   * For the audit: hold ids, and entry ids (request or job ids), with more than one charge (a
+   * ledger entry that is not a credit) in the account's ledger, at most `limit` of each. On
+   * sound books this is empty. The store finds them itself (an index, or a pass in the
    * database), so the caller never holds a whole ledger's ids.
    */
   duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]>;

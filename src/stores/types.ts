@@ -124,6 +124,7 @@ export type {
   Measurement,
   SettleRequest,
   SettleResult,
+  UnitPrices,
   WalletView,
   WindowHit,
 } from './billing-types.js';

@@ -17,6 +17,11 @@ export const OPENING_BALANCE_ID = 'opening-balance';
 export const OPENING_BALANCE_REASON = 'opening balance';
 export const TOP_UP_REASON = 'top-up';
 
+/** The units of a credit's ledger entry: an adjustment says so (every driver writes these). */
+export function creditUnits(reason: string, adjustment?: boolean): { kind: 'credit'; reason: string; adjustment?: true } {
+  return adjustment ? { kind: 'credit', reason, adjustment: true } : { kind: 'credit', reason };
+}
+
 /** A top-up has no id of its own (it is not idempotent): each gets a fresh one. */
 export function topUpId(): string {
   return `tu_${randomUUID()}`;

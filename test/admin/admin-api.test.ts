@@ -12,7 +12,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createAdminHandler } from '../../src/index.js';
 import { createSqliteStores } from '../../src/stores/sqlite/index.js';
 import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
-import { ACCOUNT, MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { formatUsd } from '../../src/billing/money.js';
+import { ACCOUNT, COMPLETION_PRICE, MODEL, PROMPT_PRICE, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 
 
 function client(origin: string, token = ADMIN_TOKEN) {
@@ -90,7 +91,7 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect(ledger.json.data.map((e: any) => [e.costUsd, e.units])).toEqual([
         ['-5', { kind: 'credit', reason: 'opening balance' }],
         ['-2.5', { kind: 'credit', reason: 'invoice 42' }],
-        ['1.25', { kind: 'credit', reason: 'goodwill reversal' }],
+        ['1.25', { kind: 'credit', reason: 'goodwill reversal', adjustment: true }],
       ]);
       expect((await api('PUT', '/accounts/acme/grants', { models: [MODEL] })).json.grants).toEqual([MODEL]);
       expect((await api('GET', '/accounts/nope')).status).toBe(404);
@@ -222,6 +223,11 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect(clean.status).toBe(200);
       expect(clean.json).toEqual({ ok: true, accounts: expect.any(Number), entries: expect.any(Number), differences: [] });
       expect(clean.json.entries).toBeGreaterThan(1);
+      // The charge keeps the prices it was held at, and its cost is their product with its units.
+      const charge = (await api('GET', `/ledger?account=${ACCOUNT}`)).json.data.find((e: any) => e.units.kind === 'tokens');
+      expect(charge.prices).toEqual({ prompt: PROMPT_PRICE, completion: COMPLETION_PRICE });
+      const pico = BigInt(charge.units.prompt) * 1_000_000n + BigInt(charge.units.completion) * 2_000_000n;
+      expect(charge.costUsd).toBe(formatUsd((pico + 999n) / 1_000n));
       const one = await api('GET', `/audit?account=${ACCOUNT}`);
       expect(one.json).toMatchObject({ ok: true, accounts: 1 });
       for (const token of ['', 'wrong', devKey]) expect((await client(gw.origin, token)('GET', '/audit')).status).toBe(401);

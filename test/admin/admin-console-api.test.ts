@@ -187,6 +187,30 @@ for (const [driver, make] of Object.entries(drivers)) {
       expect(ups.find((u: any) => u.name !== 'down')).toMatchObject({ state: 'closed', openedAt: null });
     });
 
+    it('a 403 model_not_allowed names its model in recent requests and counts as refused; requests page with before', async () => {
+      const limited = (await api('POST', '/keys', { account: setup.account, models: [BROKEN] })).json.key as string;
+      const refused = await chat(limited, MODEL);
+      expect(refused.status).toBe(403);
+      const [row] = (await api('GET', '/requests?limit=1')).json.data;
+      expect(row).toMatchObject({ request_id: refused.id, status: 403, error_code: 'model_not_allowed', model: MODEL });
+      const before = (await api('GET', '/model-stats')).json.data.find((s: any) => s.model === MODEL).refused;
+      expect(before).toBeGreaterThanOrEqual(1);
+      await chat(limited, MODEL);
+      expect((await api('GET', '/model-stats')).json.data.find((s: any) => s.model === MODEL).refused).toBe(before + 1);
+
+      // Pages of 3, newest first, each from the last request_id of the one before, cover the ring once.
+      const all = (await api('GET', '/requests?limit=1000')).json.data.map((r: any) => r.request_id);
+      const seen: string[] = [];
+      let page = (await api('GET', '/requests?limit=3')).json;
+      for (;;) {
+        seen.push(...page.data.map((r: any) => r.request_id));
+        if (!page.more) break;
+        page = (await api('GET', `/requests?limit=3&before=${seen.at(-1)}`)).json;
+      }
+      expect(seen).toEqual(all);
+      expect((await api('GET', '/requests?before=req_gone_from_the_ring')).json).toMatchObject({ data: [], more: false });
+    });
+
     it('every change is logged with who (the token label, never the token) and what', async () => {
       const credit = await api('POST', '/accounts/omega/credits', { amountUsd: '2.5', reason: 'goodwill' });
       expect(credit.status).toBe(201);
@@ -232,7 +256,7 @@ for (const [driver, make] of Object.entries(drivers)) {
         expect.arrayContaining(['request_id', 'time', 'route', 'status', 'key_id', 'account', 'model', 'latency_ms', 'cost_usd']),
       );
       expect(doc.paths['/admin/v1/accounts'].get.parameters.map((p: any) => p.name)).toEqual(['search', 'cursor', 'limit']);
-      expect(doc.paths['/admin/v1/requests'].get.parameters.map((p: any) => p.name)).toEqual(['account', 'key', 'errors', 'limit']);
+      expect(doc.paths['/admin/v1/requests'].get.parameters.map((p: any) => p.name)).toEqual(['account', 'key', 'errors', 'before', 'limit']);
     });
   });
 }

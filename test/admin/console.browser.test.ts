@@ -54,7 +54,9 @@ it('signs in, draws the spend chart, disables a key (then 401)', async () => {
   });
   expect(painted).toBeGreaterThan(100);
   expect(await page.textContent('#by-model tbody')).toContain(MODEL);
-  expect(Number(await page.textContent('#balance'))).toBeLessThan(50);
+  // Three calls cost a fraction of a cent: the text rounds to 50.00, its title is exact.
+  expect(await page.textContent('#balance')).toBe('50.00');
+  expect(Number((await page.getAttribute('#balance', 'title'))?.replace(/ USD$/, ''))).toBeLessThan(50);
   expect(await page.locator('#ledger tbody tr').count()).toBe(4); // the opening balance and the three calls
   await page.screenshot({ path: `${ARTIFACTS}console-signed-in.png`, fullPage: true });
 
@@ -91,14 +93,17 @@ it('sets a cap, grants and an adjustment; rotates a key, whose secret is cleared
     await page.click('#grants-save');
     await expect.poll(async () => (await gw.stores.accounts.get(setup.account))?.grants).toEqual([MODEL, 'other/model']);
 
-    const before = Number(await page.textContent('#balance'));
+    // The balance shows cents; its title holds the exact figure.
+    const exactBalance = async () => Number((await page.getAttribute('#balance', 'title'))?.replace(/ USD$/, ''));
+    const before = await exactBalance();
     await page.selectOption('#credit-kind', 'adjustments');
     await page.fill('#credit-amount', '-1.25');
     await page.fill('#credit-reason', 'refund reversal');
     await page.click('#credit-submit');
-    await page.waitForFunction((b) => Number(document.querySelector('#balance')?.textContent) !== b, before);
-    expect(Number(await page.textContent('#balance'))).toBeCloseTo(before - 1.25, 9);
-    expect(await page.textContent('#ledger tbody tr:first-child')).toContain('refund reversal');
+    await page.waitForFunction((b) => document.querySelector('#balance')?.getAttribute('title') !== b, `${before} USD`);
+    expect(await exactBalance()).toBeCloseTo(before - 1.25, 9);
+    // The ledger is oldest first: the adjustment is the newest entry, the last row.
+    expect(await page.textContent('#ledger tbody tr:last-child')).toContain('refund reversal');
 
     await row.locator('button.rotate').click();
     const secret = (await page.locator('#new-secret code.secret').textContent()) ?? '';

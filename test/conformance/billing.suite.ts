@@ -379,7 +379,7 @@ export function billingSuite(name: string, make: MakeStores): void {
         applied: false,
         balance: 150n,
       });
-      const down = await billing().credit({ accountId: a.accountId, creditId: 'c2', amount: -200n, reason: 'refund "x", y', at: 2_000 });
+      const down = await billing().credit({ accountId: a.accountId, creditId: 'c2', amount: -200n, reason: 'refund "x", y', adjustment: true, at: 2_000 });
       expect(down).toEqual({ applied: true, balance: -50n });
       const [opening, ...ledger] = await billing().ledger(a.accountId);
       expect(opening).toMatchObject({ id: 'opening-balance', cost: -100n, units: { kind: 'credit', reason: 'opening balance' } });
@@ -389,14 +389,16 @@ export function billingSuite(name: string, make: MakeStores): void {
         accountId: a.accountId,
         keyId: '',
         model: '',
-        units: { kind: 'credit', reason: 'invoice 7' },
         cost: -50n,
         held: 0n,
         exceededHold: false,
         measured: null,
         at: 1_000,
       });
-      expect(ledger[1]).toMatchObject({ id: 'c2', cost: 200n, units: { kind: 'credit', reason: 'refund "x", y' } });
+      // A credit's units are its reason; an adjustment's say so too (and only then).
+      expect(ledger[0]!.units).toEqual({ kind: 'credit', reason: 'invoice 7' });
+      expect(ledger[1]).toMatchObject({ id: 'c2', cost: 200n });
+      expect(ledger[1]!.units).toEqual({ kind: 'credit', reason: 'refund "x", y', adjustment: true });
       // No key's spend moved; the wallet below zero refuses holds.
       expect((await billing().keyUsage(a.accountId, a.keyId, MONTH)).total).toBe(0n);
       expect((await billing().placeHold(hold(a, 1n))).ok).toBe(false);

@@ -77,7 +77,7 @@ async function account(stores: Stores, balance: bigint) {
 }
 
 describe('sqlite: a file', () => {
-  it('keeps the books across a reopen: balances, holds, spend, the ledger, keys, leases; windows start empty', async () => {
+  it('keeps the books across a reopen: balances, holds, spend, the ledger, keys, leases, windows', async () => {
     const h = await makeSqlite();
     const a = await account(h.stores, 1_000n);
     const open = hold(a, 100n);
@@ -97,9 +97,9 @@ describe('sqlite: a file', () => {
       // The hold id stays closed, and the account is not credited again.
       expect(await again.billing.settle(settleReq(a, settled.holdId, 250n))).toEqual({ settled: false, charged: 0n });
       expect(await again.accounts.create({ id: a.accountId, grants: [], createdAt: 0 }, 1_000n)).toBe(false);
-      // A media job's slot outlives a restart; a rate window lives in the process and does not.
+      // A media job's slot outlives a restart, and so does a rate window (it is in the file).
       expect(await again.limits.acquireLease('pool', 1, 'job-2', 60_000)).toBe(false);
-      expect(await again.limits.hit('bucket', 2, 60_000)).toMatchObject({ allowed: true, remaining: 1 });
+      expect(await again.limits.hit('bucket', 2, 60_000)).toMatchObject({ allowed: true, remaining: 0 });
     } finally {
       await again.close();
     }
@@ -156,7 +156,7 @@ describe('sqlite: a file', () => {
     }
   });
 
-  it('three processes folding key hits into holds on one file hold exactly the wallet, each counting its own window', async () => {
+  it('three processes folding key hits into holds on one file share one window and hold exactly the wallet', async () => {
     const h = await makeSqlite();
     try {
       const a = await account(h.stores, 30n * 7_000n);
@@ -168,19 +168,19 @@ describe('sqlite: a file', () => {
         ),
       );
       const perProcess = runs.map((out) => JSON.parse(out) as [boolean, boolean | null][]);
-      // Rate windows live in each process's memory: each counts exactly its own 30 of 40.
+      // The key's window is in the file: across the three processes exactly 30 of 120 pass it.
       for (const results of perProcess) {
         expect(results).toHaveLength(40);
-        expect(results.filter(([allowed]) => allowed)).toHaveLength(30);
         for (const [allowed, held] of results) if (!allowed) expect(held).toBeNull();
       }
+      expect(perProcess.flat().filter(([allowed]) => allowed)).toHaveLength(30);
       // The holds are books, in the file: across the processes exactly what the wallet covers.
       expect(perProcess.flat().filter(([, held]) => held === true)).toHaveLength(30);
       const again = createSqliteStores({ path: h.path });
       try {
         expect(await again.billing.wallet(a.accountId)).toEqual({ balance: 210_000n, held: 210_000n });
-        // A restarted process starts with empty windows.
-        expect(await again.limits.hit(`key:${a.keyId}`, 30, 60_000, a.accountId)).toMatchObject({ allowed: true, remaining: 29 });
+        // A restarted process finds the window as the others left it: full.
+        expect(await again.limits.hit(`key:${a.keyId}`, 30, 60_000, a.accountId)).toMatchObject({ allowed: false, remaining: 0 });
       } finally {
         await again.close();
       }
@@ -220,8 +220,12 @@ describe('sqlite: a file', () => {
       const count = (sql: string) => (db.prepare(sql).get() as { n: number }).n;
       expect(count('SELECT count(*) AS n FROM holds')).toBe(1);
       expect(count('SELECT count(*) AS n FROM leases')).toBe(0);
-      // Windows are not kept in the file.
-      expect(count("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('rate_hits', 'rate_windows')")).toBe(0);
+      // The live window's hits are kept; a window idle for an hour goes with the sweep.
+      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'live'")).toBe(1);
+      await limits.hit('idle', 2, 60_000);
+      h.advance(3_600_000);
+      await billing.placeHold(hold(a, 1n));
+      expect(count("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'idle'")).toBe(0);
       db.close();
     } finally {
       await h.cleanup();
@@ -276,7 +280,7 @@ describe('sqlite: a file', () => {
     }
   });
 
-  it('an upgrade from schema 2 keeps the books and drops the windows the file used to hold', async () => {
+  it('an upgrade from schema 2 keeps the books; the windows the file held then start empty', async () => {
     const path = join(dir, `${uid('db')}.db`);
     const old = new Database(path);
     for (const m of MIGRATIONS.slice(0, 2)) old.exec(m);
@@ -296,7 +300,9 @@ describe('sqlite: a file', () => {
     const db = new Database(path, { readonly: true });
     try {
       expect(db.pragma('user_version', { simple: true })).toBe(MIGRATIONS.length);
-      expect(db.prepare("SELECT count(*) AS n FROM sqlite_schema WHERE name IN ('rate_hits', 'rate_windows')").get()).toEqual({ n: 0 });
+      // Schema 4 dropped them; schema 9 brought the windows back, empty, in a new shape.
+      expect(db.prepare("SELECT hits FROM rate_windows WHERE bucket = 'key:k'").get()).toEqual({ hits: 1 });
+      expect(db.prepare("SELECT count(*) AS n FROM rate_hits WHERE bucket = 'key:k'").get()).toEqual({ n: 1 });
     } finally {
       db.close();
     }

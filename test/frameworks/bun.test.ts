@@ -2,6 +2,7 @@
 import { performance } from 'node:perf_hooks';
 import type { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 import { clientFrom, frameworkCases, frameworkConfig, KEY, SIM_MODEL } from './shared.case.js';
 import { startSlowUpstream, type SlowUpstream } from './slow-upstream.js';
 import { repoRoot, spawnServer, writeConfig, type Spawned } from './spawn.js';
@@ -12,13 +13,15 @@ import { repoRoot, spawnServer, writeConfig, type Spawned } from './spawn.js';
 
 describe('bun', () => {
   let upstream: SlowUpstream;
+  let media: MediaUpstream;
   let server: Spawned;
   let baseURL: string;
   const agents: Agent[] = [];
 
   beforeAll(async () => {
     upstream = await startSlowUpstream();
-    const config = await writeConfig(frameworkConfig(upstream.url));
+    media = await startMediaUpstream();
+    const config = await writeConfig(frameworkConfig(upstream.url, media.url));
     server = await spawnServer(`${repoRoot}node_modules/.bin/bun`, ['examples/bun/server.ts'], {
       env: { PORT: '0', HOST: '127.0.0.1', MODEL_GATEWAY_CONFIG: config },
       ready: /model-gateway on Bun: (http:\/\/\S+\/v1)/,
@@ -31,9 +34,10 @@ describe('bun', () => {
     await Promise.all(agents.map((a) => a.close()));
     await server?.stop();
     await upstream?.close();
+    await media?.close();
   });
 
-  frameworkCases(() => ({ baseURL, upstream }));
+  frameworkCases(() => ({ baseURL, upstream, media }));
 
   describe('with the built-in simulator upstream', () => {
     it('answers plain and streamed chat through the openai client', async () => {

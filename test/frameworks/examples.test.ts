@@ -58,4 +58,12 @@ describe('examples', () => {
     expect(parseOptions(config).models[0]?.upstreamModel).toBe('gpt-4o-mini');
     await expect(loadConfigFile(`${repoRoot}examples/standalone/openai.config.json`, {})).rejects.toThrow(/OPENAI_API_KEY/);
   });
+
+  it("deploy/gateway.config.json (the container image's) is a valid config once its variables are set", async () => {
+    const config = parseOptions(
+      await loadConfigFile(`${repoRoot}examples/deploy/gateway.config.json`, { OPENAI_API_KEY: 'sk-test', ADMIN_TOKEN_SHA256: 'ab'.repeat(32) }),
+    );
+    expect(config.storage).toMatchObject({ driver: 'sqlite', path: './data/gateway.db' });
+    expect(config.trustProxy).toContain('127.0.0.1');
+  });
 });

@@ -5,6 +5,7 @@ import express from 'express';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toExpress } from '../../adapters/express.js';
 import { createGateway, type Gateway } from '../../src/index.js';
+import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 import { frameworkCases, frameworkConfig, KEY, MODEL } from './shared.case.js';
 import { REPLY, startSlowUpstream, type SlowUpstream } from './slow-upstream.js';
 
@@ -24,13 +25,15 @@ async function close(server: Server): Promise<void> {
 
 describe('express', () => {
   let upstream: SlowUpstream;
+  let media: MediaUpstream;
   let gateway: Gateway;
   let server: Server;
   let baseURL: string;
 
   beforeAll(async () => {
     upstream = await startSlowUpstream();
-    gateway = createGateway({ ...frameworkConfig(upstream.url), logger: quiet });
+    media = await startMediaUpstream();
+    gateway = createGateway({ ...frameworkConfig(upstream.url, media.url), logger: quiet });
     const app = express();
     app.use('/api/gateway', toExpress(gateway));
     app.use(express.json());
@@ -46,9 +49,10 @@ describe('express', () => {
     await close(server);
     await gateway.dispose();
     await upstream.close();
+    await media.close();
   });
 
-  frameworkCases(() => ({ baseURL, upstream }));
+  frameworkCases(() => ({ baseURL, upstream, media }));
 
   it('leaves the rest of the app alone (its own body parser still works)', async () => {
     const res = await fetch(baseURL.replace('/api/gateway/v1', '/echo'), {

@@ -3,18 +3,21 @@ import Fastify, { type FastifyInstance } from 'fastify';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { toFastify } from '../../adapters/fastify.js';
 import { createGateway, type Gateway } from '../../src/index.js';
+import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 import { frameworkCases, frameworkConfig } from './shared.case.js';
 import { startSlowUpstream, type SlowUpstream } from './slow-upstream.js';
 
 describe('fastify', () => {
   let upstream: SlowUpstream;
+  let media: MediaUpstream;
   let gateway: Gateway;
   let app: FastifyInstance;
   let origin: string;
 
   beforeAll(async () => {
     upstream = await startSlowUpstream();
-    gateway = createGateway({ ...frameworkConfig(upstream.url), logger: { info() {}, warn() {}, error() {} } });
+    media = await startMediaUpstream();
+    gateway = createGateway({ ...frameworkConfig(upstream.url, media.url), logger: { info() {}, warn() {}, error() {} } });
     app = Fastify({ bodyLimit: 1024 });
     await app.register(toFastify(gateway), { prefix: '/api/gateway' });
     app.post('/echo', async (request) => request.body);
@@ -25,9 +28,10 @@ describe('fastify', () => {
     await app.close();
     await gateway.dispose();
     await upstream.close();
+    await media.close();
   });
 
-  frameworkCases(() => ({ baseURL: `${origin}/api/gateway/v1`, upstream }));
+  frameworkCases(() => ({ baseURL: `${origin}/api/gateway/v1`, upstream, media }));
 
   it('keeps its body parsers to itself: the rest of the app still parses JSON', async () => {
     const res = await fetch(`${origin}/echo`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: '{"ok":true}' });

@@ -1,42 +1,52 @@
 /**
- * The shared framework checks against examples/next-app: the package is built (the example
- * imports it by name), then `next build` and `next start` on a free port. Slow: run once.
- * dist/ and examples/next-app/.next are shared by every run in this checkout, so a lock keeps
- * concurrent runs from rebuilding them under each other.
+ * The shared framework checks against examples/next-app under `next start`: its one route,
+ * app/api/[...path]/route.ts, serves /api/v1 with every method the gateway routes, and the
+ * admin API beside it (the console under /api/admin is checked in Chromium by
+ * test/admin/console-mounts.browser.test.ts).
  */
-import { afterAll, beforeAll, describe } from 'vitest';
-import { frameworkCases, frameworkConfig } from './shared.case.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from '../admin/token.js';
+import { NEXT_START_TIMEOUT_MS, startNextExample, type NextExample } from './next-example.js';
+import { frameworkCases, frameworkConfig, KEY } from './shared.case.js';
 import { startSlowUpstream, type SlowUpstream } from './slow-upstream.js';
-import { acquireLock, freePort, repoRoot, run, spawnServer, writeConfig, type Spawned } from './spawn.js';
-
-const next = `${repoRoot}node_modules/.bin/next`;
 
 describe('next', () => {
   let upstream: SlowUpstream;
-  let server: Spawned | undefined;
-  let baseURL: string;
-  let release: (() => Promise<void>) | undefined;
+  let media: MediaUpstream;
+  let app: NextExample | undefined;
 
   beforeAll(async () => {
-    release = await acquireLock('next-example', 200_000);
     upstream = await startSlowUpstream();
-    await run(`${repoRoot}node_modules/.bin/tsup`, []);
-    await run(next, ['build', 'examples/next-app'], { env: { NEXT_TELEMETRY_DISABLED: '1' } });
-    const config = await writeConfig(frameworkConfig(upstream.url));
-    const port = await freePort();
-    server = await spawnServer(next, ['start', 'examples/next-app', '--port', String(port), '--hostname', '127.0.0.1'], {
-      env: { MODEL_GATEWAY_CONFIG: config, NEXT_TELEMETRY_DISABLED: '1' },
-      ready: /Ready in/,
-      timeoutMs: 30_000,
-    });
-    baseURL = `http://127.0.0.1:${port}/api/v1`;
-  }, 420_000);
+    media = await startMediaUpstream();
+    app = await startNextExample({ ...frameworkConfig(upstream.url, media.url), admin: { tokenSha256: ADMIN_SHA } });
+  }, NEXT_START_TIMEOUT_MS);
 
   afterAll(async () => {
-    await server?.stop();
+    await app?.stop();
     await upstream?.close();
-    await release?.();
+    await media?.close();
   });
 
-  frameworkCases(() => ({ baseURL, upstream }));
+  frameworkCases(() => ({ baseURL: `${app!.origin}/api/v1`, upstream, media }));
+
+  it("hands every method to the gateway: a method no route takes is the gateway's 405, not Next.js's", async () => {
+    const res = await fetch(`${app!.origin}/api/v1/videos/video_x`, { method: 'PATCH', headers: { authorization: `Bearer ${KEY}` } });
+    expect(res.status).toBe(405);
+    expect(res.headers.get('allow')).toBe('GET, DELETE');
+    expect(((await res.json()) as { error: { code: string } }).error.code).toBe('method_not_allowed');
+  });
+
+  it('serves the admin API at /api/admin/v1 from the same route: PUT, GET and DELETE of a brand', async () => {
+    const url = `${app!.origin}/api/admin/v1/accounts/acme/brands/harbour`;
+    const headers = { authorization: `Bearer ${ADMIN_TOKEN}`, 'content-type': 'application/json' };
+    const put = await fetch(url, { method: 'PUT', headers, body: JSON.stringify({ name: 'Harbour', voice: 'Calm and brief.' }) });
+    expect(put.status).toBe(200);
+    const got = await fetch(url, { headers });
+    expect(((await got.json()) as { voice: string }).voice).toBe('Calm and brief.');
+    const deleted = await fetch(url, { method: 'DELETE', headers });
+    expect(deleted.status).toBe(200);
+    await deleted.arrayBuffer();
+    expect((await fetch(url, { headers })).status).toBe(404);
+  });
 });

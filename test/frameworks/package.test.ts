@@ -1,5 +1,5 @@
 /**
- * The published package as a user gets it: `npm pack` (its prepack builds with tsup) in a
+ * The published package as a user gets it: `npm pack` (its prepare script builds with tsup) in a
  * copy of the repository, the tarball unpacked into a fresh project's node_modules, then
  * every subpath imported from ESM and required from CJS, the bin run, and the types checked
  * from a NodeNext TypeScript project. Dependencies come from this repository's node_modules,
@@ -136,8 +136,10 @@ describe('the packed tarball', () => {
       ].join('\n'),
     );
     const light = SUBPATHS.filter((s) => s !== 'model-gateway/redis' && s !== 'model-gateway/postgres');
-    await writeFile(join(app, 'light.mjs'), light.map((s) => `await import('${s}');`).join('\n'));
-    await writeFile(join(app, 'light.cjs'), light.map((s) => `require('${s}');`).join('\n'));
+    // createStores loads a driver's module only for that driver: memory stores need no peer.
+    const memory = `.createStores({ driver: 'memory' }).then((s) => s.close())`;
+    await writeFile(join(app, 'light.mjs'), [...light.map((s) => `await import('${s}');`), `await (await import('model-gateway'))${memory};`].join('\n'));
+    await writeFile(join(app, 'light.cjs'), [...light.map((s) => `require('${s}');`), `require('model-gateway')${memory};`].join('\n'));
     await run(process.execPath, ['--import', './block-peers.mjs', 'light.mjs'], { cwd: app });
     await run(process.execPath, ['--require', './block-peers.cjs', 'light.cjs'], { cwd: app });
     const bin = join('node_modules', 'model-gateway', 'dist', 'cli.js');
@@ -219,19 +221,22 @@ describe('the packed tarball', () => {
       `const plugin = toFastify(gateway);`,
       `express().use('/api', toExpress(gateway));`,
       `void Fastify().register(plugin, { prefix: '/api' });`,
-      `const { GET, POST } = toNext(() => gateway, { basePath: '/api', clientAddress: lastForwardedFor });`,
+      `const { GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS } = toNext(() => gateway, { basePath: '/api', clientAddress: lastForwardedFor });`,
       `const fetchHandler: (r: Request, s: { requestIP(r: Request): { address: string } | null }) => Promise<Response> = toBun(gateway);`,
       `const stores: typeof createRedisStores = createRedisStores;`,
       `const durable: [typeof createSqliteStores, typeof createPostgresStores] = [createSqliteStores, createPostgresStores];`,
+      `const built: Promise<Stores> = createStores({ driver: 'postgres', url: 'postgres://db/gw', limits: { driver: 'redis' } });`,
+      `// @ts-expect-error the storage section is typed: no such driver`,
+      `void createStores({ driver: 'mysql' });`,
       // Proves the types are real (not any): an unused @ts-expect-error is itself an error.
       `// @ts-expect-error clientAddress is required`,
       `toNext(gateway, { basePath: '/api' });`,
-      `export { middleware, plugin, GET, POST, fetchHandler, stores, durable };`,
+      `export { middleware, plugin, GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, fetchHandler, stores, durable, built };`,
     ];
     const imports = [
       `import express from 'express';`,
       `import Fastify from 'fastify';`,
-      `import { createGateway } from 'model-gateway';`,
+      `import { createGateway, createStores, type Stores } from 'model-gateway';`,
       `import { toExpress } from 'model-gateway/express';`,
       `import { toFastify } from 'model-gateway/fastify';`,
       `import { toNext, lastForwardedFor } from 'model-gateway/next';`,

@@ -1,38 +1,47 @@
 /**
- * One body of checks run against every framework adapter (express, fastify, next, bun).
- * A test file starts the slow upstream and a server mounting a gateway configured with
- * `frameworkConfig`, then calls `frameworkCases` with the server's base URL (…/v1).
+ * One body of checks run against every framework adapter (express, fastify, next, bun,
+ * node:http). A test file starts the slow upstream, the media upstream and a server mounting a
+ * gateway configured with `frameworkConfig`, then calls `frameworkCases` with the server's
+ * base URL (…/v1).
  *
  * Each check sends from its own loopback address (127.0.0.x, bound with undici's
  * `localAddress`), so the small per-IP budget of one check never spends another's, and
  * the throttle check can show that the adapter hands the gateway the real peer address.
  */
 import { performance } from 'node:perf_hooks';
-import OpenAI from 'openai';
+import OpenAI, { toFile } from 'openai';
 import { Agent, fetch as undiciFetch, type RequestInit as UndiciRequestInit } from 'undici';
 import { afterAll, expect, it as vitestIt } from 'vitest';
 import type { GatewayConfigInput } from '../../src/index.js';
+import type { MediaUpstream } from '../helpers/media-upstream.js';
 import { REPLY, WORDS, type SlowUpstream } from './slow-upstream.js';
 
 export const KEY = 'sk-mg-FRAMEWORKframeworkFRAMEWORKframeworkFRAME0001';
 export const MODEL = 'slow/chat';
 /** A model on the built-in simulator (no HTTP upstream), streaming a chunk every 50 ms. */
 export const SIM_MODEL = 'sim/chat';
+/** A video model on the media upstream (test/helpers/media-upstream.ts). */
+export const VIDEO_MODEL = 'media/video';
 /** Requests per minute per client address. */
 export const IP_LIMIT = 3;
 export const MAX_BODY_BYTES = 64 * 1024;
 
-/** The gateway configuration every framework test serves. */
-export function frameworkConfig(upstreamUrl: string): Omit<GatewayConfigInput, 'storage'> {
+/** The gateway configuration every framework test serves; `mediaUrl` adds the video model. */
+export function frameworkConfig(upstreamUrl: string, mediaUrl?: string): Omit<GatewayConfigInput, 'storage'> {
+  const upstreams: NonNullable<GatewayConfigInput['upstreams']> = { slow: { baseUrl: upstreamUrl, timeoutMs: 10_000 }, sim: { simulate: true, chunkDelayMs: 50 } };
+  if (mediaUrl) upstreams.media = { baseUrl: mediaUrl, timeoutMs: 10_000 };
+  const video = { id: VIDEO_MODEL, type: 'video', upstream: 'media', pricing: { unit: 'second', from: '0.1', tiers: { '720P': '0.1' } } } as const;
   return {
-    upstreams: { slow: { baseUrl: upstreamUrl, timeoutMs: 10_000 }, sim: { simulate: true, chunkDelayMs: 50 } },
+    upstreams,
     models: [
       { id: MODEL, type: 'text', upstream: 'slow', pricing: { prompt: '0.000001', completion: '0.000002' } },
       { id: SIM_MODEL, type: 'text', upstream: 'sim', pricing: { prompt: '0.000001', completion: '0.000002' } },
+      ...(mediaUrl ? [video] : []),
     ],
     accounts: [{ id: 'acme', walletUsd: '100' }],
     keys: [{ key: KEY, account: 'acme', kind: 'developer' }],
-    limits: { ipRequestsPerMinute: IP_LIMIT, keyRequestsPerMinute: 1000, maxBodyBytes: MAX_BODY_BYTES },
+    // Video jobs are polled every 50 ms: a finished upstream job shows within a moment.
+    limits: { ipRequestsPerMinute: IP_LIMIT, keyRequestsPerMinute: 1000, maxBodyBytes: MAX_BODY_BYTES, jobPollIntervalMs: 50 },
   };
 }
 
@@ -40,9 +49,11 @@ export interface FrameworkTarget {
   /** Base URL of the gateway's API, ending with /v1. */
   baseURL: string;
   upstream: SlowUpstream;
+  /** The upstream of VIDEO_MODEL (the gateway's config names its URL). */
+  media: MediaUpstream;
 }
 
-export type CaseName = 'plain' | 'stream' | 'sse' | 'unauthorized' | 'throttle' | 'bodyLimit' | 'disconnect';
+export type CaseName = 'plain' | 'stream' | 'sse' | 'unauthorized' | 'throttle' | 'bodyLimit' | 'disconnect' | 'video' | 'delete';
 
 type Fetch = (url: string, init?: UndiciRequestInit) => Promise<Response>;
 
@@ -50,10 +61,25 @@ type Fetch = (url: string, init?: UndiciRequestInit) => Promise<Response>;
 export function clientFrom(localAddress: string, baseURL: () => string, agents: Agent[]) {
   const dispatcher = new Agent({ localAddress });
   agents.push(dispatcher);
-  const fetch: Fetch = (url, init) => undiciFetch(url, { ...init, dispatcher }) as unknown as Promise<Response>;
+  const fetch: Fetch = async (url, init) =>
+    undiciFetch(url, { ...(await withEncodedForm(init)), dispatcher }) as unknown as Promise<Response>;
+  // The openai client checks the fetch's Response class can encode the global FormData.
+  Object.assign(fetch, { Response: globalThis.Response });
   const openai = (apiKey = KEY) =>
     new OpenAI({ baseURL: baseURL(), apiKey, maxRetries: 0, timeout: 20_000, fetch: fetch as unknown as OpenAI['fetch'] });
   return { fetch, openai };
+}
+
+/**
+ * undici's fetch does not know Node's global FormData (the one the openai client builds for a
+ * multipart upload): such a body is encoded here, its boundary in the Content-Type.
+ */
+async function withEncodedForm(init: UndiciRequestInit | undefined): Promise<UndiciRequestInit | undefined> {
+  if (!(init?.body instanceof FormData)) return init;
+  const encoded = new Response(init.body);
+  const headers = Object.fromEntries(new Headers(init.headers as HeadersInit));
+  headers['content-type'] = encoded.headers.get('content-type') ?? '';
+  return { ...init, headers, body: new Uint8Array(await encoded.arrayBuffer()) };
 }
 
 /** Registers the shared checks; `target` is read when the checks run (after beforeAll). */
@@ -184,4 +210,57 @@ export function frameworkCases(target: () => FrameworkTarget): void {
     expect(exchange.closedEarly).toBe(true);
     expect(exchange.sentAt.length).toBeLessThan(WORDS.length);
   });
+
+  it('video', "creates a video from a multipart body (the openai client's videos.create): the upstream gets its fields and file", async () => {
+    const { media } = target();
+    const before = media.requests.length;
+    const reference = await toFile(PNG, 'reference.png', { type: 'image/png' });
+    const video = await client('127.0.0.17')
+      .openai()
+      .videos.create({ model: VIDEO_MODEL, prompt: 'Waves at dusk.', seconds: '4', size: '720x1280', input_reference: reference });
+    expect(video.status).toBe('queued');
+    expect(video.model).toBe(VIDEO_MODEL);
+    const sent = media.requests.slice(before).filter((r) => r.method === 'POST' && r.path === '/videos');
+    expect(sent).toHaveLength(1);
+    // The body is multipart and says its boundary, so the upstream could read it: each field,
+    // and the file with its name and bytes.
+    expect(sent[0]!.contentType).toMatch(/^multipart\/form-data; ?boundary=/);
+    expect(sent[0]!.fields).toEqual({ model: VIDEO_MODEL, prompt: 'Waves at dusk.', seconds: '4', size: '720x1280' });
+    expect(sent[0]!.raw.includes(Buffer.from('filename="reference.png"'))).toBe(true);
+    expect(sent[0]!.raw.includes(PNG)).toBe(true);
+    // Nothing left running: an open hold would show in the wallet other checks read.
+    await finishUpstreamVideo(media, 'Waves at dusk.');
+  });
+
+  it('delete', 'deletes a finished video job (DELETE /videos/{id}) through the openai client', async () => {
+    const { media } = target();
+    const { openai } = client('127.0.0.18');
+    const video = await openai().videos.create({ model: VIDEO_MODEL, prompt: 'A job to delete.', seconds: '4' });
+    await finishUpstreamVideo(media, 'A job to delete.');
+    // The client looks from another address (the per-IP budget is small).
+    const watcher = client('127.0.0.19').openai();
+    await expect.poll(async () => (await watcher.videos.retrieve(video.id)).status, { timeout: 10_000, interval: 400 }).toBe('completed');
+
+    expect(await openai().videos.delete(video.id)).toEqual({ id: video.id, object: 'video.deleted', deleted: true });
+    const gone = await openai()
+      .videos.retrieve(video.id)
+      .then(
+        () => null,
+        (e: unknown) => e,
+      );
+    expect(gone).toBeInstanceOf(OpenAI.NotFoundError);
+  });
 }
+
+/** Ends the upstream job of the video asked with `prompt`; resolves once the gateway's poller has seen it end. */
+async function finishUpstreamVideo(media: MediaUpstream, prompt: string): Promise<void> {
+  const job = media.videos().find((v) => v.prompt === prompt);
+  expect(job, `an upstream video job for "${prompt}"`).toBeDefined();
+  const finishedAt = media.requests.length;
+  media.finishVideo(job!.id);
+  const polled = () => media.requests.slice(finishedAt).some((r) => r.method === 'GET' && r.path === `/videos/${job!.id}`);
+  await expect.poll(polled, { timeout: 10_000 }).toBe(true);
+}
+
+/** A 1x1 PNG: the reference image sent with a video. */
+const PNG = Buffer.from('iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNkYPhfDwAChwGA60e6kgAAAABJRU5ErkJggg==', 'base64');

@@ -11,6 +11,7 @@ import { rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
+import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 import { COMPLETION_PRICE, PROMPT_PRICE, eventually, testKey } from '../helpers/gateway.js';
@@ -113,7 +114,65 @@ async function twoWorkers(storage: Record<string, unknown>): Promise<void> {
   }
 }
 
+/**
+ * How many of `n` calls at once (each on a connection of its own, so both workers take some)
+ * pass `key`'s limits. The upstream holds every admitted call until all have been answered or
+ * refused: a call's take from the tokens window is corrected at its settle, so one that ended
+ * early would free tokens for the rest.
+ */
+async function admitted(baseURL: string, key: string, n: number, maxTokens: number): Promise<number> {
+  let release = () => {};
+  up.setBehavior({ kind: 'json', gate: new Promise<void>((r) => (release = r)) });
+  const before = up.requests.length;
+  let refused = 0;
+  const calls = Array.from({ length: n }, async (_, i) => {
+    const res = await fetch(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', connection: 'close' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: `limit ${i}` }], max_tokens: maxTokens }),
+      dispatcher: new Agent({ pipelining: 0 }),
+    } as RequestInit);
+    if (res.status === 429) refused++;
+    else expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    return res.status;
+  });
+  await eventually(() => refused + up.requests.length - before === n, 'every call answered or at the upstream', 20_000);
+  release();
+  return (await Promise.all(calls)).filter((status) => status === 200).length;
+}
+
+/** Admitted calls of a rate-limited key and of a tokens-limited key, on one process or on `--workers 2`. */
+async function limitsOn(workers: 1 | 2): Promise<[number, number]> {
+  const dir = mkdtempSync(join(tmpdir(), 'mg-workers-limits-'));
+  const [rated, metered] = [testKey(), testKey()];
+  const base = config({ driver: 'sqlite', path: join(dir, 'books.db') }, join(dir, 'journal'), rated);
+  const file = writeConfig({
+    ...base,
+    limits: { keyRequestsPerMinute: 5, ipRequestsPerMinute: 100_000 },
+    keys: [{ key: rated, account: ACCOUNT }, { key: metered, account: ACCOUNT, tokensPerMinute: 1_000 }],
+  });
+  try {
+    const gw = await startGatewayProcess(file, {}, [], workers === 2 ? { args: ['--workers', '2'], startMs: 150_000 } : {});
+    try {
+      return [await admitted(gw.baseURL, rated, 12, 8), await admitted(gw.baseURL, metered, 8, 400)];
+    } finally {
+      await gw.kill();
+    }
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
+
 describe('serve --workers', () => {
+  it('limits are exact across two workers over SQLite: a key admits as many calls as on one process', async () => {
+    const one = await limitsOn(1);
+    // 5 requests a minute; 1,000 tokens a minute held as ~410 a call (max_tokens 400): 2.
+    expect(one).toEqual([5, 2]);
+    expect(await limitsOn(2)).toEqual(one);
+  }, 300_000);
+
+
   it('refuses the memory driver before starting anything, saying why', async () => {
     const file = writeConfig({ ...config({ driver: 'memory' }, '/nonexistent', testKey()), settleJournalDir: null });
     const r = await runCli(['serve', '--config', file, '--port', '0', '--workers', '2']);

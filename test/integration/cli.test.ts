@@ -132,8 +132,8 @@ describe.runIf(redisUp || process.env.CI === 'true')('admin commands on Redis', 
     json(await cli('accounts', 'create', '--config', config, '--id', 'beta'));
     json(await cli('wallet', 'top-up', '--config', config, '--account', 'acme', '--usd', '2.5'));
     expect(json(await cli('accounts', 'list', '--config', config))).toEqual([
-      { id: 'acme', grants: [], createdAt: expect.any(Number), balanceUsd: '12.5', heldUsd: '0' },
-      { id: 'beta', grants: [], createdAt: expect.any(Number), balanceUsd: '0', heldUsd: '0' },
+      { id: 'acme', grants: [], budgets: [], createdAt: expect.any(Number), balanceUsd: '12.5', heldUsd: '0' },
+      { id: 'beta', grants: [], budgets: [], createdAt: expect.any(Number), balanceUsd: '0', heldUsd: '0' },
     ]);
     expect(json(await cli('wallet', 'show', '--config', config, '--account', 'acme'))).toEqual({ account: 'acme', balanceUsd: '12.5', heldUsd: '0' });
 

@@ -112,7 +112,9 @@ describe('client disconnects mid-stream', () => {
     expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(WALLET - entry.cost);
   });
 
-  it('a client gone before any content was produced is charged nothing', async () => {
+  // The provider read the whole prompt once it answered 200 (and may have cached it): the
+  // prompt is billed, from its count when no usage came; no output was produced.
+  it('a client gone before the first word pays the prompt, and nothing more', async () => {
     // The first content chunk would come 2 s after the role chunk; the client leaves at once.
     up.setBehavior({ kind: 'stream', chunks: CHUNKS, delayMs: 2_000, usage: false });
     const abort = new AbortController();
@@ -132,8 +134,13 @@ describe('client disconnects mid-stream', () => {
     await eventually(() => rec.isClosed, 'the upstream connection to close');
     expect(rec.closedEarly).toBe(true);
     expect(rec.chunksSent).toBe(0);
-    await eventually(noHoldLeft, 'the hold to be released');
-    expect(await charges()).toEqual([]);
-    expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(WALLET);
+    await eventually(noHoldLeft, 'the hold to be settled');
+    const ledger = await charges();
+    expect(ledger).toHaveLength(1);
+    const entry = ledger[0]!;
+    expect(entry.units).toMatchObject({ kind: 'tokens', prompt: await promptEstimate(MESSAGES), completion: 0 });
+    expect(entry.measured).toBe('tokenizer');
+    expect(entry.cost).toBe(chatCost(await promptEstimate(MESSAGES), 0));
+    expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(WALLET - entry.cost);
   });
 });

@@ -662,12 +662,13 @@ describe('what reaches the upstream', () => {
     expect(entry!.cost).toBe(chatCost(9, 3));
   });
 
-  it('streams: model rewritten upstream, stream_options added, nothing else changed', async () => {
+  it('streams: model rewritten upstream, stream_options and the held output cap added, nothing else changed', async () => {
     up.setBehavior({ kind: 'stream', chunks: ['ok'] });
     const body = { model: MODEL, messages: MESSAGES, stream: true, temperature: 0, n: 1 };
     const res = await postChat(gw.baseURL, devKey, body);
     await res.text();
-    expect(up.requests[0]!.body).toEqual({ ...body, model: UPSTREAM_MODEL, stream_options: { include_usage: true } });
+    // No cap from the client: the upstream is asked for the model's, which is what was held.
+    expect(up.requests[0]!.body).toEqual({ ...body, model: UPSTREAM_MODEL, stream_options: { include_usage: true }, max_completion_tokens: 4096 });
   });
 
   it('brand and knowledge are consumed: never relayed, the brand voice goes first as a system message', async () => {
@@ -729,7 +730,7 @@ describe('what reaches the upstream', () => {
       body: raw,
     });
     expect(res.status).toBe(200);
-    expect(up.requests[0]!.body).toEqual({ ...(JSON.parse(raw) as object), model: UPSTREAM_MODEL });
+    expect(up.requests[0]!.body).toEqual({ ...(JSON.parse(raw) as object), model: UPSTREAM_MODEL, max_completion_tokens: 4096 });
   });
 });
 

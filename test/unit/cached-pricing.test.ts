@@ -11,7 +11,7 @@ import { listCost } from '../../src/billing/pricing.js';
 import { usageFrom, usageOf, usageOfParts } from '../../src/billing/usage.js';
 
 const textModel = (promptPico: bigint, completionPico: bigint, cachedPromptPico: bigint, cacheWritePico: bigint) =>
-  ({ id: 'm', text: { promptPico, completionPico, cachedPromptPico, cacheWritePico } }) as unknown as Model;
+  ({ id: 'm', text: { promptPico, completionPico, cachedPromptPico, cacheWritePico, cacheWrite1hPico: 2n * promptPico } }) as unknown as Model;
 
 /** Pico-USD prices up to 1 USD a token (12 decimal places, like a configured price). */
 const price = fc.bigInt({ min: 0n, max: 1_000_000_000_000n });

@@ -127,3 +127,84 @@ describe('config errors a person can act on', () => {
     expect((err as Error).message).toMatch(/^upstreams\["eu-1"\]\.headers\["api-key"\]\[0\]: environment variable K is not set/);
   });
 });
+
+describe('names that break things', () => {
+  const problems = (input: unknown): string[] => {
+    try {
+      parseOptions(input);
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError);
+      return (err as Error).message.split('\n').slice(1).map((l) => l.trim());
+    }
+    throw new Error('the options were accepted');
+  };
+  const sim = { upstreams: { sim: { simulate: true } } };
+  const model = (upstream: string) => ({ id: 'm', upstream, pricing: { prompt: '0.000001', completion: '0.000001' } });
+
+  it('account, brand and document ids "." and "..", or outside the format, name the field', () => {
+    for (const id of ['.', '..', 'a/b', 'a b', 'a\u0000b', 'a:b']) {
+      expect(problems({ accounts: [{ id }] })).toEqual([expect.stringMatching(/^accounts\[0\]\.id: must be letters, digits/)]);
+      expect(problems({ accounts: [{ id: 'a' }], brands: [{ id, account: 'a', voice: 'v' }] })).toEqual([expect.stringMatching(/^brands\[0\]\.id: /)]);
+      expect(problems({ accounts: [{ id: 'a' }], documents: [{ id, account: 'a', text: 't' }] })).toEqual([expect.stringMatching(/^documents\[0\]\.id: /)]);
+    }
+    expect(problems({ accounts: [{ id: 'x'.repeat(65) }] })).toEqual(['accounts[0].id: must have at most 64 characters']);
+    expect(parseOptions({ accounts: [{ id: 'a.b-c_D9' }] }).accounts[0]!.id).toBe('a.b-c_D9');
+  });
+
+  it('an account id given twice, or a brand or document id twice in one account, names the second', () => {
+    expect(problems({ accounts: [{ id: 'a' }, { id: 'b' }, { id: 'a' }] })).toEqual(['accounts[2].id: duplicate account id "a"']);
+    const brand = (id: string, account: string) => ({ id, account, voice: 'v' });
+    expect(problems({ accounts: [{ id: 'a' }, { id: 'b' }], brands: [brand('x', 'a'), brand('x', 'b'), brand('x', 'a')] })).toEqual([
+      'brands[2].id: duplicate id "x" in account "a"',
+    ]);
+    const doc = (id: string) => ({ id, account: 'a', text: 't' });
+    expect(problems({ accounts: [{ id: 'a' }], documents: [doc('d'), doc('d')] })).toEqual(['documents[1].id: duplicate id "d" in account "a"']);
+  });
+
+  it('a model whose upstream is a name every object has, and not a configured upstream, names the field', () => {
+    for (const name of ['toString', '__proto__', 'constructor', 'hasOwnProperty', 'nope']) {
+      expect(problems({ ...sim, models: [model(name)] })).toEqual([`models[0].upstream: no upstream named "${name}"`]);
+      const { upstream: _one, ...targeted } = model('sim');
+      expect(problems({ ...sim, models: [{ ...targeted, targets: [{ upstream: name }] }] })).toContain(
+        `models[0].targets[0].upstream: no upstream named "${name}"`,
+      );
+    }
+    // Nor may an upstream be named so.
+    expect(problems({ upstreams: { toString: { simulate: true } } })).toEqual(['upstreams.toString: is a name every object has; choose another; got the string "toString"']);
+    expect(problems(JSON.parse('{"upstreams":{"__proto__":{"simulate":true}}}'))).toEqual(['upstreams["__proto__"]: is a name every object has; choose another']);
+  });
+
+  it('a CR, LF or NUL in an upstream header value or apiKey names the field', () => {
+    const http = (fields: object) => ({ upstreams: { p: { baseUrl: 'https://api.example.com/v1', ...fields } } });
+    for (const bad of ['v\r\nX-Injected: 1', 'v\n', 'v\r', 'v\u0000']) {
+      expect(problems(http({ headers: { 'api-key': bad } }))).toEqual([expect.stringMatching(/^upstreams\.p\.headers\["api-key"\]: must not contain a line break/)]);
+      expect(problems(http({ apiKey: `sk-${bad}` }))).toEqual([expect.stringMatching(/^upstreams\.p\.apiKey: must not contain a line break/)]);
+    }
+    expect(parseOptions(http({ apiKey: 'sk-ok', headers: { 'api-key': 'a b\tc' } })).upstreams.p).toMatchObject({ apiKey: 'sk-ok' });
+  });
+
+  it('a metrics.path that shadows /v1, /admin or a probe names the field', () => {
+    for (const path of ['/v1', '/v1/chat/completions', '/v1/', '/admin', '/admin/v1/accounts', '/health', '/ready']) {
+      expect(problems({ metrics: { path } })).toEqual([expect.stringMatching(new RegExp(`^metrics\\.path: "${path}" would shadow `))]);
+    }
+    expect(parseOptions({ metrics: { path: '/v1metrics' } }).metrics?.path).toBe('/v1metrics');
+    expect(parseOptions({ metrics: { path: '/internal/metrics' } }).metrics?.path).toBe('/internal/metrics');
+  });
+
+  it('a settleJournalDir that is a file is a ConfigError naming the field, at start', async () => {
+    const { createGateway } = await import('../../src/gateway.js');
+    const dir = mkdtempSync(join(tmpdir(), 'mg-journal-file-'));
+    const path = join(dir, 'not-a-dir');
+    writeFileSync(path, 'x');
+    for (const journal of [path, join(path, 'below')]) {
+      let thrown: unknown;
+      try {
+        createGateway({ settleJournalDir: journal });
+      } catch (err) {
+        thrown = err;
+      }
+      expect(thrown).toBeInstanceOf(ConfigError);
+      expect((thrown as Error).message).toContain(`settleJournalDir: cannot keep the settle journal in "${journal}": it is not a directory`);
+    }
+  });
+});

@@ -5,7 +5,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { GatewayError } from '../../src/errors.js';
-import { messagesUsage } from '../../src/operations/messages/events.js';
+import { messagesUsage } from '../../src/upstream/answers/messages.js';
 import { ChatToMessagesEvents } from '../../src/upstream/kinds/messages/chat-to-events.js';
 import { MessagesToChatEvents } from '../../src/upstream/kinds/messages/events-to-chat.js';
 import { messagesRequestOf } from '../../src/upstream/kinds/messages/from-chat.js';
@@ -192,5 +192,32 @@ describe('Messages events as a chat stream', () => {
     const err = refusal(() => t.push(enc.encode(ev('error', { error: { type: 'overloaded_error', message: 'Overloaded' } }))));
     expect(err.code).toBe('upstream_error');
     expect(err.message).toBe('Overloaded');
+  });
+});
+
+describe('the Messages translators hold an error back behind the output of its read', () => {
+  const enc = (s: string) => new TextEncoder().encode(s);
+  const dec = (parts: Uint8Array[]) => parts.map((p) => new TextDecoder().decode(p)).join('');
+
+  it('chat -> Messages: the text before an error event goes out first, then the error is thrown', () => {
+    const t = new ChatToMessagesEvents();
+    const chunk = (delta: Record<string, unknown>) => `data: ${JSON.stringify({ id: 'c1', model: 'm', choices: [{ index: 0, delta, finish_reason: null }] })}\n\n`;
+    const read = chunk({ role: 'assistant', content: 'Hello' }) + `data: ${JSON.stringify({ error: { message: 'overloaded' } })}\n\n`;
+    const out = dec(t.push(enc(read)));
+    expect(out).toContain('"text":"Hello"');
+    expect(() => t.end()).toThrow();
+  });
+
+  it('Messages -> chat: the text before an error event goes out first, then the error is thrown', () => {
+    const t = new MessagesToChatEvents();
+    const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+    const read =
+      ev('message_start', { message: { id: 'msg_1', model: 'claude', usage: { input_tokens: 3, output_tokens: 1 } } }) +
+      ev('content_block_start', { index: 0, content_block: { type: 'text', text: '' } }) +
+      ev('content_block_delta', { index: 0, delta: { type: 'text_delta', text: 'Hello' } }) +
+      ev('error', { error: { type: 'overloaded_error', message: 'Overloaded' } });
+    const out = dec(t.push(enc(read)));
+    expect(out).toContain('"content":"Hello"');
+    expect(() => t.push(enc(''))).toThrow();
   });
 });

@@ -13,11 +13,12 @@ import { SCRIPT_ACCOUNT } from './script-account.js';
 import { SCRIPT_CORE } from './script-core.js';
 import { SCRIPT_LIMITS } from './script-limits.js';
 import { SCRIPT_OPS } from './script-ops.js';
+import { SCRIPT_PAGES } from './script-pages.js';
 
 /** The console's script: its parts share one function scope; signing in (or the kept token) starts it. */
 const CONSOLE_JS = `'use strict';
 (function () {
-${SCRIPT_CORE}${SCRIPT_LIMITS}${SCRIPT_ACCOUNT}${SCRIPT_OPS}
+${SCRIPT_CORE}${SCRIPT_PAGES}${SCRIPT_LIMITS}${SCRIPT_ACCOUNT}${SCRIPT_OPS}
   if (token()) start().catch(function () { showSignIn(''); }); else showSignIn('');
 })();
 `;
@@ -28,7 +29,10 @@ async function vendor(file: string): Promise<string> {
   let text = cache.get(file);
   if (text === undefined) {
     const require = createRequire(import.meta.url);
-    text = await readFile(require.resolve(`uplot/dist/${file}`), 'utf8');
+    // Resolved at run time from the installed package. Next.js (Turbopack) bundles a package
+    // left out of serverExternalPackages and would turn this resolve into a module id; the
+    // comment keeps it a plain resolve there.
+    text = await readFile(require.resolve(/* turbopackIgnore: true */ `uplot/dist/${file}`), 'utf8');
     cache.set(file, text);
   }
   return text;

@@ -56,9 +56,27 @@ const CONSOLE_HTML = `<!doctype html>
   #accounts tbody tr.selected { background: #eff4ff; font-weight: 600; }
   input, select, button { font: inherit; padding: 4px 8px; }
   input.cap { width: 6em; }
-  td.limits .row { margin: 2px 0 0; flex-wrap: nowrap; }
+  td.limits .row { margin: 2px 0 0; }
   code.secret { background: #fff3c4; padding: 2px 4px; word-break: break-all; }
   .muted { color: #6b7280; }
+  /* A wide table scrolls inside its own box; its cells (dates, ids, amounts) never wrap. */
+  .scroll { overflow-x: auto; max-width: 100%; }
+  .scroll th, .scroll td { white-space: nowrap; }
+  .scroll td.wrap { white-space: normal; min-width: 16em; }
+  /* A key's label, limits and buttons wrap, so at desktop width every button is in view. */
+  #keys td { white-space: normal; }
+  #keys td:first-child, #keys td:nth-child(2) { white-space: nowrap; }
+  #keys td.limits, #keys td.actions { min-width: 12em; }
+  #spend-chart { overflow: hidden; }
+  .pager { display: flex; gap: 8px; align-items: center; margin-top: 6px; }
+  #signin code { background: #eef0f3; padding: 1px 4px; }
+  @media (max-width: 760px) {
+    main, .cols { grid-template-columns: 1fr; }
+    main { padding: 8px; gap: 8px; }
+    section { padding: 8px 10px; }
+    header { padding: 8px 10px; gap: 8px; position: static; }
+    #signin { margin: 24px 8px; }
+  }
 </style>
 </head>
 <body>
@@ -69,6 +87,10 @@ const CONSOLE_HTML = `<!doctype html>
       <p><label>Admin token <input id="token" type="password" autocomplete="current-password" size="40"></label></p>
       <p><button type="submit" id="signin-button">Sign in</button> <span id="signin-error" class="error"></span></p>
     </form>
+    <p class="muted" id="signin-help">The admin token is the secret whose SHA-256 is <code>admin.tokenSha256</code> in the
+      gateway's config: whoever set the gateway up chose it (the gateway keeps only the digest, so it cannot show it).
+      With the example config, <code>model-gateway serve</code> (or <code>npm start</code>) prints a demo token on its
+      start line.</p>
   </section>
 </div>
 <div id="app" hidden>
@@ -77,6 +99,7 @@ const CONSOLE_HTML = `<!doctype html>
     <label>From <input id="range-from" type="date"></label>
     <label>To <input id="range-to" type="date"></label>
     <button id="refresh">Refresh</button>
+    <label><input id="auto-refresh" type="checkbox"> Auto-refresh (10 s)</label>
     <button id="signout">Sign out</button>
   </header>
   <main>
@@ -90,15 +113,15 @@ const CONSOLE_HTML = `<!doctype html>
       </div>
       <div id="spend-chart"></div>
       <div class="cols">
-        <div><h3>Top accounts</h3><table id="top-accounts"><thead><tr><th>Account</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div>
-        <div><h3>Top models</h3><table id="top-models"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div>
+        <div><h3>Top accounts</h3><div class="scroll"><table id="top-accounts"><thead><tr><th>Account</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div></div>
+        <div><h3>Top models</h3><div class="scroll"><table id="top-models"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div></div>
       </div>
     </section>
 
     <section id="accounts-panel">
       <h2>Accounts</h2>
       <div class="row"><input id="account-search" type="search" placeholder="Search by id" size="24"> <span id="accounts-count" class="muted"></span></div>
-      <table id="accounts"><thead><tr><th>Account</th><th class="num">Balance USD</th><th class="num">Held USD</th><th>Budgets</th></tr></thead><tbody></tbody></table>
+      <div class="scroll"><table id="accounts"><thead><tr><th>Account</th><th class="num">Balance USD</th><th class="num">Held USD</th><th>Budgets</th></tr></thead><tbody></tbody></table></div>
       <div class="row"><button id="accounts-prev">Previous</button><button id="accounts-next">Next</button></div>
       <h3>New account</h3>
       <form id="create-account-form" class="row">
@@ -131,20 +154,27 @@ const CONSOLE_HTML = `<!doctype html>
     <section class="wide account-part" hidden>
       <h2>Keys</h2>
       <div id="new-secret"></div>
-      <table id="keys"><thead><tr><th>Id</th><th>Prefix</th><th>Label</th><th>Kind</th><th class="num">Monthly cap</th><th>Status</th><th>Limits</th><th></th></tr></thead><tbody></tbody></table>
+      <div class="scroll"><table id="keys"><thead><tr><th>Id</th><th>Prefix</th><th>Label</th><th>Kind</th><th class="num">Monthly cap</th><th>Status</th><th>Limits</th><th></th></tr></thead><tbody></tbody></table></div>
       <h3>New key</h3>
       <form id="create-key-form" class="row"></form>
     </section>
-    <section class="account-part" hidden><h2>By model</h2><table id="by-model"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></section>
-    <section class="account-part" hidden><h2>By key</h2><table id="by-key"><thead><tr><th>Key</th><th>Label</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></section>
-    <section class="wide account-part" hidden><h2>Latest ledger entries</h2><table id="ledger"><thead><tr><th>Time</th><th>Id</th><th>Key</th><th>Model</th><th>Units</th><th class="num">USD</th></tr></thead><tbody></tbody></table></section>
-    <section class="wide account-part" hidden><h2>Jobs in progress</h2><table id="jobs"><thead><tr><th>Id</th><th>Kind</th><th>Model</th><th>Status</th><th class="num">Progress</th></tr></thead><tbody></tbody></table></section>
+    <section class="account-part" hidden><h2>By model</h2><div class="scroll"><table id="by-model"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div></section>
+    <section class="account-part" hidden><h2>By key</h2><div class="scroll"><table id="by-key"><thead><tr><th>Key</th><th>Label</th><th class="num">Calls</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div></section>
+    <section class="wide account-part" hidden><h2>Ledger <span class="muted">(in the date range, oldest first)</span></h2><div class="scroll"><table id="ledger"><thead><tr><th>Time</th><th>Id</th><th>Key</th><th>Model</th><th>Units</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div>
+      <div class="pager"><button id="ledger-prev">Previous</button><button id="ledger-next">Next</button><span id="ledger-page" class="muted"></span></div></section>
+    <section class="wide account-part" hidden><h2>Jobs in progress</h2><div class="scroll"><table id="jobs"><thead><tr><th>Id</th><th>Kind</th><th>Model</th><th>Status</th><th class="num">Progress</th></tr></thead><tbody></tbody></table></div></section>
 
-    <section class="wide"><h2>Recent requests <span class="muted">(this instance)</span></h2><table id="requests"><thead><tr><th>Time</th><th>Request id</th><th>Route</th><th>Status</th><th>Account</th><th>Key</th><th>Model</th><th class="num">ms</th><th class="num">USD</th></tr></thead><tbody></tbody></table></section>
-    <section class="wide"><h2>Recent errors</h2><table id="errors"><thead><tr><th>Time</th><th>Request id</th><th>Route</th><th>Status</th><th>Code</th><th>Account</th><th>Model</th></tr></thead><tbody></tbody></table></section>
-    <section><h2>Latency and errors per model</h2><table id="model-stats"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">p50 ms</th><th class="num">p95 ms</th><th class="num">Error rate</th><th class="num">Refused</th></tr></thead><tbody></tbody></table></section>
-    <section><h2>Upstreams</h2><table id="upstreams"><thead><tr><th>Upstream</th><th>Circuit</th><th class="num">Failures</th><th>Models</th></tr></thead><tbody></tbody></table></section>
-    <section class="wide"><h2>Recent admin changes</h2><table id="changes"><thead><tr><th>Time</th><th>Who</th><th>Change</th><th>Target</th><th>Details</th></tr></thead><tbody></tbody></table></section>
+    <section class="wide"><h2>Recent requests <span class="muted">(this instance)</span></h2><div class="scroll"><table id="requests"><thead><tr><th>Time</th><th>Request id</th><th>Route</th><th>Status</th><th>Account</th><th>Key</th><th>Model</th><th class="num">ms</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div>
+      <div class="pager"><button id="requests-prev">Newer</button><button id="requests-next">Older</button><span id="requests-page" class="muted"></span></div></section>
+    <section class="wide"><h2>Recent errors</h2><div class="scroll"><table id="errors"><thead><tr><th>Time</th><th>Request id</th><th>Route</th><th>Status</th><th>Code</th><th>Account</th><th>Model</th></tr></thead><tbody></tbody></table></div></section>
+    <section><h2>Latency and errors per model</h2><div class="scroll"><table id="model-stats"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">p50 ms</th><th class="num">p95 ms</th><th class="num">Error rate</th><th class="num">Refused</th></tr></thead><tbody></tbody></table></div></section>
+    <section><h2>Upstreams</h2><div class="scroll"><table id="upstreams"><thead><tr><th>Upstream</th><th>Circuit</th><th class="num">Failures</th><th>Models</th></tr></thead><tbody></tbody></table></div></section>
+    <section class="wide" id="audit-panel"><h2>Audit</h2>
+      <p class="muted">Checks every account's books: balance against the ledger, held against the open holds, each key's month against its charges, one charge per hold.</p>
+      <div class="row"><button id="run-audit">Run audit</button> <span id="audit-result"></span></div>
+      <div class="scroll"><table id="audit" hidden><thead><tr><th>Account</th><th>Check</th><th>Key or hold</th><th class="num">Expected</th><th class="num">Actual</th></tr></thead><tbody></tbody></table></div>
+    </section>
+    <section class="wide"><h2>Recent admin changes</h2><div class="scroll"><table id="changes"><thead><tr><th>Time</th><th>Who</th><th>Change</th><th>Target</th><th>Details</th></tr></thead><tbody></tbody></table></div></section>
   </main>
   <datalist id="model-list"></datalist>
   <div id="notice" hidden></div>

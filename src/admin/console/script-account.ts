@@ -66,8 +66,12 @@ export const SCRIPT_ACCOUNT = `
     box.dataset.key = res.id;
   }
 
+  /** The selected account's ledger, a page at a time. */
+  var LEDGER_PAGE = 25;
+  var ledgerPages = pager('ledger', function () { return loadAccount(); });
+
   function selectAccount(id) {
-    if (id !== state.account) clearSecret();
+    if (id !== state.account) { clearSecret(); ledgerPages.reset(); }
     state.account = id;
     Array.prototype.forEach.call(document.querySelectorAll('#accounts tbody tr'), function (tr) {
       tr.className = tr.dataset.account === id ? 'selected' : '';
@@ -80,7 +84,7 @@ export const SCRIPT_ACCOUNT = `
     if (u.kind === 'images') return u.images + ' images (' + u.tier + ')';
     if (u.kind === 'seconds') return u.seconds + ' s (' + u.tier + ')';
     if (u.kind === 'speech_tokens') return u.tokens + ' speech tokens';
-    if (u.kind === 'credit') return 'credit: ' + u.reason;
+    if (u.kind === 'credit') return (u.adjustment ? 'adjustment: ' : u.reason === 'opening balance' || u.reason === 'top-up' ? '' : 'credit: ') + u.reason;
     return u.kind;
   }
 
@@ -88,15 +92,19 @@ export const SCRIPT_ACCOUNT = `
     var path = '/keys/' + enc(k.id);
     tr.dataset.key = k.id;
     cell(tr, k.id); cell(tr, k.prefix); cell(tr, k.label); cell(tr, k.kind + (k.model ? ' (' + k.model + ')' : ''));
-    cell(tr, k.monthlyCapUsd, 'num'); cell(tr, k.disabled ? 'disabled' : 'active');
+    moneyCell(tr, k.monthlyCapUsd); cell(tr, k.disabled ? 'disabled' : 'active');
     limitsCell(tr, k);
-    var td = cell(tr, '');
+    var td = cell(tr, '', 'actions');
     td.appendChild(button(k.disabled ? 'Enable' : 'Disable', k.disabled ? 'enable' : 'disable', function () {
       change('POST', path + (k.disabled ? '/enable' : '/disable'));
     }));
     td.appendChild(button('Rotate', 'rotate', function () {
       if (!confirm('Rotate ' + k.id + '? The current secret stops working.')) return;
       change('POST', path + '/rotate', undefined, function (res) { showSecret('New secret for', res); });
+    }));
+    td.appendChild(button('Delete', 'delete', function () {
+      if (!confirm('Delete ' + k.id + '? Calls with it get 401 at once; its ledger entries stay.')) return;
+      change('DELETE', path, undefined, function () { if ($('new-secret').dataset.key === k.id) clearSecret(); });
     }));
     var cap = document.createElement('input');
     cap.className = 'cap'; cap.placeholder = 'cap USD'; cap.value = k.monthlyCapUsd || '';
@@ -113,26 +121,27 @@ export const SCRIPT_ACCOUNT = `
       api('GET', '/usage' + q + '&group_by=model' + range()),
       api('GET', '/usage' + q + '&group_by=key' + range()),
       api('GET', '/keys' + q),
-      api('GET', '/ledger/latest' + q + '&limit=20'),
+      api('GET', '/ledger' + q + '&limit=' + LEDGER_PAGE + range() + (ledgerPages.cursor ? '&cursor=' + enc(ledgerPages.cursor) : '')),
       api('GET', '/jobs' + q),
     ]).then(function (r) {
       if (a !== state.account) return; // another account was selected meanwhile
       $('account-view').hidden = false;
       Array.prototype.forEach.call(document.querySelectorAll('.account-part'), function (s) { s.hidden = false; });
       $('account-name').textContent = a;
-      $('balance').textContent = r[0].balanceUsd;
-      $('held').textContent = r[0].heldUsd;
+      setMoney('balance', r[0].balanceUsd);
+      setMoney('held', r[0].heldUsd);
       $('holds').textContent = r[0].openHolds;
       if (document.activeElement !== $('grants')) $('grants').value = r[0].grants.join(', ');
       if (document.activeElement !== $('account-budgets')) $('account-budgets').value = budgetsText(r[0].budgets);
-      $('total').textContent = r[1].totalUsd;
-      fill('by-model', r[1].data, function (tr, x) { cell(tr, x.group); cell(tr, x.calls, 'num'); cell(tr, x.costUsd, 'num'); });
-      fill('by-key', r[2].data, function (tr, x) { cell(tr, x.group); cell(tr, x.label); cell(tr, x.calls, 'num'); cell(tr, x.costUsd, 'num'); });
+      setMoney('total', r[1].totalUsd);
+      fill('by-model', r[1].data, function (tr, x) { cell(tr, x.group); cell(tr, x.calls, 'num'); moneyCell(tr, x.costUsd); });
+      fill('by-key', r[2].data, function (tr, x) { cell(tr, x.group); cell(tr, x.label); cell(tr, x.calls, 'num'); moneyCell(tr, x.costUsd); });
       fill('keys', r[3].data, keyRow);
       fill('ledger', r[4].data, function (tr, e) {
         cell(tr, shortTime(new Date(e.at).toISOString())); cell(tr, e.id); cell(tr, e.key); cell(tr, e.model);
-        cell(tr, units(e.units)); cell(tr, e.costUsd, 'num');
+        cell(tr, units(e.units)); moneyCell(tr, e.costUsd);
       });
+      ledgerPages.shown(r[4].more ? r[4].nextCursor : null);
       fill('jobs', r[5].data, function (tr, j) { cell(tr, j.id); cell(tr, j.object); cell(tr, j.model); cell(tr, j.status); cell(tr, j.progress, 'num'); });
     });
   }

@@ -70,7 +70,7 @@ export const SCRIPT_CORE = `
     $('signin-error').textContent = message || '';
   }
 
-  function signOut() { sessionStorage.removeItem('mg-admin-token'); clearSecret(); showSignIn(''); }
+  function signOut() { sessionStorage.removeItem('mg-admin-token'); clearInterval(auto.timer); clearSecret(); showSignIn(''); }
 
   /** The date range as query parameters: from its first day to the end of its last (UTC). */
   function range() {
@@ -80,7 +80,10 @@ export const SCRIPT_CORE = `
     return q;
   }
 
+  /** The chart's last data, drawn again to the new width when the window is resized. */
+  var chartDays = null;
   function drawChart(days) {
+    chartDays = days;
     var byDay = {};
     days.forEach(function (r) { byDay[r.group] = Number(r.costUsd); });
     var today = Date.parse(isoDay(Date.now()) + 'T00:00:00Z');
@@ -91,20 +94,20 @@ export const SCRIPT_CORE = `
     var el = $('spend-chart');
     if (chart) chart.destroy();
     chart = new uPlot({
-      width: Math.max(300, el.clientWidth || 800),
+      width: Math.max(240, el.clientWidth || 800),
       height: 220,
       scales: { x: { time: true } },
       series: [{}, { label: 'USD per day', stroke: '#2563eb', fill: 'rgba(37,99,235,0.25)', width: 2, paths: uPlot.paths.bars({ size: [0.6, 40] }) }],
-      axes: [{}, { size: 80, values: function (u, vals) { return vals.map(function (v) { return '$' + v; }); } }],
+      axes: [{}, { size: 64, values: function (u, vals) { return vals.map(function (v) { return '$' + v; }); } }],
     }, [xs, ys], el);
     el.dataset.points = String(ys.filter(function (y) { return y > 0; }).length);
   }
 
-  function spendRow(tr, r) { cell(tr, r.group); cell(tr, r.calls, 'num'); cell(tr, r.costUsd, 'num'); }
+  function spendRow(tr, r) { cell(tr, r.group); cell(tr, r.calls, 'num'); moneyCell(tr, r.costUsd); }
 
   function loadOverview() {
     return api('GET', '/overview?top=10' + range()).then(function (o) {
-      $('ov-total').textContent = o.totalUsd;
+      setMoney('ov-total', o.totalUsd);
       $('ov-calls').textContent = o.calls;
       $('ov-accounts').textContent = o.accounts;
       $('range-label').textContent = ($('range-from').value || 'all time') + ' to ' + ($('range-to').value || 'now') + (o.truncated ? ' (truncated)' : '');
@@ -124,7 +127,7 @@ export const SCRIPT_CORE = `
       fill('accounts', list.data, function (tr, a) {
         tr.dataset.account = a.id;
         if (a.id === state.account) tr.className = 'selected';
-        cell(tr, a.id); cell(tr, a.balanceUsd, 'num'); cell(tr, a.heldUsd, 'num'); cell(tr, budgetsText(a.budgets));
+        cell(tr, a.id); moneyCell(tr, a.balanceUsd); moneyCell(tr, a.heldUsd); cell(tr, budgetsText(a.budgets));
         tr.onclick = function () { selectAccount(a.id); };
       });
       state.next = list.more ? list.nextCursor : null;
@@ -155,6 +158,7 @@ export const SCRIPT_CORE = `
       if (!$('range-from').value) $('range-from').value = isoDay(Date.now() - 29 * DAY);
       if (!state.account && first.data.length) state.account = first.data[0].id;
       buildKeyForm();
+      setAutoRefresh(sessionStorage.getItem('mg-auto-refresh') === '1');
       return refresh();
     });
   }
@@ -163,8 +167,14 @@ export const SCRIPT_CORE = `
   $('account-search').addEventListener('input', function () { clearTimeout(searchTimer); searchTimer = setTimeout(searchAccounts, 250); });
   $('accounts-next').addEventListener('click', function () { state.earlier.push(state.cursor); state.cursor = state.next; loadAccounts(); });
   $('accounts-prev').addEventListener('click', function () { state.cursor = state.earlier.pop() || null; loadAccounts(); });
-  $('range-from').addEventListener('change', function () { refresh().catch(function (err) { notice(err.message); }); });
-  $('range-to').addEventListener('change', function () { refresh().catch(function (err) { notice(err.message); }); });
+  function rangeChanged() { ledgerPages.reset(); refresh().catch(function (err) { notice(err.message); }); }
+  $('range-from').addEventListener('change', rangeChanged);
+  $('range-to').addEventListener('change', rangeChanged);
+  var resizeTimer = null;
+  window.addEventListener('resize', function () {
+    clearTimeout(resizeTimer);
+    resizeTimer = setTimeout(function () { if (chartDays) drawChart(chartDays); }, 150);
+  });
   $('refresh').addEventListener('click', function () { refresh().catch(function (err) { notice(err.message); }); });
   $('signout').addEventListener('click', signOut);
   $('signin-form').addEventListener('submit', function (ev) {

@@ -4,9 +4,13 @@
  * their circuit breakers, and the recent admin changes.
  */
 export const SCRIPT_OPS = `
+  /** Recent requests, newest first, a page at a time (the next page: older than its last row). */
+  var REQUESTS_PAGE = 25;
+  var requestPages = pager('requests', function () { return loadOps(); });
+
   function loadOps() {
     return Promise.all([
-      api('GET', '/requests?limit=50'),
+      api('GET', '/requests?limit=' + REQUESTS_PAGE + (requestPages.cursor ? '&before=' + enc(requestPages.cursor) : '')),
       api('GET', '/requests?errors=true&limit=20'),
       api('GET', '/model-stats'),
       api('GET', '/upstreams'),
@@ -16,8 +20,10 @@ export const SCRIPT_OPS = `
         tr.dataset.request = x.request_id;
         cell(tr, shortTime(x.time)); cell(tr, x.request_id); cell(tr, x.method + ' ' + x.route);
         cell(tr, x.status, x.status >= 400 ? 'bad' : ''); cell(tr, x.account); cell(tr, x.key_id); cell(tr, x.model);
-        cell(tr, x.latency_ms, 'num'); cell(tr, x.cost_usd, 'num');
+        cell(tr, x.latency_ms, 'num'); moneyCell(tr, x.cost_usd);
       });
+      var last = r[0].data[r[0].data.length - 1];
+      requestPages.shown(r[0].more && last ? last.request_id : null);
       fill('errors', r[1].data, function (tr, x) {
         tr.dataset.request = x.request_id;
         cell(tr, shortTime(x.time)); cell(tr, x.request_id); cell(tr, x.method + ' ' + x.route);
@@ -39,7 +45,7 @@ export const SCRIPT_OPS = `
       fill('changes', r[4].data, function (tr, c) {
         cell(tr, shortTime(c.time)); cell(tr, c.admin + ' (' + c.token_id + ')'); cell(tr, c.method + ' ' + c.route);
         cell(tr, Object.keys(c.target).map(function (k) { return k + '=' + c.target[k]; }).join(' '));
-        cell(tr, JSON.stringify(c.change));
+        cell(tr, JSON.stringify(c.change), 'wrap');
       });
     });
   }

@@ -35,10 +35,16 @@ export function get(x: AdminContext, c: Call) {
   return x.account(c.params.id!);
 }
 
-/** A top-up (credits) or a signed adjustment: either is one ledger entry with its reason. */
-export async function credit(x: AdminContext, c: Call<typeof S.creditBody | typeof S.adjustmentBody>) {
+/** A top-up (credits): one ledger entry with its reason. */
+export async function credit(x: AdminContext, c: Call<typeof S.creditBody>) {
   await x.account(c.params.id!);
   return x.admin.credit(c.params.id!, c.body);
+}
+
+/** A signed adjustment: one ledger entry with its reason, marked as an adjustment. */
+export async function adjust(x: AdminContext, c: Call<typeof S.adjustmentBody>) {
+  await x.account(c.params.id!);
+  return x.admin.credit(c.params.id!, { ...c.body, adjustment: true });
 }
 
 export async function setBudgets(x: AdminContext, c: Call<typeof S.accountBudgetsBody>) {

@@ -28,6 +28,8 @@ export function entryView(e: LedgerEntry) {
     exceededHold: e.exceededHold,
     measured: e.measured,
     upstream: e.upstream ?? null,
+    // USD per unit, by the part of the units each prices: what the audit re-derives the cost from.
+    prices: e.prices ?? null,
     at: e.at,
   };
 }

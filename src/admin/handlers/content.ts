@@ -1,6 +1,15 @@
 /** Admin API handlers for an account's brands and knowledge documents. */
 import type * as S from '../schemas.js';
 import { type AdminContext, type Call, notFound } from './context.js';
+import { GatewayError } from '../../errors.js';
+import { ENTITY_ID } from '../../options/values.js';
+
+/** The id a PUT creates under: the ids' own format, or 400 naming the path parameter. */
+function newId(id: string, param: string): void {
+  if (!ENTITY_ID.test(id)) {
+    throw new GatewayError('invalid_request', `${param}: must be 1-64 letters, digits, "_", "-" or ".", and not "." or "..".`, { param });
+  }
+}
 
 export async function listBrands(x: AdminContext, c: Call) {
   await x.account(c.params.id!);
@@ -14,6 +23,7 @@ export async function getBrand(x: AdminContext, c: Call) {
 }
 
 export async function putBrand(x: AdminContext, c: Call<typeof S.brandBody>) {
+  newId(c.params.brand!, 'brand');
   await x.account(c.params.id!);
   await x.admin.putBrand({ ...c.body, id: c.params.brand!, account: c.params.id! });
   return x.stores.content.getBrand(c.params.id!, c.params.brand!);
@@ -38,6 +48,7 @@ export async function getDocument(x: AdminContext, c: Call) {
 }
 
 export async function putDocument(x: AdminContext, c: Call<typeof S.documentBody>) {
+  newId(c.params.doc!, 'doc');
   await x.account(c.params.id!);
   await x.admin.addDocument({ ...c.body, id: c.params.doc!, account: c.params.id! });
   return x.stores.content.getDocument(c.params.id!, c.params.doc!);

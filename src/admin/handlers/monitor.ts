@@ -8,8 +8,10 @@ import type { AdminContext, Call } from './context.js';
 
 export function requests(x: AdminContext, c: Call<undefined, typeof S.requestsQuery>) {
   const q = c.query;
-  const data = x.core.recent.list({ account: q.account, key: q.key, errors: q.errors === 'true', limit: q.limit });
-  return Promise.resolve({ object: 'list', kept: x.core.recent.size, data });
+  // One more than the page: whether older requests follow.
+  const rows = x.core.recent.list({ account: q.account, key: q.key, errors: q.errors === 'true', before: q.before, limit: q.limit + 1 });
+  const data = rows.slice(0, q.limit);
+  return Promise.resolve({ object: 'list', kept: x.core.recent.size, data, more: rows.length > q.limit });
 }
 
 export function modelStats(x: AdminContext) {

@@ -13,11 +13,12 @@ import { json, parseJsonObject } from '../../http/json.js';
 import { withoutFields } from '../../http/objects.js';
 import { eventReader } from '../../upstream/stream/reader.js';
 import { unsupportedTool } from '../hosted-tools.js';
-import { checkContextWindow, checkOutputCap, zodError } from '../shared.js';
+import { checkContextWindow, checkOutputCap, pricedTier, zodError } from '../shared.js';
 import { promptHold, textOperation } from '../text.js';
 import type { Operation } from '../types.js';
 import { contextLengthHold } from '../uncountable.js';
-import { messageOutput, messagesEvents, messagesUsage } from './events.js';
+import { messagesAnswer } from '../../upstream/answers/messages.js';
+import { messagesEvents } from './events.js';
 import { hasDocument, messagesPrompt, systemWith } from './prompt.js';
 import { countTokensSchema, messagesSchema, specificError } from './schema.js';
 
@@ -49,7 +50,8 @@ export const createMessage = textOperation({
     const checked = messagesSchema.safeParse(body);
     if (!checked.success) throw zodError(specificError(checked.error), body);
     const req = checked.data;
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const listed = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const model = pricedTier(pricedTier(listed, body, 'service_tier'), body, 'inference_geo');
     checkOutputCap(model, { max_tokens: req.max_tokens });
     refuseServerTools(body, req.tools);
     const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
@@ -81,7 +83,8 @@ export const createMessage = textOperation({
       events: (served, apiKey) => eventReader(messagesEvents(served), apiKey),
       answer(answer) {
         if (answer.type !== 'message' || !Array.isArray(answer.content)) throw new Error('not a message');
-        return { usage: messagesUsage(answer.usage), output: () => messageOutput(answer.content) };
+        const read = messagesAnswer(answer);
+        return { usage: read.usage, output: read.output };
       },
     };
   },

@@ -7,6 +7,7 @@ import type { RequestContext } from '../../pipeline/types.js';
 import type { Services } from '../../services.js';
 import { GatewayError } from '../../errors.js';
 import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/call.js';
+import { relayBytes } from '../../upstream/stream/bytes.js';
 import { readJob } from '../media.js';
 import { refuseAgentKeys } from '../shared.js';
 
@@ -31,24 +32,7 @@ export async function videoContent(core: Services, ctx: RequestContext): Promise
     signal: ctx.request.signal,
   }, ctx.observed.record, ctx.key.accountId);
   if (res.status < 200 || res.status >= 300) throw await upstreamError(res, upstreamName, { log: core.log, requestId: ctx.requestId });
-  const iterator = res.body[Symbol.asyncIterator]();
-  const stream = new ReadableStream<Uint8Array>(
-    {
-      async pull(controller) {
-        try {
-          const next = await iterator.next();
-          if (next.done) controller.close();
-          else controller.enqueue(next.value);
-        } catch (err) {
-          controller.error(err);
-        }
-      },
-      cancel() {
-        res.discard();
-      },
-    },
-    { highWaterMark: 0 },
-  );
+  const stream = relayBytes(res);
   const length = res.header('content-length');
   return new Response(stream, {
     status: 200,

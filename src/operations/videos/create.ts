@@ -17,6 +17,7 @@ import { jobView, newJobId } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { callModel, pluginFields, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { openAmountCall } from '../../billing/billed-call.js';
+import { releaseCall, settleVideo } from '../../billing/settle.js';
 import { refuseNul, takeSlot, unixSeconds } from '../media.js';
 import { refuseAgentKeys, zodError } from '../shared.js';
 import { DEFAULT_SECONDS, DEFAULT_SIZE, forUpstream, readSubmission, type Submission } from './submission.js';
@@ -125,7 +126,7 @@ async function submit(core: Services, ctx: RequestContext, model: Model, sub: Su
     const job = parsed as { id: string; size?: unknown };
     return { call, upstreamJobId: job.id, servedBy, size: reportedSize(job.size) };
   } catch (err) {
-    await call.cancel();
+    await releaseCall(call);
     throw err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The video submission failed.', { cause: err });
   }
 }
@@ -162,10 +163,7 @@ async function record(core: Services, job: JobRecord, call: BilledCall, unitPric
     upstream_job_id: job.upstreamJobId,
     err: failure instanceof Error ? failure.message : String(failure),
   });
-  await call.bill({ kind: 'seconds', seconds: job.seconds ?? DEFAULT_SECONDS, tier: job.tier }, 'estimate', {
-    upstream: job.upstream ?? undefined,
-    unitPricePico: unitPrice,
-  });
+  await settleVideo(call, null, job.seconds ?? DEFAULT_SECONDS, job.tier, { upstream: job.upstream ?? undefined, unitPricePico: unitPrice });
   await dropLease();
   throw errors.storeDown(failure);
 }

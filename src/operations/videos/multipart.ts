@@ -26,7 +26,15 @@ export interface ReadForm {
 }
 
 /** At most this many parts: a submission has a handful of fields and a reference image or two. */
-const MAX_PARTS = 64;
+export const MAX_PARTS = 64;
+/**
+ * At most this many header lines per part, and this many bytes in all of them: a plain part
+ * has one or two short lines. The body limit alone does not bound the work, since a part can
+ * repeat one line tens of thousands of times under it; each cap is checked before the lines
+ * are read, so the work per body stays linear in its size.
+ */
+export const MAX_PART_HEADER_LINES = 16;
+export const MAX_PART_HEADER_BYTES = 8192;
 const CRLF = Buffer.from('\r\n');
 const HEADER_END = Buffer.from('\r\n\r\n');
 const utf8 = new TextDecoder('utf-8', { fatal: true });
@@ -69,13 +77,20 @@ function parameters(value: string): { type: string; params: Map<string, string> 
 function headersOf(block: string): Map<string, string[]> {
   const headers = new Map<string, string[]>();
   if (block === '') return headers;
-  for (const line of block.split('\r\n')) {
+  const lines = block.split('\r\n');
+  if (lines.length > MAX_PART_HEADER_LINES) {
+    const name = nameIn(lines.find((line) => /^content-disposition:/i.test(line)));
+    throw bad(`A multipart part may have at most ${MAX_PART_HEADER_LINES} header lines; this one has ${lines.length}.`, name || 'body');
+  }
+  for (const line of lines) {
     const colon = line.indexOf(':');
     // A folded line (leading white space) or a line that is no header is read differently by
     // different parsers: refused.
     if (colon <= 0 || /^[ \t]/.test(line)) throw bad('A multipart part has a header that cannot be read.');
     const name = line.slice(0, colon).trim().toLowerCase();
-    headers.set(name, [...(headers.get(name) ?? []), line.slice(colon + 1).trim()]);
+    const values = headers.get(name);
+    if (values) values.push(line.slice(colon + 1).trim());
+    else headers.set(name, [line.slice(colon + 1).trim()]);
   }
   return headers;
 }
@@ -120,6 +135,19 @@ function readPart(headerBlock: string, data: Uint8Array<ArrayBuffer>, form: Read
 }
 
 /**
+ * Where the header block that starts at `start` ends (its blank line), looking no further than
+ * MAX_PART_HEADER_BYTES past it: 400 when the block is longer, or has no end.
+ */
+function headerEndOf(body: Buffer, start: number): number {
+  const window = body.subarray(start, start + MAX_PART_HEADER_BYTES + HEADER_END.length);
+  const end = window.indexOf(HEADER_END);
+  if (end >= 0) return start + end;
+  if (window.length < MAX_PART_HEADER_BYTES + HEADER_END.length) throw bad('The multipart body could not be parsed.');
+  const name = nameIn(/content-disposition:[^\r]*/i.exec(window.toString('latin1'))?.[0]);
+  throw bad(`The header lines of a multipart part may have at most ${MAX_PART_HEADER_BYTES} bytes in all.`, name || 'body');
+}
+
+/**
  * Reads a multipart/form-data body strictly (see the file's comment): the text fields and
  * the files, or 400 with `param` naming the field whose part is ambiguous.
  */
@@ -134,13 +162,12 @@ export function readMultipart(bytes: Uint8Array, contentType: string, textFields
     if (at < 0) throw bad('The multipart body could not be parsed.');
     let p = at + delimiter.length;
     if (body[p] === 0x2d && body[p + 1] === 0x2d) return form; // the closing delimiter
-    if (parts >= MAX_PARTS) throw bad(`A multipart body may have at most ${MAX_PARTS} parts.`);
+    if (parts >= MAX_PARTS) throw bad(`A multipart body may have at most ${MAX_PARTS} parts.`, 'body');
     while (body[p] === 0x20 || body[p] === 0x09) p++;
     if (body[p] !== 0x0d || body[p + 1] !== 0x0a) throw bad('The multipart body could not be parsed.');
     p += 2;
     // A part with no headers at all has its blank line right away.
-    const headerEnd = body[p] === 0x0d && body[p + 1] === 0x0a ? p - 2 : body.indexOf(HEADER_END, p);
-    if (headerEnd < 0) throw bad('The multipart body could not be parsed.');
+    const headerEnd = body[p] === 0x0d && body[p + 1] === 0x0a ? p - 2 : headerEndOf(body, p);
     const next = body.indexOf(delimiter, headerEnd + 4);
     if (next < 0) throw bad('The multipart body could not be parsed.');
     const headerBlock = headerEnd < p ? '' : body.subarray(p, headerEnd).toString('utf8');
@@ -158,8 +185,9 @@ export async function encodeMultipart(
   for (const [k, v] of Object.entries(fields)) form.append(k, typeof v === 'string' ? v : JSON.stringify(v));
   for (const f of files) form.append(f.name, new Blob([f.data], { type: f.contentType }), f.filename);
   const encoded = new globalThis.Response(form);
-  return {
-    body: new Uint8Array(await encoded.arrayBuffer()),
-    contentType: encoded.headers.get('content-type') ?? 'multipart/form-data',
-  };
+  // The Content-Type (the boundary) is read before the body: Bun fills it in lazily and has
+  // none once the body was read, and a multipart body without its boundary is unreadable.
+  const contentType = encoded.headers.get('content-type');
+  if (!contentType?.includes('boundary=')) throw new Error('The runtime encoded a multipart body without its boundary.');
+  return { body: new Uint8Array(await encoded.arrayBuffer()), contentType };
 }

@@ -4,6 +4,7 @@
  */
 import type { BilledCall } from '../../billing/meter.js';
 import { priceFromText } from '../../billing/pricing.js';
+import { releaseCall, settleVideo } from '../../billing/settle.js';
 import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
@@ -56,7 +57,7 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
       { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
       UNFINISHED,
     );
-    if (updated) await call.cancel();
+    if (updated) await releaseCall(call);
     await core.jobs.drop(lease);
   };
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
@@ -95,7 +96,7 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
       const unitPricePico = priceFromText(job.heldUnitPrice);
       // At the price the job was held at, not this instance's catalog price: the job may have
       // been adopted after a restart that changed it.
-      await call.bill({ kind: 'seconds', seconds, tier: job.tier }, reported === null ? 'estimate' : 'usage', {
+      await settleVideo(call, reported, job.seconds ?? DEFAULT_SECONDS, job.tier, {
         upstream: upstreamName,
         ...(unitPricePico === undefined ? {} : { unitPricePico }),
       });

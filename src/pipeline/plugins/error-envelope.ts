@@ -22,6 +22,9 @@ export function errorEnvelope(hooks: Hooks, log: Logger, shapeOf: (path: string)
       const gErr = asGatewayError(err, x.requestId, x.request.signal?.aborted === true, log);
       const r = x.observed.record;
       r.errorCode = gErr.code;
+      // A refusal before any hold (a model the key may not call) still names its model, so
+      // the access line and the per-model counts show it.
+      if (r.model === null && gErr.model !== undefined) r.model = gErr.model;
       const meta = gErr.metadata as { limit?: unknown; limit_source?: unknown } | undefined;
       const limit = meta?.limit ?? meta?.limit_source;
       if (typeof limit === 'string') r.limit = limit;

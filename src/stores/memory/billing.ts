@@ -21,7 +21,7 @@ import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledg
 import { createRecentIds } from './recent-ids.js';
 import { spendPeriods } from '../spend-periods.js';
 import { createSweeper } from './sweep.js';
-import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 /** Wallet balances by account id. */
 export type Balances = Map<string, bigint>;
@@ -84,6 +84,8 @@ export class MemoryBilling implements BillingStore {
   /** Settled spend per period: "account\0scope\0period" (scope: the key id, or "" for the account). */
   private readonly spentIn = new Map<string, bigint>();
   private readonly ledgers = new Map<string, LedgerEntry[]>();
+  /** Each ledger entry's hold id ("" for a credit), beside the ledger (an entry does not show it). */
+  private readonly holdIds = new Map<string, string[]>();
   /** Entries trimmed from the front of each ledger, so a page cursor (a position) stays valid. */
   private readonly trimmed = new Map<string, number>();
   /** Closed hold ids ("account\0hold"), forgotten after a day or once CLOSED_MAX newer ones closed. */
@@ -109,14 +111,20 @@ export class MemoryBilling implements BillingStore {
     });
   }
 
-  private appendEntry(accountId: string, entry: LedgerEntry): void {
+  private appendEntry(accountId: string, entry: LedgerEntry, holdId: string): void {
     let ledger = this.ledgers.get(accountId);
-    if (!ledger) this.ledgers.set(accountId, (ledger = []));
+    let holds = this.holdIds.get(accountId);
+    if (!ledger || !holds) {
+      this.ledgers.set(accountId, (ledger = []));
+      this.holdIds.set(accountId, (holds = []));
+    }
     ledger.push(entry);
+    holds.push(holdId);
     // Drop the oldest in batches (a tenth over the limit), so trimming is amortised O(1).
     if (ledger.length > this.ledgerLimit + Math.ceil(this.ledgerLimit / 10)) {
       const dropped = ledger.length - this.ledgerLimit;
       ledger.splice(0, dropped);
+      holds.splice(0, dropped);
       this.trimmed.set(accountId, (this.trimmed.get(accountId) ?? 0) + dropped);
     }
   }
@@ -249,8 +257,9 @@ export class MemoryBilling implements BillingStore {
       exceededHold: charged > held,
       measured: e.measured,
       upstream: e.upstream,
+      prices: e.prices,
       at: e.at,
-    });
+    }, req.holdId);
     return { settled: true, charged, held };
   }
 
@@ -292,14 +301,15 @@ export class MemoryBilling implements BillingStore {
       accountId: req.accountId,
       keyId: '',
       model: '',
-      units: { kind: 'credit', reason: req.reason },
+      units: creditUnits(req.reason, req.adjustment),
       cost: -req.amount,
       held: 0n,
       exceededHold: false,
       measured: null,
       upstream: undefined,
+      prices: undefined,
       at: req.at,
-    });
+    }, '');
     return { applied: true, balance };
   }
 
@@ -361,18 +371,22 @@ export class MemoryBilling implements BillingStore {
     return { holds, nextCursor: ids.length > page.length ? (page.at(-1) ?? null) : null, at };
   }
 
-  // This driver's entries do not keep the hold id apart from the entry id; a settle names its
-  // entry by the hold id (a media job's by its job id, one per hold), so a repeated entry id
-  // among charges is a hold charged twice. The ledger is in memory already, and so are its ids.
+  // The ledger is in memory already, and so are its ids.
   async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
-    const counts = new Map<string, number>();
-    for (const e of this.ledgers.get(accountId) ?? []) {
-      if (e.units.kind !== 'credit') counts.set(e.id, (counts.get(e.id) ?? 0) + 1);
-    }
-    const out: DuplicateCharge[] = [];
-    for (const [holdId, charges] of counts) if (charges > 1 && out.length < limit) out.push({ holdId, charges });
-    return out;
+    const ledger = this.ledgers.get(accountId) ?? [];
+    const holds = this.holdIds.get(accountId) ?? [];
+    const charges = ledger.flatMap((e, i) => (e.units.kind === 'credit' ? [] : [{ id: e.id, holdId: holds[i] ?? '' }]));
+    return [...repeated(charges.map((c) => c.holdId), 'hold', limit), ...repeated(charges.map((c) => c.id), 'request', limit)];
   }
+}
+
+/** The ids seen more than once, at most `limit` of them. */
+function repeated(ids: string[], of: DuplicateCharge['of'], limit: number): DuplicateCharge[] {
+  const counts = new Map<string, number>();
+  for (const id of ids) counts.set(id, (counts.get(id) ?? 0) + 1);
+  const out: DuplicateCharge[] = [];
+  for (const [id, charges] of counts) if (charges > 1 && out.length < limit) out.push({ of, id, charges });
+  return out;
 }
 
 /** Billing beside the limit store's windows, so a hold can count a key's window hit. */

@@ -16,12 +16,13 @@ import type {
   Measurement,
   SettleRequest,
   SettleResult,
+  UnitPrices,
   WalletView,
   WindowHit,
 } from '../types.js';
 import { big, int32, num, type PgContext, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
-import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
+import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
 
 interface LedgerRow {
@@ -36,6 +37,7 @@ interface LedgerRow {
   exceeded_hold: boolean;
   measured: Measurement | null;
   upstream: string | null;
+  prices: UnitPrices | null;
   at: bigint;
 }
 
@@ -65,7 +67,7 @@ function holdResult(r: HoldOut): HoldResult {
   return { ok: false, limitSource: limitSourceOf(r.source), available: big(r.available) };
 }
 
-const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at';
+const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, prices, at';
 
 function ledgerEntry(r: LedgerRow): LedgerEntry {
   const e: LedgerEntry = {
@@ -81,6 +83,7 @@ function ledgerEntry(r: LedgerRow): LedgerEntry {
     at: num(r.at),
   };
   if (r.upstream !== null) e.upstream = r.upstream;
+  if (r.prices !== null) e.prices = r.prices;
   return e;
 }
 
@@ -202,6 +205,7 @@ class PostgresBilling implements BillingStore {
       units: e.units,
       measured: e.measured ?? null,
       upstream: e.upstream ?? null,
+      prices: e.prices ?? null,
       at: e.at,
     })) as SettleOut;
     return r.settled === true ? { settled: true, charged: big(r.charged), held: big(r.held) } : { settled: false, charged: 0n };
@@ -229,7 +233,7 @@ class PostgresBilling implements BillingStore {
     const r = await this.ctx.one<{ o_applied: boolean; o_balance: bigint }>(
       'credit',
       `SELECT * FROM ${this.s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, $5::bigint)`,
-      [req.accountId, req.creditId, req.amount.toString(), JSON.stringify({ kind: 'credit', reason: req.reason }), req.at],
+      [req.accountId, req.creditId, req.amount.toString(), JSON.stringify(creditUnits(req.reason, req.adjustment)), req.at],
     );
     return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
   }
@@ -330,15 +334,18 @@ class PostgresBilling implements BillingStore {
     };
   }
 
-  // The unique index on (account_id, hold_id) keeps this empty unless the books were changed
-  // behind the store's back.
+  // The unique index on (account_id, hold_id) keeps hold ids single unless the books were
+  // changed behind the store's back; nothing keeps entry ids single but the billed call.
   async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
-    const rows = await this.ctx.q<{ hold_id: string; n: bigint }>(
+    const rows = await this.ctx.q<{ of: DuplicateCharge['of']; id: string; n: bigint }>(
       'duplicateCharges',
-      `SELECT hold_id, count(*) AS n FROM ${this.s}.ledger WHERE account_id = $1 AND units->>'kind' <> 'credit'
-        GROUP BY hold_id HAVING count(*) > 1 ORDER BY hold_id LIMIT $2::integer`,
+      `(SELECT 'hold' AS of, hold_id AS id, count(*) AS n FROM ${this.s}.ledger WHERE account_id = $1 AND units->>'kind' <> 'credit'
+         GROUP BY hold_id HAVING count(*) > 1 ORDER BY hold_id LIMIT $2::integer)
+       UNION ALL
+       (SELECT 'request', id, count(*) FROM ${this.s}.ledger WHERE account_id = $1 AND units->>'kind' <> 'credit'
+         GROUP BY id HAVING count(*) > 1 ORDER BY id LIMIT $2::integer)`,
       [accountId, Math.max(1, Math.floor(limit))],
     );
-    return rows.map((r) => ({ holdId: r.hold_id, charges: num(r.n) }));
+    return rows.map((r) => ({ of: r.of, id: r.id, charges: num(r.n) }));
   }
 }

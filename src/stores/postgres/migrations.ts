@@ -1255,7 +1255,36 @@ BEGIN
   UPDATE ${s}.token_takes SET tokens = p_tokens WHERE bucket = p_bucket AND take_id = p_take;
 END $f$;
 `,
+  // 10: a charge keeps the unit prices it was computed at (jsonb, USD decimal strings by the
+  // part of the units each prices), so the audit re-derives its cost; older charges have
+  // none. The account batch of migration 6 is redefined with the settle's prices written.
+  (s, lockPrefix) => `
+ALTER TABLE ${s}.ledger ADD COLUMN prices jsonb;
+${batchWithPrices((MIGRATIONS[5] as (s: string, l: string) => string)(s, lockPrefix))}`,
 ];
+
+/**
+ * Migration 6's account batch with each settle's `prices` written to the ledger beside its
+ * units. Each edit must apply exactly once (the text it edits is a migration's: it never
+ * changes), else the migration fails rather than define a batch that drops the prices.
+ */
+function batchWithPrices(sql: string): string {
+  const edits: Array<[string, string]> = [
+    ['  e_units jsonb[];\n', '  e_units jsonb[];\n  e_prices jsonb[];\n'],
+    ["e_units := '{}';\n", "e_units := '{}'; e_prices := '{}';\n"],
+    ["e_units := e_units || (v_op -> 'units');\n", "e_units := e_units || (v_op -> 'units');\n        e_prices := e_prices || nullif(v_op -> 'prices', 'null'::jsonb);\n"],
+    ['units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)\n            SELECT p_account, hold, id, key, model, units, cost, held, cost > held, measured, upstream, at, v_t',
+     'units, cost, held, exceeded_hold, measured, upstream, prices, at, recorded_at)\n            SELECT p_account, hold, id, key, model, units, cost, held, cost > held, measured, upstream, prices, at, v_t'],
+    ['FROM unnest(e_hold, e_id, e_key, e_model, e_units, e_cost, e_held, e_measured, e_upstream, e_at)\n                   WITH ORDINALITY AS x(hold, id, key, model, units, cost, held, measured, upstream, at, n)',
+     'FROM unnest(e_hold, e_id, e_key, e_model, e_units, e_cost, e_held, e_measured, e_upstream, e_prices, e_at)\n                   WITH ORDINALITY AS x(hold, id, key, model, units, cost, held, measured, upstream, prices, at, n)'],
+  ];
+  let out = sql;
+  for (const [from, to] of edits) {
+    if (out.split(from).length !== 2) throw new Error(`migration 10: the account batch to edit does not read as expected (${from.trim().slice(0, 40)})`);
+    out = out.replace(from, to);
+  }
+  return out;
+}
 
 /**
  * Creates the schema if needed and applies the missing migrations, in one transaction under

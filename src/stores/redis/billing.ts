@@ -37,8 +37,11 @@ const LEDGER_SCAN_PER_PAGE = 20_000;
 /** The audit's scratch keys vanish this long after its last chunk, should it stop half-way. */
 const AUDIT_SCRATCH_TTL_MS = 10 * 60 * 1000;
 
+/** A ledger line as kept: an entry whose hold id is not its own id keeps it, for the audit. */
+type StoredEntry = Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string; holdId?: string };
+
 function parseEntry(line: unknown): LedgerEntry {
-  const e = JSON.parse(str(line) ?? '{}') as Omit<LedgerEntry, 'cost' | 'held'> & { cost: string; held: string };
+  const { holdId: _holdId, ...e } = JSON.parse(str(line) ?? '{}') as StoredEntry;
   return { ...e, cost: BigInt(e.cost), held: BigInt(e.held) };
 }
 
@@ -151,8 +154,9 @@ class RedisBilling implements BillingStore {
     if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
     const k = accountKeys(this.ctx, req.accountId);
     const f = fields(req.entry.keyId, req.month);
-    // The script appends "cost", "held" and "exceededHold" to this object.
-    const entry = JSON.stringify(req.entry);
+    // The script appends "cost", "held" and "exceededHold" to this object. The hold id is
+    // kept only when it is not the entry's own (an image answered as a job), for the audit.
+    const entry = JSON.stringify(req.holdId === req.entry.id ? req.entry : { ...req.entry, holdId: req.holdId });
     const reply = list(
       await this.ctx.batched(
         'settle',
@@ -188,7 +192,7 @@ class RedisBilling implements BillingStore {
 
   async credit(req: CreditRequest): Promise<CreditResult> {
     const k = accountKeys(this.ctx, req.accountId);
-    const entry = creditEntry(req.accountId, req.creditId, req.amount, req.reason, req.at);
+    const entry = creditEntry(req.accountId, req.creditId, req.amount, req.reason, req.at, req.adjustment);
     const reply = list(
       await this.ctx.run('credit', () =>
         this.ctx.scripts.mgCredit(
@@ -288,20 +292,27 @@ class RedisBilling implements BillingStore {
     await this.upgrade.ensure();
     const ledger = accountKeys(this.ctx, accountId).ledger;
     const scratch = `audit:${randomUUID()}`;
-    const seen = this.ctx.account(accountId, `${scratch}:seen`);
-    const dups = this.ctx.account(accountId, `${scratch}:dups`);
+    const [holdsSeen, holdsRepeated, idsSeen, idsRepeated] = ['hs', 'hd', 'is', 'id'].map((k) => this.ctx.account(accountId, `${scratch}:${k}`)) as [
+      string,
+      string,
+      string,
+      string,
+    ];
     return this.ctx.run('duplicateCharges', async () => {
       try {
         for (let pos = 0; ; pos += LEDGER_CHUNK) {
-          const n = int(await this.ctx.scripts.mgAuditCharges([ledger, seen, dups], [pos, LEDGER_CHUNK, AUDIT_SCRATCH_TTL_MS]));
+          const keys = [ledger, holdsSeen, holdsRepeated, idsSeen, idsRepeated];
+          const n = int(await this.ctx.scripts.mgAuditCharges(keys, [pos, LEDGER_CHUNK, AUDIT_SCRATCH_TTL_MS]));
           if (n < LEDGER_CHUNK) break;
         }
-        // The hash counts the repeats: the charges are one more.
-        return hashEntries(await this.ctx.client.hgetall(dups))
-          .slice(0, limit)
-          .map(([holdId, repeats]) => ({ holdId, charges: int(repeats) + 1 }));
+        // Each hash counts the repeats: the charges are one more.
+        const repeated = async (hash: string, of: DuplicateCharge['of']) =>
+          hashEntries(await this.ctx.client.hgetall(hash))
+            .slice(0, limit)
+            .map(([id, repeats]) => ({ of, id, charges: int(repeats) + 1 }));
+        return [...(await repeated(holdsRepeated, 'hold')), ...(await repeated(idsRepeated, 'request'))];
       } finally {
-        await this.ctx.client.del(seen, dups);
+        await this.ctx.client.del(holdsSeen, holdsRepeated, idsSeen, idsRepeated);
       }
     });
   }

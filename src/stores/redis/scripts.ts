@@ -386,27 +386,33 @@ return out
   },
 
   /**
-   * The audit's duplicate-charge pass over one chunk of an account's ledger: each charge's id
-   * (the hold id it settled) goes into a scratch set; an id already there is counted in a
-   * scratch hash. Both live under the account's hash tag and expire on their own if the audit
-   * stops half-way. The pass stays in Redis, so the auditing process never holds a ledger's ids.
-   * KEYS: ledger, scratch set, scratch hash. ARGV: start position, chunk size, scratch TTL ms.
-   * Returns how many entries the chunk had.
+   * The audit's duplicate-charge pass over one chunk of an account's ledger: each charge's hold
+   * id (its `holdId`, kept only when it is not the entry's id) and its entry id (the request or
+   * job id) go into scratch sets; an id already there is counted in a scratch hash (hold ids
+   * and entry ids apart). All live under the account's hash tag and expire on their own if the
+   * audit stops half-way. The pass stays in Redis, so the auditing process never holds a
+   * ledger's ids.
+   * KEYS: ledger, hold ids seen, hold ids repeated, entry ids seen, entry ids repeated.
+   * ARGV: start position, chunk size, scratch TTL ms. Returns how many entries the chunk had.
    */
   mgAuditCharges: {
-    numberOfKeys: 3,
+    numberOfKeys: 5,
     lua: `
 local start = tonumber(ARGV[1])
 local rows = redis.call('LRANGE', KEYS[1], start, start + tonumber(ARGV[2]) - 1)
 for i = 1, #rows do
   local e = cjson.decode(rows[i])
   if not (type(e.units) == 'table' and e.units.kind == 'credit') then
-    if redis.call('SADD', KEYS[2], e.id) == 0 then redis.call('HINCRBY', KEYS[3], e.id, 1) end
+    local hold = e.id
+    if type(e.holdId) == 'string' then hold = e.holdId end
+    if redis.call('SADD', KEYS[2], hold) == 0 then redis.call('HINCRBY', KEYS[3], hold, 1) end
+    if redis.call('SADD', KEYS[4], e.id) == 0 then redis.call('HINCRBY', KEYS[5], e.id, 1) end
   end
 end
 if #rows > 0 then
-  redis.call('PEXPIRE', KEYS[2], ARGV[3])
-  if redis.call('EXISTS', KEYS[3]) == 1 then redis.call('PEXPIRE', KEYS[3], ARGV[3]) end
+  for k = 2, 5 do
+    if redis.call('EXISTS', KEYS[k]) == 1 then redis.call('PEXPIRE', KEYS[k], ARGV[3]) end
+  end
 end
 return #rows
 `,

@@ -16,6 +16,7 @@ import type {
   Measurement,
   SettleRequest,
   SettleResult,
+  UnitPrices,
   WalletView,
   WindowHit,
 } from '../types.js';
@@ -37,10 +38,11 @@ interface LedgerRow {
   exceeded_hold: bigint;
   measured: Measurement | null;
   upstream: string | null;
+  prices: string | null;
   at: bigint;
 }
 
-export const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at';
+export const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, prices, at';
 
 export function ledgerEntry(r: LedgerRow): LedgerEntry {
   const e: LedgerEntry = {
@@ -56,6 +58,7 @@ export function ledgerEntry(r: LedgerRow): LedgerEntry {
     at: num(r.at),
   };
   if (r.upstream !== null) e.upstream = r.upstream;
+  if (r.prices !== null) e.prices = JSON.parse(r.prices) as UnitPrices;
   return e;
 }
 
@@ -109,8 +112,8 @@ function prepareStatements(ctx: SqliteContext) {
       'INSERT INTO key_spend (account_id, key_id, month, amount) VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE SET amount = amount + excluded.amount',
     ),
     append: ctx.prepare(
-      `INSERT INTO ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at)
-       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+      `INSERT INTO ledger (account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, prices, at, recorded_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     ),
     ledger: ctx.exact(`SELECT ${LEDGER_COLUMNS} FROM ledger WHERE account_id = ? ORDER BY seq`),
     openHolds: ctx.prepare('SELECT count(*) AS n FROM holds WHERE account_id = ? AND expires_at > ?'),
@@ -241,6 +244,7 @@ class SqliteBilling implements BillingStore {
       cost > held ? 1 : 0,
       e.measured ?? null,
       e.upstream ?? null,
+      e.prices ? JSON.stringify(e.prices) : null,
       e.at,
       t,
     );
@@ -359,25 +363,27 @@ class SqliteBilling implements BillingStore {
     });
   }
 
-  // The unique index on (account_id, hold_id) keeps this empty unless the books were changed
-  // behind the store's back.
+  // The unique index on (account_id, hold_id) keeps hold ids single unless the books were
+  // changed behind the store's back; nothing keeps entry ids single but the billed call.
   async duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]> {
-    return this.ctx.run('duplicateCharges', () => {
-      const rows = this.ctx
-        .exact(
-          `SELECT hold_id, count(*) AS n FROM ledger WHERE account_id = ? AND json_extract(units, '$.kind') <> 'credit'
-            GROUP BY hold_id HAVING count(*) > 1 ORDER BY hold_id LIMIT ?`,
-        )
-        .all(accountId, Math.max(1, Math.floor(limit))) as { hold_id: string; n: bigint }[];
-      return rows.map((r) => ({ holdId: r.hold_id, charges: num(r.n) }));
-    });
+    const n = Math.max(1, Math.floor(limit));
+    const repeated = (column: 'hold_id' | 'id', of: DuplicateCharge['of']) =>
+      (
+        this.ctx
+          .exact(
+            `SELECT ${column} AS id, count(*) AS n FROM ledger WHERE account_id = ? AND json_extract(units, '$.kind') <> 'credit'
+              GROUP BY ${column} HAVING count(*) > 1 ORDER BY ${column} LIMIT ?`,
+          )
+          .all(accountId, n) as { id: string; n: bigint }[]
+      ).map((r) => ({ of, id: r.id, charges: num(r.n) }));
+    return this.ctx.run('duplicateCharges', () => [...repeated('hold_id', 'hold'), ...repeated('id', 'request')]);
   }
 }
 
 /**
- * Billing beside the limit store's windows. The key's window is in this process's memory:
- * its hit is counted synchronously, then the hold is placed only when the hit was allowed.
- * A refused hit writes nothing.
+ * Billing beside the limit store's windows (in the same file): a hold counts the key's window
+ * hit first, in the same atomic step, and is placed only when the hit was allowed. A refused
+ * hit writes nothing.
  */
 class WindowedSqliteBilling extends SqliteBilling {
   readonly windowsId: symbol;
@@ -392,9 +398,11 @@ class WindowedSqliteBilling extends SqliteBilling {
 
   async hitAndPlaceHold(hit: WindowHit, req: HoldRequest): Promise<CountedHold> {
     if (req.amount < 0n) throw new RangeError('hold amount must not be negative');
-    const window = this.windows.windows.hitNow(hit.bucket, hit.limit, hit.windowMs);
-    if (!window.allowed) return { window, hold: null };
     this.ctx.sweep();
-    return { window, hold: await this.ctx.batch('placeHold', () => this.placeInTransaction(req, this.ctx.now())) };
+    return this.ctx.batch('hitAndPlaceHold', () => {
+      const t = this.ctx.now();
+      const window = this.windows.windows.hitIn(hit.bucket, hit.limit, hit.windowMs, t);
+      return { window, hold: window.allowed ? this.placeInTransaction(req, t) : null };
+    });
   }
 }

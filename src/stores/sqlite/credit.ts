@@ -1,5 +1,6 @@
 import type { CreditRequest, CreditResult } from '../types.js';
 import { big, type SqliteContext } from './connection.js';
+import { creditUnits } from '../wallet-entries.js';
 
 /**
  * The credit step (an operator's credit, a top-up, an opening balance), to run inside the
@@ -25,7 +26,7 @@ export function prepareCredit(ctx: SqliteContext): (req: CreditRequest) => Credi
       return { applied: false, balance: big((q.balance.get(req.accountId) as { balance: bigint } | undefined)?.balance) };
     }
     const balance = big((q.credit.get(req.accountId, req.amount) as { balance: bigint }).balance);
-    const units = JSON.stringify({ kind: 'credit', reason: req.reason });
+    const units = JSON.stringify(creditUnits(req.reason, req.adjustment));
     q.append.run(req.accountId, slot, req.creditId, units, -req.amount, req.at, ctx.now());
     return { applied: true, balance };
   };

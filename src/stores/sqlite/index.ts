@@ -9,6 +9,7 @@ import { createSqliteContent } from './content.js';
 import { createSqliteIdempotency } from './idempotency.js';
 import { createSqliteJobs } from './jobs.js';
 import { createSqliteLimits } from './limits.js';
+import { WINDOW_ROWS_TTL_MS } from './windows.js';
 
 export { SqliteStoreError } from './connection.js';
 
@@ -46,13 +47,13 @@ const SWEEP_INTERVAL_MS = 60_000;
 const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
 
 /**
- * Every store in one SQLite file (better-sqlite3, WAL mode): durable books for one gateway
+ * Every store in one SQLite file (better-sqlite3, WAL mode): durable books for the gateway
  * process. Calls are synchronous underneath, so one process never interleaves two of them;
  * every read-then-write runs in an IMMEDIATE transaction, so it stays atomic even when
  * another process (an admin command of the CLI) writes to the same file. The per-call writes
  * (holds, settles) of one event-loop turn (of up to a millisecond under load) share one
- * transaction and one commit. Rate windows
- * are kept in this process's memory (see createSqliteLimits).
+ * transaction and one commit. Rate and token windows are in the file too, so processes that
+ * share it share every limit (see createSqliteLimits).
  */
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
   if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');
@@ -77,6 +78,11 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
       ['DELETE FROM leases WHERE expires_at <= ?', 0],
       ['DELETE FROM jobs WHERE gone_at <= ?', 0],
       ['DELETE FROM idempotency WHERE expires_at <= ?', 0],
+      // Windows nobody hit for an hour, their hits with them (a busy window trims itself on
+      // every hit); in one transaction, so a window's count always matches its hits.
+      ['DELETE FROM rate_hits WHERE bucket IN (SELECT bucket FROM rate_windows WHERE last <= ?)', WINDOW_ROWS_TTL_MS],
+      ['DELETE FROM rate_windows WHERE last <= ?', WINDOW_ROWS_TTL_MS],
+      ['DELETE FROM token_takes WHERE at <= ?', WINDOW_ROWS_TTL_MS],
     ] as const;
     const prepared = statements.map(([sql, age]) => [db.prepare(sql), age] as const);
     return (t: number) =>

@@ -1,29 +1,24 @@
 import type { LimitStore } from '../types.js';
-import { createMemoryLimits, type MemoryLimits } from '../memory/limits.js';
 import { num, type SqliteContext } from './connection.js';
+import { createSqliteWindows, type SqliteWindows } from './windows.js';
 
 /**
- * Limits for the SQLite driver, which serves one gateway process.
+ * Limits for the SQLite driver. Rate windows and token windows live in the file (windows.ts),
+ * so every process that shares it (`serve --workers N`, an admin command) counts in the same
+ * windows: each limit is exact across them.
  *
- * Rate windows (and token windows) live in that process's memory, not in the file: they are counted exactly
- * there (one process sees every hit), they are not books (nothing is owed or paid by a
- * window), and writing two window hits per call into the file was most of what SQLite
- * storage cost beyond the books themselves. They start empty when the process restarts.
- * Several gateway processes that must share windows take their limits from Redis
- * (`storage.limits`).
- *
- * In-flight lease pools (media jobs) stay in the file: a job outlives a restart, and so must
+ * In-flight lease pools (media jobs) are in the file too: a job outlives a restart, and so must
  * the slot it holds. Taking a slot runs inside an IMMEDIATE transaction (drop the expired,
  * count, insert), so the count and the insert are one step.
  */
 export interface SqliteLimits extends LimitStore {
   readonly windowsId: symbol;
-  /** The rate windows, so billing can count a key's hit synchronously beside its hold. */
-  readonly windows: MemoryLimits;
+  /** The rate windows, so billing can count a key's hit inside its hold's transaction. */
+  readonly windows: SqliteWindows;
 }
 
 export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
-  const windows = createMemoryLimits(ctx.now);
+  const windows = createSqliteWindows(ctx);
   const q = {
     expire: ctx.prepare('DELETE FROM leases WHERE pool = ? AND expires_at <= ?'),
     holds: ctx.prepare('SELECT 1 FROM leases WHERE pool = ? AND lease_id = ?'),
@@ -36,11 +31,12 @@ export function createSqliteLimits(ctx: SqliteContext): SqliteLimits {
   };
 
   return {
-    windowsId: windows.windowsId,
+    windowsId: Symbol('sqlite windows'),
     windows,
-    hit: (bucket, limit, windowMs) => windows.hit(bucket, limit, windowMs),
-    hitNow: (bucket, limit, windowMs) => windows.hitNow(bucket, limit, windowMs),
-    // Token windows, like rate windows, live in the one process's memory.
+    hit(bucket, limit, windowMs) {
+      ctx.sweep();
+      return windows.hit(bucket, limit, windowMs);
+    },
     takeTokens: (bucket, takeId, tokens, limit, windowMs) => windows.takeTokens(bucket, takeId, tokens, limit, windowMs),
     setTokens: (bucket, takeId, tokens) => windows.setTokens(bucket, takeId, tokens),
 

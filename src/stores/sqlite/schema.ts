@@ -254,4 +254,35 @@ SELECT account_id, scope, period, sum(cost) FROM (
   SELECT account_id, '' AS scope, 'm' || strftime('%Y-%m', at / 1000, 'unixepoch') AS period, cost FROM recent
 ) GROUP BY account_id, scope, period;
 `,
+  // 8: a charge keeps the unit prices it was computed at (JSON, USD decimal strings by the
+  // part of the units each prices), so the audit re-derives its cost. Older charges have none.
+  `
+ALTER TABLE ledger ADD COLUMN prices TEXT;
+`,
+  // 9: rate windows and token windows back in the file, so the processes that share it
+  // (`serve --workers N`) count in the same windows and every limit is exact across them. A
+  // window's hits are one row per millisecond with a count, clustered on (bucket, at), and
+  // its count of them (with its last hit, for the sweep) in a row of its own; token takes one
+  // row per call, found by bucket and id and read in time order.
+  `
+CREATE TABLE rate_windows (
+  bucket TEXT PRIMARY KEY,
+  hits INTEGER NOT NULL,
+  last INTEGER NOT NULL
+) STRICT, WITHOUT ROWID;
+CREATE TABLE rate_hits (
+  bucket TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  n INTEGER NOT NULL,
+  PRIMARY KEY (bucket, at)
+) STRICT, WITHOUT ROWID;
+CREATE TABLE token_takes (
+  bucket TEXT NOT NULL,
+  take_id TEXT NOT NULL,
+  at INTEGER NOT NULL,
+  tokens INTEGER NOT NULL,
+  PRIMARY KEY (bucket, take_id)
+) STRICT, WITHOUT ROWID;
+CREATE INDEX token_takes_at ON token_takes (bucket, at);
+`,
 ];

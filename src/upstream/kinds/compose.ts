@@ -12,6 +12,8 @@ export function compose(first: Translation, second: Translation): Translation {
       return second.request(first.request(fields, stream).body, stream);
     },
     answer: (body) => first.answer(second.answer(body)),
+    // The upstream speaks `second`'s kind: its answer is read (and billed) as that kind's.
+    read: (body) => second.read(body),
     stream(): StreamTranslator {
       const inner = second.stream();
       const outer = first.stream();
@@ -19,6 +21,7 @@ export function compose(first: Translation, second: Translation): Translation {
       return {
         push: (chunk) => through(inner.push(chunk)),
         end: () => [...through(inner.end()), ...outer.end()],
+        account: inner.account,
       };
     },
   };

@@ -6,6 +6,7 @@
  * output with the model's thinking.
  */
 import { errors } from '../../errors.js';
+import { GeminiAccount } from '../answers/gemini.js';
 import { EventTranslator } from './event-translator.js';
 import { idBase, toolCallId } from './gemini-ids.js';
 import { eventData, isObject } from './shared.js';
@@ -105,6 +106,8 @@ export class GeminiChatStream extends EventTranslator {
   /** Function calls so far, per candidate (their chunk index and their ids follow it). */
   private readonly calls = new Map<number, number>();
   private readonly finished = new Set<number>();
+  /** The answer as Gemini says it: what the stream is billed by. */
+  readonly account = new GeminiAccount();
 
   /** The chat answer's last chunks: its usage and [DONE], only when every candidate finished (else it was cut). */
   protected override tail(): string {
@@ -120,6 +123,7 @@ export class GeminiChatStream extends EventTranslator {
   protected event(data: string): string {
     const event = eventData(data);
     if (event.error) throw errors.upstreamFailedMidStream(event.error);
+    this.account.read(event);
     this.base ??= idBase(event.responseId);
     if (typeof event.modelVersion === 'string') this.model = event.modelVersion;
     this.usage = chatUsage(event.usageMetadata) ?? this.usage;

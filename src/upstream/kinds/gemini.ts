@@ -8,6 +8,7 @@ import { GatewayError } from '../../errors.js';
 import { compose } from './compose.js';
 import { GeminiChatStream, geminiAnswer } from './gemini-answer.js';
 import { geminiRequest } from './gemini-request.js';
+import { geminiAnswerAccount } from '../answers/gemini.js';
 import { messagesOverChat } from './messages/index.js';
 import { responsesOverChat } from './responses-chat.js';
 import type { Kind, Translation } from './types.js';
@@ -15,6 +16,7 @@ import type { Kind, Translation } from './types.js';
 export const chatOverGemini: Translation = {
   request: geminiRequest,
   answer: geminiAnswer,
+  read: geminiAnswerAccount,
   stream: () => new GeminiChatStream(),
 };
 

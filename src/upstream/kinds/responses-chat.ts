@@ -9,6 +9,7 @@
 import { incompleteReason, newId, responseShell, responsesUsage } from './responses-shapes.js';
 import { ResponsesStream } from './responses-stream.js';
 import type { Translation } from './types.js';
+import { chatAnswer } from '../answers/chat.js';
 import { absent, isObject, notCarried } from './shared.js';
 
 const refuse = (param: string, detail?: string) => notCarried(param, 'non-OpenAI', detail);
@@ -212,5 +213,6 @@ export function chatToResponse(chat: Record<string, unknown>): Record<string, un
 export const responsesOverChat: Translation = {
   request: (fields, stream) => ({ path: '/chat/completions', body: responsesToChat(fields, stream) }),
   answer: chatToResponse,
+  read: chatAnswer,
   stream: () => new ResponsesStream(),
 };

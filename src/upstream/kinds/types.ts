@@ -4,6 +4,8 @@
  * serves the model; a `Translation` carries one ingress API over one kind, both ways.
  */
 
+import type { AnswerAccount } from '../../billing/answer.js';
+
 export type UpstreamKind = 'openai' | 'anthropic' | 'gemini';
 
 /** A converter of an upstream's streamed bytes into the ingress API's SSE bytes. */
@@ -12,6 +14,11 @@ export interface StreamTranslator {
   push(chunk: Uint8Array): Uint8Array[];
   /** The ingress frames of what the upstream left when its body ended. */
   end(): Uint8Array[];
+  /**
+   * The answer as the upstream's own format says it, read as it is translated: what the
+   * stream is billed by. Absent on a translator whose input is another translator's output.
+   */
+  readonly account?: AnswerAccount;
 }
 
 /** How one ingress API is carried by an upstream of another kind, and its answer brought back. */
@@ -24,6 +31,8 @@ export interface Translation {
   request(fields: Record<string, unknown>, stream: boolean): { path: string; body: Record<string, unknown> };
   /** The ingress API's plain answer for the kind's plain answer. Throws when it is not one. */
   answer(body: Record<string, unknown>): Record<string, unknown>;
+  /** The kind's plain answer read into the answer model, by the reader of the kind's own format. */
+  read(body: Record<string, unknown>): AnswerAccount;
   /** A fresh converter for one streamed answer. */
   stream(): StreamTranslator;
 }

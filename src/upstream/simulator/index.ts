@@ -32,7 +32,9 @@ function simulatedAnswer(prompt: string, maxTokens: number | undefined, tokenize
   const words = `Hello! This is the model-gateway simulator answering "${topic}". It echoes a short, deterministic reply so that you can try streaming, metering and limits without a real provider.`.split(
     ' ',
   );
-  if (maxTokens === undefined) return words.join(' ');
+  const whole = words.join(' ');
+  // The whole reply fits almost always (the gateway always sends a cap): counted once.
+  if (maxTokens === undefined || tokenizer.count(whole) <= maxTokens) return whole;
   // Respect max_tokens like a real model would: stop once the budget is used.
   let out = '';
   for (const w of words) {
@@ -117,12 +119,26 @@ function chat(c: UpstreamCall, body: Record<string, unknown>, opts: SimulatorOpt
   return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
 }
 
-/** Deterministic unit vectors from the text's bytes: same input, same embedding. */
+/**
+ * Deterministic unit vectors from the text's bytes: same input, same embedding. Each number
+ * is a float32, as a real model's are, so the float and base64 answers carry the same values.
+ */
 function embed(input: string | number[], dimensions: number): number[] {
   const seed = typeof input === 'string' ? Buffer.from(input, 'utf8') : Buffer.from(input.map((n) => n & 0xff));
   const v = Array.from({ length: dimensions }, (_, i) => ((seed[i % Math.max(1, seed.length)] ?? 0) + i * 31) % 97 - 48);
   const norm = Math.sqrt(v.reduce((n, x) => n + x * x, 0)) || 1;
-  return v.map((x) => Math.round((x / norm) * 1e6) / 1e6);
+  return v.map((x) => Math.fround(x / norm));
+}
+
+/**
+ * `encoding_format: "base64"` (what the openai SDK asks for unless told otherwise) is the
+ * vector's little-endian float32 bytes in base64, as OpenAI answers; anything else is floats.
+ */
+function encodeEmbedding(vector: number[], format: unknown): number[] | string {
+  if (format !== 'base64') return vector;
+  const bytes = Buffer.alloc(vector.length * 4);
+  for (const [i, x] of vector.entries()) bytes.writeFloatLE(x, i * 4);
+  return bytes.toString('base64');
 }
 
 function embeddings(_c: UpstreamCall, body: Record<string, unknown>, _opts: SimulatorOptions, tokenizer: Tokenizer): UpstreamResponse {
@@ -133,7 +149,7 @@ function embeddings(_c: UpstreamCall, body: Record<string, unknown>, _opts: Simu
   const tokens = items.reduce((n: number, it) => n + (typeof it === 'string' ? tokenizer.count(it) : it.length), 0);
   return jsonResponse(200, {
     object: 'list',
-    data: items.map((it, index) => ({ object: 'embedding', index, embedding: embed(it, dimensions) })),
+    data: items.map((it, index) => ({ object: 'embedding', index, embedding: encodeEmbedding(embed(it, dimensions), body.encoding_format) })),
     model: String(body.model),
     usage: { prompt_tokens: tokens, total_tokens: tokens },
   });

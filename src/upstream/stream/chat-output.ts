@@ -5,7 +5,7 @@
  */
 import { choicesOutput, noOutput } from '../../billing/output.js';
 import type { Usage } from '../../billing/usage.js';
-import type { Produced } from './reader.js';
+import type { AnswerAccount as Produced } from '../../billing/answer.js';
 import type { OutputCount } from '../../billing/output.js';
 
 export interface StreamOutput {

@@ -5,26 +5,14 @@
  * reader (chat-events.ts); the other APIs read parsed events through `eventReader`.
  */
 import { errors, type GatewayError } from '../../errors.js';
-import type { OutputCount } from '../../billing/output.js';
-import type { Usage } from '../../billing/usage.js';
+import type { AnswerAccount } from '../../billing/answer.js';
 import { redactKey } from '../client.js';
 import { SseParser } from './sse.js';
 
 const encoder = new TextEncoder();
 
-/** What a stream produced: the upstream's usage when it came, and the output to count. */
-export interface Produced {
-  usage: Usage | null;
-  /** Every kind of output produced so far (see billing/output.ts). */
-  output(): OutputCount;
-  /** Calls of priced hosted tools the upstream reported (`{web_search: 2}`), or null for none. */
-  tools?(): Record<string, number> | null;
-  /**
-   * True when output came after the last usage report: that report did not count it, so it is
-   * not final even at the stream's end. Absent: a reader whose usage comes only at the end.
-   */
-  outputAfterUsage?(): boolean;
-}
+/** What a stream produced: its account in the answer model. */
+export type Produced = AnswerAccount;
 
 export interface EventReader {
   /** The frames to send for one upstream read. Throws a GatewayError on an error event or a malformed one. */
@@ -40,6 +28,12 @@ export interface EventReader {
   readonly answered: boolean;
   /** True when the frames returned already end with `endFrame`: add none. */
   readonly doneFramed: boolean;
+  /**
+   * True when the usage comes in the answer's last event (Responses' `response.completed`):
+   * nothing before it waits for the settle, only that event. Else the frames from `answered`
+   * on wait (chat's usage chunk and Messages' `message_delta` follow the content's end).
+   */
+  readonly usageInLastEvent?: boolean;
   /** What goes out after the last event of a complete answer (`data: [DONE]`), or null. */
   readonly endFrame: Uint8Array | null;
   /** The frames a stream that failed after its 200 ends with. */
@@ -53,14 +47,14 @@ export interface EventHandler {
   event(data: string): string | null;
   /** Whether the upstream reached its proper end (its last event came). */
   complete(): boolean;
-  /** The usage the upstream reported, once it did. */
-  usage(): Usage | null;
-  /** Every kind of output produced so far. */
-  produced(): OutputCount;
+  /** What the answer produced, in the answer model (the API's own reader fills it). */
+  readonly account: AnswerAccount;
   /** Whether the answer's content ended (its usage may still follow). */
   answered?(): boolean;
   /** What goes out after the last event (`data: [DONE]`), if anything. */
   endFrame: string | null;
+  /** The usage comes in the last event (see EventReader). */
+  usageInLastEvent?: boolean;
   /** The event(s) that report a failure after the 200. */
   errorFrame(err: GatewayError): string;
 }
@@ -91,9 +85,10 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
       return handler.answered?.() === true;
     },
     doneFramed: false,
+    usageInLastEvent: handler.usageInLastEvent === true,
     endFrame,
     errorFrames: (err) => [encoder.encode(handler.errorFrame(err))],
-    produced: () => ({ usage: handler.usage(), output: () => handler.produced() }),
+    produced: () => handler.account,
   };
 }
 

@@ -14,11 +14,10 @@ import { Response } from '@whatwg-node/server';
 import { errors } from '../../errors.js';
 import { withHeaders } from '../../http/objects.js';
 import type { RequestContext } from '../../pipeline/types.js';
-import type { Services } from '../../services.js';
 import type { UpstreamResponse } from '../types.js';
 import { streamBody } from './bodies.js';
 import type { EventReader } from './reader.js';
-import type { StreamCall } from './settle.js';
+import type { RelayDeps, StreamCall } from './settle.js';
 import { StreamRelay } from './stream-relay.js';
 
 export type { StreamCall } from './settle.js';
@@ -31,7 +30,7 @@ const SSE_HEADERS = {
 };
 
 export async function relayStream(
-  core: Services,
+  core: RelayDeps,
   ctx: RequestContext,
   res: UpstreamResponse,
   billing: StreamCall,

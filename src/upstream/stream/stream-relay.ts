@@ -4,13 +4,12 @@
  */
 import { errors, GatewayError } from '../../errors.js';
 import type { RequestContext } from '../../pipeline/types.js';
-import type { Services } from '../../services.js';
 import { upstreamFailure } from '../client.js';
 import { redactedError, upstreamKeysRedactor } from '../key-redactor.js';
 import type { BodyFlow, UpstreamResponse } from '../types.js';
 import type { Sink } from './bodies.js';
 import type { EventReader } from './reader.js';
-import { type StreamCall, settleStream } from './settle.js';
+import { type RelayDeps, type StreamCall, settleStream } from './settle.js';
 import { KEEP_ALIVE } from './sse.js';
 
 const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
@@ -61,7 +60,7 @@ export class StreamRelay {
   private readOnDone: (() => void) | null = null;
 
   constructor(
-    private readonly core: Services,
+    private readonly core: RelayDeps,
     private readonly ctx: RequestContext,
     private readonly res: UpstreamResponse,
     private readonly billing: StreamCall,
@@ -74,19 +73,28 @@ export class StreamRelay {
     billing.call.onAbort(() => {
       if (this.readingOn) {
         // The grace for the usage is cut short: what was seen is billed now.
-        void settleStream(this.billing, this.reader, this.core.tokenizer);
+        void settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped');
         this.res.discard();
         return;
       }
       if (this.ended) return;
       this.res.discard();
-      void this.end();
+      void this.end('stopped');
       this.tell(this.reader.errorFrames(errors.cutByShutdown()));
     });
     // Belt and braces: some servers report a disconnect only through the request's signal,
     // and a client may have left while the upstream's answer was on its way.
     if (ctx.request.signal?.aborted) queueMicrotask(() => this.cancel());
     else ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
+  }
+
+  /**
+   * Whether frames wait for the settle now: from the answer's content end on, when its usage
+   * comes in events of their own after it (chat's usage chunk, Messages' message_delta). A
+   * reader whose usage comes in its last event holds nothing back: that event alone waits.
+   */
+  private holding(): boolean {
+    return this.reader.answered && !this.reader.usageInLastEvent;
   }
 
   private iter(): AsyncIterator<Uint8Array> {
@@ -102,9 +110,12 @@ export class StreamRelay {
     return true;
   }
 
-  /** Ends the relay once and bills it; resolves when the charge is in the store. */
-  private end(): Promise<void> {
-    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer) : Promise.resolve();
+  /**
+   * Ends the relay once and bills it; resolves when the charge is in the store. `cause` says
+   * who ended an answer that is not complete (ignored when it is).
+   */
+  private end(cause: 'upstream' | 'stopped' = 'stopped'): Promise<void> {
+    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer, cause) : Promise.resolve();
   }
 
   /** Reads the rest of a body nobody needs (ignored), so its connection can go back to the pool. */
@@ -206,7 +217,7 @@ export class StreamRelay {
         this.carriedError = null;
         throw err;
       }
-      if (this.carried && !this.reader.answered) {
+      if (this.carried && !this.holding()) {
         const parts = this.carried;
         this.carried = null;
         if (parts.length) {
@@ -241,8 +252,9 @@ export class StreamRelay {
     this.keepAlive?.refresh();
     const reader = this.reader;
     const frames = chunk === null ? reader.end() : reader.push(chunk);
-    const parts = reader.answered && this.carried ? [...this.carried, ...frames] : frames;
-    if (reader.answered) this.carried = null;
+    const holding = this.holding();
+    const parts = holding && this.carried ? [...this.carried, ...frames] : frames;
+    if (holding) this.carried = null;
     if (chunk === null && !reader.done) {
       this.send(sink, parts);
       throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
@@ -252,7 +264,7 @@ export class StreamRelay {
       this.finishing = this.finish(sink, parts, chunk === null).catch(() => undefined);
       return FINISHING;
     }
-    if (reader.answered) {
+    if (holding) {
       this.carried = parts;
       return [];
     }
@@ -311,7 +323,7 @@ export class StreamRelay {
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
     // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
-    await this.end().catch(() => {});
+    await this.end('upstream').catch(() => {});
     this.sink = sink;
     // The answer's held-back last frames (its content went out before them) precede the error.
     const held = this.carried ?? [];
@@ -339,11 +351,11 @@ export class StreamRelay {
     if (!this.stop()) return;
     if (this.reader.answered && !this.reader.done && graceMs > 0) {
       this.readingOn = true;
-      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer));
+      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped'));
       return;
     }
     this.res.discard();
-    void settleStream(this.billing, this.reader, this.core.tokenizer);
+    void settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped');
   }
 
   /** Reads the upstream to its end (or until `graceMs` passed or it failed) with nobody to send to. */

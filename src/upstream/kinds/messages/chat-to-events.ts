@@ -6,16 +6,14 @@
  */
 import { randomUUID } from 'node:crypto';
 import { errors } from '../../../errors.js';
-import { SseParser } from '../../stream/sse.js';
+import { EventTranslator } from '../event-translator.js';
+import { ChatAccount } from '../../answers/chat.js';
 import type { StreamTranslator } from '../types.js';
 import { eventOf, isObject, type Json, messagesEvent, messagesUsageOf, stopReason } from './shared.js';
 
-const encoder = new TextEncoder();
-
 type Open = { kind: 'text' | 'thinking' | 'tool'; index: number } | null;
 
-export class ChatToMessagesEvents implements StreamTranslator {
-  private readonly parser = new SseParser();
+export class ChatToMessagesEvents extends EventTranslator implements StreamTranslator {
   private started = false;
   private ended = false;
   private open: Open = null;
@@ -24,24 +22,21 @@ export class ChatToMessagesEvents implements StreamTranslator {
   private readonly tools = new Map<number, number>();
   private finish: unknown = null;
   private usage: unknown = null;
+  private readonly chat = new ChatAccount();
+  /** The answer as the chat upstream says it: what the stream is billed by. */
+  readonly account = this.chat.account;
 
-  push(chunk: Uint8Array): Uint8Array[] {
-    return this.frames(this.parser.push(chunk));
+  protected event(data: string): string {
+    return data === '[DONE]' ? this.close() : this.chunk(eventOf(data));
   }
 
-  end(): Uint8Array[] {
-    const out = this.frames(this.parser.end().events);
-    const last = this.close();
-    return last ? [...out, encoder.encode(last)] : out;
+  protected override stopped(): boolean {
+    return this.ended;
   }
 
-  private frames(events: string[]): Uint8Array[] {
-    let out = '';
-    for (const data of events) {
-      if (this.ended) break;
-      out += data === '[DONE]' ? this.close() : this.chunk(eventOf(data));
-    }
-    return out ? [encoder.encode(out)] : [];
+  /** A body that ended after the finish but without [DONE] still closes the Message. */
+  protected override tail(): string {
+    return this.close();
   }
 
   /** The answer's last events, once its finish came (a stream that never finished gets none: it was cut). */
@@ -54,6 +49,7 @@ export class ChatToMessagesEvents implements StreamTranslator {
 
   private chunk(c: Json): string {
     if (c.error) throw errors.upstreamFailedMidStream(c.error);
+    this.chat.read(c);
     let out = '';
     if (!this.started) {
       this.started = true;

@@ -6,14 +6,13 @@
  * `[DONE]`.
  */
 import { errors } from '../../../errors.js';
-import { DONE_FRAME, frameEvent, SseParser } from '../../stream/sse.js';
+import { DONE_FRAME, frameEvent } from '../../stream/sse.js';
+import { EventTranslator } from '../event-translator.js';
+import { MessagesAccount } from '../../answers/messages.js';
 import type { StreamTranslator } from '../types.js';
 import { chatFinish, chatUsageOf, eventOf, isObject, type Json } from './shared.js';
 
-const encoder = new TextEncoder();
-
-export class MessagesToChatEvents implements StreamTranslator {
-  private readonly parser = new SseParser();
+export class MessagesToChatEvents extends EventTranslator implements StreamTranslator {
   private id = '';
   private model: unknown = '';
   private readonly created = Math.floor(Date.now() / 1000);
@@ -22,22 +21,15 @@ export class MessagesToChatEvents implements StreamTranslator {
   /** Content block index -> the chat tool call index it carries. */
   private readonly tools = new Map<number, number>();
   private ended = false;
+  /** The answer as Anthropic says it: what the stream is billed by. */
+  readonly account = new MessagesAccount();
 
-  push(chunk: Uint8Array): Uint8Array[] {
-    return this.frames(this.parser.push(chunk));
+  protected event(data: string): string {
+    return this.translate(eventOf(data));
   }
 
-  end(): Uint8Array[] {
-    return this.frames(this.parser.end().events);
-  }
-
-  private frames(events: string[]): Uint8Array[] {
-    let out = '';
-    for (const data of events) {
-      if (this.ended) break;
-      out += this.event(eventOf(data));
-    }
-    return out ? [encoder.encode(out)] : [];
+  protected override stopped(): boolean {
+    return this.ended;
   }
 
   private chunk(delta: Json, finish: string | null = null): string {
@@ -46,7 +38,8 @@ export class MessagesToChatEvents implements StreamTranslator {
     );
   }
 
-  private event(e: Json): string {
+  private translate(e: Json): string {
+    this.account.read(e);
     switch (e.type) {
       case 'message_start': {
         const message = isObject(e.message) ? e.message : {};

@@ -1,4 +1,6 @@
 /** The Messages <-> chat translations, as the `Translation`s the kinds hand out. */
+import { chatAnswer } from '../../answers/chat.js';
+import { messagesAnswer } from '../../answers/messages.js';
 import type { Translation } from '../types.js';
 import { ChatToMessagesEvents } from './chat-to-events.js';
 import { chatAnswerOf, messagesRequestOf } from './from-chat.js';
@@ -9,6 +11,7 @@ import { chatRequestOf, messageOf } from './to-chat.js';
 export const messagesOverChat: Translation = {
   request: (fields, stream) => ({ path: '/chat/completions', body: chatRequestOf(fields, stream) }),
   answer: messageOf,
+  read: chatAnswer,
   stream: () => new ChatToMessagesEvents(),
 };
 
@@ -16,5 +19,6 @@ export const messagesOverChat: Translation = {
 export const chatOverMessages: Translation = {
   request: (fields, stream) => ({ path: '/messages', body: messagesRequestOf(fields, stream) }),
   answer: chatAnswerOf,
+  read: messagesAnswer,
   stream: () => new MessagesToChatEvents(),
 };

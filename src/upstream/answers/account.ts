@@ -1,0 +1,46 @@
+/**
+ * The running account every wire format's stream reader fills: output as it is read, and each
+ * usage report with whether output came after it (an opening report, or a running total sent
+ * before the rest of the answer, counts nothing that followed it).
+ */
+import type { AnswerAccount } from '../../billing/answer.js';
+import { collectOutput, noOutput, type OutputCount } from '../../billing/output.js';
+import type { Usage } from '../../billing/usage.js';
+
+const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
+
+export class RunningAccount implements AnswerAccount {
+  usage: Usage | null = null;
+  private readonly produced = noOutput();
+  private after = false;
+
+  /** Adds every output string of `value` (a delta, a content block, a candidate's parts). */
+  add(value: unknown): void {
+    const before = sizeOf(this.produced);
+    collectOutput(value, this.produced);
+    if (this.usage && sizeOf(this.produced) > before) this.after = true;
+  }
+
+  /** Adds output already counted apart (text, and media bytes). */
+  addCount(count: OutputCount): void {
+    if (!count.text && !count.mediaBytes) return;
+    this.produced.text += count.text;
+    this.produced.mediaBytes += count.mediaBytes;
+    if (this.usage) this.after = true;
+  }
+
+  /** Records a usage report (after the output of the event that carried it was added). */
+  report(usage: Usage | null): void {
+    if (!usage) return;
+    this.usage = usage;
+    this.after = false;
+  }
+
+  output(): OutputCount {
+    return this.produced;
+  }
+
+  outputAfterUsage(): boolean {
+    return this.usage !== null && this.after;
+  }
+}

@@ -1,0 +1,57 @@
+/**
+ * Gemini answers (`generateContent`, `streamGenerateContent`) read into the answer model. Each
+ * streamed event's `usageMetadata` is a running total: it is final only when no output came
+ * after it. Output is every candidate's parts: text, thoughts, function calls and inline data.
+ */
+import { type AnswerAccount, plainAccount } from '../../billing/answer.js';
+import { collectOutput, noOutput, type OutputCount } from '../../billing/output.js';
+import { type Usage, usageOfParts } from '../../billing/usage.js';
+import { RunningAccount } from './account.js';
+
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const count = (v: unknown): number => (isCount(v) ? v : 0);
+
+/**
+ * `usageMetadata` as the gateway's usage: the prompt is every input token (the cached ones and
+ * a tool's prompt included), the completion the candidates' tokens and the thinking ones. Null
+ * without a valid prompt count, or when the output count is malformed (then output is counted).
+ */
+export function geminiUsage(meta: unknown): Usage | null {
+  if (!isObject(meta) || !isCount(meta.promptTokenCount)) return null;
+  const candidates = meta.candidatesTokenCount;
+  if (candidates !== undefined && !isCount(candidates)) return null;
+  const reasoning = count(meta.thoughtsTokenCount);
+  return usageOfParts({
+    prompt: meta.promptTokenCount + count(meta.toolUsePromptTokenCount),
+    completion: count(candidates) + reasoning,
+    cachedPrompt: count(meta.cachedContentTokenCount),
+    reasoning,
+  });
+}
+
+/** The output of a Gemini answer's (or event's) candidates: every part but a thought's signature. */
+function candidatesOutput(candidates: unknown, into: OutputCount): OutputCount {
+  for (const c of Array.isArray(candidates) ? candidates : []) {
+    const parts = isObject(c) && isObject(c.content) ? c.content.parts : undefined;
+    for (const part of Array.isArray(parts) ? parts : []) {
+      if (!isObject(part)) continue;
+      const { thoughtSignature: _signature, thought: _flag, ...output } = part;
+      collectOutput(output, into);
+    }
+  }
+  return into;
+}
+
+/** A plain `generateContent` answer's account. */
+export function geminiAnswerAccount(body: Record<string, unknown>): AnswerAccount {
+  return plainAccount(geminiUsage(body.usageMetadata), () => candidatesOutput(body.candidates, noOutput()));
+}
+
+/** A Gemini stream's account, fed each parsed event. */
+export class GeminiAccount extends RunningAccount {
+  read(event: Record<string, unknown>): void {
+    this.addCount(candidatesOutput(event.candidates, noOutput()));
+    this.report(geminiUsage(event.usageMetadata));
+  }
+}

@@ -1,0 +1,71 @@
+/**
+ * Anthropic Messages answers read into the answer model. `message_start` reports the input (and
+ * its cache reads and writes) with an opening output count; `message_delta` reports the output
+ * as a running total. The opening count is not final: when no later report gives one, the
+ * produced output is counted.
+ */
+import { type AnswerAccount, plainAccount } from '../../billing/answer.js';
+import { collectOutput, noOutput } from '../../billing/output.js';
+import { type Usage, usageOfParts } from '../../billing/usage.js';
+import { RunningAccount } from './account.js';
+
+const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+
+/**
+ * Messages usage as the gateway's: the prompt is every input token (Anthropic reports cache
+ * reads and writes beside `input_tokens`, not in it), and the cached and written parts are
+ * named. Null when no input was reported (a prompt is never zero tokens) or a count is malformed.
+ */
+export function messagesUsage(value: unknown): Usage | null {
+  if (!isObject(value)) return null;
+  if (!isCount(value.input_tokens) || !isCount(value.output_tokens)) return null;
+  const cachedPrompt = isCount(value.cache_read_input_tokens) ? value.cache_read_input_tokens : 0;
+  const cacheWrite = isCount(value.cache_creation_input_tokens) ? value.cache_creation_input_tokens : 0;
+  // Writes that live an hour are billed at their own price: Anthropic names them in `cache_creation`.
+  const creation = isObject(value.cache_creation) ? value.cache_creation : {};
+  const cacheWrite1h = isCount(creation.ephemeral_1h_input_tokens) ? creation.ephemeral_1h_input_tokens : 0;
+  const prompt = value.input_tokens + cachedPrompt + cacheWrite;
+  if (prompt === 0) return null;
+  return usageOfParts({ prompt, completion: value.output_tokens, cachedPrompt, cacheWrite, cacheWrite1h });
+}
+
+/** A plain Message's account. */
+export function messagesAnswer(body: Record<string, unknown>): AnswerAccount {
+  return plainAccount(messagesUsage(body.usage), () => {
+    const into = noOutput();
+    collectOutput(body.content, into);
+    return into;
+  });
+}
+
+/** A Messages stream's account, fed each parsed event. */
+export class MessagesAccount extends RunningAccount {
+  /** The usage so far: `message_start`'s, with each `message_delta`'s reported fields over it. */
+  private readonly fields: Record<string, unknown> = {};
+
+  read(event: Record<string, unknown>): void {
+    switch (event.type) {
+      case 'message_start': {
+        const message = isObject(event.message) ? event.message : {};
+        if (isObject(message.usage)) Object.assign(this.fields, message.usage);
+        // An opening report: the output that follows is not in its output count.
+        this.report(messagesUsage(this.fields));
+        break;
+      }
+      case 'content_block_start':
+        this.add(event.content_block);
+        break;
+      case 'content_block_delta':
+        this.add(event.delta);
+        break;
+      case 'message_delta': {
+        const reported = isObject(event.usage) ? event.usage : {};
+        for (const k in reported) if (reported[k] !== null && reported[k] !== undefined) this.fields[k] = reported[k];
+        // Only a report that counts the output is an account of it.
+        if (isCount(reported.output_tokens)) this.report(messagesUsage(this.fields));
+        break;
+      }
+    }
+  }
+}
