@@ -6,7 +6,8 @@
  */
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { type Admin, createAdmin } from './admin/accounts.js';
-import { seed } from './admin/seed.js';
+import { seedUntilStored } from './admin/seed.js';
+import { errors } from './errors.js';
 import { budgetAlerts } from './alerts/alerts.js';
 import { type AdminHttpOptions, createAdminHttp } from './admin/http.js';
 import { withNodeBridge } from './http/node-bridge.js';
@@ -71,7 +72,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   core.jobs.onOrphan('image', adoptLostImage(core));
   core.jobs.onOrphan('video', adoptVideo(core));
   const admin = createAdmin(core, { forgetGrants: built.forgetGrants });
-  const ready = seed(core, admin);
+  // A store down at start: seeding tries again until it answers, calls get 503 meanwhile.
+  const seeding = seedUntilStored(core, admin, () => draining);
+  const { ready } = seeding;
   ready.catch((err: unknown) => log.error({ msg: 'seeding failed', err }));
   const paths = { v1: `${base}/v1`, health: `${base}/health`, ready: `${base}/ready`, metrics: cfg.metrics ? `${base}${cfg.metrics.path}` : null };
   let isReady = false;
@@ -98,10 +101,17 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     corsStage(createCors(cfg.cors)),
     errorEnvelope(hooks, log, (path) => (path === `${paths.v1}/messages` || path.startsWith(`${paths.v1}/messages/`) ? 'anthropic' : 'openai')),
     probesStage(paths, createProbes({ stores: core.stores, startup: () => startup, draining: () => draining, log }), metrics),
-    adminMount(adminHttp && { adminPath: `${base}/admin`, basePath: base, handle: adminHttp.handle }, () => (isReady ? null : ready)),
+    adminMount(adminHttp && { adminPath: `${base}/admin`, basePath: base, handle: adminHttp.handle }, () =>
+      isReady || seeding.seeded() ? null : seeding.storeDown() ? Promise.reject(errors.storeDown()) : seeding.attempt().then(() => {
+        if (!seeding.seeded()) throw errors.storeDown();
+      }),
+    ),
     // Named before any refusal, so every refusal's access line and metrics name the route.
     matchRoute(createRouter(operations), paths.v1, core),
-    drain({ ready, isReady: () => isReady, draining: () => draining }, `${paths.v1}/`),
+    drain(
+      { ready, isReady: () => isReady || seeding.seeded(), storeDown: seeding.storeDown, attempt: seeding.attempt, draining: () => draining },
+      `${paths.v1}/`,
+    ),
     ipLimit(limiter),
     route,
     auth(core.auth, hooks),

@@ -237,7 +237,7 @@ function accountSettings(stores: Stores) {
 function storesFor(cfg: GatewayConfig, now: () => number): Stores {
   const storage = cfg.storage;
   if (storage.driver === 'memory') return createMemoryStores({ now });
-  if (storage.driver === 'sqlite' && !storage.limits) return createSqliteStores({ path: storage.path, synchronous: storage.synchronous, now });
+  if (storage.driver === 'sqlite' && !storage.limits) return createSqliteStores({ path: storage.path, synchronous: storage.synchronous, now, ...(storage.timeoutMs === undefined ? {} : { timeoutMs: storage.timeoutMs }) });
   // These connect (and PostgreSQL migrates) asynchronously; createGateway is synchronous.
   const what = `storage.driver "${storage.driver}"${'limits' in storage && storage.limits ? ' with limits from Redis' : ''}`;
   // Refused here, when the gateway is created, never per request.

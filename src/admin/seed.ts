@@ -1,5 +1,6 @@
 import { digestKey, keyIdFor } from '../auth/keys.js';
 import type { Services } from '../services.js';
+import { isStoreUnavailable } from '../stores/errors.js';
 import { type Admin, insertKey } from './accounts.js';
 
 /**
@@ -43,4 +44,56 @@ export async function seed(core: Services, admin: Admin): Promise<void> {
       await admin.addDocument({ id: d.id, account: d.account, brand: d.brand, title: d.title, text: d.text });
     }
   }
+}
+
+/** The first wait before seeding again after a store did not answer; it doubles up to the cap. */
+const RETRY_FIRST_MS = 250;
+const RETRY_CAP_MS = 5_000;
+
+export interface Seeding {
+  /** Resolves once seeded; rejects on a failure that is not a store outage, or when stopped. */
+  ready: Promise<void>;
+  /** Whether seeding is done (set before `ready` resolves). */
+  seeded(): boolean;
+  /** Whether the last try met an unreachable store (calls then get 503 at once, not a wait). */
+  storeDown(): boolean;
+  /**
+   * The try under way: resolves when it ends, seeded or meeting an unreachable store (a call
+   * waits for that, not for the store to come back); rejects as `ready` does.
+   */
+  attempt(): Promise<void>;
+}
+
+/**
+ * Seeds, and while a store is unreachable tries again (from 250 ms, doubling to 5 s) until it
+ * answers, so a gateway started during an outage serves 503s and then serves normally once the
+ * store is back, without a restart. `stopped()` (shutdown) ends the tries.
+ */
+export function seedUntilStored(core: Services, admin: Admin, stopped: () => boolean): Seeding {
+  let down = false;
+  let seeded = false;
+  let current: Promise<void> = Promise.resolve();
+  const ready = (async () => {
+    for (let wait = RETRY_FIRST_MS; ; wait = Math.min(RETRY_CAP_MS, wait * 2)) {
+      const attempt = seed(core, admin);
+      current = attempt.catch((err: unknown) => {
+        if (!isStoreUnavailable(err) || stopped()) throw err;
+      });
+      // Its rejection is `ready`'s; a caller that waits on it handles it.
+      current.catch(() => {});
+      try {
+        await attempt;
+        seeded = true;
+        if (down) core.log.info({ msg: 'the store answers again; seeding done' });
+        down = false;
+        return;
+      } catch (err) {
+        if (!isStoreUnavailable(err) || stopped()) throw err;
+        if (!down) core.log.warn({ msg: 'a store is unreachable at start; calls get 503 until it answers', err: String(err) });
+        down = true;
+        await new Promise((resolve) => setTimeout(resolve, wait));
+      }
+    }
+  })();
+  return { ready, seeded: () => seeded, storeDown: () => down, attempt: () => current };
 }

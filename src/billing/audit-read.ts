@@ -10,6 +10,12 @@ import { formatUsd } from './money.js';
 import { monthOf } from './months.js';
 import { costAtPrices } from './pricing.js';
 
+/**
+ * The next turn of the event loop, taken between pages: a synchronous store (SQLite) answers
+ * each page at once, and an audit of a long ledger must not keep every other request waiting.
+ */
+export const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
 /** One period's spend of one scope (a key, or "" for the whole account): by the ledger and by the store. */
 export interface PeriodReading {
   scope: string;
@@ -107,6 +113,7 @@ async function readHolds(b: BillingStore, accountId: string): Promise<{ holds: H
     at = Math.max(at, page.at);
     if (page.nextCursor === null) return { holds, at };
     cursor = page.nextCursor;
+    await nextTurn();
   }
 }
 
@@ -156,5 +163,6 @@ async function sumLedger(b: BillingStore, accountId: string, month: string, wind
     }
     cursor = page.nextCursor;
     if (!page.more) return { sum, entries, charged, inPeriods, costs, cursor };
+    await nextTurn();
   }
 }

@@ -25,7 +25,7 @@
  */
 import type { Stores } from '../stores/types.js';
 import { formatUsd } from './money.js';
-import { type Reading, readStill } from './audit-read.js';
+import { nextTurn, type Reading, readStill } from './audit-read.js';
 
 export type AuditCheck =
   | 'balance'
@@ -90,6 +90,7 @@ export async function auditBooks(stores: Stores, options: AuditOptions = {}): Pr
   const ids = await accountIds(stores, options.account);
   const report: AuditReport = { ok: true, accounts: 0, entries: 0, differences: [] };
   for (const id of ids) {
+    await nextTurn();
     const r = await readStill(stores, id, options.attempts ?? 3, MAX_NAMED);
     report.accounts++;
     report.entries += r.entries;

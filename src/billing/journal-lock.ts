@@ -139,19 +139,25 @@ export function orphans(dir: string, self: string, staleMs: number): Orphan[] {
   }
   for (const name of names) {
     const owner = LOCK.exec(name)?.[1];
-    if (owner && owner !== self && !owners.has(owner) && stale(join(dir, name))) rmSync(join(dir, name), { force: true });
+    if (owner && owner !== self && !owners.has(owner) && stale(join(dir, name))) {
+      rmSync(join(dir, name), { force: true });
+      rmSync(join(dir, `${owner}.reserve`), { force: true });
+    }
   }
   return found;
 }
 
 /**
  * After an owner's files were taken: deletes its lock (if it is still stale: an owner that
- * was only stalled and touched it meanwhile keeps it) and its half-written temporary file.
+ * was only stalled and touched it meanwhile keeps it), its half-written temporary file and
+ * the space it reserved.
  */
 export function forget(orphan: Orphan, staleMs: number): void {
   if (orphan.lock === null) return;
   const age = ageOf(orphan.lock, Date.now());
   if (age === null || age <= staleMs) return;
   rmSync(orphan.lock, { force: true });
-  rmSync(`${orphan.lock.slice(0, -'.lock'.length)}.jsonl.tmp`, { force: true });
+  const owner = orphan.lock.slice(0, -'.lock'.length);
+  rmSync(`${owner}.jsonl.tmp`, { force: true });
+  rmSync(`${owner}.reserve`, { force: true });
 }

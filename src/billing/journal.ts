@@ -11,7 +11,7 @@
  * while the store is failing, so the rewrite costs nothing on the ordinary path. Replaying an
  * entry is safe: a settle is idempotent per hold id in every store.
  */
-import { closeSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SettleRequest } from '../stores/types.js';
 import { forget, JournalLock, orphans } from './journal-lock.js';
@@ -66,6 +66,15 @@ const HEARTBEAT_MS = 2_000;
  */
 const STALE_MS = 10_000;
 
+/**
+ * Space each journal keeps for itself: a file of this size written at start (`<owner>.reserve`).
+ * A disk that fills up during a store outage then still takes the settles: the journal frees
+ * the reserve and writes on. 64 KiB holds a hundred or so settles.
+ */
+const RESERVE_BYTES = 64 * 1024;
+
+const isDiskFull = (err: unknown) => (err as { code?: unknown })?.code === 'ENOSPC';
+
 export interface FileJournalOptions {
   heartbeatMs?: number;
   staleMs?: number;
@@ -97,21 +106,49 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
   const lock = new JournalLock(dir);
   const path = join(dir, `${lock.id}.jsonl`);
   const pending = new Map<string, SettleRequest>();
+  const reservePath = join(dir, `${lock.id}.reserve`);
+  /** Reserves the space (best effort: a disk already full keeps none, and says so by ENOSPC later). */
+  const reserve = () => {
+    if (existsSync(reservePath)) return;
+    try {
+      writeFileSync(reservePath, Buffer.alloc(RESERVE_BYTES, 0x20), { mode: 0o600 });
+    } catch {
+      rmSync(reservePath, { force: true });
+    }
+  };
+
+  const rewrite = () => {
+    const tmp = `${path}.tmp`;
+    try {
+      const fd = openSync(tmp, 'w', 0o600);
+      try {
+        writeSync(fd, [...pending.values()].map(encode).join('\n') + '\n');
+        fsyncSync(fd);
+      } finally {
+        closeSync(fd);
+      }
+      renameSync(tmp, path);
+    } catch (err) {
+      rmSync(tmp, { force: true });
+      throw err;
+    }
+  };
 
   const write = () => {
     if (pending.size === 0) {
       rmSync(path, { force: true });
+      // Nothing kept: the space used up by a full disk is reserved again, if there is room.
+      reserve();
       return;
     }
-    const tmp = `${path}.tmp`;
-    const fd = openSync(tmp, 'w', 0o600);
     try {
-      writeSync(fd, [...pending.values()].map(encode).join('\n') + '\n');
-      fsyncSync(fd);
-    } finally {
-      closeSync(fd);
+      rewrite();
+    } catch (err) {
+      if (!isDiskFull(err) || !existsSync(reservePath)) throw err;
+      // The disk is full: the reserved space goes to the settles.
+      rmSync(reservePath, { force: true });
+      rewrite();
     }
-    renameSync(tmp, path);
   };
 
   /** Takes the files of owners that are gone; returns the settles new to this journal. */
@@ -145,6 +182,7 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
     return fresh;
   };
 
+  reserve();
   takeOver();
   const listeners: Array<(taken: SettleRequest[]) => void> = [];
   const timer = setInterval(() => {
@@ -161,8 +199,17 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
 
   return {
     add(req) {
-      pending.set(idOf(req), req);
-      write();
+      const id = idOf(req);
+      const had = pending.has(id);
+      pending.set(id, req);
+      try {
+        write();
+      } catch (err) {
+        // Not on disk: the caller is told so and gives the settle up (its call fails), so a
+        // later rewrite must not persist it after all, to be charged for an answer refused.
+        if (!had) pending.delete(id);
+        throw err;
+      }
     },
     remove(req) {
       if (pending.delete(idOf(req))) write();
@@ -171,6 +218,7 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
     onTakeOver: (listener) => void listeners.push(listener),
     close() {
       clearInterval(timer);
+      rmSync(reservePath, { force: true });
       lock.release(pending.size > 0);
     },
   };

@@ -5,6 +5,7 @@
  * or in the journal: either way it is not lost.
  */
 import type { Logger } from '../observability/log.js';
+import { StoreUnavailableError } from '../stores/errors.js';
 import type { BillingStore, LedgerEntry, SettleRequest, SettleResult } from '../stores/types.js';
 import type { SettleJournal } from './journal.js';
 
@@ -14,6 +15,17 @@ const MAX_RETRY_MS = 30_000;
 
 const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
 const errMessage = (err: unknown) => (err instanceof Error ? err.message : String(err));
+
+/**
+ * Neither the store nor the settle journal took a settle (the store is unreachable and the
+ * journal's disk is full or failing): the charge would live only in this process's memory, so
+ * it is given up and the call fails instead (503, or a stream's error event): an answer
+ * delivered whole must be billed, and one that cannot be billed is not delivered. Its hold
+ * expires on its own.
+ */
+export class SettleLostError extends StoreUnavailableError {
+  override name = 'SettleLostError';
+}
 
 export class SettleWriter {
   /** Settles being retried, by journal identity. */
@@ -38,6 +50,7 @@ export class SettleWriter {
     return Promise.all(
       reqs.map(async (req) => {
         this.retrying.delete(idOf(req));
+        // Replayed from the journal's files: when keeping it fails again, it stays in them for the next start.
         if (this.disposed || !(await this.land(req))) this.keep(req);
       }),
     );
@@ -48,14 +61,28 @@ export class SettleWriter {
     return this.retrying.size;
   }
 
+  /** Resolves once the charge is in the store or the journal; rejects with SettleLostError when in neither. */
   async write(req: SettleRequest): Promise<void> {
+    let failure: unknown;
     try {
       const r = await this.billing.settle(req);
       if (r.settled) this.billed(req, r);
+      return;
     } catch (err) {
-      this.log.error({ msg: 'settle failed; kept in the settle journal and retried', hold_id: req.holdId, err: errMessage(err) });
-      this.keep(req);
+      failure = err;
     }
+    if (this.keep(req)) {
+      this.log.error({ msg: 'settle failed; kept in the settle journal and retried', hold_id: req.holdId, err: errMessage(failure) });
+      return;
+    }
+    this.log.error({
+      msg: 'settle lost: the store and the settle journal both failed; the call fails and its hold expires',
+      hold_id: req.holdId,
+      account: req.accountId,
+      cost: req.cost.toString(),
+      err: errMessage(failure),
+    });
+    throw new SettleLostError(`the charge could be written neither to the store (${errMessage(failure)}) nor to the settle journal`);
   }
 
   private billed(req: SettleRequest, r: SettleResult): void {
@@ -64,14 +91,19 @@ export class SettleWriter {
     this.onBilled({ ...req.entry, cost: r.charged, held, exceededHold: r.charged > held });
   }
 
-  /** Journals a settle and retries it with backoff until it lands. */
-  private keep(req: SettleRequest): void {
+  /**
+   * Journals a settle and retries it with backoff until it lands; false (nothing kept) when the
+   * journal cannot take it: a charge kept only in memory would be lost with the process, and
+   * would be reported as journaled when it is not.
+   */
+  private keep(req: SettleRequest): boolean {
     const id = idOf(req);
-    if (this.retrying.has(id)) return;
+    if (this.retrying.has(id)) return true;
     try {
       this.journal.add(req);
     } catch (err) {
       this.log.error({ msg: 'could not write the settle journal', hold_id: req.holdId, err: errMessage(err) });
+      return false;
     }
     this.retrying.set(id, req);
     let delay = FIRST_RETRY_MS;
@@ -82,6 +114,7 @@ export class SettleWriter {
       setTimeout(() => void attempt(), delay).unref();
     };
     setTimeout(() => void attempt(), delay).unref();
+    return true;
   }
 
   /** One try of a kept settle; true once it is in the store (or was already). */

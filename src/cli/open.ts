@@ -122,7 +122,17 @@ function journalDir(config: GatewayOptions): string | null | undefined {
 export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores: Stores }> {
   const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
-  const stores = await storesFor(config, storeDown);
+  // A store down at start (serve only): the gateway seeds once it answers, and serves 503s
+  // until then, so opening does not wait for that.
+  let down = false;
+  const stores = await storesFor(
+    config,
+    storeDown &&
+      ((message) => {
+        down = true;
+        storeDown(message);
+      }),
+  );
   try {
     // The storage is checked against the stores at run time: a config file is JSON.
     const gateway = createGateway({
@@ -131,7 +141,7 @@ export async function open(configFile: string, quiet: boolean, storeDown?: Store
       stores,
       ...(quiet ? { logger: silentLogger } : {}),
     } as GatewayOptions);
-    await gateway.ready;
+    if (!down) await gateway.ready;
     return { gateway, stores };
   } catch (err) {
     await stores.close();

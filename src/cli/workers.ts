@@ -12,7 +12,8 @@
  *
  * Books must be shared between processes, so the memory driver (and SQLite's ":memory:") is
  * refused before anything starts. SQLite is safe across processes: its file is in WAL mode,
- * every write is an IMMEDIATE transaction, and a busy database is waited for (busyTimeoutMs).
+ * every write is an IMMEDIATE transaction, and a busy database is waited for (off the event
+ * loop, up to storage.timeoutMs).
  */
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
@@ -60,15 +61,25 @@ export async function checkShareable(configFile: string, workers: number): Promi
   }
 }
 
+/** The first wait before replacing a worker that failed; it doubles while they keep failing. */
+const RESTART_FIRST_MS = 250;
+const RESTART_CAP_MS = 10_000;
+/** A worker that ran at least this long was healthy: the next failure waits the first delay again. */
+const HEALTHY_MS = 10_000;
+
 /**
- * Runs the workers until a signal drains them; resolves with the exit code. A worker that
- * exits before it ever listened (a port in use, a store that does not answer: it said why
- * on stderr) stops them all with code 1.
+ * Runs the workers until a signal drains them; resolves with the exit code. When no worker
+ * has ever listened, one that exits while starting (a port in use, a bad config: it said why
+ * on stderr) stops them all with code 1. After that, a worker that dies or cannot start is
+ * replaced, waiting longer while replacements keep failing (from 250 ms, doubling to 10 s): the
+ * primary never stops the healthy workers for it, nor exits.
  */
 export function superviseWorkers(count: number): Promise<number> {
   return new Promise((resolve) => {
     const live = new Set<Worker>();
     const listened = new WeakSet<Worker>();
+    const startedAt = new WeakMap<Worker, number>();
+    let restartWait = RESTART_FIRST_MS;
     let ready = 0;
     let stopping = false;
     let failed = false;
@@ -77,7 +88,9 @@ export function superviseWorkers(count: number): Promise<number> {
       if (live.size === 0) resolve(failed ? 1 : 0);
     };
     const fork = (): void => {
+      if (stopping) return;
       const worker = cluster.fork();
+      startedAt.set(worker, Date.now());
       live.add(worker);
       worker.on('message', (m: { kind?: unknown; text?: unknown } | null) => {
         if (m?.kind !== LISTENING || typeof m.text !== 'string' || listened.has(worker)) return;
@@ -89,18 +102,26 @@ export function superviseWorkers(count: number): Promise<number> {
       });
       worker.on('exit', (code, signal) => {
         live.delete(worker);
-        if (!stopping && !listened.has(worker)) {
+        const how = signal ?? `code ${code}`;
+        if (!stopping && ready === 0 && !listened.has(worker)) {
           stopping = failed = true;
-          process.stderr.write(`model-gateway: a worker exited while starting (${signal ?? `code ${code}`}); stopping\n`);
+          process.stderr.write(`model-gateway: a worker exited while starting (${how}); stopping\n`);
           return stopAll();
         }
         if (stopping) {
-          if (code !== 0) failed = true;
+          // One still starting had no calls to drain: its end on the signal is no failure.
+          if (code !== 0 && listened.has(worker)) failed = true;
           if (live.size === 0) resolve(failed ? 1 : 0);
           return;
         }
-        process.stderr.write(`model-gateway: worker ${worker.process.pid} exited (${signal ?? `code ${code}`}); starting another\n`);
-        fork();
+        // A worker that ran a while was healthy: its replacement starts at once-ish; one that
+        // failed soon after starting waits longer each time, so a crash loop does not spin.
+        if (listened.has(worker) && Date.now() - (startedAt.get(worker) ?? 0) >= HEALTHY_MS) restartWait = RESTART_FIRST_MS;
+        const wait = restartWait;
+        restartWait = Math.min(RESTART_CAP_MS, restartWait * 2);
+        const what = listened.has(worker) ? 'exited' : 'exited while starting';
+        process.stderr.write(`model-gateway: worker ${worker.process.pid} ${what} (${how}); starting another in ${wait} ms\n`);
+        setTimeout(fork, wait);
       });
     };
     const stop = () => {

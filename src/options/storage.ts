@@ -57,6 +57,12 @@ export const storageSchema = z.discriminatedUnion('driver', [
     path: z.string().min(1).default('./data/gateway.db'),
     /** @default "normal" */
     synchronous: z.enum(['normal', 'full']).default('normal'),
+    /**
+     * How long a write waits, off the event loop, for another process's write lock before its
+     * call fails with 503. @default 5000 (no default written here: the settle journal's folder
+     * is named after this section as given)
+     */
+    timeoutMs: z.number().int().positive().optional(),
     limits: redisLimits.optional(),
   }),
   /** One PostgreSQL schema: durable books shared by several instances. */
@@ -68,6 +74,12 @@ export const storageSchema = z.discriminatedUnion('driver', [
       .string()
       .regex(/^[a-z_][a-z0-9_]{0,62}$/, 'must be a lower-case identifier (letters, digits, "_"; at most 63)')
       .default('model_gateway'),
+    /**
+     * A statement without an answer this long fails its call with 503 (the client enforces
+     * it: a server that stopped answering cannot). @default 5000 (no default written here:
+     * the settle journal's folder is named after this section as given)
+     */
+    timeoutMs: z.number().int().positive().optional(),
     limits: redisLimits.optional(),
   }),
   redisStorage,

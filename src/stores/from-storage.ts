@@ -46,10 +46,12 @@ export async function buildStores(storage: GatewayConfig['storage'], open: OpenS
   let books: Stores;
   if (storage.driver === 'postgres') {
     const { createPostgresStores } = await import('./postgres/entry.js');
-    books = await open(`PostgreSQL at ${shownUrl(storage.url)}`, () => createPostgresStores({ url: storage.url, schema: storage.schema }));
+    books = await open(`PostgreSQL at ${shownUrl(storage.url)}`, () =>
+      createPostgresStores({ url: storage.url, schema: storage.schema, ...(storage.timeoutMs === undefined ? {} : { timeoutMs: storage.timeoutMs }) }),
+    );
   } else {
     const { createSqliteStores } = await import('./sqlite/entry.js');
-    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous });
+    books = createSqliteStores({ path: storage.path, synchronous: storage.synchronous, ...(storage.timeoutMs === undefined ? {} : { timeoutMs: storage.timeoutMs }) });
   }
   if (!storage.limits) return books;
   const { createRedisStores } = await import('./redis/entry.js');

@@ -30,6 +30,13 @@
  *
  * `stopListening()` closes the port (connections are then refused) and `listen()` opens the
  * same port again, for circuit-breaker tests.
+ *
+ * `pause()` stalls the link as a paused server (SIGSTOP), a partition or a stalled disk looks:
+ * connections open and new ones are still accepted, but nothing is forwarded either way (the
+ * bytes wait in the socket buffers); `resume()` lets them all flow again, in order. Unlike
+ * `setMode`, it keeps the open connections (a pool's idle ones are what a stall catches).
+ * `resume({ keepStalled: true })` lets new connections through but leaves the ones open
+ * during the pause stalled for good, as a failover or a lost NAT entry black-holes them.
  */
 import { once } from 'node:events';
 import { createServer, connect, type AddressInfo, type Server, type Socket } from 'node:net';
@@ -72,6 +79,10 @@ export interface FaultProxy {
   stopListening(): Promise<void>;
   /** Listens again on the same port. */
   listen(): Promise<void>;
+  /** Stops forwarding on every connection, open or new, without closing any. */
+  pause(): void;
+  /** Forwards again what waited and what follows (with keepStalled: on new connections only). */
+  resume(options?: { keepStalled?: boolean }): void;
   close(): Promise<void>;
 }
 
@@ -144,14 +155,25 @@ export async function startFaultProxy(target: string, initial: FaultMode = { kin
   const live = new Set<Socket>();
   let server: Server | null = null;
   let port = 0;
+  let paused = false;
+  /** Sockets not forwarding: those open during a pause, until it ends (if it does for them). */
+  const stalled = new Set<Socket>();
+  const stall = (s: Socket) => {
+    stalled.add(s);
+    s.pause();
+  };
 
   function onConnection(client: Socket) {
+    if (paused) stall(client);
     const m = mode;
     const rec: ProxiedConnection = { mode: m.kind, fromUpstream: [], forwardedBytes: 0, writes: 0, maxWrite: 0, ended: 'open' };
     connections.push(rec);
     live.add(client);
     client.setNoDelay(true);
-    client.on('close', () => live.delete(client));
+    client.on('close', () => {
+      live.delete(client);
+      stalled.delete(client);
+    });
     client.on('error', () => undefined);
 
     if (m.kind === 'refuse') {
@@ -166,8 +188,12 @@ export async function startFaultProxy(target: string, initial: FaultMode = { kin
     }
 
     const upstream = connect({ host: hostname, port: Number(targetPort), noDelay: true });
+    if (paused) stall(upstream);
     live.add(upstream);
-    upstream.on('close', () => live.delete(upstream));
+    upstream.on('close', () => {
+      live.delete(upstream);
+      stalled.delete(upstream);
+    });
     if (m.kind === 'delay') {
       delayed(client, upstream, m.ms, rec);
       return;
@@ -188,7 +214,7 @@ export async function startFaultProxy(target: string, initial: FaultMode = { kin
     let seen = Buffer.alloc(0);
 
     const write = async (piece: Buffer) => {
-      if (done || client.destroyed) return;
+      if (done || client.destroyed || !client.writable) return;
       rec.forwardedBytes += piece.length;
       rec.writes++;
       rec.maxWrite = Math.max(rec.maxWrite, piece.length);
@@ -255,8 +281,10 @@ export async function startFaultProxy(target: string, initial: FaultMode = { kin
       pumping = true;
       try {
         while (queue.length && !done) {
+          // Paused: what was already read waits here too.
+          while (stalled.has(upstream) && !done) await sleep(10);
           await forward(queue.shift()!);
-          if (queue.length < 16) upstream.resume();
+          if (queue.length < 16 && !stalled.has(upstream)) upstream.resume();
         }
         if (upstreamEnded && !done && queue.length === 0) finish('closed');
       } finally {
@@ -320,6 +348,16 @@ export async function startFaultProxy(target: string, initial: FaultMode = { kin
     },
     stopListening,
     listen,
+    pause() {
+      paused = true;
+      for (const s of live) stall(s);
+    },
+    resume({ keepStalled = false } = {}) {
+      paused = false;
+      if (keepStalled) return;
+      for (const s of stalled) s.resume();
+      stalled.clear();
+    },
     close: stopListening,
   };
 }

@@ -16,6 +16,16 @@ export class PostgresStoreError extends StoreUnavailableError {
   }
 }
 
+/** A statement PostgreSQL did not answer within the timeout (the cause of a PostgresStoreError). */
+class UnansweredError extends Error {
+  override readonly name = 'UnansweredError';
+}
+
+/** Whether a store error is a statement the database did not answer in time. */
+export function isUnanswered(err: unknown): boolean {
+  return (err as { cause?: unknown })?.cause instanceof UnansweredError;
+}
+
 /** Schema names are plain identifiers: they are written into SQL, so nothing else is allowed. */
 export const SCHEMA_NAME = /^[a-z_][a-z0-9_]{0,62}$/;
 
@@ -27,17 +37,38 @@ export class PgContext {
   constructor(
     readonly sql: Sql,
     readonly schema: string,
+    /** How long a statement may take, waiting for a connection included, before its call fails. */
+    readonly timeoutMs = 5_000,
   ) {
     this.s = `"${schema}"`;
   }
 
-  /** Runs one statement (a prepared statement, cached by its text) and returns its rows. */
+  /**
+   * Runs one statement (a prepared statement, cached by its text) and returns its rows. One
+   * that has no answer within `timeoutMs` fails (503) whatever the server does: a server that
+   * stopped answering cannot enforce its own `statement_timeout`. A statement still queued for
+   * a connection then is taken off the queue, so it never runs after its caller was told it
+   * failed; one already sent may still land (as with any lost answer), which is what the
+   * statements' own idempotency (hold and request ids) is for.
+   */
   async q<T extends object>(what: string, text: string, params: Param[] = []): Promise<T[]> {
     if (this.closed) throw new PostgresStoreError(`PostgreSQL ${what} failed: the stores are closed`);
+    const query = this.sql.unsafe<T[]>(text, params, { prepare: true });
+    let timer: NodeJS.Timeout | undefined;
+    const late = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        // Only a statement not yet sent (no backend `state`): cancelling a sent one opens a
+        // connection to the server that is not answering, and its failure is not catchable.
+        if (!(query as unknown as { state?: unknown }).state) query.cancel();
+        reject(new UnansweredError(`no answer within ${this.timeoutMs} ms`));
+      }, this.timeoutMs);
+    });
     try {
-      return (await this.sql.unsafe<T[]>(text, params, { prepare: true })) as T[];
+      return (await Promise.race([query, late])) as T[];
     } catch (err) {
       throw new PostgresStoreError(`PostgreSQL ${what} failed: ${(err as Error)?.message ?? String(err)}`, { cause: err });
+    } finally {
+      clearTimeout(timer);
     }
   }
 

@@ -8,6 +8,7 @@ import { createPostgresIdempotency } from './idempotency.js';
 import { createPostgresJobs } from './jobs.js';
 import { createPostgresLimits } from './limits.js';
 import { migrate } from './migrations.js';
+import { watchedSockets } from './socket.js';
 
 export { PostgresStoreError } from './connection.js';
 
@@ -24,15 +25,25 @@ export interface PostgresStoreOptions {
   schema?: string;
   /** Connections in the pool (default 10). */
   maxConnections?: number;
-  /** How long to wait for a connection before a call fails (default 5000 ms). */
+  /**
+   * How long a statement may go unanswered, waiting for a connection included, before its call
+   * fails with 503 (default 5000 ms). Enforced by this client, so it holds also when the server
+   * stops answering; a connection silent that long is dropped and a fresh one opened.
+   */
+  timeoutMs?: number;
+  /** How long to wait for a connection before a call fails (default `timeoutMs`). */
   connectTimeoutMs?: number;
-  /** Statements running longer than this are cancelled, so no call hangs (default 10000 ms). */
+  /** Statements running longer than this are cancelled by the server (default `timeoutMs`). */
   statementTimeoutMs?: number;
+  /** Idle connections are closed after this long (default 60000 ms). */
+  idleTimeoutMs?: number;
 }
 
 const DEFAULT_URL = 'postgres://127.0.0.1:5432/postgres';
 /** How often, at most, the stores delete expired holds, windows, leases, jobs and records. */
 const SWEEP_INTERVAL_MS = 60_000;
+/** How long the migrations at start may take, waiting for another instance's included. */
+const MIGRATION_TIMEOUT_MS = 60_000;
 
 /**
  * Every store in one PostgreSQL schema: durable books shared by several gateway instances.
@@ -45,20 +56,29 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
   if (!SCHEMA_NAME.test(schema)) {
     throw new RangeError(`schema must be a lower-case identifier (letters, digits, "_"; at most 63), got ${JSON.stringify(schema)}`);
   }
+  const timeoutMs = options.timeoutMs ?? 5_000;
+  const seconds = (ms: number) => Math.max(1, Math.ceil(ms / 1000));
+  // The migrations may wait for another instance's (a fresh schema takes seconds), so the
+  // watchdog allows a minute until they are done; then a live server gets a second past its
+  // own statement_timeout to say so.
+  const silence = { ms: MIGRATION_TIMEOUT_MS };
   const sql: Sql = postgres(options.url ?? DEFAULT_URL, {
     max: options.maxConnections ?? 10,
-    connect_timeout: Math.max(1, Math.ceil((options.connectTimeoutMs ?? 5_000) / 1000)),
+    connect_timeout: seconds(options.connectTimeoutMs ?? timeoutMs),
+    idle_timeout: seconds(options.idleTimeoutMs ?? 60_000),
+    socket: watchedSockets(silence),
     types: { bigint: postgres.BigInt },
     // "already exists, skipping" notices from the migrations are expected.
     onnotice: () => {},
     connection: {
       application_name: 'model-gateway',
-      statement_timeout: options.statementTimeoutMs ?? 10_000,
+      statement_timeout: options.statementTimeoutMs ?? timeoutMs,
     } as Record<string, string | number>,
-  });
-  const ctx = new PgContext(sql, schema);
+  } as postgres.Options<{ bigint: postgres.PostgresType<bigint> }>);
+  const ctx = new PgContext(sql, schema, timeoutMs);
   try {
-    await migrate(sql, schema, ctx.s);
+    await migrate(sql, schema, ctx.s, MIGRATION_TIMEOUT_MS);
+    silence.ms = Math.max(options.connectTimeoutMs ?? 0, options.statementTimeoutMs ?? 0, timeoutMs) + 1_000;
   } catch (err) {
     await sql.end({ timeout: 1 }).catch(() => {});
     throw new PostgresStoreError(`PostgreSQL migrations for schema "${schema}" failed: ${(err as Error)?.message ?? String(err)}`, {

@@ -6,7 +6,7 @@
  * (each waiting for the one before to reach disk), and a busy lane's batches grow to absorb
  * its load while an idle lane's operation goes out at once, alone.
  */
-import { isStatementError, type PgContext } from './connection.js';
+import { isStatementError, isUnanswered, type PgContext } from './connection.js';
 
 /** The database's reply to a batch: one result per operation, in order. */
 export type RunBatch<Op, R> = (lane: string, ops: Op[]) => Promise<R[]>;
@@ -82,6 +82,11 @@ export class Lanes<Op, R> {
               w.reject(one);
             }
           }
+        } else if (isUnanswered(err)) {
+          // The database did not answer within the timeout: those that arrived behind the
+          // batch would wait as long again after waiting for it, so they fail now, with it.
+          for (const w of waiting.splice(0)) w.reject(err);
+          continue;
         } else {
           for (const w of batch) w.reject(err);
         }

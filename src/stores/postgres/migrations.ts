@@ -1290,8 +1290,10 @@ function batchWithPrices(sql: string): string {
  * Creates the schema if needed and applies the missing migrations, in one transaction under
  * an advisory lock named after the schema.
  */
-export async function migrate(sql: postgres.Sql<{ bigint: bigint }>, schema: string, quoted: string): Promise<void> {
+export async function migrate(sql: postgres.Sql<{ bigint: bigint }>, schema: string, quoted: string, timeoutMs: number): Promise<void> {
   await sql.begin(async (tx) => {
+    // Waiting for another instance's migrations may outlast the statement timeout of calls.
+    await tx.unsafe(`SET LOCAL statement_timeout = ${Math.floor(timeoutMs)}`);
     await tx.unsafe('SELECT pg_advisory_xact_lock(hashtextextended($1, 0))', [`model-gateway:migrate:${schema}`]);
     await tx.unsafe(`CREATE SCHEMA IF NOT EXISTS ${quoted}`);
     await tx.unsafe(

@@ -97,12 +97,25 @@ function migrate(db: Database): void {
 
 interface Queued {
   what: string;
+  /** When the write gives up waiting for another process's write lock (performance.now()). */
+  deadline: number;
   fn: () => unknown;
   resolve(value: unknown): void;
   reject(err: unknown): void;
 }
 
 type Outcome = { ok: true; value: unknown } | { ok: false; err: unknown };
+
+/** Whether a driver error is SQLITE_BUSY: another connection holds the write lock. */
+function isBusy(err: unknown): boolean {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'string' && code.startsWith('SQLITE_BUSY');
+}
+
+/** How long to wait before the next try at a locked database: doubling from 2 ms to 100 ms. */
+const busyBackoff = (attempt: number) => Math.min(100, 2 ** (attempt + 1));
+
+const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms));
 
 /** What every SQLite store shares: the database, the clock, and error mapping. */
 export class SqliteContext {
@@ -118,10 +131,18 @@ export class SqliteContext {
   sweep: () => void = () => {};
   /** Called after each group commit that committed (the checkpointer counts them). */
   committed: () => void = () => {};
+  /** Group commits in a row that found the database locked (0: none, not backing off). */
+  private busyTries = 0;
 
+  /**
+   * @param timeoutMs how long a write keeps trying while another process holds the write
+   *   lock, before it fails (503). The driver's own busy wait blocks the event loop, so it is
+   *   kept short (`busyTimeoutMs` when opening) and the tries after it wait asynchronously.
+   */
   constructor(
     readonly db: Database,
     readonly now: () => number,
+    readonly timeoutMs = 5_000,
   ) {
     this.tx = db.transaction((fn: () => unknown) => fn());
   }
@@ -139,8 +160,23 @@ export class SqliteContext {
    * Runs `fn` in one IMMEDIATE transaction: it takes the write lock before reading, so its
    * reads and writes are one atomic step, also against other processes on the same file.
    */
-  write<T>(what: string, fn: () => T): T {
-    return this.run(what, () => this.tx.immediate(fn) as T);
+  async write<T>(what: string, fn: () => T): Promise<T> {
+    const deadline = performance.now() + this.timeoutMs;
+    for (let attempt = 0; ; attempt++) {
+      try {
+        return this.run(what, () => this.tx.immediate(fn) as T);
+      } catch (err) {
+        const cause = (err as { cause?: unknown }).cause;
+        if (!isBusy(cause)) throw err;
+        const left = deadline - performance.now();
+        if (left <= 0) throw this.lockedError(what, cause);
+        await sleep(Math.min(busyBackoff(attempt), left));
+      }
+    }
+  }
+
+  private lockedError(what: string, cause: unknown): SqliteStoreError {
+    return new SqliteStoreError(`SQLite ${what} failed: the database stayed locked by another connection for ${this.timeoutMs} ms`, { cause });
   }
 
   /**
@@ -155,7 +191,8 @@ export class SqliteContext {
   batch<T>(what: string, fn: () => T): Promise<T> {
     if (this.closed) return Promise.reject(new SqliteStoreError(`SQLite ${what} failed: the database is closed`));
     return new Promise<T>((resolve, reject) => {
-      if (this.queue.push({ what, fn, resolve: resolve as (v: unknown) => void, reject }) === 1) {
+      const deadline = performance.now() + this.timeoutMs;
+      if (this.queue.push({ what, deadline, fn, resolve: resolve as (v: unknown) => void, reject }) === 1 && this.busyTries === 0) {
         // An idle database commits at once; a busy one at most once per GROUP_MS, so that a
         // commit (most of what a write costs) is shared by the writes of that millisecond,
         // not only by those of one event-loop turn.
@@ -178,15 +215,41 @@ export class SqliteContext {
       outcomes = this.commitGroup(ops);
     } catch (err) {
       // BEGIN or COMMIT failed: nothing of the group was written.
+      if (isBusy(err) && !this.closed) {
+        this.retryLocked(ops, err);
+        return;
+      }
+      this.busyTries = 0;
       for (const op of ops) op.reject(this.storeError(op.what, err));
       return;
     }
+    this.busyTries = 0;
     this.committed();
     ops.forEach((op, i) => {
       const o = outcomes[i]!;
       if (o.ok) op.resolve(o.value);
       else op.reject(this.storeError(op.what, o.err));
     });
+  }
+
+  /**
+   * Another connection holds the write lock: the group waits (off the event loop) and tries
+   * again, with the writes queued meanwhile; a write whose deadline passed fails (503).
+   */
+  private retryLocked(ops: Queued[], err: unknown): void {
+    const t = performance.now();
+    const waiting: Queued[] = [];
+    for (const op of ops) {
+      if (op.deadline <= t) op.reject(this.lockedError(op.what, err));
+      else waiting.push(op);
+    }
+    this.queue = [...waiting, ...this.queue];
+    if (this.queue.length === 0) {
+      this.busyTries = 0;
+      return;
+    }
+    const next = Math.min(busyBackoff(this.busyTries++), Math.max(1, Math.min(...this.queue.map((op) => op.deadline)) - t));
+    setTimeout(this.flushQueued, next);
   }
 
   /**
@@ -250,7 +313,8 @@ export class SqliteContext {
    */
   run<T>(what: string, fn: () => T): T {
     if (this.closed) throw new SqliteStoreError(`SQLite ${what} failed: the database is closed`);
-    if (this.queue.length > 0) this.flush();
+    // While the group waits for another connection's lock, its retry timer commits it.
+    if (this.queue.length > 0 && this.busyTries === 0) this.flush();
     try {
       return fn();
     } catch (err) {

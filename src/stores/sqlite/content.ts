@@ -40,7 +40,7 @@ export function createSqliteContent(ctx: SqliteContext): ContentStore {
       return ctx.run('deleteBrand', () => brands.delete.run(accountId, id).changes === 1);
     },
     async putDocument(d: DocumentRecord) {
-      ctx.write('putDocument', () => {
+      await ctx.write('putDocument', () => {
         docs.put.run(d.accountId, d.id, JSON.stringify(d), d.createdAt);
         q.bump.run(d.accountId, ctx.now());
       });

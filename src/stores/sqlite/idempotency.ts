@@ -69,7 +69,7 @@ export function createSqliteIdempotency(ctx: SqliteContext): IdempotencyStore {
         ctx.run('idempotency.complete', () => q.delete.run(scope));
         return;
       }
-      ctx.write('idempotency.complete', () => {
+      await ctx.write('idempotency.complete', () => {
         const t = ctx.now();
         q.put.run(scope, fingerprint, json, t + ttlMs, quota.account, bytes);
         q.expireAccount.run(quota.account, t);

@@ -28,7 +28,16 @@ export interface SqliteStoreOptions {
    * commit is fsynced, so it survives those too, at the cost of a disk flush per write.
    */
   synchronous?: 'normal' | 'full';
-  /** How long a write waits for another process's write lock before failing (default 5000 ms). */
+  /**
+   * How long a write keeps trying while another process (an admin command of the CLI, a
+   * backup) holds the write lock, before its call fails with 503 (default 5000 ms). The tries
+   * wait asynchronously: other requests are served meanwhile.
+   */
+  timeoutMs?: number;
+  /**
+   * How long one try waits inside the driver, blocking the event loop (default 20 ms): kept
+   * short, the waiting is done between tries.
+   */
   busyTimeoutMs?: number;
 }
 
@@ -49,11 +58,14 @@ const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
 export function createSqliteStores(options: SqliteStoreOptions): Stores {
   if (typeof options?.path !== 'string' || options.path === '') throw new TypeError('createSqliteStores: `path` is required');
   const now = options.now ?? Date.now;
-  const opened = { path: options.path, synchronous: options.synchronous ?? 'normal', busyTimeoutMs: options.busyTimeoutMs ?? 5_000 } as const;
+  const opened = { path: options.path, synchronous: options.synchronous ?? 'normal', busyTimeoutMs: options.busyTimeoutMs ?? 20 } as const;
   const db = openDatabase(opened);
-  const ctx = new SqliteContext(db, now);
+  const ctx = new SqliteContext(db, now, options.timeoutMs ?? 5_000);
   // A file's checkpoints move to a thread of their own once the process is busy.
-  const checkpointer = db.memory ? null : new Checkpointer(db, { ...opened, path: resolve(opened.path), driver: driverPath() });
+  // Its thread may wait on a lock as long as a write may (it blocks no event loop but its own).
+  const checkpointer = db.memory
+    ? null
+    : new Checkpointer(db, { ...opened, busyTimeoutMs: options.timeoutMs ?? 5_000, path: resolve(opened.path), driver: driverPath() });
   if (checkpointer) ctx.committed = () => checkpointer.committed();
 
   // Lazy housekeeping on ordinary calls (no timer keeps the process alive). Expired rows
@@ -74,17 +86,14 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     ] as const;
     const prepared = statements.map(([sql, age]) => [db.prepare(sql), age] as const);
     return (t: number) =>
-      ctx.write('sweep', () => {
-        for (const [s, age] of prepared) s.run(t - age);
-      });
+      ctx
+        .write('sweep', () => {
+          for (const [s, age] of prepared) s.run(t - age);
+        })
+        // Housekeeping only: the next interval tries again.
+        .catch(() => {});
   })();
-  ctx.sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => {
-    try {
-      sweepNow(t);
-    } catch {
-      // Housekeeping only: the next interval tries again.
-    }
-  });
+  ctx.sweep = createSweeper(now, SWEEP_INTERVAL_MS, (t) => void sweepNow(t));
 
   const limits = createSqliteLimits(ctx);
   return {

@@ -300,7 +300,15 @@ export class StreamRelay {
    */
   private async finish(sink: Sink, parts: Uint8Array[], bodyEnded: boolean): Promise<void> {
     if (!bodyEnded) this.drain();
-    await this.end();
+    try {
+      await this.end();
+    } catch (err) {
+      // The charge could be kept nowhere (SettleLostError): the answer's last frames are
+      // withheld and the stream ends with an error event instead of [DONE].
+      this.sink = sink;
+      this.tell(this.reader.errorFrames(err instanceof GatewayError ? err : errors.storeDown(err)));
+      return;
+    }
     if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
     this.send(sink, parts);
     sink.close();
@@ -314,7 +322,8 @@ export class StreamRelay {
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
-    await this.end('upstream');
+    // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
+    await this.end('upstream').catch(() => {});
     this.sink = sink;
     // The answer's held-back last frames (its content went out before them) precede the error.
     const held = this.carried ?? [];
