@@ -105,8 +105,9 @@ const PEER_DIR = join(ROOT, 'bench/.peer');
 const env = process.env;
 const num = (v: string | undefined, d: number) => (v === undefined || v === '' ? d : Number(v));
 const list = (v: string | undefined, d: string) => (v === undefined || v === '' ? d : v).split(',').map((s) => s.trim());
-// 5 rounds of 4 s: more rounds steady the per-round ratios more than longer runs do, and a full
-// run (5 relays and 6 bare-relay runs x 2 kinds x 5 rounds x 5 s, plus warm-up and held streams) stays near 12 minutes.
+// 5 rounds of 4 s: more rounds steady the per-round ratios more than longer runs do. A full run
+// (5 relays and 6 bare-relay runs x 4 kinds x 2 shapes x 5 rounds x 5 s, plus warm-up, workers and
+// held streams) takes about 45 minutes on a quiet 2-core machine.
 const DURATION = num(env.BENCH_DURATION, 4);
 const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
