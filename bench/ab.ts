@@ -20,6 +20,8 @@
  *                               postgres (POSTGRES_URL, a fresh schema each, dropped after)
  *   AB_KIND [plain]             plain | stream (one write) | paced (one event per write, 2 ms apart) |
  *                               paired (two events per write, 4 ms apart)
+ *   AB_SHAPE [real]             real (the SDK's default request to an alias) | kind (the client asks for
+ *                               usage, the upstream names the listed model); see bench/shapes.ts
  *   AB_ROUNDS [8]               rounds; 5 s per run (1 s not counted)
  *   AB_FRESH []                 1: new gateway processes every round (started in the round's
  *                               order, warmed up 3 s), so no process's luck lasts the whole run
@@ -30,12 +32,13 @@ import { tmpdir } from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { gatewayConfig, PACED_REQUEST, PAIRED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { gatewayConfig } from './fixtures.js';
 import { type LoadResult, runLoad } from './load.js';
 import { type Child, startNode } from './procs.js';
 import { dropSchema, freshSchema, POSTGRES_URL } from './postgres-util.js';
-import { median } from './report.js';
+import { median, type Shape } from './report.js';
 import { deleteKeysWithPrefix, REDIS_URL } from './redis-util.js';
+import { answerOf, requestOf } from './shapes.js';
 import { postgresBackendPids, redisServerPid } from './storage-processes.js';
 
 const ROOT = resolve(fileURLToPath(new URL('..', import.meta.url)));
@@ -47,6 +50,7 @@ const variants = [
 ];
 const STORAGE = env.AB_STORAGE ?? 'memory';
 const KIND = env.AB_KIND === 'stream' || env.AB_KIND === 'paced' || env.AB_KIND === 'paired' ? env.AB_KIND : 'plain';
+const SHAPE: Shape = env.AB_SHAPE === 'kind' ? 'kind' : 'real';
 const ROUNDS = Number(env.AB_ROUNDS ?? 8);
 const FRESH = env.AB_FRESH === '1';
 if (!['memory', 'sqlite', 'redis', 'postgres'].includes(STORAGE)) throw new Error(`AB_STORAGE: unknown storage ${STORAGE}`);
@@ -87,8 +91,7 @@ async function main(): Promise<void> {
     return g;
   };
   for (const i of variants.keys()) gateways.push(await startGateway(i));
-  const body = KIND === 'plain' ? PLAIN_REQUEST : KIND === 'paced' ? PACED_REQUEST : KIND === 'paired' ? PAIRED_REQUEST : STREAM_REQUEST;
-  const expectBody = KIND === 'plain' ? PLAIN_BODY : STREAM_BODY;
+  const body = requestOf(SHAPE, KIND);
   // The store works for the gateways: its CPU is not other load. Redis is one process; a
   // PostgreSQL gateway's backends are found after it has connected (and again after a restart).
   const redisPid = STORAGE === 'redis' ? await redisServerPid(REDIS_URL) : null;
@@ -101,7 +104,8 @@ async function main(): Promise<void> {
     return runLoad({
       url: `${c.url}/v1/chat/completions`,
       body,
-      expectBody,
+      // The bare relay passes the upstream's answer through; in the real shape the gateway's differs.
+      expectBody: answerOf(SHAPE, KIND, auth ? 'gateway' : 'relay'),
       headers: auth ? { authorization: `Bearer ${KEY}` } : {},
       connections: 50,
       duration,
@@ -153,7 +157,7 @@ async function main(): Promise<void> {
   /** A list of ratios as its median and range. */
   const spread = (xs: number[]) => `${median(xs).toFixed(2)}x (${Math.min(...xs).toFixed(2)} - ${Math.max(...xs).toFixed(2)})`;
   process.stdout.write(
-    `\n${STORAGE}, ${KIND}, ${ROUNDS} rounds: CPU per call and p99 vs the bare relay, median (min - max):\n` +
+    `\n${STORAGE}, ${SHAPE} shape, ${KIND}, ${ROUNDS} rounds: CPU per call and p99 vs the bare relay, median (min - max):\n` +
       variants
         .map(
           (v, i) =>

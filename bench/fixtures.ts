@@ -4,51 +4,73 @@
  */
 export const MODEL = 'bench/chat';
 export const HELD_MODEL = 'bench/held';
+/**
+ * The real shape's model: an alias the gateway lists, served by the upstream under another
+ * name, which answers with a dated name of its own (as OpenAI answers `gpt-4o-mini` with
+ * `gpt-4o-mini-2024-07-18`), so the gateway rewrites the name in every answer and event.
+ */
+export const ALIAS_MODEL = 'bench/mini';
+export const ALIAS_UPSTREAM_MODEL = 'gpt-4o-mini';
+export const ALIAS_SERVED_AS = 'gpt-4o-mini-2024-07-18';
 
 const CREATED = 1_700_000_000;
 const WORDS = 'The quick brown fox jumps over the lazy dog while the gateway meters every token it relays'.split(' ');
 const USAGE = { prompt_tokens: 14, completion_tokens: 20, total_tokens: 34 };
 
-/** The non-streamed answer: one choice and usage (about 330 bytes). */
-export const PLAIN = Buffer.from(
-  JSON.stringify({
-    id: 'chatcmpl-bench',
-    object: 'chat.completion',
-    created: CREATED,
-    model: MODEL,
-    choices: [
-      { index: 0, message: { role: 'assistant', content: WORDS.slice(0, 17).join(' ') }, logprobs: null, finish_reason: 'stop' },
-    ],
-    usage: USAGE,
-  }),
-);
+/** What an upstream answers for one model name: the buffers it writes. */
+export interface Answers {
+  /** The non-streamed answer: one choice and usage (about 330 bytes). */
+  plain: Buffer;
+  /** 20 content chunks (the first also carries the role, the last the finish reason). */
+  events: Buffer[];
+  /** The usage-only chunk (`choices: []`) that `stream_options.include_usage` asks for. */
+  usage: Buffer;
+}
 
-const chunk = (delta: Record<string, unknown>, finish: string | null): string =>
+const chunk = (model: string, delta: Record<string, unknown>, finish: string | null): string =>
   JSON.stringify({
     id: 'chatcmpl-bench',
     object: 'chat.completion.chunk',
     created: CREATED,
-    model: MODEL,
+    model,
     choices: [{ index: 0, delta, logprobs: null, finish_reason: finish }],
   });
 const event = (data: string): Buffer => Buffer.from(`data: ${data}\n\n`);
 
-/** 20 content chunks (the first also carries the role, the last the finish reason). */
-export const STREAM_EVENTS: Buffer[] = [];
-for (let i = 0; i < 20; i++) {
-  const word = `${i === 0 ? '' : ' '}${WORDS[i % WORDS.length]}`;
-  STREAM_EVENTS.push(event(chunk(i === 0 ? { role: 'assistant', content: word } : { content: word }, i === 19 ? 'stop' : null)));
+/** The answers with `model` named in every one (a provider names the model it served). */
+export function answersNaming(model: string): Answers {
+  const plain = Buffer.from(
+    JSON.stringify({
+      id: 'chatcmpl-bench',
+      object: 'chat.completion',
+      created: CREATED,
+      model,
+      choices: [
+        { index: 0, message: { role: 'assistant', content: WORDS.slice(0, 17).join(' ') }, logprobs: null, finish_reason: 'stop' },
+      ],
+      usage: USAGE,
+    }),
+  );
+  const events: Buffer[] = [];
+  for (let i = 0; i < 20; i++) {
+    const word = `${i === 0 ? '' : ' '}${WORDS[i % WORDS.length]}`;
+    events.push(event(chunk(model, i === 0 ? { role: 'assistant', content: word } : { content: word }, i === 19 ? 'stop' : null)));
+  }
+  const usage = event(JSON.stringify({ id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model, choices: [], usage: USAGE }));
+  return { plain, events, usage };
 }
-/** The usage-only chunk (`choices: []`) that `stream_options.include_usage` asks for. */
-export const USAGE_EVENT = event(
-  JSON.stringify({ id: 'chatcmpl-bench', object: 'chat.completion.chunk', created: CREATED, model: MODEL, choices: [], usage: USAGE }),
-);
+
+/** The kind shape's answers: the upstream names the very model the gateway lists. */
+const KIND_ANSWERS = answersNaming(MODEL);
+export const PLAIN = KIND_ANSWERS.plain;
+export const STREAM_EVENTS = KIND_ANSWERS.events;
+export const USAGE_EVENT = KIND_ANSWERS.usage;
 export const DONE = Buffer.from('data: [DONE]\n\n');
 
 /** Held streams: a first chunk at once, a tick chunk now and then, the end on release. */
-export const HELD_FIRST = event(chunk({ role: 'assistant', content: 'held' }, null));
-export const TICK_EVENT = event(chunk({ content: ' tick' }, null));
-export const HELD_LAST = Buffer.concat([event(chunk({}, 'stop')), USAGE_EVENT, DONE]);
+export const HELD_FIRST = event(chunk(MODEL, { role: 'assistant', content: 'held' }, null));
+export const TICK_EVENT = event(chunk(MODEL, { content: ' tick' }, null));
+export const HELD_LAST = Buffer.concat([event(chunk(MODEL, {}, 'stop')), USAGE_EVENT, DONE]);
 
 /** Exact bodies a client must receive through either relay. */
 export const PLAIN_BODY = PLAIN.toString();
@@ -62,7 +84,7 @@ export const STREAM_BODY = Buffer.concat([...STREAM_EVENTS, USAGE_EVENT, DONE]).
 const PAD = 'The gateway meters every token it relays, holds the worst case first and settles what was used. ';
 const padBytes = Number(process.env.BENCH_PROMPT_BYTES ?? 0);
 const USER = `[<id>] Say something short about foxes.${padBytes > 0 ? ` ${PAD.repeat(Math.ceil(padBytes / PAD.length)).slice(0, padBytes)}` : ''}`;
-const MESSAGES = [
+export const MESSAGES = [
   { role: 'system', content: 'You are a terse assistant.' },
   { role: 'user', content: USER },
 ];
@@ -77,10 +99,11 @@ export const STREAM_REQUEST = JSON.stringify({
   stream_options: { include_usage: true },
 });
 /** A streamed call whose user message starts with `mark`: the upstream paces its answer by it. */
+export const markedUser = (mark: string) => `${mark} ${USER}`;
 const markedRequest = (mark: string) =>
   JSON.stringify({
     model: MODEL,
-    messages: [MESSAGES[0], { role: 'user', content: `${mark} ${USER}` }],
+    messages: [MESSAGES[0], { role: 'user', content: markedUser(mark) }],
     max_tokens: 64,
     stream: true,
     stream_options: { include_usage: true },
@@ -127,6 +150,7 @@ export function gatewayConfig(o: { upstreamUrl: string; key: string; storage: Re
     },
     models: [
       { id: MODEL, type: 'text', upstream: 'fast', pricing },
+      { id: ALIAS_MODEL, type: 'text', upstream: 'fast', upstreamModel: ALIAS_UPSTREAM_MODEL, pricing },
       { id: HELD_MODEL, type: 'text', upstream: 'slow', pricing },
     ],
     accounts: [{ id: 'bench', walletUsd: '1000000' }],

@@ -13,19 +13,29 @@ import {
   MAX_REDIS_COMMANDS_PER_CALL,
   PEER_RPS_GOAL,
   PER_EVENT_US_GOAL,
+  REAL_CPU_RATIO_GOAL,
+  REAL_PEER_RPS_GOAL,
   type Storage,
 } from './targets.js';
 import { STREAM_EVENT_COUNT } from './fixtures.js';
-import type { WorkersResult } from './workers.js';
 
 /** plain; streamed, the answer in one write; streamed paced, one event per write. */
 export type Kind = 'plain' | 'stream' | 'paced' | 'paired';
 export const KIND_NAMES: Kind[] = ['plain', 'stream', 'paced', 'paired'];
+/**
+ * real: the SDK's default request to an alias (the gateway rewrites names, adds and drops the
+ * usage chunk; the headline); kind: the client asks for usage and the upstream answers with
+ * the listed name (the stream passes through untouched; every earlier run measured this).
+ * bench/shapes.ts has both.
+ */
+export type Shape = 'real' | 'kind';
+export const SHAPE_NAMES: Shape[] = ['real', 'kind'];
 export type TargetId = 'bare' | Storage | 'peer';
 /** Other load (cores) above which a measurement is flagged as disturbed. */
 export const NOISY_CORES = 0.2;
 
 export interface Cell {
+  shape: Shape;
   kind: Kind;
   c: number;
   /** Each target's measurements in round order (the bare relay's: every one, several per round). */
@@ -63,6 +73,7 @@ export interface Ratios {
 }
 
 export interface CellSummary {
+  shape: Shape;
   kind: Kind;
   c: number;
   targets: Partial<Record<TargetId, TargetSummary>>;
@@ -117,7 +128,7 @@ function summarizeTarget(runs: LoadResult[]): TargetSummary {
  * a round and between rounds cancels out.
  */
 export function summarizeCell(cell: Cell): CellSummary {
-  const out: CellSummary = { kind: cell.kind, c: cell.c, targets: {}, vsBare: {} };
+  const out: CellSummary = { shape: cell.shape, kind: cell.kind, c: cell.c, targets: {}, vsBare: {} };
   for (const [id, runs] of Object.entries(cell.runs) as Array<[TargetId, LoadResult[]]>) {
     out.targets[id] = summarizeTarget(runs);
     if (id === 'bare') {
@@ -150,6 +161,7 @@ export interface StorageState {
 export interface Evaluation {
   cells: CellSummary[];
   kinds: Kind[];
+  shapes: Shape[];
   storages: StorageState[];
   held: Partial<Record<'bare' | Storage, HeldResult>>;
   heldCount: number;
@@ -161,7 +173,12 @@ export interface Evaluation {
   peerMeasured: boolean;
 }
 
-const kindName = (k: Kind) => (k === 'plain' ? 'plain' : k === 'stream' ? 'stream, one write' : k === 'paced' ? 'stream, paced' : 'stream, paired');
+/** The cells of one shape: every figure below is read within one shape, never across two. */
+export const cellsOf = (cells: CellSummary[], shape: Shape) => cells.filter((c) => c.shape === shape);
+/** What a check or heading of the real shape starts with; the kind shape's keep their old names. */
+export const shapePrefix = (shape: Shape, sep: string) => (shape === 'kind' ? '' : `real shape${sep}`);
+
+export const kindName = (k: Kind) => (k === 'plain' ? 'plain' : k === 'stream' ? 'stream, one write' : k === 'paced' ? 'stream, paced' : 'stream, paired');
 
 const addedUs = (cells: CellSummary[], id: TargetId, kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C)?.vsBare[id]?.addedUs ?? NaN;
 
@@ -170,7 +187,8 @@ const addedUs = (cells: CellSummary[], id: TargetId, kind: Kind) => cells.find((
  * per call when the answer comes one event per read, less what it adds when the same answer
  * comes two events per read over the same time, over the 11 reads that makes extra. Both calls
  * last as long, so they come at about the same rate and what a store does per call (and how
- * well its round trips batch) cancels out. NaN when either shape was not measured.
+ * well its round trips batch) cancels out. NaN when either shape was not measured. `cells`: one
+ * shape's (cellsOf).
  */
 export function perEventUs(cells: CellSummary[], id: TargetId): number {
   return (addedUs(cells, id, 'paced') - addedUs(cells, id, 'paired')) / (STREAM_EVENT_COUNT / 2);
@@ -186,38 +204,47 @@ export function perEventVsOneWriteUs(cells: CellSummary[], id: TargetId): number
   return (addedUs(cells, id, 'paced') - addedUs(cells, id, 'stream')) / (STREAM_EVENT_COUNT - 1);
 }
 
+/** One storage's targets in one shape: CPU per call per call kind, per event, req/s against the peer's. */
+function shapeChecks(e: Evaluation, storage: Storage, shape: Shape): Check[] {
+  const checks: Check[] = [];
+  const cells = cellsOf(e.cells, shape);
+  const cellAt = (kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
+  const prefix = shapePrefix(shape, ', ');
+  const goals = (shape === 'kind' ? CPU_RATIO_GOAL : REAL_CPU_RATIO_GOAL)[storage];
+  for (const kind of e.kinds) {
+    const r = cellAt(kind)?.vsBare[storage];
+    const goal = goals?.[kind] ?? null;
+    const name = `${storage}: ${prefix}${kindName(kind)}, CPU per call, c=${HEADLINE_C}`;
+    if (!r) checks.push({ name, goal: goal === null ? 'none set' : `<= ${goal.toFixed(1)}x bare`, actual: `c=${HEADLINE_C} not measured`, status: 'skipped' });
+    else if (goal === null) checks.push({ name, goal: 'none set', actual: fmtX(r.cpu), status: 'no target' });
+    else checks.push({ name, goal: `<= ${goal.toFixed(1)}x bare`, actual: fmtX(r.cpu), status: r.cpu <= goal ? 'met' : 'not met' });
+  }
+  if (e.kinds.includes('paced') && e.kinds.includes('paired')) {
+    const us = perEventUs(cells, storage);
+    const name = `${storage}: ${prefix}CPU per streamed event over the bare relay`;
+    checks.push({ name, goal: `<= ${PER_EVENT_US_GOAL} µs`, actual: `${us.toFixed(1)} µs`, status: Number.isFinite(us) && us <= PER_EVENT_US_GOAL ? 'met' : 'not met' });
+  }
+  if (e.peerMeasured) {
+    for (const kind of ['plain', 'stream'] as const) {
+      const cell = cellAt(kind);
+      const ratio = (cell?.targets[storage]?.rps ?? NaN) / (cell?.targets.peer?.rps ?? NaN);
+      const goal = (shape === 'kind' ? PEER_RPS_GOAL : REAL_PEER_RPS_GOAL)[kind];
+      const name = `${storage}: ${prefix}${kindName(kind)}, req/s vs the peer's`;
+      checks.push({ name, goal: `>= ${goal}x`, actual: fmtX(ratio), status: ratio >= goal ? 'met' : 'not met' });
+    }
+  }
+  return checks;
+}
+
 /** The targets, each judged from the measured figures only. */
 export function evaluate(e: Evaluation): Check[] {
   const checks: Check[] = [];
-  const cellAt = (kind: Kind) => e.cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
   for (const { storage, skipped } of e.storages) {
     if (skipped) {
       checks.push({ name: `${storage}: every target`, goal: '', actual: skipped, status: 'skipped' });
       continue;
     }
-    const goals = CPU_RATIO_GOAL[storage];
-    for (const kind of e.kinds) {
-      const r = cellAt(kind)?.vsBare[storage];
-      const goal = goals?.[kind] ?? null;
-      const name = `${storage}: ${kindName(kind)}, CPU per call, c=${HEADLINE_C}`;
-      if (!r) checks.push({ name, goal: goal === null ? 'none set' : `<= ${goal.toFixed(1)}x bare`, actual: `c=${HEADLINE_C} not measured`, status: 'skipped' });
-      else if (goal === null) checks.push({ name, goal: 'none set', actual: fmtX(r.cpu), status: 'no target' });
-      else checks.push({ name, goal: `<= ${goal.toFixed(1)}x bare`, actual: fmtX(r.cpu), status: r.cpu <= goal ? 'met' : 'not met' });
-    }
-    if (e.kinds.includes('paced') && e.kinds.includes('paired')) {
-      const us = perEventUs(e.cells, storage);
-      const name = `${storage}: CPU per streamed event over the bare relay`;
-      checks.push({ name, goal: `<= ${PER_EVENT_US_GOAL} µs`, actual: `${us.toFixed(1)} µs`, status: Number.isFinite(us) && us <= PER_EVENT_US_GOAL ? 'met' : 'not met' });
-    }
-    if (e.peerMeasured) {
-      for (const kind of ['plain', 'stream'] as const) {
-        const cell = cellAt(kind);
-        const ratio = (cell?.targets[storage]?.rps ?? NaN) / (cell?.targets.peer?.rps ?? NaN);
-        const goal = PEER_RPS_GOAL[kind];
-        const name = `${storage}: ${kindName(kind)}, req/s vs the peer's`;
-        checks.push({ name, goal: `>= ${goal}x`, actual: fmtX(ratio), status: ratio >= goal ? 'met' : 'not met' });
-      }
-    }
+    for (const shape of e.shapes) checks.push(...shapeChecks(e, storage, shape));
     const idle = e.idleRss[storage];
     if (idle !== undefined) {
       const name = `${storage}: idle RSS of the CLI`;
@@ -267,183 +294,4 @@ export function evaluate(e: Evaluation): Check[] {
   const errs = loadErrors + heldErrors;
   checks.push({ name: 'errors, every gateway cell and held stream', goal: '0', actual: String(errs), status: errs === 0 ? 'met' : 'not met' });
   return checks;
-}
-
-export interface ReportInput {
-  intro: string;
-  cells: CellSummary[];
-  kinds: Kind[];
-  concurrency: number[];
-  /** Row order and labels of the relays measured (skipped ones carry their reason). */
-  rows: Array<{ id: TargetId; label: string; skipped: string | null }>;
-  held: Partial<Record<'bare' | Storage, HeldResult>>;
-  heldCount: number;
-  peakRss: Partial<Record<TargetId, number>>;
-  checks: Check[];
-  notes: string[];
-  allRuns: LoadResult[];
-  retries: number;
-  /** `serve --workers 2` against one process, per storage. */
-  workers: WorkersResult[];
-  /** RSS of each gateway's CLI just after it started. */
-  idleRss: Partial<Record<Storage, number>>;
-  reproduce: string;
-}
-
-const statusCell = (s: Status) => (s === 'met' ? 'met' : s === 'not met' ? '**not met**' : s);
-
-export function renderMarkdown(r: ReportInput): string {
-  const md: string[] = [r.intro, ''];
-  const at = (kind: Kind) => r.cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
-  const kinds = r.kinds;
-  const each = (f: (kind: Kind) => string) => kinds.map(f).join(' / ');
-  const names = each(kindName);
-
-  // ---- headline: CPU per call at c=50 ----
-  md.push(
-    `### CPU per call at c=${HEADLINE_C}, gateway process / bare relay (${names})`,
-    '',
-    `| Relay | ${kinds.map((k) => `${kindName(k)}: CPU µs/call | vs bare`).join(' | ')} | req/s (${names}) | storage service CPU µs/call | errors |`,
-    `|---|${kinds.map(() => '---:|---:|').join('')}---:|---:|---:|`,
-  );
-  for (const row of r.rows) {
-    if (row.skipped) {
-      md.push(`| ${row.label} | skipped: ${row.skipped.replace(/\n/g, ' ').replace(/\|/g, '/')} |${kinds.map(() => ' | |').join('')} | | |`);
-      continue;
-    }
-    const t = (k: Kind) => at(k)?.targets[row.id];
-    const storage = kinds.some((k) => Number.isFinite(t(k)?.storageCpuUsPerCall ?? NaN)) ? each((k) => fmtInt(t(k)?.storageCpuUsPerCall ?? NaN)) : '';
-    const errors = kinds.reduce((n, k) => n + (t(k)?.errors ?? 0), 0);
-    const cols = kinds.map((k) => `${fmtInt(t(k)?.cpuUsPerCall ?? NaN)} | ${row.id === 'bare' ? '' : fmtX(at(k)?.vsBare[row.id]?.cpu ?? NaN)}`);
-    md.push(`| ${row.label} | ${cols.join(' | ')} | ${each((k) => fmtInt(t(k)?.rps ?? NaN))} | ${storage} | ${errors} |`);
-  }
-  const relays = r.rows.filter((row) => !row.skipped && row.id !== 'bare');
-  if (kinds.includes('paced') && kinds.includes('paired')) {
-    const per = relays.map((row) => `${row.label} ${perEventUs(r.cells, row.id).toFixed(1)} µs`);
-    md.push(
-      '',
-      `CPU per streamed event over the bare relay (what a relay adds per call paced, less what it adds with the same answer two events per read over the same time, over the ${STREAM_EVENT_COUNT / 2} extra reads; judged): ${per.join(', ')}.`,
-    );
-  }
-  if (kinds.includes('paced') && kinds.includes('stream')) {
-    const per = relays.map((row) => `${row.label} ${perEventVsOneWriteUs(r.cells, row.id).toFixed(1)} µs`);
-    md.push(
-      '',
-      `The same against the answer in one read (paced less one write, over the ${STREAM_EVENT_COUNT - 1} extra reads; not judged: a one-write call comes at two to three times the rate, so a store's batching and the streamed path's per-call cost are in it too): ${per.join(', ')}.`,
-    );
-  }
-
-  // ---- what the ratios are made of ----
-  md.push(
-    '',
-    '### What the ratios are made of',
-    '',
-    'The CPU a relay adds per call over the bare relay (µs, against the bare runs next to it), the cores its process kept busy ' +
-      `(CPU per call x req/s), and what its latency follows. A relay that keeps one core busy at c=${HEADLINE_C} is bound by its ` +
-      `CPU per call: by Little's law its mean latency is ${HEADLINE_C} / req/s, so its latency ratio follows 1 / its req/s ratio, ` +
-      'which follows its CPU ratio. A relay that keeps less than a core busy waits on something else (its storage service on the same cores, ' +
-      'or a paced upstream).',
-    '',
-    `| Relay | added CPU µs/call (${names}) | cores busy | CPU vs bare | 1 / req/s vs bare | p50 vs bare | p99 vs bare |`,
-    '|---|---:|---:|---:|---:|---:|---:|',
-  );
-  const cores = (t: TargetSummary | undefined) => (t ? ((t.cpuUsPerCall * t.rps) / 1e6).toFixed(2) : 'n/a');
-  for (const row of r.rows) {
-    if (row.skipped) continue;
-    const busy = each((k) => cores(at(k)?.targets[row.id]));
-    if (row.id === 'bare') {
-      md.push(`| ${row.label} | | ${busy} | | | | |`);
-      continue;
-    }
-    const all = (f: (v: Ratios) => string) => each((k) => {
-      const v = at(k)?.vsBare[row.id];
-      return v ? f(v) : 'n/a';
-    });
-    md.push(
-      `| ${row.label} | ${all((v) => fmtInt(v.addedUs))} | ${busy} | ${all((v) => fmtX(v.cpu))} | ${all((v) => fmtX(1 / v.rps))} | ` +
-        `${all((v) => fmtX(v.p50))} | ${all((v) => fmtX(v.p99))} |`,
-    );
-  }
-
-  // ---- targets ----
-  md.push('', '### Targets', '', '| Target | Goal | Measured | |', '|---|---|---|---|');
-  for (const ch of r.checks) md.push(`| ${ch.name} | ${ch.goal} | ${ch.actual.replace(/\n/g, ' ').replace(/\|/g, '/')} | ${statusCell(ch.status)} |`);
-
-  // ---- every cell ----
-  md.push(
-    '',
-    '### Every cell',
-    '',
-    '| Relay | Call | c | req/s | p50 / p99 (ms) | CPU µs/call | vs bare: CPU / p99 / req/s | other load (cores) | errors |',
-    '|---|---|---:|---:|---:|---:|---:|---:|---:|',
-  );
-  for (const cell of r.cells) {
-    for (const row of r.rows) {
-      const t = cell.targets[row.id];
-      if (!t) continue;
-      const v = cell.vsBare[row.id];
-      md.push(
-        `| ${row.label} | ${kindName(cell.kind)} | ${cell.c} | ${fmtInt(t.rps)} | ${fmtMs(t.p50)} / ${fmtMs(t.p99)} | ${fmtInt(t.cpuUsPerCall)} | ` +
-          `${row.id === 'bare' || !v ? '' : `${fmtX(v.cpu)} / ${fmtX(v.p99)} / ${fmtX(v.rps)}`} | ${t.otherLoadCores.toFixed(2)} | ${t.errors} |`,
-      );
-    }
-  }
-
-  // ---- held streams ----
-  const heldRows = Object.entries(r.held) as Array<['bare' | Storage, HeldResult]>;
-  if (heldRows.length) {
-    md.push(
-      '',
-      `### ${r.heldCount.toLocaleString('en-US')} streamed calls held open by a slow upstream (fresh process each)`,
-      '',
-      '| Relay | idle RSS | held RSS (peak) | growth over idle | per stream | upstream held | completed / errors |',
-      '|---|---:|---:|---:|---:|---:|---:|',
-    );
-    for (const row of r.rows) {
-      const h = r.held[row.id as 'bare' | Storage];
-      if (!h) continue;
-      md.push(
-        `| ${row.label} | ${fmtMb(h.idleRss)} | ${fmtMb(h.heldRss)} (${fmtMb(h.heldPeakRss)}) | **${fmtMb(h.growth)}** | ${h.perStreamKb.toFixed(0)} KB | ` +
-          `${h.upstreamHeld} | ${h.completed} / ${h.errors}${h.firstError ? ` (${h.firstError.replace(/\|/g, '/')})` : ''} |`,
-      );
-    }
-  }
-
-  // ---- workers, idle RSS ----
-  if (r.workers.length) {
-    md.push(
-      '',
-      `### serve --workers 2 against one process (plain, c=${HEADLINE_C}, median of ${r.workers[0]!.rounds} alternating rounds)`,
-      '',
-      'On this 2-core machine the upstream and the load generator share the cores with the workers: this is what a second core buys here.',
-      '',
-      '| Storage | 1 process: req/s | CPU µs/call | 2 workers: req/s | CPU µs/call (all processes) | req/s, 2 vs 1 | other load (cores) |',
-      '|---|---:|---:|---:|---:|---:|---:|',
-    );
-    for (const w of r.workers) {
-      md.push(
-        `| ${w.storage} | ${fmtInt(w.one.rps)} | ${fmtInt(w.one.cpuUsPerCall)} | ${fmtInt(w.two.rps)} | ${fmtInt(w.two.cpuUsPerCall)} | ` +
-          `${fmtX(w.two.rps / w.one.rps)} | ${w.otherLoadCores.toFixed(2)} |`,
-      );
-    }
-  }
-  const idle = Object.entries(r.idleRss).map(([s, b]) => `${s} ${fmtMb(b)}`);
-  if (idle.length) md.push('', `Idle RSS of the CLI (\`serve\`, before its first call): ${idle.join(', ')}.`);
-
-  // ---- the machine ----
-  const peaks = r.rows.filter((row) => Number.isFinite(r.peakRss[row.id] ?? NaN)).map((row) => `${row.label} ${fmtMb(r.peakRss[row.id]!)}`);
-  if (peaks.length) md.push('', `Peak RSS during the load runs: ${peaks.join(', ')}.`);
-  const otherLoad = median(r.allRuns.map((x) => x.otherLoadCores));
-  const worstLoad = Math.max(...r.allRuns.map((x) => x.otherLoadCores));
-  const disturbed = r.allRuns.filter((x) => x.otherLoadCores > NOISY_CORES).length;
-  md.push(
-    '',
-    `Other processes on the machine used ${otherLoad.toFixed(2)} cores during the measurements (median; worst ${worstLoad.toFixed(2)}). ` +
-      (disturbed
-        ? `${disturbed} of ${r.allRuns.length} measurements still saw more than ${NOISY_CORES} cores of other load after ${r.retries} retries; the medians damp this, but a quiet machine gives steadier numbers.`
-        : 'The machine was quiet.'),
-  );
-  for (const n of r.notes) md.push('', n);
-  md.push('', r.reproduce);
-  return `${md.join('\n')}\n`;
 }

@@ -31,6 +31,9 @@
  *   BENCH_CONCURRENCY [50]    connections; the targets are judged at 50 (e.g. "1,50,256" adds cells)
  *   BENCH_KINDS [plain,stream,paced,paired]  plain; streamed in one write; streamed one event per write, 2 ms apart;
  *                                    streamed two events per write, 4 ms apart (for the per-event figure)
+ *   BENCH_SHAPES [real,kind]  real: the SDK's default request to an alias (no stream_options, no max_tokens; the
+ *                             upstream answers with its own model name), the headline; kind: the client asks for
+ *                             usage and the upstream names the listed model (bench/shapes.ts)
  *   BENCH_STORAGE [memory,sqlite,postgres,redis]  the gateways to measure (postgres at POSTGRES_URL,
  *                             redis at REDIS_URL)
  *   BENCH_PEER [on]           "off": leave out @portkey-ai/gateway
@@ -62,7 +65,7 @@ import { cpus, loadavg, tmpdir } from 'node:os';
 import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
-import { gatewayConfig, PACED_REQUEST, PAIRED_REQUEST, PLAIN_BODY, PLAIN_REQUEST, STREAM_BODY, STREAM_REQUEST } from './fixtures.js';
+import { ALIAS_MODEL, ALIAS_SERVED_AS, ALIAS_UPSTREAM_MODEL, gatewayConfig, PLAIN_REQUEST } from './fixtures.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -80,11 +83,14 @@ import {
   type Kind,
   KIND_NAMES,
   NOISY_CORES,
-  renderMarkdown,
+  SHAPE_NAMES,
+  type Shape,
   type StorageState,
   summarizeCell,
   type TargetId,
 } from './report.js';
+import { renderMarkdown } from './markdown.js';
+import { type Answerer, answerOf, requestOf } from './shapes.js';
 import { postgresBackendPids, redisServerPid } from './storage-processes.js';
 import { HEADLINE_C, STORAGES, type Storage } from './targets.js';
 import { formatSummary, summarize } from './top-profile.js';
@@ -99,8 +105,9 @@ const PEER_DIR = join(ROOT, 'bench/.peer');
 const env = process.env;
 const num = (v: string | undefined, d: number) => (v === undefined || v === '' ? d : Number(v));
 const list = (v: string | undefined, d: string) => (v === undefined || v === '' ? d : v).split(',').map((s) => s.trim());
-// 5 rounds of 4 s: more rounds steady the per-round ratios more than longer runs do, and a full
-// run (5 relays and 6 bare-relay runs x 2 kinds x 5 rounds x 5 s, plus warm-up and held streams) stays near 12 minutes.
+// 5 rounds of 4 s: more rounds steady the per-round ratios more than longer runs do. A full run
+// (5 relays and 6 bare-relay runs x 4 kinds x 2 shapes x 5 rounds x 5 s, plus warm-up, workers and
+// held streams) takes about 45 minutes on a quiet 2-core machine.
 const DURATION = num(env.BENCH_DURATION, 4);
 const SETTLE = num(env.BENCH_SETTLE, 1);
 const WARMUP = num(env.BENCH_WARMUP, 3);
@@ -108,6 +115,8 @@ const ROUNDS = num(env.BENCH_ROUNDS, 5);
 const CONCURRENCY = list(env.BENCH_CONCURRENCY, String(HEADLINE_C)).map(Number);
 const KINDS = list(env.BENCH_KINDS, 'plain,stream,paced,paired') as Kind[];
 for (const k of KINDS) if (!KIND_NAMES.includes(k)) throw new Error(`BENCH_KINDS: unknown kind ${k}`);
+const SHAPES = list(env.BENCH_SHAPES, SHAPE_NAMES.join(',')) as Shape[];
+for (const s of SHAPES) if (!SHAPE_NAMES.includes(s)) throw new Error(`BENCH_SHAPES: unknown shape ${s}`);
 const HELD = num(env.BENCH_HELD, 2000);
 const GATEWAY_MODE = env.BENCH_GATEWAY === 'tsx' ? 'tsx' : 'dist';
 const PROFILE = env.BENCH_PROFILE === 'all' ? 'all' : env.BENCH_PROFILE ? 'gateway' : '';
@@ -131,6 +140,14 @@ const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 /** The storages on which `serve --workers 2` is measured against one process ("off": none). */
 const WORKERS_ON = env.BENCH_WORKERS === 'off' ? [] : list(env.BENCH_WORKERS, 'sqlite,redis');
 const WORKERS_ROUNDS = num(env.BENCH_WORKERS_ROUNDS, 3);
+
+/** What the report says about the real shape (the kind shape's text is as it always was). */
+const REAL_SHAPE_NOTE =
+  `The real shape (the headline) sends what the openai SDK sends by default, no stream_options and no max_tokens, for the alias ${ALIAS_MODEL}, ` +
+  `which the gateway serves as ${ALIAS_UPSTREAM_MODEL} and the upstream answers as ${ALIAS_SERVED_AS}: the gateway adds include_usage and its output cap, ` +
+  'rewrites the model name in every answer and event, and drops the usage chunk its client did not ask for. The upstream writes that chunk either way, ' +
+  'so every relay reads the same 22 events; the bare relay (and the peer) pass it through, one event more than the gateway writes. ' +
+  'The kind shape is the one every earlier report measured: the client asks for usage and the upstream names the listed model, so a stream passes through untouched.';
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
 const AUTH = { authorization: `Bearer ${KEY}` };
@@ -187,15 +204,10 @@ function bareArgs(upstreamUrl: string, connections: number, profile: boolean): s
   return [...NODE_FLAGS, ...prof, ...TSX, 'bench/bare-relay.ts', '--upstream', upstreamUrl, '--connections', String(connections)];
 }
 
-const requestOf = (kind: Kind) =>
-  kind === 'plain' ? PLAIN_REQUEST : kind === 'paced' ? PACED_REQUEST : kind === 'paired' ? PAIRED_REQUEST : STREAM_REQUEST;
-const answerOf = (kind: Kind) => (kind === 'plain' ? PLAIN_BODY : STREAM_BODY);
-const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = {
-  plain: sameContentAs(PLAIN_BODY),
-  stream: sameContentAs(STREAM_BODY),
-  paced: sameContentAs(STREAM_BODY),
-  paired: sameContentAs(STREAM_BODY),
-};
+/** The gateways answer for themselves; the bare relay and the peer pass the upstream's answer through. */
+const answererOf = (id: TargetId): Answerer => (id === 'bare' || id === 'peer' ? 'relay' : 'gateway');
+/** The peer may re-serialise: its body is then checked by parsed content. */
+const contentCheck = (shape: Shape, kind: Kind) => sameContentAs(answerOf(shape, kind, 'relay'));
 
 /**
  * One plain and one streamed call through a relay. Ours must answer byte for byte; the peer may
@@ -204,19 +216,21 @@ const CONTENT_CHECK: Record<Kind, (body: string) => boolean> = {
  */
 async function sanityCheck(id: TargetId, url: string, headers: Record<string, string>): Promise<'bytes' | 'content'> {
   let check: 'bytes' | 'content' = 'bytes';
-  for (const kind of KIND_NAMES) {
-    const res = await fetch(`${url}/v1/chat/completions`, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', ...headers },
-      body: requestOf(kind).replace('[<id>]', 'sanity'),
-    });
-    const text = await res.text();
-    if (res.status === 200 && text === answerOf(kind)) continue;
-    if (id === 'peer' && res.status === 200 && CONTENT_CHECK[kind](text)) {
-      check = 'content';
-      continue;
+  for (const shape of SHAPES) {
+    for (const kind of KIND_NAMES) {
+      const res = await fetch(`${url}/v1/chat/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', ...headers },
+        body: requestOf(shape, kind).replace('[<id>]', 'sanity'),
+      });
+      const text = await res.text();
+      if (res.status === 200 && text === answerOf(shape, kind, answererOf(id))) continue;
+      if (id === 'peer' && res.status === 200 && contentCheck(shape, kind)(text)) {
+        check = 'content';
+        continue;
+      }
+      throw new Error(`${LABEL[id]} answered ${res.status} with an unexpected ${shape}-shape ${kind} body:\n${text.slice(0, 600)}`);
     }
-    throw new Error(`${LABEL[id]} answered ${res.status} with an unexpected ${kind} body:\n${text.slice(0, 600)}`);
   }
   return check;
 }
@@ -256,7 +270,7 @@ async function main(): Promise<void> {
   log(`model-gateway bench at ${machine.gitCommit}: ${machine.cores} x ${machine.cpu}, node ${machine.node}, load average ${machine.loadAvgAtStart.toFixed(2)}`);
   if (machine.loadAvgAtStart > 0.5 * machine.cores) log('warning: the machine is busy; other processes will distort the numbers (see "other load" per cell)');
   log(
-    `cells: ${KINDS.join(', ')} at c=${CONCURRENCY.join(', ')}; ${ROUNDS} rounds x (${SETTLE} s settle + ${DURATION} s measured) per relay; ` +
+    `cells: ${SHAPES.join(' and ')} shape x ${KINDS.join(', ')} at c=${CONCURRENCY.join(', ')}; ${ROUNDS} rounds x (${SETTLE} s settle + ${DURATION} s measured) per relay; ` +
       `gateway via ${GATEWAY_MODE === 'tsx' ? 'node --import tsx src/cli.ts' : 'node dist/cli.js'}; access log and metrics ${OBSERVE ? 'on' : 'off'}` +
       `${PROFILE ? `; profiling ${PROFILE}` : ''}`,
   );
@@ -336,11 +350,11 @@ async function main(): Promise<void> {
     log(`upstream ${upstream.url} (pid ${upstream.pid}); ${relays.map((r) => `${LABEL[r.id]} ${r.child.url} (pid ${r.child.pid})`).join('; ')}`);
     for (const r of relays) if (r.id !== 'peer') await sanityCheck(r.id, r.child.url, r.headers);
 
-    const loadSpec = (r: Relay, kind: Kind, c: number) => ({
+    const loadSpec = (r: Relay, shape: Shape, kind: Kind, c: number) => ({
       url: `${r.child.url}/v1/chat/completions`,
-      body: requestOf(kind),
-      expectBody: answerOf(kind),
-      ...(r.bodyCheck === 'content' ? { verifyBody: CONTENT_CHECK[kind] } : {}),
+      body: requestOf(shape, kind),
+      expectBody: answerOf(shape, kind, answererOf(r.id)),
+      ...(r.bodyCheck === 'content' ? { verifyBody: contentCheck(shape, kind) } : {}),
       headers: r.headers,
       connections: c,
     });
@@ -354,13 +368,15 @@ async function main(): Promise<void> {
     // JIT, pools and lazy state warm up once for every relay before anything is measured.
     if (WARMUP > 0) {
       for (const r of [...relays]) {
-        for (const kind of KINDS) {
-          const w = await runLoad({ ...loadSpec(r, kind, HEADLINE_C), duration: WARMUP });
-          if (!w.errors) continue;
-          const why = `${w.errors} calls failed while warming up: ${JSON.stringify(w.errorDetail)}`;
-          if (r.id !== 'peer') throw new Error(`${LABEL[r.id]}: ${why}`);
-          dropPeer(why);
-          break;
+        warming: for (const shape of SHAPES) {
+          for (const kind of KINDS) {
+            const w = await runLoad({ ...loadSpec(r, shape, kind, HEADLINE_C), duration: WARMUP });
+            if (!w.errors) continue;
+            const why = `${w.errors} calls failed while warming up: ${JSON.stringify(w.errorDetail)}`;
+            if (r.id !== 'peer') throw new Error(`${LABEL[r.id]}: ${why}`);
+            dropPeer(why);
+            break warming;
+          }
         }
       }
     }
@@ -368,12 +384,12 @@ async function main(): Promise<void> {
     const allPids = () => [upstream.pid, ...relays.map((r) => r.child.pid)];
     const sampler = new RssSampler(allPids());
     const cells: Cell[] = [];
-    for (const kind of KINDS) for (const c of CONCURRENCY) cells.push({ kind, c, runs: {}, baselines: {} });
-    const measure = async (r: Relay, kind: Kind, c: number): Promise<LoadResult> => {
+    for (const shape of SHAPES) for (const kind of KINDS) for (const c of CONCURRENCY) cells.push({ shape, kind, c, runs: {}, baselines: {} });
+    const measure = async (r: Relay, { shape, kind, c }: Cell): Promise<LoadResult> => {
       const storagePids = await r.storagePids();
       const once = () =>
         runLoad({
-          ...loadSpec(r, kind, c),
+          ...loadSpec(r, shape, kind, c),
           duration: DURATION,
           settleS: SETTLE,
           uniqueIds: !FIXED_PROMPT,
@@ -383,7 +399,7 @@ async function main(): Promise<void> {
         });
       let res = await once();
       for (let retry = 0; retry < RETRIES && res.otherLoadCores > NOISY_CORES; retry++) {
-        log(`  (${LABEL[r.id]} ${kind} c=${c} saw ${res.otherLoadCores.toFixed(2)} cores of other load: measuring again)`);
+        log(`  (${LABEL[r.id]} ${shape} ${kind} c=${c} saw ${res.otherLoadCores.toFixed(2)} cores of other load: measuring again)`);
         await sleep(2_000);
         const again = await once();
         // The quietest attempt is kept, but no attempt's errors are dropped.
@@ -391,9 +407,9 @@ async function main(): Promise<void> {
       }
       return res;
     };
-    const report = (round: number, kind: Kind, c: number, r: Relay, res: LoadResult) => {
+    const report = (round: number, { shape, kind, c }: Cell, r: Relay, res: LoadResult) => {
       log(
-        `round ${round + 1}/${ROUNDS}  ${kind.padEnd(6)} c=${String(c).padEnd(3)}  ${LABEL[r.id].padEnd(34)}  ` +
+        `round ${round + 1}/${ROUNDS}  ${shape.padEnd(4)} ${kind.padEnd(6)} c=${String(c).padEnd(3)}  ${LABEL[r.id].padEnd(34)}  ` +
           `${fmtInt(res.rps).padStart(6)} req/s  p50 ${fmtMs(res.latency.p50)} ms  p99 ${fmtMs(res.latency.p99)} ms  ` +
           `cpu ${fmtInt(res.cpuMsPer1k.target ?? NaN)} µs/call` +
           `${res.cpuMsPer1k.storage === undefined ? '' : ` (+${fmtInt(res.cpuMsPer1k.storage)} storage)`}  ` +
@@ -416,17 +432,17 @@ async function main(): Promise<void> {
         const order = round % 2 === 0 ? others : [...others].reverse();
         const bareRelay = relays.find((r) => r.id === 'bare')!;
         const measureBare = async () => {
-          const res = await measure(bareRelay, cell.kind, cell.c);
+          const res = await measure(bareRelay, cell);
           (cell.runs.bare ??= []).push(res);
-          report(round, cell.kind, cell.c, bareRelay, res);
+          report(round, cell, bareRelay, res);
           return res;
         };
         let before = await measureBare();
         for (const r of order) {
           if (!relays.includes(r)) continue;
-          const res = await measure(r, cell.kind, cell.c);
+          const res = await measure(r, cell);
           (cell.runs[r.id] ??= []).push(res);
-          report(round, cell.kind, cell.c, r, res);
+          report(round, cell, r, res);
           const after = await measureBare();
           (cell.baselines[r.id] ??= []).push([before, after]);
           before = after;
@@ -446,15 +462,16 @@ async function main(): Promise<void> {
     for (const r of relays) await r.child.stop();
     const summaries: CellSummary[] = cells.map(summarizeCell);
 
-    // ---- two workers against one process ----
+    // ---- two workers against one process, plain calls in each shape ----
     const workers: WorkersResult[] = [];
-    for (const s of measured.filter((x) => WORKERS_ON.includes(x))) {
+    for (const [s, shape] of measured.filter((x) => WORKERS_ON.includes(x)).flatMap((x) => SHAPES.map((sh) => [x, sh] as const))) {
       const w = await workersThroughput({
         storage: s,
+        shape,
         serveArgs: gatewayArgs(configFiles[s]!, null),
         cwd: ROOT,
-        request: requestOf('plain'),
-        answer: answerOf('plain'),
+        request: requestOf(shape, 'plain'),
+        answer: answerOf(shape, 'plain', 'gateway'),
         headers: AUTH,
         duration: DURATION,
         settleS: SETTLE,
@@ -463,7 +480,7 @@ async function main(): Promise<void> {
       });
       workers.push(w);
       log(
-        `workers  ${s}: 1 process ${fmtInt(w.one.rps)} req/s (${fmtInt(w.one.cpuUsPerCall)} µs/call), ` +
+        `workers  ${s} (${shape} shape): 1 process ${fmtInt(w.one.rps)} req/s (${fmtInt(w.one.cpuUsPerCall)} µs/call), ` +
           `2 workers ${fmtInt(w.two.rps)} req/s (${fmtInt(w.two.cpuUsPerCall)} µs/call): ${(w.two.rps / w.one.rps).toFixed(2)}x`,
       );
     }
@@ -473,7 +490,7 @@ async function main(): Promise<void> {
     if (HELD > 0) {
       const warm = async (name: string, url: string, headers: Record<string, string>) => {
         for (const kind of ['plain', 'stream'] as const) {
-          const w = await runLoad({ url: `${url}/v1/chat/completions`, body: requestOf(kind), expectBody: answerOf(kind), headers, connections: 10, duration: 1 });
+          const w = await runLoad({ url: `${url}/v1/chat/completions`, body: requestOf('kind', kind), expectBody: answerOf('kind', kind, 'gateway'), headers, connections: 10, duration: 1 });
           if (w.errors) throw new Error(`${name} failed ${w.errors} calls before the held-stream test: ${JSON.stringify(w.errorDetail)}`);
         }
         await sleep(1_000);
@@ -517,7 +534,7 @@ async function main(): Promise<void> {
 
     // ---- report ----
     const peerMeasured = summaries.some((c) => c.targets.peer !== undefined);
-    const checks = evaluate({ cells: summaries, kinds: KINDS, storages, held, heldCount: HELD, redisCommands, idleRss, peerMeasured });
+    const checks = evaluate({ cells: summaries, kinds: KINDS, shapes: SHAPES, storages, held, heldCount: HELD, redisCommands, idleRss, peerMeasured });
     const peerRow = PEER ? [{ id: 'peer' as const, label: LABEL.peer, skipped: peerSkipped }] : [];
     const rows = [
       { id: 'bare' as const, label: LABEL.bare, skipped: null },
@@ -558,7 +575,8 @@ async function main(): Promise<void> {
       (FIXED_PROMPT
         ? 'Every call sends the same prompt (BENCH_FIXED_PROMPT=1: caches keyed on prompt text always hit; not real traffic); '
         : `Every call sends a unique user message (${PLAIN_REQUEST.length} B body) after a fixed system prompt; `) +
-      'streamed calls get 20 chunks + usage + [DONE]: in one write ("stream, one write"), one event per write, 2 ms apart ("stream, paced"), or two events per write, 4 ms apart ("stream, paired").';
+      'streamed calls get 20 chunks + usage + [DONE]: in one write ("stream, one write"), one event per write, 2 ms apart ("stream, paced"), or two events per write, 4 ms apart ("stream, paired").' +
+      (SHAPES.includes('real') ? ` ${REAL_SHAPE_NOTE}` : '');
     const took = (Date.now() - began) / 1000;
     const md = renderMarkdown({
       intro,
@@ -592,6 +610,7 @@ async function main(): Promise<void> {
         rounds: ROUNDS,
         concurrency: CONCURRENCY,
         kinds: KINDS,
+        shapes: SHAPES,
         storages: STORAGE_LIST,
         held: HELD,
         gateway: GATEWAY_MODE,

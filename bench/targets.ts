@@ -20,10 +20,24 @@ export const CPU_RATIO_GOAL: Record<Storage, { plain: number; stream: number; pa
   postgres: null,
   redis: { plain: 2.5, stream: 2.8, paced: 1.6 },
 };
+/**
+ * The same for the real shape (bench/shapes.ts: the SDK's default request to an alias, the
+ * names rewritten and the unasked usage chunk dropped), the headline: set from issue 53's
+ * measured range, looser than the kind shape's where the rewrite is work the kind shape
+ * never does.
+ */
+export const REAL_CPU_RATIO_GOAL: typeof CPU_RATIO_GOAL = {
+  memory: { plain: 1.8, stream: 2.0, paced: 1.3 },
+  sqlite: { plain: 2.1, stream: 2.3, paced: 1.5 },
+  postgres: null,
+  redis: { plain: 2.5, stream: 2.5, paced: 1.6 },
+};
 /** Gateway CPU per streamed event over the bare relay's, at most this many µs. */
 export const PER_EVENT_US_GOAL = 3;
 /** The gateway's req/s at least this many times the peer's, plain and streamed (one write). */
 export const PEER_RPS_GOAL = { plain: 8, stream: 4 };
+/** The same in the real shape: the peer passes a stream through, so it does less there than we do. */
+export const REAL_PEER_RPS_GOAL = { plain: 5, stream: 3 };
 /** RSS of the CLI right after it started (no call yet), at most this. */
 export const IDLE_RSS_GOAL_BYTES = 90 * 1024 * 1024;
 /** RSS growth over idle with the held streams open, strictly below this. */

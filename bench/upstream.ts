@@ -14,6 +14,10 @@
  *                                    one before on the answer's own clock. [paired]: two
  *                                    events per write, each pair when its second event would
  *                                    be due (so it ends when a paced answer does).
+ *                                    Asked for the model bench/chat, it answers with that
+ *                                    name; asked for any other (the real shape's alias or its
+ *                                    upstream name), with its own dated name, as a provider
+ *                                    does. The usage chunk is written whether asked for or not.
  *   POST /slow/v1/chat/completions   held: SSE headers and a first chunk at once, then one
  *                                    chunk every --tick-ms until POST /__release (or
  *                                    --max-hold-ms), then finish + usage + [DONE].
@@ -25,7 +29,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import { parseArgs } from 'node:util';
-import { DONE, HELD_FIRST, HELD_LAST, PACE_MS, PACED_MARK, PAIRED_MARK, PLAIN, STREAM_EVENTS, TICK_EVENT, USAGE_EVENT } from './fixtures.js';
+import { ALIAS_SERVED_AS, type Answers, answersNaming, DONE, HELD_FIRST, HELD_LAST, MODEL, PACE_MS, PACED_MARK, PAIRED_MARK, TICK_EVENT } from './fixtures.js';
 
 const { values } = parseArgs({
   options: {
@@ -40,23 +44,44 @@ const { values } = parseArgs({
 const TICK_MS = Number(values['tick-ms']);
 const MAX_HOLD_MS = Number(values['max-hold-ms']);
 const SINGLE_WRITE = values.writes !== 'chunked';
-/** The whole streamed answer as one buffer, for the single-write variant. */
-const STREAM_ALL = Buffer.concat([...STREAM_EVENTS, USAGE_EVENT, DONE]);
-/** The streamed answer's events, one write each for the paced variant. */
-const EVENTS = [...STREAM_EVENTS, USAGE_EVENT, DONE];
 const PACED_MS = Number(values['pace-ms']);
 const PACED_AT = `"content":"${PACED_MARK}`;
 const PAIRED_AT = `"content":"${PAIRED_MARK}`;
-/** The same events two per write, for the paired variant. */
-const PAIRS = Array.from({ length: EVENTS.length / 2 }, (_, j) => Buffer.concat(EVENTS.slice(2 * j, 2 * j + 2)));
+
+/** One model name's answers, laid out for each way of writing them. */
+interface Writes {
+  plain: Buffer;
+  plainHeaders: Record<string, string>;
+  /** The whole streamed answer as one buffer, for the single-write variant. */
+  all: Buffer;
+  /** The streamed answer's events, one write each for the paced and chunked variants. */
+  events: Buffer[];
+  /** The same events two per write, for the paired variant. */
+  pairs: Buffer[];
+}
+function writesOf(a: Answers): Writes {
+  const events = [...a.events, a.usage, DONE];
+  return {
+    plain: a.plain,
+    plainHeaders: { 'content-type': 'application/json', 'content-length': String(a.plain.length) },
+    all: Buffer.concat(events),
+    events,
+    pairs: Array.from({ length: events.length / 2 }, (_, j) => Buffer.concat(events.slice(2 * j, 2 * j + 2))),
+  };
+}
+/** The kind shape's answers (the listed name) and the real shape's (the upstream's dated name). */
+const LISTED = writesOf(answersNaming(MODEL));
+const DATED = writesOf(answersNaming(ALIAS_SERVED_AS));
+// Both relays re-serialise the body with JSON.stringify, so the field has no spaces.
+const LISTED_AT = `"model":"${MODEL}"`;
 
 /**
  * Event i of a paced answer goes out PACED_MS * i after the first, on a clock of its own (a
  * late timer does not delay the rest); a pair goes out when its second event would have. A
  * paced and a paired answer so end at the same time. Stops when the client goes.
  */
-function paced(res: ServerResponse, paired = false): void {
-  const writes = paired ? PAIRS : EVENTS;
+function paced(res: ServerResponse, w: Writes, paired = false): void {
+  const writes = paired ? w.pairs : w.events;
   const start = performance.now();
   let i = 0;
   let timer: NodeJS.Timeout | undefined;
@@ -73,7 +98,6 @@ function paced(res: ServerResponse, paired = false): void {
   else next();
 }
 
-const PLAIN_HEADERS = { 'content-type': 'application/json', 'content-length': String(PLAIN.length) };
 const SSE_HEADERS = { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache' };
 
 /** Held streams and how to end each. */
@@ -86,27 +110,27 @@ function readBody(req: IncomingMessage, done: (body: string) => void): void {
 }
 
 function fast(body: string, res: ServerResponse): void {
+  const w = body.includes(LISTED_AT) ? LISTED : DATED;
   // Both relays re-serialise the body with JSON.stringify, so the flag has no spaces.
   if (!body.includes('"stream":true')) {
-    res.writeHead(200, PLAIN_HEADERS);
-    res.end(PLAIN);
+    res.writeHead(200, w.plainHeaders);
+    res.end(w.plain);
     return;
   }
   res.writeHead(200, SSE_HEADERS);
   if (body.includes(PACED_AT)) {
-    paced(res);
+    paced(res, w);
     return;
   }
   if (body.includes(PAIRED_AT)) {
-    paced(res, true);
+    paced(res, w, true);
     return;
   }
   if (SINGLE_WRITE) {
-    res.end(STREAM_ALL);
+    res.end(w.all);
     return;
   }
-  for (const e of STREAM_EVENTS) res.write(e);
-  res.write(USAGE_EVENT);
+  for (const e of w.events.slice(0, -1)) res.write(e);
   res.end(DONE);
 }
 

@@ -1,6 +1,6 @@
 /**
  * `serve --workers 2` against one process, on the same storage in the same run: req/s of
- * plain calls at c = 50, alternating one and two workers round by round, with the CPU of
+ * plain calls of one shape at c = 50, alternating one and two workers round by round, with the CPU of
  * every gateway process (the primary and its workers) per call. On a 2-core machine the
  * upstream and the load generator share the cores with the workers, so this shows what a
  * second core buys here, not what it buys on a machine with cores to spare.
@@ -11,6 +11,8 @@ import { type Child, sleep, startNode } from './procs.js';
 
 export interface WorkersResult {
   storage: string;
+  /** The call shape measured (bench/shapes.ts): plain calls of that shape. */
+  shape: string;
   /** Median req/s and CPU µs per call (every gateway process) with 1 and 2 workers. */
   one: { rps: number; cpuUsPerCall: number };
   two: { rps: number; cpuUsPerCall: number };
@@ -35,6 +37,7 @@ const median = (xs: number[]) => {
 
 export async function workersThroughput(o: {
   storage: string;
+  shape: string;
   /** Node arguments of `serve` for this storage (the config's gateway). */
   serveArgs: string[];
   cwd: string;
@@ -80,7 +83,7 @@ export async function workersThroughput(o: {
       }
     }
     const sum = (k: 'one' | 'two') => ({ rps: median(runs[k].map((r) => r.rps)), cpuUsPerCall: median(runs[k].map((r) => r.cpu)) });
-    return { storage: o.storage, one: sum('one'), two: sum('two'), rounds: o.rounds, otherLoadCores: median([...runs.one, ...runs.two].map((r) => r.other)) };
+    return { storage: o.storage, shape: o.shape, one: sum('one'), two: sum('two'), rounds: o.rounds, otherLoadCores: median([...runs.one, ...runs.two].map((r) => r.other)) };
   } finally {
     await Promise.allSettled(started.map((c) => c.stop(20_000)));
   }
