@@ -10,6 +10,7 @@ export type ErrorCode =
   | 'invalid_json'
   | 'invalid_request'
   | 'context_length_exceeded'
+  | 'content_filter'
   | 'unsupported_tool'
   | 'invalid_api_key'
   | 'insufficient_quota'
@@ -38,6 +39,8 @@ const TYPES: Record<string, [status: number, type: string]> = {
   invalid_json: [400, 'invalid_request_error'],
   invalid_request: [400, 'invalid_request_error'],
   context_length_exceeded: [400, 'invalid_request_error'],
+  /** A guardrail refused the prompt (its id in `metadata.guardrail`). */
+  content_filter: [400, 'invalid_request_error'],
   unsupported_tool: [400, 'invalid_request_error'],
   invalid_api_key: [401, 'authentication_error'],
   insufficient_quota: [402, 'insufficient_quota'],
