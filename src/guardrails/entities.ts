@@ -40,7 +40,7 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
   [
     'ip_address',
     {
-      pattern: /(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?![\w.:])/g,
+      pattern: /(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?![\w:]|\.\d)/g,
       // An IPv6 address has a hex digit somewhere: "::" alone is not worth a redaction.
       valid: (c) => isIPv4(c) || (isIPv6(c) && /[0-9A-Fa-f]/.test(c)),
     },
