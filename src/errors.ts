@@ -31,6 +31,7 @@ export type ErrorCode =
   | 'upstream_error'
   | 'model_unavailable'
   | 'service_unavailable'
+  | 'guardrail_unavailable'
   | 'upstream_timeout'
   | 'internal_error'
   | (string & {});
@@ -62,6 +63,8 @@ const TYPES: Record<string, [status: number, type: string]> = {
   upstream_error: [502, 'upstream_error'],
   model_unavailable: [503, 'upstream_error'],
   service_unavailable: [503, 'service_unavailable'],
+  /** A guardrail could not answer: the call is refused rather than let through (fail closed). */
+  guardrail_unavailable: [503, 'service_unavailable'],
   upstream_timeout: [504, 'upstream_error'],
 };
 

@@ -16,6 +16,7 @@ export type {
   OnAuthenticatedArgs,
   OnBilledArgs,
   OnErrorArgs,
+  OnInputArgs,
   OnRequestArgs,
   OnResponseArgs,
   OnUpstreamRequestArgs,

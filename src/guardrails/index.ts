@@ -1,44 +1,103 @@
 /**
- * Input guardrails: the configured checks run on the body the upstream would receive (after
- * brand, knowledge and the plugins' rewrites), before the hold is placed. A `redact` guardrail
- * replaces what it finds, and the hold is computed on the redacted body; a `block` guardrail
- * that finds anything refuses the call (400 content_filter) before any model call, so nothing
- * is billed. Guardrails run in the order configured, each on the text the ones before it left.
+ * Input guardrails: the configured checks, then the plugins' onInput hooks, run on the body the
+ * upstream would receive (after brand, knowledge and the plugins' rewrites), before the hold is
+ * placed. A `redact` guardrail replaces what it finds, and the hold is computed on the redacted
+ * body; a `block` that finds anything refuses the call (400 content_filter) before any model
+ * call, so nothing is billed. Guardrails run in order, each on the text the ones before it left.
+ * A plugin guardrail that throws refuses the call (503 guardrail_unavailable): a check that
+ * cannot answer never lets the prompt by.
  */
+import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
+import type { Logger } from '../observability/log.js';
 import type { GuardrailConfig } from '../options/guardrails.js';
+import { type Hooks, PluginHookError, pluginKey } from '../pipeline/hooks.js';
+import type { RequestContext } from '../pipeline/types.js';
 import { compileGuardrail, type Guardrail } from './guardrail.js';
-import { mapPromptTexts, somePromptText } from './texts.js';
+import { mapPromptTexts, promptTexts, somePromptText } from './texts.js';
 
 export type { Guardrail } from './guardrail.js';
 
-export interface Guardrails {
-  /** Whether any guardrail is configured (none: a call pays nothing for them). */
-  readonly any: boolean;
-  /**
-   * The prompt fields of a call of `account` to `model` once the guardrails covering it ran:
-   * the same object when none changed anything. Throws 400 content_filter on a block.
-   */
-  input(account: string, model: string, fields: Record<string, unknown>): Record<string, unknown>;
+/** What the guardrails made of a prompt. */
+export interface CheckedInput {
+  /** The fields to send: the same object when no guardrail changed anything. */
+  fields: Record<string, unknown>;
+  /** The same redactions applied to the fields of another target of the model (a fallback). */
+  redact(fields: Record<string, unknown>): Record<string, unknown>;
 }
 
-export function createGuardrails(configs: readonly GuardrailConfig[]): Guardrails {
+export interface Guardrails {
+  /** Whether any guardrail (configured, or a plugin's onInput) exists: none costs a call nothing. */
+  readonly any: boolean;
+  /** Runs the guardrails covering a call to `model` on its fields. Throws 400 content_filter on a block. */
+  input(ctx: RequestContext, model: Model, path: string, fields: Record<string, unknown>): Promise<CheckedInput>;
+}
+
+type Rewrite = (fields: Record<string, unknown>) => Record<string, unknown>;
+
+export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hooks, log: Logger): Guardrails {
   const all = configs.filter((c) => c.on.includes('input')).map(compileGuardrail);
+  const plugins = hooks.has('onInput');
   return {
-    any: all.length > 0,
-    input(account, model, fields) {
+    any: all.length > 0 || plugins,
+    async input(ctx, model, path, fields) {
+      const steps: Rewrite[] = [];
       let out = fields;
+      const apply = (step: Rewrite) => {
+        steps.push(step);
+        out = step(out);
+      };
       for (const g of all) {
-        if (!g.covers(account, model)) continue;
+        if (!g.covers(ctx.key.accountId, model.id)) continue;
         if (g.action === 'block') {
           if (somePromptText(out, (t) => g.finds(t))) throw contentFilter(g);
         } else {
-          out = mapPromptTexts(out, (t) => g.redact(t));
+          apply((f) => mapPromptTexts(f, (t) => g.redact(t)));
         }
       }
-      return out;
+      if (plugins) await pluginGuardrails(hooks, log, ctx, model, path, () => out, apply);
+      return { fields: out, redact: (f) => steps.reduce((acc, step) => step(acc), f) };
     },
   };
+}
+
+/** The plugins' onInput hooks: each sees the texts the ones before it left. */
+async function pluginGuardrails(
+  hooks: Hooks,
+  log: Logger,
+  ctx: RequestContext,
+  model: Model,
+  path: string,
+  current: () => Record<string, unknown>,
+  apply: (step: Rewrite) => void,
+): Promise<void> {
+  let blocked: string | null = null;
+  try {
+    await hooks.runStrict('onInput', {
+      request: ctx.request,
+      requestId: ctx.requestId,
+      key: pluginKey(ctx.key),
+      model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
+      path,
+      get texts() {
+        return promptTexts(current());
+      },
+      redact(rewrite) {
+        apply((f) => mapPromptTexts(f, rewrite));
+      },
+      block(guardrail) {
+        blocked ??= String(guardrail);
+      },
+    });
+  } catch (err) {
+    if (!(err instanceof PluginHookError)) throw err;
+    log.error({ msg: 'plugin hook onInput threw; the call is refused', plugin: err.plugin, requestId: ctx.requestId, err: (err.cause as Error)?.message ?? String(err.cause) });
+    throw new GatewayError('guardrail_unavailable', `The guardrail of plugin ${err.plugin} could not check the request; it was not sent.`, {
+      metadata: { guardrail: err.plugin },
+      cause: err,
+    });
+  }
+  if (blocked !== null) throw contentFilter({ id: blocked });
 }
 
 /** The refusal of a prompt a guardrail blocked: it names the guardrail, never what it found. */
@@ -50,14 +109,15 @@ export function contentFilter(g: Pick<Guardrail, 'id'>): GatewayError {
  * A media request's fields and bytes once the guardrails ran on its prompt: the client's bytes
  * when nothing changed, else the redacted fields as JSON.
  */
-export function guardedBody(
+export async function guardedBody(
   guardrails: Guardrails,
-  account: string,
-  model: string,
+  ctx: RequestContext,
+  model: Model,
+  path: string,
   fields: Record<string, unknown>,
   bytes: Uint8Array,
-): { fields: Record<string, unknown>; bytes: Uint8Array } {
+): Promise<{ fields: Record<string, unknown>; bytes: Uint8Array }> {
   if (!guardrails.any) return { fields, bytes };
-  const guarded = guardrails.input(account, model, fields);
-  return guarded === fields ? { fields, bytes } : { fields: guarded, bytes: Buffer.from(JSON.stringify(guarded)) };
+  const checked = await guardrails.input(ctx, model, path, fields);
+  return checked.fields === fields ? { fields, bytes } : { fields: checked.fields, bytes: Buffer.from(JSON.stringify(checked.fields)) };
 }

@@ -58,3 +58,13 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
   }
   return out ?? value;
 }
+
+/** Every prompt text of `fields`, in order. */
+export function promptTexts(fields: Record<string, unknown>): string[] {
+  const out: string[] = [];
+  mapPromptTexts(fields, (text) => {
+    out.push(text);
+    return text;
+  });
+  return out;
+}

@@ -44,7 +44,7 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
   // The input guardrails see the prompt before the hold: a block refuses here, a redaction is what goes upstream.
-  const { fields: body, bytes } = guardedBody(core.guardrails, ctx.key.accountId, model.id, parsed, raw);
+  const { fields: body, bytes } = await guardedBody(core.guardrails, ctx, model, '/images/generations', parsed, raw);
   const { tier } = chooseTier(model, req);
   const n = req.n ?? 1;
   // Billed at the price it was held at (an image job is billed by the instance that held it).

@@ -51,7 +51,7 @@ export function textOperation(decl: TextOperation): Operation {
       // The plugins see the body first: the hold is computed on what the upstream receives.
       let replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
       // Then the input guardrails (a block throws here, before the hold): what they redacted is what is held for and sent.
-      ({ plan, replaced } = guardPlan(core.guardrails, ctx.key.accountId, plan, replaced));
+      ({ plan, replaced } = await guardPlan(core.guardrails, ctx, decl.path, plan, replaced));
       if (replaced) {
         const hold = plan.holdFor(replaced);
         plan = { ...plan, hold, promptTokens: hold.estimate };

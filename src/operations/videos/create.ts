@@ -43,7 +43,7 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'video', () => core.grants(ctx.key.accountId));
   // The input guardrails see the prompt before the hold (multipart is re-encoded from the fields anyway).
-  const guarded = core.guardrails.input(ctx.key.accountId, model.id, read.fields);
+  const guarded = core.guardrails.any ? (await core.guardrails.input(ctx, model, '/videos', read.fields)).fields : read.fields;
   const sub = guarded === read.fields ? read : { ...read, fields: guarded, body: read.contentType === 'application/json' ? JSON.stringify(guarded) : read.body };
   const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);
   if (seconds < 1 || seconds > 120) {
