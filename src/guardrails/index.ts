@@ -10,6 +10,7 @@
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
+import type { GuardrailAction } from '../observability/record.js';
 import type { GuardrailConfig } from '../options/guardrails.js';
 import { type Hooks, PluginHookError, pluginKey } from '../pipeline/hooks.js';
 import type { RequestContext } from '../pipeline/types.js';
@@ -43,22 +44,32 @@ export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hoo
     async input(ctx, model, path, fields) {
       const steps: Rewrite[] = [];
       let out = fields;
-      const apply = (step: Rewrite) => {
+      // A step that changed nothing is no action: only a guardrail that redacted is named.
+      const apply = (id: string, step: Rewrite) => {
+        const next = step(out);
+        if (next === out) return;
         steps.push(step);
-        out = step(out);
+        out = next;
+        acted(ctx, id, 'redact');
       };
       for (const g of all) {
         if (!g.covers(ctx.key.accountId, model.id)) continue;
-        if (g.action === 'block') {
-          if (somePromptText(out, (t) => g.finds(t))) throw contentFilter(g);
-        } else {
-          apply((f) => mapPromptTexts(f, (t) => g.redact(t)));
+        if (g.action === 'redact') apply(g.id, (f) => mapPromptTexts(f, (t) => g.redact(t)));
+        else if (somePromptText(out, (t) => g.finds(t))) {
+          acted(ctx, g.id, 'block');
+          throw contentFilter(g);
         }
       }
       if (plugins) await pluginGuardrails(hooks, log, ctx, model, path, () => out, apply);
       return { fields: out, redact: (f) => steps.reduce((acc, step) => step(acc), f) };
     },
   };
+}
+
+/** Names a guardrail that acted on the request's record: its access line, metrics and span. */
+function acted(ctx: RequestContext, id: string, action: GuardrailAction['action']): void {
+  const record = ctx.observed.record;
+  (record.guardrails ??= []).push({ id, action });
 }
 
 /** The plugins' onInput hooks: each sees the texts the ones before it left. */
@@ -69,7 +80,7 @@ async function pluginGuardrails(
   model: Model,
   path: string,
   current: () => Record<string, unknown>,
-  apply: (step: Rewrite) => void,
+  apply: (id: string, step: Rewrite) => void,
 ): Promise<void> {
   let blocked: string | null = null;
   try {
@@ -82,8 +93,8 @@ async function pluginGuardrails(
       get texts() {
         return promptTexts(current());
       },
-      redact(rewrite) {
-        apply((f) => mapPromptTexts(f, rewrite));
+      redact(guardrail, rewrite) {
+        apply(String(guardrail), (f) => mapPromptTexts(f, rewrite));
       },
       block(guardrail) {
         blocked ??= String(guardrail);
@@ -91,13 +102,17 @@ async function pluginGuardrails(
     });
   } catch (err) {
     if (!(err instanceof PluginHookError)) throw err;
+    acted(ctx, err.plugin, 'unavailable');
     log.error({ msg: 'plugin hook onInput threw; the call is refused', plugin: err.plugin, requestId: ctx.requestId, err: (err.cause as Error)?.message ?? String(err.cause) });
     throw new GatewayError('guardrail_unavailable', `The guardrail of plugin ${err.plugin} could not check the request; it was not sent.`, {
       metadata: { guardrail: err.plugin },
       cause: err,
     });
   }
-  if (blocked !== null) throw contentFilter({ id: blocked });
+  if (blocked !== null) {
+    acted(ctx, blocked, 'block');
+    throw contentFilter({ id: blocked });
+  }
 }
 
 /** The refusal of a prompt a guardrail blocked: it names the guardrail, never what it found. */

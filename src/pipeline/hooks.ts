@@ -77,8 +77,12 @@ export interface OnInputArgs {
    * `instructions`, `input`, `prompt`), redactions of the guardrails before this one applied.
    */
   readonly texts: readonly string[];
-  /** Rewrites every text of the prompt with `rewrite` (pure and synchronous: it is applied again to a fallback target's body). */
-  redact(rewrite: (text: string) => string): void;
+  /**
+   * Rewrites every text of the prompt with `rewrite`, as guardrail `guardrail` (named in the
+   * access line and metrics when it changed something). Pure and synchronous: it is applied
+   * again to a fallback target's body.
+   */
+  redact(guardrail: string, rewrite: (text: string) => string): void;
   /** Refuses the call: 400 content_filter naming `guardrail`, no upstream call, nothing billed. */
   block(guardrail: string): void;
 }
