@@ -17,6 +17,7 @@ const EMBED = 'test/embed';
 const OTHER = 'test/other-chat';
 const UNCOVERED = 'acct_uncovered';
 const SMALL = 'acct_small';
+const FALLBACK = 'test/fallback-chat';
 
 const EMAIL = 'jane.doe@example.com';
 const CARD = '4111 1111 1111 1111';
@@ -28,6 +29,8 @@ const SENTENCE = `Write to ${EMAIL}, card ${CARD}, IBAN ${IBAN}, SSN ${SSN}, pho
 const REDACTED = 'Write to [REDACTED:EMAIL], card [REDACTED:CREDIT_CARD], IBAN [REDACTED:IBAN], SSN [REDACTED:SSN], phone [REDACTED:PHONE].';
 
 let up: TestUpstream;
+/** The first target of FALLBACK: it fails, so the call falls back to "test". */
+let first: TestUpstream;
 let media: MediaUpstream;
 let gateway: Gateway;
 let stores: Stores;
@@ -35,12 +38,23 @@ const keys = { dev: '', uncovered: testKey(), small: testKey() };
 
 beforeAll(async () => {
   up = await startTestUpstream();
+  first = await startTestUpstream();
+  first.setBehavior({ kind: 'error', status: 500 });
   media = await startMediaUpstream();
   const setup = testConfig({
     upstreamUrl: up.url,
     models: [
       { id: EMBED, type: 'text', upstream: 'test', embedding: true, pricing: { prompt: '0.0000001', completion: '0' }, contextLength: 8_000 },
       { id: OTHER, type: 'text', upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002' }, contextLength: 32_000 },
+      {
+        id: FALLBACK,
+        type: 'text',
+        pricing: { prompt: '0.000001', completion: '0.000002' },
+        targets: [
+          { upstream: 'first', upstreamModel: 'first-model', priority: 0 },
+          { upstream: 'test', upstreamModel: 'second-model', priority: 1 },
+        ],
+      },
       ...mediaModels('media'),
     ],
     // SMALL can afford a short prompt's hold, not one of 20 000 bytes.
@@ -51,7 +65,11 @@ beforeAll(async () => {
     ],
   });
   keys.dev = setup.devKey;
-  setup.options.upstreams = { ...setup.options.upstreams, media: { baseUrl: media.url, apiKey: 'media-upstream-key-0', timeoutMs: 10_000 } };
+  setup.options.upstreams = {
+    ...setup.options.upstreams,
+    media: { baseUrl: media.url, apiKey: 'media-upstream-key-0', timeoutMs: 10_000 },
+    first: { baseUrl: first.url, timeoutMs: 10_000 },
+  };
   setup.options.guardrails = [
     { id: 'pii', kind: 'pii', action: 'redact', accounts: [ACCOUNT, SMALL] },
     { id: 'codenames', kind: 'regex', patterns: ['project\\s+nightfall'], ignoreCase: true, action: 'block', models: ['test/*'] },
@@ -65,6 +83,7 @@ afterAll(async () => {
   await gateway?.dispose();
   await stores?.close();
   await up?.close();
+  await first?.close();
   await media?.close();
 });
 
@@ -163,6 +182,15 @@ describe('PII never reaches the upstream', () => {
     const job = media.requests.filter((r) => r.path.endsWith('/videos') && r.method === 'POST').at(-1)!;
     expect(job.fields.prompt).toBe(REDACTED);
     expectRedacted(job.raw.toString('utf8'));
+  });
+
+  it('every target of a model gets the redacted body: the one that failed and the fallback that answered', async () => {
+    first.requests.length = 0;
+    const res = await post('/chat/completions', { model: FALLBACK, messages: [{ role: 'user', content: SENTENCE }] });
+    expect(res.status).toBe(200);
+    expect(first.requests.length).toBeGreaterThan(0);
+    for (const rec of [...first.requests, ...up.requests]) expect(rec.body!.messages).toEqual([{ role: 'user', content: REDACTED }]);
+    expect(up.requests.map((r) => r.body!.model)).toEqual(['second-model']);
   });
 
   it('the hold is computed on the redacted body: a prompt the wallet could not hold for is affordable once redacted', async () => {
