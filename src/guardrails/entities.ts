@@ -19,7 +19,9 @@ interface Detector {
  * IBAN is redacted whole before the phone pattern could take a piece of it.
  */
 const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
-  ['email', { pattern: /[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g }],
+  // Starts only where a run of local-part characters starts: a long run without an `@` is then
+  // read once, not once per position (quadratic on a large prompt).
+  ['email', { pattern: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g }],
   // Two letters, two check digits, then up to 30 letters or digits, optionally in groups of four.
   ['iban', { pattern: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b/g, valid: ibanChecks }],
   // 13 to 19 digits, optionally grouped by spaces or dashes.
