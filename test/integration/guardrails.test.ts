@@ -1,7 +1,7 @@
 /**
  * Input guardrails on a real gateway over loopback upstreams that record what they received:
- * PII in a prompt never reaches the upstream on any text or media endpoint (the recorded body
- * holds the markers instead), a block refuses before any upstream call and bills nothing (in
+ * PII in a prompt never reaches the upstream on any text or media endpoint, speech and a
+ * fallback target included (the recorded body holds the markers instead), a block refuses before any upstream call and bills nothing (in
  * Anthropic's shape on /v1/messages), the hold is computed on the redacted body, and accounts
  * and models select which guardrails run.
  */
@@ -9,7 +9,7 @@ import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import type { Gateway } from '../../src/gateway.js';
 import type { Stores } from '../../src/stores/types.js';
 import { ACCOUNT, MODEL, makeGateway, testConfig, testKey } from '../helpers/gateway.js';
-import { IMAGE, VIDEO, mediaModels } from '../helpers/media.js';
+import { AUDIO, IMAGE, VIDEO, mediaModels, speechCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
@@ -182,6 +182,16 @@ describe('PII never reaches the upstream', () => {
     const job = media.requests.filter((r) => r.path.endsWith('/videos') && r.method === 'POST').at(-1)!;
     expect(job.fields.prompt).toBe(REDACTED);
     expectRedacted(job.raw.toString('utf8'));
+  });
+
+  it('speech: the input spoken is the redacted text, and it is priced as such', async () => {
+    const res = await post('/audio/speech', { model: AUDIO, voice: 'alloy', input: SENTENCE });
+    expect(res.status).toBe(200);
+    await res.arrayBuffer();
+    const sent = media.requests.filter((r) => r.path.endsWith('/audio/speech')).at(-1)!;
+    expect(sent.fields.input).toBe(REDACTED);
+    const charge = (await stores.billing.ledger(ACCOUNT)).find((e) => e.id === res.headers.get('x-request-id'));
+    expect(charge?.cost).toBe(speechCost(REDACTED));
   });
 
   it('every target of a model gets the redacted body: the one that failed and the fallback that answered', async () => {
