@@ -182,6 +182,8 @@ describe('PII never reaches the upstream', () => {
     const job = media.requests.filter((r) => r.path.endsWith('/videos') && r.method === 'POST').at(-1)!;
     expect(job.fields.prompt).toBe(REDACTED);
     expectRedacted(job.raw.toString('utf8'));
+    // The job the gateway keeps (and shows) holds what was rendered, not the PII taken out.
+    expect(((await video.json()) as { prompt: string }).prompt).toBe(REDACTED);
   });
 
   it('speech: the input spoken is the redacted text, and it is priced as such', async () => {

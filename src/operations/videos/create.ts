@@ -84,7 +84,8 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
     expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
     error: null,
     result: null,
-    prompt: req.prompt,
+    // What the upstream renders: the guardrails' redaction, never the PII they took out.
+    prompt: typeof sub.fields.prompt === 'string' ? sub.fields.prompt : req.prompt,
     seconds,
     size: req.size ?? req.resolution ?? submitted.size ?? DEFAULT_SIZE,
     holdId: jobId,
