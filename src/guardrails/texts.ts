@@ -1,8 +1,9 @@
 /**
  * The texts a prompt carries, wherever an endpoint puts them: chat and Messages `messages`
- * (content strings and parts' `text`), Messages `system`, Responses `instructions` and `input`,
- * completions and media `prompt`, embeddings `input`. Other fields (the model, tools, numbers,
- * token arrays) are not prompt text and are left alone.
+ * (content strings and parts' `text`), Messages `system`, Responses `instructions` and `input`
+ * (its items' content, and the `output` of a tool's result), completions and media `prompt`,
+ * embeddings and speech `input`. Other fields (the model, tools, numbers, token arrays) are not
+ * prompt text and are left alone.
  */
 
 const PROMPT_FIELDS = ['messages', 'system', 'instructions', 'input', 'prompt'] as const;
@@ -37,6 +38,8 @@ export function somePromptText(fields: Record<string, unknown>, test: (text: str
  */
 const MAX_DEPTH = 8;
 
+const TEXT_KEYS = ['content', 'text', 'output'] as const;
+
 function mapValue(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
   if (typeof value === 'string') return rewrite(value);
   if (depth >= MAX_DEPTH || !value || typeof value !== 'object') return value;
@@ -48,10 +51,11 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
     });
     return out ?? value;
   }
-  // A message, a content part or a Responses item: its text is in `content` or `text`.
+  // A message, a content part or a Responses item: its text is in `content` or `text` (a tool's
+  // result handed back to the model in a Responses `function_call_output`'s `output`).
   const object = value as Record<string, unknown>;
   let out: Record<string, unknown> | null = null;
-  for (const name of ['content', 'text'] as const) {
+  for (const name of TEXT_KEYS) {
     if (!Object.hasOwn(object, name)) continue;
     const next = mapValue(object[name], rewrite, depth + 1);
     if (next !== object[name]) (out ??= { ...object })[name] = next;

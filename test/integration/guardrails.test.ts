@@ -141,13 +141,21 @@ describe('PII never reaches the upstream', () => {
     const res = await post('/responses', {
       model: MODEL,
       instructions: SENTENCE,
-      input: [{ role: 'user', content: [{ type: 'input_text', text: SENTENCE }] }],
+      input: [
+        { role: 'user', content: [{ type: 'input_text', text: SENTENCE }] },
+        { type: 'function_call', call_id: 'call_1', name: 'lookup', arguments: '{}' },
+        { type: 'function_call_output', call_id: 'call_1', output: SENTENCE },
+      ],
       max_output_tokens: 20,
     });
     expect(res.status).toBe(200);
     const body = up.requests[0]!.body!;
     expect(body.instructions).toBe(REDACTED);
-    expect(body.input).toEqual([{ role: 'user', content: [{ type: 'input_text', text: REDACTED }] }]);
+    expect(body.input).toEqual([
+      { role: 'user', content: [{ type: 'input_text', text: REDACTED }] },
+      { type: 'function_call', call_id: 'call_1', name: 'lookup', arguments: '{}' },
+      { type: 'function_call_output', call_id: 'call_1', output: REDACTED },
+    ]);
     expectRedacted(up.requests[0]!.raw);
   });
 
