@@ -10,6 +10,7 @@ export type ErrorCode =
   | 'invalid_json'
   | 'invalid_request'
   | 'context_length_exceeded'
+  | 'content_filter'
   | 'unsupported_tool'
   | 'invalid_api_key'
   | 'insufficient_quota'
@@ -30,6 +31,7 @@ export type ErrorCode =
   | 'upstream_error'
   | 'model_unavailable'
   | 'service_unavailable'
+  | 'guardrail_unavailable'
   | 'upstream_timeout'
   | 'internal_error'
   | (string & {});
@@ -38,6 +40,8 @@ const TYPES: Record<string, [status: number, type: string]> = {
   invalid_json: [400, 'invalid_request_error'],
   invalid_request: [400, 'invalid_request_error'],
   context_length_exceeded: [400, 'invalid_request_error'],
+  /** A guardrail refused the prompt (its id in `metadata.guardrail`). */
+  content_filter: [400, 'invalid_request_error'],
   unsupported_tool: [400, 'invalid_request_error'],
   invalid_api_key: [401, 'authentication_error'],
   insufficient_quota: [402, 'insufficient_quota'],
@@ -59,6 +63,8 @@ const TYPES: Record<string, [status: number, type: string]> = {
   upstream_error: [502, 'upstream_error'],
   model_unavailable: [503, 'upstream_error'],
   service_unavailable: [503, 'service_unavailable'],
+  /** A guardrail could not answer: the call is refused rather than let through (fail closed). */
+  guardrail_unavailable: [503, 'service_unavailable'],
   upstream_timeout: [504, 'upstream_error'],
 };
 

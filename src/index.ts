@@ -18,6 +18,7 @@ export type {
   OnAuthenticatedArgs,
   OnBilledArgs,
   OnErrorArgs,
+  OnInputArgs,
   OnRequestArgs,
   OnResponseArgs,
   OnUpstreamRequestArgs,

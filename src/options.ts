@@ -4,6 +4,7 @@
  * storage sections, and the field validators they share, are in src/options/.
  */
 import { z } from 'zod';
+import { guardrailSchema } from './options/guardrails.js';
 import { formatIssues } from './options/issues.js';
 import { modelSchema } from './options/model.js';
 import { referenceProblems } from './options/references.js';
@@ -261,6 +262,8 @@ export const optionsSchema = z.strictObject({
     })
     .nullable()
     .default(null),
+  /** Checks on every prompt before it goes upstream: PII redaction or blocking, regexes (src/guardrails). @default [] */
+  guardrails: z.array(guardrailSchema).default([]),
   /** Budget alerts: signed webhooks when spend or a balance crosses a threshold. @default null */
   alerts: budgetAlertsSchema.nullable().default(null),
   storage: storageSchema.default({ driver: 'memory' }),

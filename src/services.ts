@@ -13,6 +13,7 @@ import { formatUsd } from './billing/money.js';
 import { createTokenizer, type Tokenizer } from './billing/tokens.js';
 import { createCatalog, type Catalog } from './catalog/catalog.js';
 import { createContextService, type ContextService } from './context/inject.js';
+import { createGuardrails, type Guardrails } from './guardrails/index.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
@@ -43,6 +44,8 @@ export interface Services {
   breaker: Breaker;
   jobs: JobRunner;
   context: ContextService;
+  /** The input guardrails, run on every prompt before its hold. */
+  guardrails: Guardrails;
   now: () => number;
   log: Logger;
   /** Grants of an account ("Contact sales" models), cached briefly. */
@@ -191,6 +194,7 @@ export function createServices(
     // Set right below: the job runner needs the rest of the services.
     jobs: undefined as unknown as JobRunner,
     context: createContextService({ cfg, stores }),
+    guardrails: createGuardrails(cfg.guardrails, hooks, log),
   };
   core.jobs = createJobRunner(core);
   // Wallets and the ledger live only in the stores: say so at start-up when they keep nothing.

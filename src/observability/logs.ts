@@ -273,6 +273,7 @@ export function accessLine(r: CallRecord, totalMs: number): string {
   if (r.completionTokens !== null) line += `,"completion_tokens":${r.completionTokens}`;
   if (r.costNano !== null) line += `,"cost_usd":"${formatUsd(r.costNano)}"`;
   if (r.limit !== null) line += `,"limit":${cachedStr(r.limit)}`;
+  if (r.guardrails !== null) line += `,"guardrails":${JSON.stringify(r.guardrails)}`;
   if (r.errorCode !== null) line += `,"error":${cachedStr(r.errorCode)}`;
   return `${line}}\n`;
 }
@@ -305,6 +306,7 @@ export function accessLog(log: Logger): Observer {
       if (r.completionTokens !== null) line.completion_tokens = r.completionTokens;
       if (r.costNano !== null) line.cost_usd = formatUsd(r.costNano);
       if (r.limit !== null) line.limit = r.limit;
+      if (r.guardrails !== null) line.guardrails = r.guardrails;
       if (r.errorCode !== null) line.error = r.errorCode;
       log.info(line);
     },

@@ -70,6 +70,12 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
   const tokens = new HotCounter('model_gateway_tokens_total', 'Tokens billed, by model and direction (in: prompt, out: completion).', ['model', 'direction'], registry);
   const spend = new HotCounter('model_gateway_spend_usd_total', 'USD billed, by model (for dashboards; the ledger is the exact figure).', ['model'], registry);
   const refusals = new HotCounter('model_gateway_refusals_total', 'Requests refused by a limit, by limit.', ['limit'], registry);
+  const guardrails = new HotCounter(
+    'model_gateway_guardrail_actions_total',
+    'Input guardrails that acted on a prompt, by guardrail and action (redact, block, unavailable).',
+    ['guardrail', 'action'],
+    registry,
+  );
   registerGauges(registry, deps);
   const storeCalls = new HotHistogram('model_gateway_store_call_seconds', 'Latency of store calls, by operation (store.method).', ['operation'], STORE, registry);
 
@@ -84,6 +90,7 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
       if (model && r.completionTokens !== null) tokens.inc(r.completionTokens, model, 'out');
       if (model && r.costNano !== null) spend.inc(Number(r.costNano) / 1e9, model);
       if (r.limit) refusals.inc(1, r.limit);
+      if (r.guardrails) for (const g of r.guardrails) guardrails.inc(1, g.id, g.action);
     },
   };
 

@@ -29,11 +29,19 @@ export interface CallRecord {
   costNano: bigint | null;
   /** A refusal's `metadata.limit` / `limit_source`. */
   limit: string | null;
+  /** The input guardrails that acted on the prompt (redacted it, blocked it, or could not answer), in order. */
+  guardrails: GuardrailAction[] | null;
   errorCode: string | null;
   /** The request's span (a no-op span when no tracer provider is registered). */
   span: Span | null;
   /** ms from arrival until the answer was handed to the server (gateway time + upstream wait). */
   respondedMs: number | null;
+}
+
+export interface GuardrailAction {
+  /** The guardrail's id (a plugin's: the id it gave, or its name when it could not answer). */
+  id: string;
+  action: 'redact' | 'block' | 'unavailable';
 }
 
 /** Things that watch requests: each gets the record at the start and once the request is over. */
@@ -69,6 +77,7 @@ export function newRecord(requestId: string, method: string, route: string, span
     completionTokens: null,
     costNano: null,
     limit: null,
+    guardrails: null,
     errorCode: null,
     span,
     respondedMs: null,

@@ -68,6 +68,7 @@ export const tracing: Observer = {
     if (r.costNano !== null) span.setAttribute('model_gateway.cost_usd', Number(r.costNano) / 1e9);
     if (r.keyId) span.setAttribute('model_gateway.key_id', r.keyId);
     if (r.limit) span.setAttribute('model_gateway.limit', r.limit);
+    if (r.guardrails) span.setAttribute('model_gateway.guardrails', r.guardrails.map((g) => `${g.id}:${g.action}`));
     if (r.status >= 500 || r.errorCode) span.setStatus({ code: SpanStatusCode.ERROR, message: r.errorCode ?? String(r.status) });
     span.end();
   },

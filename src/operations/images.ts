@@ -10,6 +10,7 @@ import { chooseTier } from '../billing/tiers.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
+import { guardedBody } from '../guardrails/index.js';
 import { json, jsonText, parseJsonObject } from '../http/json.js';
 import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
@@ -35,13 +36,15 @@ type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok:
 
 export async function createImage(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
-  const bytes = await ctx.body();
-  const body = parseJsonObject(bytes);
-  const checked = imageSchema.safeParse(body);
-  if (!checked.success) throw zodError(checked.error, body);
-  refuseNul(body);
+  const raw = await ctx.body();
+  const parsed = parseJsonObject(raw);
+  const checked = imageSchema.safeParse(parsed);
+  if (!checked.success) throw zodError(checked.error, parsed);
+  refuseNul(parsed);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
+  // The input guardrails see the prompt before the hold: a block refuses here, a redaction is what goes upstream.
+  const { fields: body, bytes } = await guardedBody(core.guardrails, ctx, model, '/images/generations', parsed, raw);
   const { tier } = chooseTier(model, req);
   const n = req.n ?? 1;
   // Billed at the price it was held at (an image job is billed by the instance that held it).

@@ -9,6 +9,7 @@ import { listCost } from '../billing/pricing.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
+import { guardedBody } from '../guardrails/index.js';
 import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { upstreamError } from '../upstream/call.js';
@@ -40,12 +41,14 @@ const speechSchema = z.looseObject({
 
 export async function createSpeech(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
-  const bytes = await ctx.body();
-  const body = parseJsonObject(bytes);
-  const checked = speechSchema.safeParse(body);
-  if (!checked.success) throw zodError(checked.error, body);
-  const req = checked.data;
-  const model = await core.catalog.resolve(req.model, ctx.key, 'audio', () => core.grants(ctx.key.accountId));
+  const raw = await ctx.body();
+  const parsed = parseJsonObject(raw);
+  const checked = speechSchema.safeParse(parsed);
+  if (!checked.success) throw zodError(checked.error, parsed);
+  const model = await core.catalog.resolve(checked.data.model, ctx.key, 'audio', () => core.grants(ctx.key.accountId));
+  // The input guardrails see the text before the hold: what they leave is what is spoken and priced.
+  const { fields: body, bytes } = await guardedBody(core.guardrails, ctx, model, '/audio/speech', parsed, raw);
+  const req = body === parsed ? checked.data : { ...checked.data, input: body.input as string, instructions: body.instructions as string | undefined };
   const tokens = core.tokenizer.count(req.input) + (req.instructions ? core.tokenizer.count(req.instructions) : 0);
   const units = { kind: 'speech_tokens' as const, tokens };
   const call = await openAmountCall(

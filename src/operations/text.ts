@@ -10,6 +10,7 @@ import { type AnswerAccount, plainAccount } from '../billing/answer.js';
 import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
+import { guardPlan } from '../guardrails/plan.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { ClientSignal } from '../http/node-lane.js';
 import type { RequestContext } from '../pipeline/types.js';
@@ -48,7 +49,9 @@ export function textOperation(decl: TextOperation): Operation {
       // A cap field sent as null is a key already: the cap then goes in by re-encoding (one key, never two).
       if (plan.cap && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
       // The plugins see the body first: the hold is computed on what the upstream receives.
-      const replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
+      let replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
+      // Then the input guardrails (a block throws here, before the hold): what they redacted is what is held for and sent.
+      ({ plan, replaced } = await guardPlan(core.guardrails, ctx, decl.path, plan, replaced));
       if (replaced) {
         const hold = plan.holdFor(replaced);
         plan = { ...plan, hold, promptTokens: hold.estimate };

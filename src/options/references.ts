@@ -15,6 +15,7 @@ export interface CheckedConfig {
   idempotency: { maxAnswerBytes: number; maxBytesPerAccount: number };
   metrics: { path: string } | null;
   trustProxy: readonly string[];
+  guardrails: ReadonlyArray<{ id: string }>;
 }
 
 /** The problems (one line each, `path: sentence`) in the references between sections; none: []. */
@@ -34,6 +35,12 @@ export function referenceProblems(cfg: CheckedConfig): string[] {
   cfg.accounts.forEach((a, i) => {
     if (accountIds.has(a.id)) problems.push(`accounts[${i}].id: duplicate account id "${a.id}"`);
     accountIds.add(a.id);
+  });
+  // A refusal names its guardrail: two with one id could not be told apart.
+  const guardrailIds = new Set<string>();
+  cfg.guardrails.forEach((g, i) => {
+    if (guardrailIds.has(g.id)) problems.push(`guardrails[${i}].id: duplicate guardrail id "${g.id}"`);
+    guardrailIds.add(g.id);
   });
   problems.push(...duplicatesPerAccount('brands', cfg.brands), ...duplicatesPerAccount('documents', cfg.documents));
   cfg.keys.forEach((k, i) => {

@@ -6,13 +6,15 @@
  *   onRequest          first, for every request (before the IP throttle and auth); may answer
  *   onAuthenticated    once the key is known
  *   onUpstreamRequest  right before a body goes upstream (after brand and knowledge); may replace it
+ *   onInput            then, an input guardrail of the plugin's own: may redact the prompt or block it
  *   onBilled           after every charge lands in the store, with its ledger entry
  *   onResponse         last, for every response (refusals and errors included)
  *   onError            for every error answered (and every stream that failed after its 200)
  *   onDispose          when the gateway is disposed, after calls in flight finished
  *
  * A hook that throws (or rejects) is logged and skipped: it never changes billing, and never
- * the response beyond what the hooks that succeeded did.
+ * the response beyond what the hooks that succeeded did. The one exception is onInput: a
+ * guardrail that cannot answer refuses the call (fails closed) rather than let the prompt by.
  */
 import type { Logger } from '../observability/log.js';
 import type { ApiKeyRecord, KeyKind, LedgerEntry } from '../stores/types.js';
@@ -58,6 +60,33 @@ export interface OnUpstreamRequestArgs {
   setBody(body: Record<string, unknown>): void;
 }
 
+/**
+ * An input guardrail of a plugin's own, run with the configured ones: after the plugins'
+ * onUpstreamRequest, before the hold. It sees the prompt's texts and may redact or block.
+ */
+export interface OnInputArgs {
+  request: Request;
+  requestId: string;
+  key: PluginKey;
+  /** The model the client called (its id in this gateway), and where it goes. */
+  model: { id: string; upstream: string; upstreamModel: string };
+  /** The upstream path, e.g. "/chat/completions". */
+  path: string;
+  /**
+   * Every text of the prompt as it now stands (message contents and text parts, `system`,
+   * `instructions`, `input`, `prompt`), redactions of the guardrails before this one applied.
+   */
+  readonly texts: readonly string[];
+  /**
+   * Rewrites every text of the prompt with `rewrite`, as guardrail `guardrail` (named in the
+   * access line and metrics when it changed something). Pure and synchronous: it is applied
+   * again to a fallback target's body.
+   */
+  redact(guardrail: string, rewrite: (text: string) => string): void;
+  /** Refuses the call: 400 content_filter naming `guardrail`, no upstream call, nothing billed. */
+  block(guardrail: string): void;
+}
+
 export interface OnBilledArgs {
   entry: LedgerEntry;
 }
@@ -84,6 +113,8 @@ export interface GatewayPlugin {
   onRequest?(args: OnRequestArgs): MaybePromise;
   onAuthenticated?(args: OnAuthenticatedArgs): MaybePromise;
   onUpstreamRequest?(args: OnUpstreamRequestArgs): MaybePromise;
+  /** A hook that throws refuses the call with 503 guardrail_unavailable (a guardrail fails closed). */
+  onInput?(args: OnInputArgs): MaybePromise;
   onBilled?(args: OnBilledArgs): MaybePromise;
   onResponse?(args: OnResponseArgs): MaybePromise;
   onError?(args: OnErrorArgs): MaybePromise;
@@ -98,6 +129,19 @@ export interface Hooks {
   /** Whether any plugin has `hook` (callers skip building its arguments when none has). */
   has(hook: HookName): boolean;
   run<H extends HookName>(hook: H, ...args: HookArgs<H>): Promise<void>;
+  /** Runs `hook` in order, unguarded: the first that throws stops the others and rejects (with the plugin's name). */
+  runStrict<H extends HookName>(hook: H, ...args: HookArgs<H>): Promise<void>;
+}
+
+/** A plugin hook run with `runStrict` threw: which plugin, and what it threw. */
+export class PluginHookError extends Error {
+  override name = 'PluginHookError';
+  constructor(
+    readonly plugin: string,
+    cause: unknown,
+  ) {
+    super(`plugin ${plugin} failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+  }
 }
 
 export function createHooks(plugins: readonly GatewayPlugin[], log: Logger): Hooks {
@@ -120,6 +164,18 @@ export function createHooks(plugins: readonly GatewayPlugin[], log: Logger): Hoo
             plugin: p.name ?? `#${i}`,
             err: err instanceof Error ? err.message : String(err),
           });
+        }
+      }
+    },
+    async runStrict(hook, ...args) {
+      if (!present.has(hook)) return;
+      for (const [i, p] of plugins.entries()) {
+        const fn = p[hook] as ((...a: unknown[]) => MaybePromise) | undefined;
+        if (!fn) continue;
+        try {
+          await fn.apply(p, args);
+        } catch (err) {
+          throw new PluginHookError(p.name ?? `#${i}`, err);
         }
       }
     },

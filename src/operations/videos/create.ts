@@ -36,12 +36,15 @@ const videoSchema = z.looseObject({
 
 export async function createVideo(core: Services, ctx: RequestContext): Promise<Response> {
   refuseAgentKeys(ctx);
-  const sub = await readSubmission(ctx);
-  const checked = videoSchema.safeParse(sub.fields);
-  if (!checked.success) throw zodError(checked.error, sub.fields);
-  refuseNul(sub.fields);
+  const read = await readSubmission(ctx);
+  const checked = videoSchema.safeParse(read.fields);
+  if (!checked.success) throw zodError(checked.error, read.fields);
+  refuseNul(read.fields);
   const req = checked.data;
   const model = await core.catalog.resolve(req.model, ctx.key, 'video', () => core.grants(ctx.key.accountId));
+  // The input guardrails see the prompt before the hold (multipart is re-encoded from the fields anyway).
+  const guarded = core.guardrails.any ? (await core.guardrails.input(ctx, model, '/videos', read.fields)).fields : read.fields;
+  const sub = guarded === read.fields ? read : { ...read, fields: guarded, body: read.contentType === 'application/json' ? JSON.stringify(guarded) : read.body };
   const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);
   if (seconds < 1 || seconds > 120) {
     throw new GatewayError('invalid_request', "Invalid value for 'seconds': expected 1 to 120.", { param: 'seconds' });
@@ -81,7 +84,8 @@ export async function createVideo(core: Services, ctx: RequestContext): Promise<
     expiresAt: unixSeconds(now + core.cfg.limits.jobTtlMs),
     error: null,
     result: null,
-    prompt: req.prompt,
+    // What the upstream renders: the guardrails' redaction, never the PII they took out.
+    prompt: typeof sub.fields.prompt === 'string' ? sub.fields.prompt : req.prompt,
     seconds,
     size: req.size ?? req.resolution ?? submitted.size ?? DEFAULT_SIZE,
     holdId: jobId,
