@@ -13,7 +13,7 @@ import { createChatEvents } from '../upstream/stream/chat-events.js';
 import type { Model } from '../catalog/catalog.js';
 import type { ApiKeyRecord } from '../stores/types.js';
 import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
-import { checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableChatInput } from './uncountable.js';
 
@@ -176,7 +176,9 @@ export const chatCompletions = textOperation({
       promptTokens,
       unchanged: !addsUsage && !injected && !('brand' in req) && !('knowledge' in req),
       // No cap asked for: the upstream gets the model's, which is what was held per choice.
-      ...(req.max_tokens || req.max_completion_tokens ? {} : { cap: { field: 'max_completion_tokens', tokens: perChoice, names: CHAT_CAPS } }),
+      cap: req.max_tokens || req.max_completion_tokens
+          ? { field: 'max_completion_tokens', tokens: perChoice, names: CHAT_CAPS, sent: true }
+          : { field: 'max_completion_tokens', tokens: capWithin(model, perChoice, bound, promptTokens), names: CHAT_CAPS, sent: false },
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
         const out = withoutFields(body, CONTEXT_FIELDS);

@@ -13,7 +13,7 @@ import { CONTEXT_FIELDS } from '../context/inject.js';
 import { errors, GatewayError } from '../errors.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
-import { checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, zodError } from './shared.js';
 import { bodyHold, textOperation } from './text.js';
 
 const tokenId = z.int().min(0);
@@ -85,10 +85,13 @@ export const createCompletion = textOperation({
       hold: { bound, estimate: () => (estimate ??= Math.ceil(promptTokens() * 1.05)), maxOutput },
       stream,
       promptTokens,
-      holdFor: (fields) => bodyHold(core, fields, maxOutput),
+      // A plugin's body may ask for more choices or output than the client's: held at the larger.
+      holdFor: (fields) => bodyHold(core, fields, Math.max(maxOutput, outputAsked(fields, model.maxOutputTokens))),
       unchanged: !stream,
       // No cap asked for: the upstream gets the model's, which is what was held per choice.
-      ...(req.max_tokens ? {} : { cap: { field: 'max_tokens', tokens: model.maxOutputTokens, names: ['max_tokens'] } }),
+      cap: req.max_tokens
+          ? { field: 'max_tokens', tokens: req.max_tokens, names: ['max_tokens'], sent: true }
+          : { field: 'max_tokens', tokens: capWithin(model, model.maxOutputTokens, bound, promptTokens), names: ['max_tokens'], sent: false },
       fields(served) {
         const out: Record<string, unknown> = { ...body, model: served.upstreamModel };
         if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
@@ -137,4 +140,11 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
     endFrame: DONE_FRAME,
     errorFrame: (err) => frameEvent(JSON.stringify({ ...err.toJSON(), choices: [{ index: 0, text: '', finish_reason: 'error' }] })) + DONE_FRAME,
   };
+}
+
+/** The most output a completions body asks for: its cap (else the model's) per choice, per prompt. */
+function outputAsked(fields: Record<string, unknown>, modelMax: number): number {
+  const count = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 0);
+  const prompts = Array.isArray(fields.prompt) && fields.prompt.length > 0 && typeof fields.prompt[0] !== 'number' ? fields.prompt.length : 1;
+  return (count(fields.max_tokens) || modelMax) * Math.max(count(fields.n) || 1, count(fields.best_of) || 1) * prompts;
 }

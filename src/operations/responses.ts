@@ -21,7 +21,7 @@ import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
 import { checkResponseOwner, keepResponseOwner } from './response-owners.js';
-import { checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableResponsesInput } from './uncountable.js';
 
@@ -126,7 +126,9 @@ export const createResponse = textOperation({
       },
       unchanged: !injected && !('brand' in body) && !('knowledge' in body),
       // No cap asked for: the upstream gets the model's, which is what was held.
-      ...(req.max_output_tokens ? {} : { cap: { field: 'max_output_tokens', tokens: model.maxOutputTokens, names: ['max_output_tokens'] } }),
+      cap: req.max_output_tokens
+          ? { field: 'max_output_tokens', tokens: req.max_output_tokens, names: ['max_output_tokens'], sent: true }
+          : { field: 'max_output_tokens', tokens: capWithin(model, model.maxOutputTokens, bound, promptTokens), names: ['max_output_tokens'], sent: false },
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream.
         const out = withoutFields(body, CONTEXT_FIELDS);

@@ -89,3 +89,13 @@ export function pricedTier(model: Model, body: Record<string, unknown>, field: s
     param: field,
   });
 }
+
+/**
+ * The output cap to send when the client named none: the model's most per choice, less what a
+ * long prompt leaves of the context window (providers refuse a prompt plus cap over it). The
+ * prompt is counted only when its byte bound says it may matter.
+ */
+export function capWithin(model: Model, perChoice: number, promptBound: number, promptTokens: () => number): number {
+  if (promptBound + perChoice <= model.contextLength) return perChoice;
+  return Math.max(1, Math.min(perChoice, model.contextLength - promptTokens()));
+}

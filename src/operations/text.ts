@@ -7,6 +7,7 @@
 import { openTokenCall, refuseIfClosed, type BilledCall, type TokenHold } from '../billing/billed-call.js';
 import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import { type AnswerAccount, plainAccount } from '../billing/answer.js';
+import { noOutput } from '../billing/output.js';
 import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
@@ -47,7 +48,7 @@ export function textOperation(decl: TextOperation): Operation {
       const fields = parseJsonObject(bytes);
       let plan = await decl.plan(core, ctx, fields);
       // A cap field sent as null is a key already: the cap then goes in by re-encoding (one key, never two).
-      if (plan.cap && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
+      if (plan.cap && !plan.cap.sent && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
       // The plugins see the body first: the hold is computed on what the upstream receives.
       let replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
       // Then the input guardrails (a block throws here, before the hold): what they redacted is what is held for and sent.
@@ -75,7 +76,7 @@ export function textOperation(decl: TextOperation): Operation {
 
 /**
  * Sends the plan's body through the model's targets; the client's bytes go as they came when
- * nothing changes them. A failure before any answer, or a non-2xx answer, releases the call
+ * nothing changes them (but the held output cap, put ahead of them when they name none). A failure before any answer, or a non-2xx answer, releases the call
  * (nothing was produced). With the answer comes the model as served (its upstream).
  */
 async function send(
@@ -95,7 +96,7 @@ async function send(
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       const translation = translationFor(core, served, path);
       let body: string | Uint8Array;
-      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = plan.cap ? withLeadingField(bytes, plan.cap) : bytes;
+      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = plan.cap && !plan.cap.sent ? withLeadingField(bytes, plan.cap) : bytes;
       else {
         let fields = replaced && own(served) ? replaced : plan.fields(served);
         if (plugins && !(replaced && own(served))) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
@@ -124,7 +125,7 @@ async function send(
   }
 }
 
-/** The fields with the output cap added when they name none (a plugin may have dropped the client's). */
+/** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */
 function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
   if (!cap || cap.names.some((n) => fields[n] !== undefined && fields[n] !== null)) return fields;
   return { ...fields, [cap.field]: cap.tokens };
@@ -195,6 +196,12 @@ async function plainAnswer(
       text = JSON.stringify(answer);
     }
   } catch (err) {
+    if (ctx.request.signal?.aborted) {
+      // The client left after the upstream's 200: the provider read the prompt, which is billed
+      // (counted: its usage was in the answer nobody read).
+      void settleAnswer(call, plainAccount(null, noOutput), { complete: false, cause: 'stopped', upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
+      throw err;
+    }
     void releaseCall(call);
     if (err instanceof GatewayError) throw err;
     core.breaker.failure(served.upstream, ctx.key.accountId);

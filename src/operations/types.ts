@@ -40,9 +40,9 @@ export interface TextPlan {
   /** Whether the client's own bytes may go upstream as they came (to a target named like the model). */
   unchanged: boolean;
   /**
-   * The output cap the upstream is asked for when the body names none: the upstream is never
-   * asked for more output than was held. `field` is where it goes, `tokens` the per-choice most
-   * the hold allows, `names` the fields that already cap the output. Absent: the body caps it.
+   * The output cap the upstream is asked for whenever the body it receives names none (the
+   * client sent none, or a plugin removed it): the upstream is never asked for more output than
+   * was held. Absent: the endpoint produces no output (embeddings).
    */
   cap?: OutputCap;
   /** The reader of the streamed answer's events. */
@@ -61,9 +61,14 @@ export interface TextPlan {
 }
 
 export interface OutputCap {
+  /** The upstream's field for it. */
   field: string;
+  /** The per-choice most the hold allows. */
   tokens: number;
+  /** The fields that cap the output when a body names them. */
   names: readonly string[];
+  /** The client's body names a cap already (its bytes may go as they came). */
+  sent: boolean;
 }
 
 /** A token-priced endpoint: it reads its request into a plan; the billed call does the rest. */

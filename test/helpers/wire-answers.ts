@@ -13,7 +13,8 @@ import type { AddressInfo } from 'node:net';
 export type WireKind = 'openai' | 'anthropic' | 'gemini';
 /** The formats an upstream answers in: a kind's own, or OpenAI's Responses API (`/responses`). */
 export type WireFormat = WireKind | 'responses';
-export type UsagePlan = 'final' | 'absent' | 'early' | 'partial' | 'string' | 'negative';
+/** `early-then-final`: an opening report before the output (no output counted yet), then the final one after it. */
+export type UsagePlan = 'final' | 'absent' | 'early' | 'early-then-final' | 'partial' | 'string' | 'negative';
 
 export interface ScriptedAnswer {
   /** The answer's text, as the pieces it streams in. */
@@ -122,6 +123,7 @@ export function wireAnswer(kind: WireFormat, a: ScriptedAnswer, stream: boolean,
       `data: ${json({ id: 'chatcmpl-wire1', object: 'chat.completion.chunk', created: 1_700_000_000, model, choices, ...extra })}\n\n`;
     out += chunk([{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }]);
     if (a.usage === 'early') out += chunk([], { usage: openaiUsage(a) });
+    if (a.usage === 'early-then-final') out += chunk([], { usage: { prompt_tokens: a.prompt, completion_tokens: 0, total_tokens: a.prompt } });
     for (const p of a.pieces) out += chunk([{ index: 0, delta: { content: p }, logprobs: null, finish_reason: null }]);
     out += chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
     if (reports && a.usage !== 'early') out += chunk([], { usage: openaiUsage(a) });
@@ -143,8 +145,13 @@ export function wireAnswer(kind: WireFormat, a: ScriptedAnswer, stream: boolean,
     a.pieces.forEach((p, i) => {
       const last = i === a.pieces.length - 1;
       const candidate = { content: { role: 'model', parts: [{ text: p }] }, index: 0, ...(last ? { finishReason: 'STOP' } : {}) };
+      const opening = a.usage === 'early' || a.usage === 'early-then-final';
       const usage =
-        a.usage === 'early' ? (i === 0 ? { usageMetadata: geminiUsage(a, 1) } : {}) : reports && last ? { usageMetadata: geminiUsage(a, completionOf(a)) } : {};
+        opening && i === 0 && !last
+          ? { usageMetadata: geminiUsage(a, 1) }
+          : a.usage !== 'early' && reports && last
+            ? { usageMetadata: geminiUsage(a, completionOf(a)) }
+            : {};
       out += event({ candidates: [candidate], ...usage });
     });
   }

@@ -226,5 +226,44 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     const [entry] = await charges();
     expect((entry!.units as { completion: number }).completion).toBeGreaterThan(1000);
   });
-});
 
+  it.runIf(enabled)('4b. a plain call the client leaves after the upstream answered 200 pays its prompt', async () => {
+    await start(100);
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        // The 200 and the start of the body, then the rest never comes while the client waits.
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"id":"chatcmpl-1","object":"chat.completion","choices":[');
+      },
+    });
+    const messages = [{ role: 'user', content: 'A prompt the provider read in full. '.repeat(10) }];
+    const abort = new AbortController();
+    const pending = post('/chat/completions', { model: MODEL, messages }, { signal: abort.signal }).catch(() => null);
+    await eventually(() => up.requests.length === 1, 'the upstream to have the request');
+    await new Promise((r) => setTimeout(r, 200));
+    abort.abort();
+    await pending;
+    await settled();
+    const [entry] = await charges();
+    const prompt = await promptEstimate(messages);
+    expect(entry!.units).toMatchObject({ kind: 'tokens', prompt, completion: 0 });
+  });
+
+  it.runIf(enabled)('the upstream gets the held cap back when a plugin removed the client\'s', async () => {
+    await start(100, (o) => {
+      o.plugins = [
+        {
+          onUpstreamRequest({ body, setBody }) {
+            const { max_output_tokens: _a, max_completion_tokens: _b, max_tokens: _c, ...rest } = body;
+            setBody(rest);
+          },
+        },
+      ];
+    });
+    up.setBehavior({ kind: 'json' });
+    const chat = await post('/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 100 });
+    expect(chat.status).toBe(200);
+    expect(up.requests.at(-1)!.body!.max_completion_tokens).toBe(100);
+  });
+});

@@ -73,6 +73,8 @@ export const createMessage = textOperation({
       stream: req.stream === true,
       promptTokens,
       unchanged: !injected && !('brand' in body) && !('knowledge' in body),
+      // Messages requires a cap: it goes back in if a plugin removed it (the hold is at it).
+      cap: { field: 'max_tokens', tokens: req.max_tokens, names: ['max_tokens'], sent: true },
       fields(served) {
         // The gateway's own fields (brand, knowledge) never go upstream; their text is in `system`.
         const out = withoutFields(body, CONTEXT_FIELDS);

@@ -49,8 +49,9 @@ export class MessagesAccount extends RunningAccount {
       case 'message_start': {
         const message = isObject(event.message) ? event.message : {};
         if (isObject(message.usage)) Object.assign(this.fields, message.usage);
-        // An opening report: the output that follows is not in its output count.
-        this.report(messagesUsage(this.fields));
+        // An opening report: its input is the prompt's, but its output count (1, say) counts
+        // nothing yet: read as 0, so an answer that fails before any output bills no output.
+        this.report(messagesUsage({ ...this.fields, output_tokens: 0 }));
         break;
       }
       case 'content_block_start':

@@ -5,9 +5,10 @@
  * garbage or an error event, or shutdown cut the stream) becomes the reader's error frames: a
  * cut answer never looks like a finished one.
  *
- * Whatever way the stream ends, it is billed once (`settleStream`): the upstream's usage when
- * it came, else the produced output counted with the tokenizer, else (nothing produced) the
- * hold is released. The answer's last frames (the usage chunk, the end marker) are written
+ * Whatever way the stream ends, it is billed once by the one settle rule (`settleStream`):
+ * the upstream's usage when it came and is final, else the produced output counted with the
+ * tokenizer; the prompt is paid once the upstream answered, and only an upstream that failed
+ * before producing anything has its hold released. The answer's last frames (the usage chunk, the end marker) are written
  * only after that charge is in the store: a client holding a whole answer has paid for it.
  */
 import { Response } from '@whatwg-node/server';

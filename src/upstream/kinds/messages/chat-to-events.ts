@@ -57,7 +57,8 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
       const message = { id, type: 'message', role: 'assistant', model: c.model, content: [], stop_reason: null, stop_sequence: null, usage: messagesUsageOf(null) };
       out += messagesEvent({ type: 'message_start', message });
     }
-    if (isObject(c.usage)) this.usage = c.usage;
+    const reports = isObject(c.usage);
+    if (reports) this.usage = c.usage;
     const choice = Array.isArray(c.choices) ? c.choices[0] : undefined;
     if (isObject(choice)) {
       const delta = isObject(choice.delta) ? choice.delta : {};
@@ -70,8 +71,9 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
         this.finish = choice.finish_reason;
       }
     }
-    // Chat's usage chunk comes after the finish: with it the answer is whole.
-    if (this.finish !== null && this.usage !== null) out += this.close();
+    // Chat's usage chunk comes after the finish (or with it): with it the answer is whole. A
+    // report sent before the finish (an opening one) does not end it: the final one follows.
+    if (this.finish !== null && reports) out += this.close();
     return out;
   }
 

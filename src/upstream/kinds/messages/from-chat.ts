@@ -9,8 +9,8 @@ import { GatewayError } from '../../../errors.js';
 import { cannotCarry, chatFinish, chatUsageOf, isObject, type Json, present } from './shared.js';
 
 /**
- * What a chat request without a cap asks for: Messages requires `max_tokens`, and the chat
- * request leaves it to the model.
+ * What a chat body without a cap asks for. Messages requires `max_tokens`; the gateway always
+ * puts the held cap in the chat body it translates, so this is a last resort only.
  */
 const DEFAULT_MAX_TOKENS = 4096;
 /** Thinking budgets for chat's reasoning efforts. */
