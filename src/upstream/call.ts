@@ -218,8 +218,10 @@ export async function callModel(
       target.upstream === model.upstream && target.upstreamModel === model.upstreamModel
         ? model
         : { ...model, upstream: target.upstream, upstreamModel: target.upstreamModel };
-    let call = built.get(target.upstreamModel);
-    if (!call) built.set(target.upstreamModel, (call = await build(served)));
+    // One request per target: the same model name on upstreams of other kinds goes out in each one's API.
+    const key = `${target.upstream}\n${target.upstreamModel}`;
+    let call = built.get(key);
+    if (!call) built.set(key, (call = await build(served)));
     signal = call.signal;
     if (tried > 0) {
       // A short Retry-After of the same upstream is waited out; else the jittered backoff.

@@ -11,6 +11,7 @@ import { costOf, parsePrice } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/index.js';
 import { loadTokenizer } from '../helpers/billing.js';
 import { ACCOUNT, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { startTestUpstream } from '../helpers/upstream.js';
 import { type ScriptedAnswer, startWireUpstream, type UsagePlan, type WireKind, type WireUpstream } from '../helpers/wire-answers.js';
 
 type Ingress = 'chat' | 'responses' | 'messages';
@@ -171,6 +172,49 @@ describe('the same answer bills the same through every API (the cases found on t
       }
     }
     for (const [what, cap] of caps) expect(cap, what).toBe(MAX_OUTPUT);
+  });
+
+  it('a fallback to an upstream of another kind serving the same model name gets a request in its own API', async () => {
+    const failing = await startTestUpstream();
+    failing.setBehavior({ kind: 'error', status: 500 });
+    const setup = testConfig({ walletUsd: 100 });
+    setup.options.upstreams = {
+      first: { baseUrl: failing.url, apiKey: 'sk-first-upstream-0123456789', timeoutMs: 10_000 },
+      second: { kind: 'anthropic', baseUrl: wire.url, apiKey: 'sk-second-upstream-0123456789', timeoutMs: 10_000 },
+    };
+    setup.options.models = [
+      {
+        id: 'wire/fallback',
+        type: 'text',
+        name: 'Fallback',
+        ownedBy: 'Test Labs',
+        targets: [
+          { upstream: 'first', upstreamModel: 'same-name', priority: 0 },
+          { upstream: 'second', upstreamModel: 'same-name', priority: 1 },
+        ],
+        pricing: { prompt: '0.000001', completion: '0.000002' },
+        contextLength: 32_000,
+        maxOutputTokens: MAX_OUTPUT,
+      },
+    ];
+    setup.options.keys = [{ key: setup.devKey, account: ACCOUNT, kind: 'developer', label: 'dev' }];
+    const other = await startGateway(setup.options);
+    try {
+      wire.script('anthropic', { pieces: ['Hi'], usage: 'final', prompt: 12, completion: 1 });
+      const before = wire.requests.length;
+      const res = await fetch(`${other.baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: 'wire/fallback', messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      expect(res.status).toBe(200);
+      expect(failing.requests.length).toBeGreaterThan(0);
+      expect(wire.requests[before]!.path).toBe('/v1/messages');
+      expect(wire.requests[before]!.body.max_tokens).toBe(MAX_OUTPUT);
+    } finally {
+      await other.close();
+      await failing.close();
+    }
   });
 
   it('a long prompt gets the cap the context window leaves (providers refuse a prompt plus cap over it)', async () => {
