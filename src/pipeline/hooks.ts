@@ -149,36 +149,29 @@ export function createHooks(plugins: readonly GatewayPlugin[], log: Logger): Hoo
   for (const p of plugins) {
     for (const k of Object.keys(p) as (keyof GatewayPlugin)[]) if (k !== 'name' && typeof p[k] === 'function') present.add(k);
   }
+  /** Runs `hook` of every plugin in order; `failed` decides what a throw does (skip, or refuse). */
+  async function each(hook: HookName, args: unknown[], failed: (plugin: string, err: unknown) => void): Promise<void> {
+    if (!present.has(hook)) return;
+    for (const [i, p] of plugins.entries()) {
+      const fn = p[hook] as ((...a: unknown[]) => MaybePromise) | undefined;
+      if (!fn) continue;
+      try {
+        await fn.apply(p, args);
+      } catch (err) {
+        failed(p.name ?? `#${i}`, err);
+      }
+    }
+  }
   return {
     has: (hook) => present.has(hook),
-    async run(hook, ...args) {
-      if (!present.has(hook)) return;
-      for (const [i, p] of plugins.entries()) {
-        const fn = p[hook] as ((...a: unknown[]) => MaybePromise) | undefined;
-        if (!fn) continue;
-        try {
-          await fn.apply(p, args);
-        } catch (err) {
-          log.error({
-            msg: `plugin hook ${hook} threw; skipped`,
-            plugin: p.name ?? `#${i}`,
-            err: err instanceof Error ? err.message : String(err),
-          });
-        }
-      }
-    },
-    async runStrict(hook, ...args) {
-      if (!present.has(hook)) return;
-      for (const [i, p] of plugins.entries()) {
-        const fn = p[hook] as ((...a: unknown[]) => MaybePromise) | undefined;
-        if (!fn) continue;
-        try {
-          await fn.apply(p, args);
-        } catch (err) {
-          throw new PluginHookError(p.name ?? `#${i}`, err);
-        }
-      }
-    },
+    run: (hook, ...args) =>
+      each(hook, args, (plugin, err) =>
+        log.error({ msg: `plugin hook ${hook} threw; skipped`, plugin, err: err instanceof Error ? err.message : String(err) }),
+      ),
+    runStrict: (hook, ...args) =>
+      each(hook, args, (plugin, err) => {
+        throw new PluginHookError(plugin, err);
+      }),
   };
 }
 
