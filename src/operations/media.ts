@@ -6,7 +6,8 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { JobRecord } from '../stores/types.js';
 import type { Model } from '../catalog/catalog.js';
-import { callModel, pluginBody, upstreamHeaders } from '../upstream/call.js';
+import { callModel, upstreamHeaders } from '../upstream/call.js';
+import { pluginBody } from '../upstream/plugin-body.js';
 import { refuseAgentKeys } from './shared.js';
 
 /** Takes an in-flight slot for the account, or 429 without Retry-After (wait for a job instead). */

@@ -3,10 +3,8 @@
  * and turning its failures into the gateway's errors (502 upstream_error, 504 upstream_timeout).
  */
 import type { Model, Target } from '../catalog/catalog.js';
-import type { RequestContext } from '../pipeline/types.js';
 import type { GatewayConfig } from '../options.js';
 import type { Breaker } from './breaker.js';
-import { type Hooks, pluginKey } from '../pipeline/hooks.js';
 import { GatewayError } from '../errors.js';
 import { type Upstream, upstreamFailure, type UpstreamCall, type UpstreamResponse } from './client.js';
 import { SpanStatusCode } from '@opentelemetry/api';
@@ -16,14 +14,13 @@ import { type Redact, upstreamKeysRedactor } from './key-redactor.js';
 import type { CallRecord } from '../observability/record.js';
 import { startUpstreamSpan } from '../observability/traces.js';
 
-/** What calling a model uses of the gateway: its upstreams, their breaker, routing, the clock, the plugins' hooks. */
+/** What calling a model uses of the gateway: its upstreams, their breaker, routing, the clock, a logger. */
 export interface CallDeps {
   cfg: Pick<GatewayConfig, 'routing' | 'upstreams'>;
   upstreams: ReadonlyMap<string, Upstream>;
   breaker: Breaker;
   now: () => number;
   log: Logger;
-  hooks: Pick<Hooks, 'has' | 'run'>;
 }
 
 /** Request headers sent upstream: built from scratch, never copied from the client. */
@@ -343,52 +340,6 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
     param: typeof upstreamErr.param === 'string' ? redact(upstreamErr.param) : null,
     headers,
   });
-}
-
-/**
- * The body to send upstream once the plugins' onUpstreamRequest hooks have seen it: `encoded`
- * as it is when no plugin replaced it (the common case costs nothing), else the replacement
- * as JSON. Each plugin sees the body the plugins before it left.
- */
-export async function pluginBody(
-  core: CallDeps,
-  ctx: RequestContext,
-  model: Model,
-  path: string,
-  body: Record<string, unknown>,
-  encoded: string | Uint8Array,
-): Promise<string | Uint8Array> {
-  const replaced = await pluginFields(core, ctx, model, path, body);
-  return replaced ? JSON.stringify(replaced) : encoded;
-}
-
-/** Runs onUpstreamRequest over `body`; the replacement, or null when no plugin replaced it. */
-export async function pluginFields(
-  core: CallDeps,
-  ctx: RequestContext,
-  model: Model,
-  path: string,
-  body: Record<string, unknown>,
-): Promise<Record<string, unknown> | null> {
-  if (!core.hooks.has('onUpstreamRequest')) return null;
-  let current = body;
-  let replaced = false;
-  await core.hooks.run('onUpstreamRequest', {
-    request: ctx.request,
-    requestId: ctx.requestId,
-    key: pluginKey(ctx.key),
-    model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
-    path,
-    // A copy: a plugin that edits it in place without setBody changes nothing.
-    get body() {
-      return JSON.parse(JSON.stringify(current)) as Record<string, unknown>;
-    },
-    setBody(next: Record<string, unknown>) {
-      current = next;
-      replaced = true;
-    },
-  });
-  return replaced ? current : null;
 }
 
 /**

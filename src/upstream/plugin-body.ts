@@ -1,0 +1,53 @@
+/**
+ * The plugins' say on a body before it goes upstream (onUpstreamRequest): each plugin sees the
+ * body the plugins before it left, and may replace it.
+ */
+import type { Model } from '../catalog/catalog.js';
+import { type Hooks, pluginKey } from '../pipeline/hooks.js';
+import type { RequestContext } from '../pipeline/types.js';
+
+/**
+ * The body to send upstream once the plugins' onUpstreamRequest hooks have seen it: `encoded`
+ * as it is when no plugin replaced it (the common case costs nothing), else the replacement
+ * as JSON. Each plugin sees the body the plugins before it left.
+ */
+export async function pluginBody(
+  core: { hooks: Pick<Hooks, 'has' | 'run'> },
+  ctx: RequestContext,
+  model: Model,
+  path: string,
+  body: Record<string, unknown>,
+  encoded: string | Uint8Array,
+): Promise<string | Uint8Array> {
+  const replaced = await pluginFields(core, ctx, model, path, body);
+  return replaced ? JSON.stringify(replaced) : encoded;
+}
+
+/** Runs onUpstreamRequest over `body`; the replacement, or null when no plugin replaced it. */
+export async function pluginFields(
+  core: { hooks: Pick<Hooks, 'has' | 'run'> },
+  ctx: RequestContext,
+  model: Model,
+  path: string,
+  body: Record<string, unknown>,
+): Promise<Record<string, unknown> | null> {
+  if (!core.hooks.has('onUpstreamRequest')) return null;
+  let current = body;
+  let replaced = false;
+  await core.hooks.run('onUpstreamRequest', {
+    request: ctx.request,
+    requestId: ctx.requestId,
+    key: pluginKey(ctx.key),
+    model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
+    path,
+    // A copy: a plugin that edits it in place without setBody changes nothing.
+    get body() {
+      return JSON.parse(JSON.stringify(current)) as Record<string, unknown>;
+    },
+    setBody(next: Record<string, unknown>) {
+      current = next;
+      replaced = true;
+    },
+  });
+  return replaced ? current : null;
+}
