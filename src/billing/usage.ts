@@ -21,7 +21,8 @@ export interface Usage {
   reasoning?: number;
 }
 
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
+/** A token count as providers report one: a non-negative safe integer. */
+export const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
 /** A count inside `details` (`prompt_tokens_details.cached_tokens`), or 0 when absent or malformed. */
 function detail(details: unknown, field: string): number {

@@ -5,11 +5,10 @@
  */
 import { type AnswerAccount, plainAccount } from '../../billing/answer.js';
 import { collectOutput, noOutput, type OutputCount } from '../../billing/output.js';
-import { type Usage, usageOfParts } from '../../billing/usage.js';
+import { isCount, type Usage, usageOfParts } from '../../billing/usage.js';
+import { isObject } from '../kinds/shared.js';
 import { RunningAccount } from './account.js';
 
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 const count = (v: unknown): number => (isCount(v) ? v : 0);
 
 /**

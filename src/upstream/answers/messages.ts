@@ -6,11 +6,10 @@
  */
 import { type AnswerAccount, plainAccount } from '../../billing/answer.js';
 import { collectOutput, noOutput } from '../../billing/output.js';
-import { type Usage, usageOfParts } from '../../billing/usage.js';
+import { isCount, type Usage, usageOfParts } from '../../billing/usage.js';
+import { isObject } from '../kinds/shared.js';
 import { RunningAccount } from './account.js';
 
-const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
  * Messages usage as the gateway's: the prompt is every input token (Anthropic reports cache
