@@ -136,7 +136,7 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
     },
     complete: () => done,
     answered: () => answered,
-    account: read.account,
+    account: read,
     endFrame: DONE_FRAME,
     errorFrame: (err) => frameEvent(JSON.stringify({ ...err.toJSON(), choices: [{ index: 0, text: '', finish_reason: 'error' }] })) + DONE_FRAME,
   };

@@ -22,9 +22,8 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
   private readonly tools = new Map<number, number>();
   private finish: unknown = null;
   private usage: unknown = null;
-  private readonly chat = new ChatAccount();
   /** The answer as the chat upstream says it: what the stream is billed by. */
-  readonly account = this.chat.account;
+  readonly account = new ChatAccount();
 
   protected event(data: string): string {
     return data === '[DONE]' ? this.close() : this.chunk(eventOf(data));
@@ -49,7 +48,7 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
 
   private chunk(c: Json): string {
     if (c.error) throw errors.upstreamFailedMidStream(c.error);
-    this.chat.read(c);
+    this.account.read(c);
     let out = '';
     if (!this.started) {
       this.started = true;
