@@ -10,17 +10,15 @@ import { chooseTier } from '../billing/tiers.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
-import { guardedBody } from '../guardrails/index.js';
-import { json, jsonText, parseJsonObject } from '../http/json.js';
-import { jobView, leasePool, newJobId, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
+import { json, jsonText } from '../http/json.js';
+import { jobView, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
 import { upstreamError } from '../upstream/call.js';
-import type { BilledCall } from '../billing/meter.js';
 import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
-import { openAmountCall, refuseIfClosed } from '../billing/billed-call.js';
-import { callModelWithBody, refuseNul, takeSlot, unixSeconds } from './media.js';
-import { refuseAgentKeys, zodError } from './shared.js';
+import { refuseIfClosed } from '../billing/billed-call.js';
+import { callModelWithBody, unixSeconds } from './media.js';
+import { jobOf, type MediaCall, mediaOperation, type TierPrice } from './media-operation.js';
 
 const imageSchema = z.looseObject({
   model: z.string().min(1),
@@ -34,38 +32,28 @@ const imageSchema = z.looseObject({
 
 type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok: false; err: GatewayError };
 
-export async function createImage(core: Services, ctx: RequestContext): Promise<Response> {
-  refuseAgentKeys(ctx);
-  const raw = await ctx.body();
-  const parsed = parseJsonObject(raw);
-  const checked = imageSchema.safeParse(parsed);
-  if (!checked.success) throw zodError(checked.error, parsed);
-  refuseNul(parsed);
-  const req = checked.data;
-  const model = await core.catalog.resolve(req.model, ctx.key, 'image', () => core.grants(ctx.key.accountId));
-  // The input guardrails see the prompt before the hold: a block refuses here, a redaction is what goes upstream.
-  const { fields: body, bytes } = await guardedBody(core.guardrails, ctx, model, '/images/generations', parsed, raw);
-  const { tier } = chooseTier(model, req);
-  const n = req.n ?? 1;
-  // Billed at the price it was held at (an image job is billed by the instance that held it).
-  const unitPricePico = tierPrice(model, tier);
+export const createImage = mediaOperation({
+  path: '/images/generations',
+  modality: 'image',
+  schema: imageSchema,
+  // n images at the tier's price, billed at the price it was held at (an image job is billed
+  // by the instance that held it).
+  price(_core, model, req) {
+    const { tier } = chooseTier(model, req);
+    const n = req.n ?? 1;
+    const unitPricePico = tierPrice(model, tier);
+    return { amount: cost(unitPricePico, n), what: `${n} image(s) at tier ${tier}`, count: n, tier, unitPricePico };
+  },
+  relay: 'inline-or-job',
+  run: generateImages,
+});
 
-  const jobId = newJobId('image');
+async function generateImages(core: Services, ctx: RequestContext, m: MediaCall<z.infer<typeof imageSchema>, TierPrice>): Promise<Response> {
+  const { model, call } = m;
+  const { count: n, tier, unitPricePico } = m.price;
+  const { id: jobId, lease } = jobOf(m);
   // The hold and an inline answer's ledger entry carry the request id; a job's entry, its job id.
   let ledgerId = ctx.requestId;
-  const lease = await takeSlot(core, ctx, 'image', jobId);
-  let call: BilledCall;
-  try {
-    call = await openAmountCall(
-      core,
-      ctx,
-      { id: ctx.requestId, model, amount: cost(unitPricePico, n) },
-      `${n} image(s) at tier ${tier}`,
-    );
-  } catch (err) {
-    await core.jobs.drop(lease);
-    throw err;
-  }
 
   /** The upstream that serves the call (the model's first target until one answered). */
   let servedBy = model.upstream;
@@ -86,7 +74,7 @@ export async function createImage(core: Services, ctx: RequestContext): Promise<
   // Shutdown's grace period is over: the generation is abandoned and nothing is charged.
   call.onAbort(() => abort.abort(new Error('gateway shutting down')));
 
-  const work = generate(core, ctx, model, body, bytes, abort.signal, (name) => void (servedBy = name));
+  const work = generate(core, ctx, model, m.sub.fields, m.sub.body, abort.signal, (name) => void (servedBy = name));
 
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<'deadline'>((resolve) => {
@@ -116,7 +104,7 @@ async function generate(
   ctx: RequestContext,
   model: Model,
   body: Record<string, unknown>,
-  bytes: Uint8Array,
+  bytes: Uint8Array | string,
   signal: AbortSignal,
   servedBy: (upstream: string) => void,
 ): Promise<Outcome> {

@@ -1,6 +1,7 @@
 /**
  * The /v1 table: every endpoint the gateway serves, declared. A billable POST is marked
- * `idempotent` (it honours Idempotency-Key and its key-rate check rides on its hold).
+ * `idempotent` (it honours Idempotency-Key and its key-rate check rides on its hold): the
+ * text operations (`textOperation`) and the media ones (`mediaOperation`) declare it.
  */
 import { chatCompletions } from './chat.js';
 import { createCompletion } from './completions.js';
@@ -16,7 +17,6 @@ import { videoContent } from './videos/content.js';
 import { createVideo } from './videos/create.js';
 import { deleteVideo, listVideos } from './videos/list.js';
 
-const billed = (path: string, run: Operation['run']): Operation => ({ method: 'POST', path, idempotent: true, run });
 const get = (path: string, run: Operation['run']): Operation => ({ method: 'GET', path, run });
 
 export const operations: readonly Operation[] = [
@@ -31,10 +31,10 @@ export const operations: readonly Operation[] = [
   get('/key', readKey),
   get('/brands', listBrands),
   get('/knowledge', listKnowledge),
-  billed('/images/generations', createImage),
+  createImage,
   get('/images/{id}', (core, ctx) => getJob(core, ctx, 'image')),
-  billed('/audio/speech', createSpeech),
-  billed('/videos', createVideo),
+  createSpeech,
+  createVideo,
   get('/videos', listVideos),
   get('/videos/{id}', (core, ctx) => getJob(core, ctx, 'video')),
   { method: 'DELETE', path: '/videos/{id}', run: deleteVideo },

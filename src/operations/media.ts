@@ -74,7 +74,7 @@ export function callModelWithBody(
   model: Model,
   path: string,
   body: Record<string, unknown>,
-  bytes: Uint8Array,
+  bytes: Uint8Array | string,
   signal: AbortSignal,
 ) {
   return callModel(core, ctx, model, async (served) => {

@@ -9,15 +9,12 @@ import { listCost } from '../billing/pricing.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
-import { guardedBody } from '../guardrails/index.js';
-import { parseJsonObject } from '../http/json.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { upstreamError } from '../upstream/call.js';
 import { relayBytes } from '../upstream/stream/bytes.js';
-import { openAmountCall } from '../billing/billed-call.js';
 import { settleSpeech } from '../billing/settle.js';
 import { callModelWithBody } from './media.js';
-import { refuseAgentKeys, zodError } from './shared.js';
+import { type MediaCall, mediaOperation } from './media-operation.js';
 import { Response } from '@whatwg-node/server';
 
 export const AUDIO_TYPES = {
@@ -39,25 +36,22 @@ const speechSchema = z.looseObject({
   stream_format: z.enum(['audio']).optional(),
 });
 
-export async function createSpeech(core: Services, ctx: RequestContext): Promise<Response> {
-  refuseAgentKeys(ctx);
-  const raw = await ctx.body();
-  const parsed = parseJsonObject(raw);
-  const checked = speechSchema.safeParse(parsed);
-  if (!checked.success) throw zodError(checked.error, parsed);
-  const model = await core.catalog.resolve(checked.data.model, ctx.key, 'audio', () => core.grants(ctx.key.accountId));
-  // The input guardrails see the text before the hold: what they leave is what is spoken and priced.
-  const { fields: body, bytes } = await guardedBody(core.guardrails, ctx, model, '/audio/speech', parsed, raw);
-  const req = body === parsed ? checked.data : { ...checked.data, input: body.input as string, instructions: body.instructions as string | undefined };
-  const tokens = core.tokenizer.count(req.input) + (req.instructions ? core.tokenizer.count(req.instructions) : 0);
-  const units = { kind: 'speech_tokens' as const, tokens };
-  const call = await openAmountCall(
-    core,
-    ctx,
-    { id: ctx.requestId, model, amount: listCost(model, units) },
-    `${tokens} input tokens of speech`,
-  );
+export const createSpeech = mediaOperation({
+  path: '/audio/speech',
+  modality: 'audio',
+  schema: speechSchema,
+  // The exact price: every token of the text spoken and of the instructions steering it.
+  price(core, model, req) {
+    const tokens = core.tokenizer.count(req.input) + (req.instructions ? core.tokenizer.count(req.instructions) : 0);
+    return { amount: listCost(model, { kind: 'speech_tokens', tokens }), what: `${tokens} input tokens of speech`, count: tokens };
+  },
+  relay: 'bytes',
+  run: relaySpeech,
+});
 
+async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.infer<typeof speechSchema>>): Promise<Response> {
+  const { model, req, call } = m;
+  const tokens = m.price.count;
   const format = req.response_format ?? 'mp3';
   const abort = new AbortController();
   const onClientGone = () => abort.abort(new Error('client disconnected'));
@@ -82,7 +76,7 @@ export async function createSpeech(core: Services, ctx: RequestContext): Promise
   });
 
   try {
-    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', body, bytes, abort.signal);
+    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', m.sub.fields, m.sub.body, abort.signal);
     res = answer.res;
     servedBy = answer.served.upstream;
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });

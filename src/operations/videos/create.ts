@@ -13,15 +13,14 @@ import type { Services } from '../../services.js';
 import { errors, GatewayError } from '../../errors.js';
 import type { Model } from '../../catalog/catalog.js';
 import { json } from '../../http/json.js';
-import { jobView, newJobId } from '../../jobs/runner.js';
+import { jobView } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { callModel, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { pluginFields } from '../../upstream/plugin-body.js';
-import { openAmountCall } from '../../billing/billed-call.js';
 import { releaseCall, settleVideo } from '../../billing/settle.js';
-import { refuseNul, takeSlot, unixSeconds } from '../media.js';
-import { refuseAgentKeys, zodError } from '../shared.js';
-import { DEFAULT_SECONDS, DEFAULT_SIZE, forUpstream, readSubmission, type Submission } from './submission.js';
+import { unixSeconds } from '../media.js';
+import { jobOf, type MediaCall, mediaOperation, type TierPrice } from '../media-operation.js';
+import { DEFAULT_SECONDS, DEFAULT_SIZE, forUpstream, type Submission } from './submission.js';
 import { reportedSize, trackVideo } from './tracker.js';
 
 const videoSchema = z.looseObject({
@@ -35,37 +34,33 @@ const videoSchema = z.looseObject({
   mode: z.string().optional(),
 });
 
-export async function createVideo(core: Services, ctx: RequestContext): Promise<Response> {
-  refuseAgentKeys(ctx);
-  const read = await readSubmission(ctx);
-  const checked = videoSchema.safeParse(read.fields);
-  if (!checked.success) throw zodError(checked.error, read.fields);
-  refuseNul(read.fields);
-  const req = checked.data;
-  const model = await core.catalog.resolve(req.model, ctx.key, 'video', () => core.grants(ctx.key.accountId));
-  // The input guardrails see the prompt before the hold (multipart is re-encoded from the fields anyway).
-  const guarded = core.guardrails.any ? (await core.guardrails.input(ctx, model, '/videos', read.fields)).fields : read.fields;
-  const sub = guarded === read.fields ? read : { ...read, fields: guarded, body: read.contentType === 'application/json' ? JSON.stringify(guarded) : read.body };
-  const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);
-  if (seconds < 1 || seconds > 120) {
-    throw new GatewayError('invalid_request', "Invalid value for 'seconds': expected 1 to 120.", { param: 'seconds' });
-  }
-  const { tier } = chooseTier(model, req);
-  // The price the job is held at, kept in its record: it is billed at it, whoever finishes it.
-  const unitPrice = tierPrice(model, tier);
+export const createVideo = mediaOperation({
+  path: '/videos',
+  modality: 'video',
+  schema: videoSchema,
+  multipart: true,
+  // The seconds asked at the tier's price per second, kept in the job's record: it is billed
+  // at that price, whoever finishes it.
+  price(_core, model, req) {
+    const seconds = req.seconds === undefined ? DEFAULT_SECONDS : Number(req.seconds);
+    if (seconds < 1 || seconds > 120) {
+      throw new GatewayError('invalid_request', "Invalid value for 'seconds': expected 1 to 120.", { param: 'seconds' });
+    }
+    const { tier } = chooseTier(model, req);
+    const unitPricePico = tierPrice(model, tier);
+    return { amount: cost(unitPricePico, seconds), what: `${seconds} s of video at tier ${tier}`, count: seconds, tier, unitPricePico };
+  },
+  relay: 'job',
+  run: startVideo,
+});
 
-  const jobId = newJobId('video');
-  const lease = await takeSlot(core, ctx, 'video', jobId);
+async function startVideo(core: Services, ctx: RequestContext, m: MediaCall<z.infer<typeof videoSchema>, TierPrice>): Promise<Response> {
+  const { model, req, sub } = m;
+  const { count: seconds, tier, unitPricePico: unitPrice } = m.price;
+  const { id: jobId, lease } = jobOf(m);
   let submitted: Submitted;
   try {
-    // A job any instance can finish: the hold lives as long as the job and survives shutdown.
-    const call = await openAmountCall(
-      core,
-      ctx,
-      { id: jobId, model, amount: cost(unitPrice, seconds), ttlMs: core.cfg.limits.jobTtlMs, durable: true },
-      `${seconds} s of video at tier ${tier}`,
-    );
-    submitted = await submit(core, ctx, model, sub, call);
+    submitted = await submit(core, ctx, model, sub, m.call);
   } catch (err) {
     await core.jobs.drop(lease);
     throw err;
