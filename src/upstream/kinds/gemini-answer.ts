@@ -6,12 +6,10 @@
  * output with the model's thinking.
  */
 import { errors } from '../../errors.js';
-import { GeminiAccount } from '../answers/gemini.js';
+import { GeminiAccount, geminiUsage } from '../answers/gemini.js';
 import { EventTranslator } from './event-translator.js';
 import { idBase, toolCallId } from './gemini-ids.js';
 import { eventData, isObject } from './shared.js';
-
-const count = (v: unknown): number => (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0 ? v : 0);
 
 /** Gemini's reasons a candidate stopped that are a filter's doing. */
 const FILTERED = new Set(['SAFETY', 'RECITATION', 'BLOCKLIST', 'PROHIBITED_CONTENT', 'SPII', 'IMAGE_SAFETY', 'IMAGE_PROHIBITED_CONTENT', 'IMAGE_RECITATION']);
@@ -24,21 +22,19 @@ export function finishReason(reason: unknown, calledTools: boolean): string {
 }
 
 /**
- * Chat usage for `usageMetadata`: the prompt is every input token (the cached ones included,
- * and a tool's prompt when there was one), the completion the candidates' tokens and the
- * thinking ones; `null` when it reports no prompt count.
+ * Chat usage for `usageMetadata`, as the answer reader reads it (one reading: what the client
+ * is told is what is billed); `null` when it reports no valid prompt count or a malformed
+ * output count.
  */
 export function chatUsage(meta: unknown): Record<string, unknown> | null {
-  if (!isObject(meta) || typeof meta.promptTokenCount !== 'number') return null;
-  const prompt = count(meta.promptTokenCount) + count(meta.toolUsePromptTokenCount);
-  const reasoning = count(meta.thoughtsTokenCount);
-  const completion = count(meta.candidatesTokenCount) + reasoning;
+  const usage = geminiUsage(meta);
+  if (!usage) return null;
   return {
-    prompt_tokens: prompt,
-    completion_tokens: completion,
-    total_tokens: prompt + completion,
-    prompt_tokens_details: { cached_tokens: count(meta.cachedContentTokenCount) },
-    completion_tokens_details: { reasoning_tokens: reasoning },
+    prompt_tokens: usage.prompt,
+    completion_tokens: usage.completion,
+    total_tokens: usage.prompt + usage.completion,
+    prompt_tokens_details: { cached_tokens: usage.cachedPrompt ?? 0 },
+    completion_tokens_details: { reasoning_tokens: usage.reasoning ?? 0 },
   };
 }
 
