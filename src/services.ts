@@ -142,11 +142,13 @@ export function createServices(
   let cut = false;
 
   const counters = { openStreams: 0 };
+  const cacheOn = cfg.cache !== null || cfg.models.some((m) => m.cache);
   const metrics = cfg.metrics
     ? createMetrics(cfg.metrics, {
         circuits: () => [...upstreams.keys()].map((u) => [u, breaker.isOpen(u)] as [string, boolean]),
         openHolds: () => core.meter.openCalls(),
         openStreams: () => counters.openStreams,
+        ...(cacheOn ? { cache: () => core.cache?.totals() ?? null } : {}),
       })
     : null;
   let stores = givenStores ?? storesFor(cfg, now);
@@ -198,7 +200,7 @@ export function createServices(
     jobs: undefined as unknown as JobRunner,
     context: createContextService({ cfg, stores }),
     guardrails: createGuardrails(cfg.guardrails, hooks, log),
-    cache: cfg.cache || cfg.models.some((m) => m.cache) ? createResponseCache(cfg.cache, cfg.models, stores.responseCache, log, now) : null,
+    cache: cacheOn ? createResponseCache(cfg.cache, cfg.models, stores.responseCache, log, now) : null,
   };
   core.jobs = createJobRunner(core);
   // Wallets and the ledger live only in the stores: say so at start-up when they keep nothing.

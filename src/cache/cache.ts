@@ -66,6 +66,8 @@ export interface ResponseCache {
   countHit(accountId: string, model: string, listNano: bigint, costNano: bigint): void;
   /** Drops every entry (only `account`'s when given). */
   purge(account?: string): Promise<number>;
+  /** The counts so far, in all. */
+  totals(): CacheTally;
   /** The counts so far: in all, and per account and model. */
   tally(): { total: CacheTally; byAccountModel: Array<{ account: string; model: string } & CacheTally> };
 }
@@ -144,6 +146,7 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       });
     },
     purge: (account) => entries.purge(account),
+    totals: () => ({ ...total }),
     tally: () => ({ total: { ...total }, byAccountModel: [...byAccountModel.values()].map((t) => ({ ...t })) }),
   };
 

@@ -10,6 +10,7 @@ import { auditBooks } from '../../src/billing/audit.js';
 import type { Stores } from '../../src/stores/types.js';
 import { ACCOUNT, COMPLETION_PRICE, MODEL, PROMPT_PRICE, type RunningGateway, startGateway, testConfig } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from '../admin/token.js';
 
 const USAGE = { prompt_tokens: 11, completion_tokens: 3 };
 const EMBED = 'test/embed';
@@ -34,7 +35,7 @@ export function responseCacheApiCases(name: string, makeStores: () => Promise<St
         models: [{ id: EMBED, upstream: 'test', pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE }, embedding: true, cache: { hitPrice: '1' } }],
       });
       devKey = setup.devKey;
-      gw = await startGateway({ ...setup.options, cache: { hitPrice: '0.5' }, stores: await makeStores() });
+      gw = await startGateway({ ...setup.options, cache: { hitPrice: '0.5' }, metrics: { path: '/metrics' }, admin: { tokenSha256: ADMIN_SHA }, stores: await makeStores() });
     });
     afterAll(async () => {
       await gw?.close();
@@ -110,6 +111,27 @@ export function responseCacheApiCases(name: string, makeStores: () => Promise<St
       // 9 prompt tokens at 0.000001 USD, at hitPrice "1": 9,000 nano-USD.
       expect(entry).toMatchObject({ measured: 'cache', cost: 9_000n, units: { kind: 'tokens', prompt: 9, completion: 0 } });
       expect(await auditBooks(gw.stores, { account: ACCOUNT })).toMatchObject({ ok: true });
+    });
+
+    it('the metrics and the admin API count the hits, misses and USD saved, per account and model', async () => {
+      // So far: completions and Messages 2 hits and 2 misses each at hitPrice "0.5" (11 prompt and
+      // 3 completion tokens: 17,000 nano-USD listed, 8,500 saved a hit); embeddings 1 and 1 at "1".
+      const stats = (await (await fetch(`${gw.origin}/admin/v1/cache`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } })).json()) as {
+        total: { hits: number; misses: number; saved_usd: string; hit_rate: number };
+        data: Array<{ account: string; model: string; hits: number; saved_usd: string }>;
+      };
+      expect(stats.total).toMatchObject({ hits: 5, misses: 5, saved_usd: '0.000034', hit_rate: 0.5 });
+      expect(stats.data).toEqual(
+        expect.arrayContaining([
+          expect.objectContaining({ account: ACCOUNT, model: MODEL, hits: 4, saved_usd: '0.000034' }),
+          expect.objectContaining({ account: ACCOUNT, model: EMBED, hits: 1, saved_usd: '0' }),
+        ]),
+      );
+      const text = await (await fetch(`${gw.origin}/metrics`)).text();
+      expect(text).toMatch(/^model_gateway_cache_hits_total 5$/m);
+      expect(text).toMatch(/^model_gateway_cache_misses_total 5$/m);
+      expect(text).toMatch(/^model_gateway_cache_saved_usd_total 0\.000034$/m);
+      expect(text).toMatch(/^model_gateway_cache_stored_bytes_total [1-9]\d*$/m);
     });
   });
 }
