@@ -29,6 +29,7 @@ export function responseCacheCases(name: string, makeStores: () => Promise<Store
     let devKey: string;
     const otherKey = testKey();
     const poorKey = testKey();
+    const secondKey = testKey();
     let n = 0;
     /** A prompt no other test sends: each test starts with a cold cache. */
     const fresh = () => [{ role: 'user', content: `question ${name} ${++n} ${Date.now()}` }];
@@ -43,6 +44,7 @@ export function responseCacheCases(name: string, makeStores: () => Promise<Store
           { id: 'test/full', upstream: 'test', upstreamModel: 'provider-chat-1', pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE }, cache: { hitPrice: '1' } },
           { id: 'test/third', upstream: 'test', upstreamModel: 'provider-chat-1', pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE }, cache: { hitPrice: '0.3333' } },
           { id: 'test/short', upstream: 'test', upstreamModel: 'provider-chat-1', pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE }, cache: { ttlSeconds: 1 } },
+          { id: 'test/perkey', upstream: 'test', upstreamModel: 'provider-chat-1', pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE }, cache: { scope: 'key' } },
           { id: 'test/never', upstream: 'test', upstreamModel: 'provider-chat-1', pricing: { prompt: PROMPT_PRICE, completion: COMPLETION_PRICE }, cache: false },
         ],
         accounts: [
@@ -52,6 +54,7 @@ export function responseCacheCases(name: string, makeStores: () => Promise<Store
         keys: [
           { key: otherKey, account: OTHER },
           { key: poorKey, account: POOR },
+          { key: secondKey, account: ACCOUNT },
         ],
       });
       devKey = setup.devKey;
@@ -162,6 +165,16 @@ export function responseCacheCases(name: string, makeStores: () => Promise<Store
       const never = await post({ model: 'test/never', messages: fresh() });
       expect(never.status).toBe(200);
       expect(never.headers.get('x-cache')).toBeNull();
+    });
+
+    it('scope "key": another key of the same account misses; scope "account" (the default): it hits', async () => {
+      const perKey = { model: 'test/perkey', messages: fresh() };
+      expect((await post(perKey)).headers.get('x-cache')).toBe('MISS');
+      expect((await post(perKey, secondKey)).headers.get('x-cache')).toBe('MISS');
+      expect((await post(perKey, secondKey)).headers.get('x-cache')).toBe('HIT');
+      const shared = { model: MODEL, messages: fresh() };
+      expect((await post(shared)).headers.get('x-cache')).toBe('MISS');
+      expect((await post(shared, secondKey)).headers.get('x-cache')).toBe('HIT');
     });
 
     it('Cache-Control: no-store neither reads nor writes (BYPASS); no-cache skips the lookup and refreshes', async () => {

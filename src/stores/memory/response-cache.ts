@@ -6,7 +6,7 @@ interface Entry extends CachedAnswer {
   expiresAt: number;
 }
 
-/** What an entry counts for: its key and value as stored (UTF-16 strings, two bytes a character at most). */
+/** What an entry counts for: its key and value in UTF-8 bytes (as every driver counts them). */
 const sizeOf = (key: string, value: string) => Buffer.byteLength(key) + Buffer.byteLength(value);
 
 /**
