@@ -123,10 +123,11 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       const key = `${req.accountId}:${hash}`;
       const store = async (entry: CacheEntry) => {
         const value = JSON.stringify({ body: entry.body, usage: entry.usage });
-        if (Buffer.byteLength(value) > req.settings.maxEntryBytes) return;
+        const bytes = Buffer.byteLength(value);
+        if (bytes > req.settings.maxEntryBytes) return;
         try {
           await entries.put(req.accountId, key, value, req.settings.ttlSeconds * 1000, req.settings.maxBytesPerAccount);
-          count(req.accountId, req.model, (t) => (t.storedBytes += value.length));
+          count(req.accountId, req.model, (t) => (t.storedBytes += bytes));
         } catch (err) {
           // An answer the cache could not keep is still the client's: only the next call misses.
           log.warn({ msg: 'response cache write failed', err: err instanceof Error ? err.message : String(err) });
