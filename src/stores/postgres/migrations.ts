@@ -1276,6 +1276,7 @@ CREATE TABLE ${s}.response_cache (
   expires_at bigint NOT NULL
 );
 CREATE INDEX response_cache_account ON ${s}.response_cache (account, expires_at);
+CREATE INDEX response_cache_expiry ON ${s}.response_cache (expires_at);
 CREATE FUNCTION ${s}.mg_cache_put(p_key text, p_account text, p_value text, p_bytes bigint, p_ttl bigint, p_cap bigint)
 RETURNS void LANGUAGE plpgsql AS $$
 DECLARE v_t bigint;
