@@ -55,6 +55,7 @@
  *   BENCH_RETRIES [2]         a measurement that saw > 0.2 cores of other load is taken again up to this often
  *   BENCH_WORKERS [sqlite,redis]  storages on which `serve --workers 2` is measured against 1 ("off": none)
  *   BENCH_WORKERS_ROUNDS [3]  rounds of that comparison
+ *   BENCH_CACHE [on]          "off": skip the response-cache phase (a hit's CPU per call against a plain call's, memory)
  *
  * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
  */
@@ -66,6 +67,7 @@ import { join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { ALIAS_MODEL, ALIAS_SERVED_AS, ALIAS_UPSTREAM_MODEL, gatewayConfig, PLAIN_REQUEST } from './fixtures.js';
+import { type CacheHitsResult, cacheHits } from './cache-hits.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -140,6 +142,7 @@ const NODE_FLAGS = (env.BENCH_NODE_FLAGS ?? '').split(/\s+/).filter(Boolean);
 /** The storages on which `serve --workers 2` is measured against one process ("off": none). */
 const WORKERS_ON = env.BENCH_WORKERS === 'off' ? [] : list(env.BENCH_WORKERS, 'sqlite,redis');
 const WORKERS_ROUNDS = num(env.BENCH_WORKERS_ROUNDS, 3);
+const CACHE_PHASE = env.BENCH_CACHE !== 'off';
 
 /** What the report says about the real shape (the kind shape's text is as it always was). */
 const REAL_SHAPE_NOTE =
@@ -514,6 +517,31 @@ async function main(): Promise<void> {
       report(LABEL.bare, held.bare);
       await bare2.stop();
     }
+    // ---- a response-cache hit against a plain call (memory) ----
+    let cache: CacheHitsResult | { failed: string } | null = null;
+    if (CACHE_PHASE) {
+      try {
+        cache = await cacheHits({
+          upstreamUrl: upstream.url,
+          upstreamPid: upstream.pid,
+          key: KEY,
+          dir: tmp,
+          serveArgs: (file) => gatewayArgs(file, null),
+          cwd: ROOT,
+          duration: DURATION,
+          settleS: SETTLE,
+          rounds: Math.min(ROUNDS, 3),
+          connections: HEADLINE_C,
+        });
+        log(
+          `cache    memory: plain call ${fmtInt(cache.plainUs)} µs/call (${fmtInt(cache.plainRps)} req/s), hit ${fmtInt(cache.hitUs)} µs/call (${fmtInt(cache.hitRps)} req/s): ` +
+            `${cache.ratio.toFixed(2)}x a plain call's CPU; a streamed hit ${fmtInt(cache.streamHitUs)} µs/call; errors ${cache.errors}`,
+        );
+      } catch (err) {
+        cache = { failed: firstLine(err) };
+        log(`cache phase failed: ${cache.failed}`);
+      }
+    }
     await upstream.stop();
 
     // ---- Redis commands per billed call ----
@@ -561,6 +589,12 @@ async function main(): Promise<void> {
         : []),
     ];
     if (redisCommands && 'failed' in redisCommands) notes.push(`The Redis command count failed: ${redisCommands.failed}`);
+    if (cache && 'failed' in cache) notes.push(`The response-cache phase failed: ${cache.failed}`);
+    else if (cache)
+      notes.push(
+        `Response cache (memory, one process, c=${HEADLINE_C}): a hit costs the gateway ${fmtInt(cache.hitUs)} µs of CPU per call against ${fmtInt(cache.plainUs)} µs for the same plain call ` +
+          `sent upstream (Cache-Control: no-store): ${cache.ratio.toFixed(2)}x; a streamed hit ${fmtInt(cache.streamHitUs)} µs. Median of ${Math.min(ROUNDS, 3)} rounds.`,
+      );
     const intro =
       `The gateway on ${ALL_STORAGES ? 'every storage driver' : `${STORAGE_LIST.join(', ')} storage`}${PEER ? `, and ${PEER_PACKAGE} as a peer,` : ''} ` +
       'against a bare Node relay (node:http in, undici out, JSON parsed once each way, streams piped), ' +
@@ -627,6 +661,7 @@ async function main(): Promise<void> {
       workers,
       idleRssBytes: idleRss,
       redisCommands,
+      responseCache: cache,
       targets: checks,
       elapsedS: took,
     };

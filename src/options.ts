@@ -4,6 +4,7 @@
  * storage sections, and the field validators they share, are in src/options/.
  */
 import { z } from 'zod';
+import { cacheSchema } from './options/cache.js';
 import { guardrailSchema } from './options/guardrails.js';
 import { formatIssues } from './options/issues.js';
 import { modelSchema } from './options/model.js';
@@ -266,6 +267,8 @@ export const optionsSchema = z.strictObject({
   guardrails: z.array(guardrailSchema).default([]),
   /** Budget alerts: signed webhooks when spend or a balance crosses a threshold. @default null */
   alerts: budgetAlertsSchema.nullable().default(null),
+  /** The response cache (exact match, per account or key): off when null. @default null */
+  cache: cacheSchema.nullable().default(null),
   storage: storageSchema.default({ driver: 'memory' }),
 });
 

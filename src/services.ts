@@ -14,6 +14,7 @@ import { createTokenizer, type Tokenizer } from './billing/tokens.js';
 import { createCatalog, type Catalog } from './catalog/catalog.js';
 import { createContextService, type ContextService } from './context/inject.js';
 import { createGuardrails, type Guardrails } from './guardrails/index.js';
+import { createResponseCache, type ResponseCache } from './cache/cache.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
 import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
@@ -66,6 +67,8 @@ export interface Services {
   shutdown: AbortSignal;
   /** True once shutdown's grace period is over: no new billed call is opened. */
   draining(): boolean;
+  /** The response cache; null when no model's answers are cached. */
+  cache: ResponseCache | null;
 }
 
 interface ServicesBase extends Omit<GatewayConfigInput, 'storage'> {
@@ -139,11 +142,13 @@ export function createServices(
   let cut = false;
 
   const counters = { openStreams: 0 };
+  const cacheOn = cfg.cache !== null || cfg.models.some((m) => m.cache);
   const metrics = cfg.metrics
     ? createMetrics(cfg.metrics, {
         circuits: () => [...upstreams.keys()].map((u) => [u, breaker.isOpen(u)] as [string, boolean]),
         openHolds: () => core.meter.openCalls(),
         openStreams: () => counters.openStreams,
+        ...(cacheOn ? { cache: () => core.cache?.totals() ?? null } : {}),
       })
     : null;
   let stores = givenStores ?? storesFor(cfg, now);
@@ -195,6 +200,7 @@ export function createServices(
     jobs: undefined as unknown as JobRunner,
     context: createContextService({ cfg, stores }),
     guardrails: createGuardrails(cfg.guardrails, hooks, log),
+    cache: cacheOn ? createResponseCache(cfg.cache, cfg.models, stores.responseCache, log, now) : null,
   };
   core.jobs = createJobRunner(core);
   // Wallets and the ledger live only in the stores: say so at start-up when they keep nothing.

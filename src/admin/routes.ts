@@ -7,6 +7,7 @@
 import type { z } from 'zod';
 import { type Routed, createRouter } from '../pipeline/router.js';
 import * as accounts from './handlers/accounts.js';
+import * as cache from './handlers/cache.js';
 import * as activity from './handlers/activity.js';
 import * as content from './handlers/content.js';
 import type { AdminContext, Call } from './handlers/context.js';
@@ -186,6 +187,21 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({ method: 'GET', path: '/jobs', summary: 'An account’s unfinished image and video jobs', query: S.jobsQuery, run: activity.listJobs }),
   route({ method: 'GET', path: '/jobs/{id}', summary: 'A job (any status)', run: activity.getJob }),
+
+  // The response cache.
+  route({
+    method: 'DELETE',
+    path: '/cache',
+    summary: 'Purge the response cache: every entry, or one account’s ({object, account, purged})',
+    query: S.cacheQuery,
+    run: cache.purge,
+  }),
+  route({
+    method: 'GET',
+    path: '/cache',
+    summary: 'This instance’s response cache hits, misses, hit rate and USD saved, in all and per account and model',
+    run: cache.stats,
+  }),
 
   // This instance: its recent requests, upstreams, and admin changes.
   route({

@@ -100,6 +100,8 @@ export const usageQuery = z.strictObject({
 });
 
 export const jobsQuery = z.strictObject({ account: id });
+/** Without `account`, every account's cache entries. */
+export const cacheQuery = z.strictObject({ account: id.optional() });
 export const auditQuery = z.strictObject({ account: id.optional() });
 
 /** A page of accounts in id order, optionally those whose id contains `search` (any case). */

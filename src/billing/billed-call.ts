@@ -15,7 +15,8 @@ import { errors, type GatewayError } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
 import { affordableUnits, formatUsd } from './money.js';
 import { type BilledCall, type HoldRefusal, insufficientQuota, type Meter } from './meter.js';
-import { listCost } from './pricing.js';
+import { hitCost, listCost } from './pricing.js';
+import type { Usage } from './usage.js';
 import type { TokenLimiter, TokenTake } from '../limits/tokens.js';
 import type { Budget } from '../stores/types.js';
 
@@ -148,4 +149,24 @@ export async function openAmountCall(door: BillingDoor, ctx: RequestContext, hol
 /** Shutdown released the call while its answer was on its way: the unpaid answer is not delivered. */
 export function refuseIfClosed(call: BilledCall): void {
   if (call.closed) throw errors.shuttingDown();
+}
+
+/** What a cache hit was billed, and the list cost it would have had as an upstream call. */
+export interface HitCharge {
+  cost: bigint;
+  listCost: bigint;
+}
+
+/**
+ * Bills a response-cache hit: `hitPrice` (a decimal fraction) times the list cost of the
+ * stored answer's usage, rounded up once. It is held and charged like any call (the wallet,
+ * the key's cap and budgets, the key's request rate on the hold; 402 when it cannot be paid),
+ * and written as one ledger entry measured "cache", with the fraction among its prices.
+ */
+export async function billCacheHit(door: BillingDoor, ctx: RequestContext, model: Model, usage: Usage, hitPrice: string): Promise<HitCharge> {
+  const units = { kind: 'tokens' as const, ...usage };
+  const cost = hitCost(model, units, hitPrice);
+  const call = await openAmountCall(door, ctx, { model, amount: cost }, 'this cached answer');
+  await call.bill(units, 'cache', { hitPrice });
+  return { cost, listCost: listCost(model, units) };
 }

@@ -79,6 +79,8 @@ export interface SettleOptions {
    * has another price is still billed at the price its hold was placed at.
    */
   unitPricePico?: bigint;
+  /** A response-cache hit: the fraction of the list cost billed (a decimal string, "0.5"). */
+  hitPrice?: string;
 }
 
 export interface BilledCall {
@@ -207,7 +209,7 @@ class CallImpl implements BilledCall {
     // The prices the cost is computed at go on the ledger entry: the audit re-derives the cost.
     let prices: UnitPrices | undefined;
     try {
-      ({ cost, prices } = chargeOf(model, units, options.unitPricePico));
+      ({ cost, prices } = chargeOf(model, units, options.unitPricePico, options.hitPrice));
     } catch (err) {
       // The units name a price the model no longer has (a configuration changed under a live
       // call): the work was done, so it is charged what was held for it rather than nothing.

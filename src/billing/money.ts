@@ -80,6 +80,18 @@ export function costOf(parts: Array<[pricePico: bigint, units: bigint | number]>
 }
 
 /**
+ * The sum of exact costs times `fraction` (a decimal string, up to 12 places: "0.5"), rounded
+ * up once to the nano-USD: a cache hit billed at a fraction of the list cost, exactly.
+ */
+export function costOfScaled(parts: Array<[pricePico: bigint, units: bigint | number]>, fraction: string): bigint {
+  const scaled = parsePrice(fraction); // the fraction in millionths of millionths (10^-12)
+  let pico = 0n;
+  for (const [price, units] of parts) pico += price * (typeof units === 'bigint' ? units : BigInt(units));
+  const den = PICO_PER_NANO * 1_000_000_000_000n;
+  return (pico * scaled + den - 1n) / den;
+}
+
+/**
  * The most `units` that `budgetNano` pays for at `pricePico` each, after `fixedNano`
  * is taken out first; never negative. Used for "you can only afford M tokens".
  */

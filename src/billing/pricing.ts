@@ -4,7 +4,7 @@
  * units, rounded up to the nano-USD once per call.
  */
 import type { Model } from '../catalog/catalog.js';
-import { cost, costOf, formatPrice, parsePrice } from './money.js';
+import { cost, costOf, costOfScaled, formatPrice, parsePrice } from './money.js';
 import type { LedgerUnits, UnitPrices } from '../stores/types.js';
 
 /** The per-unit price (pico-USD) of a media tier: the tier's own, else the model's `from` price. */
@@ -85,7 +85,7 @@ export interface Charge {
  * at `unitPricePico` for every unit (a job billed at the price it was held at). Rounded up to
  * the nano-USD once, as listCost.
  */
-export function chargeOf(model: Model, units: LedgerUnits, unitPricePico?: bigint): Charge {
+export function chargeOf(model: Model, units: LedgerUnits, unitPricePico?: bigint, hitPrice?: string): Charge {
   if (unitPricePico !== undefined && units.kind === 'tokens') throw new RangeError('tokens units have no single unit price');
   const prices: UnitPrices = {};
   const parts: Array<[bigint, number]> = [];
@@ -94,7 +94,21 @@ export function chargeOf(model: Model, units: LedgerUnits, unitPricePico?: bigin
     prices[part] = formatPrice(price);
     parts.push([price, count]);
   }
-  return { cost: costOf(parts), prices };
+  if (hitPrice === undefined) return { cost: costOf(parts), prices };
+  // A cache hit: the fraction of the list cost it is billed at is kept beside the unit prices.
+  prices[HIT_PRICE] = hitPrice;
+  return { cost: costOfScaled(parts, hitPrice), prices };
+}
+
+/**
+ * The name a cache hit's fraction of the list cost is kept under among its entry's prices
+ * (a name no unit part has, so the audit re-derives a hit's cost like any other).
+ */
+export const HIT_PRICE = 'hitPrice';
+
+/** The list cost (nano-USD) of `units` times `hitPrice`, rounded up once: what a cache hit costs. */
+export function hitCost(model: Model, units: LedgerUnits, hitPrice: string): bigint {
+  return chargeOf(model, units, undefined, hitPrice).cost;
 }
 
 /**
@@ -102,13 +116,13 @@ export function chargeOf(model: Model, units: LedgerUnits, unitPricePico?: bigin
  * the entry's cost to be. Throws a RangeError when a part of the units has no kept price.
  */
 export function costAtPrices(units: LedgerUnits, prices: UnitPrices): bigint {
-  return costOf(
-    unitCounts(units).map(([part, count]) => {
-      const price = Object.hasOwn(prices, part) ? prices[part] : undefined;
-      if (typeof price !== 'string') throw new RangeError(`no price kept for ${part}`);
-      return [parsePrice(price), count];
-    }),
-  );
+  const parts = unitCounts(units).map(([part, count]): [bigint, number] => {
+    const price = Object.hasOwn(prices, part) ? prices[part] : undefined;
+    if (typeof price !== 'string') throw new RangeError(`no price kept for ${part}`);
+    return [parsePrice(price), count];
+  });
+  const fraction = Object.hasOwn(prices, HIT_PRICE) ? prices[HIT_PRICE] : undefined;
+  return fraction === undefined ? costOf(parts) : costOfScaled(parts, fraction);
 }
 
 /**

@@ -5,7 +5,9 @@
  * money here are for dashboards only: USD as floating-point sums, never read back as money.
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
-import { Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import type { CacheTally } from '../cache/cache.js';
+import { usdNumber } from '../billing/money.js';
 import { GatewayError, errorResponse } from '../errors.js';
 import type { LedgerUnits, Stores } from '../stores/types.js';
 import { Response } from '@whatwg-node/server';
@@ -23,6 +25,8 @@ export interface MetricsDeps {
   circuits: () => Iterable<[string, boolean]>;
   openHolds: () => number;
   openStreams: () => number;
+  /** The response cache's counts so far, or null when it is off. */
+  cache?: () => CacheTally | null;
 }
 
 export interface Metrics {
@@ -77,6 +81,7 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
     registry,
   );
   registerGauges(registry, deps);
+  registerCache(registry, deps);
   const storeCalls = new HotHistogram('model_gateway_store_call_seconds', 'Latency of store calls, by operation (store.method).', ['operation'], STORE, registry);
 
   const observer: Observer = {
@@ -157,6 +162,28 @@ function registerGauges(registry: Registry, deps: MetricsDeps): void {
       this.set(deps.openHolds());
     },
   });
+}
+
+/** The response cache's counts, read at scrape time (only when it is on). */
+function registerCache(registry: Registry, deps: MetricsDeps): void {
+  const tally = deps.cache;
+  if (!tally) return;
+  const counter = (name: string, help: string, read: (t: CacheTally) => number) =>
+    new Counter({
+      name,
+      help,
+      registers: [registry],
+      collect() {
+        const t = tally();
+        this.reset();
+        if (t) this.inc(read(t));
+      },
+    });
+  counter('model_gateway_cache_hits_total', 'Requests answered from the response cache.', (t) => t.hits);
+  counter('model_gateway_cache_misses_total', 'Cacheable requests the response cache could not answer (sent upstream, then stored).', (t) => t.misses);
+  counter('model_gateway_cache_bypasses_total', 'Cacheable requests that refused the cache (Cache-Control: no-store).', (t) => t.bypasses);
+  counter('model_gateway_cache_stored_bytes_total', 'Bytes of answers written to the response cache.', (t) => t.storedBytes);
+  counter('model_gateway_cache_saved_usd_total', 'What cache hits would have cost as upstream calls, less what they were billed (USD, for dashboards).', (t) => usdNumber(t.savedNano));
 }
 
 /** Copies `stores` with every method of every store timed into `storeCalls`, by store.method. */

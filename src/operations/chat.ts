@@ -5,6 +5,7 @@
  */
 import { z } from 'zod';
 import { choicesOutput } from '../billing/output.js';
+import { chatFormat } from '../cache/openai-formats.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import { usageFrom } from '../billing/usage.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
@@ -121,6 +122,7 @@ function chatHostedTools(model: Model, key: ApiKeyRecord, tools: readonly unknow
 
 export const chatCompletions = textOperation({
   path: '/chat/completions',
+  cache: chatFormat,
   async plan(core, ctx, body) {
     if (!isEverydayChat(body)) {
       const checked = chatSchema.safeParse(body);

@@ -5,6 +5,7 @@
  * times the completions generated (the larger of `n` and `best_of`), the debit the upstream's
  * usage, else the produced `text` counted with the tokenizer.
  */
+import { completionsFormat } from '../cache/openai-formats.js';
 import { z } from 'zod';
 import { usageFrom } from '../billing/usage.js';
 import { ChatAccount, chatAnswer } from '../upstream/answers/chat.js';
@@ -48,6 +49,7 @@ function promptsOf(prompt: z.infer<typeof completionsSchema>['prompt']): Array<s
 
 export const createCompletion = textOperation({
   path: '/completions',
+  cache: completionsFormat,
   async plan(core, ctx, body) {
     const checked = completionsSchema.safeParse(body);
     if (!checked.success) throw zodError(checked.error, body);

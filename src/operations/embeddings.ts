@@ -5,6 +5,7 @@
  * tokenizer (token arrays count their length). Only models configured with `embedding: true`
  * are served here.
  */
+import { embeddingsFormat } from '../cache/openai-formats.js';
 import { z } from 'zod';
 import { noOutput } from '../billing/output.js';
 import { usageOf } from '../billing/usage.js';
@@ -38,6 +39,7 @@ function itemsOf(input: z.infer<typeof embeddingsSchema>['input']): Array<string
 
 export const createEmbeddings = textOperation({
   path: '/embeddings',
+  cache: embeddingsFormat,
   async plan(core, ctx, body) {
     const checked = embeddingsSchema.safeParse(body);
     if (!checked.success) throw zodError(checked.error, body);

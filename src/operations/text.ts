@@ -20,7 +20,10 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { callModel, upstreamError, upstreamHeaders, upstreamKeyOf } from '../upstream/call.js';
 import { pluginFields } from '../upstream/plugin-body.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
-import { relayStream } from '../upstream/stream/relay.js';
+import { relayStream, type StreamCall } from '../upstream/stream/relay.js';
+import type { CacheEntry } from '../cache/format.js';
+import { storeStream, tapReader } from '../cache/tap.js';
+import { cacheTicket, serveHit } from './cached.js';
 import type { Operation, OutputCap, TextOperation, TextPlan } from './types.js';
 
 /** The worst case of a chat-shaped prompt: its byte bound, its estimate counted once when asked, and the most output. */
@@ -58,19 +61,29 @@ export function textOperation(decl: TextOperation): Operation {
         const hold = plan.holdFor(replaced);
         plan = { ...plan, hold, promptTokens: hold.estimate };
       }
+      // The cache is looked up on what the model's own target would receive, before any hold.
+      const ready = plan;
+      const ticket = await cacheTicket(core, ctx, plan, decl.path, decl.cache, () => capped(replaced ?? ready.fields(ready.model), ready.cap));
+      if (ticket?.hit) return serveHit(core, ctx, plan, ticket, decl.cache!, fields);
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
       const { res, served, account } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
-      const headers = served.deprecationHeaders ?? {};
+      const headers = ticket ? { ...served.deprecationHeaders, 'x-cache': ticket.state } : (served.deprecationHeaders ?? {});
       if (plan.stream) {
         // The upstream has the request: the context's copy of the body goes (undici keeps the
         // bytes it sent until the answer ends; a body it got rewritten is then held nowhere).
         ctx.releaseBody();
-        const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
+        let reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
         const translated = account();
-        const billing = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
+        const billing: StreamCall = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
+        if (ticket?.state === 'MISS' && decl.cache) {
+          const collector = decl.cache.collect();
+          const tapped = (reader = tapReader(reader, collector));
+          billing.complete = () => storeStream(ticket, collector, translated ?? tapped.produced());
+        }
         return relayStream(core, ctx, res, billing, reader, headers);
       }
-      return plainAnswer(core, ctx, plan, call, res, served, headers, account);
+      const keep = ticket?.state === 'MISS' ? ticket.store : null;
+      return plainAnswer(core, ctx, plan, call, res, served, headers, account, keep);
     },
   };
 }
@@ -182,14 +195,17 @@ async function plainAnswer(
   headers: Record<string, string>,
   /** The upstream's answer read in its own format, when it was translated. */
   translated: () => AnswerAccount | null,
+  /** Keeps the whole answer in the response cache (a miss); null: not cached. */
+  keep: ((entry: CacheEntry) => Promise<void>) | null,
 ): Promise<Response> {
   let text: string;
   let read: ReturnType<TextPlan['answer']>;
+  let answer: Record<string, unknown>;
   try {
     text = await res.text();
     const parsed = JSON.parse(text) as unknown;
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
-    const answer = parsed as Record<string, unknown>;
+    answer = parsed as Record<string, unknown>;
     read = plan.answer(answer);
     // The client sees the model it called, not the upstream's name for it.
     if (served.upstreamModel !== served.id && answer.model !== served.id) {
@@ -213,5 +229,7 @@ async function plainAnswer(
   const account = native ? plainAccount(native.usage, () => native.output(), read.tools) : plainAccount(read.usage, read.output, read.tools);
   await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
   await read.remember?.();
+  // Kept once paid for, before the client has it: the next identical request is a hit.
+  if (keep && account.usage) await keep({ body: answer, usage: account.usage });
   return jsonText(200, text, headers);
 }

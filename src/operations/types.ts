@@ -11,6 +11,7 @@ import type { Model } from '../catalog/catalog.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { EventReader } from '../upstream/stream/reader.js';
+import type { CacheFormat } from '../cache/format.js';
 
 export interface Operation {
   method: 'GET' | 'POST' | 'DELETE';
@@ -76,4 +77,6 @@ export interface TextOperation {
   /** The path after /v1, which is also the upstream's path. */
   path: string;
   plan(core: Services, ctx: RequestContext, body: Record<string, unknown>): Promise<TextPlan>;
+  /** How its answers are kept in and replayed from the response cache; absent: never cached. */
+  cache?: CacheFormat;
 }

@@ -1,5 +1,6 @@
 /** One entry of the `models` section: what a model is, which upstreams serve it, and its price. */
 import { z } from 'zod';
+import { modelCacheSchema } from './cache.js';
 import { decimalPrice } from './values.js';
 
 export const textPricingSchema = z.strictObject({
@@ -88,6 +89,8 @@ export const modelSchema = z
     modes: z.array(z.string()).optional(),
     /** Tier billed when the request names none. @default the cheapest tier, else "default" */
     defaultTier: z.string().optional(),
+    /** The response cache for this model: fields over the top-level `cache`, or `false` (never cached). */
+    cache: modelCacheSchema.optional(),
   })
   .superRefine((m, ctx) => {
     if ((m.upstream === undefined) === (m.targets === undefined)) {

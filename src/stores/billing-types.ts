@@ -38,9 +38,10 @@ export type LedgerUnits =
 /**
  * How a ledger entry's units were measured: the upstream's own `usage` report, a count of the
  * produced output with the tokenizer (a stream that ended without usage, or a client that went
- * away), or the gateway's estimate (units known before the call, e.g. images or seconds asked for).
+ * away), the gateway's estimate (units known before the call, e.g. images or seconds asked for),
+ * or a response-cache hit (the stored answer's usage, billed at the cache's hit price).
  */
-export type Measurement = 'usage' | 'tokenizer' | 'estimate';
+export type Measurement = 'usage' | 'tokenizer' | 'estimate' | 'cache';
 
 /**
  * The unit prices a charge was computed at, USD per unit as exact decimal strings (the

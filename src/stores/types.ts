@@ -287,6 +287,30 @@ export interface IdempotencyStore {
   abandon(scope: string): Promise<void>;
 }
 
+/** A stored answer of the response cache: its bytes as stored, and when they were stored (unix ms). */
+export interface CachedAnswer {
+  value: string;
+  storedAt: number;
+}
+
+/**
+ * The response cache's entries, each under a key that starts with its account's id and `:`
+ * (so an account's entries are found, and purged, by their prefix).
+ */
+export interface ResponseCacheStore {
+  /** The entry under `key` while it lives (its TTL not passed), else null. */
+  get(key: string): Promise<CachedAnswer | null>;
+  /**
+   * Stores `value` under `key` (replacing any entry there) for `ttlMs`, counted against
+   * `account`'s bytes: the account's oldest entries are evicted until its total fits
+   * `maxBytes`; a value larger than `maxBytes` alone is not stored. Atomic per account: the
+   * total never stays past the cap.
+   */
+  put(account: string, key: string, value: string, ttlMs: number, maxBytes: number): Promise<void>;
+  /** Drops every entry (only `account`'s when given); resolves with how many were dropped. */
+  purge(account?: string): Promise<number>;
+}
+
 export interface Stores {
   accounts: AccountStore;
   keys: KeyStore;
@@ -295,6 +319,7 @@ export interface Stores {
   jobs: JobStore;
   content: ContentStore;
   idempotency: IdempotencyStore;
+  responseCache: ResponseCacheStore;
   /**
    * Resolves when every backend the stores need answers; rejects (StoreUnavailableError)
    * naming what does not. Readiness (`GET /ready`) calls it. Without it the stores count as

@@ -5,6 +5,7 @@ import { billingSuite } from './billing.suite.js';
 import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { idempotencySuite } from './idempotency.suite.js';
+import { responseCacheSuite } from './response-cache.suite.js';
 import type { StoreHarness } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
@@ -30,6 +31,7 @@ limitsSuite('memory', makeMemory);
 jobsSuite('memory', makeMemory);
 contentSuite('memory', makeMemory);
 idempotencySuite('memory', makeMemory);
+responseCacheSuite('memory', makeMemory);
 
 // Boundaries only a fake clock can pin to the millisecond.
 describe('memory: exact clock boundaries', () => {

@@ -13,6 +13,7 @@ import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
+import { responseCacheSuite } from './response-cache.suite.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
 
@@ -82,6 +83,7 @@ if (unreachable !== null) {
     jobsSuite('postgres', makePostgres);
     contentSuite('postgres', makePostgres);
     idempotencySuite('postgres', makePostgres);
+    responseCacheSuite('postgres', makePostgres);
   });
 
   describe('postgres: the set-based account batch (migration 6)', () => {

@@ -14,6 +14,7 @@ import { billingSuite } from './billing.suite.js';
 import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { idempotencySuite } from './idempotency.suite.js';
+import { responseCacheSuite } from './response-cache.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
@@ -174,6 +175,7 @@ if (unreachable !== null) {
     jobsSuite('redis', makeRedis);
     contentSuite('redis', makeRedis);
     idempotencySuite('redis', makeRedis);
+    responseCacheSuite('redis', makeRedis);
   });
 
   describe('redis: money across instances', () => {

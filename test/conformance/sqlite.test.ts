@@ -14,6 +14,7 @@ import { ledgerSuite } from './ledger.suite.js';
 import { contentSuite } from './content.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
+import { responseCacheSuite } from './response-cache.suite.js';
 import { jobsSuite } from './jobs.suite.js';
 import { limitsSuite } from './limits.suite.js';
 
@@ -46,6 +47,7 @@ limitsSuite('sqlite', makeSqlite);
 jobsSuite('sqlite', makeSqlite);
 contentSuite('sqlite', makeSqlite);
 idempotencySuite('sqlite', makeSqlite);
+responseCacheSuite('sqlite', makeSqlite);
 
 function hold(a: { accountId: string; keyId: string }, amount: bigint): HoldRequest {
   return { holdId: uid('hold'), ...a, amount, monthlyCap: null, month: MONTH, ttlMs: 60_000 };

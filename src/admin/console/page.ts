@@ -168,6 +168,7 @@ const CONSOLE_HTML = `<!doctype html>
       <div class="pager"><button id="requests-prev">Newer</button><button id="requests-next">Older</button><span id="requests-page" class="muted"></span></div></section>
     <section class="wide"><h2>Recent errors</h2><div class="scroll"><table id="errors"><thead><tr><th>Time</th><th>Request id</th><th>Route</th><th>Status</th><th>Code</th><th>Account</th><th>Model</th></tr></thead><tbody></tbody></table></div></section>
     <section><h2>Latency and errors per model</h2><div class="scroll"><table id="model-stats"><thead><tr><th>Model</th><th class="num">Calls</th><th class="num">p50 ms</th><th class="num">p95 ms</th><th class="num">Error rate</th><th class="num">Refused</th></tr></thead><tbody></tbody></table></div></section>
+    <section><h2>Response cache <span class="muted">(this instance)</span></h2><div class="scroll"><table id="cache-stats"><thead><tr><th>Account</th><th>Model</th><th class="num">Hits</th><th class="num">Hit rate</th><th class="num">Saved USD</th></tr></thead><tbody></tbody></table></div></section>
     <section><h2>Upstreams</h2><div class="scroll"><table id="upstreams"><thead><tr><th>Upstream</th><th>Circuit</th><th class="num">Failures</th><th>Models</th></tr></thead><tbody></tbody></table></div></section>
     <section class="wide" id="audit-panel"><h2>Audit</h2>
       <p class="muted">Checks every account's books: balance against the ledger, held against the open holds, each key's month against its charges, one charge per hold.</p>

@@ -1,7 +1,8 @@
 /**
  * The console script's operations part (runs in the core's scope, see script-core.ts): this
  * instance's recent requests and errors, latency and error rate per model, its upstreams and
- * their circuit breakers, and the recent admin changes.
+ * their circuit breakers, the response cache's hit rate and savings per account and model, and
+ * the recent admin changes.
  */
 export const SCRIPT_OPS = `
   /** Recent requests, newest first, a page at a time (the next page: older than its last row). */
@@ -15,7 +16,12 @@ export const SCRIPT_OPS = `
       api('GET', '/model-stats'),
       api('GET', '/upstreams'),
       api('GET', '/changes?limit=20'),
+      api('GET', '/cache'),
     ]).then(function (r) {
+      fill('cache-stats', r[5].data, function (tr, c) {
+        cell(tr, c.account); cell(tr, c.model); cell(tr, c.hits, 'num');
+        cell(tr, (c.hit_rate * 100).toFixed(1) + '%', 'num'); moneyCell(tr, c.saved_usd);
+      });
       fill('requests', r[0].data, function (tr, x) {
         tr.dataset.request = x.request_id;
         cell(tr, shortTime(x.time)); cell(tr, x.request_id); cell(tr, x.method + ' ' + x.route);

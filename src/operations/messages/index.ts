@@ -7,6 +7,7 @@
  * and `knowledge` go in front of `system`. Served by an OpenAI-kind upstream, the call goes as
  * chat and its answer comes back as a Message (upstream/kinds/messages).
  */
+import { messagesFormat } from '../../cache/messages-format.js';
 import { countPromptTokens, estimatePromptTokens, promptTokensBound } from '../../billing/tokens.js';
 import { CONTEXT_FIELDS } from '../../context/inject.js';
 import { json, parseJsonObject } from '../../http/json.js';
@@ -46,6 +47,7 @@ function refuseServerTools(body: Record<string, unknown>, tools: ReadonlyArray<{
 
 export const createMessage = textOperation({
   path: '/messages',
+  cache: messagesFormat,
   async plan(core, ctx, body) {
     const checked = messagesSchema.safeParse(body);
     if (!checked.success) throw zodError(specificError(checked.error), body);

@@ -5,6 +5,7 @@ import { createMemoryContent } from './content.js';
 import { createMemoryIdempotency } from './idempotency.js';
 import { createMemoryJobs } from './jobs.js';
 import { createMemoryLimits } from './limits.js';
+import { createMemoryResponseCache } from './response-cache.js';
 
 export interface MemoryStoresOptions {
   /** The only clock the stores read (unix ms). Tests pass a fake one. Default: Date.now. */
@@ -35,6 +36,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
     idempotency: createMemoryIdempotency(now),
+    responseCache: createMemoryResponseCache(now),
     // Memory always answers, and never pretends to be durable: it is for one process and tests.
     async ping() {},
     async close() {},

@@ -5,6 +5,7 @@ import { createPostgresBilling } from './billing.js';
 import { PgContext, PostgresStoreError, SCHEMA_NAME, type Sql } from './connection.js';
 import { createPostgresContent } from './content.js';
 import { createPostgresIdempotency } from './idempotency.js';
+import { createPostgresResponseCache } from './response-cache.js';
 import { createPostgresJobs } from './jobs.js';
 import { createPostgresLimits } from './limits.js';
 import { migrate } from './migrations.js';
@@ -111,6 +112,7 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
     jobs: createPostgresJobs(ctx),
     content: createPostgresContent(ctx),
     idempotency: createPostgresIdempotency(ctx),
+    responseCache: createPostgresResponseCache(ctx),
     async ping() {
       await ctx.one('ping', 'SELECT 1 AS one');
     },

@@ -1261,6 +1261,42 @@ END $f$;
   (s, lockPrefix) => `
 ALTER TABLE ${s}.ledger ADD COLUMN prices jsonb;
 ${batchWithPrices((MIGRATIONS[5] as (s: string, l: string) => string)(s, lockPrefix))}`,
+  // 11: the response cache, a row per entry with its expiry; mg_cache_put stores one and
+  // evicts its account's oldest to fit, under the account's cache lock. A cache hit's ledger
+  // entry is measured "cache".
+  (s, lockPrefix) => `
+ALTER TABLE ${s}.ledger DROP CONSTRAINT ledger_measured_check;
+ALTER TABLE ${s}.ledger ADD CONSTRAINT ledger_measured_check CHECK (measured IN ('usage', 'tokenizer', 'estimate', 'cache'));
+CREATE TABLE ${s}.response_cache (
+  key text PRIMARY KEY,
+  account text NOT NULL,
+  value text NOT NULL,
+  bytes bigint NOT NULL,
+  stored_at bigint NOT NULL,
+  expires_at bigint NOT NULL
+);
+CREATE INDEX response_cache_account ON ${s}.response_cache (account, expires_at);
+CREATE INDEX response_cache_expiry ON ${s}.response_cache (expires_at);
+CREATE FUNCTION ${s}.mg_cache_put(p_key text, p_account text, p_value text, p_bytes bigint, p_ttl bigint, p_cap bigint)
+RETURNS void LANGUAGE plpgsql AS $$
+DECLARE v_t bigint;
+BEGIN
+  PERFORM pg_advisory_xact_lock(hashtextextended('${lockPrefix}:cache:' || p_account, 0));
+  v_t := ${s}.mg_now();
+  INSERT INTO ${s}.response_cache (key, account, value, bytes, stored_at, expires_at)
+    VALUES (p_key, p_account, p_value, p_bytes, v_t, v_t + p_ttl)
+    ON CONFLICT (key) DO UPDATE SET account = excluded.account, value = excluded.value, bytes = excluded.bytes,
+      stored_at = excluded.stored_at, expires_at = excluded.expires_at;
+  DELETE FROM ${s}.response_cache WHERE account = p_account AND expires_at <= v_t;
+  -- Walking from the newest (the one just stored first), every entry from the one that takes
+  -- the running total past the cap onwards goes: the oldest are evicted until the rest fits.
+  DELETE FROM ${s}.response_cache WHERE key IN (
+    SELECT w.key FROM (
+      SELECT key, sum(bytes) OVER (ORDER BY key = p_key DESC, expires_at DESC, key DESC ROWS UNBOUNDED PRECEDING) AS newer
+        FROM ${s}.response_cache WHERE account = p_account
+    ) AS w WHERE w.newer > p_cap);
+END $$;
+`,
 ];
 
 /**

@@ -6,6 +6,7 @@ import { RedisContext } from './connection.js';
 import { createRedisContent } from './content.js';
 import { durabilityWarning, pingRedis } from './health.js';
 import { createRedisIdempotency } from './idempotency.js';
+import { createRedisResponseCache } from './response-cache.js';
 import { createRedisJobs } from './jobs.js';
 import { RedisLedgerUpgrade } from './ledger-upgrade.js';
 import { createRedisLimits, hitMembers } from './limits.js';
@@ -107,6 +108,7 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
     jobs: createRedisJobs(ctx),
     content: createRedisContent(ctx),
     idempotency: createRedisIdempotency(ctx),
+    responseCache: createRedisResponseCache(ctx),
     ping: () => pingRedis(ctx),
     durabilityWarning: () => durabilityWarning(ctx),
     async close() {

@@ -9,6 +9,7 @@ import { createSqliteContent } from './content.js';
 import { createSqliteIdempotency } from './idempotency.js';
 import { createSqliteJobs } from './jobs.js';
 import { createSqliteLimits } from './limits.js';
+import { createSqliteResponseCache } from './response-cache.js';
 import { WINDOW_ROWS_TTL_MS } from './windows.js';
 
 export { SqliteStoreError } from './connection.js';
@@ -78,6 +79,7 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
       ['DELETE FROM leases WHERE expires_at <= ?', 0],
       ['DELETE FROM jobs WHERE gone_at <= ?', 0],
       ['DELETE FROM idempotency WHERE expires_at <= ?', 0],
+      ['DELETE FROM response_cache WHERE expires_at <= ?', 0],
       // Windows nobody hit for an hour, their hits with them (a busy window trims itself on
       // every hit); in one transaction, so a window's count always matches its hits.
       ['DELETE FROM rate_hits WHERE bucket IN (SELECT bucket FROM rate_windows WHERE last <= ?)', WINDOW_ROWS_TTL_MS],
@@ -104,6 +106,7 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     jobs: createSqliteJobs(ctx),
     content: createSqliteContent(ctx),
     idempotency: createSqliteIdempotency(ctx),
+    responseCache: createSqliteResponseCache(ctx),
     async ping() {
       ctx.run('ping', () => db.prepare('SELECT 1').get());
     },

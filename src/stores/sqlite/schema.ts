@@ -285,4 +285,44 @@ CREATE TABLE token_takes (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX token_takes_at ON token_takes (bucket, at);
 `,
+  // 10: the response cache (one row per entry, found by key, its account's in expiry order),
+  // and a cache hit's ledger entry measured "cache": SQLite cannot change a CHECK, so the
+  // ledger is copied into a table that allows it (every row, seq included) and takes its name.
+  `
+CREATE TABLE response_cache (
+  key TEXT PRIMARY KEY,
+  account TEXT NOT NULL,
+  value TEXT NOT NULL,
+  bytes INTEGER NOT NULL,
+  stored_at INTEGER NOT NULL,
+  expires_at INTEGER NOT NULL
+) STRICT;
+CREATE INDEX response_cache_account ON response_cache (account, expires_at);
+CREATE TABLE ledger_v10 (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT,
+  account_id TEXT NOT NULL,
+  hold_id TEXT NOT NULL,
+  id TEXT NOT NULL,
+  key_id TEXT NOT NULL,
+  model TEXT NOT NULL,
+  units TEXT NOT NULL,
+  cost INTEGER NOT NULL,
+  held INTEGER NOT NULL,
+  exceeded_hold INTEGER NOT NULL,
+  measured TEXT CHECK (measured IN ('usage', 'tokenizer', 'estimate', 'cache')),
+  upstream TEXT,
+  at INTEGER NOT NULL,
+  recorded_at INTEGER NOT NULL,
+  prices TEXT
+) STRICT;
+INSERT INTO ledger_v10 (seq, account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at, prices)
+SELECT seq, account_id, hold_id, id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, at, recorded_at, prices FROM ledger;
+DROP TABLE ledger;
+ALTER TABLE ledger_v10 RENAME TO ledger;
+CREATE UNIQUE INDEX ledger_hold ON ledger (account_id, hold_id);
+CREATE INDEX ledger_account ON ledger (account_id, seq);
+CREATE INDEX ledger_key ON ledger (account_id, key_id, seq);
+CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
+`,
 ];

@@ -40,6 +40,11 @@ export interface StreamCall {
    * answer read natively bills. Absent: the stream's reader reads the upstream's format.
    */
   account?: AnswerAccount;
+  /**
+   * Called once a complete answer is settled, before its last frames go out (the response
+   * cache stores it then, so the next identical request finds it). Never throws.
+   */
+  complete?(): Promise<void>;
 }
 
 /** Bills the stream once: `stopped` when the client or shutdown ended it, `upstream` when the upstream failed. */

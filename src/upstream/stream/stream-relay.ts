@@ -114,8 +114,10 @@ export class StreamRelay {
    * Ends the relay once and bills it; resolves when the charge is in the store. `cause` says
    * who ended an answer that is not complete (ignored when it is).
    */
-  private end(cause: 'upstream' | 'stopped' = 'stopped'): Promise<void> {
-    return this.stop() ? settleStream(this.billing, this.reader, this.core.tokenizer, cause) : Promise.resolve();
+  private async end(cause: 'upstream' | 'stopped' = 'stopped'): Promise<void> {
+    if (!this.stop()) return;
+    await settleStream(this.billing, this.reader, this.core.tokenizer, cause);
+    if (this.reader.done) await this.billing.complete?.();
   }
 
   /** Reads the rest of a body nobody needs (ignored), so its connection can go back to the pool. */

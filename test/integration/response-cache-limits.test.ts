@@ -1,0 +1,52 @@
+/**
+ * A response-cache hit counts as a request for its key's rate like any call, and a streamed
+ * answer the client left before its end is never stored.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ACCOUNT, MODEL, type RunningGateway, postChat, startGateway, testConfig, testKey } from '../helpers/gateway.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+describe('response cache and limits', () => {
+  let up: TestUpstream;
+  let gw: RunningGateway;
+  let devKey: string;
+  const rateKey = testKey();
+  beforeAll(async () => {
+    up = await startTestUpstream();
+    const setup = testConfig({ upstreamUrl: up.url, limits: { keyRequestsPerMinute: 3 }, keys: [{ key: rateKey, account: ACCOUNT }] });
+    devKey = setup.devKey;
+    gw = await startGateway({ ...setup.options, cache: {} });
+  });
+  afterAll(async () => {
+    await gw?.close();
+    await up?.close();
+  });
+
+  it('a stream the client left before its end is not stored: the next identical request misses', async () => {
+    up.setBehavior({ kind: 'stream', chunks: ['a', 'b', 'c', 'd', 'e', 'f'], delayMs: 100 });
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'cut' }], stream: true };
+    const controller = new AbortController();
+    const res = await postChat(gw.baseURL, devKey, body, { signal: controller.signal });
+    expect(res.headers.get('x-cache')).toBe('MISS');
+    const reader = res.body!.getReader();
+    await reader.read();
+    controller.abort();
+    await reader.read().catch(() => undefined);
+    await up.requests[up.requests.length - 1]!.closed;
+    up.setBehavior({ kind: 'json', content: 'Hello!' });
+    const again = await postChat(gw.baseURL, devKey, { ...body, stream: false });
+    expect(again.headers.get('x-cache')).toBe('MISS');
+  });
+
+  it('a hit counts for the key’s request rate: the request after the limit is 429, hit or not', async () => {
+    up.setBehavior({ kind: 'json', content: 'Hello!' });
+    const calls = up.requests.length;
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'rate' }] };
+    expect((await postChat(gw.baseURL, rateKey, body)).headers.get('x-cache')).toBe('MISS');
+    expect((await postChat(gw.baseURL, rateKey, body)).headers.get('x-cache')).toBe('HIT');
+    expect((await postChat(gw.baseURL, rateKey, body)).headers.get('x-cache')).toBe('HIT');
+    const limited = await postChat(gw.baseURL, rateKey, body);
+    expect(limited.status).toBe(429);
+    expect(up.requests.length - calls).toBe(1);
+  });
+});
