@@ -21,6 +21,7 @@ import { callModel, upstreamError, upstreamHeaders, upstreamKeyOf } from '../ups
 import { pluginFields } from '../upstream/plugin-body.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream } from '../upstream/stream/relay.js';
+import { withModel } from '../upstream/stream/top-fields.js';
 import type { Operation, OutputCap, TextOperation, TextPlan } from './types.js';
 
 /** The worst case of a chat-shaped prompt: its byte bound, its estimate counted once when asked, and the most output. */
@@ -191,10 +192,11 @@ async function plainAnswer(
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
     const answer = parsed as Record<string, unknown>;
     read = plan.answer(answer);
-    // The client sees the model it called, not the upstream's name for it.
+    // The client sees the model it called, not the upstream's name for it: renamed in the
+    // answer's text when a scan of it is sure, else re-serialised.
     if (served.upstreamModel !== served.id && answer.model !== served.id) {
       answer.model = served.id;
-      text = JSON.stringify(answer);
+      text = withModel(text, served.id) ?? JSON.stringify(answer);
     }
   } catch (err) {
     if (ctx.request.signal?.aborted) {
