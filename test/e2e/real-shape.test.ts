@@ -9,7 +9,7 @@ import type { ServerResponse } from 'node:http';
 import OpenAI from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chargesOf, chatCost } from '../helpers/billing.js';
-import { ACCOUNT, eventually, MODEL, type RunningGateway, startGateway, testConfig } from '../helpers/gateway.js';
+import { ACCOUNT, eventually, MODEL, type RunningGateway, startGateway, testConfig, UPSTREAM_MODEL } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 /** The provider's own name for the model it served (every event and answer carries it). */
@@ -97,8 +97,11 @@ describe('the real shape through the openai SDK (alias, no stream_options)', () 
     expect(new Set(models)).toEqual(new Set([MODEL]));
     expect(text).toBe(`Hello world. ${TRICKY}`);
     expect(usageChunks).toBe(0);
-    // The gateway asked for the usage it meters by; the client did not.
-    expect(up.requests.at(-1)!.body?.stream_options).toEqual({ include_usage: true });
+    // The gateway asked for the usage it meters by (the client did not), ahead of the client's
+    // own bytes, which went as they came but for the model's upstream name.
+    const raw = up.requests.at(-1)!.raw;
+    expect(raw).toMatch(/^\{"max_completion_tokens":\d+,"stream_options":\{"include_usage":true\},"model":"provider-chat-1","messages":\[/);
+    expect(up.requests.at(-1)!.body).toMatchObject({ model: UPSTREAM_MODEL, stream: true, stream_options: { include_usage: true }, messages: [{ role: 'user', content: 'Hi' }] });
 
     const entry = await lastCharge(before + 1);
     expect(entry.units).toEqual({ kind: 'tokens', prompt: 30, completion: 9 });
@@ -127,6 +130,21 @@ describe('the real shape through the openai SDK (alias, no stream_options)', () 
       .map((e) => `${e.replace(`"model": "${DATED}"`, `"model": ${JSON.stringify(MODEL)}`)}\n\n`);
     expect(expected).toHaveLength(3);
     expect(body).toBe(`${expected.join('')}data: [DONE]\n\n`);
+  });
+
+  it('a client body that writes the model with escapes still reaches the upstream under its name', async () => {
+    up.setBehavior({ kind: 'json', usage: { prompt_tokens: 3, completion_tokens: 1 }, model: DATED });
+    const escaped = JSON.stringify(MODEL).replace('/', '\\/').replace('t', '\\u0074');
+    const res = await fetch(`${gw.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json' },
+      body: `{"mod\\u0065l":${escaped},"messages":[{"role":"user","content":"say \\"model\\":\\"x\\""}]}`,
+    });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { model: string }).model).toBe(MODEL);
+    const raw = up.requests.at(-1)!.raw;
+    expect(raw).toContain(`"mod\\u0065l":"${UPSTREAM_MODEL}","messages"`);
+    expect(up.requests.at(-1)!.body).toMatchObject({ model: UPSTREAM_MODEL, messages: [{ role: 'user', content: 'say "model":"x"' }] });
   });
 
   it('plain: the gateway name, the rest of the answer as it came, billed exactly the upstream usage', async () => {
