@@ -60,7 +60,7 @@ export class TopFields {
         if (this.modelFrom !== -1) return false;
         this.modelFrom = valueFrom;
         this.modelTo = valueTo;
-        if (untilModel) return indexOf(src, MODEL_KEY_TEXT, MODEL_KEY_BYTES, valueTo, end) === -1;
+        if (untilModel) return indexOf(src, MODEL_KEY_TEXT, valueTo, end) === -1;
       } else if (key === CHOICES) {
         this.choicesFrom = valueFrom;
         this.choicesTo = valueTo;
@@ -95,7 +95,8 @@ const CLOSE_BRACE = 125;
 const OPEN_BRACKET = 91;
 const CLOSE_BRACKET = 93;
 
-const at = (src: Source, i: number): number => (typeof src === 'string' ? src.charCodeAt(i) : (src[i] ?? Number.NaN));
+// Past the end a byte reads undefined, which equals no character the scan looks for.
+const at = (src: Source, i: number): number => (typeof src === 'string' ? src.charCodeAt(i) : (src[i] as number));
 
 /** A JSON whitespace character (space, tab, LF, CR). */
 const isSpace = (c: number) => c === 32 || c === 10 || c === 13 || c === 9;
@@ -105,16 +106,32 @@ function skipSpace(src: Source, i: number, end: number): number {
   return i;
 }
 
-/** The first `needle` (the text or its bytes, per source) in `src[from..end)`, or -1. */
-function indexOf(src: Source, text: string, bytes: Uint8Array, from: number, end: number): number {
-  const found = typeof src === 'string' ? src.indexOf(text, from) : Buffer.prototype.indexOf.call(src, bytes, from);
-  return found !== -1 && found + text.length <= end ? found : -1;
+/**
+ * The first `text` (ASCII) in `src[from..end)`, or -1. Bytes are searched by a loop bounded by
+ * `end`: a native search would run on past the event's end, into the next events of the read.
+ */
+function indexOf(src: Source, text: string, from: number, end: number): number {
+  if (typeof src === 'string') {
+    const found = src.indexOf(text, from);
+    return found !== -1 && found + text.length <= end ? found : -1;
+  }
+  const first = text.charCodeAt(0);
+  const last = end - text.length;
+  for (let j = from; j <= last; j++) if (src[j] === first && spells(src, j, text)) return j;
+  return -1;
 }
 
-/** The position of the first `"` in `src[from..end)`, or -1. */
+/**
+ * The position of the first `"` in `src[from..end)`, or -1. A loop: the strings looked through
+ * are short (keys, ids, names), where a native search's call costs more than the search.
+ */
 function quoteFrom(src: Source, from: number, end: number): number {
-  const q = typeof src === 'string' ? src.indexOf('"', from) : Buffer.prototype.indexOf.call(src, QUOTE, from);
-  return q !== -1 && q < end ? q : -1;
+  if (typeof src === 'string') {
+    const q = src.indexOf('"', from);
+    return q !== -1 && q < end ? q : -1;
+  }
+  for (let j = from; j < end; j++) if (src[j] === QUOTE) return j;
+  return -1;
 }
 
 /** Just past the string token opening at `i` (its closing quote: one preceded by an even run of backslashes), or -1. */
@@ -168,7 +185,6 @@ const ERROR = 4;
 const OTHER = 0;
 const UNSURE = -1;
 const MODEL_KEY_TEXT = '"model"';
-const MODEL_KEY_BYTES = Buffer.from(MODEL_KEY_TEXT);
 
 /** Which of the keys the scan looks for `src[from..to)` spells (a key with escapes is decoded first); UNSURE when malformed. */
 function keyOf(src: Source, from: number, to: number): number {
@@ -225,7 +241,7 @@ export function renameNeeded(src: Source, fields: TopFields, token: { text: stri
   if (from === -1 || at(src, from) !== QUOTE) return 'no';
   if (typeof src === 'string') {
     if (to - from === token.text.length && src.startsWith(token.text, from)) return 'no';
-  } else if (token.bytes.compare(src, from, to) === 0) return 'no';
+  } else if (to - from === token.bytes.length && token.bytes.compare(src, from, to) === 0) return 'no';
   for (let j = from + 1; j < to - 1; j++) if (at(src, j) === BACKSLASH) return 'unsure';
   return 'yes';
 }
