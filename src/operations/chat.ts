@@ -176,7 +176,10 @@ export const chatCompletions = textOperation({
       },
       stream,
       promptTokens,
-      unchanged: !addsUsage && !injected && !('brand' in req) && !('knowledge' in req),
+      // A client that sent no stream_options gets the gateway's ahead of its own bytes; one that
+      // sent some without include_usage has them merged, re-encoded.
+      unchanged: !(addsUsage && 'stream_options' in req) && !injected && !('brand' in req) && !('knowledge' in req),
+      ...(addsUsage ? { leading: '"stream_options":{"include_usage":true},' } : {}),
       // No cap asked for: the upstream gets the model's, which is what was held per choice.
       cap: req.max_tokens || req.max_completion_tokens
           ? { field: 'max_completion_tokens', tokens: perChoice, names: CHAT_CAPS, sent: true }

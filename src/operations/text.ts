@@ -21,6 +21,7 @@ import { callModel, upstreamError, upstreamHeaders, upstreamKeyOf } from '../ups
 import { pluginFields } from '../upstream/plugin-body.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream, type StreamCall } from '../upstream/stream/relay.js';
+import { modelToken, TopFields, withModel } from '../upstream/stream/top-fields.js';
 import type { CacheEntry } from '../cache/format.js';
 import { storeStream, tapReader } from '../cache/tap.js';
 import { cacheTicket, serveHit } from './cached.js';
@@ -109,9 +110,11 @@ async function send(
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
       const translation = translationFor(core, served, path);
-      let body: string | Uint8Array;
-      if (!translation && !plugins && plan.unchanged && served.upstreamModel === plan.model.id) body = plan.cap && !plan.cap.sent ? withLeadingField(bytes, plan.cap) : bytes;
-      else {
+      let body: string | Uint8Array | null = null;
+      // The client's own bytes, with the gateway's fields put ahead of them and the model's
+      // upstream name in place of the client's (null when the scan is unsure: then re-encoded).
+      if (!translation && !plugins && plan.unchanged) body = clientBytes(bytes, plan, served.upstreamModel === plan.model.id ? null : served.upstreamModel);
+      if (body === null) {
         let fields = replaced && own(served) ? replaced : plan.fields(served);
         if (plugins && !(replaced && own(served))) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
         fields = capped(fields, plan.cap);
@@ -145,14 +148,29 @@ function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Re
   return { ...fields, [cap.field]: cap.tokens };
 }
 
+const upstreamFields = new TopFields();
+
 /**
- * The client's JSON object with the cap as its first field, without parsing or re-encoding it:
- * the plan found no cap in it, so the field is new.
+ * The client's JSON object as the upstream gets it, without parsing or re-encoding it: the
+ * held cap (when it names none) and the plan's `leading` members as its first fields (the plan
+ * found none of them in it, so they are new), and its top-level `model` value replaced by
+ * `rename` when given; null when a scan of it is unsure.
  */
-function withLeadingField(bytes: Uint8Array, cap: OutputCap): Uint8Array {
+function clientBytes(bytes: Uint8Array, plan: TextPlan, rename: string | null): Uint8Array | null {
+  let lead = plan.leading ?? '';
+  if (plan.cap && !plan.cap.sent) lead = `"${plan.cap.field}":${plan.cap.tokens},${lead}`;
+  if (!lead && rename === null) return bytes;
   const buf = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
   const open = buf.indexOf(123); // '{': the body parsed as an object, so it starts there after whitespace.
-  return Buffer.concat([buf.subarray(0, open + 1), Buffer.from(`"${cap.field}":${cap.tokens},`), buf.subarray(open + 1)]);
+  const parts: Uint8Array[] = [buf.subarray(0, open + 1)];
+  if (lead) parts.push(Buffer.from(lead));
+  if (rename === null) parts.push(buf.subarray(open + 1));
+  else {
+    const f = upstreamFields;
+    if (!f.scan(buf, 0, buf.length, true) || f.modelFrom === -1 || buf[f.modelFrom] !== 34) return null;
+    parts.push(buf.subarray(open + 1, f.modelFrom), modelToken(rename).bytes, buf.subarray(f.modelTo));
+  }
+  return Buffer.concat(parts);
 }
 
 /**
@@ -207,10 +225,11 @@ async function plainAnswer(
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
     answer = parsed as Record<string, unknown>;
     read = plan.answer(answer);
-    // The client sees the model it called, not the upstream's name for it.
+    // The client sees the model it called, not the upstream's name for it: renamed in the
+    // answer's text when a scan of it is sure, else re-serialised.
     if (served.upstreamModel !== served.id && answer.model !== served.id) {
       answer.model = served.id;
-      text = JSON.stringify(answer);
+      text = withModel(text, served.id) ?? JSON.stringify(answer);
     }
   } catch (err) {
     if (ctx.request.signal?.aborted) {

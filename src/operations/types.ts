@@ -38,8 +38,16 @@ export interface TextPlan {
    * hold is computed on what the upstream receives.
    */
   holdFor(fields: Record<string, unknown>): TokenHold;
-  /** Whether the client's own bytes may go upstream as they came (to a target named like the model). */
+  /**
+   * Whether the client's own bytes may go upstream as they came (but for `leading`, the held
+   * cap, and the model's upstream name in place of the client's).
+   */
   unchanged: boolean;
+  /**
+   * Members (`"name":value,` each, a comma after each) the gateway adds ahead of the client's
+   * own fields when its bytes go as they came; the client's body has none of them.
+   */
+  leading?: string;
   /**
    * The output cap the upstream is asked for whenever the body it receives names none (the
    * client sent none, or a plugin removed it): the upstream is never asked for more output than

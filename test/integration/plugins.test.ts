@@ -176,7 +176,8 @@ describe('hooks', () => {
         const before = up.requests.length;
         const stream = await postChat(gw.baseURL, key, { model: MODEL, stream: true, messages });
         const text = (await stream.text()).replace(/"created":\d+/g, '');
-        const sent = up.requests[before]!.raw;
+        // What the upstream got, as JSON: without a plugin the client's bytes go with the gateway's fields put ahead.
+        const sent = up.requests[before]!.body;
         const refused = await postChat(gw.baseURL, key, { model: MODEL, messages: [] });
         const refusedBody = (await refused.json()) as { error: unknown };
         await eventually(async () => (await chargesOf(gw.stores.billing.ledger(account))).length === 1, 'the charge');

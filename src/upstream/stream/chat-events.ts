@@ -8,7 +8,8 @@
 import type { Model } from '../../catalog/catalog.js';
 import { errors, type GatewayError } from '../../errors.js';
 import { redactKey } from '../client.js';
-import { type EventHandler, SseFastPath } from './sse-fast.js';
+import { type EventHandler, type EventVerdict, type Splice, SseFastPath } from './sse-fast.js';
+import { modelToken, renameNeeded, TopFields } from './top-fields.js';
 import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
@@ -91,6 +92,12 @@ class ChatEventReader implements EventReader {
   private readonly renames: boolean;
   /** The fast path's look at one canonical event (bound once: it is handed to every push). */
   private readonly onEventBytes: EventHandler;
+  /** The client's model name as a JSON string token: what an upstream's own name is replaced by. */
+  private readonly token: { text: string; bytes: Buffer };
+  /** The last byte scan's findings (one scan at a time: reused). */
+  private readonly fields = new TopFields();
+  /** The last rename's splice, handed to the fast path, which reads it at once (reused). */
+  private readonly splice: Splice = { from: 0, to: 0, bytes: new Uint8Array(0) };
 
   constructor(
     private readonly model: Pick<Model, 'id' | 'upstreamModel'>,
@@ -100,16 +107,27 @@ class ChatEventReader implements EventReader {
   ) {
     this.fast = new SseFastPath(marksFor(apiKey));
     this.renames = model.upstreamModel !== model.id;
-    // `marked`: the event holds usage, an error or the key.
+    this.token = modelToken(model.id);
+    this.splice.bytes = this.token.bytes;
+    // `marked`: the event holds usage, an error, a finish or the key.
     this.onEventBytes = (buf, start, end, marked) => {
-      if (!this.renames && !marked && buf[start] === 123 && buf[end - 1] === 125) {
-        this.output.deferBytes(buf, start, end);
-        return 'verbatim';
+      const object = buf[start] === 123 && buf[end - 1] === 125;
+      if (object && !marked) {
+        // Under an alias, the upstream's own name is replaced in the event's bytes: the rest of
+        // the event goes out as it came, unparsed. A scan that is unsure leaves it to the parse.
+        const verdict = this.renames ? this.renamed(buf, start, end) : 'verbatim';
+        if (verdict !== undefined) {
+          this.output.deferBytes(buf, start, end);
+          return verdict;
+        }
+      } else if (object && within(buf.indexOf(USAGE_KEY, start), end)) {
+        const verdict = this.usageOnly(buf, start, end);
+        if (verdict !== undefined) return verdict;
       }
-      // Parsed (usage, an error, the key, a rename), but usually sent unchanged: then its bytes
+      // Parsed (usage, an error, the key, a finish), but usually sent unchanged: then its bytes
       // go out as they came, in the same write as the events around it, with no re-encoding.
-      const frame = this.onEvent(buf.toString('utf8', start, end));
-      return frame === AS_IS ? 'verbatim' : frame === null ? null : encoder.encode(frame);
+      const frame = this.onEvent(buf.toString('utf8', start, end), buf, start, end);
+      return frame === AS_IS ? 'verbatim' : frame === null ? null : typeof frame === 'string' ? encoder.encode(frame) : frame;
     };
   }
 
@@ -117,17 +135,73 @@ class ChatEventReader implements EventReader {
    * Handles one upstream event; returns the frame to send, AS_IS when that frame is the event's
    * own data unchanged, or null to skip it. Throws on a bad event.
    */
-  private onEvent(raw: string): string | typeof AS_IS | null {
+  /**
+   * The verdict for an event whose top-level `model` may need the client's name, read from its
+   * bytes; undefined when the scan is unsure (the event is then parsed).
+   */
+  private renamed(buf: Buffer, start: number, end: number): EventVerdict | undefined {
+    const fields = this.fields;
+    if (!fields.scan(buf, start, end, true)) return undefined;
+    const need = renameNeeded(buf, fields, this.token);
+    if (need === 'unsure') return undefined;
+    if (need === 'no') return 'verbatim';
+    this.splice.from = fields.modelFrom;
+    this.splice.to = fields.modelTo;
+    return this.splice;
+  }
+
+  /** `renamed` for an event's text: the text to send, or undefined when the scan is unsure. */
+  private renamedText(data: string): string | undefined {
+    const fields = this.fields;
+    if (!fields.scan(data, 0, data.length, true)) return undefined;
+    const need = renameNeeded(data, fields, this.token);
+    if (need === 'unsure') return undefined;
+    return need === 'no' ? data : data.slice(0, fields.modelFrom) + this.token.text + data.slice(fields.modelTo);
+  }
+
+  /**
+   * A usage-only chunk (`"choices":[]` and a usage, no error) read from its bytes: only its
+   * usage is parsed and reported, and the chunk is dropped when the gateway asked for it, not
+   * the client; else it goes out as it came (renamed). Undefined when it is not one, when the
+   * scan is unsure, or when it holds the upstream's key and must go out redacted: it is then parsed.
+   */
+  private usageOnly(buf: Buffer, start: number, end: number): EventVerdict | undefined {
+    const fields = this.fields;
+    if (!fields.scan(buf, start, end) || fields.error || fields.usageFrom === -1 || !fields.noChoices(buf)) return undefined;
+    let verdict: EventVerdict = null;
+    if (this.clientWantsUsage) {
+      if (this.apiKey && within(buf.indexOf(this.apiKey, start), end)) return undefined;
+      const need = this.renames ? renameNeeded(buf, fields, this.token) : 'no';
+      if (need === 'unsure') return undefined;
+      verdict = need === 'no' ? 'verbatim' : { from: fields.modelFrom, to: fields.modelTo, bytes: this.token.bytes };
+    }
+    let usage: unknown;
+    try {
+      usage = JSON.parse(buf.toString('utf8', fields.usageFrom, fields.usageTo));
+    } catch {
+      return undefined;
+    }
+    const u = usageFrom(usage);
+    if (!u) return undefined;
+    this.output.report(u);
+    return verdict;
+  }
+
+  private onEvent(raw: string, buf?: Buffer, start = 0, end = 0): string | typeof AS_IS | Splice | null {
     const data = this.apiKey ? redactKey(raw, this.apiKey) : raw;
     if (data === '[DONE]') {
       this.done = true;
       return null;
     }
-    // Fast path: a JSON object that carries no usage and no error, under the model's own name,
-    // goes out as it came, unparsed; its text is counted later only if usage never arrives.
-    if (!this.renames && data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
-      this.output.defer(data);
-      return data === raw ? AS_IS : frameEvent(data);
+    // Fast path: a JSON object that carries no usage and no error goes out as it came (under
+    // an alias, its model renamed in its text), unparsed; its text is counted later only if
+    // usage never arrives.
+    if (data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
+      const renamed = this.renames ? this.renamedText(data) : data;
+      if (renamed !== undefined) {
+        this.output.defer(data);
+        return renamed === raw ? AS_IS : frameEvent(renamed);
+      }
     }
     const chunk = parseChunk(data);
     if (!this.answered && finished(chunk.choices)) this.answered = true;
@@ -141,6 +215,9 @@ class ChatEventReader implements EventReader {
     // Like plain answers: the client sees the model it called, not the upstream's name for it.
     const { id, upstreamModel } = this.model;
     if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
+      // In the event's own bytes when it came canonical and unredacted; else re-serialised.
+      const splice = buf && data === raw ? this.renamed(buf, start, end) : undefined;
+      if (splice && splice !== 'verbatim') return splice as Splice;
       return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }
     return data === raw ? AS_IS : frameEvent(data);
@@ -154,7 +231,8 @@ class ChatEventReader implements EventReader {
     let out = '';
     for (const raw of events) {
       if (this.done) break;
-      const frame = this.onEvent(raw);
+      // No bytes given: never a splice.
+      const frame = this.onEvent(raw) as string | typeof AS_IS | null;
       if (frame) out += frame === AS_IS ? frameEvent(raw) : frame;
     }
     return out;
@@ -197,6 +275,9 @@ class ChatEventReader implements EventReader {
     return this.output.produced();
   }
 }
+
+/** Whether a search's hit (-1: none) lies before `end`. */
+const within = (found: number, end: number) => found !== -1 && found < end;
 
 /** Whether a choice of the chunk carries a finish_reason. */
 function finished(choices: unknown): boolean {

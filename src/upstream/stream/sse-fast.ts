@@ -17,7 +17,16 @@ export type EventVerdict =
   /** Drop the event. */
   | null
   /** Send these bytes instead. */
-  | Uint8Array;
+  | Uint8Array
+  /** Forward the event's bytes as they came but for one range (a field renamed in place). */
+  | Splice;
+
+/** The event's own bytes with `buf[from..to)` replaced by `bytes`. */
+export interface Splice {
+  from: number;
+  to: number;
+  bytes: Uint8Array;
+}
 
 /** Looks at one event's data, `buf[start..end)`, and says what to send for it. */
 export type EventHandler = (buf: Buffer, start: number, end: number, marked: boolean) => EventVerdict;
@@ -134,6 +143,12 @@ export class SseFastPath {
       const verdict = onEvent(buf, dataStart, end, nextMark !== -1 && nextMark < end);
       if (verdict === 'verbatim') {
         if (runStart === -1) runStart = pos;
+        runEnd = end + 2;
+      } else if (verdict !== null && !(verdict instanceof Uint8Array)) {
+        // The run goes on around the new bytes: no copy of the event, no break in the write.
+        if (runStart === -1) runStart = pos;
+        out.push(buf.subarray(runStart, verdict.from), verdict.bytes);
+        runStart = verdict.to;
         runEnd = end + 2;
       } else {
         flushRun();
