@@ -11,6 +11,7 @@ import { noOutput } from '../billing/output.js';
 import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
+import type { OutputGuard } from '../guardrails/index.js';
 import { guardPlan } from '../guardrails/plan.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { ClientSignal } from '../http/node-lane.js';
@@ -58,6 +59,10 @@ export function textOperation(decl: TextOperation): Operation {
         const hold = plan.holdFor(replaced);
         plan = { ...plan, hold, promptTokens: hold.estimate };
       }
+      // The output guardrails covering the call (none: the answer goes as it came, untouched); a
+      // stream's are readied (a plugin's onOutput asked) before any model call.
+      const guard = core.guardrails.output(ctx, plan.model, decl.path);
+      const guardStream = guard && plan.stream ? await guard.stream() : null;
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
       const { res, served, account } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       const headers = served.deprecationHeaders ?? {};
@@ -65,12 +70,14 @@ export function textOperation(decl: TextOperation): Operation {
         // The upstream has the request: the context's copy of the body goes (undici keeps the
         // bytes it sent until the answer ends; a body it got rewritten is then held nowhere).
         ctx.releaseBody();
-        const reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
+        const events = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
+        // Guarded on the client's side of the endpoint's reader: the bill reads the upstream's own events.
+        const reader = guardStream ? guardStream(events) : events;
         const translated = account();
         const billing = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
         return relayStream(core, ctx, res, billing, reader, headers);
       }
-      return plainAnswer(core, ctx, plan, call, res, served, headers, account);
+      return plainAnswer(core, ctx, plan, call, res, served, headers, account, guard);
     },
   };
 }
@@ -182,6 +189,7 @@ async function plainAnswer(
   headers: Record<string, string>,
   /** The upstream's answer read in its own format, when it was translated. */
   translated: () => AnswerAccount | null,
+  guard: OutputGuard | null,
 ): Promise<Response> {
   let text: string;
   let read: ReturnType<TextPlan['answer']>;
@@ -213,5 +221,7 @@ async function plainAnswer(
   const account = native ? plainAccount(native.usage, () => native.output(), read.tools) : plainAccount(read.usage, read.output, read.tools);
   await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
   await read.remember?.();
-  return jsonText(200, text, headers);
+  // The output guardrails rewrite the client's copy only: what was billed is the answer as it came.
+  const guarded = guard ? await guard.answer(text) : null;
+  return jsonText(200, guarded ?? text, headers);
 }
