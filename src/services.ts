@@ -194,7 +194,7 @@ export function createServices(
     // Set right below: the job runner needs the rest of the services.
     jobs: undefined as unknown as JobRunner,
     context: createContextService({ cfg, stores }),
-    guardrails: createGuardrails(cfg.guardrails, hooks, log),
+    guardrails: createGuardrails(cfg.guardrails, hooks, log, () => core),
   };
   core.jobs = createJobRunner(core);
   // Wallets and the ledger live only in the stores: say so at start-up when they keep nothing.

@@ -62,6 +62,13 @@ export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model,
   const onAct: OnAct = (id, action) => acted(ctx, id, action, where);
   return {
     async stream() {
+      // A moderation judges a whole text: a stream cannot be held back whole for it, and an
+      // answer it has not judged is never let by. The client asks without `stream`.
+      if (moderation) {
+        throw new GatewayError('invalid_request', 'An output moderation guardrail covers this call: its answer cannot be streamed. Ask without "stream".', {
+          param: 'stream',
+        });
+      }
       const plugin = plugins ? await pluginOutput(deps, ctx, model, path, [], true, onAct) : null;
       return (reader) => guardedEvents(reader, format, finders, onAct, plugin?.rewrite, plugin?.blocked ?? null);
     },
@@ -76,7 +83,14 @@ export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model,
         else if (plugin.rewrite) checks.push((t) => ({ text: plugin.rewrite!(t), blocked: false }));
       }
       if (moderation) {
-        const verdict = await moderation(ctx, answerTexts(format, answer));
+        let verdict: Awaited<ReturnType<AnswerCheck>>;
+        try {
+          verdict = await moderation(ctx, answerTexts(format, answer));
+        } catch (err) {
+          const id = err instanceof GatewayError && typeof err.metadata?.guardrail === 'string' ? err.metadata.guardrail : null;
+          if (id) acted(ctx, id, 'unavailable', where);
+          throw err;
+        }
         if (verdict?.flagged) {
           onAct(verdict.id, 'block');
           checks.push(() => ({ text: '', blocked: true }));
