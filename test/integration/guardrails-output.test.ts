@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LedgerEntry } from '../../src/index.js';
 import { ACCOUNT, eventually, sseData, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { type ScriptedAnswer, startWireUpstream, type WireKind, type WireUpstream } from '../helpers/wire-answers.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from '../admin/token.js';
 
 type Ingress = 'chat' | 'responses' | 'messages';
 const UNGUARDED = 'acct_unguarded';
@@ -39,6 +40,7 @@ beforeAll(async () => {
     { id: 'pii-out', kind: 'pii', on: ['output'], action: 'redact', accounts: [ACCOUNT] },
     { id: 'codename', kind: 'regex', on: ['output'], patterns: ['project\\s+nightfall'], ignoreCase: true, action: 'block', accounts: [ACCOUNT] },
   ];
+  setup.options.admin = { tokenSha256: ADMIN_SHA };
   gw = await startGateway(setup.options);
 }, 60_000);
 
@@ -165,4 +167,21 @@ describe('a block on output', () => {
       });
     }
   }
+});
+
+describe('what the guardrails did is told', () => {
+  it('the admin API lists the recent blocks, newest first, of the account asked for', async () => {
+    const seen = await call('messages', 'openai', true, CODENAME);
+    const last = await call('chat', 'gemini', false, CODENAME);
+    const res = await fetch(`${gw.baseURL.replace(/\/v1$/, '')}/admin/v1/guardrails/blocks?limit=2&account=${ACCOUNT}`, {
+      headers: { authorization: `Bearer ${ADMIN_TOKEN}` },
+    });
+    expect(res.status).toBe(200);
+    const { data } = (await res.json()) as { data: Array<Record<string, unknown>> };
+    expect(data).toHaveLength(2);
+    expect(data[0]).toMatchObject({ guardrail: 'codename', on: 'output', account: ACCOUNT, model: 'wire/gemini', path: '/chat/completions', requestId: last.charge?.id });
+    expect(data[1]).toMatchObject({ guardrail: 'codename', on: 'output', account: ACCOUNT, model: 'wire/openai', path: '/messages', requestId: seen.charge?.id });
+    const other = await fetch(`${gw.baseURL.replace(/\/v1$/, '')}/admin/v1/guardrails/blocks?account=${UNGUARDED}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(((await other.json()) as { data: unknown[] }).data).toEqual([]);
+  });
 });
