@@ -43,11 +43,11 @@ export function guardedEvents(
 ): EventReader {
   const texts = new Texts({ finders, onAct, extra, blocked });
   const rewrite = format === 'responses' ? new ResponsesRewrite(texts) : format === 'messages' ? new MessagesRewrite(texts) : new ChoicesRewrite(texts, format);
-  const parser = new SseParser();
+  const frames = new Frames();
   let finished = false;
-  const through = (frames: Uint8Array[]): Uint8Array[] => {
+  const through = (parts: Uint8Array[]): Uint8Array[] => {
     let out = '';
-    for (const f of frames) for (const data of parser.push(f)) out += rewrite.event(data);
+    for (const f of parts) for (const data of frames.events(f)) out += rewrite.event(data);
     // The answer is complete: a text its upstream never finished still goes out (checked).
     if (inner.done && !finished) {
       finished = true;
@@ -80,6 +80,50 @@ interface TextsOptions {
   onAct: OnAct;
   extra: ((text: string) => string) | null;
   blocked: string | null;
+}
+
+/**
+ * The data of each event in the inner reader's frames. They are whole events the gateway wrote
+ * (`data: ...`, after an `event:` line in the typed APIs), so a split at blank lines reads
+ * them, with no parse character by character; a frame with a CR goes to the generic parser.
+ */
+class Frames {
+  private readonly decoder = new TextDecoder();
+  private carry = '';
+  private parser: SseParser | null = null;
+
+  events(frame: Uint8Array): string[] {
+    if (this.parser) return this.parser.push(frame);
+    const text = this.carry + this.decoder.decode(frame, { stream: true });
+    if (text.includes('\r')) {
+      this.parser = new SseParser();
+      this.carry = '';
+      return this.parser.push(new TextEncoder().encode(text));
+    }
+    const out: string[] = [];
+    let pos = 0;
+    for (;;) {
+      const end = text.indexOf('\n\n', pos);
+      if (end === -1) break;
+      const data = dataOf(text.slice(pos, end));
+      if (data !== null) out.push(data);
+      pos = end + 2;
+    }
+    this.carry = text.slice(pos);
+    return out;
+  }
+}
+
+/** One event's data (its `data:` lines joined), or null when it has none. */
+function dataOf(block: string): string | null {
+  if (block.startsWith('data: ') && !block.includes('\n')) return block.slice(6);
+  let data: string | null = null;
+  for (const line of block.split('\n')) {
+    if (!line.startsWith('data:')) continue;
+    const value = line.slice(line.charCodeAt(5) === 32 ? 6 : 5);
+    data = data === null ? value : `${data}\n${value}`;
+  }
+  return data;
 }
 
 /** One text's scanner, and what it released. */
@@ -154,31 +198,74 @@ class ChoicesRewrite {
     }
     if (!isObject(chunk) || !Array.isArray(chunk.choices) || chunk.choices.length === 0) return frameEvent(data);
     this.last = chunk;
+    if (chunk.choices.length === 1) {
+      const one = this.single(data, chunk, chunk.choices[0]);
+      if (one !== null) return one;
+    }
     const choices: Json[] = [];
     for (const c of chunk.choices as unknown[]) {
       if (!isObject(c)) continue;
-      const key = String(c.index ?? 0);
-      if (this.ended.has(key)) continue;
-      const t = this.texts.of(key);
-      const delta = isObject(c.delta) ? c.delta : null;
-      const text = this.format === 'chat' ? delta?.content : c.text;
-      let out = typeof text === 'string' ? t.take(text) : '';
-      const finishing = typeof c.finish_reason === 'string';
-      if (!t.blocked && finishing) out += t.take(null);
-      const next: Json = { ...c };
-      if ('logprobs' in next) next.logprobs = null;
-      if (this.format === 'chat') next.delta = { ...(delta ?? {}), ...(typeof text === 'string' || out ? { content: out } : {}) };
-      else next.text = out;
-      if (t.blocked) {
-        this.ended.add(key);
-        if (this.format === 'chat') next.delta = out ? { content: out } : {};
-        next.finish_reason = 'content_filter';
-      } else if (finishing) this.ended.add(key);
-      else if (!out && !(delta && Object.keys(delta).some((k) => k !== 'content'))) continue;
-      choices.push(next);
+      const next = this.choice(c);
+      if (next) choices.push(next);
     }
     if (choices.length === 0 && !isObject(chunk.usage)) return '';
     return frameEvent(JSON.stringify({ ...chunk, choices }));
+  }
+
+  /** A choice's text through its scanner: what it released, whether it is blocked or finishing. */
+  private take(c: Json, key: string): { out: string; text: unknown; t: Text; finishing: boolean } {
+    const t = this.texts.of(key);
+    const text = this.format === 'chat' ? (c.delta as Json | undefined)?.content : c.text;
+    let out = typeof text === 'string' ? t.take(text) : '';
+    const finishing = typeof c.finish_reason === 'string';
+    if (!t.blocked && finishing) out += t.take(null);
+    if (t.blocked || finishing) this.ended.add(key);
+    return { out, text, t, finishing };
+  }
+
+  /** One choice as the client gets it, or null when it has nothing to say. */
+  private choice(c: Json): Json | null {
+    const key = String(c.index ?? 0);
+    if (this.ended.has(key)) return null;
+    const { out, text, t, finishing } = this.take(c, key);
+    const delta = isObject(c.delta) ? c.delta : null;
+    const next: Json = { ...c };
+    if ('logprobs' in next) next.logprobs = null;
+    if (this.format === 'chat') next.delta = { ...(delta ?? {}), ...(typeof text === 'string' || out ? { content: out } : {}) };
+    else next.text = out;
+    if (t.blocked) {
+      if (this.format === 'chat') next.delta = out ? { content: out } : {};
+      next.finish_reason = 'content_filter';
+    } else if (!finishing && !out && !(delta && Object.keys(delta).some((k) => k !== 'content'))) return null;
+    return next;
+  }
+
+  /**
+   * The usual chunk, one choice with a text and no log probabilities: the event with only its
+   * text replaced in place, without building or serialising the chunk again; null for any
+   * other chunk (the general path takes it).
+   */
+  private single(data: string, chunk: Json, c: unknown): string | null {
+    if (!isObject(c) || c.logprobs != null) return null;
+    const key = String(c.index ?? 0);
+    const chat = this.format === 'chat';
+    const delta = chat ? c.delta : null;
+    if (this.ended.has(key) || (chat && !isObject(delta))) return null;
+    const was = chat ? (delta as Json).content : c.text;
+    const field = chat ? '"content":' : '"text":';
+    const needle = typeof was === 'string' ? `${field}${JSON.stringify(was)}` : '';
+    const at = needle ? data.indexOf(needle) : -1;
+    if (at === -1 || data.indexOf(needle, at + 1) !== -1) return null;
+    const { out, t, finishing } = this.take(c, key);
+    if (t.blocked) {
+      const blocked: Json = { ...c, logprobs: null, finish_reason: 'content_filter' };
+      if (chat) blocked.delta = out ? { content: out } : {};
+      else blocked.text = out;
+      return frameEvent(JSON.stringify({ ...chunk, choices: [blocked] }));
+    }
+    // Nothing released and nothing else in it: the event is not sent.
+    if (!out && !finishing && !isObject(chunk.usage) && !(chat && Object.keys(delta as Json).length > 1)) return '';
+    return frameEvent(`${data.slice(0, at)}${field}${JSON.stringify(out)}${data.slice(at + needle.length)}`);
   }
 
   /** The stream's end without a choice's finish: what each choice still holds goes out. */

@@ -19,8 +19,8 @@ export interface OutputFinder extends Finder {
   block: boolean;
 }
 
-/** How much released text a lookbehind may still read. */
-const CONTEXT = 64;
+/** How much released text a lookbehind may still read (the built-in entities read one character). */
+const CONTEXT = 16;
 
 interface Match {
   start: number;
