@@ -101,6 +101,8 @@ export class TextScanner {
       at = m.end;
       if (m.end > release) release = m.end;
     }
+    // Never half a character: a high surrogate at the cut waits for its pair.
+    if (!final && release > at && isHighSurrogate(text.charCodeAt(release - 1))) release--;
     if (release > at) out += text.slice(at, release);
     else release = Math.max(release, at);
     this.before = text.slice(Math.max(0, release - CONTEXT), release);
@@ -108,6 +110,8 @@ export class TextScanner {
     return out;
   }
 }
+
+const isHighSurrogate = (code: number): boolean => code >= 0xd800 && code <= 0xdbff;
 
 function lastWhitespace(text: string): number {
   for (let i = text.length - 1; i >= 0; i--) {

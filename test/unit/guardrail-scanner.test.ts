@@ -54,6 +54,18 @@ describe('the stream scanner', () => {
     expect(s.flush()).toBe(' today');
   });
 
+  it('never releases half a character', () => {
+    const s = new TextScanner(finders({ id: 'r', kind: 'regex', patterns: ['xyz'], on: ['output'], action: 'redact' }));
+    const text = 'Smile😀and😀😀wave🌊bye';
+    let out = '';
+    for (const ch of text.split('')) {
+      const piece = s.push(ch);
+      if (piece) expect(/[\uD800-\uDBFF]$/.test(piece)).toBe(false);
+      out += piece;
+    }
+    expect(out + s.flush()).toBe(text);
+  });
+
   it('a block releases only the text before its match, and nothing after', () => {
     const fs = finders({ id: 'secret', kind: 'regex', patterns: ['project nightfall'], on: ['output'], action: 'block' });
     const r = streamed(fs, ['The code name is proj', 'ect night', 'fall and more text follows']);
