@@ -39,6 +39,7 @@ beforeAll(async () => {
   setup.options.guardrails = [
     { id: 'pii-out', kind: 'pii', on: ['output'], action: 'redact', accounts: [ACCOUNT] },
     { id: 'codename', kind: 'regex', on: ['output'], patterns: ['project\\s+nightfall'], ignoreCase: true, action: 'block', accounts: [ACCOUNT] },
+    { id: 'gemini-only', kind: 'regex', on: ['output'], patterns: ['grey'], action: 'redact', models: ['wire/gem*'] },
   ];
   setup.options.admin = { tokenSha256: ADMIN_SHA };
   gw = await startGateway(setup.options);
@@ -141,6 +142,12 @@ describe('a PII string split across three stream chunks is redacted in what the 
       });
     }
   }
+
+  it('a guardrail runs only on the models it names', async () => {
+    const grey: ScriptedAnswer = { pieces: ['a gr', 'ey sky'], usage: 'final', prompt: 3, completion: 3 };
+    expect((await call('chat', 'gemini', true, grey, keys.unguarded)).text).toBe('a [REDACTED] sky');
+    expect((await call('chat', 'openai', true, grey, keys.unguarded)).text).toBe('a grey sky');
+  });
 
   it('an account the guardrail does not name gets the text as it came', async () => {
     const seen = await call('chat', 'openai', true, SPLIT, keys.unguarded);
