@@ -16,6 +16,8 @@ interface Detector {
   span: number;
   /** A match never holds whitespace: a stream holds back no more than the word being written. */
   word?: boolean;
+  /** What every match holds: a text without it is not searched (most prose has no digit or `@`). */
+  needs: RegExp;
 }
 
 /**
@@ -25,13 +27,13 @@ interface Detector {
 const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
   // Starts only where a run of local-part characters starts: a long run without an `@` is then
   // read once, not once per position (quadratic on a large prompt).
-  ['email', { pattern: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g, span: 254, word: true }],
+  ['email', { pattern: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g, span: 254, word: true, needs: /@/ }],
   // Two letters, two check digits, then up to 30 letters or digits, optionally in groups of four.
-  ['iban', { pattern: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b/g, valid: ibanChecks, span: 44 }],
+  ['iban', { pattern: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b/g, valid: ibanChecks, span: 44, needs: /\d/ }],
   // 13 to 19 digits, optionally grouped by spaces or dashes.
-  ['credit_card', { pattern: /(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])/g, valid: (c) => luhn(c.replace(/[ -]/g, '')), span: 37 }],
+  ['credit_card', { pattern: /(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])/g, valid: (c) => luhn(c.replace(/[ -]/g, '')), span: 37, needs: /\d/ }],
   // A US social security number as written (AAA-GG-SSSS), without the numbers never issued.
-  ['ssn', { pattern: /(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])/g, span: 11, word: true }],
+  ['ssn', { pattern: /(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])/g, span: 11, word: true, needs: /\d/ }],
   // International (+ and 8 to 15 digits) or North American ((555) 123-4567, 555-123-4567, 555.123.4567).
   [
     'phone',
@@ -42,6 +44,7 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
         return digits >= 8 && digits <= 15;
       },
       span: 58,
+      needs: /\d/,
     },
   ],
   [
@@ -52,6 +55,7 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
       valid: (c) => isIPv4(c) || (isIPv6(c) && /[0-9A-Fa-f]/.test(c)),
       span: 39,
       word: true,
+      needs: /[\d:]/,
     },
   ],
 ];

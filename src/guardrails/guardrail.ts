@@ -17,6 +17,8 @@ export interface Finder {
   span: number;
   /** A match never holds whitespace (a stream holds back only the word being written). */
   word: boolean;
+  /** What every match holds, when known: a text without it is not searched. */
+  needs?: RegExp | undefined;
 }
 
 export interface Guardrail {
@@ -38,7 +40,7 @@ export const counts = (f: Finder, match: string): boolean => match.length > 0 &&
 export function compileGuardrail(cfg: GuardrailConfig): Guardrail {
   const finders: Finder[] =
     cfg.kind === 'pii'
-      ? detectorsFor(cfg.entities).map((d) => ({ pattern: d.pattern, valid: d.valid, marker: `[REDACTED:${d.entity.toUpperCase()}]`, span: d.span, word: d.word === true }))
+      ? detectorsFor(cfg.entities).map((d) => ({ pattern: d.pattern, valid: d.valid, marker: `[REDACTED:${d.entity.toUpperCase()}]`, span: d.span, word: d.word === true, needs: d.needs }))
       : cfg.kind === 'regex'
         ? cfg.patterns.map((p) => ({
             pattern: new RegExp(p, cfg.ignoreCase ? 'gui' : 'gu'),

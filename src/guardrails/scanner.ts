@@ -72,7 +72,7 @@ export class TextScanner {
         if (cut < off) cut = off;
       }
       if (cut < release) release = cut;
-      if (cut <= off && !final) continue;
+      if ((cut <= off && !final) || (f.needs && !f.needs.test(text))) continue;
       for (const m of text.matchAll(f.pattern)) {
         if (m.index >= cut) break;
         const end = m.index + m[0].length;
