@@ -16,17 +16,16 @@
 import type { GatewayError } from '../errors.js';
 import type { EventReader, Produced } from '../upstream/stream/reader.js';
 import { frameEvent, SseParser } from '../upstream/stream/sse.js';
-import { type OutputFinder, TextScanner } from './scanner.js';
+import { isObject, type Json, type OnAct, type Text, Texts } from './output-texts.js';
+import { MessagesRewrite, ResponsesRewrite } from './output-typed.js';
+import type { OutputFinder } from './scanner.js';
+
+export type { OnAct } from './output-texts.js';
 
 /** The APIs whose answers carry text, by the shape of their stream. */
 export type OutputFormat = 'chat' | 'completions' | 'responses' | 'messages';
 
-/** Told once per guardrail that acted on an answer (a redaction, a block). */
-export type OnAct = (guardrail: string, action: 'redact' | 'block') => void;
-
 const encoder = new TextEncoder();
-type Json = Record<string, unknown>;
-const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /**
  * `inner`'s frames through the output guardrails. `extra` rewrites each piece of text as it is
@@ -75,13 +74,6 @@ export function guardedEvents(
   };
 }
 
-interface TextsOptions {
-  finders: readonly OutputFinder[];
-  onAct: OnAct;
-  extra: ((text: string) => string) | null;
-  blocked: string | null;
-}
-
 /**
  * The data of each event in the inner reader's frames. They are whole events the gateway wrote
  * (`data: ...`, after an `event:` line in the typed APIs), so a split at blank lines reads
@@ -124,58 +116,6 @@ function dataOf(block: string): string | null {
     data = data === null ? value : `${data}\n${value}`;
   }
   return data;
-}
-
-/** One text's scanner, and what it released. */
-class Text {
-  readonly scanner: TextScanner;
-  released = '';
-  /** Some of its text came (a delta). */
-  seen = false;
-  /** Its block was told (once). */
-  private told = false;
-  constructor(private readonly o: TextsOptions) {
-    this.scanner = new TextScanner(o.finders);
-    if (o.blocked !== null) {
-      // Blocked before its first text by a plugin, which was named then.
-      this.scanner.blocked = o.blocked;
-      this.told = true;
-    }
-  }
-  /** The text to release for `delta` (or, with null, for the text's end). */
-  take(delta: string | null): string {
-    const s = this.scanner;
-    if (delta !== null) this.seen = true;
-    const before = s.redactedBy.size;
-    let out = delta === null ? s.flush() : s.push(delta);
-    if (s.redactedBy.size > before) for (const id of [...s.redactedBy].slice(before)) this.o.onAct(id, 'redact');
-    if (s.blocked !== null && !this.told) {
-      this.told = true;
-      this.o.onAct(s.blocked, 'block');
-    }
-    if (out && this.o.extra) out = this.o.extra(out);
-    this.released += out;
-    return out;
-  }
-  get blocked(): boolean {
-    return this.scanner.blocked !== null;
-  }
-}
-
-class Texts {
-  private readonly texts = new Map<string, Text>();
-  constructor(private readonly o: TextsOptions) {}
-  of(key: string): Text {
-    let t = this.texts.get(key);
-    if (!t) this.texts.set(key, (t = new Text(this.o)));
-    return t;
-  }
-  get(key: string): Text | undefined {
-    return this.texts.get(key);
-  }
-  entries(): IterableIterator<[string, Text]> {
-    return this.texts.entries();
-  }
 }
 
 /** Chat and legacy completions chunks: each choice's text (`delta.content`, or `text`). */
@@ -281,128 +221,5 @@ class ChoicesRewrite {
       this.ended.add(index);
     }
     return choices.length ? frameEvent(JSON.stringify({ ...this.last, choices, usage: undefined })) : '';
-  }
-}
-
-const typed = (event: Json): string => `event: ${String(event.type)}\ndata: ${JSON.stringify(event)}\n\n`;
-const asIs = (type: string, data: string): string => `event: ${type}\ndata: ${data}\n\n`;
-const RESPONSE_END = new Set(['response.completed', 'response.incomplete', 'response.failed']);
-
-/** A Responses stream: each output_text part (by output and content index). */
-class ResponsesRewrite {
-  private blocked = false;
-  constructor(private readonly texts: Texts) {}
-
-  event(data: string): string {
-    let event: Json;
-    try {
-      event = JSON.parse(data) as Json;
-    } catch {
-      return frameEvent(data);
-    }
-    if (!isObject(event)) return frameEvent(data);
-    const type = typeof event.type === 'string' ? event.type : 'message';
-    const key = `${String(event.output_index)}:${String(event.content_index)}`;
-    if (RESPONSE_END.has(type)) return typed(this.ending(event));
-    if (this.blocked) return '';
-    if (type === 'response.output_text.delta' && typeof event.delta === 'string') {
-      const t = this.texts.of(key);
-      const out = t.take(event.delta);
-      if (t.blocked) this.blocked = true;
-      return out ? typed(withoutLogprobs({ ...event, delta: out })) : '';
-    }
-    if (type === 'response.output_text.done') {
-      const t = this.texts.of(key);
-      // A text that came only whole, in its done event, is checked whole here.
-      let out = !t.seen && typeof event.text === 'string' ? t.take(event.text) : '';
-      if (!t.blocked) out += t.take(null);
-      if (t.blocked) this.blocked = true;
-      const delta = out ? typed({ ...withoutLogprobs(event), type: 'response.output_text.delta', delta: out, text: undefined }) : '';
-      return this.blocked ? delta : delta + typed(withoutLogprobs({ ...event, text: t.released }));
-    }
-    if (type === 'response.content_part.done' && isObject(event.part)) {
-      const t = this.texts.get(key);
-      return t ? typed({ ...event, part: { ...event.part, text: t.released } }) : asIs(type, data);
-    }
-    if (type === 'response.output_item.done' && isObject(event.item)) return typed({ ...event, item: this.item(event.item, event.output_index) });
-    return asIs(type, data);
-  }
-
-  finish(): string {
-    return '';
-  }
-
-  /** An output item with each text part as released. */
-  private item(item: Json, index: unknown): Json {
-    if (!Array.isArray(item.content)) return item;
-    return {
-      ...item,
-      content: item.content.map((part: unknown, j) => {
-        const t = this.texts.get(`${String(index)}:${j}`);
-        return t && isObject(part) && typeof part.text === 'string' ? { ...part, text: t.released, logprobs: undefined } : part;
-      }),
-    };
-  }
-
-  /** The terminal event: its output as released; after a block, the response is incomplete. */
-  private ending(event: Json): Json {
-    const response = isObject(event.response) ? event.response : {};
-    const output = Array.isArray(response.output) ? response.output.map((item: unknown, i) => (isObject(item) ? this.item(item, i) : item)) : response.output;
-    if (!this.blocked) return { ...event, response: { ...response, output } };
-    return {
-      ...event,
-      type: 'response.incomplete',
-      response: { ...response, output, status: 'incomplete', incomplete_details: { reason: 'content_filter' } },
-    };
-  }
-}
-
-const withoutLogprobs = (event: Json): Json => ('logprobs' in event ? { ...event, logprobs: [] } : event);
-
-/** A Messages stream: each text content block (by index). */
-class MessagesRewrite {
-  private blocked = false;
-  constructor(private readonly texts: Texts) {}
-
-  event(data: string): string {
-    let event: Json;
-    try {
-      event = JSON.parse(data) as Json;
-    } catch {
-      return frameEvent(data);
-    }
-    if (!isObject(event)) return frameEvent(data);
-    const type = typeof event.type === 'string' ? event.type : 'message';
-    if (type === 'message_delta' && this.blocked) {
-      return typed({ ...event, delta: { ...(isObject(event.delta) ? event.delta : {}), stop_reason: 'refusal', stop_sequence: null } });
-    }
-    if (this.blocked) return type === 'message_stop' || type === 'ping' ? asIs(type, data) : '';
-    const key = String(event.index);
-    const delta = isObject(event.delta) ? event.delta : null;
-    if (type === 'content_block_delta' && delta?.type === 'text_delta' && typeof delta.text === 'string') {
-      const t = this.texts.of(key);
-      const out = t.take(delta.text);
-      return this.released(event, t, out);
-    }
-    if (type === 'content_block_stop') {
-      const t = this.texts.get(key);
-      if (!t) return asIs(type, data);
-      const out = t.take(null);
-      if (t.blocked) return this.released(event, t, out);
-      return (out ? typed({ type: 'content_block_delta', index: event.index, delta: { type: 'text_delta', text: out } }) : '') + asIs(type, data);
-    }
-    return asIs(type, data);
-  }
-
-  finish(): string {
-    return '';
-  }
-
-  /** A text delta's frames; a block closes its content block there. */
-  private released(event: Json, t: Text, out: string): string {
-    const frame = out ? typed({ type: 'content_block_delta', index: event.index, delta: { type: 'text_delta', text: out } }) : '';
-    if (!t.blocked) return frame;
-    this.blocked = true;
-    return frame + typed({ type: 'content_block_stop', index: event.index });
   }
 }
