@@ -155,3 +155,28 @@ describe('fail closed', () => {
     expect(checks(entries)).toEqual([]);
   });
 });
+
+describe('over the built-in simulator', () => {
+  it('its /moderations flags a text holding "[flag]": a prompt it flags is refused, another answered, each check billed', async () => {
+    const setup = testConfig();
+    setup.options.guardrails = [{ id: 'sim-mod', kind: 'moderation', upstream: 'test', model: 'omni-moderation-latest', priceUsd: '0.001' }];
+    const sim = await startGateway(setup.options);
+    try {
+      const ask = (content: string) =>
+        fetch(`${sim.baseURL}/chat/completions`, {
+          method: 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content }] }),
+        });
+      expect((await ask('hello')).status).toBe(200);
+      const refused = await ask('hello [flag]');
+      expect(refused.status).toBe(400);
+      expect(((await refused.json()) as { error: unknown }).error).toMatchObject({ code: 'content_filter', metadata: { guardrail: 'sim-mod' } });
+      await eventually(async () => (await sim.stores.billing.openHolds(ACCOUNT)) === 0, 'no open hold');
+      const billed = (await sim.gateway.admin.ledger(ACCOUNT)).filter((e) => e.units.kind === 'guardrail');
+      expect(billed.map((e) => e.cost)).toEqual([1_000_000n, 1_000_000n]);
+    } finally {
+      await sim.close();
+    }
+  });
+});
