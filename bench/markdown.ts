@@ -3,6 +3,7 @@
  * this file lays them out): each shape's headline and what its ratios are made of, the real
  * shape first, then the targets, every cell, held streams, workers and the machine.
  */
+import { type GuardrailEventCost, guardrailEventLines } from './guardrail-report.js';
 import type { HeldResult } from './held.js';
 import type { LoadResult } from './load.js';
 import {
@@ -49,6 +50,8 @@ export interface ReportInput {
   workers: WorkersResult[];
   /** RSS of each gateway's CLI just after it started. */
   idleRss: Partial<Record<Storage, number>>;
+  /** The output guardrails' CPU per streamed event, bare and guarded (bench/guardrail-events.ts). */
+  guardrails?: GuardrailEventCost | null;
   reproduce: string;
 }
 
@@ -146,6 +149,8 @@ export function renderMarkdown(r: ReportInput): string {
     if (i > 0) md.push('');
     md.push(...shapeSections(r, shape, i === 0));
   });
+
+  if (r.guardrails) md.push('', ...guardrailEventLines(r.guardrails));
 
   // ---- targets ----
   md.push('', '### Targets', '', '| Target | Goal | Measured | |', '|---|---|---|---|');

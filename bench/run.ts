@@ -56,6 +56,8 @@
  *   BENCH_WORKERS [sqlite,redis]  storages on which `serve --workers 2` is measured against 1 ("off": none)
  *   BENCH_WORKERS_ROUNDS [3]  rounds of that comparison
  *   BENCH_CACHE [on]          "off": skip the response-cache phase (a hit's CPU per call against a plain call's, memory)
+ *   BENCH_GUARDRAILS [on]     "off": leave out the output guardrails' CPU per streamed event (in this
+ *                             process, last, a few seconds: bench/guardrail-events.ts)
  *
  * Targets (bench/targets.ts) are printed as met / not met. They are a report, never a test.
  */
@@ -68,6 +70,7 @@ import { fileURLToPath } from 'node:url';
 import { Redis } from 'ioredis';
 import { ALIAS_MODEL, ALIAS_SERVED_AS, ALIAS_UPSTREAM_MODEL, gatewayConfig, PLAIN_REQUEST } from './fixtures.js';
 import { type CacheHitsResult, cacheHits } from './cache-hits.js';
+import type { GuardrailEventCost } from './guardrail-report.js';
 import { type HeldResult, heldStreams } from './held.js';
 import { type LoadResult, runLoad } from './load.js';
 import { installPeer, PEER_LABEL, PEER_PACKAGE, PEER_READY, peerHeaders, sameContentAs } from './peer.js';
@@ -560,6 +563,14 @@ async function main(): Promise<void> {
       }
     }
 
+    // ---- output guardrails per streamed event (in this process, after every load phase) ----
+    let guardrails: GuardrailEventCost | null = null;
+    if (env.BENCH_GUARDRAILS !== 'off') {
+      const { guardrailEventCost } = await import('./guardrail-events.js');
+      guardrails = guardrailEventCost();
+      log(`output guardrails per streamed event: ${guardrails.bareUs.toFixed(2)} µs bare, ${guardrails.guardedUs.toFixed(2)} µs guarded (+${guardrails.addedUs.toFixed(2)} µs)`);
+    }
+
     // ---- report ----
     const peerMeasured = summaries.some((c) => c.targets.peer !== undefined);
     const checks = evaluate({ cells: summaries, kinds: KINDS, shapes: SHAPES, storages, held, heldCount: HELD, redisCommands, idleRss, peerMeasured });
@@ -627,6 +638,7 @@ async function main(): Promise<void> {
       retries: RETRIES,
       workers,
       idleRss,
+      guardrails,
       reproduce: `Reproduce: \`${command}\` (${took < 120 ? `${Math.round(took)} s` : `about ${Math.round(took / 60)} minutes`}).`,
     });
     const json = {
@@ -662,6 +674,7 @@ async function main(): Promise<void> {
       idleRssBytes: idleRss,
       redisCommands,
       responseCache: cache,
+      guardrailEvents: guardrails,
       targets: checks,
       elapsedS: took,
     };

@@ -19,6 +19,7 @@ export type {
   OnBilledArgs,
   OnErrorArgs,
   OnInputArgs,
+  OnOutputArgs,
   OnRequestArgs,
   OnResponseArgs,
   OnUpstreamRequestArgs,

@@ -199,7 +199,7 @@ export function createServices(
     // Set right below: the job runner needs the rest of the services.
     jobs: undefined as unknown as JobRunner,
     context: createContextService({ cfg, stores }),
-    guardrails: createGuardrails(cfg.guardrails, hooks, log),
+    guardrails: createGuardrails(cfg.guardrails, hooks, log, () => core),
     cache: cacheOn ? createResponseCache(cfg.cache, cfg.models, stores.responseCache, log, now) : null,
   };
   core.jobs = createJobRunner(core);

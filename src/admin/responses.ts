@@ -70,6 +70,19 @@ export const upstreams = list(
   }),
 );
 
+export const guardrailBlocks = list(
+  z.object({
+    at: z.string().describe('ISO 8601'),
+    guardrail: z.string().describe('The id of the guardrail that blocked'),
+    on: z.enum(['input', 'output']).describe('Whether the prompt or the answer was blocked'),
+    requestId: z.string(),
+    account: z.string(),
+    key: z.string(),
+    model: z.string(),
+    path: z.string(),
+  }),
+);
+
 export const changes = list(
   z.object({
     time: z.string(),

@@ -237,6 +237,14 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({
     method: 'GET',
+    path: '/guardrails/blocks',
+    summary: 'The latest guardrail blocks on this instance (its last 200), newest first: which guardrail, on the prompt or the answer, the request, account, key, model and path',
+    query: S.guardrailBlocksQuery,
+    returns: R.guardrailBlocks,
+    run: monitor.guardrailBlocks,
+  }),
+  route({
+    method: 'GET',
     path: '/audit',
     summary: 'Check the books: balances, holds, keys’ spend and charges per hold id ({ok, accounts, entries, differences})',
     query: S.auditQuery,

@@ -132,3 +132,5 @@ export const requestsQuery = z.strictObject({
 });
 
 export const changesQuery = z.strictObject({ limit: z.coerce.number().int().min(1).max(1000).default(50) });
+
+export const guardrailBlocksQuery = z.strictObject({ limit: z.coerce.number().int().min(1).max(200).default(50), account: id.optional() });

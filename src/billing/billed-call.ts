@@ -54,6 +54,11 @@ export interface AmountHold {
   ttlMs?: number;
   /** A job any instance can finish: shutdown leaves it for the instance that adopts it. */
   durable?: boolean;
+  /**
+   * A charge beside the request's own (a guardrail's check): it is not the request's record
+   * (its model, units and cost stay the call's), and is reported on its own.
+   */
+  unobserved?: boolean;
 }
 
 /** Names the limit that refused, unless it was the wallet. */
@@ -75,7 +80,7 @@ async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold,
     amount: hold.amount,
     ttlMs: hold.ttlMs,
     durable: hold.durable,
-    observed: ctx.observed,
+    observed: hold.unobserved ? undefined : ctx.observed,
     keyCheck: ctx.takeKeyCheck(),
     accountBudgets,
     tokens,

@@ -44,6 +44,8 @@ export function unitCounts(units: LedgerUnits): Array<[part: string, count: numb
       return [['seconds', units.seconds]];
     case 'speech_tokens':
       return [['tokens', units.tokens]];
+    case 'guardrail':
+      return [['checks', units.checks]];
     case 'credit':
       // An operator's credit is an amount, not a use of a model.
       throw new RangeError('a credit has no list price');
@@ -54,6 +56,8 @@ export function unitCounts(units: LedgerUnits): Array<[part: string, count: numb
 function catalogPrice(model: Model, units: LedgerUnits, part: string): bigint {
   if (units.kind === 'images' || units.kind === 'seconds') return tierPrice(model, units.tier);
   if (units.kind === 'speech_tokens') return tierPrice(model, model.media?.defaultTier ?? 'default');
+  // A guardrail's checks are priced by the guardrail, never by a model: billed at its price.
+  if (units.kind === 'guardrail') throw new RangeError(`guardrail ${units.id}'s checks have no catalog price`);
   const text = model.text;
   if (!text) throw new RangeError(`model ${model.id} has no token pricing`);
   if (part === 'prompt') return text.promptPico;
@@ -139,6 +143,8 @@ export function costAtPrice(units: LedgerUnits, unitPricePico: bigint): bigint {
       return cost(unitPricePico, units.seconds);
     case 'speech_tokens':
       return cost(unitPricePico, units.tokens);
+    case 'guardrail':
+      return cost(unitPricePico, units.checks);
     default:
       throw new RangeError(`${units.kind} units have no single unit price`);
   }

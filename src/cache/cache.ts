@@ -82,6 +82,8 @@ export interface CacheRequest {
   path: string;
   body: Record<string, unknown>;
   cacheControl: string | null;
+  /** The answer is rewritten for the client (output guardrails): served from no entry, kept in none. */
+  bypass?: boolean;
   format: CacheFormat;
 }
 
@@ -113,7 +115,7 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
     settingsFor: (modelId) => (perModel.has(modelId) ? perModel.get(modelId)! : top),
     async lookup(req) {
       const directives = (req.cacheControl ?? '').toLowerCase();
-      if (/(^|[\s,])no-store($|[\s,=])/.test(directives)) {
+      if (req.bypass || /(^|[\s,])no-store($|[\s,=])/.test(directives)) {
         count(req.accountId, req.model, (t) => t.bypasses++);
         return { state: 'BYPASS', store: NOOP_STORE };
       }

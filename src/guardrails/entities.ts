@@ -12,6 +12,12 @@ interface Detector {
   pattern: RegExp;
   /** Whether a candidate is really the entity; absent: its shape is enough. */
   valid?: (candidate: string) => boolean;
+  /** The most characters a match spans (an email: the longest address, 254, RFC 5321). */
+  span: number;
+  /** A match never holds whitespace: a stream holds back no more than the word being written. */
+  word?: boolean;
+  /** What every match holds: a text without it is not searched (most prose has no digit or `@`). */
+  needs: RegExp;
 }
 
 /**
@@ -21,13 +27,13 @@ interface Detector {
 const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
   // Starts only where a run of local-part characters starts: a long run without an `@` is then
   // read once, not once per position (quadratic on a large prompt).
-  ['email', { pattern: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g }],
+  ['email', { pattern: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g, span: 254, word: true, needs: /@/ }],
   // Two letters, two check digits, then up to 30 letters or digits, optionally in groups of four.
-  ['iban', { pattern: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b/g, valid: ibanChecks }],
+  ['iban', { pattern: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b/g, valid: ibanChecks, span: 44, needs: /\d/ }],
   // 13 to 19 digits, optionally grouped by spaces or dashes.
-  ['credit_card', { pattern: /(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])/g, valid: (c) => luhn(c.replace(/[ -]/g, '')) }],
+  ['credit_card', { pattern: /(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])/g, valid: (c) => luhn(c.replace(/[ -]/g, '')), span: 37, needs: /\d/ }],
   // A US social security number as written (AAA-GG-SSSS), without the numbers never issued.
-  ['ssn', { pattern: /(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])/g }],
+  ['ssn', { pattern: /(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])/g, span: 11, word: true, needs: /\d/ }],
   // International (+ and 8 to 15 digits) or North American ((555) 123-4567, 555-123-4567, 555.123.4567).
   [
     'phone',
@@ -37,6 +43,8 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
         const digits = c.replace(/\D/g, '').length;
         return digits >= 8 && digits <= 15;
       },
+      span: 58,
+      needs: /\d/,
     },
   ],
   [
@@ -45,6 +53,9 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
       pattern: /(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?![\w:]|\.\d)/g,
       // An IPv6 address has a hex digit somewhere: "::" alone is not worth a redaction.
       valid: (c) => isIPv4(c) || (isIPv6(c) && /[0-9A-Fa-f]/.test(c)),
+      span: 39,
+      word: true,
+      needs: /[\d:]/,
     },
   ],
 ];

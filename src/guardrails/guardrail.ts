@@ -5,10 +5,27 @@
 import { allowsModel } from '../catalog/allow-list.js';
 import type { GuardrailConfig } from '../options/guardrails.js';
 import { detectorsFor } from './entities.js';
+import { DEFAULT_MAX_SPAN, regexSpan } from './span.js';
+
+/** One thing a guardrail looks for. */
+export interface Finder {
+  /** Global. */
+  pattern: RegExp;
+  valid?: ((candidate: string) => boolean) | undefined;
+  marker: string;
+  /** The most characters a match spans: what a stream holds back for it. */
+  span: number;
+  /** A match never holds whitespace (a stream holds back only the word being written). */
+  word: boolean;
+  /** What every match holds, when known: a text without it is not searched. */
+  needs?: RegExp | undefined;
+}
 
 export interface Guardrail {
   id: string;
   action: 'redact' | 'block';
+  /** What it looks for (none for a moderation guardrail: its upstream decides). */
+  finders: readonly Finder[];
   /** Whether it covers a call of `account` to `model`. */
   covers(account: string, model: string): boolean;
   /** `text` with every match replaced by its marker (the same string when nothing matched). */
@@ -17,33 +34,35 @@ export interface Guardrail {
   finds(text: string): boolean;
 }
 
-interface Finder {
-  pattern: RegExp;
-  valid?: ((candidate: string) => boolean) | undefined;
-  marker: string;
-}
+/** Whether a match is one: not empty (a lookaround-only pattern hides no text), and passes its check. */
+export const counts = (f: Finder, match: string): boolean => match.length > 0 && (!f.valid || f.valid(match));
 
 export function compileGuardrail(cfg: GuardrailConfig): Guardrail {
   const finders: Finder[] =
     cfg.kind === 'pii'
-      ? detectorsFor(cfg.entities).map((d) => ({ pattern: d.pattern, valid: d.valid, marker: `[REDACTED:${d.entity.toUpperCase()}]` }))
-      : cfg.patterns.map((p) => ({ pattern: new RegExp(p, cfg.ignoreCase ? 'gui' : 'gu'), marker: '[REDACTED]' }));
+      ? detectorsFor(cfg.entities).map((d) => ({ pattern: d.pattern, valid: d.valid, marker: `[REDACTED:${d.entity.toUpperCase()}]`, span: d.span, word: d.word === true, needs: d.needs }))
+      : cfg.kind === 'regex'
+        ? cfg.patterns.map((p) => ({
+            pattern: new RegExp(p, cfg.ignoreCase ? 'gui' : 'gu'),
+            marker: '[REDACTED]',
+            span: regexSpan(p) ?? cfg.maxSpan ?? DEFAULT_MAX_SPAN,
+            word: false,
+          }))
+        : [];
   const accounts = cfg.accounts ? new Set(cfg.accounts) : null;
   return {
     id: cfg.id,
-    action: cfg.action,
+    action: cfg.kind === 'moderation' ? 'block' : cfg.action,
+    finders,
     covers: (account, model) => (!accounts || accounts.has(account)) && allowsModel(cfg.models, model),
     redact(text) {
       let out = text;
-      for (const f of finders) {
-        // An empty match (a lookaround-only pattern) is no text to hide: it stays as it is.
-        out = out.replace(f.pattern, (match) => (match.length > 0 && (!f.valid || f.valid(match)) ? f.marker : match));
-      }
+      for (const f of finders) out = out.replace(f.pattern, (match) => (counts(f, match) ? f.marker : match));
       return out;
     },
     finds(text) {
       return finders.some((f) => {
-        for (const m of text.matchAll(f.pattern)) if (m[0].length > 0 && (!f.valid || f.valid(m[0]))) return true;
+        for (const m of text.matchAll(f.pattern)) if (counts(f, m[0])) return true;
         return false;
       });
     },

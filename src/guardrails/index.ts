@@ -14,10 +14,15 @@ import type { GuardrailAction } from '../observability/record.js';
 import type { GuardrailConfig } from '../options/guardrails.js';
 import { type Hooks, PluginHookError, pluginKey } from '../pipeline/hooks.js';
 import type { RequestContext } from '../pipeline/types.js';
+import { acted as actedOn, BlockLog, type GuardrailBlock } from './acted.js';
 import { compileGuardrail, type Guardrail } from './guardrail.js';
+import { createModeration, type ModerationDeps } from './moderation.js';
+import { type OutputGuard, outputGuard } from './output.js';
 import { mapPromptTexts, promptTexts, somePromptText } from './texts.js';
 
 export type { Guardrail } from './guardrail.js';
+export type { GuardrailBlock } from './acted.js';
+export type { OutputGuard } from './output.js';
 
 /** What the guardrails made of a prompt. */
 export interface CheckedInput {
@@ -32,15 +37,41 @@ export interface Guardrails {
   readonly any: boolean;
   /** Runs the guardrails covering a call to `model` on its fields. Throws 400 content_filter on a block. */
   input(ctx: RequestContext, model: Model, path: string, fields: Record<string, unknown>): Promise<CheckedInput>;
+  /** The output guardrails covering a call to `model` at `path`, or null when none does. */
+  output(ctx: RequestContext, model: Model, path: string): OutputGuard | null;
+  /** This instance's recent blocks, newest first (of `account` only when given). */
+  recentBlocks(limit?: number, account?: string): GuardrailBlock[];
 }
 
 type Rewrite = (fields: Record<string, unknown>) => Record<string, unknown>;
 
-export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hooks, log: Logger): Guardrails {
-  const all = configs.filter((c) => c.on.includes('input')).map(compileGuardrail);
+/**
+ * `gateway`: what a moderation check needs (the upstreams, the billing door), asked for at the
+ * first check: the guardrails are built with the services that provide it.
+ */
+export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hooks, log: Logger, gateway: () => ModerationDeps): Guardrails {
+  const blocks = new BlockLog();
+  const found = configs.filter((c) => c.kind !== 'moderation');
+  const all = found.filter((c) => c.on.includes('input')).map(compileGuardrail);
+  const outputs = found.filter((c) => c.on.includes('output')).map(compileGuardrail);
+  const moderations = configs.flatMap((c) => (c.kind === 'moderation' ? [createModeration(c)] : []));
+  const inputModerations = moderations.filter((m) => m.on.includes('input'));
+  const outputModerations = moderations.filter((m) => m.on.includes('output'));
   const plugins = hooks.has('onInput');
+  const outputDeps = {
+    guardrails: outputs,
+    hooks,
+    log,
+    blocks,
+    moderation: outputModerations.length ? (ctx: RequestContext, model: Model) => outputModeration(outputModerations, gateway, ctx, model) : undefined,
+  };
+  const anyOutput = outputs.length > 0 || hooks.has('onOutput') || outputModerations.length > 0;
+  const acted = (ctx: RequestContext, id: string, action: GuardrailAction['action'], model?: Model, path?: string) =>
+    actedOn(ctx, id, action, { on: 'input', model: model?.id ?? '', path: path ?? '', blocks });
   return {
-    any: all.length > 0 || plugins,
+    any: all.length > 0 || plugins || inputModerations.length > 0,
+    output: (ctx, model, path) => (anyOutput ? outputGuard(outputDeps, ctx, model, path) : null),
+    recentBlocks: (limit, account) => blocks.list(limit, account),
     async input(ctx, model, path, fields) {
       const steps: Rewrite[] = [];
       let out = fields;
@@ -56,20 +87,44 @@ export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hoo
         if (!g.covers(ctx.key.accountId, model.id)) continue;
         if (g.action === 'redact') apply(g.id, (f) => mapPromptTexts(f, (t) => g.redact(t)));
         else if (somePromptText(out, (t) => g.finds(t))) {
-          acted(ctx, g.id, 'block');
+          acted(ctx, g.id, 'block', model, path);
           throw contentFilter(g);
         }
       }
-      if (plugins) await pluginGuardrails(hooks, log, ctx, model, path, () => out, apply);
+      if (plugins) await pluginGuardrails(hooks, log, ctx, model, path, () => out, apply, acted);
+      // Last, on what the others left (a redacted text is what the moderation upstream reads).
+      for (const m of inputModerations) {
+        if (!m.covers(ctx.key.accountId, model.id)) continue;
+        let flagged: boolean;
+        try {
+          flagged = await m.flags(gateway(), ctx, promptTexts(out), 'input');
+        } catch (err) {
+          if (err instanceof GatewayError && err.code === 'guardrail_unavailable') acted(ctx, m.id, 'unavailable', model, path);
+          throw err;
+        }
+        if (flagged) {
+          acted(ctx, m.id, 'block', model, path);
+          throw contentFilter(m);
+        }
+      }
       return { fields: out, redact: (f) => steps.reduce((acc, step) => step(acc), f) };
     },
   };
 }
 
-/** Names a guardrail that acted on the request's record: its access line, metrics and span. */
-function acted(ctx: RequestContext, id: string, action: GuardrailAction['action']): void {
-  const record = ctx.observed.record;
-  (record.guardrails ??= []).push({ id, action });
+/** The output moderations covering a call: a plain answer's check, by the first that flags it. */
+function outputModeration(
+  moderations: ReturnType<typeof createModeration>[],
+  gateway: () => ModerationDeps,
+  ctx: RequestContext,
+  model: Model,
+): ((ctx: RequestContext, texts: string[]) => Promise<{ id: string; flagged: boolean } | null>) | null {
+  const covering = moderations.filter((m) => m.covers(ctx.key.accountId, model.id));
+  if (covering.length === 0) return null;
+  return async (c, texts) => {
+    for (const m of covering) if (await m.flags(gateway(), c, texts, 'output')) return { id: m.id, flagged: true };
+    return null;
+  };
 }
 
 /** The plugins' onInput hooks: each sees the texts the ones before it left. */
@@ -81,6 +136,7 @@ async function pluginGuardrails(
   path: string,
   current: () => Record<string, unknown>,
   apply: (id: string, step: Rewrite) => void,
+  acted: (ctx: RequestContext, id: string, action: GuardrailAction['action'], model?: Model, path?: string) => void,
 ): Promise<void> {
   let blocked: string | null = null;
   try {
@@ -110,7 +166,7 @@ async function pluginGuardrails(
     });
   }
   if (blocked !== null) {
-    acted(ctx, blocked, 'block');
+    acted(ctx, blocked, 'block', model, path);
     throw contentFilter({ id: blocked });
   }
 }

@@ -76,7 +76,7 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
   const refusals = new HotCounter('model_gateway_refusals_total', 'Requests refused by a limit, by limit.', ['limit'], registry);
   const guardrails = new HotCounter(
     'model_gateway_guardrail_actions_total',
-    'Input guardrails that acted on a prompt, by guardrail and action (redact, block, unavailable).',
+    'Guardrails that acted on a prompt or an answer, by guardrail and action (redact, block, unavailable).',
     ['guardrail', 'action'],
     registry,
   );

@@ -29,7 +29,7 @@ export interface CallRecord {
   costNano: bigint | null;
   /** A refusal's `metadata.limit` / `limit_source`. */
   limit: string | null;
-  /** The input guardrails that acted on the prompt (redacted it, blocked it, or could not answer), in order. */
+  /** The guardrails that acted on the prompt or the answer (redacted it, blocked it, or could not answer), in order. */
   guardrails: GuardrailAction[] | null;
   errorCode: string | null;
   /** The request's span (a no-op span when no tracer provider is registered). */
@@ -42,6 +42,8 @@ export interface GuardrailAction {
   /** The guardrail's id (a plugin's: the id it gave, or its name when it could not answer). */
   id: string;
   action: 'redact' | 'block' | 'unavailable';
+  /** Set when it acted on the answer (absent: on the prompt). */
+  on?: 'output';
 }
 
 /** Things that watch requests: each gets the record at the start and once the request is over. */

@@ -17,7 +17,7 @@ import type { TextPlan } from './types.js';
  * The request's ticket through the cache (null when its model's answers are not cached).
  * `upstreamBody` is what the model's own target would receive.
  */
-export async function cacheTicket(core: Services, ctx: RequestContext, plan: TextPlan, path: string, format: CacheFormat | undefined, upstreamBody: () => Record<string, unknown>): Promise<CacheTicket | null> {
+export async function cacheTicket(core: Services, ctx: RequestContext, plan: TextPlan, path: string, format: CacheFormat | undefined, upstreamBody: () => Record<string, unknown>, bypass: boolean): Promise<CacheTicket | null> {
   const settings = format && core.cache ? core.cache.settingsFor(plan.model.id) : null;
   if (!settings || !format || !core.cache) return null;
   return core.cache.lookup({
@@ -28,6 +28,7 @@ export async function cacheTicket(core: Services, ctx: RequestContext, plan: Tex
     path,
     body: upstreamBody(),
     cacheControl: ctx.request.headers.get('cache-control'),
+    bypass,
     format,
   });
 }

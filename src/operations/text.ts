@@ -11,6 +11,7 @@ import { noOutput } from '../billing/output.js';
 import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { errors, GatewayError } from '../errors.js';
+import type { OutputGuard } from '../guardrails/index.js';
 import { guardPlan } from '../guardrails/plan.js';
 import { jsonText, parseJsonObject } from '../http/json.js';
 import { ClientSignal } from '../http/node-lane.js';
@@ -62,9 +63,15 @@ export function textOperation(decl: TextOperation): Operation {
         const hold = plan.holdFor(replaced);
         plan = { ...plan, hold, promptTokens: hold.estimate };
       }
+      // The output guardrails covering the call (none: the answer goes as it came, untouched); a
+      // stream's are readied (a plugin's onOutput asked) before any model call.
+      const guard = core.guardrails.output(ctx, plan.model, decl.path);
+      const guardStream = guard && plan.stream ? await guard.stream() : null;
       // The cache is looked up on what the model's own target would receive, before any hold.
+      // An answer the output guardrails rewrite for the client is neither served from an entry
+      // nor kept in one: a hit would skip their checks.
       const ready = plan;
-      const ticket = await cacheTicket(core, ctx, plan, decl.path, decl.cache, () => capped(replaced ?? ready.fields(ready.model), ready.cap));
+      const ticket = await cacheTicket(core, ctx, plan, decl.path, decl.cache, () => capped(replaced ?? ready.fields(ready.model), ready.cap), guard !== null);
       if (ticket?.hit) return serveHit(core, ctx, plan, ticket, decl.cache!, fields);
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
       const { res, served, account } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
@@ -73,7 +80,9 @@ export function textOperation(decl: TextOperation): Operation {
         // The upstream has the request: the context's copy of the body goes (undici keeps the
         // bytes it sent until the answer ends; a body it got rewritten is then held nowhere).
         ctx.releaseBody();
-        let reader = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
+        const events = plan.events(served, upstreamKeyOf(core.cfg, served.upstream));
+        // Guarded on the client's side of the endpoint's reader: the bill reads the upstream's own events.
+        let reader = guardStream ? guardStream(events) : events;
         const translated = account();
         const billing: StreamCall = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
         if (ticket?.state === 'MISS' && decl.cache) {
@@ -84,7 +93,7 @@ export function textOperation(decl: TextOperation): Operation {
         return relayStream(core, ctx, res, billing, reader, headers);
       }
       const keep = ticket?.state === 'MISS' ? ticket.store : null;
-      return plainAnswer(core, ctx, plan, call, res, served, headers, account, keep);
+      return plainAnswer(core, ctx, plan, call, res, served, headers, account, keep, guard);
     },
   };
 }
@@ -215,6 +224,8 @@ async function plainAnswer(
   translated: () => AnswerAccount | null,
   /** Keeps the whole answer in the response cache (a miss); null: not cached. */
   keep: ((entry: CacheEntry) => Promise<void>) | null,
+  /** The output guardrails covering the call: they rewrite the client's copy; null: none. */
+  guard: OutputGuard | null,
 ): Promise<Response> {
   let text: string;
   let read: ReturnType<TextPlan['answer']>;
@@ -250,5 +261,7 @@ async function plainAnswer(
   await read.remember?.();
   // Kept once paid for, before the client has it: the next identical request is a hit.
   if (keep && account.usage) await keep({ body: answer, usage: account.usage });
-  return jsonText(200, text, headers);
+  // The output guardrails rewrite the client's copy only: what was billed is the answer as it came.
+  const guarded = guard ? await guard.answer(text) : null;
+  return jsonText(200, guarded ?? text, headers);
 }

@@ -15,7 +15,7 @@ export interface CheckedConfig {
   idempotency: { maxAnswerBytes: number; maxBytesPerAccount: number };
   metrics: { path: string } | null;
   trustProxy: readonly string[];
-  guardrails: ReadonlyArray<{ id: string }>;
+  guardrails: ReadonlyArray<{ id: string; kind: string; upstream?: string }>;
 }
 
 /** The problems (one line each, `path: sentence`) in the references between sections; none: []. */
@@ -41,6 +41,7 @@ export function referenceProblems(cfg: CheckedConfig): string[] {
   cfg.guardrails.forEach((g, i) => {
     if (guardrailIds.has(g.id)) problems.push(`guardrails[${i}].id: duplicate guardrail id "${g.id}"`);
     guardrailIds.add(g.id);
+    if (g.upstream !== undefined && !Object.hasOwn(cfg.upstreams, g.upstream)) problems.push(`guardrails[${i}].upstream: no upstream named "${g.upstream}"`);
   });
   problems.push(...duplicatesPerAccount('brands', cfg.brands), ...duplicatesPerAccount('documents', cfg.documents));
   cfg.keys.forEach((k, i) => {

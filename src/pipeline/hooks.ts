@@ -7,14 +7,16 @@
  *   onAuthenticated    once the key is known
  *   onUpstreamRequest  right before a body goes upstream (after brand and knowledge); may replace it
  *   onInput            then, an input guardrail of the plugin's own: may redact the prompt or block it
+ *   onOutput           an output guardrail of the plugin's own: may redact the answer's text or block it
  *   onBilled           after every charge lands in the store, with its ledger entry
  *   onResponse         last, for every response (refusals and errors included)
  *   onError            for every error answered (and every stream that failed after its 200)
  *   onDispose          when the gateway is disposed, after calls in flight finished
  *
  * A hook that throws (or rejects) is logged and skipped: it never changes billing, and never
- * the response beyond what the hooks that succeeded did. The one exception is onInput: a
- * guardrail that cannot answer refuses the call (fails closed) rather than let the prompt by.
+ * the response beyond what the hooks that succeeded did. The exceptions are onInput and
+ * onOutput: a guardrail that cannot answer refuses the call, or withholds the answer (fails
+ * closed), rather than let the text by.
  */
 import type { Logger } from '../observability/log.js';
 import type { ApiKeyRecord, KeyKind, LedgerEntry } from '../stores/types.js';
@@ -87,6 +89,29 @@ export interface OnInputArgs {
   block(guardrail: string): void;
 }
 
+/**
+ * An output guardrail of a plugin's own, run with the configured ones on the answer's text
+ * before the client sees it; the same shape as onInput. On a plain answer `texts` are its
+ * texts; on a stream the hook runs once before the first text (`texts` empty, `stream` true),
+ * and the rewrites it registers apply to each piece of text as it is released (after the
+ * configured guardrails held back what a match of theirs could span).
+ */
+export interface OnOutputArgs {
+  request: Request;
+  requestId: string;
+  key: PluginKey;
+  model: { id: string; upstream: string; upstreamModel: string };
+  path: string;
+  /** Whether the answer is streamed. */
+  stream: boolean;
+  /** Every text of the answer (message contents, output_text parts, text blocks); none on a stream. */
+  readonly texts: readonly string[];
+  /** Rewrites every text of the answer with `rewrite`, as guardrail `guardrail`. Pure and synchronous. */
+  redact(guardrail: string, rewrite: (text: string) => string): void;
+  /** Ends the answer as filtered (`finish_reason: "content_filter"` and its equivalents), its text withheld. */
+  block(guardrail: string): void;
+}
+
 export interface OnBilledArgs {
   entry: LedgerEntry;
 }
@@ -115,6 +140,8 @@ export interface GatewayPlugin {
   onUpstreamRequest?(args: OnUpstreamRequestArgs): MaybePromise;
   /** A hook that throws refuses the call with 503 guardrail_unavailable (a guardrail fails closed). */
   onInput?(args: OnInputArgs): MaybePromise;
+  /** A hook that throws withholds the answer with 503 guardrail_unavailable (a guardrail fails closed). */
+  onOutput?(args: OnOutputArgs): MaybePromise;
   onBilled?(args: OnBilledArgs): MaybePromise;
   onResponse?(args: OnResponseArgs): MaybePromise;
   onError?(args: OnErrorArgs): MaybePromise;

@@ -26,6 +26,8 @@ export type LedgerUnits =
   | { kind: 'images'; images: number; tier: string }
   | { kind: 'seconds'; seconds: number; tier: string }
   | { kind: 'speech_tokens'; tokens: number }
+  /** Checks a guardrail (`id`) made of a call's text, each at the guardrail's price (a moderation). */
+  | { kind: 'guardrail'; id: string; checks: number }
   /**
    * Money put into (an opening balance, a top-up) or taken out of (a negative adjustment) a
    * wallet, not by a call: its entry's `cost` is minus the amount credited, its key and model

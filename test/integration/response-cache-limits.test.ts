@@ -1,6 +1,7 @@
 /**
- * A response-cache hit counts as a request for its key's rate like any call, and a streamed
- * answer the client left before its end is never stored.
+ * A response-cache hit counts as a request for its key's rate like any call, a streamed
+ * answer the client left before its end is never stored, and an answer the output guardrails
+ * rewrite is never served from an entry (a hit would skip their checks).
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNT, MODEL, type RunningGateway, postChat, startGateway, testConfig, testKey } from '../helpers/gateway.js';
@@ -11,11 +12,21 @@ describe('response cache and limits', () => {
   let gw: RunningGateway;
   let devKey: string;
   const rateKey = testKey();
+  const guardedKey = testKey();
   beforeAll(async () => {
     up = await startTestUpstream();
-    const setup = testConfig({ upstreamUrl: up.url, limits: { keyRequestsPerMinute: 3 }, keys: [{ key: rateKey, account: ACCOUNT }] });
+    const setup = testConfig({
+      upstreamUrl: up.url,
+      limits: { keyRequestsPerMinute: 3 },
+      accounts: [{ id: 'acct_guarded', walletUsd: 100 }],
+      keys: [
+        { key: rateKey, account: ACCOUNT },
+        { key: guardedKey, account: 'acct_guarded' },
+      ],
+    });
     devKey = setup.devKey;
-    gw = await startGateway({ ...setup.options, cache: {} });
+    const guardrails = [{ id: 'pii-out', kind: 'pii' as const, on: ['output' as const], action: 'redact' as const, accounts: ['acct_guarded'] }];
+    gw = await startGateway({ ...setup.options, cache: {}, guardrails });
   });
   afterAll(async () => {
     await gw?.close();
@@ -48,5 +59,19 @@ describe('response cache and limits', () => {
     const limited = await postChat(gw.baseURL, rateKey, body);
     expect(limited.status).toBe(429);
     expect(up.requests.length - calls).toBe(1);
+  });
+
+  it('an answer the output guardrails rewrite bypasses the cache: each call goes upstream and is checked', async () => {
+    up.setBehavior({ kind: 'json', content: 'Write to jane.doe@example.com today.' });
+    const calls = up.requests.length;
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'guarded' }] };
+    for (let i = 0; i < 2; i++) {
+      const res = await postChat(gw.baseURL, guardedKey, body);
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-cache')).toBe('BYPASS');
+      const answer = (await res.json()) as { choices: { message: { content: string } }[] };
+      expect(answer.choices[0]!.message.content).toBe('Write to [REDACTED:EMAIL] today.');
+    }
+    expect(up.requests.length - calls).toBe(2);
   });
 });

@@ -114,8 +114,10 @@ describe('guardrails config', () => {
     expect(fails([{ id: 'r', kind: 'regex', patterns: ['ok', '(open'], action: 'block' }])).toContain('guardrails[0].patterns[1]: is not a valid regular expression');
     expect(fails([{ id: 'r', kind: 'regex', patterns: ['a*'], action: 'block' }])).toContain('guardrails[0].patterns[0]: matches the empty text');
     expect(fails([{ id: 'p', kind: 'pii', entities: ['passport'], action: 'redact' }])).toContain('guardrails[0].entities[0]');
-    expect(fails([{ id: 'm', kind: 'moderation', action: 'block' }])).toContain('guardrails[0].kind');
-    expect(fails([{ id: 'p', kind: 'pii', action: 'redact', on: ['output'] }])).toContain('guardrails[0].on[0]');
+    expect(fails([{ id: 'm', kind: 'moderation', model: 'omni-moderation-latest' }])).toContain('guardrails[0].upstream');
+    expect(fails([{ id: 'm', kind: 'moderation', upstream: 'nowhere', model: 'omni-moderation-latest' }])).toContain('guardrails[0].upstream: no upstream named "nowhere"');
+    expect(fails([{ id: 'p', kind: 'pii', action: 'redact', on: ['sideways'] }])).toContain('guardrails[0].on[0]');
+    expect(fails([{ id: 'r', kind: 'regex', patterns: ['x+'], action: 'block', maxSpan: 0 }])).toContain('guardrails[0].maxSpan');
     expect(fails([{ id: 'p', kind: 'pii', action: 'redact' }, { id: 'p', kind: 'pii', action: 'block' }])).toContain('guardrails[1].id: duplicate guardrail id "p"');
   });
 });

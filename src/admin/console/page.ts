@@ -175,6 +175,7 @@ const CONSOLE_HTML = `<!doctype html>
       <div class="row"><button id="run-audit">Run audit</button> <span id="audit-result"></span></div>
       <div class="scroll"><table id="audit" hidden><thead><tr><th>Account</th><th>Check</th><th>Key or hold</th><th class="num">Expected</th><th class="num">Actual</th></tr></thead><tbody></tbody></table></div>
     </section>
+    <section class="wide"><h2>Recent guardrail blocks <span class="muted">(this instance)</span></h2><div class="scroll"><table id="guardrail-blocks"><thead><tr><th>Time</th><th>Guardrail</th><th>On</th><th>Request id</th><th>Account</th><th>Model</th><th>Path</th></tr></thead><tbody></tbody></table></div></section>
     <section class="wide"><h2>Recent admin changes</h2><div class="scroll"><table id="changes"><thead><tr><th>Time</th><th>Who</th><th>Change</th><th>Target</th><th>Details</th></tr></thead><tbody></tbody></table></div></section>
   </main>
   <datalist id="model-list"></datalist>

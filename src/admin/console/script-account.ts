@@ -84,6 +84,7 @@ export const SCRIPT_ACCOUNT = `
     if (u.kind === 'images') return u.images + ' images (' + u.tier + ')';
     if (u.kind === 'seconds') return u.seconds + ' s (' + u.tier + ')';
     if (u.kind === 'speech_tokens') return u.tokens + ' speech tokens';
+    if (u.kind === 'guardrail') return u.checks + ' check' + (u.checks === 1 ? '' : 's') + ' (guardrail ' + u.id + ')';
     if (u.kind === 'credit') return (u.adjustment ? 'adjustment: ' : u.reason === 'opening balance' || u.reason === 'top-up' ? '' : 'credit: ') + u.reason;
     return u.kind;
   }

@@ -1,8 +1,8 @@
 /**
  * The console script's operations part (runs in the core's scope, see script-core.ts): this
  * instance's recent requests and errors, latency and error rate per model, its upstreams and
- * their circuit breakers, the response cache's hit rate and savings per account and model, and
- * the recent admin changes.
+ * their circuit breakers, the response cache's hit rate and savings per account and model, the
+ * recent guardrail blocks and the recent admin changes.
  */
 export const SCRIPT_OPS = `
   /** Recent requests, newest first, a page at a time (the next page: older than its last row). */
@@ -17,6 +17,7 @@ export const SCRIPT_OPS = `
       api('GET', '/upstreams'),
       api('GET', '/changes?limit=20'),
       api('GET', '/cache'),
+      api('GET', '/guardrails/blocks?limit=20'),
     ]).then(function (r) {
       fill('cache-stats', r[5].data, function (tr, c) {
         cell(tr, c.account); cell(tr, c.model); cell(tr, c.hits, 'num');
@@ -52,6 +53,11 @@ export const SCRIPT_OPS = `
         cell(tr, shortTime(c.time)); cell(tr, c.admin + ' (' + c.token_id + ')'); cell(tr, c.method + ' ' + c.route);
         cell(tr, Object.keys(c.target).map(function (k) { return k + '=' + c.target[k]; }).join(' '));
         cell(tr, JSON.stringify(c.change), 'wrap');
+      });
+      fill('guardrail-blocks', r[5].data, function (tr, b) {
+        tr.dataset.request = b.requestId;
+        cell(tr, shortTime(b.at)); cell(tr, b.guardrail); cell(tr, b.on); cell(tr, b.requestId);
+        cell(tr, b.account); cell(tr, b.model); cell(tr, b.path);
       });
     });
   }

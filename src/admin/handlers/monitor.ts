@@ -1,7 +1,7 @@
 /**
  * Admin API handlers for watching this instance: its recent requests and errors, latency and
  * error rate per model (both from its ring of recent requests), its upstreams and their
- * circuit breakers, and the recent admin changes. Each instance answers for itself.
+ * circuit breakers, the recent admin changes and guardrail blocks. Each instance answers for itself.
  */
 import type * as S from '../schemas.js';
 import type { AdminContext, Call } from './context.js';
@@ -31,4 +31,9 @@ export function upstreams(x: AdminContext) {
 
 export function changes(x: AdminContext, c: Call<undefined, typeof S.changesQuery>) {
   return Promise.resolve({ object: 'list', data: x.changes.list(c.query.limit) });
+}
+
+/** The latest guardrail blocks on this instance, newest first (of one account when asked). */
+export function guardrailBlocks(x: AdminContext, c: Call<undefined, typeof S.guardrailBlocksQuery>) {
+  return Promise.resolve({ object: 'list', data: x.core.guardrails.recentBlocks(c.query.limit, c.query.account) });
 }

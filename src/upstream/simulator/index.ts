@@ -243,6 +243,19 @@ function responses(c: UpstreamCall, body: Record<string, unknown>, opts: Simulat
   return streamResponse(200, events(), { 'content-type': 'text/event-stream' });
 }
 
+/**
+ * OpenAI's moderations: one result per input text, flagged when it holds `[flag]` (what a
+ * moderation guardrail over the simulator blocks).
+ */
+async function moderations(_c: UpstreamCall, body: Record<string, unknown>): Promise<UpstreamResponse> {
+  const input = Array.isArray(body.input) ? body.input : [body.input];
+  const results = input.map((t) => {
+    const flagged = typeof t === 'string' && t.includes('[flag]');
+    return { flagged, categories: { harassment: flagged }, category_scores: { harassment: flagged ? 0.99 : 0.01 } };
+  });
+  return jsonResponse(200, { id: `modr-${randomUUID()}`, model: typeof body.model === 'string' ? body.model : 'omni-moderation-latest', results });
+}
+
 async function textCall(c: UpstreamCall, opts: SimulatorOptions, tokenizer: Tokenizer, route: TextRoute, cache: PromptCache): Promise<UpstreamResponse> {
   let body: Record<string, unknown>;
   try {
@@ -265,6 +278,7 @@ export function createSimulator(name: string, opts: SimulatorOptions, tokenizer:
       if (c.method === 'POST' && c.path === '/embeddings') return textCall(c, opts, tokenizer, embeddings, cache);
       if (c.method === 'POST' && c.path === '/completions') return textCall(c, opts, tokenizer, completions, cache);
       if (c.method === 'POST' && c.path === '/responses') return textCall(c, opts, tokenizer, responses, cache);
+      if (c.method === 'POST' && c.path === '/moderations') return textCall(c, opts, tokenizer, moderations, cache);
       // Anthropic's Messages API, for `kind: "anthropic"` (any other kind is sent chat instead).
       if (c.method === 'POST' && c.path === '/messages') {
         return textCall(c, opts, tokenizer, (call, body) => simulateMessages(call, body, (cc, b) => chat(cc, b, opts, tokenizer, cache)), cache);

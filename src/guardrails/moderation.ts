@@ -1,0 +1,130 @@
+/**
+ * The `moderation` guardrail: a text is judged by an upstream's OpenAI-shaped `/moderations`
+ * (`{model, input: [texts]}` in, `{results: [{flagged}]}` out), and refused when any result is
+ * flagged. Each check is its own charge at the guardrail's price (`units: {kind: "guardrail",
+ * id, checks: 1}`), through the one billing door, under its own hold and entry id (the
+ * request's own charge keeps the request id). A check that cannot answer (the upstream down,
+ * erroring, answering garbage, or slower than `timeoutMs`) is billed nothing and refuses the
+ * call with 503 guardrail_unavailable before any model call, unless the guardrail is
+ * `failOpen`: a check that cannot answer never lets a text by unless told to.
+ */
+import { type BillingDoor, openAmountCall } from '../billing/billed-call.js';
+import { cost, parsePrice } from '../billing/money.js';
+import { allowsModel } from '../catalog/allow-list.js';
+import type { Model } from '../catalog/catalog.js';
+import { GatewayError } from '../errors.js';
+import type { Logger } from '../observability/log.js';
+import type { GuardrailConfig } from '../options/guardrails.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { Upstream } from '../upstream/types.js';
+
+type ModerationConfig = Extract<GuardrailConfig, { kind: 'moderation' }>;
+
+/** What a moderation check needs of the gateway, once it is built. */
+export interface ModerationDeps extends BillingDoor {
+  upstreams: ReadonlyMap<string, Upstream>;
+  log: Logger;
+}
+
+export interface Moderation {
+  readonly id: string;
+  readonly on: readonly ('input' | 'output')[];
+  covers(account: string, model: string): boolean;
+  /**
+   * Whether the upstream flags any of `texts` (checked and billed once; none: no check, not
+   * flagged). Throws 503 guardrail_unavailable when it cannot answer, unless failOpen (then
+   * false).
+   */
+  flags(deps: ModerationDeps, ctx: RequestContext, texts: readonly string[], on: 'input' | 'output'): Promise<boolean>;
+}
+
+export function createModeration(cfg: ModerationConfig): Moderation {
+  const pricePico = parsePrice(cfg.priceUsd);
+  const accounts = cfg.accounts ? new Set(cfg.accounts) : null;
+  // What the ledger names the checks' "model": the guardrail, never a catalog model.
+  const model = checkModel(cfg);
+  return {
+    id: cfg.id,
+    on: cfg.on,
+    covers: (account, modelId) => (!accounts || accounts.has(account)) && allowsModel(cfg.models, modelId),
+    async flags(deps, ctx, texts, on) {
+      const input = texts.filter((t) => t.length > 0);
+      if (input.length === 0) return false;
+      // Its own hold and entry: the request's own charge keeps the request id.
+      const id = `${ctx.requestId}.guardrail.${cfg.id}.${on}`;
+      const call = await openAmountCall(deps, ctx, { id, model, amount: cost(pricePico, 1), unobserved: true }, `a check of the guardrail "${cfg.id}"`);
+      let flagged: boolean;
+      try {
+        flagged = await ask(deps, cfg, ctx.requestId, input);
+      } catch (err) {
+        await call.cancel();
+        deps.log.warn({ msg: 'moderation guardrail could not answer', guardrail: cfg.id, request_id: ctx.requestId, fail_open: cfg.failOpen, err: (err as Error).message });
+        if (cfg.failOpen) return false;
+        throw new GatewayError('guardrail_unavailable', `The guardrail "${cfg.id}" could not check the ${on === 'input' ? 'request; it was not sent' : 'answer; it was withheld'}.`, {
+          metadata: { guardrail: cfg.id },
+          cause: err,
+        });
+      }
+      await call.bill({ kind: 'guardrail', id: cfg.id, checks: 1 }, 'usage', { unitPricePico: pricePico, upstream: cfg.upstream });
+      return flagged;
+    },
+  };
+}
+
+/** One call of the upstream's /moderations within the timeout: whether any result is flagged. Throws when it cannot tell. */
+async function ask(deps: ModerationDeps, cfg: ModerationConfig, requestId: string, input: string[]): Promise<boolean> {
+  const upstream = deps.upstreams.get(cfg.upstream);
+  if (!upstream) throw new Error(`no upstream "${cfg.upstream}"`);
+  const abort = new AbortController();
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      abort.abort();
+      reject(new Error(`no answer within ${cfg.timeoutMs} ms`));
+    }, cfg.timeoutMs);
+  });
+  try {
+    const answer = (async () => {
+      const res = await upstream.call({
+        method: 'POST',
+        path: '/moderations',
+        headers: { 'content-type': 'application/json', accept: 'application/json', 'x-request-id': requestId },
+        body: JSON.stringify({ model: cfg.model, input }),
+        signal: abort.signal,
+      });
+      const text = await res.text();
+      if (res.status < 200 || res.status >= 300) throw new Error(`the upstream answered ${res.status}`);
+      const body = JSON.parse(text) as { results?: unknown };
+      if (!Array.isArray(body.results) || body.results.length === 0) throw new Error('the answer has no results');
+      return body.results.some((r) => typeof r === 'object' && r !== null && (r as { flagged?: unknown }).flagged === true);
+    })();
+    return await Promise.race([answer, timeout]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+function checkModel(cfg: ModerationConfig): Model {
+  return {
+    id: `guardrail/${cfg.id}`,
+    type: 'text',
+    name: `Guardrail ${cfg.id}`,
+    ownedBy: 'gateway',
+    upstream: cfg.upstream,
+    upstreamModel: cfg.model,
+    targets: [],
+    posture: 'GA',
+    retiresAtMs: null,
+    retiresAt: null,
+    contextLength: 0,
+    maxOutputTokens: 0,
+    maxTokensPerImage: 0,
+    maxTokensPerAudio: 0,
+    embedding: false,
+    text: null,
+    media: null,
+    parameters: {},
+    row: {},
+    deprecationHeaders: null,
+  };
+}

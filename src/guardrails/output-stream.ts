@@ -1,0 +1,225 @@
+/**
+ * Output guardrails on a stream: a reader over the endpoint's own event reader, on the
+ * client's side of it. The inner reader reads the upstream's events (a translated upstream's
+ * already in the client's API) and keeps their account for the bill; this one rewrites the
+ * frames it returns, so the bill is the upstream's whole answer whatever the client is shown.
+ * Each text (a chat or completions choice, a Responses content part, a Messages content block)
+ * goes through its own scanner, which holds back only what a match could still span.
+ *
+ * A block ends the text where OpenAI ends filtered output: chat and completions with a choice
+ * whose `finish_reason` is `content_filter`; Responses with `response.incomplete` and
+ * `incomplete_details.reason: "content_filter"`; Messages with `stop_reason: "refusal"`. The
+ * upstream is still read to its end (its usage is what is billed); what it said after the
+ * block never reaches the client. Log probabilities are dropped from a guarded stream (their
+ * tokens would spell the text the guardrails withheld).
+ */
+import type { GatewayError } from '../errors.js';
+import type { EventReader, Produced } from '../upstream/stream/reader.js';
+import { frameEvent, SseParser } from '../upstream/stream/sse.js';
+import { isObject, type Json, type OnAct, type Text, Texts } from './output-texts.js';
+import { MessagesRewrite, ResponsesRewrite } from './output-typed.js';
+import type { OutputFinder } from './scanner.js';
+
+export type { OnAct } from './output-texts.js';
+
+/** The APIs whose answers carry text, by the shape of their stream. */
+export type OutputFormat = 'chat' | 'completions' | 'responses' | 'messages';
+
+const encoder = new TextEncoder();
+
+/**
+ * `inner`'s frames through the output guardrails. `extra` rewrites each piece of text as it is
+ * released (a plugin's onOutput redaction); `blocked` (a plugin's block) ends every text at
+ * its first delta.
+ */
+export function guardedEvents(
+  inner: EventReader,
+  format: OutputFormat,
+  finders: readonly OutputFinder[],
+  onAct: OnAct,
+  extra: ((text: string) => string) | null = null,
+  blocked: string | null = null,
+): EventReader {
+  const texts = new Texts({ finders, onAct, extra, blocked });
+  const rewrite = format === 'responses' ? new ResponsesRewrite(texts) : format === 'messages' ? new MessagesRewrite(texts) : new ChoicesRewrite(texts, format);
+  const frames = new Frames();
+  let finished = false;
+  const through = (parts: Uint8Array[]): Uint8Array[] => {
+    let out = '';
+    for (const f of parts) for (const data of frames.events(f)) out += rewrite.event(data);
+    // The answer is complete: a text its upstream never finished still goes out (checked).
+    if (inner.done && !finished) {
+      finished = true;
+      out += rewrite.finish();
+    }
+    return out ? [encoder.encode(out)] : [];
+  };
+  return {
+    push: (chunk) => through(inner.push(chunk)),
+    end: () => through(inner.end()),
+    get done() {
+      return inner.done;
+    },
+    get answered() {
+      return inner.answered;
+    },
+    // A `[DONE]` the inner reader framed is dropped here: the relay adds the end frame.
+    doneFramed: false,
+    get usageInLastEvent() {
+      return inner.usageInLastEvent;
+    },
+    endFrame: inner.endFrame,
+    errorFrames: (err: GatewayError) => inner.errorFrames(err),
+    produced: (): Produced => inner.produced(),
+  };
+}
+
+/**
+ * The data of each event in the inner reader's frames. They are whole events the gateway wrote
+ * (`data: ...`, after an `event:` line in the typed APIs), so a split at blank lines reads
+ * them, with no parse character by character; a frame with a CR goes to the generic parser.
+ */
+class Frames {
+  private readonly decoder = new TextDecoder();
+  private carry = '';
+  private parser: SseParser | null = null;
+
+  events(frame: Uint8Array): string[] {
+    if (this.parser) return this.parser.push(frame);
+    const text = this.carry + this.decoder.decode(frame, { stream: true });
+    if (text.includes('\r')) {
+      this.parser = new SseParser();
+      this.carry = '';
+      return this.parser.push(new TextEncoder().encode(text));
+    }
+    const out: string[] = [];
+    let pos = 0;
+    for (;;) {
+      const end = text.indexOf('\n\n', pos);
+      if (end === -1) break;
+      const data = dataOf(text.slice(pos, end));
+      if (data !== null) out.push(data);
+      pos = end + 2;
+    }
+    this.carry = text.slice(pos);
+    return out;
+  }
+}
+
+/** One event's data (its `data:` lines joined), or null when it has none. */
+function dataOf(block: string): string | null {
+  if (block.startsWith('data: ') && !block.includes('\n')) return block.slice(6);
+  let data: string | null = null;
+  for (const line of block.split('\n')) {
+    if (!line.startsWith('data:')) continue;
+    const value = line.slice(line.charCodeAt(5) === 32 ? 6 : 5);
+    data = data === null ? value : `${data}\n${value}`;
+  }
+  return data;
+}
+
+/** Chat and legacy completions chunks: each choice's text (`delta.content`, or `text`). */
+class ChoicesRewrite {
+  private last: Json = {};
+  /** Choices whose text ended (finished, or blocked). */
+  private readonly ended = new Set<string>();
+  constructor(
+    private readonly texts: Texts,
+    private readonly format: 'chat' | 'completions',
+  ) {}
+
+  event(data: string): string {
+    if (data === '[DONE]') return '';
+    let chunk: Json;
+    try {
+      chunk = JSON.parse(data) as Json;
+    } catch {
+      return frameEvent(data);
+    }
+    if (!isObject(chunk) || !Array.isArray(chunk.choices) || chunk.choices.length === 0) return frameEvent(data);
+    this.last = chunk;
+    if (chunk.choices.length === 1) {
+      const one = this.single(data, chunk, chunk.choices[0]);
+      if (one !== null) return one;
+    }
+    const choices: Json[] = [];
+    for (const c of chunk.choices as unknown[]) {
+      if (!isObject(c)) continue;
+      const next = this.choice(c);
+      if (next) choices.push(next);
+    }
+    if (choices.length === 0 && !isObject(chunk.usage)) return '';
+    return frameEvent(JSON.stringify({ ...chunk, choices }));
+  }
+
+  /** A choice's text through its scanner: what it released, whether it is blocked or finishing. */
+  private take(c: Json, key: string): { out: string; text: unknown; t: Text; finishing: boolean } {
+    const t = this.texts.of(key);
+    const text = this.format === 'chat' ? (c.delta as Json | undefined)?.content : c.text;
+    let out = typeof text === 'string' ? t.take(text) : '';
+    const finishing = typeof c.finish_reason === 'string';
+    if (!t.blocked && finishing) out += t.take(null);
+    if (t.blocked || finishing) this.ended.add(key);
+    return { out, text, t, finishing };
+  }
+
+  /** One choice as the client gets it, or null when it has nothing to say. */
+  private choice(c: Json): Json | null {
+    const key = String(c.index ?? 0);
+    if (this.ended.has(key)) return null;
+    const { out, text, t, finishing } = this.take(c, key);
+    const delta = isObject(c.delta) ? c.delta : null;
+    const next: Json = { ...c };
+    if ('logprobs' in next) next.logprobs = null;
+    if (this.format === 'chat') next.delta = { ...(delta ?? {}), ...(typeof text === 'string' || out ? { content: out } : {}) };
+    else next.text = out;
+    if (t.blocked) {
+      if (this.format === 'chat') next.delta = out ? { content: out } : {};
+      next.finish_reason = 'content_filter';
+    } else if (!finishing && !out && !(delta && Object.keys(delta).some((k) => k !== 'content'))) return null;
+    return next;
+  }
+
+  /**
+   * The usual chunk, one choice with a text and no log probabilities: the event with only its
+   * text replaced in place, without building or serialising the chunk again; null for any
+   * other chunk (the general path takes it).
+   */
+  private single(data: string, chunk: Json, c: unknown): string | null {
+    if (!isObject(c) || c.logprobs != null) return null;
+    const key = String(c.index ?? 0);
+    const chat = this.format === 'chat';
+    const delta = chat ? c.delta : null;
+    if (this.ended.has(key) || (chat && !isObject(delta))) return null;
+    const was = chat ? (delta as Json).content : c.text;
+    const field = chat ? '"content":' : '"text":';
+    const needle = typeof was === 'string' ? `${field}${JSON.stringify(was)}` : '';
+    const at = needle ? data.indexOf(needle) : -1;
+    if (at === -1 || data.indexOf(needle, at + 1) !== -1) return null;
+    const { out, t, finishing } = this.take(c, key);
+    if (t.blocked) {
+      const blocked: Json = { ...c, logprobs: null, finish_reason: 'content_filter' };
+      if (chat) blocked.delta = out ? { content: out } : {};
+      else blocked.text = out;
+      return frameEvent(JSON.stringify({ ...chunk, choices: [blocked] }));
+    }
+    // Nothing released and nothing else in it: the event is not sent.
+    if (!out && !finishing && !isObject(chunk.usage) && !(chat && Object.keys(delta as Json).length > 1)) return '';
+    return frameEvent(`${data.slice(0, at)}${field}${JSON.stringify(out)}${data.slice(at + needle.length)}`);
+  }
+
+  /** The stream's end without a choice's finish: what each choice still holds goes out. */
+  finish(): string {
+    const choices: Json[] = [];
+    for (const [index, t] of this.texts.entries()) {
+      if (this.ended.has(index)) continue;
+      const out = t.take(null);
+      const next: Json = { index: Number(index), finish_reason: t.blocked ? 'content_filter' : null };
+      if (this.format === 'chat') next.delta = out ? { content: out } : {};
+      else next.text = out;
+      if (out || t.blocked) choices.push(next);
+      this.ended.add(index);
+    }
+    return choices.length ? frameEvent(JSON.stringify({ ...this.last, choices, usage: undefined })) : '';
+  }
+}
