@@ -16,6 +16,7 @@ import { contentSuite } from './content.suite.js';
 import { idempotencySuite } from './idempotency.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
+import { batchesSuite } from './batches.suite.js';
 import { limitsSuite } from './limits.suite.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
@@ -172,6 +173,7 @@ if (unreachable !== null) {
     ledgerSuite('redis', makeRedis);
     limitsSuite('redis', makeRedis);
     jobsSuite('redis', makeRedis);
+    batchesSuite('redis', makeRedis);
     contentSuite('redis', makeRedis);
     idempotencySuite('redis', makeRedis);
   });

@@ -1,4 +1,5 @@
 import type { Stores } from '../types.js';
+import { createMemoryBatches } from './batches.js';
 import { createMemoryAccounts, createMemoryKeys } from './accounts-keys.js';
 import { type Balances, createMemoryBilling } from './billing.js';
 import { createMemoryContent } from './content.js';
@@ -35,6 +36,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
     jobs: createMemoryJobs(now),
     content: createMemoryContent(),
     idempotency: createMemoryIdempotency(now),
+    batches: createMemoryBatches(),
     // Memory always answers, and never pretends to be durable: it is for one process and tests.
     async ping() {},
     async close() {},

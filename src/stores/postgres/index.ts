@@ -5,6 +5,7 @@ import { createPostgresBilling } from './billing.js';
 import { PgContext, PostgresStoreError, SCHEMA_NAME, type Sql } from './connection.js';
 import { createPostgresContent } from './content.js';
 import { createPostgresIdempotency } from './idempotency.js';
+import { createPostgresBatches } from './batches.js';
 import { createPostgresJobs } from './jobs.js';
 import { createPostgresLimits } from './limits.js';
 import { migrate } from './migrations.js';
@@ -109,6 +110,7 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
     billing: createPostgresBilling(ctx, sweep, windowsId),
     limits: createPostgresLimits(ctx, sweep, windowsId),
     jobs: createPostgresJobs(ctx),
+    batches: createPostgresBatches(ctx),
     content: createPostgresContent(ctx),
     idempotency: createPostgresIdempotency(ctx),
     async ping() {

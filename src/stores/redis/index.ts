@@ -6,6 +6,7 @@ import { RedisContext } from './connection.js';
 import { createRedisContent } from './content.js';
 import { durabilityWarning, pingRedis } from './health.js';
 import { createRedisIdempotency } from './idempotency.js';
+import { createRedisBatches } from './batches-store.js';
 import { createRedisJobs } from './jobs.js';
 import { RedisLedgerUpgrade } from './ledger-upgrade.js';
 import { createRedisLimits, hitMembers } from './limits.js';
@@ -105,6 +106,7 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
     billing: createRedisBilling(ctx, windowsId, hitMember, upgrade),
     limits: createRedisLimits(ctx, windowsId, hitMember),
     jobs: createRedisJobs(ctx),
+    batches: createRedisBatches(ctx),
     content: createRedisContent(ctx),
     idempotency: createRedisIdempotency(ctx),
     ping: () => pingRedis(ctx),

@@ -285,4 +285,36 @@ CREATE TABLE token_takes (
 ) STRICT, WITHOUT ROWID;
 CREATE INDEX token_takes_at ON token_takes (bucket, at);
 `,
+  // 10: files and batches (OpenAI's Files and Batch APIs): each record as JSON beside what
+  // lists and finds it, a file's bytes in a table of their own, and each finished line of a
+  // batch once per custom id.
+  `
+CREATE TABLE files (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+CREATE INDEX files_account ON files (account_id, created_at, id);
+CREATE TABLE file_contents (
+  id TEXT PRIMARY KEY,
+  content BLOB NOT NULL
+) STRICT;
+CREATE TABLE batches (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  done INTEGER NOT NULL,
+  rev INTEGER NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+CREATE INDEX batches_account ON batches (account_id, created_at, id);
+CREATE INDEX batches_running ON batches (done);
+CREATE TABLE batch_lines (
+  batch_id TEXT NOT NULL,
+  custom_id TEXT NOT NULL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (batch_id, custom_id)
+) STRICT, WITHOUT ROWID;
+`,
 ];
