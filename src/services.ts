@@ -15,6 +15,7 @@ import { createCatalog, type Catalog } from './catalog/catalog.js';
 import { createContextService, type ContextService } from './context/inject.js';
 import { createGuardrails, type Guardrails } from './guardrails/index.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
+import type { BatchRunner } from './jobs/batches.js';
 import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
 import { accessLog, createLogger, redactingLogger } from './observability/logs.js';
@@ -43,6 +44,8 @@ export interface Services {
   upstreams: ReadonlyMap<string, Upstream>;
   breaker: Breaker;
   jobs: JobRunner;
+  /** Batches (OpenAI's Batch API): run on this instance, adopted from one that stopped. */
+  batches: BatchRunner;
   context: ContextService;
   /** The input guardrails, run on every prompt before its hold. */
   guardrails: Guardrails;
@@ -193,6 +196,8 @@ export function createServices(
     draining: () => cut,
     // Set right below: the job runner needs the rest of the services.
     jobs: undefined as unknown as JobRunner,
+    // Set by the gateway: the batch runner runs operations.
+    batches: undefined as unknown as BatchRunner,
     context: createContextService({ cfg, stores }),
     guardrails: createGuardrails(cfg.guardrails, hooks, log),
   };

@@ -39,11 +39,17 @@ export function bodyHold(core: Services, fields: Record<string, unknown>, maxOut
   return { bound: Buffer.byteLength(text, 'utf8'), estimate: () => (estimate ??= core.tokenizer.count(text)), maxOutput };
 }
 
-export function textOperation(decl: TextOperation): Operation {
+/** A token-priced endpoint's operation, with its plan (a batch's lines are read by it when the batch is created). */
+export interface PlannedOperation extends Operation {
+  plan: TextOperation['plan'];
+}
+
+export function textOperation(decl: TextOperation): PlannedOperation {
   return {
     method: 'POST',
     path: decl.path,
     idempotent: true,
+    plan: decl.plan,
     async run(core, ctx) {
       const bytes = await ctx.body();
       const fields = parseJsonObject(bytes);

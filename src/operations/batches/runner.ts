@@ -1,0 +1,148 @@
+/**
+ * The batch runner of one instance. A batch is run by one instance at a time: the one named
+ * in its record (`owner`), for as long as it renews `ownerUntil` (a lease, as for media jobs).
+ * The instance that creates a batch runs it; one that stops renewing (a crash, a deploy) has
+ * its batches adopted by the next sweep of another, which runs the lines not yet recorded (a
+ * line in flight when the first died runs again, and is billed once: its charge id is closed).
+ * A cancel is seen within a second (the running instance re-reads the record that often, and
+ * at once when the cancel reached it); the lines already running finish and are billed.
+ */
+import { releaseBatchHold, renewBatchHold } from '../../billing/batch.js';
+import type { BilledCall } from '../../billing/meter.js';
+import type { BatchRunner } from '../../jobs/batches.js';
+import type { Services } from '../../services.js';
+import type { BatchRecord } from '../../stores/types.js';
+import { changeBatch } from './change.js';
+import { finishBatch, notRunLine } from './finish.js';
+import { readBatchInput } from './input.js';
+import { runLines } from './local.js';
+import { runUpstreamBatch } from './upstream.js';
+
+/** How often a running batch's record is read again (a cancel from another instance). */
+const LOOK_MS = 500;
+
+interface Entry {
+  batch: BatchRecord;
+  /** The call that placed the batch's hold, when this instance placed it. */
+  hold?: BilledCall | undefined;
+  poked: boolean;
+}
+
+export function createBatchRunner(core: Services): BatchRunner {
+  const { stores, log } = core;
+  const ttl = core.cfg.limits.inFlightLeaseTtlMs;
+  const owned = new Map<string, Entry>();
+  const me = () => core.jobs.instanceId;
+  const seconds = () => Math.floor(core.now() / 1000);
+
+  const release = async (batch: BatchRecord, hold?: BilledCall) => {
+    await releaseBatchHold(core.meter, batch, hold).catch((err: unknown) => log.warn({ msg: 'releasing a batch hold failed; it lapses on its own', batch_id: batch.id, err }));
+  };
+
+  /** Reads the record again (at most every LOOK_MS unless poked); false once gone. */
+  const look = async (e: Entry, force = false): Promise<void> => {
+    const fresh = await stores.batches.getBatch(e.batch.accountId, e.batch.id);
+    if (fresh) e.batch = fresh;
+    if (force) e.poked = false;
+  };
+
+  async function run(e: Entry): Promise<void> {
+    let lastLook = core.now();
+    const stopping = () => {
+      if (core.shutdown.aborted) return true;
+      if (e.poked || core.now() - lastLook > LOOK_MS) {
+        lastLook = core.now();
+        void look(e, true).catch(() => undefined);
+      }
+      return e.batch.status === 'cancelling' || e.batch.status === 'cancelled' || seconds() >= e.batch.expiresAt;
+    };
+    const { batch } = e;
+    const [key, input] = await Promise.all([stores.keys.get(batch.keyId), stores.batches.fileContent(batch.accountId, batch.inputFileId)]);
+    if (!key || !input) {
+      const message = !key ? 'The key that created the batch was deleted.' : 'The input file was deleted.';
+      await finishBatch(core, batch, 'failed', []).then(() =>
+        changeBatch(stores.batches, batch, (b) => ({ ...b, errors: [{ code: !key ? 'key_deleted' : 'input_file_deleted', message, line: null, param: null }] })),
+      );
+      return;
+    }
+    const lines = readBatchInput(input, batch.endpoint);
+    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping: () => stopping() }, lines, (b) => (e.batch = b));
+    else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
+    if (core.shutdown.aborted) return;
+    await look(e);
+    const b = e.batch;
+    if (b.status === 'cancelling') await finishBatch(core, b, 'cancelled');
+    else if (b.status === 'in_progress' && seconds() >= b.expiresAt) {
+      const done = new Set((await stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
+      const notRun = lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.'));
+      await finishBatch(core, b, 'expired', notRun);
+    } else if (b.status === 'in_progress') await finishBatch(core, b, 'completed');
+  }
+
+  function own(e: Entry): void {
+    if (owned.has(e.batch.id)) return;
+    owned.set(e.batch.id, e);
+    const p = run(e)
+      .catch((err: unknown) => log.error({ msg: 'running a batch stopped', batch_id: e.batch.id, err }))
+      .then(async () => {
+        owned.delete(e.batch.id);
+        // Over: what its lines did not use goes back. Stopped by shutdown: the next owner runs it.
+        if (!core.shutdown.aborted) await release(e.batch, e.hold);
+      });
+    core.track(p);
+  }
+
+  /** Renews this instance's claim on its batches and their holds. */
+  async function heartbeat(): Promise<void> {
+    for (const e of owned.values()) {
+      try {
+        const b = await changeBatch(stores.batches, e.batch, (b) => (b.owner === me() ? { ...b, ownerUntil: core.now() + ttl } : null));
+        if (b) e.batch = b;
+        await renewBatchHold(stores.billing, e.batch, core.cfg.limits.holdTtlMs);
+      } catch (err) {
+        log.warn({ msg: 'batch renewal failed', batch_id: e.batch.id, err });
+      }
+    }
+  }
+
+  let sweeping = false;
+  async function sweep(): Promise<void> {
+    if (sweeping || core.shutdown.aborted) return;
+    sweeping = true;
+    try {
+      for (const b of await stores.batches.unfinishedBatches()) {
+        if (owned.has(b.id) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
+        const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.now() + ttl });
+        if (claimed) own({ batch: claimed, poked: false });
+      }
+    } catch (err) {
+      log.warn({ msg: 'batch sweep failed', err });
+    } finally {
+      sweeping = false;
+    }
+  }
+
+  const period = Math.max(50, Math.floor(ttl / 3));
+  const beat = setInterval(() => void heartbeat(), period);
+  const sweeper = setInterval(() => void sweep(), period);
+  beat.unref();
+  sweeper.unref();
+  core.shutdown.addEventListener('abort', () => {
+    clearInterval(beat);
+    clearInterval(sweeper);
+  });
+  // Batches left by an instance that stopped are looked for at once, not a period later.
+  setTimeout(() => void sweep(), 0).unref();
+
+  return {
+    start(batch, hold) {
+      own({ batch, hold, poked: false });
+    },
+    release,
+    poke(batchId) {
+      const e = owned.get(batchId);
+      if (e) e.poked = true;
+    },
+    sweep,
+  };
+}
