@@ -18,7 +18,7 @@ import { newLineId } from './views.js';
 export interface Running {
   batch: BatchRecord;
   /** True once no new line may start (cancelled, expired, or this instance is stopping). */
-  stopping(): boolean;
+  stopping(): Promise<boolean>;
 }
 
 /** Runs one line and records its outcome (the output line, or the error line). */
@@ -60,7 +60,7 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
   const queue = lines.filter((l) => !done.has(l.customId));
   let next = 0;
   const worker = async () => {
-    while (next < queue.length && !run.stopping()) {
+    while (next < queue.length && !(await run.stopping())) {
       const l = queue[next++]!;
       await runLine(core, run, key, l);
     }

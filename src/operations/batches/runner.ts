@@ -48,11 +48,11 @@ export function createBatchRunner(core: Services): BatchRunner {
 
   async function run(e: Entry): Promise<void> {
     let lastLook = core.now();
-    const stopping = () => {
+    const stopping = async () => {
       if (core.shutdown.aborted) return true;
       if (e.poked || core.now() - lastLook > LOOK_MS) {
         lastLook = core.now();
-        void look(e, true).catch(() => undefined);
+        await look(e, true).catch(() => undefined);
       }
       return e.batch.status === 'cancelling' || e.batch.status === 'cancelled' || seconds() >= e.batch.expiresAt;
     };
@@ -66,7 +66,7 @@ export function createBatchRunner(core: Services): BatchRunner {
       return;
     }
     const lines = readBatchInput(input, batch.endpoint);
-    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping: () => stopping() }, lines, (b) => (e.batch = b));
+    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping }, lines, (b) => (e.batch = b));
     else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
     if (core.shutdown.aborted) return;
     await look(e);
