@@ -46,6 +46,14 @@ export function lineDoor(door: BillingDoor, batch: Pick<BatchRecord, 'id' | 'acc
   return { meter, draining: () => false };
 }
 
+/**
+ * The call of a line an upstream batch already answered (its answer is billed by the one
+ * settle rule, as the same call made directly would be), under the line's charge id.
+ */
+export function lineCall(door: BillingDoor, batch: Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>, customId: string, model: Model): BilledCall {
+  return door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atBatchPrice(model) });
+}
+
 /** Keeps a running batch's hold alive; false when it is gone (released, or lapsed). */
 export function renewBatchHold(billing: Pick<BillingStore, 'renewHold'>, batch: Pick<BatchRecord, 'id' | 'accountId'>, ttlMs: number): Promise<boolean> {
   return billing.renewHold(batch.accountId, batch.id, ttlMs);

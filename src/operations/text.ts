@@ -133,7 +133,7 @@ async function send(
 }
 
 /** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */
-function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
+export function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
   if (!cap || cap.names.some((n) => fields[n] !== undefined && fields[n] !== null)) return fields;
   return { ...fields, [cap.field]: cap.tokens };
 }

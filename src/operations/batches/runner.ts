@@ -66,7 +66,7 @@ export function createBatchRunner(core: Services): BatchRunner {
       return;
     }
     const lines = readBatchInput(input, batch.endpoint);
-    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping }, lines, (b) => (e.batch = b));
+    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
     else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
     if (core.shutdown.aborted) return;
     await look(e);
@@ -83,7 +83,14 @@ export function createBatchRunner(core: Services): BatchRunner {
     if (owned.has(e.batch.id)) return;
     owned.set(e.batch.id, e);
     const p = run(e)
-      .catch((err: unknown) => log.error({ msg: 'running a batch stopped', batch_id: e.batch.id, err }))
+      .catch(async (err: unknown) => {
+        log.error({ msg: 'running a batch failed', batch_id: e.batch.id, err });
+        if (core.shutdown.aborted) return;
+        // What ran is kept (and was billed); the batch fails with the reason, and its hold goes.
+        const message = err instanceof Error ? err.message.slice(0, 500) : 'The batch could not be run.';
+        const failed = await finishBatch(core, e.batch, 'failed').catch(() => null);
+        if (failed) await changeBatch(stores.batches, failed, (b) => ({ ...b, errors: [{ code: 'batch_failed', message, line: null, param: null }] })).catch(() => null);
+      })
       .then(async () => {
         owned.delete(e.batch.id);
         // Over: what its lines did not use goes back. Stopped by shutdown: the next owner runs it.
