@@ -30,11 +30,18 @@ export interface UpstreamRun {
   seen(b: BatchRecord): void;
 }
 
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener('abort', () => (clearTimeout(t), resolve()), { once: true });
+/** Waits `ms`, or less when `signal` aborts (its listener goes with the wait). */
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(t);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const t = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
   });
+}
 
 /** The model as `upstream` serves it (its name there). */
 function servedBy(model: Model, upstream: string): Model {
