@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
 import { costOf, parsePrice } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/stores/types.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from '../admin/token.js';
 import { chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 
@@ -40,7 +41,7 @@ beforeAll(async () => {
   (model.pricing as Record<string, unknown>).batch = { prompt: BATCH_PROMPT, completion: BATCH_COMPLETION };
   devKey = setup.devKey;
   agentKey = setup.agentKey;
-  gw = await startGateway(setup.options);
+  gw = await startGateway({ ...setup.options, admin: { tokenSha256: ADMIN_SHA } });
 });
 
 afterAll(async () => {
@@ -118,6 +119,10 @@ describe('batches through the official SDK (simulator)', () => {
     expect(after.balance).toBe(before.balance - total);
     expect(after.held).toBe(0n);
     expect((await auditBooks(gw.stores, { account: ACCOUNT })).differences).toEqual([]);
+    // Operators see it too: the admin API's list (the console's and the CLI's source).
+    const res = await fetch(`${gw.origin}/admin/v1/batches?account=${ACCOUNT}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    const listed = (await res.json()) as { data: { id: string; status: string; key: string }[] };
+    expect(listed.data.find((b) => b.id === created.id)).toMatchObject({ status: 'completed', key: charges[0]!.keyId });
   });
 
   it('refuses a batch it cannot hold with 402, and runs nothing of it', async () => {

@@ -14,7 +14,7 @@ import { costOf, parsePrice } from '../../src/billing/money.js';
 import { createStores } from '../../src/stores/from-storage.js';
 import { chargesOf } from '../helpers/billing.js';
 import { eventually, testKey } from '../helpers/gateway.js';
-import { startGatewayProcess, writeConfig } from '../helpers/processes.js';
+import { runCli, startGatewayProcess, writeConfig } from '../helpers/processes.js';
 import { startTestUpstream } from '../helpers/upstream.js';
 
 const MODEL = 'test/chat';
@@ -72,6 +72,10 @@ describe('a batch and kill -9', () => {
       await first.kill('SIGKILL');
       await up.close();
     }
+    // The CLI lists it, finished.
+    const listed = await runCli(['batches', 'list', '--config', file, '--account', ACCOUNT]);
+    expect(listed.code).toBe(0);
+    expect(JSON.parse(listed.stdout).data).toMatchObject([{ status: 'completed', request_counts: { total: 8, completed: 8, failed: 0 } }]);
     const stores = await createStores({ driver: 'sqlite', path });
     try {
       const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.includes(':req-'));

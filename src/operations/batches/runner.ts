@@ -138,8 +138,6 @@ export function createBatchRunner(core: Services): BatchRunner {
     clearInterval(beat);
     clearInterval(sweeper);
   });
-  // Batches left by an instance that stopped are looked for at once, not a period later.
-  setTimeout(() => void sweep(), 0).unref();
 
   return {
     start(batch, hold) {
