@@ -1,69 +1,113 @@
 /**
  * A batch's money (OpenAI's Batch API), on the same lifecycle as every call:
  *
- *   creation: one hold for the whole batch, the sum of its lines' worst cases at the batch
- *             price, placed atomically against the wallet, the key's cap and the budgets (402
- *             when it does not fit), with the batch's id as hold id;
- *   each line: billed once, by the one settle rule, under an id of its own (the batch's id and
- *             the line's custom id): the store closes that id at its settle, so a line run
- *             again after a crash is never charged twice. The line places no hold of its own
- *             (the batch's holds for it) and is not counted against the key's per-minute limits;
- *   the end:  the batch's hold is released, whatever its lines did not use.
+ *   creation: each line's worst case at the batch price is held under the line's own id (the
+ *             batch's id and the line's custom id), checked against the wallet, the key's cap
+ *             and the budgets like any hold. The batch is held whole or not at all: when one
+ *             line's hold is refused, the ones placed are released and the batch gets the 402;
+ *   each line: billed once, by the one settle rule, settling its own hold: the store closes that
+ *             id at its settle, so a line run again after a crash is never charged twice, and
+ *             what the batch holds shrinks by each line's worst case as the line is billed;
+ *   the end:  the holds of the lines that never ran (cancelled, expired, failed) are released.
  *
- * While the batch runs, its hold is renewed by the instance that runs it (an instance that
- * died stops renewing it, and the hold lapses within its TTL, as any call's does).
+ * A line's hold lives as long as the batch may (its completion window): the batch is always
+ * finished by some instance (an instance that dies has its batches adopted), which settles or
+ * releases every line's hold, so nothing renews them.
  */
 import { atBatchPrice, type Model } from '../catalog/catalog.js';
+import { errors } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
-import type { BatchRecord, BillingStore } from '../stores/types.js';
-import { type BillingDoor, type BilledCall, openAmountCall } from './billed-call.js';
-import type { Meter } from './meter.js';
+import type { BatchRecord } from '../stores/types.js';
+import type { BillingDoor, BilledCall } from './billed-call.js';
+import { insufficientQuota, type Meter } from './meter.js';
+import { formatUsd } from './money.js';
 
-/** The hold of a new batch (402 when it does not fit); `model` names it on the books. */
-export function holdBatch(door: BillingDoor, ctx: RequestContext, batchId: string, model: Model, amount: bigint, ttlMs: number): Promise<BilledCall> {
-  return openAmountCall(door, ctx, { id: batchId, model, amount, ttlMs, durable: true }, 'this batch (the worst case of all its lines, at the batch price)');
-}
-
-/** The id a line's charge is written under: one per batch and custom id. */
+/** The id a line's hold and charge go under: one per batch and custom id. */
 export function lineChargeId(batchId: string, customId: string): string {
   return `${batchId}:${customId}`;
 }
 
+type BatchRef = Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>;
+
+/** At most this many holds are placed (or released) at once for one batch. */
+const AT_ONCE = 16;
+
+async function eachAtOnce<T>(items: readonly T[], work: (t: T) => Promise<boolean>): Promise<boolean> {
+  let next = 0;
+  let ok = true;
+  const worker = async () => {
+    while (ok && next < items.length) if (!(await work(items[next++]!))) ok = false;
+  };
+  await Promise.all(Array.from({ length: Math.min(AT_ONCE, items.length) }, worker));
+  return ok;
+}
+
 /**
- * The billing door a line of `batch` runs through: its call is the line's own (no hold placed:
- * the batch holds for it), at the model's batch price, billed to the key that created the
- * batch. Everything else about the call is the ordinary path's.
+ * Holds every line of a new batch (`amounts`: each custom id's worst case at the batch price),
+ * or none: a refusal releases what was placed and throws the 402.
  */
-export function lineDoor(door: BillingDoor, batch: Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>, customId: string): BillingDoor {
+export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId: string, model: Model, amounts: ReadonlyMap<string, bigint>, ttlMs: number): Promise<void> {
+  if (door.draining()) throw errors.shuttingDown();
+  await ctx.runKeyCheck();
+  const accountBudgets = door.accountBudgets ? await door.accountBudgets(ctx.key.accountId) : [];
+  const placed: string[] = [];
+  let refusal: Awaited<ReturnType<Meter['place']>> | null = null;
+  const lines = [...amounts];
+  const ok = await eachAtOnce(lines, async ([customId, amount]) => {
+    const id = lineChargeId(batchId, customId);
+    const r = await door.meter.place({ id, key: ctx.key, model, amount, ttlMs, accountBudgets });
+    if (r.ok) placed.push(id);
+    else refusal = r;
+    return r.ok;
+  });
+  if (ok) return;
+  const batch = { id: batchId, accountId: ctx.key.accountId, keyId: ctx.key.id };
+  await releaseLines(door.meter, batch, placed);
+  const r = refusal as unknown as Extract<Awaited<ReturnType<Meter['place']>>, { ok: false }>;
+  const total = lines.reduce((sum, [, a]) => sum + a, 0n);
+  throw insufficientQuota(
+    r,
+    `This request requires more credits: this batch costs up to ${formatUsd(total)} USD (the worst case of all its lines, at the batch price), but only ${formatUsd(r.available)} USD can be spent.`,
+  );
+}
+
+/**
+ * The billing door a line of `batch` runs through: its call settles the line's own hold (at
+ * the model's batch price, to the key that created the batch) instead of placing one, and is
+ * not counted against the key's per-minute limits. Everything else about the call is the
+ * ordinary path's.
+ */
+export function lineDoor(door: BillingDoor, batch: BatchRef, customId: string): BillingDoor {
   const meter: Meter = {
     ...door.meter,
     async tryOpen(req) {
-      const call = door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atBatchPrice(req.model) });
-      return { ok: true, call };
+      return { ok: true, call: lineCall(door, batch, customId, req.model) };
     },
   };
-  // A line already started finishes (its batch's hold covers it) even while the gateway drains.
+  // A line already started finishes (its hold is placed) even while the gateway drains.
   return { meter, draining: () => false };
 }
 
-/**
- * The call of a line an upstream batch already answered (its answer is billed by the one
- * settle rule, as the same call made directly would be), under the line's charge id.
- */
-export function lineCall(door: BillingDoor, batch: Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>, customId: string, model: Model): BilledCall {
+/** The call of one line (an upstream batch answered it, or it runs now), on the line's hold. */
+export function lineCall(door: BillingDoor, batch: BatchRef, customId: string, model: Model): BilledCall {
   return door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atBatchPrice(model) });
 }
 
-/** Keeps a running batch's hold alive; false when it is gone (released, or lapsed). */
-export function renewBatchHold(billing: Pick<BillingStore, 'renewHold'>, batch: Pick<BatchRecord, 'id' | 'accountId'>, ttlMs: number): Promise<boolean> {
-  return billing.renewHold(batch.accountId, batch.id, ttlMs);
+async function releaseLines(meter: Meter, batch: BatchRef, ids: readonly string[]): Promise<void> {
+  await eachAtOnce(ids, async (id) => {
+    await meter.resume({ id, accountId: batch.accountId, keyId: batch.keyId, model: undefined }).cancel();
+    return true;
+  });
 }
 
 /**
- * Releases what the batch's hold still holds, once its lines are over (done, cancelled,
- * failed or expired): `open` is the call that placed it when this instance did.
+ * Releases the holds of the lines that will not run (the batch is over: done, cancelled,
+ * failed or expired). A line already billed is closed: its release changes nothing.
  */
-export function releaseBatchHold(meter: Meter, batch: Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>, open?: BilledCall): Promise<void> {
-  const call = open ?? meter.resume({ id: batch.id, accountId: batch.accountId, keyId: batch.keyId, model: undefined });
-  return call.cancel();
+export function releaseBatchLines(meter: Meter, batch: BatchRef, customIds: readonly string[]): Promise<void> {
+  return releaseLines(
+    meter,
+    batch,
+    customIds.map((c) => lineChargeId(batch.id, c)),
+  );
 }

@@ -76,6 +76,13 @@ for (const [name, make] of Object.entries(drivers)) {
         // While it runs, the batch's worst case is held.
         expect((await stores.billing.wallet(ACCOUNT)).held).toBeGreaterThan(0n);
         await up.waitForRequests(4);
+        // Two lines billed, each settling its own hold: the batch holds the other eight lines' worst cases, no more.
+        await eventually(async () => (await openai.batches.retrieve(batch.id)).request_counts?.completed === 2, 'two lines billed');
+        const first = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+        expect(first).toHaveLength(2);
+        expect(first[0]!.held).toBeGreaterThan(LINE_COST);
+        expect(first[0]!.exceededHold).toBe(false);
+        expect((await stores.billing.wallet(ACCOUNT)).held).toBe(8n * first[0]!.held);
         const cancelling = await openai.batches.cancel(batch.id);
         expect(cancelling.status).toBe('cancelling');
         open();

@@ -98,16 +98,19 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   for (const m of models) counts.set(m.id, (counts.get(m.id) ?? 0) + 1);
   const main = [...counts].sort((a, b) => b[1] - a[1])[0]![0];
   const model = models.find((m) => m.id === main)!;
-  const ttl = core.cfg.limits.holdTtlMs;
-  const bound = planned.reduce((sum, p) => sum + p.bound, 0n);
-  let call: Awaited<ReturnType<typeof holdBatch>>;
+  // A line's hold lives as long as the batch may run: whoever finishes the batch settles or releases it.
+  const ttl = WINDOW_S * 1000;
+  const byBound = new Map(lines.map((l, i) => [l.customId, planned[i]!.bound]));
+  let held = [...byBound.values()].reduce((sum, a) => sum + a, 0n);
   try {
-    call = await holdBatch(core, ctx, id, model, bound, ttl);
+    await holdBatch(core, ctx, id, model, byBound, ttl);
   } catch (err) {
     // The byte bound of the prompts was refused: the counted prompts decide, as for one call.
-    const estimate = planned.reduce((sum, p) => sum + p.estimate(), 0n);
-    if (!(isGatewayError(err) && err.status === 402) || estimate >= bound) throw err;
-    call = await holdBatch(core, ctx, id, model, estimate, ttl);
+    const byEstimate = new Map(lines.map((l, i) => [l.customId, planned[i]!.estimate()]));
+    const estimate = [...byEstimate.values()].reduce((sum, a) => sum + a, 0n);
+    if (!(isGatewayError(err) && err.status === 402) || estimate >= held) throw err;
+    await holdBatch(core, ctx, id, model, byEstimate, ttl);
+    held = estimate;
   }
   const now = Math.floor(core.now() / 1000);
   const batch: BatchRecord = {
@@ -133,7 +136,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
     requestCounts: { total: lines.length, completed: 0, failed: 0 },
     metadata,
     model: main,
-    held: String(call.held),
+    held: String(held),
     upstream: batchUpstream(core, models),
     upstreamBatchId: null,
     // This instance runs it first; another adopts it once this one stops renewing it.
@@ -144,9 +147,9 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   try {
     await core.stores.batches.createBatch(batch);
   } catch (err) {
-    await core.batches.release(batch, call);
+    await core.batches.release(batch, lines.map((l) => l.customId));
     throw err;
   }
-  core.batches.start(batch, call);
+  core.batches.start(batch);
   return json(200, batchView(batch));
 }

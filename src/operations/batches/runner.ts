@@ -7,8 +7,7 @@
  * A cancel is seen within a second (the running instance re-reads the record that often, and
  * at once when the cancel reached it); the lines already running finish and are billed.
  */
-import { releaseBatchHold, renewBatchHold } from '../../billing/batch.js';
-import type { BilledCall } from '../../billing/meter.js';
+import { releaseBatchLines } from '../../billing/batch.js';
 import type { BatchRunner } from '../../jobs/batches.js';
 import type { Services } from '../../services.js';
 import type { BatchRecord } from '../../stores/types.js';
@@ -23,8 +22,8 @@ const LOOK_MS = 500;
 
 interface Entry {
   batch: BatchRecord;
-  /** The call that placed the batch's hold, when this instance placed it. */
-  hold?: BilledCall | undefined;
+  /** Every line's custom id, once the input was read: what the end releases. */
+  customIds?: string[];
   poked: boolean;
 }
 
@@ -35,8 +34,10 @@ export function createBatchRunner(core: Services): BatchRunner {
   const me = () => core.jobs.instanceId;
   const seconds = () => Math.floor(core.now() / 1000);
 
-  const release = async (batch: BatchRecord, hold?: BilledCall) => {
-    await releaseBatchHold(core.meter, batch, hold).catch((err: unknown) => log.warn({ msg: 'releasing a batch hold failed; it lapses on its own', batch_id: batch.id, err }));
+  const release = async (batch: BatchRecord, customIds: readonly string[]) => {
+    await releaseBatchLines(core.meter, batch, customIds).catch((err: unknown) =>
+      log.warn({ msg: 'releasing a batch’s lines failed; their holds lapse on their own', batch_id: batch.id, err }),
+    );
   };
 
   /** Reads the record again (at most every LOOK_MS unless poked); false once gone. */
@@ -66,6 +67,7 @@ export function createBatchRunner(core: Services): BatchRunner {
       return;
     }
     const lines = readBatchInput(input, batch.endpoint);
+    e.customIds = lines.map((l) => l.customId);
     if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
     else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
     if (core.shutdown.aborted) return;
@@ -93,19 +95,19 @@ export function createBatchRunner(core: Services): BatchRunner {
       })
       .then(async () => {
         owned.delete(e.batch.id);
-        // Over: what its lines did not use goes back. Stopped by shutdown: the next owner runs it.
-        if (!core.shutdown.aborted) await release(e.batch, e.hold);
+        // Over: what the lines that never ran held goes back (a billed line's hold is closed
+        // already). Stopped by shutdown: the next owner runs it.
+        if (!core.shutdown.aborted && e.customIds) await release(e.batch, e.customIds);
       });
     core.track(p);
   }
 
-  /** Renews this instance's claim on its batches and their holds. */
+  /** Renews this instance's claim on its batches. */
   async function heartbeat(): Promise<void> {
     for (const e of owned.values()) {
       try {
         const b = await changeBatch(stores.batches, e.batch, (b) => (b.owner === me() ? { ...b, ownerUntil: core.now() + ttl } : null));
         if (b) e.batch = b;
-        await renewBatchHold(stores.billing, e.batch, core.cfg.limits.holdTtlMs);
       } catch (err) {
         log.warn({ msg: 'batch renewal failed', batch_id: e.batch.id, err });
       }
@@ -140,8 +142,8 @@ export function createBatchRunner(core: Services): BatchRunner {
   });
 
   return {
-    start(batch, hold) {
-      own({ batch, hold, poked: false });
+    start(batch) {
+      own({ batch, poked: false });
     },
     release,
     poke(batchId) {
