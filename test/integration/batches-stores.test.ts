@@ -108,5 +108,40 @@ for (const [name, make] of Object.entries(drivers)) {
         await up.close();
       }
     }, 30_000);
+
+    it('a line billed before a crash (its outcome never recorded) runs again and is not billed again', async () => {
+      const up = await startTestUpstream();
+      let open!: () => void;
+      const gate = new Promise<void>((r) => (open = r));
+      up.setBehavior({ kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 }, gate });
+      const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2 } });
+      (setup.options.models![0]!.pricing as Record<string, unknown>).batch = { prompt: BATCH_PROMPT, completion: BATCH_COMPLETION };
+      const stores = await make();
+      const gw = await startGateway({ ...setup.options, stores });
+      try {
+        const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+        const file = await openai.files.create({ file: await toFile(Buffer.from(Array.from({ length: 3 }, (_, i) => chatLine(i)).join('\n')), 'in.jsonl'), purpose: 'batch' });
+        const batch = await openai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+        // What an instance that died after billing req-0, before recording it, left: its charge.
+        const key = (await stores.keys.listByAccount(ACCOUNT)).find((k) => k.kind === 'developer')!;
+        const earlier = 12_345n;
+        const entry = { id: `${batch.id}:req-0`, accountId: ACCOUNT, keyId: key.id, model: MODEL, units: { kind: 'tokens' as const, prompt: 1, completion: 1 }, measured: 'usage' as const, at: Date.now() };
+        await stores.billing.settle({ holdId: entry.id, accountId: ACCOUNT, month: new Date().toISOString().slice(0, 7), cost: earlier, entry });
+        open();
+        await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'completed', 'completed', 10_000);
+        expect(up.requests).toHaveLength(3);
+        const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+        expect(charges.map((e) => [e.id, e.cost]).sort()).toEqual([
+          [`${batch.id}:req-0`, earlier],
+          [`${batch.id}:req-1`, LINE_COST],
+          [`${batch.id}:req-2`, LINE_COST],
+        ]);
+        expect((await stores.billing.wallet(ACCOUNT)).held).toBe(0n);
+        expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+      } finally {
+        await gw.close();
+        await up.close();
+      }
+    }, 30_000);
   });
 }
