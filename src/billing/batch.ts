@@ -30,7 +30,7 @@ export function lineChargeId(batchId: string, customId: string): string {
 type BatchRef = Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>;
 
 /** At most this many holds are placed (or released) at once for one batch. */
-const AT_ONCE = 16;
+const AT_ONCE = 128;
 
 async function eachAtOnce<T>(items: readonly T[], work: (t: T) => Promise<boolean>): Promise<boolean> {
   let next = 0;
