@@ -34,7 +34,10 @@ beforeAll(async () => {
       { key: poorKey, account: POOR, kind: 'developer' },
       { key: otherKey, account: OTHER, kind: 'developer' },
     ],
-    models: [{ id: 'test/other', type: 'text', upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002' } }],
+    models: [
+      { id: 'test/other', type: 'text', upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002' } },
+      { id: 'test/embed', type: 'text', upstream: 'test', embedding: true, pricing: { prompt: '0.0000001', completion: '0', batch: { prompt: '0.00000005', completion: '0' } } },
+    ],
   });
   // The test model gets batch prices: half its list prices.
   const model = setup.options.models!.find((m) => m.id === MODEL)!;
@@ -123,6 +126,27 @@ describe('batches through the official SDK (simulator)', () => {
     const res = await fetch(`${gw.origin}/admin/v1/batches?account=${ACCOUNT}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     const listed = (await res.json()) as { data: { id: string; status: string; key: string }[] };
     expect(listed.data.find((b) => b.id === created.id)).toMatchObject({ status: 'completed', key: charges[0]!.keyId });
+  });
+
+  it('runs Responses and embeddings lines too, each billed once at its batch price', async () => {
+    const openai = client(devKey);
+    const run = async (endpoint: '/v1/responses' | '/v1/embeddings', body: Record<string, unknown>) => {
+      const file = await upload(openai, jsonl([{ custom_id: 'one', method: 'POST', url: endpoint, body }]));
+      const b = await openai.batches.create({ input_file_id: file.id, endpoint, completion_window: '24h' });
+      const done = await waitDone(openai, b.id);
+      expect(done.status).toBe('completed');
+      expect(done.request_counts).toEqual({ total: 1, completed: 1, failed: 0 });
+      const line = JSON.parse((await (await openai.files.content(done.output_file_id!)).text()).trim());
+      const charges = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((e) => e.id === `${b.id}:one`);
+      expect(charges).toHaveLength(1);
+      return { line, charge: charges[0]! };
+    };
+    const responses = await run('/v1/responses', { model: MODEL, input: 'Say hi', max_output_tokens: 30 });
+    expect(responses.line.response.body.object).toBe('response');
+    expect(responses.charge.cost).toBe(batchCost(responses.charge));
+    const embeddings = await run('/v1/embeddings', { model: 'test/embed', input: 'a sentence to embed' });
+    expect(embeddings.line.response.body.object).toBe('list');
+    expect(embeddings.charge.prices).toMatchObject({ prompt: '0.00000005' });
   });
 
   it('refuses a batch it cannot hold with 402, and runs nothing of it', async () => {
