@@ -56,6 +56,41 @@ function chatLine(i: number) {
   return JSON.stringify({ custom_id: `req-${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: `line ${i}` }] } });
 }
 
+describe('a batch past its completion window', () => {
+  it('expires: the lines running finish and are billed, the rest are in the error file as batch_expired, their holds released', async () => {
+    const up = await startTestUpstream();
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    up.setBehavior({ kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 }, gate });
+    let t = Date.now();
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2 }, now: () => t });
+    (setup.options.models![0]!.pricing as Record<string, unknown>).batch = { prompt: BATCH_PROMPT, completion: BATCH_COMPLETION };
+    const gw = await startGateway(setup.options);
+    try {
+      const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+      const before = await gw.stores.billing.wallet(ACCOUNT);
+      const file = await openai.files.create({ file: await toFile(Buffer.from(Array.from({ length: 5 }, (_, i) => chatLine(i)).join('\n')), 'in.jsonl'), purpose: 'batch' });
+      const batch = await openai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      await up.waitForRequests(2);
+      // A day passes while the first two lines run.
+      t += 24 * 60 * 60 * 1000 + 1000;
+      open();
+      await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'expired', 'expired', 10_000);
+      const done = await openai.batches.retrieve(batch.id);
+      expect(done.request_counts).toEqual({ total: 5, completed: 2, failed: 3 });
+      expect(up.requests).toHaveLength(2);
+      const errors = (await (await openai.files.content(done.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
+      expect(errors.map((l) => [l.custom_id, l.error.code])).toEqual([2, 3, 4].map((i) => [`req-${i}`, 'batch_expired']));
+      const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+      expect(charges).toHaveLength(2);
+      expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - 2n * LINE_COST, held: 0n });
+    } finally {
+      await gw.close();
+      await up.close();
+    }
+  }, 30_000);
+});
+
 for (const [name, make] of Object.entries(drivers)) {
   describe(`batches on ${name}`, () => {
     it('bills each line once at the batch price; a cancel mid-run bills what ran and releases the rest', async () => {
