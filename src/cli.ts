@@ -13,6 +13,7 @@ import { ADMIN_COMMANDS, checkFlags, READ_ONLY, runAdminCommand } from './cli/co
 import { need, UsageError } from './cli/values.js';
 import { describeStorage, open, StoreUnreachableError } from './cli/open.js';
 import { flagProblem } from './cli/flags.js';
+import { accountBatches } from './admin/batches.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
 import { ConfigError } from './options.js';
@@ -39,6 +40,7 @@ const USAGE = `usage:
   model-gateway keys delete --config FILE --id KEY_ID    (its ledger entries stay)
   model-gateway ledger --config FILE --account ID [--key KEY_ID] [--since WHEN] [--until WHEN] [--format jsonl|csv]
   model-gateway audit --config FILE [--account ID]    (exit 0: the books add up; 1: differences)
+  model-gateway batches list --config FILE --account ID    (the account's latest 100 batches)
 
 options:
   --config FILE       the JSON config; its storage is what the admin commands change
@@ -244,7 +246,7 @@ async function admin(argv: string[]): Promise<void> {
     return;
   }
   const command = `${group} ${action}`;
-  const alone = (group === 'ledger' || group === 'audit') && action === undefined;
+  const alone = ((group === 'ledger' || group === 'audit') && action === undefined) || command === 'batches list';
   if (!(ADMIN_COMMANDS as readonly string[]).includes(command) && !alone) throw new UsageError(`unknown command: ${positionals.join(' ') || '(none)'}`, true);
   const configFile = need(values.config, 'config');
   // Flags are checked before anything connects to the storage.
@@ -255,6 +257,10 @@ async function admin(argv: string[]): Promise<void> {
       process.stderr.write('note: storage is "memory"; this change lives only in this process. Use sqlite, postgres or redis storage.\n');
     }
     if (group === 'ledger') return await exportLedger(gateway, values);
+    if (command === 'batches list') {
+      process.stdout.write(`${JSON.stringify(await accountBatches(stores, need(values.account, 'account')), null, 2)}\n`);
+      return;
+    }
     if (group === 'audit') {
       const report = await gateway.admin.audit(values.account === undefined ? {} : { account: values.account });
       process.stdout.write(auditText(report));

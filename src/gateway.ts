@@ -18,6 +18,7 @@ import { newRecord, track as trackRecord } from './observability/record.js';
 import { startRequestSpan } from './observability/traces.js';
 import { adoptLostImage } from './operations/images.js';
 import { operations } from './operations/index.js';
+import { createBatchRunner } from './operations/batches/runner.js';
 import { adoptVideo } from './operations/videos/adopt.js';
 import type { parseOptions } from './options.js';
 import { compose } from './pipeline/compose.js';
@@ -71,6 +72,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const { cfg, log, hooks } = core;
   core.jobs.onOrphan('image', adoptLostImage(core));
   core.jobs.onOrphan('video', adoptVideo(core));
+  core.batches = createBatchRunner(core);
   const admin = createAdmin(core, { forgetGrants: built.forgetGrants });
   // A store down at start: seeding tries again until it answers, calls get 503 meanwhile.
   const seeding = seedUntilStored(core, admin, () => draining);

@@ -132,6 +132,13 @@ export const optionsSchema = z.strictObject({
       inlineImageDeadlineMs: z.number().int().positive().default(50_000),
       /** @default 30000 */
       inFlightLeaseTtlMs: z.number().int().positive().default(30_000),
+      /** The largest file `POST /v1/files` takes (a batch's input). @default 104857600 (100 MiB) */
+      maxFileBytes: z.number().int().positive().default(100 * 1024 * 1024),
+      /**
+       * Lines of one batch the gateway runs at once on an upstream without a Batch API (they
+       * are outside the key's per-minute limits). @default 4
+       */
+      batchConcurrency: z.number().int().positive().max(256).default(4),
       /** @default 1048576 (1 MiB) */
       maxBodyBytes: z.number().int().positive().default(1_048_576),
       /** A client that has not sent its whole body by then gets 408. @default 30000 */

@@ -16,6 +16,7 @@ import { createContextService, type ContextService } from './context/inject.js';
 import { createGuardrails, type Guardrails } from './guardrails/index.js';
 import { createResponseCache, type ResponseCache } from './cache/cache.js';
 import { createJobRunner, type JobRunner } from './jobs/runner.js';
+import type { BatchRunner } from './jobs/batches.js';
 import { createLimiter, type Limiter } from './limits/limiter.js';
 import type { Logger } from './observability/log.js';
 import { accessLog, createLogger, redactingLogger } from './observability/logs.js';
@@ -44,6 +45,8 @@ export interface Services {
   upstreams: ReadonlyMap<string, Upstream>;
   breaker: Breaker;
   jobs: JobRunner;
+  /** Batches (OpenAI's Batch API): run on this instance, adopted from one that stopped. */
+  batches: BatchRunner;
   context: ContextService;
   /** The input guardrails, run on every prompt before its hold. */
   guardrails: Guardrails;
@@ -198,6 +201,8 @@ export function createServices(
     draining: () => cut,
     // Set right below: the job runner needs the rest of the services.
     jobs: undefined as unknown as JobRunner,
+    // Set by the gateway: the batch runner runs operations.
+    batches: undefined as unknown as BatchRunner,
     context: createContextService({ cfg, stores }),
     guardrails: createGuardrails(cfg.guardrails, hooks, log, () => core),
     cache: cacheOn ? createResponseCache(cfg.cache, cfg.models, stores.responseCache, log, now) : null,

@@ -14,6 +14,7 @@ import type { AdminContext, Call } from './handlers/context.js';
 import * as keys from './handlers/keys.js';
 import * as monitor from './handlers/monitor.js';
 import * as overview from './handlers/overview.js';
+import { accountBatches } from './batches.js';
 import * as R from './responses.js';
 import * as S from './schemas.js';
 
@@ -187,6 +188,13 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({ method: 'GET', path: '/jobs', summary: 'An account’s unfinished image and video jobs', query: S.jobsQuery, run: activity.listJobs }),
   route({ method: 'GET', path: '/jobs/{id}', summary: 'A job (any status)', run: activity.getJob }),
+  route({
+    method: 'GET',
+    path: '/batches',
+    summary: 'An account’s batches, newest first (the latest 100): status, request counts, files, the key that created each',
+    query: S.jobsQuery,
+    run: (x, c) => accountBatches(x.stores, c.query.account),
+  }),
 
   // The response cache.
   route({

@@ -155,6 +155,11 @@ export interface Meter {
    */
   tryOpen(req: OpenRequest): Promise<{ ok: true; call: BilledCall } | HoldRefusal>;
   /**
+   * Places a hold that no call of this instance settles (a batch line's: whoever runs the line
+   * settles it through `resume`). Checked like `tryOpen`'s; nothing renews it.
+   */
+  place(req: OpenRequest): Promise<HoldResult>;
+  /**
    * A handle on a hold placed earlier, possibly by another instance (a job adopted after a
    * crash): it settles or releases that hold through the same lifecycle.
    */
@@ -322,14 +327,20 @@ export function createMeter(deps: MeterDeps): Meter {
     return r.hold!;
   }
 
+  function holdOf(req: OpenRequest): HoldRequest {
+    const { id, key, amount } = req;
+    const t = deps.now();
+    const hold: HoldRequest = { holdId: id, accountId: key.accountId, keyId: key.id, amount, monthlyCap: key.monthlyCap, month: monthOf(t), ttlMs: req.ttlMs ?? deps.holdTtlMs };
+    if (key.budgets?.length || req.accountBudgets?.length) hold.budgets = budgetChecks(key.budgets, req.accountBudgets ?? [], t);
+    return hold;
+  }
+
   const meter: Meter = {
+    place: (req) => place(holdOf(req), req.keyCheck),
     async tryOpen(req) {
       const ttlMs = req.ttlMs ?? deps.holdTtlMs;
       const { id, key, amount } = req;
-      const t = deps.now();
-      const hold: HoldRequest = { holdId: id, accountId: key.accountId, keyId: key.id, amount, monthlyCap: key.monthlyCap, month: monthOf(t), ttlMs };
-      if (key.budgets?.length || req.accountBudgets?.length) hold.budgets = budgetChecks(key.budgets, req.accountBudgets ?? [], t);
-      const result = await place(hold, req.keyCheck);
+      const result = await place(holdOf(req), req.keyCheck);
       if (!result.ok) return result;
       const call = new CallImpl(internals, id, key.accountId, key.id, req.model, amount, req.durable === true, req.observed, req.tokens);
       open.add(call, ttlMs);

@@ -60,6 +60,8 @@ export interface Model {
   text: TextPrices | null;
   /** The prices of the service tiers the model prices, by tier name; absent: none (a request naming one is refused). */
   serviceTiers?: ReadonlyMap<string, TextPrices>;
+  /** The prices of a batch's lines (`pricing.batch`); absent: the list prices. */
+  batchPrices?: TextPrices;
   /** Hosted tools the model may use, each priced in pico-USD per call; absent: none. */
   toolPrices?: ReadonlyMap<string, bigint>;
   media: MediaPrice | null;
@@ -163,6 +165,11 @@ export function atServiceTier(model: Model, tier: string): Model | null {
   return prices ? { ...model, text: prices } : null;
 }
 
+/** The model as a batch's line bills it: at its batch prices, else at its list prices. */
+export function atBatchPrice(model: Model): Model {
+  return model.batchPrices ? { ...model, text: model.batchPrices } : model;
+}
+
 function buildModel(m: ModelConfig, serviceName: string): Model {
   const retiresAtMs = m.retiresAt ? Date.parse(`${m.retiresAt}T00:00:00Z`) : null;
   let text: Model['text'] = null;
@@ -170,12 +177,18 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
   let pricing: Record<string, unknown>;
   let toolPrices: Map<string, bigint> | undefined;
   let serviceTiers: Map<string, TextPrices> | undefined;
+  let batchPrices: TextPrices | undefined;
   if ('prompt' in m.pricing) {
     const { cachedPrompt, cacheWrite } = m.pricing;
     text = textPrices(m.pricing);
     if (m.pricing.serviceTiers) {
       const base = m.pricing;
       serviceTiers = new Map(Object.entries(m.pricing.serviceTiers).map(([tier, p]) => [tier, textPrices({ ...p, cacheWrite1h: base.cacheWrite1h })]));
+    }
+    if (m.pricing.batch) {
+      // A cache read in a batch costs no more than a prompt token of it (nor than a cache read outside it).
+      const cached = m.pricing.batch.cachedPrompt ?? (parsePrice(m.pricing.batch.prompt) < text.cachedPromptPico ? m.pricing.batch.prompt : undefined);
+      batchPrices = textPrices({ ...m.pricing, ...m.pricing.batch, cachedPrompt: cached ?? m.pricing.cachedPrompt ?? m.pricing.prompt });
     }
     pricing = { prompt: formatPrice(text.promptPico), completion: formatPrice(text.completionPico) };
     // Listed under OpenRouter's names, only when configured (else they are the prompt price).
@@ -241,6 +254,7 @@ function buildModel(m: ModelConfig, serviceName: string): Model {
     text,
     ...(toolPrices ? { toolPrices } : {}),
     ...(serviceTiers ? { serviceTiers } : {}),
+    ...(batchPrices ? { batchPrices } : {}),
     media,
     parameters,
     row,

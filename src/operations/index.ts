@@ -3,6 +3,9 @@
  * `idempotent` (it honours Idempotency-Key and its key-rate check rides on its hold): the
  * text operations (`textOperation`) and the media ones (`mediaOperation`) declare it.
  */
+import { createBatch } from './batches/create.js';
+import { deleteFile, fileContent, listFiles, retrieveFile, uploadFile } from './batches/files.js';
+import { cancelBatch, listBatches, retrieveBatch } from './batches/list.js';
 import { chatCompletions } from './chat.js';
 import { createCompletion } from './completions.js';
 import { listBrands, listKnowledge, listModels, readKey, retrieveModel } from './discovery.js';
@@ -39,4 +42,13 @@ export const operations: readonly Operation[] = [
   get('/videos/{id}', (core, ctx) => getJob(core, ctx, 'video')),
   { method: 'DELETE', path: '/videos/{id}', run: deleteVideo },
   get('/videos/{id}/content', videoContent),
+  { method: 'POST', path: '/files', run: uploadFile },
+  get('/files', listFiles),
+  get('/files/{id}', retrieveFile),
+  get('/files/{id}/content', fileContent),
+  { method: 'DELETE', path: '/files/{id}', run: deleteFile },
+  { method: 'POST', path: '/batches', idempotent: true, run: createBatch },
+  get('/batches', listBatches),
+  get('/batches/{id}', retrieveBatch),
+  { method: 'POST', path: '/batches/{id}/cancel', run: cancelBatch },
 ];

@@ -44,11 +44,17 @@ export function bodyHold(core: Services, fields: Record<string, unknown>, maxOut
   return { bound: Buffer.byteLength(text, 'utf8'), estimate: () => (estimate ??= core.tokenizer.count(text)), maxOutput };
 }
 
-export function textOperation(decl: TextOperation): Operation {
+/** A token-priced endpoint's operation, with its plan (a batch's lines are read by it when the batch is created). */
+export interface PlannedOperation extends Operation {
+  plan: TextOperation['plan'];
+}
+
+export function textOperation(decl: TextOperation): PlannedOperation {
   return {
     method: 'POST',
     path: decl.path,
     idempotent: true,
+    plan: decl.plan,
     async run(core, ctx) {
       const bytes = await ctx.body();
       const fields = parseJsonObject(bytes);
@@ -152,7 +158,7 @@ async function send(
 }
 
 /** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */
-function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
+export function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
   if (!cap || cap.names.some((n) => fields[n] !== undefined && fields[n] !== null)) return fields;
   return { ...fields, [cap.field]: cap.tokens };
 }

@@ -27,6 +27,11 @@ export const textPricingSchema = z.strictObject({
    * `unsupported_tool`): the gateway cannot bill what it has no price for.
    */
   tools: z.record(z.string().min(1).max(100), decimalPrice).optional(),
+  /**
+   * USD per token of the lines of a batch (`POST /v1/batches`), held and billed at these:
+   * providers bill their Batch API at about half the list price. @default the list prices
+   */
+  batch: z.strictObject({ prompt: decimalPrice, completion: decimalPrice, cachedPrompt: decimalPrice.optional() }).optional(),
 });
 export const mediaPricingSchema = z.strictObject({
   unit: z.enum(['image', 'token', 'second']),

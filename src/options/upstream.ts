@@ -35,6 +35,11 @@ const httpUpstream = z.strictObject({
   headers: z.record(z.string().regex(/^[A-Za-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a header name'), headerValue).default({}),
   /** Query parameters added to every call's URL, e.g. Azure's `{"api-version": "2024-10-21"}`. @default {} */
   query: z.record(z.string().min(1), z.string()).default({}),
+  /**
+   * The upstream speaks OpenAI's Batch and Files APIs: a batch whose lines it serves goes to
+   * it as one upstream batch (one uploaded input file), instead of line by line. @default false
+   */
+  batch: z.boolean().default(false),
 });
 
 /** An upstream client object of the embedder's (options only: a config file holds no functions). */

@@ -10,6 +10,7 @@
 
 import type { BillingStore } from './billing-types.js';
 import type { LimitStore } from './limit-types.js';
+import type { BatchStore } from './batch-types.js';
 
 export type KeyKind = 'developer' | 'agent';
 
@@ -129,6 +130,8 @@ export type {
   WindowHit,
 } from './billing-types.js';
 export type { LimitStore, TokenResult, WindowResult } from './limit-types.js';
+export type { BatchLine, BatchRecord, BatchStatus, BatchStore, FileRecord, RecordPage } from './batch-types.js';
+export { BATCH_DONE } from './batch-types.js';
 
 export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed';
 
@@ -320,6 +323,8 @@ export interface Stores {
   content: ContentStore;
   idempotency: IdempotencyStore;
   responseCache: ResponseCacheStore;
+  /** Files and batches (OpenAI's Files and Batch APIs). */
+  batches: BatchStore;
   /**
    * Resolves when every backend the stores need answers; rejects (StoreUnavailableError)
    * naming what does not. Readiness (`GET /ready`) calls it. Without it the stores count as

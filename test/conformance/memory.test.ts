@@ -8,6 +8,7 @@ import { idempotencySuite } from './idempotency.suite.js';
 import { responseCacheSuite } from './response-cache.suite.js';
 import type { StoreHarness } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
+import { batchesSuite } from './batches.suite.js';
 import { limitsSuite } from './limits.suite.js';
 
 /** Memory stores on a fake clock: `advance` moves time instantly and exactly. */
@@ -29,6 +30,7 @@ billingSuite('memory', makeMemory);
 ledgerSuite('memory', makeMemory);
 limitsSuite('memory', makeMemory);
 jobsSuite('memory', makeMemory);
+batchesSuite('memory', makeMemory);
 contentSuite('memory', makeMemory);
 idempotencySuite('memory', makeMemory);
 responseCacheSuite('memory', makeMemory);

@@ -15,6 +15,7 @@ import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
 import { responseCacheSuite } from './response-cache.suite.js';
 import { jobsSuite } from './jobs.suite.js';
+import { batchesSuite } from './batches.suite.js';
 import { limitsSuite } from './limits.suite.js';
 
 /** Every table of this run lives in this schema; afterAll drops it. */
@@ -81,6 +82,7 @@ if (unreachable !== null) {
     ledgerSuite('postgres', makePostgres);
     limitsSuite('postgres', makePostgres);
     jobsSuite('postgres', makePostgres);
+    batchesSuite('postgres', makePostgres);
     contentSuite('postgres', makePostgres);
     idempotencySuite('postgres', makePostgres);
     responseCacheSuite('postgres', makePostgres);

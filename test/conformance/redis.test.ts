@@ -17,6 +17,7 @@ import { idempotencySuite } from './idempotency.suite.js';
 import { responseCacheSuite } from './response-cache.suite.js';
 import { type StoreHarness, uid } from './harness.js';
 import { jobsSuite } from './jobs.suite.js';
+import { batchesSuite } from './batches.suite.js';
 import { limitsSuite } from './limits.suite.js';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 
@@ -173,6 +174,7 @@ if (unreachable !== null) {
     ledgerSuite('redis', makeRedis);
     limitsSuite('redis', makeRedis);
     jobsSuite('redis', makeRedis);
+    batchesSuite('redis', makeRedis);
     contentSuite('redis', makeRedis);
     idempotencySuite('redis', makeRedis);
     responseCacheSuite('redis', makeRedis);

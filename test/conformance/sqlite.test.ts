@@ -16,6 +16,7 @@ import { type StoreHarness, uid } from './harness.js';
 import { idempotencySuite } from './idempotency.suite.js';
 import { responseCacheSuite } from './response-cache.suite.js';
 import { jobsSuite } from './jobs.suite.js';
+import { batchesSuite } from './batches.suite.js';
 import { limitsSuite } from './limits.suite.js';
 
 /** Every database of this run lives here; afterAll deletes it. */
@@ -45,6 +46,7 @@ billingSuite('sqlite', makeSqlite);
 ledgerSuite('sqlite', makeSqlite);
 limitsSuite('sqlite', makeSqlite);
 jobsSuite('sqlite', makeSqlite);
+batchesSuite('sqlite', makeSqlite);
 contentSuite('sqlite', makeSqlite);
 idempotencySuite('sqlite', makeSqlite);
 responseCacheSuite('sqlite', makeSqlite);

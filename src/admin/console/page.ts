@@ -163,6 +163,7 @@ const CONSOLE_HTML = `<!doctype html>
     <section class="wide account-part" hidden><h2>Ledger <span class="muted">(in the date range, oldest first)</span></h2><div class="scroll"><table id="ledger"><thead><tr><th>Time</th><th>Id</th><th>Key</th><th>Model</th><th>Units</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div>
       <div class="pager"><button id="ledger-prev">Previous</button><button id="ledger-next">Next</button><span id="ledger-page" class="muted"></span></div></section>
     <section class="wide account-part" hidden><h2>Jobs in progress</h2><div class="scroll"><table id="jobs"><thead><tr><th>Id</th><th>Kind</th><th>Model</th><th>Status</th><th class="num">Progress</th></tr></thead><tbody></tbody></table></div></section>
+    <section class="wide account-part" hidden><h2>Batches</h2><div class="scroll"><table id="batches"><thead><tr><th>Id</th><th>Endpoint</th><th>Model</th><th>Status</th><th class="num">Done</th><th class="num">Failed</th><th class="num">Lines</th></tr></thead><tbody></tbody></table></div></section>
 
     <section class="wide"><h2>Recent requests <span class="muted">(this instance)</span></h2><div class="scroll"><table id="requests"><thead><tr><th>Time</th><th>Request id</th><th>Route</th><th>Status</th><th>Account</th><th>Key</th><th>Model</th><th class="num">ms</th><th class="num">USD</th></tr></thead><tbody></tbody></table></div>
       <div class="pager"><button id="requests-prev">Newer</button><button id="requests-next">Older</button><span id="requests-page" class="muted"></span></div></section>

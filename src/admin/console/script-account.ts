@@ -3,7 +3,7 @@
  * account, the selected account's wallet (top-up or signed adjustment, each with a reason),
  * grants, budgets, spend in the date range by model and by key (with labels), its keys (create,
  * enable, disable, rotate, monthly cap, limits: script-limits.ts), latest ledger entries, jobs,
- * and CSV export.
+ * batches, and CSV export.
  *
  * A new key's or rotated key's secret is shown once, and cleared when another account is
  * selected or the operator signs out. The new-key form is built from KEY_FIELDS: a key setting
@@ -124,6 +124,7 @@ export const SCRIPT_ACCOUNT = `
       api('GET', '/keys' + q),
       api('GET', '/ledger' + q + '&limit=' + LEDGER_PAGE + range() + (ledgerPages.cursor ? '&cursor=' + enc(ledgerPages.cursor) : '')),
       api('GET', '/jobs' + q),
+      api('GET', '/batches' + q),
     ]).then(function (r) {
       if (a !== state.account) return; // another account was selected meanwhile
       $('account-view').hidden = false;
@@ -144,6 +145,11 @@ export const SCRIPT_ACCOUNT = `
       });
       ledgerPages.shown(r[4].more ? r[4].nextCursor : null);
       fill('jobs', r[5].data, function (tr, j) { cell(tr, j.id); cell(tr, j.object); cell(tr, j.model); cell(tr, j.status); cell(tr, j.progress, 'num'); });
+      fill('batches', r[6].data, function (tr, b) {
+        var n = b.request_counts;
+        cell(tr, b.id); cell(tr, b.endpoint); cell(tr, b.model); cell(tr, b.status);
+        cell(tr, n.completed, 'num'); cell(tr, n.failed, 'num'); cell(tr, n.total, 'num');
+      });
     });
   }
 

@@ -1,4 +1,5 @@
 import type { Stores } from '../types.js';
+import { createMemoryBatches } from './batches.js';
 import { createMemoryAccounts, createMemoryKeys } from './accounts-keys.js';
 import { type Balances, createMemoryBilling } from './billing.js';
 import { createMemoryContent } from './content.js';
@@ -37,6 +38,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
     content: createMemoryContent(),
     idempotency: createMemoryIdempotency(now),
     responseCache: createMemoryResponseCache(now),
+    batches: createMemoryBatches(),
     // Memory always answers, and never pretends to be durable: it is for one process and tests.
     async ping() {},
     async close() {},

@@ -6,6 +6,7 @@ import { PgContext, PostgresStoreError, SCHEMA_NAME, type Sql } from './connecti
 import { createPostgresContent } from './content.js';
 import { createPostgresIdempotency } from './idempotency.js';
 import { createPostgresResponseCache } from './response-cache.js';
+import { createPostgresBatches } from './batches.js';
 import { createPostgresJobs } from './jobs.js';
 import { createPostgresLimits } from './limits.js';
 import { migrate } from './migrations.js';
@@ -110,6 +111,7 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
     billing: createPostgresBilling(ctx, sweep, windowsId),
     limits: createPostgresLimits(ctx, sweep, windowsId),
     jobs: createPostgresJobs(ctx),
+    batches: createPostgresBatches(ctx),
     content: createPostgresContent(ctx),
     idempotency: createPostgresIdempotency(ctx),
     responseCache: createPostgresResponseCache(ctx),

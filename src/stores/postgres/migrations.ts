@@ -1297,6 +1297,38 @@ BEGIN
     ) AS w WHERE w.newer > p_cap);
 END $$;
 `,
+  // 12: files and batches (OpenAI's Files and Batch APIs): each record as jsonb beside what
+  // lists and finds it, a file's bytes in a table of their own, and each finished line of a
+  // batch once per custom id.
+  (s) => `
+CREATE TABLE ${s}.files (
+  id text PRIMARY KEY,
+  account_id text NOT NULL,
+  created_at bigint NOT NULL,
+  data jsonb NOT NULL
+);
+CREATE INDEX files_account ON ${s}.files (account_id, created_at, id COLLATE "C");
+CREATE TABLE ${s}.file_contents (
+  id text PRIMARY KEY,
+  content bytea NOT NULL
+);
+CREATE TABLE ${s}.batches (
+  id text PRIMARY KEY,
+  account_id text NOT NULL,
+  created_at bigint NOT NULL,
+  done boolean NOT NULL,
+  rev integer NOT NULL,
+  data jsonb NOT NULL
+);
+CREATE INDEX batches_account ON ${s}.batches (account_id, created_at, id COLLATE "C");
+CREATE INDEX batches_running ON ${s}.batches (done) WHERE NOT done;
+CREATE TABLE ${s}.batch_lines (
+  batch_id text NOT NULL,
+  custom_id text NOT NULL,
+  data jsonb NOT NULL,
+  PRIMARY KEY (batch_id, custom_id)
+);
+`,
 ];
 
 /**

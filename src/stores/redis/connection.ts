@@ -113,7 +113,7 @@ export class RedisContext {
   idempotency(scope: string): string {
     return `${this.prefix}{idem:${esc(scope)}}`;
   }
-  index(name: 'accounts' | 'jobs' | 'ledger-upgraded'): string {
+  index(name: 'accounts' | 'jobs' | 'ledger-upgraded' | 'batches'): string {
     return `${this.prefix}{idx}:${name}`;
   }
 

@@ -7,6 +7,7 @@ import { createRedisContent } from './content.js';
 import { durabilityWarning, pingRedis } from './health.js';
 import { createRedisIdempotency } from './idempotency.js';
 import { createRedisResponseCache } from './response-cache.js';
+import { createRedisBatches } from './batches-store.js';
 import { createRedisJobs } from './jobs.js';
 import { RedisLedgerUpgrade } from './ledger-upgrade.js';
 import { createRedisLimits, hitMembers } from './limits.js';
@@ -106,6 +107,7 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
     billing: createRedisBilling(ctx, windowsId, hitMember, upgrade),
     limits: createRedisLimits(ctx, windowsId, hitMember),
     jobs: createRedisJobs(ctx),
+    batches: createRedisBatches(ctx),
     content: createRedisContent(ctx),
     idempotency: createRedisIdempotency(ctx),
     responseCache: createRedisResponseCache(ctx),

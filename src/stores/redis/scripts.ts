@@ -831,6 +831,36 @@ redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 `,
   },
+
+  /**
+   * A batch's compare-and-set on its revision.
+   * KEYS: the batch's hash. ARGV: expected rev, new rev, new data. Returns 1 when written.
+   */
+  mgBatchSwap: {
+    numberOfKeys: 1,
+    lua: `
+local expected = ARGV[1]
+local rev = ARGV[2]
+local data = ARGV[3]
+if redis.call('HGET', KEYS[1], 'rev') ~= expected then return 0 end
+redis.call('HSET', KEYS[1], 'rev', rev, 'data', data)
+return 1
+`,
+  },
+
+  /**
+   * A finished line of a batch, once per custom id, only while the batch exists.
+   * KEYS: the batch's hash, its lines' hash. ARGV: custom id, the line. Returns 1 when added.
+   */
+  mgBatchLine: {
+    numberOfKeys: 2,
+    lua: `
+local customId = ARGV[1]
+local line = ARGV[2]
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return redis.call('HSETNX', KEYS[2], customId, line)
+`,
+  },
 } satisfies Record<string, ScriptDef>;
 
 export type ScriptName = keyof typeof SCRIPTS;

@@ -2,6 +2,7 @@ import { resolve } from 'node:path';
 import { createSweeper } from '../memory/sweep.js';
 import type { Stores } from '../types.js';
 import { createSqliteAccounts, createSqliteKeys } from './accounts-keys.js';
+import { createSqliteBatches } from './batches.js';
 import { createSqliteBilling } from './billing.js';
 import { Checkpointer } from './checkpointer.js';
 import { driverPath, openDatabase, SqliteContext } from './connection.js';
@@ -107,6 +108,7 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
     content: createSqliteContent(ctx),
     idempotency: createSqliteIdempotency(ctx),
     responseCache: createSqliteResponseCache(ctx),
+    batches: createSqliteBatches(ctx),
     async ping() {
       ctx.run('ping', () => db.prepare('SELECT 1').get());
     },

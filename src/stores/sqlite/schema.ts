@@ -325,4 +325,36 @@ CREATE INDEX ledger_key ON ledger (account_id, key_id, seq);
 CREATE TRIGGER ledger_no_update BEFORE UPDATE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
 CREATE TRIGGER ledger_no_delete BEFORE DELETE ON ledger BEGIN SELECT RAISE(ABORT, 'the ledger is append-only'); END;
 `,
+  // 11: files and batches (OpenAI's Files and Batch APIs): each record as JSON beside what
+  // lists and finds it, a file's bytes in a table of their own, and each finished line of a
+  // batch once per custom id.
+  `
+CREATE TABLE files (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+CREATE INDEX files_account ON files (account_id, created_at, id);
+CREATE TABLE file_contents (
+  id TEXT PRIMARY KEY,
+  content BLOB NOT NULL
+) STRICT;
+CREATE TABLE batches (
+  id TEXT PRIMARY KEY,
+  account_id TEXT NOT NULL,
+  created_at INTEGER NOT NULL,
+  done INTEGER NOT NULL,
+  rev INTEGER NOT NULL,
+  data TEXT NOT NULL
+) STRICT;
+CREATE INDEX batches_account ON batches (account_id, created_at, id);
+CREATE INDEX batches_running ON batches (done);
+CREATE TABLE batch_lines (
+  batch_id TEXT NOT NULL,
+  custom_id TEXT NOT NULL,
+  data TEXT NOT NULL,
+  PRIMARY KEY (batch_id, custom_id)
+) STRICT, WITHOUT ROWID;
+`,
 ];

@@ -1,0 +1,113 @@
+/**
+ * A batch's money (OpenAI's Batch API), on the same lifecycle as every call:
+ *
+ *   creation: each line's worst case at the batch price is held under the line's own id (the
+ *             batch's id and the line's custom id), checked against the wallet, the key's cap
+ *             and the budgets like any hold. The batch is held whole or not at all: when one
+ *             line's hold is refused, the ones placed are released and the batch gets the 402;
+ *   each line: billed once, by the one settle rule, settling its own hold: the store closes that
+ *             id at its settle, so a line run again after a crash is never charged twice, and
+ *             what the batch holds shrinks by each line's worst case as the line is billed;
+ *   the end:  the holds of the lines that never ran (cancelled, expired, failed) are released.
+ *
+ * A line's hold lives as long as the batch may (its completion window): the batch is always
+ * finished by some instance (an instance that dies has its batches adopted), which settles or
+ * releases every line's hold, so nothing renews them.
+ */
+import { atBatchPrice, type Model } from '../catalog/catalog.js';
+import { errors } from '../errors.js';
+import type { RequestContext } from '../pipeline/types.js';
+import type { BatchRecord } from '../stores/types.js';
+import type { BillingDoor, BilledCall } from './billed-call.js';
+import { insufficientQuota, type Meter } from './meter.js';
+import { formatUsd } from './money.js';
+
+/** The id a line's hold and charge go under: one per batch and custom id. */
+export function lineChargeId(batchId: string, customId: string): string {
+  return `${batchId}:${customId}`;
+}
+
+type BatchRef = Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>;
+
+/** At most this many holds are placed (or released) at once for one batch. */
+const AT_ONCE = 128;
+
+async function eachAtOnce<T>(items: readonly T[], work: (t: T) => Promise<boolean>): Promise<boolean> {
+  let next = 0;
+  let ok = true;
+  const worker = async () => {
+    while (ok && next < items.length) if (!(await work(items[next++]!))) ok = false;
+  };
+  await Promise.all(Array.from({ length: Math.min(AT_ONCE, items.length) }, worker));
+  return ok;
+}
+
+/**
+ * Holds every line of a new batch (`amounts`: each custom id's worst case at the batch price),
+ * or none: a refusal releases what was placed and throws the 402.
+ */
+export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId: string, model: Model, amounts: ReadonlyMap<string, bigint>, ttlMs: number): Promise<void> {
+  if (door.draining()) throw errors.shuttingDown();
+  await ctx.runKeyCheck();
+  const accountBudgets = door.accountBudgets ? await door.accountBudgets(ctx.key.accountId) : [];
+  const placed: string[] = [];
+  let refusal: Awaited<ReturnType<Meter['place']>> | null = null;
+  const lines = [...amounts];
+  const ok = await eachAtOnce(lines, async ([customId, amount]) => {
+    const id = lineChargeId(batchId, customId);
+    const r = await door.meter.place({ id, key: ctx.key, model, amount, ttlMs, accountBudgets });
+    if (r.ok) placed.push(id);
+    else refusal = r;
+    return r.ok;
+  });
+  if (ok) return;
+  const batch = { id: batchId, accountId: ctx.key.accountId, keyId: ctx.key.id };
+  await releaseLines(door.meter, batch, placed);
+  const r = refusal as unknown as Extract<Awaited<ReturnType<Meter['place']>>, { ok: false }>;
+  const total = lines.reduce((sum, [, a]) => sum + a, 0n);
+  throw insufficientQuota(
+    r,
+    `This request requires more credits: this batch costs up to ${formatUsd(total)} USD (the worst case of all its lines, at the batch price), but only ${formatUsd(r.available)} USD can be spent.`,
+  );
+}
+
+/**
+ * The billing door a line of `batch` runs through: its call settles the line's own hold (at
+ * the model's batch price, to the key that created the batch) instead of placing one, and is
+ * not counted against the key's per-minute limits. Everything else about the call is the
+ * ordinary path's.
+ */
+export function lineDoor(door: BillingDoor, batch: BatchRef, customId: string): BillingDoor {
+  const meter: Meter = {
+    ...door.meter,
+    async tryOpen(req) {
+      return { ok: true, call: lineCall(door, batch, customId, req.model) };
+    },
+  };
+  // A line already started finishes (its hold is placed) even while the gateway drains.
+  return { meter, draining: () => false };
+}
+
+/** The call of one line (an upstream batch answered it, or it runs now), on the line's hold. */
+export function lineCall(door: BillingDoor, batch: BatchRef, customId: string, model: Model): BilledCall {
+  return door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atBatchPrice(model) });
+}
+
+async function releaseLines(meter: Meter, batch: BatchRef, ids: readonly string[]): Promise<void> {
+  await eachAtOnce(ids, async (id) => {
+    await meter.resume({ id, accountId: batch.accountId, keyId: batch.keyId, model: undefined }).cancel();
+    return true;
+  });
+}
+
+/**
+ * Releases the holds of the lines that will not run (the batch is over: done, cancelled,
+ * failed or expired). A line already billed is closed: its release changes nothing.
+ */
+export function releaseBatchLines(meter: Meter, batch: BatchRef, customIds: readonly string[]): Promise<void> {
+  return releaseLines(
+    meter,
+    batch,
+    customIds.map((c) => lineChargeId(batch.id, c)),
+  );
+}

@@ -1,0 +1,155 @@
+/**
+ * `POST /v1/batches`: the batch is created synchronously, after every line of its input file
+ * was read and planned as the same call made directly would be (its model, its fields, the
+ * key's right to the model, its worst case): a bad line refuses the whole batch (400 naming
+ * the line; 403 for a model the key may not use) and nothing goes upstream. Then the sum of
+ * the lines' worst cases at the batch price is held (402 when it does not fit) and the batch
+ * starts running.
+ */
+import { holdBatch } from '../../billing/batch.js';
+import { listCost } from '../../billing/pricing.js';
+import { atBatchPrice, type Model } from '../../catalog/catalog.js';
+import { GatewayError, isGatewayError } from '../../errors.js';
+import { json, parseJsonObject } from '../../http/json.js';
+import type { RequestContext } from '../../pipeline/types.js';
+import type { Services } from '../../services.js';
+import type { BatchRecord } from '../../stores/types.js';
+import { chatCompletions } from '../chat.js';
+import { createCompletion } from '../completions.js';
+import { createEmbeddings } from '../embeddings.js';
+import { createResponse } from '../responses.js';
+import type { PlannedOperation } from '../text.js';
+import { type BatchInputLine, lineContext, lineError, readBatchInput } from './input.js';
+import { batchView, newBatchId } from './views.js';
+
+/** The endpoints a batch may run, as OpenAI names them. */
+export const BATCH_ENDPOINTS: Readonly<Record<string, PlannedOperation>> = {
+  '/v1/chat/completions': chatCompletions,
+  '/v1/completions': createCompletion,
+  '/v1/responses': createResponse,
+  '/v1/embeddings': createEmbeddings,
+};
+
+/** How long a batch may run (`completion_window`), as OpenAI's only window says. */
+const WINDOW_S = 24 * 60 * 60;
+
+interface PlannedLine {
+  model: Model;
+  /** The worst case at the batch price, on the prompt's byte bound and on its counted estimate. */
+  bound: bigint;
+  estimate: () => bigint;
+}
+
+/** Plans one line as its call would be planned; its refusal becomes the batch's, naming the line. */
+async function planLine(core: Services, ctx: RequestContext, op: PlannedOperation, endpoint: string, l: BatchInputLine): Promise<PlannedLine> {
+  let plan: Awaited<ReturnType<PlannedOperation['plan']>>;
+  try {
+    plan = await op.plan(core, lineContext(ctx.key, endpoint, `${ctx.requestId}:${l.line}`, l.body), l.body);
+  } catch (err) {
+    if (!isGatewayError(err)) throw err;
+    if (err.status === 403) throw lineError(l.line, err.message, 403, err.code);
+    if (err.status >= 500) throw err;
+    throw lineError(l.line, err.message);
+  }
+  const model = atBatchPrice(plan.model);
+  const { hold } = plan;
+  const cost = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput, ...(hold.tools ? { tools: hold.tools } : {}) });
+  return { model: plan.model, bound: cost(hold.bound), estimate: () => cost(hold.estimate()) };
+}
+
+/** The upstream with a Batch API that serves every line's model first, if one does. */
+function batchUpstream(core: Services, models: Model[]): string | null {
+  const names = new Set(models.map((m) => m.targets[0]?.upstream ?? m.upstream));
+  if (names.size !== 1) return null;
+  const name = [...names][0];
+  const u = name === undefined ? undefined : core.cfg.upstreams[name];
+  return u && typeof u === 'object' && 'batch' in u && u.batch === true ? (name ?? null) : null;
+}
+
+function readMetadata(v: unknown): Record<string, string> | null {
+  if (v === undefined || v === null) return null;
+  if (typeof v !== 'object' || Array.isArray(v)) throw new GatewayError('invalid_request', 'metadata must be an object of strings.', { param: 'metadata' });
+  const entries = Object.entries(v as Record<string, unknown>);
+  if (entries.length > 16 || entries.some(([k, s]) => typeof s !== 'string' || k.length > 64 || s.length > 512)) {
+    throw new GatewayError('invalid_request', 'metadata takes at most 16 keys of up to 64 characters, each with a string of up to 512.', { param: 'metadata' });
+  }
+  return Object.fromEntries(entries) as Record<string, string>;
+}
+
+export async function createBatch(core: Services, ctx: RequestContext): Promise<Response> {
+  const fields = parseJsonObject(await ctx.body());
+  const { input_file_id: inputFileId, endpoint, completion_window: window } = fields;
+  if (typeof inputFileId !== 'string' || inputFileId === '') throw new GatewayError('invalid_request', 'input_file_id is required.', { param: 'input_file_id' });
+  if (typeof endpoint !== 'string' || !BATCH_ENDPOINTS[endpoint]) {
+    throw new GatewayError('invalid_request', `endpoint must be one of ${Object.keys(BATCH_ENDPOINTS).join(', ')}.`, { param: 'endpoint' });
+  }
+  if (window !== '24h') throw new GatewayError('invalid_request', "completion_window must be '24h'.", { param: 'completion_window' });
+  const metadata = readMetadata(fields.metadata);
+  const op = BATCH_ENDPOINTS[endpoint]!;
+  const file = await core.stores.batches.fileContent(ctx.key.accountId, inputFileId);
+  if (!file) throw new GatewayError('not_found', `No such File object: ${inputFileId.slice(0, 100)}`, { param: 'input_file_id' });
+  const lines = readBatchInput(file, endpoint);
+  const planned: PlannedLine[] = [];
+  for (const l of lines) planned.push(await planLine(core, ctx, op, endpoint, l));
+
+  const id = newBatchId();
+  const models = planned.map((p) => p.model);
+  const counts = new Map<string, number>();
+  for (const m of models) counts.set(m.id, (counts.get(m.id) ?? 0) + 1);
+  const main = [...counts].sort((a, b) => b[1] - a[1])[0]![0];
+  const model = models.find((m) => m.id === main)!;
+  // A line's hold lives as long as the batch may run: whoever finishes the batch settles or releases it.
+  const ttl = WINDOW_S * 1000;
+  const byBound = new Map(lines.map((l, i) => [l.customId, planned[i]!.bound]));
+  let held = [...byBound.values()].reduce((sum, a) => sum + a, 0n);
+  try {
+    await holdBatch(core, ctx, id, model, byBound, ttl);
+  } catch (err) {
+    // The byte bound of the prompts was refused: the counted prompts decide, as for one call.
+    const byEstimate = new Map(lines.map((l, i) => [l.customId, planned[i]!.estimate()]));
+    const estimate = [...byEstimate.values()].reduce((sum, a) => sum + a, 0n);
+    if (!(isGatewayError(err) && err.status === 402) || estimate >= held) throw err;
+    await holdBatch(core, ctx, id, model, byEstimate, ttl);
+    held = estimate;
+  }
+  const now = Math.floor(core.now() / 1000);
+  const batch: BatchRecord = {
+    id,
+    accountId: ctx.key.accountId,
+    keyId: ctx.key.id,
+    endpoint,
+    inputFileId,
+    completionWindow: '24h',
+    status: 'in_progress',
+    createdAt: now,
+    inProgressAt: now,
+    finalizingAt: null,
+    completedAt: null,
+    failedAt: null,
+    expiredAt: null,
+    cancellingAt: null,
+    cancelledAt: null,
+    expiresAt: now + WINDOW_S,
+    outputFileId: null,
+    errorFileId: null,
+    errors: null,
+    requestCounts: { total: lines.length, completed: 0, failed: 0 },
+    metadata,
+    model: main,
+    held: String(held),
+    upstream: batchUpstream(core, models),
+    upstreamBatchId: null,
+    // This instance runs it first; another adopts it once this one stops renewing it.
+    owner: core.jobs.instanceId,
+    ownerUntil: core.jobs.ownerUntil(),
+    rev: 0,
+  };
+  try {
+    await core.stores.batches.createBatch(batch);
+  } catch (err) {
+    await core.batches.release(batch, lines.map((l) => l.customId));
+    throw err;
+  }
+  core.batches.start(batch);
+  return json(200, batchView(batch));
+}

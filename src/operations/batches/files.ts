@@ -1,0 +1,65 @@
+/**
+ * OpenAI's Files API, for batches: upload (multipart `file` and `purpose: "batch"`, within
+ * `limits.maxFileBytes`), list, retrieve, read back and delete an account's files. A file of
+ * another account is a 404, as one that never existed.
+ */
+import { GatewayError } from '../../errors.js';
+import { readBody } from '../../http/body.js';
+import { json } from '../../http/json.js';
+import type { RequestContext } from '../../pipeline/types.js';
+import type { Services } from '../../services.js';
+import { readMultipart } from '../videos/multipart.js';
+import { fileNotFound, fileView, listLimit, listView, newFileId } from './views.js';
+
+const TEXT_FIELDS: ReadonlySet<string> = new Set(['purpose', 'expires_after[anchor]', 'expires_after[seconds]']);
+
+export async function uploadFile(core: Services, ctx: RequestContext): Promise<Response> {
+  const contentType = ctx.request.headers.get('content-type') ?? '';
+  if (!/^multipart\/form-data/i.test(contentType)) throw new GatewayError('invalid_request', 'Upload a file as multipart/form-data with the fields `file` and `purpose`.', { param: 'file' });
+  const bytes = await readBody(ctx.request, core.cfg.limits.maxFileBytes, core.cfg.limits.bodyTimeoutMs);
+  const form = readMultipart(bytes, contentType, TEXT_FIELDS);
+  const purpose = form.fields.purpose;
+  if (purpose !== 'batch') throw new GatewayError('invalid_request', "purpose must be 'batch': this gateway keeps files for batches only.", { param: 'purpose' });
+  const files = form.files.filter((f) => f.name === 'file');
+  if (files.length !== 1) throw new GatewayError('invalid_request', 'Send exactly one `file` part.', { param: 'file' });
+  const part = files[0]!;
+  const record = { id: newFileId(), accountId: ctx.key.accountId, purpose, filename: part.filename.slice(0, 255), bytes: part.data.byteLength, createdAt: Math.floor(core.now() / 1000) };
+  await core.stores.batches.putFile(record, part.data);
+  return json(200, fileView(record));
+}
+
+export async function listFiles(core: Services, ctx: RequestContext): Promise<Response> {
+  const limit = listLimit(ctx.query, 10_000, 10_000);
+  const order = ctx.query.get('order') ?? 'desc';
+  if (order !== 'asc' && order !== 'desc') throw new GatewayError('invalid_request', "order must be 'asc' or 'desc'.", { param: 'order' });
+  const afterId = ctx.query.get('after');
+  let after: { createdAt: number; id: string } | undefined;
+  if (afterId) {
+    const f = await core.stores.batches.getFile(ctx.key.accountId, afterId);
+    if (!f) throw new GatewayError('invalid_request', `after names no file: ${afterId.slice(0, 100)}`, { param: 'after' });
+    after = { createdAt: f.createdAt, id: f.id };
+  }
+  const purpose = ctx.query.get('purpose') ?? undefined;
+  const page = await core.stores.batches.listFiles(ctx.key.accountId, { order, limit: limit + 1, ...(after ? { after } : {}), ...(purpose ? { purpose } : {}) });
+  return json(200, listView(page.slice(0, limit), page.length > limit, fileView));
+}
+
+export async function retrieveFile(core: Services, ctx: RequestContext): Promise<Response> {
+  const id = ctx.params.id ?? '';
+  const f = await core.stores.batches.getFile(ctx.key.accountId, id);
+  if (!f) throw fileNotFound(id);
+  return json(200, fileView(f));
+}
+
+export async function fileContent(core: Services, ctx: RequestContext): Promise<Response> {
+  const id = ctx.params.id ?? '';
+  const content = await core.stores.batches.fileContent(ctx.key.accountId, id);
+  if (!content) throw fileNotFound(id);
+  return new Response(content as Uint8Array<ArrayBuffer>, { status: 200, headers: { 'content-type': 'application/octet-stream', 'content-length': String(content.byteLength) } });
+}
+
+export async function deleteFile(core: Services, ctx: RequestContext): Promise<Response> {
+  const id = ctx.params.id ?? '';
+  if (!(await core.stores.batches.deleteFile(ctx.key.accountId, id))) throw fileNotFound(id);
+  return json(200, { id, object: 'file', deleted: true });
+}

@@ -1,0 +1,54 @@
+/**
+ * The end of a batch: its output and error files (OpenAI's line format, in the input's order)
+ * written as gateway files of the account, its final status and counts, then its hold released.
+ */
+import type { Services } from '../../services.js';
+import type { BatchLine, BatchRecord, BatchStatus } from '../../stores/types.js';
+import { changeBatch } from './change.js';
+import { newFileId, newLineId } from './views.js';
+
+async function writeFile(core: Services, batch: BatchRecord, kind: 'output' | 'error', lines: BatchLine[]): Promise<string | null> {
+  if (lines.length === 0) return null;
+  const bytes = new TextEncoder().encode(`${lines.map((l) => l.text).join('\n')}\n`);
+  const file = { id: newFileId(), accountId: batch.accountId, purpose: 'batch_output', filename: `${batch.id}_${kind}.jsonl`, bytes: bytes.byteLength, createdAt: Math.floor(core.now() / 1000) };
+  await core.stores.batches.putFile(file, bytes);
+  return file.id;
+}
+
+/** The error line of a line that never ran (its batch expired first), as OpenAI writes it. */
+export function notRunLine(customId: string, line: number, code: string, message: string): BatchLine {
+  return { customId, line, ok: false, text: JSON.stringify({ id: newLineId(), custom_id: customId, response: null, error: { code, message } }) };
+}
+
+/**
+ * Writes the files of what ran (plus `extra` error lines) and moves the batch to `status`
+ * (`completed`, `cancelled`, `expired` or `failed`). Returns the batch as stored.
+ */
+export async function finishBatch(core: Services, batch: BatchRecord, status: BatchStatus, extra: BatchLine[] = []): Promise<BatchRecord | null> {
+  const ran = await core.stores.batches.lines(batch.accountId, batch.id);
+  const all = [...ran, ...extra].sort((a, b) => a.line - b.line);
+  const ok = all.filter((l) => l.ok);
+  const failed = all.filter((l) => !l.ok);
+  if (status === 'completed') await changeBatch(core.stores.batches, batch, (b) => (b.status === 'in_progress' ? { ...b, status: 'finalizing', finalizingAt: Math.floor(core.now() / 1000) } : null));
+  const outputFileId = await writeFile(core, batch, 'output', ok);
+  const errorFileId = await writeFile(core, batch, 'error', failed);
+  const at = Math.floor(core.now() / 1000);
+  const stamp: Partial<BatchRecord> =
+    status === 'completed' ? { completedAt: at } : status === 'cancelled' ? { cancelledAt: at } : status === 'expired' ? { expiredAt: at } : { failedAt: at };
+  const done = await changeBatch(core.stores.batches, batch, (b) =>
+    b.status === 'completed' || b.status === 'cancelled' || b.status === 'expired' || b.status === 'failed'
+      ? null
+      : {
+          ...b,
+          ...stamp,
+          // A cancel that came while the last lines ran still ends the batch cancelled.
+          status: b.status === 'cancelling' && status === 'completed' ? 'cancelled' : status,
+          ...(b.status === 'cancelling' && status === 'completed' ? { cancelledAt: at } : {}),
+          outputFileId,
+          errorFileId,
+          requestCounts: { total: b.requestCounts.total, completed: ok.length, failed: failed.length },
+          owner: null,
+        },
+  );
+  return done;
+}

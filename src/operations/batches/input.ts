@@ -1,0 +1,81 @@
+/**
+ * A batch's input file, read line by line (OpenAI's format: one JSON object per line with
+ * `custom_id`, `method: "POST"`, `url` and `body`), and the context each line runs in: the
+ * batch's key, its own request id, its body, and no client (nothing aborts it, no rate check).
+ */
+import { GatewayError } from '../../errors.js';
+import { newRecord } from '../../observability/record.js';
+import type { RequestContext } from '../../pipeline/types.js';
+import type { ApiKeyRecord } from '../../stores/types.js';
+
+/** More lines than this in one batch are refused, as OpenAI does. */
+export const MAX_BATCH_LINES = 50_000;
+
+export interface BatchInputLine {
+  /** 1-based, counted over the file's lines (blank ones included). */
+  line: number;
+  customId: string;
+  body: Record<string, unknown>;
+}
+
+/** A 400 naming the line (or 403 when the line names a model the key may not use). */
+export function lineError(line: number, message: string, status = 400, code = 'invalid_request'): GatewayError {
+  return new GatewayError(code, `Line ${line}: ${message}`, { param: 'input_file_id', ...(status === 400 ? {} : { status }) });
+}
+
+/** Reads every line, or throws the 400 of the first bad one. */
+export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputLine[] {
+  let text: string;
+  try {
+    text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+  } catch {
+    throw new GatewayError('invalid_request', 'The input file is not UTF-8 text.', { param: 'input_file_id' });
+  }
+  const raw = text.split('\n');
+  const nonBlank = raw.reduce((n, l) => (l.trim() === '' ? n : n + 1), 0);
+  if (nonBlank === 0) throw new GatewayError('invalid_request', 'The input file has no lines.', { param: 'input_file_id' });
+  if (nonBlank > MAX_BATCH_LINES) throw new GatewayError('invalid_request', `The input file has ${nonBlank} lines; a batch takes at most ${MAX_BATCH_LINES}.`, { param: 'input_file_id' });
+  const seen = new Set<string>();
+  const out: BatchInputLine[] = [];
+  raw.forEach((l, i) => {
+    const line = i + 1;
+    if (l.trim() === '') return;
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(l);
+    } catch {
+      throw lineError(line, 'not a JSON object.');
+    }
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw lineError(line, 'not a JSON object.');
+    const { custom_id: customId, method, url, body } = parsed as Record<string, unknown>;
+    if (typeof customId !== 'string' || customId === '' || customId.length > 512 || customId.includes('\u0000')) throw lineError(line, 'custom_id must be a non-empty string of at most 512 characters.');
+    if (seen.has(customId)) throw lineError(line, `the custom_id '${customId.slice(0, 100)}' is used by an earlier line; each line needs its own.`);
+    seen.add(customId);
+    if (method !== 'POST') throw lineError(line, "method must be 'POST'.");
+    if (url !== endpoint) throw lineError(line, `url must be the batch's endpoint '${endpoint}'.`);
+    if (!body || typeof body !== 'object' || Array.isArray(body)) throw lineError(line, 'body must be a JSON object.');
+    if ((body as Record<string, unknown>).stream === true) throw lineError(line, 'a line of a batch cannot stream.');
+    out.push({ line, customId, body: body as Record<string, unknown> });
+  });
+  return out;
+}
+
+/** The context a line runs in (and is planned in, when the batch is created). */
+export function lineContext(key: ApiKeyRecord, endpoint: string, requestId: string, body: Record<string, unknown>): RequestContext {
+  const bytes = new TextEncoder().encode(JSON.stringify(body));
+  const request = new Request(`http://batch.invalid${endpoint}`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+  return {
+    request,
+    requestId,
+    clientIp: '',
+    params: {},
+    query: new URLSearchParams(),
+    key,
+    observed: { record: newRecord(requestId, 'POST', endpoint, null), hold() {}, release() {} },
+    headers: {},
+    body: () => Promise.resolve(bytes),
+    releaseBody() {},
+    takeKeyCheck: () => null,
+    runKeyCheck: () => Promise.resolve(),
+  };
+}

@@ -1,0 +1,71 @@
+/**
+ * Running a batch's lines on the gateway itself (any upstream without a Batch API, the
+ * simulator included): each line is the same call made directly, through the ordinary billed
+ * path, with the batch's price and its own charge id (see billing/batch.ts), at most
+ * `limits.batchConcurrency` at a time. A line's outcome is recorded once; lines already
+ * recorded (before a restart) are not run again.
+ */
+import { lineDoor } from '../../billing/batch.js';
+import { isGatewayError } from '../../errors.js';
+import type { Services } from '../../services.js';
+import type { ApiKeyRecord, BatchRecord } from '../../stores/types.js';
+import { changeBatch } from './change.js';
+import { BATCH_ENDPOINTS } from './create.js';
+import { type BatchInputLine, lineContext } from './input.js';
+import { newLineId } from './views.js';
+
+/** What a running batch tells its lines: whether to start another. */
+export interface Running {
+  batch: BatchRecord;
+  /** True once no new line may start (cancelled, expired, or this instance is stopping). */
+  stopping(): Promise<boolean>;
+}
+
+/** Runs one line and records its outcome (the output line, or the error line). */
+async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: BatchInputLine): Promise<void> {
+  const { batch } = run;
+  const op = BATCH_ENDPOINTS[batch.endpoint]!;
+  const requestId = newLineId();
+  // The ordinary path, but billed as a line of the batch (at its price, on its own hold) and
+  // outside the key's token limit; never answered from the response cache, whose hit is a
+  // charge of its own and not the line's.
+  const lineCore: Services = { ...core, ...lineDoor(core, batch, l.customId), tokenLimiter: undefined as unknown as Services['tokenLimiter'], cache: null };
+  let status: number;
+  let body: unknown;
+  try {
+    const res = await op.run(lineCore, lineContext(key, batch.endpoint, requestId, l.body));
+    status = res.status;
+    const text = await res.text();
+    body = JSON.parse(text) as unknown;
+  } catch (err) {
+    if (isGatewayError(err)) {
+      status = err.status;
+      body = err.toJSON();
+    } else {
+      core.log.error({ msg: 'a batch line failed', batch_id: batch.id, custom_id: l.customId, err });
+      status = 500;
+      body = { error: { message: 'The line failed inside the gateway.', type: 'internal_error', code: 'internal_error', param: null } };
+    }
+  }
+  const ok = status >= 200 && status < 300;
+  const text = JSON.stringify({ id: requestId, custom_id: l.customId, response: { status_code: status, request_id: requestId, body }, error: null });
+  if (!(await core.stores.batches.addLine(batch.accountId, batch.id, { customId: l.customId, line: l.line, ok, text }))) return;
+  await changeBatch(core.stores.batches, batch, (b) => ({
+    ...b,
+    requestCounts: { ...b.requestCounts, completed: b.requestCounts.completed + (ok ? 1 : 0), failed: b.requestCounts.failed + (ok ? 0 : 1) },
+  }));
+}
+
+/** Runs every line not yet recorded, until done or stopped. */
+export async function runLines(core: Services, run: Running, key: ApiKeyRecord, lines: BatchInputLine[]): Promise<void> {
+  const done = new Set((await core.stores.batches.lines(run.batch.accountId, run.batch.id)).map((l) => l.customId));
+  const queue = lines.filter((l) => !done.has(l.customId));
+  let next = 0;
+  const worker = async () => {
+    while (next < queue.length && !(await run.stopping())) {
+      const l = queue[next++]!;
+      await runLine(core, run, key, l);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(core.cfg.limits.batchConcurrency, queue.length) }, worker));
+}

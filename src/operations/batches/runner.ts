@@ -1,0 +1,155 @@
+/**
+ * The batch runner of one instance. A batch is run by one instance at a time: the one named
+ * in its record (`owner`), for as long as it renews `ownerUntil` (a lease, as for media jobs).
+ * The instance that creates a batch runs it; one that stops renewing (a crash, a deploy) has
+ * its batches adopted by the next sweep of another, which runs the lines not yet recorded (a
+ * line in flight when the first died runs again, and is billed once: its charge id is closed).
+ * A cancel is seen within a second (the running instance re-reads the record that often, and
+ * at once when the cancel reached it); the lines already running finish and are billed.
+ */
+import { releaseBatchLines } from '../../billing/batch.js';
+import type { BatchRunner } from '../../jobs/batches.js';
+import type { Services } from '../../services.js';
+import type { BatchRecord } from '../../stores/types.js';
+import { changeBatch } from './change.js';
+import { finishBatch, notRunLine } from './finish.js';
+import { readBatchInput } from './input.js';
+import { runLines } from './local.js';
+import { runUpstreamBatch } from './upstream.js';
+
+/** How often a running batch's record is read again (a cancel from another instance). */
+const LOOK_MS = 500;
+
+interface Entry {
+  batch: BatchRecord;
+  /** Every line's custom id, once the input was read: what the end releases. */
+  customIds?: string[];
+  poked: boolean;
+}
+
+export function createBatchRunner(core: Services): BatchRunner {
+  const { stores, log } = core;
+  const ttl = core.cfg.limits.inFlightLeaseTtlMs;
+  const owned = new Map<string, Entry>();
+  const me = () => core.jobs.instanceId;
+  const seconds = () => Math.floor(core.now() / 1000);
+
+  const release = async (batch: BatchRecord, customIds: readonly string[]) => {
+    await releaseBatchLines(core.meter, batch, customIds).catch((err: unknown) =>
+      log.warn({ msg: 'releasing a batch’s lines failed; their holds lapse on their own', batch_id: batch.id, err }),
+    );
+  };
+
+  /** Reads the record again (at most every LOOK_MS unless poked); false once gone. */
+  const look = async (e: Entry, force = false): Promise<void> => {
+    const fresh = await stores.batches.getBatch(e.batch.accountId, e.batch.id);
+    if (fresh) e.batch = fresh;
+    if (force) e.poked = false;
+  };
+
+  async function run(e: Entry): Promise<void> {
+    let lastLook = core.now();
+    const stopping = async () => {
+      if (core.shutdown.aborted) return true;
+      if (e.poked || core.now() - lastLook > LOOK_MS) {
+        lastLook = core.now();
+        await look(e, true).catch(() => undefined);
+      }
+      return e.batch.status === 'cancelling' || e.batch.status === 'cancelled' || seconds() >= e.batch.expiresAt;
+    };
+    const { batch } = e;
+    const [key, input] = await Promise.all([stores.keys.get(batch.keyId), stores.batches.fileContent(batch.accountId, batch.inputFileId)]);
+    if (!key || !input) {
+      const message = !key ? 'The key that created the batch was deleted.' : 'The input file was deleted.';
+      await finishBatch(core, batch, 'failed', []).then(() =>
+        changeBatch(stores.batches, batch, (b) => ({ ...b, errors: [{ code: !key ? 'key_deleted' : 'input_file_deleted', message, line: null, param: null }] })),
+      );
+      return;
+    }
+    const lines = readBatchInput(input, batch.endpoint);
+    e.customIds = lines.map((l) => l.customId);
+    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
+    else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
+    if (core.shutdown.aborted) return;
+    await look(e);
+    const b = e.batch;
+    if (b.status === 'cancelling') await finishBatch(core, b, 'cancelled');
+    else if (b.status === 'in_progress' && seconds() >= b.expiresAt) {
+      const done = new Set((await stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
+      const notRun = lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.'));
+      await finishBatch(core, b, 'expired', notRun);
+    } else if (b.status === 'in_progress') await finishBatch(core, b, 'completed');
+  }
+
+  function own(e: Entry): void {
+    if (owned.has(e.batch.id)) return;
+    owned.set(e.batch.id, e);
+    const p = run(e)
+      .catch(async (err: unknown) => {
+        log.error({ msg: 'running a batch failed', batch_id: e.batch.id, err });
+        if (core.shutdown.aborted) return;
+        // What ran is kept (and was billed); the batch fails with the reason, and its hold goes.
+        const message = err instanceof Error ? err.message.slice(0, 500) : 'The batch could not be run.';
+        const failed = await finishBatch(core, e.batch, 'failed').catch(() => null);
+        if (failed) await changeBatch(stores.batches, failed, (b) => ({ ...b, errors: [{ code: 'batch_failed', message, line: null, param: null }] })).catch(() => null);
+      })
+      .then(async () => {
+        owned.delete(e.batch.id);
+        // Over: what the lines that never ran held goes back (a billed line's hold is closed
+        // already). Stopped by shutdown: the next owner runs it.
+        if (!core.shutdown.aborted && e.customIds) await release(e.batch, e.customIds);
+      });
+    core.track(p);
+  }
+
+  /** Renews this instance's claim on its batches. */
+  async function heartbeat(): Promise<void> {
+    for (const e of owned.values()) {
+      try {
+        const b = await changeBatch(stores.batches, e.batch, (b) => (b.owner === me() ? { ...b, ownerUntil: core.now() + ttl } : null));
+        if (b) e.batch = b;
+      } catch (err) {
+        log.warn({ msg: 'batch renewal failed', batch_id: e.batch.id, err });
+      }
+    }
+  }
+
+  let sweeping = false;
+  async function sweep(): Promise<void> {
+    if (sweeping || core.shutdown.aborted) return;
+    sweeping = true;
+    try {
+      for (const b of await stores.batches.unfinishedBatches()) {
+        if (owned.has(b.id) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
+        const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.now() + ttl });
+        if (claimed) own({ batch: claimed, poked: false });
+      }
+    } catch (err) {
+      log.warn({ msg: 'batch sweep failed', err });
+    } finally {
+      sweeping = false;
+    }
+  }
+
+  const period = Math.max(50, Math.floor(ttl / 3));
+  const beat = setInterval(() => void heartbeat(), period);
+  const sweeper = setInterval(() => void sweep(), period);
+  beat.unref();
+  sweeper.unref();
+  core.shutdown.addEventListener('abort', () => {
+    clearInterval(beat);
+    clearInterval(sweeper);
+  });
+
+  return {
+    start(batch) {
+      own({ batch, poked: false });
+    },
+    release,
+    poke(batchId) {
+      const e = owned.get(batchId);
+      if (e) e.poked = true;
+    },
+    sweep,
+  };
+}

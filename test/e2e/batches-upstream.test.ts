@@ -1,0 +1,101 @@
+/**
+ * A batch on an upstream with OpenAI's Batch API (`batch: true`, a loopback server written
+ * from OpenAI's documentation), through the official SDK: one rewritten input file goes up
+ * (the upstream's model name, the brand applied), one upstream batch is polled to its end,
+ * and its output comes back with the gateway's model name and ids; each answered line billed
+ * once at the batch price; a cancel reaches the upstream batch and what it did not run is
+ * released.
+ */
+import OpenAI, { toFile } from 'openai';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { auditBooks } from '../../src/billing/audit.js';
+import { costOf, parsePrice } from '../../src/billing/money.js';
+import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
+import { chargesOf } from '../helpers/billing.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY, UPSTREAM_MODEL, type RunningGateway } from '../helpers/gateway.js';
+
+const LINE_COST = costOf([
+  [parsePrice('0.0000005'), 11],
+  [parsePrice('0.000001'), 7],
+]);
+
+let up: BatchUpstream;
+let gw: RunningGateway;
+let openai: OpenAI;
+
+beforeAll(async () => {
+  up = await startBatchUpstream();
+  const setup = testConfig({
+    brands: [{ id: 'kettleco', account: ACCOUNT, name: 'KettleCo', description: 'Kettles', voice: 'Speak like a kettle.' }],
+    limits: { jobPollIntervalMs: 20 },
+  });
+  setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
+  (setup.options.models![0]!.pricing as Record<string, unknown>).batch = { prompt: '0.0000005', completion: '0.000001' };
+  gw = await startGateway(setup.options);
+  openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+});
+
+afterAll(async () => {
+  await gw.close();
+  await up.close();
+});
+
+const line = (customId: string, content: string, extra: Record<string, unknown> = {}) =>
+  JSON.stringify({ custom_id: customId, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 30, messages: [{ role: 'user', content }], ...extra } });
+
+async function submit(lines: string[]) {
+  const file = await openai.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
+  return openai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+}
+
+describe('a batch on an upstream with a Batch API', () => {
+  it('goes up as one rewritten batch, comes back in the gateway’s names, each answered line billed once', async () => {
+    const before = await gw.stores.billing.wallet(ACCOUNT);
+    const batch = await submit([line('a', 'Hello'), line('b', 'Kettles?', { brand: 'kettleco' }), line('c', 'fail_me')]);
+    await eventually(() => up.batches.length === 1, 'the upstream batch');
+    expect((await openai.batches.retrieve(batch.id)).status).toBe('in_progress');
+    const sent = up.inputs[0]!;
+    expect(sent.map((l) => l.custom_id)).toEqual(['a', 'b', 'c']);
+    for (const l of sent) expect((l.body as { model: string }).model).toBe(UPSTREAM_MODEL);
+    // The brand is the gateway's: applied to the messages, never sent as a field.
+    const branded = l2(sent[1]!);
+    expect(JSON.stringify(branded.messages)).toContain('Speak like a kettle.');
+    expect(branded.brand).toBeUndefined();
+    up.finish();
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'completed', 'completed', 10_000);
+    const done = await openai.batches.retrieve(batch.id);
+    expect(done.request_counts).toEqual({ total: 3, completed: 2, failed: 1 });
+    const out = (await (await openai.files.content(done.output_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
+    expect(out.map((l) => l.custom_id)).toEqual(['a', 'b']);
+    for (const l of out) {
+      expect(l.response.body.model).toBe(MODEL);
+      expect(l.id).toMatch(/^batch_req_/);
+      expect(l.id).not.toMatch(/batch_req_\d/);
+    }
+    const errors = (await (await openai.files.content(done.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
+    expect(errors.map((l) => [l.custom_id, l.response.status_code])).toEqual([['c', 400]]);
+    const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id).sort()).toEqual([`${batch.id}:a`, `${batch.id}:b`]);
+    for (const e of charges) expect(e.cost).toBe(LINE_COST);
+    expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - 2n * LINE_COST, held: 0n });
+    expect((await auditBooks(gw.stores, { account: ACCOUNT })).differences).toEqual([]);
+  });
+
+  it('a cancel cancels the upstream batch: what it ran is billed, the rest released', async () => {
+    const before = await gw.stores.billing.wallet(ACCOUNT);
+    const batch = await submit([line('x', 'one'), line('y', 'two'), line('z', 'three')]);
+    await eventually(() => up.batches.length === 2, 'the upstream batch');
+    expect((await openai.batches.cancel(batch.id)).status).toBe('cancelling');
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'cancelled', 'cancelled', 10_000);
+    expect(up.calls).toContain(`POST /batches/${up.batches[1]!.id}/cancel`);
+    const done = await openai.batches.retrieve(batch.id);
+    expect(done.request_counts).toEqual({ total: 3, completed: 1, failed: 0 });
+    const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id)).toEqual([`${batch.id}:x`]);
+    expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - LINE_COST, held: 0n });
+  });
+});
+
+function l2(l: Record<string, unknown>): Record<string, unknown> {
+  return l.body as Record<string, unknown>;
+}

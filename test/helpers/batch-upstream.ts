@@ -1,0 +1,132 @@
+/**
+ * A loopback upstream with OpenAI's Files and Batch APIs, as OpenAI documents them: upload a
+ * JSONL file (multipart, purpose "batch"), create a batch from it, retrieve it (in_progress
+ * until `finish()`, or at once with `autoFinish`), cancel it, read its output and error files.
+ * A finished batch answers every line as a chat completion (or an embeddings list) with usage
+ * prompt 11 / completion 7, and a line whose body names `fail_me` with a 400 in the error file.
+ */
+import { once } from 'node:events';
+import { createServer, type IncomingMessage, type Server } from 'node:http';
+import type { AddressInfo } from 'node:net';
+
+interface UpBatch {
+  id: string;
+  status: string;
+  input_file_id: string;
+  endpoint: string;
+  output_file_id: string | null;
+  error_file_id: string | null;
+}
+
+export interface BatchUpstream {
+  url: string;
+  /** Input lines the upstream received, parsed. */
+  inputs: Record<string, unknown>[][];
+  batches: UpBatch[];
+  /** Every request, "METHOD path". */
+  calls: string[];
+  /** Finishes every batch in progress (answers its lines). */
+  finish(): void;
+  autoFinish: boolean;
+  close(): Promise<void>;
+}
+
+async function bodyOf(req: IncomingMessage): Promise<Buffer> {
+  const chunks: Buffer[] = [];
+  for await (const c of req) chunks.push(c as Buffer);
+  return Buffer.concat(chunks);
+}
+
+export async function startBatchUpstream(): Promise<BatchUpstream> {
+  const files = new Map<string, string>();
+  const inputs: Record<string, unknown>[][] = [];
+  const batches: UpBatch[] = [];
+  const calls: string[] = [];
+  let n = 0;
+  const id = (p: string) => `${p}${++n}`;
+
+  function complete(b: UpBatch, status: 'completed' | 'cancelled'): void {
+    const lines = (files.get(b.input_file_id) ?? '').split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as { custom_id: string; body: Record<string, unknown> });
+    // A cancelled batch answered its first line only.
+    const ran = status === 'cancelled' ? lines.slice(0, 1) : lines;
+    const out: string[] = [];
+    const err: string[] = [];
+    for (const l of ran) {
+      if (JSON.stringify(l.body).includes('fail_me')) {
+        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: { status_code: 400, request_id: id('req_'), body: { error: { message: 'bad', type: 'invalid_request_error' } } }, error: null }));
+        continue;
+      }
+      const body = b.endpoint === '/v1/embeddings'
+        ? { object: 'list', data: [{ object: 'embedding', index: 0, embedding: [0.1, 0.2] }], model: l.body.model, usage: { prompt_tokens: 11, total_tokens: 11 } }
+        : { id: id('chatcmpl-'), object: 'chat.completion', created: 1, model: l.body.model, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } };
+      out.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: { status_code: 200, request_id: id('req_'), body }, error: null }));
+    }
+    if (out.length) files.set((b.output_file_id = id('file-out')), `${out.join('\n')}\n`);
+    if (err.length) files.set((b.error_file_id = id('file-err')), `${err.join('\n')}\n`);
+    b.status = status;
+  }
+
+  const up: BatchUpstream = {
+    url: '',
+    inputs,
+    batches,
+    calls,
+    autoFinish: false,
+    finish() {
+      for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
+    },
+    close: async () => {
+      server.closeAllConnections();
+      await new Promise<void>((r) => server.close(() => r()));
+    },
+  };
+
+  const server: Server = createServer(async (req, res) => {
+    const path = (req.url ?? '').replace(/^\/v1/, '');
+    calls.push(`${req.method} ${path}`);
+    const body = await bodyOf(req);
+    const send = (status: number, v: unknown) => {
+      res.writeHead(status, { 'content-type': 'application/json' });
+      res.end(JSON.stringify(v));
+    };
+    let m: RegExpExecArray | null;
+    if (req.method === 'POST' && path === '/files') {
+      const form = await new Request('http://x/', { method: 'POST', headers: { 'content-type': req.headers['content-type'] ?? '' }, body: new Uint8Array(body) }).formData();
+      const file = form.get('file');
+      if (form.get('purpose') !== 'batch' || !(file instanceof Blob)) return send(400, { error: { message: 'bad upload' } });
+      const text = await file.text();
+      const fid = id('file-');
+      files.set(fid, text);
+      inputs.push(text.split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as Record<string, unknown>));
+      return send(200, { id: fid, object: 'file', bytes: file.size, created_at: 1, filename: 'x.jsonl', purpose: 'batch', status: 'processed' });
+    }
+    if ((m = /^\/files\/([^/]+)\/content$/.exec(path)) && req.method === 'GET') {
+      const text = files.get(decodeURIComponent(m[1]!));
+      if (text === undefined) return send(404, { error: { message: 'no such file' } });
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      return res.end(text);
+    }
+    if (req.method === 'POST' && path === '/batches') {
+      const p = JSON.parse(body.toString()) as { input_file_id: string; endpoint: string };
+      if (!files.has(p.input_file_id)) return send(400, { error: { message: 'no such file' } });
+      const b: UpBatch = { id: id('batch_up_'), status: 'in_progress', input_file_id: p.input_file_id, endpoint: p.endpoint, output_file_id: null, error_file_id: null };
+      batches.push(b);
+      return send(200, { object: 'batch', ...b });
+    }
+    if ((m = /^\/batches\/([^/]+)(\/cancel)?$/.exec(path))) {
+      const b = batches.find((x) => x.id === decodeURIComponent(m![1]!));
+      if (!b) return send(404, { error: { message: 'no such batch' } });
+      if (m[2] && req.method === 'POST') {
+        if (b.status === 'in_progress') complete(b, 'cancelled');
+        return send(200, { object: 'batch', ...b });
+      }
+      if (up.autoFinish && b.status === 'in_progress') complete(b, 'completed');
+      return send(200, { object: 'batch', ...b });
+    }
+    send(404, { error: { message: `no route ${req.method} ${path}` } });
+  });
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  up.url = `http://127.0.0.1:${(server.address() as AddressInfo).port}/v1`;
+  return up;
+}
