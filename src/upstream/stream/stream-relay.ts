@@ -11,23 +11,7 @@ import type { Sink } from './bodies.js';
 import type { EventReader } from './reader.js';
 import { type RelayDeps, type StreamCall, settleStream } from './settle.js';
 import { KEEP_ALIVE } from './sse.js';
-
-const joined = (parts: Uint8Array[]): Uint8Array => (parts.length === 1 ? parts[0]! : Buffer.concat(parts));
-
-/** What Promise.race returns when the upstream had nothing more buffered this turn. */
-const NOT_YET = Symbol('not yet');
-const nextTurn = (): Promise<typeof NOT_YET> => new Promise((resolve) => setImmediate(resolve, NOT_YET));
-
-/** Reads the rest of an upstream body nobody needs, so its connection can go back to the pool. */
-const drainRest = (iterator: AsyncIterator<Uint8Array>): void => {
-  void (async () => {
-    try {
-      while (!(await iterator.next()).done);
-    } catch {
-      // Failed after the answer was complete: nothing left to bill or tell.
-    }
-  })();
-};
+import { drainRest, joined, NOT_YET, nextTurn } from './upstream-reads.js';
 
 /** What `step` returns once the answer is complete: `finish` has taken its last frames. */
 const FINISHING = Symbol('finishing');
