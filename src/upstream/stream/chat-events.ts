@@ -1,9 +1,11 @@
 /**
  * The chat stream's protocol: upstream SSE events in, client frames out. Each event is
  * re-framed as `data: ...\n\n`. Canonical events take a byte fast path and go out as they came
- * when nothing in them needs a look; the others are parsed: usage is kept (and hidden unless
- * the client asked for it), the model is renamed to the one the client called, the upstream's
- * key is redacted, and an error event or a malformed one throws. `[DONE]` ends the answer.
+ * when nothing in them needs a look, under an alias with the model renamed in their bytes (to
+ * the one the client called; top-fields.ts); a usage-only chunk has only its usage parsed (and
+ * is dropped unless the client asked for it). The others are parsed: usage is kept, the model
+ * renamed, the upstream's key redacted, and an error event or a malformed one throws. `[DONE]`
+ * ends the answer.
  */
 import type { Model } from '../../catalog/catalog.js';
 import { errors, type GatewayError } from '../../errors.js';
@@ -132,10 +134,6 @@ class ChatEventReader implements EventReader {
   }
 
   /**
-   * Handles one upstream event; returns the frame to send, AS_IS when that frame is the event's
-   * own data unchanged, or null to skip it. Throws on a bad event.
-   */
-  /**
    * The verdict for an event whose top-level `model` may need the client's name, read from its
    * bytes; undefined when the scan is unsure (the event is then parsed).
    */
@@ -187,6 +185,11 @@ class ChatEventReader implements EventReader {
     return verdict;
   }
 
+  /**
+   * Handles one upstream event; returns the frame to send, AS_IS when that frame is the event's
+   * own data unchanged, a splice of its bytes (given them) when only its model is renamed, or
+   * null to skip it. Throws on a bad event.
+   */
   private onEvent(raw: string, buf?: Buffer, start = 0, end = 0): string | typeof AS_IS | Splice | null {
     const data = this.apiKey ? redactKey(raw, this.apiKey) : raw;
     if (data === '[DONE]') {
