@@ -53,15 +53,22 @@ export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId:
   const placed: string[] = [];
   let refusal: Awaited<ReturnType<Meter['place']>> | null = null;
   const lines = [...amounts];
-  const ok = await eachAtOnce(lines, async ([customId, amount]) => {
-    const id = lineChargeId(batchId, customId);
-    const r = await door.meter.place({ id, key: ctx.key, model, amount, ttlMs, accountBudgets });
-    if (r.ok) placed.push(id);
-    else refusal = r;
-    return r.ok;
-  });
-  if (ok) return;
   const batch = { id: batchId, accountId: ctx.key.accountId, keyId: ctx.key.id };
+  let ok: boolean;
+  try {
+    ok = await eachAtOnce(lines, async ([customId, amount]) => {
+      const id = lineChargeId(batchId, customId);
+      const r = await door.meter.place({ id, key: ctx.key, model, amount, ttlMs, accountBudgets });
+      if (r.ok) placed.push(id);
+      else refusal = r;
+      return r.ok;
+    });
+  } catch (err) {
+    // The store failed part way: what was placed is released (best effort), not left for a day.
+    await releaseLines(door.meter, batch, placed).catch(() => undefined);
+    throw err;
+  }
+  if (ok) return;
   await releaseLines(door.meter, batch, placed);
   const r = refusal as unknown as Extract<Awaited<ReturnType<Meter['place']>>, { ok: false }>;
   const total = lines.reduce((sum, [, a]) => sum + a, 0n);

@@ -17,8 +17,10 @@ const BATCH_PROMPT = '0.0000005';
 const BATCH_COMPLETION = '0.000001';
 const POOR = 'acct_poor_batch';
 const OTHER = 'acct_other_batch';
+const SNUG = 'acct_snug_batch';
 const poorKey = testKey();
 const otherKey = testKey();
+const snugKey = testKey();
 
 let gw: RunningGateway;
 let devKey: string;
@@ -29,8 +31,10 @@ beforeAll(async () => {
     accounts: [
       { id: POOR, walletUsd: '0.0001' },
       { id: OTHER, walletUsd: 10 },
+      { id: SNUG, walletUsd: '0.006' },
     ],
     keys: [
+      { key: snugKey, account: SNUG, kind: 'developer' },
       { key: poorKey, account: POOR, kind: 'developer' },
       { key: otherKey, account: OTHER, kind: 'developer' },
     ],
@@ -157,6 +161,28 @@ describe('batches through the official SDK (simulator)', () => {
     expect((await openai.batches.list()).data).toEqual([]);
     expect(await chargesOf(gw.gateway.admin.ledger(POOR))).toEqual([]);
     expect((await gw.stores.billing.wallet(POOR)).held).toBe(0n);
+  });
+
+  it('a batch that fits only at its counted prompts (not their byte bound) bills every line once', async () => {
+    // Each line's prompt is 10,000 bytes but about 2,000 tokens: the byte bounds of the two
+    // lines (about 0.005 USD each) do not fit the 0.006 USD wallet, their counted prompts do.
+    // The first attempt places one line's hold and releases it: the second must not reuse its
+    // id, whose release closed it (a settle on it would then charge nothing).
+    const openai = client(snugKey);
+    const long = 'word '.repeat(2000);
+    const file = await upload(openai, jsonl([chatLine('p', long), chatLine('q', long)]));
+    const created = await openai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const done = await waitDone(openai, created.id);
+    expect(done.request_counts).toEqual({ total: 2, completed: 2, failed: 0 });
+    const charges = await chargesOf(gw.gateway.admin.ledger(SNUG));
+    expect(charges.map((c) => c.id).sort()).toEqual([`${created.id}:p`, `${created.id}:q`]);
+    for (const c of charges) {
+      expect(c.cost).toBeGreaterThan(0n);
+      expect(c.cost).toBe(batchCost(c));
+    }
+    const wallet = await gw.stores.billing.wallet(SNUG);
+    expect(wallet.held).toBe(0n);
+    expect(wallet.balance).toBe(6_000_000n - charges.reduce((sum, c) => sum + c.cost, 0n));
   });
 
   it('refuses a bad line naming it (400), and a model the agent key may not use (403)', async () => {

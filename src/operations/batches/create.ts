@@ -92,7 +92,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   const planned: PlannedLine[] = [];
   for (const l of lines) planned.push(await planLine(core, ctx, op, endpoint, l));
 
-  const id = newBatchId();
+  let id = newBatchId();
   const models = planned.map((p) => p.model);
   const counts = new Map<string, number>();
   for (const m of models) counts.set(m.id, (counts.get(m.id) ?? 0) + 1);
@@ -109,6 +109,9 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
     const byEstimate = new Map(lines.map((l, i) => [l.customId, planned[i]!.estimate()]));
     const estimate = [...byEstimate.values()].reduce((sum, a) => sum + a, 0n);
     if (!(isGatewayError(err) && err.status === 402) || estimate >= held) throw err;
+    // Under a new id: the refused attempt's released holds closed their ids, and a line
+    // settled on a closed id would be charged nothing.
+    id = newBatchId();
     await holdBatch(core, ctx, id, model, byEstimate, ttl);
     held = estimate;
   }
