@@ -185,6 +185,25 @@ describe('batches through the official SDK (simulator)', () => {
     expect(wallet.balance).toBe(6_000_000n - charges.reduce((sum, c) => sum + c.cost, 0n));
   });
 
+  it('a batch whose instance died while finalizing is adopted and completed, its lines not billed again', async () => {
+    const openai = client(devKey);
+    const file = await upload(openai, jsonl([chatLine('f1', 'Hello'), chatLine('f2', 'Hello again')]));
+    const created = await openai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    expect((await waitDone(openai, created.id)).status).toBe('completed');
+    const billed = async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((c) => c.id.startsWith(`${created.id}:`)).length;
+    expect(await billed()).toBe(2);
+    // What an instance that died between 'finalizing' and writing the files left behind.
+    const record = (await gw.stores.batches.getBatch(ACCOUNT, created.id))!;
+    const stuck = await gw.stores.batches.swapBatch({ ...record, status: 'finalizing', completedAt: null, outputFileId: null, errorFileId: null, owner: 'gone', ownerUntil: 0 });
+    expect(stuck?.status).toBe('finalizing');
+    const done = await waitDone(openai, created.id);
+    expect(done.status).toBe('completed');
+    expect(done.request_counts).toEqual({ total: 2, completed: 2, failed: 0 });
+    const output = await (await openai.files.content(done.output_file_id!)).text();
+    expect(output.trim().split('\n').map((l) => JSON.parse(l).custom_id)).toEqual(['f1', 'f2']);
+    expect(await billed()).toBe(2);
+  });
+
   it('refuses a bad line naming it (400), and a model the agent key may not use (403)', async () => {
     const openai = client(devKey);
     const bad = async (lines: unknown[] | string, key = devKey) => {

@@ -68,8 +68,11 @@ export function createBatchRunner(core: Services): BatchRunner {
     }
     const lines = readBatchInput(input, batch.endpoint);
     e.customIds = lines.map((l) => l.customId);
-    if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
-    else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
+    // A batch adopted while finalizing ran every line already: only its files and status are left.
+    if (batch.status !== 'finalizing') {
+      if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
+      else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
+    }
     if (core.shutdown.aborted) return;
     await look(e);
     const b = e.batch;
@@ -78,7 +81,7 @@ export function createBatchRunner(core: Services): BatchRunner {
       const done = new Set((await stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
       const notRun = lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.'));
       await finishBatch(core, b, 'expired', notRun);
-    } else if (b.status === 'in_progress') await finishBatch(core, b, 'completed');
+    } else if (b.status === 'in_progress' || b.status === 'finalizing') await finishBatch(core, b, 'completed');
   }
 
   function own(e: Entry): void {
