@@ -70,7 +70,8 @@ describe('a batch on an upstream with a Batch API', () => {
     for (const l of out) {
       expect(l.response.body.model).toBe(MODEL);
       expect(l.id).toMatch(/^batch_req_/);
-      expect(l.id).not.toMatch(/batch_req_\d/);
+      // The gateway's own id, not the upstream's (the loopback numbers its ids: batch_req_1, ...).
+      expect(l.id).not.toMatch(/^batch_req_\d+$/);
     }
     const errors = (await (await openai.files.content(done.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
     expect(errors.map((l) => [l.custom_id, l.response.status_code])).toEqual([['c', 400]]);
@@ -93,6 +94,45 @@ describe('a batch on an upstream with a Batch API', () => {
     const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
     expect(charges.map((e) => e.id)).toEqual([`${batch.id}:x`]);
     expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - LINE_COST, held: 0n });
+  });
+});
+
+describe('an upstream batch, read back and routed with care', () => {
+  it('a failed read of the finished output is retried: every answered line is billed once, none released', async () => {
+    const before = await gw.stores.billing.wallet(ACCOUNT);
+    const count = up.batches.length;
+    const batch = await submit([line('r1', 'one'), line('r2', 'two')]);
+    await eventually(() => up.batches.length === count + 1, 'the upstream batch');
+    up.failContentReads = 2;
+    up.finish();
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'completed', 'completed', 10_000);
+    expect(up.failContentReads).toBe(0);
+    const done = await openai.batches.retrieve(batch.id);
+    expect(done.request_counts).toEqual({ total: 2, completed: 2, failed: 0 });
+    const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id).sort()).toEqual([`${batch.id}:r1`, `${batch.id}:r2`]);
+    expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - 2n * LINE_COST, held: 0n });
+  });
+
+  it('with an input guardrail configured the lines run through the gateway (redacted), not as an upstream batch', async () => {
+    const guarded = await startBatchUpstream();
+    const setup = testConfig({ limits: { jobPollIntervalMs: 20 } });
+    setup.options.upstreams = { test: { baseUrl: guarded.url, apiKey: UPSTREAM_API_KEY, batch: true } };
+    setup.options.guardrails = [{ id: 'pii', kind: 'pii', on: ['input'], action: 'redact' }];
+    const g = await startGateway(setup.options);
+    try {
+      const client = new OpenAI({ apiKey: setup.devKey, baseURL: g.baseURL, maxRetries: 0 });
+      const file = await client.files.create({ file: await toFile(Buffer.from(line('p', 'Mail jane.doe@example.com')), 'in.jsonl'), purpose: 'batch' });
+      const batch = await client.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      await eventually(async () => (await client.batches.retrieve(batch.id)).status === 'completed', 'completed', 10_000);
+      expect(guarded.batches).toHaveLength(0);
+      expect(guarded.chats).toHaveLength(1);
+      expect(JSON.stringify(guarded.chats[0])).not.toContain('jane.doe@example.com');
+      expect(JSON.stringify(guarded.chats[0])).toContain('[REDACTED:EMAIL]');
+    } finally {
+      await g.close();
+      await guarded.close();
+    }
   });
 });
 

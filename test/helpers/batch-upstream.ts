@@ -4,6 +4,8 @@
  * until `finish()`, or at once with `autoFinish`), cancel it, read its output and error files.
  * A finished batch answers every line as a chat completion (or an embeddings list) with usage
  * prompt 11 / completion 7, and a line whose body names `fail_me` with a 400 in the error file.
+ * It also answers a plain `POST /chat/completions` (the lines a gateway runs itself), echoing
+ * the last message, and can fail the next reads of a file's content with a 500.
  */
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
@@ -28,6 +30,10 @@ export interface BatchUpstream {
   /** Finishes every batch in progress (answers its lines). */
   finish(): void;
   autoFinish: boolean;
+  /** How many of the next `GET /files/{id}/content` answer 500 (a transient failure). */
+  failContentReads: number;
+  /** The bodies of the plain chat completions it answered. */
+  chats: Record<string, unknown>[];
   close(): Promise<void>;
 }
 
@@ -72,6 +78,8 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     batches,
     calls,
     autoFinish: false,
+    failContentReads: 0,
+    chats: [],
     finish() {
       for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
     },
@@ -101,10 +109,20 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
       return send(200, { id: fid, object: 'file', bytes: file.size, created_at: 1, filename: 'x.jsonl', purpose: 'batch', status: 'processed' });
     }
     if ((m = /^\/files\/([^/]+)\/content$/.exec(path)) && req.method === 'GET') {
+      if (up.failContentReads > 0) {
+        up.failContentReads--;
+        return send(500, { error: { message: 'try again' } });
+      }
       const text = files.get(decodeURIComponent(m[1]!));
       if (text === undefined) return send(404, { error: { message: 'no such file' } });
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
       return res.end(text);
+    }
+    if (req.method === 'POST' && path === '/chat/completions') {
+      const p = JSON.parse(body.toString()) as { model: string; messages: { content: string }[] };
+      up.chats.push(p);
+      const content = p.messages[p.messages.length - 1]?.content ?? '';
+      return send(200, { id: id('chatcmpl-'), object: 'chat.completion', created: 1, model: p.model, choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }], usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } });
     }
     if (req.method === 'POST' && path === '/batches') {
       const p = JSON.parse(body.toString()) as { input_file_id: string; endpoint: string };

@@ -57,8 +57,15 @@ async function planLine(core: Services, ctx: RequestContext, op: PlannedOperatio
   return { model: plan.model, bound: cost(hold.bound), estimate: () => cost(hold.estimate()) };
 }
 
-/** The upstream with a Batch API that serves every line's model first, if one does. */
-function batchUpstream(core: Services, models: Model[]): string | null {
+/**
+ * The upstream with a Batch API that serves every line's model first, if one does. An upstream
+ * batch skips what the gateway does to each call on its way (the guardrails, the plugins' say
+ * on the body and the answer): with any of those covering the batch, its lines run here,
+ * through the ordinary path, instead.
+ */
+function batchUpstream(core: Services, ctx: RequestContext, endpoint: string, models: Model[]): string | null {
+  const path = endpoint.replace(/^\/v1/, '');
+  if (core.guardrails.any || core.hooks.has('onUpstreamRequest') || models.some((m) => core.guardrails.output(ctx, m, path) !== null)) return null;
   const names = new Set(models.map((m) => m.targets[0]?.upstream ?? m.upstream));
   if (names.size !== 1) return null;
   const name = [...names][0];
@@ -140,7 +147,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
     metadata,
     model: main,
     held: String(held),
-    upstream: batchUpstream(core, models),
+    upstream: batchUpstream(core, ctx, endpoint, models),
     upstreamBatchId: null,
     // This instance runs it first; another adopts it once this one stops renewing it.
     owner: core.jobs.instanceId,

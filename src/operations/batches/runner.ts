@@ -59,15 +59,19 @@ export function createBatchRunner(core: Services): BatchRunner {
     };
     const { batch } = e;
     const [key, input] = await Promise.all([stores.keys.get(batch.keyId), stores.batches.fileContent(batch.accountId, batch.inputFileId)]);
-    if (!key || !input) {
-      const message = !key ? 'The key that created the batch was deleted.' : 'The input file was deleted.';
-      await finishBatch(core, batch, 'failed', []).then(() =>
-        changeBatch(stores.batches, batch, (b) => ({ ...b, errors: [{ code: !key ? 'key_deleted' : 'input_file_deleted', message, line: null, param: null }] })),
-      );
+    const lines = input ? readBatchInput(input, batch.endpoint) : [];
+    // Known before any way out: when the batch is over, what its unrun lines hold is released.
+    if (input) e.customIds = lines.map((l) => l.customId);
+    // A batch whose key is gone or disabled runs no more lines (as the key could make no more calls).
+    if (!key || key.disabled || !input) {
+      const [code, message] = !key
+        ? ['key_deleted', 'The key that created the batch was deleted.']
+        : key.disabled
+          ? ['key_disabled', 'The key that created the batch was disabled.']
+          : ['input_file_deleted', 'The input file was deleted.'];
+      await finishBatch(core, batch, 'failed', []).then(() => changeBatch(stores.batches, batch, (b) => ({ ...b, errors: [{ code, message, line: null, param: null }] })));
       return;
     }
-    const lines = readBatchInput(input, batch.endpoint);
-    e.customIds = lines.map((l) => l.customId);
     // A batch adopted while finalizing ran every line already: only its files and status are left.
     if (batch.status !== 'finalizing') {
       if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);

@@ -78,12 +78,20 @@ async function submit(core: Services, b: BatchRecord, lines: BatchInputLine[], p
 
 /** Reads one line of the upstream's output or error file back into the gateway's, billing an answered one. */
 async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<string, Plan>, lineOf: Map<string, number>): Promise<void> {
-  const rec = JSON.parse(raw) as { custom_id?: unknown; response?: { status_code?: number; request_id?: string; body?: unknown } | null; error?: unknown };
+  let rec: { custom_id?: unknown; response?: { status_code?: number; request_id?: string; body?: unknown } | null; error?: unknown };
+  try {
+    rec = JSON.parse(raw) as typeof rec;
+  } catch {
+    // One malformed line of the upstream's file: the others are still read (this one never ran, as far as the gateway can tell).
+    core.log.warn({ msg: 'an upstream batch output line is not JSON', batch_id: b.id });
+    return;
+  }
+  if (!rec || typeof rec !== 'object') return;
   const customId = typeof rec.custom_id === 'string' ? rec.custom_id : null;
   const plan = customId === null ? undefined : plans.get(customId);
   if (customId === null || !plan) return;
-  const status = rec.response?.status_code ?? 0;
-  const body = rec.response?.body;
+  let status = rec.response?.status_code ?? 0;
+  let body = rec.response?.body;
   let ok = status >= 200 && status < 300 && !!body && typeof body === 'object' && !Array.isArray(body);
   if (ok) {
     const answer = body as Record<string, unknown>;
@@ -96,7 +104,11 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
       // The client sees the model it named, not the upstream's name for it.
       answer.model = plan.model.id;
     } catch {
+      // An answer that could not be read (or billed) is not handed over: the line fails, as a
+      // direct call with a malformed answer does, and nothing of it goes out unbilled.
       ok = false;
+      status = 502;
+      body = { error: { message: 'The upstream sent a malformed answer.', type: 'upstream_error', code: 'upstream_error', param: null } };
     }
   }
   const id = newLineId();
@@ -143,8 +155,16 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
     }
     const status = String(up.status);
     if (TERMINAL.has(status)) {
-      await readFile(core, b, up.output_file_id, plans, lineOf);
-      await readFile(core, b, up.error_file_id, plans, lineOf);
+      try {
+        // Read again after a failure: a line already billed is not billed again (its hold is
+        // closed), and one already recorded keeps its first record.
+        await readFile(core, b, up.output_file_id, plans, lineOf);
+        await readFile(core, b, up.error_file_id, plans, lineOf);
+      } catch (err) {
+        core.log.warn({ msg: 'reading an upstream batch output failed', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
+        await sleep(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+        continue;
+      }
       if (status === 'failed' || status === 'expired') {
         const done = new Set((await core.stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
