@@ -124,10 +124,11 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       const hash = createHash('sha256').update(canonical([scope, req.model, req.path, rest])).digest('hex');
       const key = `${req.accountId}:${hash}`;
       const store = async (entry: CacheEntry) => {
-        const value = JSON.stringify({ body: entry.body, usage: entry.usage });
-        const bytes = Buffer.byteLength(value);
-        if (bytes > req.settings.maxEntryBytes) return;
         try {
+          // An answer too deep to encode again is not kept (it already went out, paid for).
+          const value = JSON.stringify({ body: entry.body, usage: entry.usage });
+          const bytes = Buffer.byteLength(value);
+          if (bytes > req.settings.maxEntryBytes) return;
           await entries.put(req.accountId, key, value, req.settings.ttlSeconds * 1000, req.settings.maxBytesPerAccount);
           count(req.accountId, req.model, (t) => (t.storedBytes += bytes));
         } catch (err) {

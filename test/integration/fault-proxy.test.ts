@@ -536,20 +536,28 @@ describe('malformed and failing answers (through the proxy)', () => {
         },
       },
     ],
-    [
-      'JSON nested too deep to re-serialise',
-      {
-        kind: 'custom',
-        handle(_req, res) {
-          res.writeHead(200, { 'content-type': 'application/json' });
-          const deep = `${'['.repeat(20_000)}${']'.repeat(20_000)}`;
-          res.end(`{"model":"x","usage":{"prompt_tokens":1,"completion_tokens":1},"choices":[{"index":0,"message":{"role":"assistant","content":"x","tool_calls":${deep}}}]}`);
-        },
-      },
-    ],
     ['an HTML 503 page', { kind: 'error', status: 503, body: '<html><body>Service Unavailable</body></html>' }],
     ['an upstream 401 (the gateway\'s own upstream key)', { kind: 'error', status: 401, message: 'bad upstream key' }],
   ];
+
+  it('JSON nested too deep to re-serialise goes out as it came (its model renamed in its bytes), billed once from its usage', async () => {
+    await start();
+    const deep = `${'['.repeat(20_000)}${']'.repeat(20_000)}`;
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(`{"model":"x","usage":{"prompt_tokens":1,"completion_tokens":1},"choices":[{"index":0,"message":{"role":"assistant","content":"x","tool_calls":${deep}}}]}`);
+      },
+    });
+    const res = await postChat(g().baseURL, devKey, { model: MODEL, messages: MESSAGES });
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    expect(text).toContain(`"model":"${MODEL}"`);
+    expect(text).toContain(deep);
+    const [entry] = await expectBilled(1);
+    expect(entry!.units).toMatchObject({ kind: 'tokens', prompt: 1, completion: 1 });
+  });
 
   it.each(cases)('%s -> 502 upstream_error; nothing charged', async (_name, behavior) => {
     await start();
