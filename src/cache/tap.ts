@@ -4,7 +4,7 @@
  * settled, before its last frames go out (see `StreamCall.complete`).
  */
 import type { AnswerAccount } from '../billing/answer.js';
-import type { EventReader } from '../upstream/stream/reader.js';
+import { type EventReader, overReader } from '../upstream/stream/reader.js';
 import { SseParser } from '../upstream/stream/sse.js';
 import type { CacheTicket } from './cache.js';
 import type { Collector } from './format.js';
@@ -15,27 +15,7 @@ export function tapReader(reader: EventReader, collector: Collector): EventReade
     for (const f of frames) for (const data of parser.push(f)) collector.event(data);
     return frames;
   };
-  return {
-    push: (chunk) => seen(reader.push(chunk)),
-    end: () => seen(reader.end()),
-    get done() {
-      return reader.done;
-    },
-    get answered() {
-      return reader.answered;
-    },
-    get doneFramed() {
-      return reader.doneFramed;
-    },
-    get usageInLastEvent() {
-      return reader.usageInLastEvent;
-    },
-    get endFrame() {
-      return reader.endFrame;
-    },
-    errorFrames: (err) => reader.errorFrames(err),
-    produced: () => reader.produced(),
-  };
+  return overReader(reader, { frames: seen });
 }
 
 /**

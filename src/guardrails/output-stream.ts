@@ -13,8 +13,7 @@
  * block never reaches the client. Log probabilities are dropped from a guarded stream (their
  * tokens would spell the text the guardrails withheld).
  */
-import type { GatewayError } from '../errors.js';
-import type { EventReader, Produced } from '../upstream/stream/reader.js';
+import { type EventReader, overReader } from '../upstream/stream/reader.js';
 import { frameEvent, SseParser } from '../upstream/stream/sse.js';
 import { isObject, type Json, type OnAct, type Text, Texts } from './output-texts.js';
 import { MessagesRewrite, ResponsesRewrite } from './output-typed.js';
@@ -54,24 +53,8 @@ export function guardedEvents(
     }
     return out ? [encoder.encode(out)] : [];
   };
-  return {
-    push: (chunk) => through(inner.push(chunk)),
-    end: () => through(inner.end()),
-    get done() {
-      return inner.done;
-    },
-    get answered() {
-      return inner.answered;
-    },
-    // A `[DONE]` the inner reader framed is dropped here: the relay adds the end frame.
-    doneFramed: false,
-    get usageInLastEvent() {
-      return inner.usageInLastEvent;
-    },
-    endFrame: inner.endFrame,
-    errorFrames: (err: GatewayError) => inner.errorFrames(err),
-    produced: (): Produced => inner.produced(),
-  };
+  // A `[DONE]` the inner reader framed is dropped here: the relay adds the end frame.
+  return overReader(inner, { frames: through, reframes: true });
 }
 
 /**

@@ -8,7 +8,7 @@
  */
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
-import type { EventReader } from '../upstream/stream/reader.js';
+import { type EventReader, overReader } from '../upstream/stream/reader.js';
 import type { ApiKeyRecord } from '../stores/types.js';
 
 /** Tools the client runs itself: their calls and results are tokens, billed as such. */
@@ -123,28 +123,10 @@ export class ToolCallCounter {
 
 /** The reader with the hosted tool calls counted beside it added to what its stream produced. */
 export function withToolCalls(reader: EventReader, calls: () => Record<string, number> | null): EventReader {
-  return {
-    push: (chunk) => reader.push(chunk),
-    end: () => reader.end(),
-    get done() {
-      return reader.done;
-    },
-    get doneFramed() {
-      return reader.doneFramed;
-    },
-    get answered() {
-      return reader.answered;
-    },
-    get usageInLastEvent() {
-      return reader.usageInLastEvent;
-    },
-    get endFrame() {
-      return reader.endFrame;
-    },
-    errorFrames: (err) => reader.errorFrames(err),
+  return overReader(reader, {
     produced() {
       const p = reader.produced();
       return { usage: p.usage, output: () => p.output(), tools: calls, ...(p.outputAfterUsage ? { outputAfterUsage: p.outputAfterUsage } : {}) };
     },
-  };
+  });
 }

@@ -104,3 +104,36 @@ export function parseEvent(data: string): Record<string, unknown> {
   if (!value || typeof value !== 'object' || Array.isArray(value)) throw malformed();
   return value as Record<string, unknown>;
 }
+
+/**
+ * A reader over `reader`: the frames of each read go through `frames` (what a wrapper changes
+ * or watches on their way out) and what was produced through `produced`; everything else is
+ * the reader's own. `doneFramed` is false when `frames` may drop a `[DONE]` the reader framed.
+ */
+export function overReader(
+  reader: EventReader,
+  over: { frames?: (frames: Uint8Array[]) => Uint8Array[]; produced?: () => Produced; reframes?: boolean },
+): EventReader {
+  const frames = over.frames ?? ((f: Uint8Array[]) => f);
+  return {
+    push: (chunk) => frames(reader.push(chunk)),
+    end: () => frames(reader.end()),
+    get done() {
+      return reader.done;
+    },
+    get answered() {
+      return reader.answered;
+    },
+    get doneFramed() {
+      return over.reframes ? false : reader.doneFramed;
+    },
+    get usageInLastEvent() {
+      return reader.usageInLastEvent;
+    },
+    get endFrame() {
+      return reader.endFrame;
+    },
+    errorFrames: (err) => reader.errorFrames(err),
+    produced: over.produced ?? (() => reader.produced()),
+  };
+}
