@@ -245,6 +245,12 @@ export const adminRoutes: readonly AdminRoute[] = [
   }),
   route({
     method: 'GET',
+    path: '/guardrails',
+    summary: 'The guardrails configured (id, kind, on input or output, action, the models and accounts they cover, and their settings)',
+    run: monitor.guardrails,
+  }),
+  route({
+    method: 'GET',
     path: '/guardrails/blocks',
     summary: 'The latest guardrail blocks on this instance (its last 200), newest first: which guardrail, on the prompt or the answer, the request, account, key, model and path',
     query: S.guardrailBlocksQuery,

@@ -191,4 +191,16 @@ describe('what the guardrails did is told', () => {
     const other = await fetch(`${gw.baseURL.replace(/\/v1$/, '')}/admin/v1/guardrails/blocks?account=${UNGUARDED}`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
     expect(((await other.json()) as { data: unknown[] }).data).toEqual([]);
   });
+
+  it('the admin API lists the guardrails configured', async () => {
+    const res = await fetch(`${gw.baseURL.replace(/\/v1$/, '')}/admin/v1/guardrails`, { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } });
+    expect(res.status).toBe(200);
+    const { data } = (await res.json()) as { data: Array<Record<string, unknown>> };
+    expect(data.map((g) => [g.id, g.kind, g.on, g.action])).toEqual([
+      ['pii-out', 'pii', ['output'], 'redact'],
+      ['codename', 'regex', ['output'], 'block'],
+      ['gemini-only', 'regex', ['output'], 'redact'],
+    ]);
+    expect(data[2]).toMatchObject({ models: ['wire/gem*'] });
+  });
 });

@@ -33,6 +33,11 @@ export function changes(x: AdminContext, c: Call<undefined, typeof S.changesQuer
   return Promise.resolve({ object: 'list', data: x.changes.list(c.query.limit) });
 }
 
+/** The guardrails this gateway runs, as configured. */
+export function guardrails(x: AdminContext) {
+  return Promise.resolve({ object: 'list', data: x.core.cfg.guardrails });
+}
+
 /** The latest guardrail blocks on this instance, newest first (of one account when asked). */
 export function guardrailBlocks(x: AdminContext, c: Call<undefined, typeof S.guardrailBlocksQuery>) {
   return Promise.resolve({ object: 'list', data: x.core.guardrails.recentBlocks(c.query.limit, c.query.account) });
