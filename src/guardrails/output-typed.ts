@@ -10,6 +10,16 @@ import { isObject, type Json, type Text, type Texts } from './output-texts.js';
 
 const typed = (event: Json): string => `event: ${String(event.type)}\ndata: ${JSON.stringify(event)}\n\n`;
 const asIs = (type: string, data: string): string => `event: ${type}\ndata: ${data}\n\n`;
+/** A typed API's event, parsed; null when it is not a JSON object (it goes out as it came). */
+function typedEvent(data: string): Json | null {
+  try {
+    const event = JSON.parse(data) as unknown;
+    return isObject(event) ? event : null;
+  } catch {
+    return null;
+  }
+}
+
 const RESPONSE_END = new Set(['response.completed', 'response.incomplete', 'response.failed']);
 
 /** A Responses stream: each output_text part (by output and content index). */
@@ -18,13 +28,8 @@ export class ResponsesRewrite {
   constructor(private readonly texts: Texts) {}
 
   event(data: string): string {
-    let event: Json;
-    try {
-      event = JSON.parse(data) as Json;
-    } catch {
-      return frameEvent(data);
-    }
-    if (!isObject(event)) return frameEvent(data);
+    const event = typedEvent(data);
+    if (!event) return frameEvent(data);
     const type = typeof event.type === 'string' ? event.type : 'message';
     const key = `${String(event.output_index)}:${String(event.content_index)}`;
     if (RESPONSE_END.has(type)) return typed(this.ending(event));
@@ -89,13 +94,8 @@ export class MessagesRewrite {
   constructor(private readonly texts: Texts) {}
 
   event(data: string): string {
-    let event: Json;
-    try {
-      event = JSON.parse(data) as Json;
-    } catch {
-      return frameEvent(data);
-    }
-    if (!isObject(event)) return frameEvent(data);
+    const event = typedEvent(data);
+    if (!event) return frameEvent(data);
     const type = typeof event.type === 'string' ? event.type : 'message';
     if (type === 'message_delta' && this.blocked) {
       return typed({ ...event, delta: { ...(isObject(event.delta) ? event.delta : {}), stop_reason: 'refusal', stop_sequence: null } });
