@@ -66,6 +66,14 @@ export function releaseCall(call: BilledCall): Promise<void> {
   return call.cancel();
 }
 
+/**
+ * Bills one check of a moderation guardrail at the price it was held at: the check was made
+ * (its upstream answered), whatever it decided.
+ */
+export function settleGuardrailCheck(call: BilledCall, guardrail: string, unitPricePico: bigint, upstream: string): Promise<void> {
+  return call.bill({ kind: 'guardrail', id: guardrail, checks: 1 }, 'usage', { unitPricePico, upstream });
+}
+
 /** Where a media answer's charge is written, and at what price it was held. */
 export interface MediaSettle {
   upstream?: string | undefined;

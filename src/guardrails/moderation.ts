@@ -10,6 +10,7 @@
  */
 import { type BillingDoor, openAmountCall } from '../billing/billed-call.js';
 import { cost, parsePrice } from '../billing/money.js';
+import { releaseCall, settleGuardrailCheck } from '../billing/settle.js';
 import { allowsModel } from '../catalog/allow-list.js';
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
@@ -57,7 +58,7 @@ export function createModeration(cfg: ModerationConfig): Moderation {
       try {
         flagged = await ask(deps, cfg, ctx.requestId, input);
       } catch (err) {
-        await call.cancel();
+        await releaseCall(call);
         deps.log.warn({ msg: 'moderation guardrail could not answer', guardrail: cfg.id, request_id: ctx.requestId, fail_open: cfg.failOpen, err: (err as Error).message });
         if (cfg.failOpen) return false;
         throw new GatewayError('guardrail_unavailable', `The guardrail "${cfg.id}" could not check the ${on === 'input' ? 'request; it was not sent' : 'answer; it was withheld'}.`, {
@@ -65,7 +66,7 @@ export function createModeration(cfg: ModerationConfig): Moderation {
           cause: err,
         });
       }
-      await call.bill({ kind: 'guardrail', id: cfg.id, checks: 1 }, 'usage', { unitPricePico: pricePico, upstream: cfg.upstream });
+      await settleGuardrailCheck(call, cfg.id, pricePico, cfg.upstream);
       return flagged;
     },
   };
