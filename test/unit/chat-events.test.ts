@@ -23,6 +23,10 @@ const eventArb = fc.oneof(
   ),
   fc.constant(JSON.stringify({ id: 'c1', model: 'm-up', choices: [{ index: 0, delta: { content: `echo ${KEY}` } }] })),
   fc.constant(JSON.stringify({ id: 'c1', model: 'other', choices: [{ index: 0, delta: { content: 'x' } }] })),
+  // Already the client's name; and a second top-level model after the same opening bytes as
+  // the others (a reader that remembers how a stream's events start must still look at the rest).
+  fc.constant(JSON.stringify({ id: 'c1', model: 'm', choices: [{ index: 0, delta: { content: 'y' } }] })),
+  fc.constant('{"id":"c1","model":"m-up","choices":[{"index":0,"delta":{"content":"z"}}],"model":"m-up"}'),
   fc.constant('{"id":"c1","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{}"}}]}}]}'),
 );
 

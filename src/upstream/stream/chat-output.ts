@@ -33,7 +33,7 @@ export function createStreamOutput(): StreamOutput {
    * counted: a string as (data, 0, -1), and byte ranges as (buffer, start, end), a range
    * spanning one event's data or several events' back to back, joined by "\n\ndata: ".
    */
-  const unparsed: Array<Buffer | string | number> = [];
+  const unparsed: Array<Buffer | string | number | { choices?: unknown }> = [];
   let usage: Usage | null = null;
   /**
    * Whether output came after the last usage report. An upstream may report usage before its
@@ -51,6 +51,17 @@ export function createStreamOutput(): StreamOutput {
       return usage;
     },
     add(chunk) {
+      if (!replaying && unparsed.length !== 0) {
+        // Kept in its place after the events not parsed yet, so that the produced text, if it
+        // is ever counted, is in stream order (a boundary between two texts changes a count).
+        unparsed.push(chunk, 0, PARSED);
+        if (usage && !outputAfterUsage) {
+          const own = noOutput();
+          choicesOutput(chunk?.choices, own);
+          if (sizeOf(own) > 0) outputAfterUsage = true;
+        }
+        return;
+      }
       const before = sizeOf(produced);
       choicesOutput(chunk?.choices, produced);
       if (usage && !replaying && sizeOf(produced) > before) outputAfterUsage = true;
@@ -83,12 +94,12 @@ export function createStreamOutput(): StreamOutput {
   function counted(): OutputCount {
     // A canonical event's data is one line, so "\n\ndata: " inside a range only ever joins two.
     // Each event with whether it came after the last usage report.
-    const events: Array<[string, boolean]> = [];
+    const events: Array<[string | { choices?: unknown }, boolean]> = [];
     for (let i = 0; i < unparsed.length; i += 3) {
-      const item = unparsed[i] as Buffer | string;
+      const item = unparsed[i] as Buffer | string | { choices?: unknown };
       const after = usage !== null && i >= unparsedAfterUsage;
-      if (typeof item === 'string') events.push([item, after]);
-      else for (const data of item.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push([data, after]);
+      if (typeof item === 'string' || unparsed[i + 2] === PARSED) events.push([item as string | { choices?: unknown }, after]);
+      else for (const data of (item as Buffer).toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push([data, after]);
     }
     unparsed.length = 0;
     unparsedAfterUsage = 0;
@@ -97,7 +108,7 @@ export function createStreamOutput(): StreamOutput {
       for (const [data, after] of events) {
         const before = sizeOf(produced);
         try {
-          output.add(JSON.parse(data) as { choices?: unknown });
+          output.add(typeof data === 'string' ? (JSON.parse(data) as { choices?: unknown }) : data);
         } catch {
           // Relayed as it came; it carries nothing countable.
         }
@@ -110,5 +121,8 @@ export function createStreamOutput(): StreamOutput {
   }
   return output;
 }
+
+/** The end mark of a chunk parsed already, kept in the queue of the unparsed ones. */
+const PARSED = -2;
 
 const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
