@@ -11,7 +11,7 @@ import type { Model } from '../../catalog/catalog.js';
 import { errors, type GatewayError } from '../../errors.js';
 import { redactKey } from '../client.js';
 import { type EventHandler, type EventVerdict, type Splice, SseFastPath } from './sse-fast.js';
-import { modelToken, renameNeeded, TopFields } from './top-fields.js';
+import { modelKeyWithin, modelToken, renameNeeded, TopFields } from './top-fields.js';
 import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
@@ -100,6 +100,16 @@ class ChatEventReader implements EventReader {
   private readonly fields = new TopFields();
   /** The last rename's splice, handed to the fast path, which reads it at once (reused). */
   private readonly splice: Splice = { from: 0, to: 0, bytes: new Uint8Array(0) };
+  /**
+   * A stream's chunks start alike (id, object, created, model): the bytes of the last scanned
+   * event up to the end of its model string, where its model string starts in them, and
+   * whether it needed the rename. An event that starts with the very same bytes has its
+   * top-level model in the same place with the same value (the scan reads left to right and
+   * stops there), so only the rest of it is searched, for a second `"model"`.
+   */
+  private lead: Buffer | null = null;
+  private leadModelFrom = 0;
+  private leadRenames = false;
 
   constructor(
     private readonly model: Pick<Model, 'id' | 'upstreamModel'>,
@@ -138,10 +148,23 @@ class ChatEventReader implements EventReader {
    * bytes; undefined when the scan is unsure (the event is then parsed).
    */
   private renamed(buf: Buffer, start: number, end: number): EventVerdict | undefined {
+    const lead = this.lead;
+    if (lead !== null && end - start > lead.length && buf.compare(lead, 0, lead.length, start, start + lead.length) === 0) {
+      if (modelKeyWithin(buf, start + lead.length, end)) return undefined;
+      if (!this.leadRenames) return 'verbatim';
+      this.splice.from = start + this.leadModelFrom;
+      this.splice.to = start + lead.length;
+      return this.splice;
+    }
     const fields = this.fields;
     if (!fields.scan(buf, start, end, true)) return undefined;
     const need = renameNeeded(buf, fields, this.token);
     if (need === 'unsure') return undefined;
+    if (fields.modelFrom !== -1 && buf[fields.modelFrom] === 34) {
+      this.lead = Buffer.from(buf.subarray(start, fields.modelTo));
+      this.leadModelFrom = fields.modelFrom - start;
+      this.leadRenames = need === 'yes';
+    }
     if (need === 'no') return 'verbatim';
     this.splice.from = fields.modelFrom;
     this.splice.to = fields.modelTo;

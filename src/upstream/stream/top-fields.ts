@@ -246,6 +246,9 @@ export function renameNeeded(src: Source, fields: TopFields, token: { text: stri
   return 'yes';
 }
 
+/** Whether `src[from..end)` holds a `"model"` (a second top-level one makes a scan unsure). */
+export const modelKeyWithin = (src: Source, from: number, end: number): boolean => indexOf(src, MODEL_KEY_TEXT, from, end) !== -1;
+
 const scratch = new TopFields();
 
 /**
