@@ -12,7 +12,7 @@ import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
 import type { GuardrailAction } from '../observability/record.js';
 import type { GuardrailConfig } from '../options/guardrails.js';
-import { type Hooks, PluginHookError, pluginKey } from '../pipeline/hooks.js';
+import { type Hooks, PluginHookError, modelCallHookArgs } from '../pipeline/hooks.js';
 import type { RequestContext } from '../pipeline/types.js';
 import { acted as actedOn, BlockLog, type GuardrailBlock } from './acted.js';
 import { compileGuardrail, type Guardrail } from './guardrail.js';
@@ -141,11 +141,7 @@ async function pluginGuardrails(
   let blocked: string | null = null;
   try {
     await hooks.runStrict('onInput', {
-      request: ctx.request,
-      requestId: ctx.requestId,
-      key: pluginKey(ctx.key),
-      model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
-      path,
+      ...modelCallHookArgs(ctx, model, path),
       get texts() {
         return promptTexts(current());
       },

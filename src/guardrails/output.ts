@@ -7,7 +7,7 @@
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
 import type { Logger } from '../observability/log.js';
-import { type Hooks, PluginHookError, pluginKey } from '../pipeline/hooks.js';
+import { type Hooks, PluginHookError, modelCallHookArgs } from '../pipeline/hooks.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { EventReader } from '../upstream/stream/reader.js';
 import { acted, type BlockLog } from './acted.js';
@@ -125,11 +125,7 @@ async function pluginOutput(
   let blocked: string | null = null;
   try {
     await deps.hooks.runStrict('onOutput', {
-      request: ctx.request,
-      requestId: ctx.requestId,
-      key: pluginKey(ctx.key),
-      model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
-      path,
+      ...modelCallHookArgs(ctx, model, path),
       stream,
       texts,
       redact(guardrail, rewrite) {

@@ -206,3 +206,12 @@ export function createHooks(plugins: readonly GatewayPlugin[], log: Logger): Hoo
 export function pluginKey(key: ApiKeyRecord): PluginKey {
   return { id: key.id, account: key.accountId, kind: key.kind, model: key.model, label: key.label, prefix: key.prefix };
 }
+
+/** What every hook around a model call is told first: the request, its key, the model as served and the upstream path. */
+export function modelCallHookArgs(
+  ctx: { request: Request; requestId: string; key: ApiKeyRecord },
+  model: { id: string; upstream: string; upstreamModel: string },
+  path: string,
+): { request: Request; requestId: string; key: PluginKey; model: { id: string; upstream: string; upstreamModel: string }; path: string } {
+  return { request: ctx.request, requestId: ctx.requestId, key: pluginKey(ctx.key), model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel }, path };
+}

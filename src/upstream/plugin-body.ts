@@ -3,7 +3,7 @@
  * body the plugins before it left, and may replace it.
  */
 import type { Model } from '../catalog/catalog.js';
-import { type Hooks, pluginKey } from '../pipeline/hooks.js';
+import { type Hooks, modelCallHookArgs } from '../pipeline/hooks.js';
 import type { RequestContext } from '../pipeline/types.js';
 
 /**
@@ -35,11 +35,7 @@ export async function pluginFields(
   let current = body;
   let replaced = false;
   await core.hooks.run('onUpstreamRequest', {
-    request: ctx.request,
-    requestId: ctx.requestId,
-    key: pluginKey(ctx.key),
-    model: { id: model.id, upstream: model.upstream, upstreamModel: model.upstreamModel },
-    path,
+    ...modelCallHookArgs(ctx, model, path),
     // A copy: a plugin that edits it in place without setBody changes nothing.
     get body() {
       return JSON.parse(JSON.stringify(current)) as Record<string, unknown>;
