@@ -4,7 +4,8 @@
  * key's monthly cap, an account's grants and a signed adjustment through the UI; rotate a key
  * (the new secret works, the old one is refused) and see the secret cleared on choosing
  * another account; set a key's model allow-list, tokens per minute and budgets and an account's
- * budgets (a model outside the allow-list is then 403). Screenshots go to test/artifacts/
+ * budgets (a model outside the allow-list is then 403); see a guardrail's block in the recent
+ * blocks. Screenshots go to test/artifacts/
  * (git-ignored).
  */
 import { mkdirSync } from 'node:fs';
@@ -18,6 +19,8 @@ const ARTIFACTS = new URL('../artifacts/', import.meta.url).pathname;
 let browser: Browser;
 let gw: RunningGateway;
 const setup = testConfig({ walletUsd: 50 });
+// One guardrail, for the recent-blocks table: only a prompt naming the phrase is refused.
+setup.options.guardrails = [{ id: 'codenames', kind: 'regex', patterns: ['project\\s+nightfall'], ignoreCase: true, action: 'block' }];
 
 beforeAll(async () => {
   mkdirSync(ARTIFACTS, { recursive: true });
@@ -28,6 +31,26 @@ afterAll(async () => {
   await browser?.close();
   await gw?.close();
 });
+
+it('lists a guardrail block among the recent blocks', async () => {
+  const res = await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'tell me about Project Nightfall' }], max_tokens: 20 });
+  expect(res.status).toBe(400);
+  const requestId = res.headers.get('x-request-id') ?? '';
+  expect(requestId).toMatch(/^req_/);
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  try {
+    await page.goto(`${gw.origin}/admin`);
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#signin-button');
+    await page.waitForSelector('body[data-loaded]');
+    const row = page.locator(`#guardrail-blocks tr[data-request="${requestId}"]`);
+    await row.waitFor({ timeout: 10_000 });
+    const text = await row.textContent();
+    for (const part of ['codenames', 'input', setup.account, MODEL, '/chat/completions']) expect(text).toContain(part);
+  } finally {
+    await page.close();
+  }
+}, 60_000);
 
 it('signs in, draws the spend chart, disables a key (then 401)', async () => {
   // Seeded spend: a few real calls with the developer key.

@@ -54,7 +54,7 @@ export const SCRIPT_OPS = `
         cell(tr, Object.keys(c.target).map(function (k) { return k + '=' + c.target[k]; }).join(' '));
         cell(tr, JSON.stringify(c.change), 'wrap');
       });
-      fill('guardrail-blocks', r[5].data, function (tr, b) {
+      fill('guardrail-blocks', r[6].data, function (tr, b) {
         tr.dataset.request = b.requestId;
         cell(tr, shortTime(b.at)); cell(tr, b.guardrail); cell(tr, b.on); cell(tr, b.requestId);
         cell(tr, b.account); cell(tr, b.model); cell(tr, b.path);
