@@ -98,6 +98,22 @@ describe('a batch on an upstream with a Batch API', () => {
 });
 
 describe('an upstream batch, read back and routed with care', () => {
+  it('an upstream that refuses the upload fails the batch without its words reaching the client (its key among them)', async () => {
+    up.refuseUploads = `Incorrect API key provided: ${UPSTREAM_API_KEY}.`;
+    try {
+      const batch = await submit([line('k1', 'one')]);
+      await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'failed', 'failed', 10_000);
+      const failed = await openai.batches.retrieve(batch.id);
+      expect(failed.errors?.data?.[0]?.code).toBe('batch_failed');
+      const message = failed.errors?.data?.[0]?.message ?? '';
+      expect(message).not.toBe('');
+      expect(JSON.stringify(failed)).not.toContain(UPSTREAM_API_KEY);
+      expect(message).not.toContain('Incorrect API key');
+    } finally {
+      up.refuseUploads = null;
+    }
+  });
+
   it('a failed read of the finished output is retried: every answered line is billed once, none released', async () => {
     const before = await gw.stores.billing.wallet(ACCOUNT);
     const count = up.batches.length;

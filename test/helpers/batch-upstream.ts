@@ -32,6 +32,8 @@ export interface BatchUpstream {
   autoFinish: boolean;
   /** How many of the next `GET /files/{id}/content` answer 500 (a transient failure). */
   failContentReads: number;
+  /** While set, a file upload is refused with a 401 carrying this message (as a provider echoes a wrong key). */
+  refuseUploads: string | null;
   /** The bodies of the plain chat completions it answered. */
   chats: Record<string, unknown>[];
   close(): Promise<void>;
@@ -79,6 +81,7 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     calls,
     autoFinish: false,
     failContentReads: 0,
+    refuseUploads: null,
     chats: [],
     finish() {
       for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
@@ -99,6 +102,7 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     };
     let m: RegExpExecArray | null;
     if (req.method === 'POST' && path === '/files') {
+      if (up.refuseUploads !== null) return send(401, { error: { message: up.refuseUploads, type: 'invalid_request_error', code: 'invalid_api_key' } });
       const form = await new Request('http://x/', { method: 'POST', headers: { 'content-type': req.headers['content-type'] ?? '' }, body: new Uint8Array(body) }).formData();
       const file = form.get('file');
       if (form.get('purpose') !== 'batch' || !(file instanceof Blob)) return send(400, { error: { message: 'bad upload' } });

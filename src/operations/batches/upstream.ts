@@ -12,7 +12,7 @@ import { settleAnswer } from '../../billing/settle.js';
 import type { Model } from '../../catalog/catalog.js';
 import type { Services } from '../../services.js';
 import type { ApiKeyRecord, BatchLine, BatchRecord } from '../../stores/types.js';
-import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
+import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { capped, type PlannedOperation } from '../text.js';
 import { encodeMultipart } from '../videos/multipart.js';
 import { changeBatch } from './change.js';
@@ -51,9 +51,10 @@ function servedBy(model: Model, upstream: string): Model {
 
 async function send(core: Services, upstream: string, batchId: string, method: 'GET' | 'POST', path: string, body?: { bytes: Uint8Array; type: string }): Promise<string> {
   const res = await callUpstream(core, upstream, { method, path, headers: upstreamHeaders(batchId, body?.type), ...(body ? { body: body.bytes } : {}) });
-  const text = await res.text();
-  if (res.status < 200 || res.status >= 300) throw new Error(`upstream ${method} ${path} answered ${res.status}: ${text.slice(0, 200)}`);
-  return text;
+  // Read as any failed upstream call is: its key material redacted, its wording hidden where
+  // it is the gateway's business (5xx, auth), and logged; the message ends up in the batch's errors.
+  if (res.status < 200 || res.status >= 300) throw await upstreamError(res, upstream, { log: core.log, requestId: batchId });
+  return res.text();
 }
 
 const jsonBody = (v: unknown) => ({ bytes: new TextEncoder().encode(JSON.stringify(v)), type: 'application/json' });
