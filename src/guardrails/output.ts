@@ -73,19 +73,20 @@ export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model,
       return (reader) => guardedEvents(reader, format, finders, onAct, plugin?.rewrite, plugin?.blocked ?? null);
     },
     async answer(text) {
-      if (finders.length === 0 && !plugins && !moderation) return null;
       const answer = JSON.parse(text) as Record<string, unknown>;
+      // What the plugins and the moderation judge: the answer's texts as it came, read once.
+      const texts = plugins || moderation ? answerTexts(format, answer) : [];
       const checks: TextCheck[] = [];
       if (finders.length) checks.push(findersCheck(finders, onAct));
       if (plugins) {
-        const plugin = await pluginOutput(deps, ctx, model, path, answerTexts(format, answer), false, onAct);
+        const plugin = await pluginOutput(deps, ctx, model, path, texts, false, onAct);
         if (plugin.blocked !== null) checks.push(() => ({ text: '', blocked: true }));
         else if (plugin.rewrite) checks.push((t) => ({ text: plugin.rewrite!(t), blocked: false }));
       }
       if (moderation) {
         let verdict: Awaited<ReturnType<AnswerCheck>>;
         try {
-          verdict = await moderation(ctx, answerTexts(format, answer));
+          verdict = await moderation(ctx, texts);
         } catch (err) {
           const id = err instanceof GatewayError && typeof err.metadata?.guardrail === 'string' ? err.metadata.guardrail : null;
           if (id) acted(ctx, id, 'unavailable', where);
