@@ -18,3 +18,20 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
     signal?.addEventListener('abort', onAbort, { once: true });
   });
 }
+
+/**
+ * Waits `ms`, or less when `signal` aborts (it resolves either way: a poller that is told to
+ * stop just looks again whether it should). Its abort listener goes with the wait: one signal
+ * lasts a whole poll loop.
+ */
+export function pause(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const done = () => {
+      clearTimeout(timer);
+      signal.removeEventListener('abort', done);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    signal.addEventListener('abort', done, { once: true });
+  });
+}

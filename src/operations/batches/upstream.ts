@@ -15,6 +15,7 @@ import type { ApiKeyRecord, BatchLine, BatchRecord } from '../../stores/types.js
 import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/call.js';
 import { capped, type PlannedOperation } from '../text.js';
 import { encodeMultipart } from '../videos/multipart.js';
+import { pause } from '../../upstream/sleep.js';
 import { changeBatch } from './change.js';
 import { BATCH_ENDPOINTS } from './create.js';
 import { finishBatch, notRunLine } from './finish.js';
@@ -28,19 +29,6 @@ export interface UpstreamRun {
   stopping(): Promise<boolean>;
   /** The record as last written here. */
   seen(b: BatchRecord): void;
-}
-
-/** Waits `ms`, or less when `signal` aborts (its listener goes with the wait). */
-function sleep(ms: number, signal: AbortSignal): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const done = () => {
-      clearTimeout(t);
-      signal.removeEventListener('abort', done);
-      resolve();
-    };
-    const t = setTimeout(done, ms);
-    signal.addEventListener('abort', done, { once: true });
-  });
 }
 
 /** The model as `upstream` serves it (its name there). */
@@ -151,7 +139,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
       up = JSON.parse(await send(core, b.upstream!, b.id, 'GET', `/batches/${encodeURIComponent(upstreamId)}`)) as Record<string, unknown>;
     } catch (err) {
       core.log.warn({ msg: 'polling an upstream batch failed', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
-      await sleep(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+      await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
       continue;
     }
     const status = String(up.status);
@@ -163,7 +151,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
         await readFile(core, b, up.error_file_id, plans, lineOf);
       } catch (err) {
         core.log.warn({ msg: 'reading an upstream batch output failed', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
-        await sleep(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+        await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
         continue;
       }
       if (status === 'failed' || status === 'expired') {
@@ -174,6 +162,6 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
       }
       return;
     }
-    await sleep(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+    await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
   }
 }

@@ -10,21 +10,9 @@ import { leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
 import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
+import { pause } from '../../upstream/sleep.js';
 import { unixSeconds } from '../media.js';
 import { DEFAULT_SECONDS } from './submission.js';
-
-const sleep = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve) => {
-    const t = setTimeout(resolve, ms);
-    signal.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(t);
-        resolve();
-      },
-      { once: true },
-    );
-  });
 
 /** Longest clip the gateway believes an upstream rendered; anything else is a malformed report. */
 const MAX_REPORTED_SECONDS = 3600;
@@ -66,7 +54,7 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
   const upstreamName = job.upstream ?? model.upstream;
 
   while (!signal.aborted) {
-    await sleep(core.cfg.limits.jobPollIntervalMs, signal);
+    await pause(core.cfg.limits.jobPollIntervalMs, signal);
     if (signal.aborted) return;
     if (core.now() >= expiresAtMs) return fail('job_expired', 'The upstream did not finish the video before the job expired.');
     let upstream: Record<string, unknown>;
