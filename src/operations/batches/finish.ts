@@ -3,7 +3,7 @@
  * written as gateway files of the account, its final status and counts, then its hold released.
  */
 import type { Services } from '../../services.js';
-import type { BatchLine, BatchRecord, BatchStatus } from '../../stores/types.js';
+import { BATCH_DONE, type BatchLine, type BatchRecord, type BatchStatus } from '../../stores/types.js';
 import { changeBatch } from './change.js';
 import { newFileId, newLineId } from './views.js';
 
@@ -36,7 +36,7 @@ export async function finishBatch(core: Services, batch: BatchRecord, status: Ba
   const stamp: Partial<BatchRecord> =
     status === 'completed' ? { completedAt: at } : status === 'cancelled' ? { cancelledAt: at } : status === 'expired' ? { expiredAt: at } : { failedAt: at };
   const done = await changeBatch(core.stores.batches, batch, (b) =>
-    b.status === 'completed' || b.status === 'cancelled' || b.status === 'expired' || b.status === 'failed'
+    BATCH_DONE.includes(b.status)
       ? null
       : {
           ...b,
