@@ -22,6 +22,11 @@ export interface AnswerAccount {
    * Absent: a reader whose usage comes only at the end.
    */
   outputAfterUsage?(): boolean;
+  /**
+   * True once the answer's content ended (a finish or stop reason) while its usage may still
+   * follow: a client that leaves now still pays that usage. Absent: a reader that does not tell.
+   */
+  answered?(): boolean;
 }
 
 /** A plain answer's account: usage and output read from the whole body at once. */

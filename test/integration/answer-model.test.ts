@@ -151,6 +151,19 @@ describe('the same answer bills the same through every API (the cases found on t
     }
   });
 
+  it('a Gemini stream whose first event ends the answer, left by the client after it, bills the usage that event reported through chat, Responses and Messages alike', async () => {
+    // The one event carries the text, the finish and the final usage (1 output token; the
+    // text counts 2); the body ends only later. Each translation says the content ended in
+    // its own way (Messages only with the usage it waits for): the upstream's event decides,
+    // and the relay reads on for the end.
+    wire.script('gemini', { pieces: ['aA'], usage: 'final', prompt: 9, completion: 1 }, undefined, 300);
+    expect(count('aA')).toBe(2);
+    for (const ingress of INGRESSES.gemini) {
+      const r = await call(ingress, 'gemini', true, { leave: true });
+      expect(unitsOf(r.charge), ingress).toEqual({ prompt: 9, completion: 1 });
+    }
+  });
+
   it('the upstream is asked for at most the output held, on every kind, when the client sends no cap', async () => {
     const caps: Array<[string, unknown]> = [];
     for (const kind of ['openai', 'anthropic', 'gemini'] as const) {

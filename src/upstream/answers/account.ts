@@ -13,6 +13,7 @@ export class RunningAccount implements AnswerAccount {
   usage: Usage | null = null;
   private readonly produced = noOutput();
   private after = false;
+  private ended = false;
 
   /** Adds every output string of `value` (a delta, a content block, a candidate's parts). */
   add(value: unknown): void {
@@ -38,6 +39,15 @@ export class RunningAccount implements AnswerAccount {
 
   output(): OutputCount {
     return this.produced;
+  }
+
+  /** Records that the answer's content ended (a finish or stop reason came): its usage may still follow. */
+  protected contentEnded(): void {
+    this.ended = true;
+  }
+
+  answered(): boolean {
+    return this.ended;
   }
 
   outputAfterUsage(): boolean {

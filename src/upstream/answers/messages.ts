@@ -62,6 +62,7 @@ export class MessagesAccount extends RunningAccount {
       case 'message_delta': {
         const reported = isObject(event.usage) ? event.usage : {};
         for (const k in reported) if (reported[k] !== null && reported[k] !== undefined) this.fields[k] = reported[k];
+        if (isObject(event.delta) && event.delta.stop_reason) this.contentEnded();
         // Only a report that counts the output is an account of it.
         if (isCount(reported.output_tokens)) this.report(messagesUsage(this.fields));
         break;

@@ -16,6 +16,7 @@ import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
+import { finished } from '../answers/chat.js';
 
 const encoder = new TextEncoder();
 // Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
@@ -306,10 +307,6 @@ class ChatEventReader implements EventReader {
 const within = (found: number, end: number) => found !== -1 && found < end;
 
 /** Whether a choice of the chunk carries a finish_reason. */
-function finished(choices: unknown): boolean {
-  return Array.isArray(choices) && choices.some((c) => typeof (c as { finish_reason?: unknown } | null)?.finish_reason === 'string');
-}
-
 /** One parsed chunk; a malformed one or an error event throws. */
 function parseChunk(data: string): { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown } {
   const chunk = parseEvent(data);
