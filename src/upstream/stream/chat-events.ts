@@ -306,7 +306,6 @@ class ChatEventReader implements EventReader {
 /** Whether a search's hit (-1: none) lies before `end`. */
 const within = (found: number, end: number) => found !== -1 && found < end;
 
-/** Whether a choice of the chunk carries a finish_reason. */
 /** One parsed chunk; a malformed one or an error event throws. */
 function parseChunk(data: string): { choices?: unknown; usage?: unknown; error?: unknown; model?: unknown } {
   const chunk = parseEvent(data);
