@@ -7,7 +7,7 @@
  * starts running.
  */
 import { holdBatch } from '../../billing/batch.js';
-import { listCost } from '../../billing/pricing.js';
+import { tokenHoldCost } from '../../billing/billed-call.js';
 import { atBatchPrice, type Model } from '../../catalog/catalog.js';
 import { GatewayError, isGatewayError } from '../../errors.js';
 import { json, parseJsonObject } from '../../http/json.js';
@@ -53,7 +53,7 @@ async function planLine(core: Services, ctx: RequestContext, op: PlannedOperatio
   }
   const model = atBatchPrice(plan.model);
   const { hold } = plan;
-  const cost = (prompt: number) => listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput, ...(hold.tools ? { tools: hold.tools } : {}) });
+  const cost = (prompt: number) => tokenHoldCost(model, hold, prompt);
   return { model: plan.model, bound: cost(hold.bound), estimate: () => cost(hold.estimate()) };
 }
 
