@@ -6,7 +6,9 @@
  * request's own charge keeps the request id). A check that cannot answer (the upstream down,
  * erroring, answering garbage, or slower than `timeoutMs`) is billed nothing and refuses the
  * call with 503 guardrail_unavailable before any model call, unless the guardrail is
- * `failOpen`: a check that cannot answer never lets a text by unless told to.
+ * `failOpen`: a check that cannot answer never lets a text by unless told to. A check is an
+ * upstream call like any other: through the upstream's circuit breaker (an upstream whose
+ * circuit is open fails the check at once), timed and traced as a child of the request.
  */
 import { type BillingDoor, openAmountCall } from '../billing/billed-call.js';
 import { cost, parsePrice } from '../billing/money.js';
@@ -14,18 +16,15 @@ import { releaseCall, settleGuardrailCheck } from '../billing/settle.js';
 import { allowsModel } from '../catalog/allow-list.js';
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
-import type { Logger } from '../observability/log.js';
 import type { GuardrailConfig } from '../options/guardrails.js';
 import type { RequestContext } from '../pipeline/types.js';
-import type { Upstream } from '../upstream/types.js';
+import { type CallDeps, callUpstream } from '../upstream/call.js';
+import type { UpstreamCall } from '../upstream/types.js';
 
 type ModerationConfig = Extract<GuardrailConfig, { kind: 'moderation' }>;
 
 /** What a moderation check needs of the gateway, once it is built. */
-export interface ModerationDeps extends BillingDoor {
-  upstreams: ReadonlyMap<string, Upstream>;
-  log: Logger;
-}
+export interface ModerationDeps extends BillingDoor, CallDeps {}
 
 export interface Moderation {
   readonly id: string;
@@ -56,7 +55,7 @@ export function createModeration(cfg: ModerationConfig): Moderation {
       const call = await openAmountCall(deps, ctx, { id, model, amount: cost(pricePico, 1), unobserved: true }, `a check of the guardrail "${cfg.id}"`);
       let flagged: boolean;
       try {
-        flagged = await ask(deps, cfg, ctx.requestId, input);
+        flagged = await ask(deps, cfg, ctx, input);
       } catch (err) {
         await releaseCall(call);
         deps.log.warn({ msg: 'moderation guardrail could not answer', guardrail: cfg.id, request_id: ctx.requestId, fail_open: cfg.failOpen, err: (err as Error).message });
@@ -73,9 +72,7 @@ export function createModeration(cfg: ModerationConfig): Moderation {
 }
 
 /** One call of the upstream's /moderations within the timeout: whether any result is flagged. Throws when it cannot tell. */
-async function ask(deps: ModerationDeps, cfg: ModerationConfig, requestId: string, input: string[]): Promise<boolean> {
-  const upstream = deps.upstreams.get(cfg.upstream);
-  if (!upstream) throw new Error(`no upstream "${cfg.upstream}"`);
+async function ask(deps: ModerationDeps, cfg: ModerationConfig, ctx: RequestContext, input: string[]): Promise<boolean> {
   const abort = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
@@ -86,13 +83,14 @@ async function ask(deps: ModerationDeps, cfg: ModerationConfig, requestId: strin
   });
   try {
     const answer = (async () => {
-      const res = await upstream.call({
+      const call: UpstreamCall = {
         method: 'POST',
         path: '/moderations',
-        headers: { 'content-type': 'application/json', accept: 'application/json', 'x-request-id': requestId },
+        headers: { 'content-type': 'application/json', accept: 'application/json', 'x-request-id': ctx.requestId },
         body: JSON.stringify({ model: cfg.model, input }),
         signal: abort.signal,
-      });
+      };
+      const res = await callUpstream(deps, cfg.upstream, call, ctx.observed.record, ctx.key.accountId);
       const text = await res.text();
       if (res.status < 200 || res.status >= 300) throw new Error(`the upstream answered ${res.status}`);
       const body = JSON.parse(text) as { results?: unknown };

@@ -11,6 +11,7 @@ import { auditBooks } from '../../src/billing/audit.js';
 import type { LedgerEntry } from '../../src/index.js';
 import { ACCOUNT, eventually, MODEL, startGateway, testConfig, testKey, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { ADMIN_SHA, ADMIN_TOKEN } from '../admin/token.js';
 
 const DOWN = 'acct_mod_down';
 const ERRORING = 'acct_mod_erroring';
@@ -57,6 +58,7 @@ beforeAll(async () => {
     { id: 'mod-slow', ...moderation, upstream: 'slow', timeoutMs: 300, accounts: [SLOW] },
     { id: 'mod-open', ...moderation, upstream: 'down', failOpen: true, accounts: [OPEN] },
   ];
+  setup.options.admin = { tokenSha256: ADMIN_SHA, label: 'ops' };
   gw = await startGateway(setup.options);
 }, 60_000);
 
@@ -153,6 +155,22 @@ describe('fail closed', () => {
     expect(body.choices[0].message.content).toBe('A calm answer.');
     expect(up.requests).toHaveLength(1);
     expect(checks(entries)).toEqual([]);
+  });
+
+  it("a check is an upstream call like any other: checks that cannot connect open the moderation upstream's circuit, which then fails them at once", async () => {
+    const breaker = async () => {
+      const res = await gw.gateway.fetch(new Request('http://gw/admin/v1/upstreams', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }));
+      const { data } = (await res.json()) as { data: Array<{ name: string; state: string }> };
+      return data.find((u) => u.name === 'down')?.state;
+    };
+    // Five connection failures open a circuit, whoever's calls they were.
+    for (let i = 0; i < 5; i++) expect((await chat(DOWN, 'Hello.')).res.status).toBe(503);
+    expect(await breaker()).toBe('open');
+    const { res, body, entries } = await chat(DOWN, 'Hello.');
+    expect(res.status).toBe(503);
+    expect(body.error).toMatchObject({ code: 'guardrail_unavailable' });
+    expect(up.requests).toHaveLength(0);
+    expect(entries).toEqual([]);
   });
 });
 
