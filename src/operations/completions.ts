@@ -115,7 +115,6 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
   // Completions chunks are chat's with `text` in their choices: the chat reader reads them.
   const read = new ChatAccount();
   let done = false;
-  let answered = false;
   return {
     event(data) {
       if (data === '[DONE]') {
@@ -128,7 +127,6 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
       }
       const u = usageFrom(chunk.usage);
       read.read(chunk);
-      if (Array.isArray(chunk.choices) && chunk.choices.some((c) => typeof (c as { finish_reason?: unknown } | null)?.finish_reason === 'string')) answered = true;
       const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
       // The usage-only chunk was asked for by the gateway, not the client: kept to ourselves.
       if (u && choices.length === 0 && !clientWantsUsage) return null;
@@ -137,7 +135,7 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
       return frameEvent(data);
     },
     complete: () => done,
-    answered: () => answered,
+    answered: () => read.answered(),
     account: read,
     endFrame: DONE_FRAME,
     errorFrame: (err) => frameEvent(JSON.stringify({ ...err.toJSON(), choices: [{ index: 0, text: '', finish_reason: 'error' }] })) + DONE_FRAME,

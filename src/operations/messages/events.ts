@@ -16,7 +16,6 @@ export const messagesErrorFrame = (err: GatewayError): string => `event: error\n
 export function messagesEvents(model: Model): EventHandler {
   const renames = model.upstreamModel !== model.id;
   const account = new MessagesAccount();
-  let answered = false;
   let done = false;
   return {
     event(data) {
@@ -29,13 +28,11 @@ export function messagesEvents(model: Model): EventHandler {
         // The client sees the model it called, not the upstream's name for it.
         const message = (event.message ?? {}) as Record<string, unknown>;
         payload = JSON.stringify({ ...event, message: { ...message, model: model.id } });
-      } else if (type === 'message_delta') {
-        if ((event.delta as { stop_reason?: unknown } | undefined)?.stop_reason) answered = true;
       } else if (type === 'message_stop') done = true;
       return `event: ${type || 'message'}\ndata: ${payload}\n\n`;
     },
     complete: () => done,
-    answered: () => answered,
+    answered: () => account.answered(),
     account,
     endFrame: null,
     errorFrame: messagesErrorFrame,

@@ -14,6 +14,9 @@ export class RunningAccount implements AnswerAccount {
   private readonly produced = noOutput();
   private after = false;
   private ended = false;
+  /** Choices (or candidates) seen that have not finished, and whether any finished. */
+  private readonly unfinished = new Set<number>();
+  private anyFinished = false;
 
   /** Adds every output string of `value` (a delta, a content block, a candidate's parts). */
   add(value: unknown): void {
@@ -41,13 +44,27 @@ export class RunningAccount implements AnswerAccount {
     return this.produced;
   }
 
-  /** Records that the answer's content ended (a finish or stop reason came): its usage may still follow. */
+  /** Records that the answer's content ended (a stop reason came): its usage may still follow. */
   protected contentEnded(): void {
     this.ended = true;
   }
 
+  /**
+   * Records a choice (or candidate) of an answer that may have several, and whether it
+   * finished: the content ended once every one seen has finished, not at the first (a client
+   * that leaves while another is still being written pays only what was produced).
+   */
+  protected choice(index: number, finished: boolean): void {
+    if (!finished) {
+      this.unfinished.add(index);
+      return;
+    }
+    this.unfinished.delete(index);
+    this.anyFinished = true;
+  }
+
   answered(): boolean {
-    return this.ended;
+    return this.ended || (this.anyFinished && this.unfinished.size === 0);
   }
 
   outputAfterUsage(): boolean {

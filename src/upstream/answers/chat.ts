@@ -22,7 +22,10 @@ export function finished(choices: unknown): boolean {
 export class ChatAccount extends RunningAccount {
   read(chunk: Record<string, unknown>): void {
     this.add(chunk.choices);
-    if (finished(chunk.choices)) this.contentEnded();
+    const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+    choices.forEach((c: { index?: unknown; finish_reason?: unknown } | null, i) => {
+      if (c && typeof c === 'object') this.choice(typeof c.index === 'number' ? c.index : i, typeof c.finish_reason === 'string');
+    });
     this.report(usageFrom(chunk.usage));
   }
 }

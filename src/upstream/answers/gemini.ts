@@ -51,11 +51,13 @@ export function geminiAnswerAccount(body: Record<string, unknown>): AnswerAccoun
 export class GeminiAccount extends RunningAccount {
   read(event: Record<string, unknown>): void {
     this.addCount(candidatesOutput(event.candidates, noOutput()));
-    // A candidate's finish reason, or a blocked prompt, ends the content (the usage may still
-    // come after it, in an event of its own).
+    // Every candidate's finish reason, or a blocked prompt, ends the content (the usage may
+    // still come after it, in an event of its own).
     const candidates = Array.isArray(event.candidates) ? event.candidates : [];
-    const blocked = isObject(event.promptFeedback) && Boolean(event.promptFeedback.blockReason);
-    if (blocked || candidates.some((c) => isObject(c) && c.finishReason !== undefined && c.finishReason !== null)) this.contentEnded();
+    candidates.forEach((c, i) => {
+      if (isObject(c)) this.choice(typeof c.index === 'number' ? c.index : i, c.finishReason !== undefined && c.finishReason !== null);
+    });
+    if (isObject(event.promptFeedback) && event.promptFeedback.blockReason) this.contentEnded();
     this.report(geminiUsage(event.usageMetadata));
   }
 }

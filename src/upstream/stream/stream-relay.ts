@@ -337,7 +337,7 @@ export class StreamRelay {
     if (!this.stop()) return;
     // A translated answer's content end is read in the upstream's format: its translation may
     // say it only with its last events (Messages' message_delta carries the usage it waits for).
-    const answered = this.billing.account?.answered?.() ?? this.reader.answered;
+    const answered = this.billing.account?.answered?.() || this.reader.answered;
     if (answered && !this.reader.done && graceMs > 0) {
       this.readingOn = true;
       void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped'));

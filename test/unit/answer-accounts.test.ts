@@ -1,0 +1,76 @@
+/**
+ * When each wire format's stream account says the answer's content ended (`answered`): the
+ * moment a client that leaves still pays the usage that follows, so the relay reads on for it.
+ * Too early would bill a leaving client for output it never got; too late would let the
+ * usage go unread.
+ */
+import { describe, expect, it } from 'vitest';
+import { ChatAccount } from '../../src/upstream/answers/chat.js';
+import { GeminiAccount } from '../../src/upstream/answers/gemini.js';
+import { MessagesAccount } from '../../src/upstream/answers/messages.js';
+
+const delta = (index: number, content: string, finish: string | null = null) => ({ index, delta: { content }, finish_reason: finish });
+const candidate = (index: number, text: string, finishReason?: string) => ({ index, content: { role: 'model', parts: [{ text }] }, ...(finishReason ? { finishReason } : {}) });
+
+describe('ChatAccount.answered', () => {
+  it('is false until a finish_reason string comes (null is no finish), then true before the usage chunk', () => {
+    const a = new ChatAccount();
+    a.read({ choices: [delta(0, 'Hi')] });
+    a.read({ choices: [{ index: 0, delta: {}, finish_reason: null }] });
+    expect(a.answered()).toBe(false);
+    a.read({ choices: [delta(0, '', 'stop')] });
+    expect(a.answered()).toBe(true);
+    a.read({ choices: [], usage: { prompt_tokens: 3, completion_tokens: 1, total_tokens: 4 } });
+    expect(a.answered()).toBe(true);
+  });
+
+  it('with several choices, only once every choice seen has finished', () => {
+    const a = new ChatAccount();
+    a.read({ choices: [delta(0, 'A'), delta(1, 'B')] });
+    a.read({ choices: [delta(0, '', 'stop')] });
+    expect(a.answered()).toBe(false);
+    a.read({ choices: [delta(1, 'B more')] });
+    expect(a.answered()).toBe(false);
+    a.read({ choices: [delta(1, '', 'length')] });
+    expect(a.answered()).toBe(true);
+  });
+});
+
+describe('GeminiAccount.answered', () => {
+  it('is true at the event whose candidate carries a finishReason, with or without its usage', () => {
+    const a = new GeminiAccount();
+    a.read({ candidates: [candidate(0, 'Hel')] });
+    expect(a.answered()).toBe(false);
+    a.read({ candidates: [candidate(0, 'lo', 'STOP')] });
+    expect(a.answered()).toBe(true);
+  });
+
+  it('with several candidates (candidateCount), only once every candidate seen has finished', () => {
+    const a = new GeminiAccount();
+    a.read({ candidates: [candidate(0, 'A'), candidate(1, 'B')] });
+    a.read({ candidates: [candidate(0, '.', 'STOP')] });
+    expect(a.answered()).toBe(false);
+    a.read({ candidates: [candidate(1, '.', 'MAX_TOKENS')] });
+    expect(a.answered()).toBe(true);
+  });
+
+  it('a blocked prompt (no candidate) ends the content', () => {
+    const a = new GeminiAccount();
+    a.read({ promptFeedback: { blockReason: 'SAFETY' } });
+    expect(a.answered()).toBe(true);
+  });
+});
+
+describe('MessagesAccount.answered', () => {
+  it('is false through the content blocks and a message_delta without a stop_reason, true at the one with it', () => {
+    const a = new MessagesAccount();
+    a.read({ type: 'message_start', message: { usage: { input_tokens: 5, output_tokens: 1 } } });
+    a.read({ type: 'content_block_start', index: 0, content_block: { type: 'text', text: '' } });
+    a.read({ type: 'content_block_delta', index: 0, delta: { type: 'text_delta', text: 'Hi' } });
+    a.read({ type: 'content_block_stop', index: 0 });
+    a.read({ type: 'message_delta', delta: { stop_reason: null }, usage: { output_tokens: 1 } });
+    expect(a.answered()).toBe(false);
+    a.read({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 2 } });
+    expect(a.answered()).toBe(true);
+  });
+});
