@@ -99,11 +99,6 @@ async function takeTokens(door: BillingDoor, ctx: RequestContext, hold: TokenHol
 }
 
 /**
- * Opens the billed call of a token-priced request: the hold is first tried on the byte bound
- * of the prompt (no tokenizer on the hot path); only when that is refused is the prompt
- * counted, and the counted estimate decides. Refused: 402 in OpenRouter's words.
- */
-/**
  * What a token call holds with a prompt of `prompt` tokens: the worst case at list price, the
  * prompt and every output token the call may produce, and its held tool calls. A batch holds its
  * lines by the same rule, at its own price.
@@ -112,6 +107,11 @@ export function tokenHoldCost(model: Model, hold: Pick<TokenHold, 'maxOutput' | 
   return listCost(model, { kind: 'tokens', prompt, completion: hold.maxOutput, tools: hold.tools });
 }
 
+/**
+ * Opens the billed call of a token-priced request: the hold is first tried on the byte bound
+ * of the prompt (no tokenizer on the hot path); only when that is refused is the prompt
+ * counted, and the counted estimate decides. Refused: 402 in OpenRouter's words.
+ */
 export async function openTokenCall(door: BillingDoor, ctx: RequestContext, model: Model, hold: TokenHold): Promise<BilledCall> {
   const amount = (prompt: number) => tokenHoldCost(model, hold, prompt);
   const tokens = await takeTokens(door, ctx, hold);
