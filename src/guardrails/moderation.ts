@@ -7,8 +7,9 @@
  * erroring, answering garbage, or slower than `timeoutMs`) is billed nothing and refuses the
  * call with 503 guardrail_unavailable before any model call, unless the guardrail is
  * `failOpen`: a check that cannot answer never lets a text by unless told to. A check is an
- * upstream call like any other: through the upstream's circuit breaker (an upstream whose
- * circuit is open fails the check at once), timed and traced as a child of the request.
+ * upstream call like any other, through a circuit breaker (the checks' own on that upstream:
+ * once open, a check fails at once instead of waiting out its timeout), timed and traced as a
+ * child of the request.
  */
 import { type BillingDoor, openAmountCall } from '../billing/billed-call.js';
 import { cost, parsePrice } from '../billing/money.js';
@@ -73,10 +74,16 @@ export function createModeration(cfg: ModerationConfig): Moderation {
 
 /** One call of the upstream's /moderations within the timeout: whether any result is flagged. Throws when it cannot tell. */
 async function ask(deps: ModerationDeps, cfg: ModerationConfig, ctx: RequestContext, input: string[]): Promise<boolean> {
+  // The checks keep a circuit of their own: the upstream's models answer on other routes, so
+  // neither's failures (nor successes) decide the other's.
+  const circuit = `moderations@${cfg.upstream}`;
   const abort = new AbortController();
   let timer: NodeJS.Timeout | undefined;
   const timeout = new Promise<never>((_, reject) => {
     timer = setTimeout(() => {
+      // A check that outlived its timeout failed, as a model call the upstream never answered
+      // does (an aborted call is otherwise a client that left, which counts nothing).
+      deps.breaker.failure(circuit, ctx.key.accountId);
       abort.abort();
       reject(new Error(`no answer within ${cfg.timeoutMs} ms`));
     }, cfg.timeoutMs);
@@ -90,7 +97,7 @@ async function ask(deps: ModerationDeps, cfg: ModerationConfig, ctx: RequestCont
         body: JSON.stringify({ model: cfg.model, input }),
         signal: abort.signal,
       };
-      const res = await callUpstream(deps, cfg.upstream, call, ctx.observed.record, ctx.key.accountId);
+      const res = await callUpstream(deps, cfg.upstream, call, ctx.observed.record, ctx.key.accountId, circuit);
       const text = await res.text();
       if (res.status < 200 || res.status >= 300) throw new Error(`the upstream answered ${res.status}`);
       const body = JSON.parse(text) as { results?: unknown };

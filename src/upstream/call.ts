@@ -54,10 +54,15 @@ export async function callUpstream(
   record?: CallRecord,
   /** The account whose request this is (breaker fairness); null for the gateway's own calls. */
   account: string | null = null,
+  /**
+   * The circuit the call counts in: the upstream's own (its models' calls) unless a caller of
+   * another kind keeps its own, so neither's failures or successes decide the other's.
+   */
+  circuit: string = upstreamName,
 ): Promise<UpstreamResponse> {
   const upstream = core.upstreams.get(upstreamName);
   if (!upstream) throw new GatewayError('internal_error', `No upstream named ${upstreamName}.`);
-  const admitted = core.breaker.admit(upstreamName);
+  const admitted = core.breaker.admit(circuit);
   if (!admitted.ok) {
     throw new GatewayError('model_unavailable', 'The model is temporarily unavailable. Try again later.', {
       headers: { 'retry-after': String(admitted.retryAfterS) },
@@ -76,10 +81,10 @@ export async function callUpstream(
     if (call.signal?.aborted) {
       // A probe whose client left taught nothing, but it must end: it counts as failed, so the
       // circuit opens for another cooldown and the next call probes again.
-      if (admitted.probe !== null) core.breaker.failure(upstreamName, account, admitted.probe);
+      if (admitted.probe !== null) core.breaker.failure(circuit, account, admitted.probe);
       throw err;
     }
-    core.breaker.failure(upstreamName, isConnectionFailure(err) ? null : account, admitted.probe);
+    core.breaker.failure(circuit, isConnectionFailure(err) ? null : account, admitted.probe);
     core.log.warn({
       msg: 'upstream failure',
       request_id: call.headers['x-request-id'],
@@ -94,8 +99,8 @@ export async function callUpstream(
   span?.setAttribute('http.response.status_code', res.status);
   if (res.status >= 500) span?.setStatus({ code: SpanStatusCode.ERROR });
   span?.end();
-  if (res.status >= 500) core.breaker.failure(upstreamName, account, admitted.probe);
-  else core.breaker.success(upstreamName, admitted.probe);
+  if (res.status >= 500) core.breaker.failure(circuit, account, admitted.probe);
+  else core.breaker.success(circuit, admitted.probe);
   if (res.status >= 400) errorRedaction.set(res, upstreamKeysRedactor(core.cfg));
   return res;
 }

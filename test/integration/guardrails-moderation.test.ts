@@ -17,17 +17,19 @@ const DOWN = 'acct_mod_down';
 const ERRORING = 'acct_mod_erroring';
 const SLOW = 'acct_mod_slow';
 const OPEN = 'acct_mod_open';
+const [STALL_A, STALL_B, STALL_C] = ['acct_mod_stall_a', 'acct_mod_stall_b', 'acct_mod_stall_c'];
 const PRICE_NANO = 1_500_000n; // 0.0015 USD a check
 
 let up: TestUpstream;
 let mod: TestUpstream;
 let broken: TestUpstream;
 let slow: TestUpstream;
+let stall: TestUpstream;
 let gw: RunningGateway;
-const keys: Record<string, string> = { [DOWN]: testKey(), [ERRORING]: testKey(), [SLOW]: testKey(), [OPEN]: testKey() };
+const keys: Record<string, string> = { [DOWN]: testKey(), [ERRORING]: testKey(), [SLOW]: testKey(), [OPEN]: testKey(), [STALL_A]: testKey(), [STALL_B]: testKey(), [STALL_C]: testKey() };
 
 beforeAll(async () => {
-  [up, mod, broken, slow] = await Promise.all([startTestUpstream(), startTestUpstream(), startTestUpstream(), startTestUpstream()]);
+  [up, mod, broken, slow, stall] = await Promise.all([startTestUpstream(), startTestUpstream(), startTestUpstream(), startTestUpstream(), startTestUpstream()]);
   // Flags any input holding "FLAGME".
   mod.setBehavior({
     kind: 'custom',
@@ -39,7 +41,8 @@ beforeAll(async () => {
   });
   broken.setBehavior({ kind: 'error', status: 500 });
   slow.setBehavior({ kind: 'hang' });
-  const accounts = [DOWN, ERRORING, SLOW, OPEN].map((id) => ({ id, walletUsd: 10 }));
+  stall.setBehavior({ kind: 'hang' });
+  const accounts = [DOWN, ERRORING, SLOW, OPEN, STALL_A, STALL_B, STALL_C].map((id) => ({ id, walletUsd: 10 }));
   const setup = testConfig({ upstreamUrl: up.url, accounts, keys: Object.entries(keys).map(([account, key]) => ({ key, account })) });
   keys[ACCOUNT] = setup.devKey;
   const upstream = (url: string) => ({ baseUrl: url, apiKey: 'sk-moderation-key-0123456789', timeoutMs: 10_000 });
@@ -49,6 +52,7 @@ beforeAll(async () => {
     down: upstream('http://127.0.0.1:1/v1'),
     broken: upstream(broken.url),
     slow: upstream(slow.url),
+    stall: upstream(stall.url),
   };
   const moderation = { kind: 'moderation' as const, model: 'omni-moderation-latest', priceUsd: '0.0015' };
   setup.options.guardrails = [
@@ -57,6 +61,7 @@ beforeAll(async () => {
     { id: 'mod-erroring', ...moderation, upstream: 'broken', accounts: [ERRORING] },
     { id: 'mod-slow', ...moderation, upstream: 'slow', timeoutMs: 300, accounts: [SLOW] },
     { id: 'mod-open', ...moderation, upstream: 'down', failOpen: true, accounts: [OPEN] },
+    { id: 'mod-stall', ...moderation, upstream: 'stall', timeoutMs: 200, accounts: [STALL_A, STALL_B, STALL_C] },
   ];
   setup.options.admin = { tokenSha256: ADMIN_SHA, label: 'ops' };
   gw = await startGateway(setup.options);
@@ -64,7 +69,7 @@ beforeAll(async () => {
 
 afterAll(async () => {
   await gw?.close();
-  await Promise.all([up, mod, broken, slow].map((u) => u?.close()));
+  await Promise.all([up, mod, broken, slow, stall].map((u) => u?.close()));
 });
 
 beforeEach(() => {
@@ -157,20 +162,33 @@ describe('fail closed', () => {
     expect(checks(entries)).toEqual([]);
   });
 
-  it("a check is an upstream call like any other: checks that cannot connect open the moderation upstream's circuit, which then fails them at once", async () => {
-    const breaker = async () => {
+  it("checks that cannot connect count in the checks' own circuit: the upstream's models stay available", async () => {
+    const circuitOf = async (name: string) => {
       const res = await gw.gateway.fetch(new Request('http://gw/admin/v1/upstreams', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }));
       const { data } = (await res.json()) as { data: Array<{ name: string; state: string }> };
-      return data.find((u) => u.name === 'down')?.state;
+      return data.find((u) => u.name === name)?.state;
     };
-    // Five connection failures open a circuit, whoever's calls they were.
-    for (let i = 0; i < 5; i++) expect((await chat(DOWN, 'Hello.')).res.status).toBe(503);
-    expect(await breaker()).toBe('open');
-    const { res, body, entries } = await chat(DOWN, 'Hello.');
+    for (let i = 0; i < 6; i++) expect((await chat(DOWN, 'Hello.')).res.status).toBe(503);
+    // Six connection failures (five open a circuit, whoever's calls they were).
+    expect(await circuitOf('down')).toBe('closed');
+    expect(up.requests).toHaveLength(0);
+  });
+
+  it('a check that times out counts against its circuit: after five, from three accounts, a check fails at once, never reaching the upstream', async () => {
+    const before = stall.requests.length;
+    const accounts = [STALL_A, STALL_B, STALL_C];
+    for (let i = 0; i < 5; i++) {
+      const { res, body } = await chat(accounts[i % 3]!, 'Hello.');
+      expect(res.status).toBe(503);
+      expect(body.error).toMatchObject({ code: 'guardrail_unavailable' });
+    }
+    expect(stall.requests.length - before).toBe(5);
+    const { res, body, entries } = await chat(STALL_A, 'Hello.');
     expect(res.status).toBe(503);
     expect(body.error).toMatchObject({ code: 'guardrail_unavailable' });
-    expect(up.requests).toHaveLength(0);
     expect(entries).toEqual([]);
+    expect(stall.requests.length - before).toBe(5);
+    expect(up.requests).toHaveLength(0);
   });
 });
 
