@@ -193,7 +193,7 @@ export const chatCompletions = textOperation({
         return out;
       },
       events(served, apiKey) {
-        const reader = createChatEvents({ model: served, apiKey, clientWantsUsage });
+        const reader = createChatEvents({ model: served, apiKey, clientWantsUsage, choices: req.n ?? 1 });
         return tools ? withToolCalls(reader, () => tools) : reader;
       },
       answer(answer) {

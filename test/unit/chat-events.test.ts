@@ -119,6 +119,25 @@ describe('chat stream events', () => {
     expect(output.usage).toEqual({ prompt: 3, completion: 2 });
   });
 
+  it('says the content ended once every choice asked for finished (n), on the fast path and the generic one', () => {
+    const chunk = (index: number, content: string, finish: string | null) =>
+      `data: {"id":"c1","model":"m-up","choices":[{"index":${index},"delta":{"content":"${content}"},"finish_reason":${finish === null ? 'null' : `"${finish}"`}}]}\n\n`;
+    for (const lead of ['', ': comment\n\n']) {
+      const model = { id: 'm-up', upstreamModel: 'm-up' };
+      const one = createChatEvents({ model, apiKey: KEY, clientWantsUsage: false });
+      one.push(Buffer.from(lead + chunk(0, 'a', null) + chunk(1, 'b', null)));
+      expect(one.answered).toBe(false);
+      one.push(Buffer.from(chunk(0, '', 'stop')));
+      expect(one.answered, 'n = 1: the first finish ends it').toBe(true);
+      const two = createChatEvents({ model, apiKey: KEY, clientWantsUsage: false, choices: 2 });
+      two.push(Buffer.from(lead + chunk(0, 'a', null) + chunk(1, 'b', null)));
+      two.push(Buffer.from(chunk(0, '', 'stop')));
+      expect(two.answered, 'n = 2: one of two finished').toBe(false);
+      two.push(Buffer.from(chunk(1, 'c', null) + chunk(1, '', 'length')));
+      expect(two.answered, 'n = 2: both finished').toBe(true);
+    }
+  });
+
   it('refuses an error event on either path', () => {
     const body = 'data: {"error":{"message":"boom"}}\n\ndata: [DONE]\n\n';
     for (const input of [body, `: c\n\n${body}`]) {

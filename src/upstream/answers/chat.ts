@@ -13,11 +13,6 @@ export function chatAnswer(body: Record<string, unknown>): AnswerAccount {
   return plainAccount(usageFrom(body.usage), () => choicesOutput(body.choices));
 }
 
-/** Whether a chunk's choices say the answer's content ended (a `finish_reason` came). */
-export function finished(choices: unknown): boolean {
-  return Array.isArray(choices) && choices.some((c) => typeof (c as { finish_reason?: unknown } | null)?.finish_reason === 'string');
-}
-
 /** A chat stream's account, fed each parsed chunk: its choices' output, then its usage report. */
 export class ChatAccount extends RunningAccount {
   read(chunk: Record<string, unknown>): void {

@@ -16,7 +16,6 @@ import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
-import { finished } from '../answers/chat.js';
 
 const encoder = new TextEncoder();
 // Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
@@ -58,6 +57,8 @@ export interface ChatEventsOptions {
   clientWantsUsage: boolean;
   /** Where usage and produced text are recorded for billing. @default a new one */
   output?: StreamOutput;
+  /** The choices asked for (`n`): the content ended once that many finished. @default 1 */
+  choices?: number;
 }
 
 /** The chat stream's reader: `[DONE]` ends the answer. */
@@ -72,8 +73,8 @@ export const errorEvent = (err: GatewayError): Uint8Array =>
     }),
   );
 
-export function createChatEvents({ model, apiKey, clientWantsUsage, output = createStreamOutput() }: ChatEventsOptions): ChatEvents {
-  return new ChatEventReader(model, apiKey, clientWantsUsage, output);
+export function createChatEvents({ model, apiKey, clientWantsUsage, output = createStreamOutput(), choices = 1 }: ChatEventsOptions): ChatEvents {
+  return new ChatEventReader(model, apiKey, clientWantsUsage, output, choices);
 }
 
 class ChatEventReader implements EventReader {
@@ -81,8 +82,10 @@ class ChatEventReader implements EventReader {
   done = false;
   /** True when the frames returned already end with the `[DONE]` event: add none. */
   doneFramed = false;
-  /** True once a choice finished: the usage chunk may still follow. */
+  /** True once every choice asked for finished: the usage chunk may still follow. */
   answered = false;
+  /** The choices that finished so far, by index (a chunk that finishes one is always parsed). */
+  private readonly finished = new Set<number>();
   readonly endFrame = DONE_EVENT;
   /** The generic parser, made at the first event not in canonical form (rare). */
   private parser: SseParser | null = null;
@@ -117,6 +120,7 @@ class ChatEventReader implements EventReader {
     private readonly apiKey: string,
     private readonly clientWantsUsage: boolean,
     private readonly output: StreamOutput,
+    private readonly choices: number,
   ) {
     this.fast = new SseFastPath(marksFor(apiKey));
     this.renames = model.upstreamModel !== model.id;
@@ -231,7 +235,7 @@ class ChatEventReader implements EventReader {
       }
     }
     const chunk = parseChunk(data);
-    if (!this.answered && finished(chunk.choices)) this.answered = true;
+    if (!this.answered) this.noteFinished(chunk.choices);
     const u = usageFrom(chunk.usage);
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     this.output.add(chunk);
@@ -248,6 +252,15 @@ class ChatEventReader implements EventReader {
       return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }
     return data === raw ? AS_IS : frameEvent(data);
+  }
+
+  /** Records the choices a parsed chunk finished: the content ended once all asked for did. */
+  private noteFinished(choices: unknown): void {
+    if (!Array.isArray(choices)) return;
+    choices.forEach((c: { index?: unknown; finish_reason?: unknown } | null, i) => {
+      if (typeof c?.finish_reason === 'string') this.finished.add(typeof c.index === 'number' ? c.index : i);
+    });
+    if (this.finished.size >= this.choices) this.answered = true;
   }
 
   /**
