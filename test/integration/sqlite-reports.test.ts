@@ -121,8 +121,9 @@ describe('admin reports on a long SQLite ledger', () => {
     });
     check(body);
     console.log(`${_what}: ${Math.round(r.totalMs)} ms in all; longest event-loop gap ${Math.round(r.maxGapMs)} ms; slowest /health ${Math.round(r.slowestHealthMs)} ms`);
-    // The report is long (a stall would be as long); no request waits more than a few pages.
-    expect(r.totalMs).toBeGreaterThan(4 * MAX_PAUSE_MS);
+    // The report is long: a stall would be as long, at least twice the longest pause allowed (a
+    // faster host runs these in about a second). No request waits more than a few pages.
+    expect(r.totalMs).toBeGreaterThan(2 * MAX_PAUSE_MS);
     expect(r.maxGapMs).toBeLessThan(pauseBound(r.totalMs));
     expect(r.slowestHealthMs).toBeLessThan(pauseBound(r.totalMs));
   }, 120_000);
