@@ -51,6 +51,12 @@ export interface BatchRecord {
   /** The upstream batch that runs it (an upstream with a Batch API), once created. */
   upstream: string | null;
   upstreamBatchId: string | null;
+  /**
+   * When (unix ms) an instance began creating the upstream batch (absent or null: none did).
+   * One that adopts a batch with this set and no `upstreamBatchId` first looks for the upstream
+   * batch its owner created and died before recording, by its tag, rather than create another.
+   */
+  upstreamSubmittedAt?: number | null;
   /** The instance running the batch, and until when (unix ms) it counts as running it. */
   owner: string | null;
   ownerUntil: number;

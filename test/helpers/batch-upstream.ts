@@ -5,7 +5,8 @@
  * A finished batch answers every line as a chat completion (or an embeddings list) with usage
  * prompt 11 / completion 7, and a line whose body names `fail_me` with a 400 in the error file.
  * It also answers a plain `POST /chat/completions` (the lines a gateway runs itself), echoing
- * the last message, and can fail the next reads of a file's content with a 500.
+ * the last message, lists its batches (`GET /batches`, newest first, paged), can fail the next
+ * reads of a file's content with a 500, and can leave a batch's creation unanswered.
  */
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
@@ -18,6 +19,9 @@ interface UpBatch {
   endpoint: string;
   output_file_id: string | null;
   error_file_id: string | null;
+  metadata: Record<string, string> | null;
+  /** Unix seconds. */
+  created_at: number;
 }
 
 export interface BatchUpstream {
@@ -34,6 +38,8 @@ export interface BatchUpstream {
   failContentReads: number;
   /** While set, a file upload is refused with a 401 carrying this message (as a provider echoes a wrong key). */
   refuseUploads: string | null;
+  /** While set, a batch is created but the answer to its create never comes (its creator may die first). */
+  holdCreates: boolean;
   /** The bodies of the plain chat completions it answered. */
   chats: Record<string, unknown>[];
   close(): Promise<void>;
@@ -82,6 +88,7 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     autoFinish: false,
     failContentReads: 0,
     refuseUploads: null,
+    holdCreates: false,
     chats: [],
     finish() {
       for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
@@ -129,11 +136,30 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
       return send(200, { id: id('chatcmpl-'), object: 'chat.completion', created: 1, model: p.model, choices: [{ index: 0, message: { role: 'assistant', content }, finish_reason: 'stop' }], usage: { prompt_tokens: 11, completion_tokens: 7, total_tokens: 18 } });
     }
     if (req.method === 'POST' && path === '/batches') {
-      const p = JSON.parse(body.toString()) as { input_file_id: string; endpoint: string };
+      const p = JSON.parse(body.toString()) as { input_file_id: string; endpoint: string; metadata?: Record<string, string> };
       if (!files.has(p.input_file_id)) return send(400, { error: { message: 'no such file' } });
-      const b: UpBatch = { id: id('batch_up_'), status: 'in_progress', input_file_id: p.input_file_id, endpoint: p.endpoint, output_file_id: null, error_file_id: null };
+      const b: UpBatch = {
+        id: id('batch_up_'),
+        status: 'in_progress',
+        input_file_id: p.input_file_id,
+        endpoint: p.endpoint,
+        output_file_id: null,
+        error_file_id: null,
+        metadata: p.metadata ?? null,
+        created_at: Math.floor(Date.now() / 1000),
+      };
       batches.push(b);
+      if (up.holdCreates) return;
       return send(200, { object: 'batch', ...b });
+    }
+    if (req.method === 'GET' && path.startsWith('/batches?')) {
+      // Newest first, `limit` a page, `after` the last id of the page before.
+      const q = new URLSearchParams(path.slice('/batches?'.length));
+      const all = [...batches].reverse();
+      const after = q.get('after');
+      const from = after === null ? 0 : all.findIndex((x) => x.id === after) + 1;
+      const page = all.slice(from, from + Number(q.get('limit') ?? 20));
+      return send(200, { object: 'list', data: page.map((x) => ({ object: 'batch', ...x })), has_more: from + page.length < all.length });
     }
     if ((m = /^\/batches\/([^/]+)(\/cancel)?$/.exec(path))) {
       const b = batches.find((x) => x.id === decodeURIComponent(m![1]!));

@@ -3,6 +3,8 @@
  * CLI, a child process on a SQLite file) is killed mid-batch with lines in flight; a new
  * process adopts the batch once its owner stopped renewing it, runs the lines not recorded
  * (those in flight run again), and every line is billed exactly once; the audit is clean.
+ * On an upstream with a Batch API, a process killed after the upstream created the batch but
+ * before the process recorded it leaves one upstream batch, not two: the next finds it by its tag.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -15,6 +17,7 @@ import { createStores } from '../../src/stores/from-storage.js';
 import { chargesOf } from '../helpers/billing.js';
 import { eventually, testKey } from '../helpers/gateway.js';
 import { runCli, startGatewayProcess, writeConfig } from '../helpers/processes.js';
+import { startBatchUpstream } from '../helpers/batch-upstream.js';
 import { startTestUpstream } from '../helpers/upstream.js';
 
 const MODEL = 'test/chat';
@@ -84,6 +87,69 @@ describe('a batch and kill -9', () => {
       for (const e of charges) expect(e.cost).toBe(LINE_COST);
       const wallet = await stores.billing.wallet(ACCOUNT);
       expect(wallet).toEqual({ balance: parsePrice('100') / 1000n - 8n * LINE_COST, held: 0n });
+      expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+    } finally {
+      await stores.close();
+    }
+  }, 90_000);
+});
+
+describe('an upstream batch and kill -9', () => {
+  it('a process killed before it recorded the upstream batch it created leaves that one batch to the next, billed once', async () => {
+    const up = await startBatchUpstream();
+    // The upstream creates the batch, but its answer never reaches the first process.
+    up.holdCreates = true;
+    const key = testKey();
+    const path = join(dir, 'gateway-upstream-batch.db');
+    const file = writeConfig({
+      upstreams: { test: { baseUrl: up.url, apiKey: 'upstream-key', timeoutMs: 60_000, batch: true } },
+      models: [{ id: MODEL, upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002', batch: { prompt: '0.0000005', completion: '0.000001' } } }],
+      accounts: [{ id: ACCOUNT, walletUsd: 100 }],
+      keys: [{ key, account: ACCOUNT }],
+      limits: { keyRequestsPerMinute: 100_000, ipRequestsPerMinute: 100_000, inFlightLeaseTtlMs: 1_000, jobPollIntervalMs: 50 },
+      storage: { driver: 'sqlite', path },
+      settleJournalDir: join(dir, 'journal-upstream-batch'),
+    });
+    const first = await startGatewayProcess(file);
+    let second: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
+    try {
+      const a = new OpenAI({ apiKey: key, baseURL: first.baseURL, maxRetries: 0 });
+      const lines = ['u1', 'u2', 'u3'].map((id) =>
+        JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
+      );
+      const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
+      const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      await eventually(() => up.batches.length === 1, 'the upstream batch created');
+      expect(up.batches[0]!.metadata).toEqual({ model_gateway_batch_id: batch.id });
+      await first.kill('SIGKILL');
+      // Others' batches came since, more than a page of the listing: it is searched past them.
+      for (let i = 0; i < 150; i++) {
+        up.batches.push({ ...up.batches[0]!, id: `batch_other_${i}`, status: 'completed', metadata: i % 2 ? null : { model_gateway_batch_id: `batch_${i}` } });
+      }
+      up.holdCreates = false;
+      up.autoFinish = true;
+
+      second = await startGatewayProcess(file);
+      const b = new OpenAI({ apiKey: key, baseURL: second.baseURL, maxRetries: 0 });
+      await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second process', 20_000);
+      const done = await b.batches.retrieve(batch.id);
+      expect(done.request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
+      // One upstream batch ran the lines: the second process found the first's by its tag.
+      expect(up.batches.filter((x) => !x.id.startsWith('batch_other_'))).toHaveLength(1);
+      expect(up.calls.filter((c) => c === 'POST /batches')).toHaveLength(1);
+      expect(up.calls.filter((c) => c.startsWith('GET /batches?'))).toHaveLength(2);
+      const output = (await (await b.files.content(done.output_file_id!)).text()).trim().split('\n');
+      expect(output.map((l) => JSON.parse(l).custom_id)).toEqual(['u1', 'u2', 'u3']);
+    } finally {
+      await second?.kill();
+      await first.kill('SIGKILL');
+      await up.close();
+    }
+    const stores = await createStores({ driver: 'sqlite', path });
+    try {
+      const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => /:u\d$/.test(e.id));
+      expect(charges.map((e) => e.cost)).toEqual([LINE_COST, LINE_COST, LINE_COST]);
+      expect(await stores.billing.wallet(ACCOUNT)).toEqual({ balance: parsePrice('100') / 1000n - 3n * LINE_COST, held: 0n });
       expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
     } finally {
       await stores.close();

@@ -4,7 +4,9 @@
  * brand and knowledge injected, the held output cap), one upstream batch, polled like a video
  * job; its output read back, each answered line billed by the one settle rule at the batch
  * price under its charge id, and rewritten to the gateway's model names and ids. The upstream
- * batch's id is kept in the record, so an instance that adopts the batch polls the same one.
+ * batch's id is kept in the record, so an instance that adopts the batch polls the same one;
+ * the upstream batch is tagged with the gateway batch's id, so one whose creator died before
+ * recording its id is found and polled too.
  */
 import { lineCall } from '../../billing/batch.js';
 import { plainAccount } from '../../billing/answer.js';
@@ -47,6 +49,39 @@ async function send(core: Services, upstream: string, batchId: string, method: '
 
 const jsonBody = (v: unknown) => ({ bytes: new TextEncoder().encode(JSON.stringify(v)), type: 'application/json' });
 
+/** The metadata key an upstream batch carries, naming the gateway batch it runs. */
+const TAG = 'model_gateway_batch_id';
+/** How far back the upstream's batches are searched for one an instance died creating. */
+const MAX_LIST_PAGES = 50;
+/** Upstream clocks differ from ours: a batch listed this much older than ours may still be its. */
+const CLOCK_SLACK_S = 3_600;
+
+/**
+ * The upstream batch an instance created for `b` and died before recording, found by its tag
+ * among the upstream's batches (listed newest first, back to `b`'s creation); null if none. A
+ * listing that fails counts as none found: the batch is then created again, as before the tag.
+ */
+async function findSubmitted(core: Services, b: BatchRecord): Promise<string | null> {
+  let after: string | null = null;
+  try {
+    for (let page = 0; page < MAX_LIST_PAGES; page++) {
+      const query: string = after === null ? '?limit=100' : `?limit=100&after=${encodeURIComponent(after)}`;
+      const list = JSON.parse(await send(core, b.upstream!, b.id, 'GET', `/batches${query}`)) as { data?: unknown; has_more?: unknown };
+      const data = (Array.isArray(list.data) ? list.data : []) as { id?: unknown; created_at?: unknown; metadata?: Record<string, unknown> | null }[];
+      const mine = data.find((x) => x?.metadata?.[TAG] === b.id && typeof x.id === 'string');
+      if (mine) return mine.id as string;
+      const last = data.at(-1);
+      if (list.has_more !== true || typeof last?.id !== 'string') return null;
+      // Past the gateway batch's creation: every batch further down is older still.
+      if (typeof last.created_at === 'number' && last.created_at < b.createdAt - CLOCK_SLACK_S) return null;
+      after = last.id;
+    }
+  } catch (err) {
+    core.log.warn({ msg: 'listing the upstream batches failed; the batch is created again', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
+  }
+  return null;
+}
+
 /** Uploads the rewritten input and creates the upstream batch; returns its id. */
 async function submit(core: Services, b: BatchRecord, lines: BatchInputLine[], plans: Map<string, Plan>): Promise<string> {
   const upstream = b.upstream!;
@@ -60,7 +95,9 @@ async function submit(core: Services, b: BatchRecord, lines: BatchInputLine[], p
   const form = await encodeMultipart({ purpose: 'batch' }, [{ name: 'file', filename: `${b.id}.jsonl`, contentType: 'application/jsonl', data: new TextEncoder().encode(`${text}\n`) }]);
   const file = JSON.parse(await send(core, upstream, b.id, 'POST', '/files', { bytes: form.body, type: form.contentType })) as { id?: unknown };
   if (typeof file.id !== 'string') throw new Error('the upstream answered its file upload without an id');
-  const created = JSON.parse(await send(core, upstream, b.id, 'POST', '/batches', jsonBody({ input_file_id: file.id, endpoint: b.endpoint, completion_window: '24h' }))) as { id?: unknown };
+  const created = JSON.parse(
+    await send(core, upstream, b.id, 'POST', '/batches', jsonBody({ input_file_id: file.id, endpoint: b.endpoint, completion_window: '24h', metadata: { [TAG]: b.id } })),
+  ) as { id?: unknown };
   if (typeof created.id !== 'string') throw new Error('the upstream created its batch without an id');
   return created.id;
 }
@@ -123,8 +160,16 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   }
   let b = run.batch;
   if (!b.upstreamBatchId) {
-    const upstreamId = await submit(core, b, lines, plans);
-    b = (await changeBatch(core.stores.batches, b, (x) => ({ ...x, upstreamBatchId: upstreamId }))) ?? b;
+    // An owner that died between creating the upstream batch and recording its id left the
+    // mark: that batch is found by its tag, not created (and paid for upstream) a second time.
+    let upstreamId = b.upstreamSubmittedAt ? await findSubmitted(core, b) : null;
+    if (upstreamId === null) {
+      b = (await changeBatch(core.stores.batches, b, (x) => ({ ...x, upstreamSubmittedAt: core.now() }))) ?? b;
+      run.seen(b);
+      upstreamId = await submit(core, b, lines, plans);
+    }
+    const id = upstreamId;
+    b = (await changeBatch(core.stores.batches, b, (x) => ({ ...x, upstreamBatchId: id }))) ?? b;
     run.seen(b);
   }
   const upstreamId = b.upstreamBatchId!;
