@@ -61,9 +61,12 @@ export function createModeration(cfg: ModerationConfig): Moderation {
         await releaseCall(call);
         deps.log.warn({ msg: 'moderation guardrail could not answer', guardrail: cfg.id, request_id: ctx.requestId, fail_open: cfg.failOpen, err: (err as Error).message });
         if (cfg.failOpen) return false;
+        // An open circuit knows when a check may answer again: the client is told, as for a model.
+        const retryAfter = err instanceof GatewayError ? err.headers['retry-after'] : undefined;
         throw new GatewayError('guardrail_unavailable', `The guardrail "${cfg.id}" could not check the ${on === 'input' ? 'request; it was not sent' : 'answer; it was withheld'}.`, {
           metadata: { guardrail: cfg.id },
           cause: err,
+          ...(retryAfter ? { headers: { 'retry-after': retryAfter } } : {}),
         });
       }
       await settleGuardrailCheck(call, cfg.id, pricePico, cfg.upstream);

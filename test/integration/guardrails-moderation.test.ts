@@ -186,6 +186,9 @@ describe('fail closed', () => {
     const { res, body, entries } = await chat(STALL_A, 'Hello.');
     expect(res.status).toBe(503);
     expect(body.error).toMatchObject({ code: 'guardrail_unavailable' });
+    // The open circuit says when a check may answer again, as an unavailable model does.
+    const retryAfter = Number(res.headers.get('retry-after'));
+    expect(Number.isInteger(retryAfter) && retryAfter >= 1).toBe(true);
     expect(entries).toEqual([]);
     expect(stall.requests.length - before).toBe(5);
     expect(up.requests).toHaveLength(0);
