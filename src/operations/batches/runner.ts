@@ -7,7 +7,7 @@
  * A cancel is seen within a second (the running instance re-reads the record that often, and
  * at once when the cancel reached it); the lines already running finish and are billed.
  */
-import { releaseBatchLines } from '../../billing/batch.js';
+import { heldLines, releaseBatchLines } from '../../billing/batch.js';
 import type { BatchRunner } from '../../jobs/batches.js';
 import type { Services } from '../../services.js';
 import type { BatchRecord } from '../../stores/types.js';
@@ -61,7 +61,8 @@ export function createBatchRunner(core: Services): BatchRunner {
     const [key, input] = await Promise.all([stores.keys.get(batch.keyId), stores.batches.fileContent(batch.accountId, batch.inputFileId)]);
     const lines = input ? readBatchInput(input, batch.endpoint) : [];
     // Known before any way out: when the batch is over, what its unrun lines hold is released.
-    if (input) e.customIds = lines.map((l) => l.customId);
+    // Without its input (deleted while the batch ran) the lines are found by their holds.
+    e.customIds = input ? lines.map((l) => l.customId) : await heldLines(stores.billing, batch);
     // A batch whose key is gone or disabled runs no more lines (as the key could make no more calls).
     if (!key || key.disabled || !input) {
       const [code, message] = !key

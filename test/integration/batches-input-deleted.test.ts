@@ -1,0 +1,57 @@
+/**
+ * A batch whose input file was deleted while it ran, adopted by another instance: it cannot
+ * run its lines (it no longer knows them), so it fails, and what its lines still held is
+ * released at once, found by their holds, rather than kept from the wallet for the rest of
+ * its 24-hour window.
+ */
+import OpenAI, { toFile } from 'openai';
+import { afterAll, describe, expect, it } from 'vitest';
+import { auditBooks } from '../../src/billing/audit.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+const running: (RunningGateway | TestUpstream)[] = [];
+afterAll(async () => {
+  for (const x of running.reverse()) await x.close();
+});
+
+describe('a batch whose input file is gone when it is adopted', () => {
+  it('fails, and every hold of its lines is released', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    // Each line takes a while: the first instance stops with one line answered, the others unrun.
+    up.setBehavior({
+      kind: 'custom',
+      async handle(_req, res) {
+        await new Promise((r) => setTimeout(r, 300));
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ id: 'chatcmpl-1', object: 'chat.completion', created: 1, model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: 'ok' }, finish_reason: 'stop' }], usage: { prompt_tokens: 5, completion_tokens: 1, total_tokens: 6 } }));
+      },
+    });
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 1, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
+    const first = await startGateway(setup.options);
+    const stores = first.stores;
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const lines = ['d1', 'd2', 'd3'].map((id) =>
+      JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
+    );
+    const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
+    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await up.waitForRequests(1);
+    // The first instance stops (its line in flight finishes, the batch is left to the next), and
+    // the input file is deleted.
+    await first.close();
+    expect(await stores.billing.openHolds(ACCOUNT)).toBeGreaterThanOrEqual(2);
+    expect(await stores.batches.deleteFile(ACCOUNT, input.id)).toBe(true);
+
+    const second = await startGateway({ ...setup.options, stores });
+    running.push(second);
+    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
+    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'failed', 'failed by the second instance', 10_000);
+    const done = await b.batches.retrieve(batch.id);
+    expect(done.errors?.data?.[0]).toMatchObject({ code: 'input_file_deleted' });
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 5_000);
+    expect((await stores.billing.wallet(ACCOUNT)).held).toBe(0n);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 30_000);
+});
