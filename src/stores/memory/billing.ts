@@ -18,6 +18,7 @@ import type {
 } from '../types.js';
 import type { MemoryLimits } from './limits.js';
 import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
+import { type AccountHolds, drop, heldBy, type Hold } from './holds.js';
 import { createRecentIds } from './recent-ids.js';
 import { spendPeriods } from '../spend-periods.js';
 import { createSweeper } from './sweep.js';
@@ -25,23 +26,6 @@ import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 /** Wallet balances by account id. */
 export type Balances = Map<string, bigint>;
-
-interface Hold {
-  keyId: string;
-  amount: bigint;
-  /** The month the hold was checked against; its settlement counts towards that month. */
-  month: string;
-  expiresAt: number;
-}
-
-interface AccountHolds {
-  byId: Map<string, Hold>;
-  /** Sum of the open holds' amounts, and per key. */
-  total: bigint;
-  byKey: Map<string, bigint>;
-  /** The earliest expiry among the open holds (Infinity when unknown to be sooner). */
-  nextExpiry: number;
-}
 
 interface KeySpend {
   total: bigint;
@@ -53,19 +37,6 @@ const SWEEP_INTERVAL_MS = 60_000;
 const CLOSED_TTL_MS = 24 * 60 * 60 * 1000;
 /** At most this many closed hold ids are remembered; the oldest are forgotten first. */
 const CLOSED_MAX = 200_000;
-
-function drop(mine: AccountHolds, holdId: string, hold: Hold): void {
-  mine.byId.delete(holdId);
-  mine.total -= hold.amount;
-  const k = (mine.byKey.get(hold.keyId) ?? 0n) - hold.amount;
-  if (k === 0n) mine.byKey.delete(hold.keyId);
-  else mine.byKey.set(hold.keyId, k);
-}
-
-function heldBy(mine: AccountHolds | undefined, keyId?: string): bigint {
-  if (!mine) return 0n;
-  return keyId === undefined ? mine.total : (mine.byKey.get(keyId) ?? 0n);
-}
 
 /**
  * Billing in one process. Every method does all its reads and writes synchronously (no await

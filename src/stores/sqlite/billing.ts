@@ -21,46 +21,11 @@ import type {
   WindowHit,
 } from '../types.js';
 import { big, num, type SqliteContext } from './connection.js';
+import { LEDGER_COLUMNS, ledgerEntry, type LedgerRow } from './ledger-rows.js';
 import type { SqliteLimits } from './limits.js';
 import { prepareCredit } from './credit.js';
 import { spendPeriods } from '../spend-periods.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
-
-interface LedgerRow {
-  seq: bigint;
-  id: string;
-  account_id: string;
-  key_id: string;
-  model: string;
-  units: string;
-  cost: bigint;
-  held: bigint;
-  exceeded_hold: bigint;
-  measured: Measurement | null;
-  upstream: string | null;
-  prices: string | null;
-  at: bigint;
-}
-
-export const LEDGER_COLUMNS = 'seq, id, account_id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, prices, at';
-
-export function ledgerEntry(r: LedgerRow): LedgerEntry {
-  const e: LedgerEntry = {
-    id: r.id,
-    accountId: r.account_id,
-    keyId: r.key_id,
-    model: r.model,
-    units: JSON.parse(r.units) as LedgerUnits,
-    cost: big(r.cost),
-    held: big(r.held),
-    exceededHold: num(r.exceeded_hold) === 1,
-    measured: r.measured,
-    at: num(r.at),
-  };
-  if (r.upstream !== null) e.upstream = r.upstream;
-  if (r.prices !== null) e.prices = JSON.parse(r.prices) as UnitPrices;
-  return e;
-}
 
 /** The first two facts a hold decides on: the hold id's own row's expiry, and the balance. */
 const OWN_HOLD_AND_BALANCE = `(SELECT expires_at FROM holds WHERE account_id = @account AND hold_id = @hold),
