@@ -40,6 +40,8 @@ export interface BatchUpstream {
   refuseUploads: string | null;
   /** While set, a batch is created but the answer to its create never comes (its creator may die first). */
   holdCreates: boolean;
+  /** How many of the next listings of its batches answer 500. */
+  failLists: number;
   /** The bodies of the plain chat completions it answered. */
   chats: Record<string, unknown>[];
   close(): Promise<void>;
@@ -89,6 +91,7 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     failContentReads: 0,
     refuseUploads: null,
     holdCreates: false,
+    failLists: 0,
     chats: [],
     finish() {
       for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
@@ -153,6 +156,10 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
       return send(200, { object: 'batch', ...b });
     }
     if (req.method === 'GET' && path.startsWith('/batches?')) {
+      if (up.failLists > 0) {
+        up.failLists--;
+        return send(500, { error: { message: 'try again' } });
+      }
       // Newest first, `limit` a page, `after` the last id of the page before.
       const q = new URLSearchParams(path.slice('/batches?'.length));
       const all = [...batches].reverse();

@@ -4,7 +4,8 @@
  * process adopts the batch once its owner stopped renewing it, runs the lines not recorded
  * (those in flight run again), and every line is billed exactly once; the audit is clean.
  * On an upstream with a Batch API, a process killed after the upstream created the batch but
- * before the process recorded it leaves one upstream batch, not two: the next finds it by its tag.
+ * before the process recorded it leaves one upstream batch, not two: the next finds it by its tag,
+ * trying again when the upstream's listing fails.
  */
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -128,6 +129,8 @@ describe('an upstream batch and kill -9', () => {
       }
       up.holdCreates = false;
       up.autoFinish = true;
+      // The first listings fail: the next process tries again rather than create a second batch.
+      up.failLists = 2;
 
       second = await startGatewayProcess(file);
       const b = new OpenAI({ apiKey: key, baseURL: second.baseURL, maxRetries: 0 });
@@ -137,7 +140,7 @@ describe('an upstream batch and kill -9', () => {
       // One upstream batch ran the lines: the second process found the first's by its tag.
       expect(up.batches.filter((x) => !x.id.startsWith('batch_other_'))).toHaveLength(1);
       expect(up.calls.filter((c) => c === 'POST /batches')).toHaveLength(1);
-      expect(up.calls.filter((c) => c.startsWith('GET /batches?'))).toHaveLength(2);
+      expect(up.calls.filter((c) => c.startsWith('GET /batches?'))).toHaveLength(4);
       const output = (await (await b.files.content(done.output_file_id!)).text()).trim().split('\n');
       expect(output.map((l) => JSON.parse(l).custom_id)).toEqual(['u1', 'u2', 'u3']);
     } finally {

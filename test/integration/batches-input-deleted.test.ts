@@ -2,15 +2,16 @@
  * A batch whose input file was deleted while it ran, adopted by another instance: it cannot
  * run its lines (it no longer knows them), so it fails, and what its lines still held is
  * released at once, found by their holds, rather than kept from the wallet for the rest of
- * its 24-hour window.
+ * its 24-hour window. An upstream batch running it is cancelled: nobody would read its answers.
  */
 import OpenAI, { toFile } from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
-import { ACCOUNT, eventually, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
-const running: (RunningGateway | TestUpstream)[] = [];
+const running: (RunningGateway | TestUpstream | BatchUpstream)[] = [];
 afterAll(async () => {
   for (const x of running.reverse()) await x.close();
 });
@@ -52,6 +53,31 @@ describe('a batch whose input file is gone when it is adopted', () => {
     expect(done.errors?.data?.[0]).toMatchObject({ code: 'input_file_deleted' });
     await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 5_000);
     expect((await stores.billing.wallet(ACCOUNT)).held).toBe(0n);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 30_000);
+
+  it('running as an upstream batch: the upstream batch is cancelled too', async () => {
+    const up = await startBatchUpstream();
+    running.push(up);
+    const setup = testConfig({ limits: { inFlightLeaseTtlMs: 300, jobPollIntervalMs: 20 }, shutdownGraceMs: 200 });
+    setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
+    const first = await startGateway(setup.options);
+    const stores = first.stores;
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const line = (id: string) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } });
+    const input = await a.files.create({ file: await toFile(Buffer.from([line('e1'), line('e2')].join('\n')), 'in.jsonl'), purpose: 'batch' });
+    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await eventually(async () => (await stores.batches.getBatch(ACCOUNT, batch.id))?.upstreamBatchId != null, 'the upstream batch recorded');
+    await first.close();
+    expect(await stores.batches.deleteFile(ACCOUNT, input.id)).toBe(true);
+
+    const second = await startGateway({ ...setup.options, stores });
+    running.push(second);
+    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
+    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'failed', 'failed by the second instance', 10_000);
+    expect(up.calls).toContain(`POST /batches/${up.batches[0]!.id}/cancel`);
+    expect(up.batches.map((x) => x.status)).toEqual(['cancelled']);
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 5_000);
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 30_000);
 });

@@ -15,7 +15,7 @@ import { changeBatch } from './change.js';
 import { finishBatch, notRunLine } from './finish.js';
 import { readBatchInput } from './input.js';
 import { runLines } from './local.js';
-import { runUpstreamBatch } from './upstream.js';
+import { abandonUpstreamBatch, runUpstreamBatch } from './upstream.js';
 
 /** How often a running batch's record is read again (a cancel from another instance). */
 const LOOK_MS = 500;
@@ -62,9 +62,16 @@ export function createBatchRunner(core: Services): BatchRunner {
     const lines = input ? readBatchInput(input, batch.endpoint) : [];
     // Known before any way out: when the batch is over, what its unrun lines hold is released.
     // Without its input (deleted while the batch ran) the lines are found by their holds.
-    e.customIds = input ? lines.map((l) => l.customId) : await heldLines(stores.billing, batch);
+    e.customIds = input
+      ? lines.map((l) => l.customId)
+      : await heldLines(stores.billing, batch).catch((err: unknown) => {
+          log.warn({ msg: 'the holds of a batch without its input could not be read; they lapse on their own', batch_id: batch.id, err });
+          return [];
+        });
     // A batch whose key is gone or disabled runs no more lines (as the key could make no more calls).
     if (!key || key.disabled || !input) {
+      // An upstream batch running it is cancelled: nobody will read (and bill) its answers.
+      await abandonUpstreamBatch(core, batch);
       const [code, message] = !key
         ? ['key_deleted', 'The key that created the batch was deleted.']
         : key.disabled

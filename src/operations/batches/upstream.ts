@@ -56,12 +56,15 @@ const MAX_LIST_PAGES = 50;
 /** Upstream clocks differ from ours: a batch listed this much older than ours may still be its. */
 const CLOCK_SLACK_S = 3_600;
 
+/** How many times a listing that fails is tried (a poll interval apart) before the batch is created anyway. */
+const LIST_TRIES = 5;
+
 /**
  * The upstream batch an instance created for `b` and died before recording, found by its tag
- * among the upstream's batches (listed newest first, back to `b`'s creation); null if none. A
- * listing that fails counts as none found: the batch is then created again, as before the tag.
+ * among the upstream's batches (listed newest first, back to `b`'s creation): its id, null when
+ * there is none, undefined when the listing could not tell (it failed, or ran past its pages).
  */
-async function findSubmitted(core: Services, b: BatchRecord): Promise<string | null> {
+async function findSubmitted(core: Services, b: BatchRecord): Promise<string | null | undefined> {
   let after: string | null = null;
   try {
     for (let page = 0; page < MAX_LIST_PAGES; page++) {
@@ -76,10 +79,56 @@ async function findSubmitted(core: Services, b: BatchRecord): Promise<string | n
       if (typeof last.created_at === 'number' && last.created_at < b.createdAt - CLOCK_SLACK_S) return null;
       after = last.id;
     }
+    core.log.warn({ msg: `the upstream's batches were listed ${MAX_LIST_PAGES} pages back without reaching this batch's creation`, batch_id: b.id });
   } catch (err) {
-    core.log.warn({ msg: 'listing the upstream batches failed; the batch is created again', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
+    core.log.warn({ msg: 'listing the upstream batches failed', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
   }
-  return null;
+  return undefined;
+}
+
+/**
+ * The record with its upstream batch: the one recorded, the one an owner that died created
+ * (found by its tag), or a new one. A listing that cannot tell is tried again a few times, then
+ * the batch is created (an upstream without a listing would otherwise never run it). Two
+ * instances that both created one keep the one recorded first; the other is cancelled.
+ */
+async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchInputLine[], plans: Map<string, Plan>): Promise<BatchRecord | null> {
+  let b = run.batch;
+  if (b.upstreamBatchId) return b;
+  let found: string | null | undefined = null;
+  for (let tries = 0; b.upstreamSubmittedAt && tries < LIST_TRIES; tries++) {
+    found = await findSubmitted(core, b);
+    if (found !== undefined) break;
+    await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+    if (core.shutdown.aborted) return null;
+  }
+  let id = found ?? null;
+  if (id === null) {
+    b = (await changeBatch(core.stores.batches, b, (x) => (x.upstreamBatchId ? null : { ...x, upstreamSubmittedAt: core.now() }))) ?? b;
+    run.seen(b);
+    if (b.upstreamBatchId) return b;
+    id = await submit(core, b, lines, plans);
+  }
+  const mine = id;
+  b = (await changeBatch(core.stores.batches, b, (x) => (x.upstreamBatchId ? null : { ...x, upstreamBatchId: mine }))) ?? b;
+  run.seen(b);
+  if (b.upstreamBatchId && b.upstreamBatchId !== mine) {
+    // Another instance recorded its own meanwhile (this one's lease lapsed while it created).
+    await cancelUpstream(core, b, mine);
+  }
+  return b;
+}
+
+/** Asks the upstream to cancel one of its batches (logged when it cannot). */
+async function cancelUpstream(core: Services, b: BatchRecord, upstreamId: string): Promise<void> {
+  await send(core, b.upstream!, b.id, 'POST', `/batches/${encodeURIComponent(upstreamId)}/cancel`).catch((err: unknown) =>
+    core.log.warn({ msg: 'cancelling an upstream batch failed', batch_id: b.id, upstream_batch_id: upstreamId, err: err instanceof Error ? err.message : String(err) }),
+  );
+}
+
+/** Cancels the upstream batch of a gateway batch that ends without reading it (its input is gone). */
+export async function abandonUpstreamBatch(core: Services, b: BatchRecord): Promise<void> {
+  if (b.upstream && b.upstreamBatchId) await cancelUpstream(core, b, b.upstreamBatchId);
 }
 
 /** Uploads the rewritten input and creates the upstream batch; returns its id. */
@@ -158,25 +207,16 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
     plans.set(l.customId, await op.plan(core, lineContext(key, run.batch.endpoint, `${run.batch.id}:${l.line}`, l.body), l.body));
     lineOf.set(l.customId, l.line);
   }
-  let b = run.batch;
-  if (!b.upstreamBatchId) {
-    // An owner that died between creating the upstream batch and recording its id left the
-    // mark: that batch is found by its tag, not created (and paid for upstream) a second time.
-    let upstreamId = b.upstreamSubmittedAt ? await findSubmitted(core, b) : null;
-    if (upstreamId === null) {
-      b = (await changeBatch(core.stores.batches, b, (x) => ({ ...x, upstreamSubmittedAt: core.now() }))) ?? b;
-      run.seen(b);
-      upstreamId = await submit(core, b, lines, plans);
-    }
-    const id = upstreamId;
-    b = (await changeBatch(core.stores.batches, b, (x) => ({ ...x, upstreamBatchId: id }))) ?? b;
-    run.seen(b);
-  }
+  // An owner that died between creating the upstream batch and recording its id left a mark:
+  // that batch is found by its tag, not created (and paid for upstream) a second time.
+  const withBatch = await withUpstreamBatch(core, run, lines, plans);
+  if (!withBatch) return;
+  let b = withBatch;
   const upstreamId = b.upstreamBatchId!;
   let cancelSent = false;
   while (!core.shutdown.aborted) {
     if (!cancelSent && (await run.stopping()) && !core.shutdown.aborted) {
-      await send(core, b.upstream!, b.id, 'POST', `/batches/${encodeURIComponent(upstreamId)}/cancel`).catch((err: unknown) => core.log.warn({ msg: 'cancelling an upstream batch failed', batch_id: b.id, err }));
+      await cancelUpstream(core, b, upstreamId);
       cancelSent = true;
     }
     let up: Record<string, unknown>;
