@@ -78,21 +78,48 @@ export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId:
   );
 }
 
+/** A line's billing door, and whether its call settled (billed or released) its hold. */
+export interface LineDoor extends BillingDoor {
+  settled(): boolean;
+}
+
 /**
  * The billing door a line of `batch` runs through: its call settles the line's own hold (at
  * the model's batch price, to the key that created the batch) instead of placing one, and is
  * not counted against the key's per-minute limits. Everything else about the call is the
  * ordinary path's.
+ *
+ * A line `cut` (this instance stops, its grace period over) settles nothing from then on: its
+ * hold stays open, and the instance that adopts the batch runs the line again and settles it
+ * then. Settled as cut (a client that left), the hold would close, and the re-run would be
+ * charged nothing.
  */
-export function lineDoor(door: BillingDoor, batch: BatchRef, customId: string): BillingDoor {
+export function lineDoor(door: BillingDoor, batch: BatchRef, customId: string, cut?: AbortSignal): LineDoor {
+  let call: BilledCall | null = null;
   const meter: Meter = {
     ...door.meter,
     async tryOpen(req) {
-      return { ok: true, call: lineCall(door, batch, customId, req.model) };
+      call = lineCall(door, batch, customId, req.model);
+      return { ok: true, call: cut ? uncutSettles(call, cut) : call };
     },
   };
   // A line already started finishes (its hold is placed) even while the gateway drains.
-  return { meter, draining: () => false };
+  return { meter, draining: () => false, settled: () => call?.closed === true };
+}
+
+/** `call`, whose bill and cancel do nothing once `cut` aborted. */
+function uncutSettles(call: BilledCall, cut: AbortSignal): BilledCall {
+  return {
+    id: call.id,
+    accountId: call.accountId,
+    held: call.held,
+    get closed() {
+      return call.closed;
+    },
+    bill: (units, measured, options) => (cut.aborted ? Promise.resolve() : call.bill(units, measured, options)),
+    cancel: () => (cut.aborted ? Promise.resolve() : call.cancel()),
+    onAbort: (stop) => call.onAbort(stop),
+  };
 }
 
 /** The call of one line (an upstream batch answered it, or it runs now), on the line's hold. */

@@ -1,7 +1,7 @@
 /**
  * A batch's input file, read line by line (OpenAI's format: one JSON object per line with
  * `custom_id`, `method: "POST"`, `url` and `body`), and the context each line runs in: the
- * batch's key, its own request id, its body, and no client (nothing aborts it, no rate check).
+ * batch's key, its own request id, its body, and no client (only a shutdown cuts it, no rate check).
  */
 import { GatewayError } from '../../errors.js';
 import { newRecord } from '../../observability/record.js';
@@ -60,10 +60,13 @@ export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputL
   return out;
 }
 
-/** The context a line runs in (and is planned in, when the batch is created). */
-export function lineContext(key: ApiKeyRecord, endpoint: string, requestId: string, body: Record<string, unknown>): RequestContext {
+/**
+ * The context a line runs in (and is planned in, when the batch is created); `cut` aborts it as
+ * a client that left would (the upstream call stops).
+ */
+export function lineContext(key: ApiKeyRecord, endpoint: string, requestId: string, body: Record<string, unknown>, cut?: AbortSignal): RequestContext {
   const bytes = new TextEncoder().encode(JSON.stringify(body));
-  const request = new Request(`http://batch.invalid${endpoint}`, { method: 'POST', headers: { 'content-type': 'application/json' } });
+  const request = new Request(`http://batch.invalid${endpoint}`, { method: 'POST', headers: { 'content-type': 'application/json' }, ...(cut ? { signal: cut } : {}) });
   return {
     request,
     requestId,

@@ -21,23 +21,29 @@ export interface Running {
   stopping(): Promise<boolean>;
 }
 
-/** Runs one line and records its outcome (the output line, or the error line). */
-async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: BatchInputLine): Promise<void> {
+/**
+ * Runs one line and records its outcome (the output line, or the error line). A line `cut`
+ * before its call settled is not recorded: its hold is still open, and the instance that adopts
+ * the batch runs it again.
+ */
+async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: BatchInputLine, cut: AbortSignal): Promise<void> {
   const { batch } = run;
   const op = BATCH_ENDPOINTS[batch.endpoint]!;
   const requestId = newLineId();
   // The ordinary path, but billed as a line of the batch (at its price, on its own hold) and
   // outside the key's token limit; never answered from the response cache, whose hit is a
   // charge of its own and not the line's.
-  const lineCore: Services = { ...core, ...lineDoor(core, batch, l.customId), tokenLimiter: undefined as unknown as Services['tokenLimiter'], cache: null };
+  const door = lineDoor(core, batch, l.customId, cut);
+  const lineCore: Services = { ...core, meter: door.meter, draining: door.draining, tokenLimiter: undefined as unknown as Services['tokenLimiter'], cache: null };
   let status: number;
   let body: unknown;
   try {
-    const res = await op.run(lineCore, lineContext(key, batch.endpoint, requestId, l.body));
+    const res = await op.run(lineCore, lineContext(key, batch.endpoint, requestId, l.body, cut));
     status = res.status;
     const text = await res.text();
     body = JSON.parse(text) as unknown;
   } catch (err) {
+    if (cut.aborted && !door.settled()) return;
     if (isGatewayError(err)) {
       status = err.status;
       body = err.toJSON();
@@ -47,6 +53,7 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
       body = { error: { message: 'The line failed inside the gateway.', type: 'internal_error', code: 'internal_error', param: null } };
     }
   }
+  if (cut.aborted && !door.settled()) return;
   const ok = status >= 200 && status < 300;
   const text = JSON.stringify({ id: requestId, custom_id: l.customId, response: { status_code: status, request_id: requestId, body }, error: null });
   if (!(await core.stores.batches.addLine(batch.accountId, batch.id, { customId: l.customId, line: l.line, ok, text }))) return;
@@ -59,16 +66,32 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
   })).catch((err: unknown) => core.log.warn({ msg: 'a batch line count was not written', batch_id: batch.id, custom_id: l.customId, err }));
 }
 
-/** Runs every line not yet recorded, until done or stopped. */
+/**
+ * Runs every line not yet recorded, until done or stopped. When this instance stops, the lines
+ * running get its grace period to finish, as calls do; then they are cut (left to the next owner).
+ */
 export async function runLines(core: Services, run: Running, key: ApiKeyRecord, lines: BatchInputLine[]): Promise<void> {
   const done = new Set((await core.stores.batches.lines(run.batch.accountId, run.batch.id)).map((l) => l.customId));
   const queue = lines.filter((l) => !done.has(l.customId));
+  const cut = new AbortController();
+  let graceTimer: NodeJS.Timeout | undefined;
+  const onShutdown = () => {
+    graceTimer = setTimeout(() => cut.abort(new Error('the gateway is shutting down')), core.cfg.shutdownGraceMs);
+    graceTimer.unref();
+  };
+  if (core.shutdown.aborted) onShutdown();
+  else core.shutdown.addEventListener('abort', onShutdown, { once: true });
   let next = 0;
   const worker = async () => {
     while (next < queue.length && !(await run.stopping())) {
       const l = queue[next++]!;
-      await runLine(core, run, key, l);
+      await runLine(core, run, key, l, cut.signal);
     }
   };
-  await Promise.all(Array.from({ length: Math.min(core.cfg.limits.batchConcurrency, queue.length) }, worker));
+  try {
+    await Promise.all(Array.from({ length: Math.min(core.cfg.limits.batchConcurrency, queue.length) }, worker));
+  } finally {
+    core.shutdown.removeEventListener('abort', onShutdown);
+    clearTimeout(graceTimer);
+  }
 }

@@ -211,7 +211,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   // that batch is found by its tag, not created (and paid for upstream) a second time.
   const withBatch = await withUpstreamBatch(core, run, lines, plans);
   if (!withBatch) return;
-  let b = withBatch;
+  const b = withBatch;
   const upstreamId = b.upstreamBatchId!;
   let cancelSent = false;
   while (!core.shutdown.aborted) {

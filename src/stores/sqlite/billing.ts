@@ -12,11 +12,8 @@ import type {
   LedgerEntry,
   LedgerPage,
   LedgerQuery,
-  LedgerUnits,
-  Measurement,
   SettleRequest,
   SettleResult,
-  UnitPrices,
   WalletView,
   WindowHit,
 } from '../types.js';

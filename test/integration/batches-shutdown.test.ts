@@ -1,0 +1,59 @@
+/**
+ * A graceful stop with batch lines in flight: the lines get the grace period, then are cut,
+ * so the stop is not held up by an upstream that does not answer. A cut line settles nothing
+ * (its hold stays open) and is not recorded: the instance that adopts the batch runs it again
+ * and bills it then, once.
+ */
+import OpenAI, { toFile } from 'openai';
+import { afterAll, describe, expect, it } from 'vitest';
+import { auditBooks } from '../../src/billing/audit.js';
+import { chargesOf } from '../helpers/billing.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+const running: (RunningGateway | TestUpstream)[] = [];
+afterAll(async () => {
+  for (const x of running.reverse()) await x.close();
+});
+
+describe('a batch line in flight when its instance stops', () => {
+  it('is cut after the grace period, left open, and run and billed once by the next instance', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    let answering = false;
+    // The first instance's lines never get an answer; the next instance's do.
+    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
+    const first = await startGateway(setup.options);
+    const stores = first.stores;
+    const balance = (await stores.billing.wallet(ACCOUNT)).balance;
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const lines = ['s1', 's2', 's3'].map((id) =>
+      JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
+    );
+    const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
+    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await up.waitForRequests(2);
+    // The stop ends within its grace periods, not when the upstream gives up.
+    const stopped = await Promise.race([first.close().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000))]);
+    expect(stopped).toBe(true);
+    expect(await stores.batches.lines(ACCOUNT, batch.id)).toEqual([]);
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(3);
+
+    answering = true;
+    const second = await startGateway({ ...setup.options, stores });
+    running.push(second);
+    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
+    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    expect((await b.batches.retrieve(batch.id)).request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
+    // The two cut lines went upstream twice; every line is charged once, at one price.
+    expect(up.requests).toHaveLength(5);
+    const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id).sort()).toEqual(['s1', 's2', 's3'].map((id) => `${batch.id}:${id}`));
+    expect(new Set(charges.map((e) => e.cost)).size).toBe(1);
+    expect(charges[0]!.cost).toBeGreaterThan(0n);
+    const wallet = await stores.billing.wallet(ACCOUNT);
+    expect(wallet).toEqual({ balance: balance - 3n * charges[0]!.cost, held: 0n });
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 40_000);
+});
