@@ -56,4 +56,36 @@ describe('a batch line in flight when its instance stops', () => {
     expect(wallet).toEqual({ balance: balance - 3n * charges[0]!.cost, held: 0n });
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 40_000);
+
+  it('keeps its claim on the batch through the grace period: no other instance runs its lines meanwhile', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    let answering = false;
+    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
+    // A grace period five times the claim's lease: a claim that stopped being renewed at the
+    // stop would lapse well within it.
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 1_500 });
+    const first = await startGateway(setup.options);
+    const stores = first.stores;
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const lines = ['k1', 'k2', 'k3'].map((id) =>
+      JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
+    );
+    const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
+    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    await up.waitForRequests(2);
+    const closing = first.close();
+    answering = true;
+    const second = await startGateway({ ...setup.options, stores });
+    running.push(second);
+    await closing;
+    // Until the first instance's lines were cut, the batch stayed its own.
+    expect(up.requests).toHaveLength(2);
+    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
+    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    expect(up.requests).toHaveLength(5);
+    const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges).toHaveLength(3);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 40_000);
 });

@@ -22,9 +22,9 @@ export interface Running {
 }
 
 /**
- * Runs one line and records its outcome (the output line, or the error line). A line `cut`
- * before its call settled is not recorded: its hold is still open, and the instance that adopts
- * the batch runs it again.
+ * Runs one line and records its outcome (the output line, or the error line). A line `cut`, or
+ * failed while the gateway stops, before its call settled is not recorded: its hold is still
+ * open, and the instance that adopts the batch runs it again.
  */
 async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: BatchInputLine, cut: AbortSignal): Promise<void> {
   const { batch } = run;
@@ -35,6 +35,8 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
   // charge of its own and not the line's.
   const door = lineDoor(core, batch, l.customId, cut);
   const lineCore: Services = { ...core, meter: door.meter, draining: door.draining, tokenLimiter: undefined as unknown as Services['tokenLimiter'], cache: null };
+  // Not settled while this instance stops: left to the instance that adopts the batch.
+  const abandoned = () => (cut.aborted || core.shutdown.aborted) && !door.settled();
   let status: number;
   let body: unknown;
   try {
@@ -43,7 +45,8 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
     const text = await res.text();
     body = JSON.parse(text) as unknown;
   } catch (err) {
-    if (cut.aborted && !door.settled()) return;
+    // Cut, or refused because the gateway is stopping (a guardrail check), before it settled.
+    if (abandoned()) return;
     if (isGatewayError(err)) {
       status = err.status;
       body = err.toJSON();
@@ -53,7 +56,7 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
       body = { error: { message: 'The line failed inside the gateway.', type: 'internal_error', code: 'internal_error', param: null } };
     }
   }
-  if (cut.aborted && !door.settled()) return;
+  if (abandoned()) return;
   const ok = status >= 200 && status < 300;
   const text = JSON.stringify({ id: requestId, custom_id: l.customId, response: { status_code: status, request_id: requestId, body }, error: null });
   if (!(await core.stores.batches.addLine(batch.accountId, batch.id, { customId: l.customId, line: l.line, ok, text }))) return;
@@ -73,10 +76,15 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
 export async function runLines(core: Services, run: Running, key: ApiKeyRecord, lines: BatchInputLine[]): Promise<void> {
   const done = new Set((await core.stores.batches.lines(run.batch.accountId, run.batch.id)).map((l) => l.customId));
   const queue = lines.filter((l) => !done.has(l.customId));
-  const cut = new AbortController();
+  // One signal per line (a Request keeps a listener on its signal until it is collected).
+  const live = new Set<AbortController>();
+  let cutting = false;
   let graceTimer: NodeJS.Timeout | undefined;
   const onShutdown = () => {
-    graceTimer = setTimeout(() => cut.abort(new Error('the gateway is shutting down')), core.cfg.shutdownGraceMs);
+    graceTimer = setTimeout(() => {
+      cutting = true;
+      for (const c of live) c.abort(new Error('the gateway is shutting down'));
+    }, core.cfg.shutdownGraceMs);
     graceTimer.unref();
   };
   if (core.shutdown.aborted) onShutdown();
@@ -85,7 +93,14 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
   const worker = async () => {
     while (next < queue.length && !(await run.stopping())) {
       const l = queue[next++]!;
-      await runLine(core, run, key, l, cut.signal);
+      const cut = new AbortController();
+      if (cutting) cut.abort(new Error('the gateway is shutting down'));
+      live.add(cut);
+      try {
+        await runLine(core, run, key, l, cut.signal);
+      } finally {
+        live.delete(cut);
+      }
     }
   };
   try {

@@ -110,6 +110,7 @@ export function createBatchRunner(core: Services): BatchRunner {
       })
       .then(async () => {
         owned.delete(e.batch.id);
+        stopBeating();
         // Over: what the lines that never ran held goes back (a billed line's hold is closed
         // already). Stopped by shutdown: the next owner runs it.
         if (!core.shutdown.aborted && e.customIds) await release(e.batch, e.customIds);
@@ -151,9 +152,15 @@ export function createBatchRunner(core: Services): BatchRunner {
   const sweeper = setInterval(() => void sweep(), period);
   beat.unref();
   sweeper.unref();
+  // A stopping instance adopts nothing more, but keeps its claim on the batches it runs until
+  // their lines in flight end (the shutdown grace): lapsed, another instance could adopt a batch
+  // and run those lines at the same time.
+  const stopBeating = () => {
+    if (core.shutdown.aborted && owned.size === 0) clearInterval(beat);
+  };
   core.shutdown.addEventListener('abort', () => {
-    clearInterval(beat);
     clearInterval(sweeper);
+    stopBeating();
   });
 
   return {
