@@ -112,9 +112,11 @@ async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchI
   const mine = id;
   b = (await changeBatch(core.stores.batches, b, (x) => (x.upstreamBatchId ? null : { ...x, upstreamBatchId: mine }))) ?? b;
   run.seen(b);
-  if (b.upstreamBatchId && b.upstreamBatchId !== mine) {
-    // Another instance recorded its own meanwhile (this one's lease lapsed while it created).
+  if (b.upstreamBatchId !== mine) {
+    // Another instance recorded its own meanwhile (this one's lease lapsed while it created),
+    // or the record is gone: this one's upstream batch would run for nobody.
     await cancelUpstream(core, b, mine);
+    if (!b.upstreamBatchId) throw new Error('the batch record is gone');
   }
   return b;
 }
@@ -126,7 +128,7 @@ async function cancelUpstream(core: Services, b: BatchRecord, upstreamId: string
   );
 }
 
-/** Cancels the upstream batch of a gateway batch that ends without reading it (its input is gone). */
+/** Cancels the upstream batch of a gateway batch that ends without reading it (its input or its key is gone). */
 export async function abandonUpstreamBatch(core: Services, b: BatchRecord): Promise<void> {
   if (b.upstream && b.upstreamBatchId) await cancelUpstream(core, b, b.upstreamBatchId);
 }
