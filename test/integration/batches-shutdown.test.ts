@@ -62,9 +62,9 @@ describe('a batch line in flight when its instance stops', () => {
     running.push(up);
     let answering = false;
     up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
-    // A grace period five times the claim's lease: a claim that stopped being renewed at the
-    // stop would lapse well within it.
-    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 1_500 });
+    // A grace period four times the claim's lease: a claim that stopped being renewed at the
+    // stop would lapse well within it, and one renewed to the end outlasts the stop's last steps.
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 1_000 }, shutdownGraceMs: 4_000 });
     const first = await startGateway(setup.options);
     const stores = first.stores;
     const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
