@@ -102,8 +102,8 @@ async function readAccount(stores: Stores, accountId: string, maxCosts: number):
   };
 }
 
-/** Every hold the store keeps for the account. An account has as many as calls in flight. */
-async function readHolds(b: BillingStore, accountId: string): Promise<{ holds: HoldView[]; at: number }> {
+/** Every hold the store keeps for the account. An account has as many as calls in flight (and batch lines held). */
+export async function readHolds(b: Pick<BillingStore, 'listHolds'>, accountId: string): Promise<{ holds: HoldView[]; at: number }> {
   const holds: HoldView[] = [];
   let cursor: string | undefined;
   let at = 0;

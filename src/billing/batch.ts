@@ -19,6 +19,7 @@ import { errors } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { BatchRecord, BillingStore } from '../stores/types.js';
 import type { BillingDoor, BilledCall } from './billed-call.js';
+import { readHolds } from './audit-read.js';
 import { insufficientQuota, type Meter } from './meter.js';
 import { formatUsd } from './money.js';
 
@@ -134,9 +135,6 @@ async function releaseLines(meter: Meter, batch: BatchRef, ids: readonly string[
   });
 }
 
-/** Holds read per page when a batch's lines are found by their holds. */
-const HOLD_PAGE = 1_000;
-
 /**
  * The custom ids of `batch`'s lines that still hold something, read from the account's holds
  * (each line's hold is under the batch's id): what lets a batch whose input file is gone (the
@@ -144,14 +142,9 @@ const HOLD_PAGE = 1_000;
  */
 export async function heldLines(store: Pick<BillingStore, 'listHolds'>, batch: BatchRef): Promise<string[]> {
   const prefix = lineChargeId(batch.id, '');
-  const found = new Set<string>();
-  let cursor: string | undefined;
-  do {
-    const page = await store.listHolds(batch.accountId, cursor, HOLD_PAGE);
-    for (const h of page.holds) if (h.holdId.startsWith(prefix)) found.add(h.holdId.slice(prefix.length));
-    cursor = page.nextCursor ?? undefined;
-  } while (cursor !== undefined);
-  return [...found];
+  const { holds } = await readHolds(store, batch.accountId);
+  // A hold a paged listing gave twice (Redis's scan may) is one line.
+  return [...new Set(holds.filter((h) => h.holdId.startsWith(prefix)).map((h) => h.holdId.slice(prefix.length)))];
 }
 
 /**

@@ -69,6 +69,9 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
   })).catch((err: unknown) => core.log.warn({ msg: 'a batch line count was not written', batch_id: batch.id, custom_id: l.customId, err }));
 }
 
+/** Why a line was cut. */
+const shuttingDown = () => new Error('the gateway is shutting down');
+
 /**
  * Runs every line not yet recorded, until done or stopped. When this instance stops, the lines
  * running get its grace period to finish, as calls do; then they are cut (left to the next owner).
@@ -83,7 +86,7 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
   const onShutdown = () => {
     graceTimer = setTimeout(() => {
       cutting = true;
-      for (const c of live) c.abort(new Error('the gateway is shutting down'));
+      for (const c of live) c.abort(shuttingDown());
     }, core.cfg.shutdownGraceMs);
     graceTimer.unref();
   };
@@ -94,7 +97,7 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
     while (next < queue.length && !(await run.stopping())) {
       const l = queue[next++]!;
       const cut = new AbortController();
-      if (cutting) cut.abort(new Error('the gateway is shutting down'));
+      if (cutting) cut.abort(shuttingDown());
       live.add(cut);
       try {
         await runLine(core, run, key, l, cut.signal);

@@ -211,9 +211,8 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   }
   // An owner that died between creating the upstream batch and recording its id left a mark:
   // that batch is found by its tag, not created (and paid for upstream) a second time.
-  const withBatch = await withUpstreamBatch(core, run, lines, plans);
-  if (!withBatch) return;
-  const b = withBatch;
+  const b = await withUpstreamBatch(core, run, lines, plans);
+  if (!b) return;
   const upstreamId = b.upstreamBatchId!;
   let cancelSent = false;
   while (!core.shutdown.aborted) {
