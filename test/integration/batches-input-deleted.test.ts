@@ -4,9 +4,10 @@
  * released at once, found by their holds, rather than kept from the wallet for the rest of
  * its 24-hour window. An upstream batch running it is cancelled: nobody would read its answers.
  */
-import OpenAI, { toFile } from 'openai';
+import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
+import { createChatBatch } from '../helpers/batches.js';
 import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
 import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
@@ -33,11 +34,7 @@ describe('a batch whose input file is gone when it is adopted', () => {
     const first = await startGateway(setup.options);
     const stores = first.stores;
     const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const lines = ['d1', 'd2', 'd3'].map((id) =>
-      JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
-    );
-    const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
-    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const { input, batch } = await createChatBatch(a, MODEL, ['d1', 'd2', 'd3']);
     await up.waitForRequests(1);
     // The first instance stops (its line in flight finishes, the batch is left to the next), and
     // the input file is deleted.
@@ -64,9 +61,7 @@ describe('a batch whose input file is gone when it is adopted', () => {
     const first = await startGateway(setup.options);
     const stores = first.stores;
     const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const line = (id: string) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } });
-    const input = await a.files.create({ file: await toFile(Buffer.from([line('e1'), line('e2')].join('\n')), 'in.jsonl'), purpose: 'batch' });
-    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const { input, batch } = await createChatBatch(a, MODEL, ['e1', 'e2']);
     await eventually(async () => (await stores.batches.getBatch(ACCOUNT, batch.id))?.upstreamBatchId != null, 'the upstream batch recorded');
     await first.close();
     expect(await stores.batches.deleteFile(ACCOUNT, input.id)).toBe(true);

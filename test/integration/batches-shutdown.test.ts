@@ -4,9 +4,10 @@
  * (its hold stays open) and is not recorded: the instance that adopts the batch runs it again
  * and bills it then, once.
  */
-import OpenAI, { toFile } from 'openai';
+import OpenAI from 'openai';
 import { afterAll, describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
+import { createChatBatch } from '../helpers/batches.js';
 import { chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, eventually, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
@@ -28,11 +29,7 @@ describe('a batch line in flight when its instance stops', () => {
     const stores = first.stores;
     const balance = (await stores.billing.wallet(ACCOUNT)).balance;
     const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const lines = ['s1', 's2', 's3'].map((id) =>
-      JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
-    );
-    const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
-    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const { batch } = await createChatBatch(a, MODEL, ['s1', 's2', 's3']);
     await up.waitForRequests(2);
     // The stop ends within its grace periods, not when the upstream gives up.
     const stopped = await Promise.race([first.close().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000))]);
@@ -68,11 +65,7 @@ describe('a batch line in flight when its instance stops', () => {
     const first = await startGateway(setup.options);
     const stores = first.stores;
     const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const lines = ['k1', 'k2', 'k3'].map((id) =>
-      JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: id }] } }),
-    );
-    const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
-    const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+    const { batch } = await createChatBatch(a, MODEL, ['k1', 'k2', 'k3']);
     await up.waitForRequests(2);
     const closing = first.close();
     answering = true;
