@@ -146,6 +146,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
       {
         async onDispose() {
           draining = true;
+          // One grace period for everything in flight, at once: a batch stops starting lines
+          // now, and the lines it runs get the grace the calls get, not one after theirs.
+          built.beginShutdown();
           await finishCalls(core, () => inFlight, built.cut);
           await hooks.run('onDispose');
           await built.stopBackground();

@@ -66,7 +66,7 @@ export interface Services {
   counters: { openStreams: number };
   /** The last requests this instance answered (the admin API's recent requests). */
   recent: RecentRequests;
-  /** Aborted by dispose(): long-running background work stops. */
+  /** Aborted when the stop begins: long-running background work takes nothing new and winds down within the grace period. */
   shutdown: AbortSignal;
   /** True once shutdown's grace period is over: no new billed call is opened. */
   draining(): boolean;
@@ -121,7 +121,12 @@ export interface Built {
   ownsStores: boolean;
   /** Marks the grace period over (billed calls are refused from then on). */
   cut(): void;
-  /** Aborts background work and waits for what was tracked. */
+  /**
+   * The stop began: background work takes nothing new, and what it runs (a batch's lines) gets
+   * the grace period from now, the same one the calls in flight get.
+   */
+  beginShutdown(): void;
+  /** Aborts background work (if not yet) and waits for what was tracked. */
   stopBackground(): Promise<void>;
 }
 
@@ -221,6 +226,7 @@ export function createServices(
     observers,
     ownsStores: !givenStores,
     cut: () => void (cut = true),
+    beginShutdown: () => shutdown.abort(),
     async stopBackground() {
       shutdown.abort();
       core.jobs.dispose();

@@ -81,4 +81,63 @@ describe('a batch line in flight when its instance stops', () => {
     expect(charges).toHaveLength(3);
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 40_000);
+
+  // A stop gives everything in flight one grace period, at once: the calls of clients and the
+  // batch lines alike. A batch that went on starting lines while the calls' grace ran (and only
+  // then gave its lines a grace of their own) would double the stop, past what an orchestrator
+  // waits before it kills the process mid-settle.
+  const lineContent = (rec: { body?: Record<string, unknown> }) => (rec.body?.messages as { content?: unknown }[] | undefined)?.[0]?.content;
+  /** The CLI's stop: no new connection, the calls in flight keep theirs through the grace. */
+  const stopLikeTheCli = async (g: RunningGateway): Promise<void> => {
+    g.server.close();
+    await g.gateway.dispose();
+    g.server.closeAllConnections();
+    await g.stores.close();
+  };
+
+  it('starts no new line once the stop began, while a client call still has its grace', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    // A client call that never gets its answer holds the stop for the whole grace; each line
+    // takes 100 ms, so a batch still running would start a dozen more meanwhile.
+    up.setBehavior((rec) =>
+      lineContent(rec) === 'client' ? { kind: 'hang' } : { kind: 'json', gate: new Promise((r) => setTimeout(r, 100)) },
+    );
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 1 }, shutdownGraceMs: 1_500 });
+    const first = await startGateway(setup.options);
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const ids = Array.from({ length: 60 }, (_, i) => `n${i}`);
+    await createChatBatch(a, MODEL, ids);
+    await up.waitForRequests(2);
+    const client = a.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'client' }] }).catch(() => null);
+    await eventually(() => up.requests.some((r) => lineContent(r) === 'client'), 'the client call upstream');
+    const linesBefore = up.requests.filter((r) => lineContent(r) !== 'client').length;
+    await stopLikeTheCli(first);
+    await client;
+    const linesAfter = up.requests.filter((r) => lineContent(r) !== 'client').length;
+    // At most the line that was on its way upstream when the stop began.
+    expect(linesAfter - linesBefore).toBeLessThanOrEqual(1);
+    expect(linesAfter).toBeLessThan(ids.length);
+  }, 40_000);
+
+  it('ends within one grace period when both a client call and batch lines hang', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    up.setBehavior({ kind: 'hang' });
+    const graceMs = 1_500;
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2 }, shutdownGraceMs: graceMs });
+    const first = await startGateway(setup.options);
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    await createChatBatch(a, MODEL, ['h1', 'h2', 'h3']);
+    await up.waitForRequests(2);
+    const client = a.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'client' }] }).catch(() => null);
+    await up.waitForRequests(3);
+    const began = performance.now();
+    await stopLikeTheCli(first);
+    const took = performance.now() - began;
+    await client;
+    // One grace, then the cut and its settles: well short of a second grace.
+    expect(took).toBeGreaterThanOrEqual(graceMs - 50);
+    expect(took).toBeLessThan(2 * graceMs);
+  }, 40_000);
 });
