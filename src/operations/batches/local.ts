@@ -93,21 +93,30 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
   if (core.shutdown.aborted) onShutdown();
   else core.shutdown.addEventListener('abort', onShutdown, { once: true });
   let next = 0;
+  // One worker failing (the store could not take a line's record) stops the others from
+  // starting lines, and the run ends only once the lines in flight have: its owner decides
+  // what happens to the batch when none of its lines is still running.
+  let broken = false;
   const worker = async () => {
-    while (next < queue.length && !(await run.stopping())) {
+    while (!broken && next < queue.length && !(await run.stopping())) {
       const l = queue[next++]!;
       const cut = new AbortController();
       if (cutting) cut.abort(shuttingDown());
       live.add(cut);
       try {
         await runLine(core, run, key, l, cut.signal);
+      } catch (err) {
+        broken = true;
+        throw err;
       } finally {
         live.delete(cut);
       }
     }
   };
   try {
-    await Promise.all(Array.from({ length: Math.min(core.cfg.limits.batchConcurrency, queue.length) }, worker));
+    const ended = await Promise.allSettled(Array.from({ length: Math.min(core.cfg.limits.batchConcurrency, queue.length) }, worker));
+    const failed = ended.find((r) => r.status === 'rejected');
+    if (failed) throw failed.reason;
   } finally {
     core.shutdown.removeEventListener('abort', onShutdown);
     clearTimeout(graceTimer);

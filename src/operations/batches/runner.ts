@@ -10,6 +10,7 @@
 import { heldLines, releaseBatchLines } from '../../billing/batch.js';
 import type { BatchRunner } from '../../jobs/batches.js';
 import type { Services } from '../../services.js';
+import { isStoreUnavailable } from '../../stores/errors.js';
 import type { BatchRecord } from '../../stores/types.js';
 import { changeBatch } from './change.js';
 import { finishBatch, notRunLine } from './finish.js';
@@ -99,10 +100,23 @@ export function createBatchRunner(core: Services): BatchRunner {
   function own(e: Entry): void {
     if (owned.has(e.batch.id)) return;
     owned.set(e.batch.id, e);
+    // Whether the batch is over when its run ends: what its unrun lines hold is then released.
+    let over = true;
     const p = run(e)
       .catch(async (err: unknown) => {
+        if (core.shutdown.aborted) return log.warn({ msg: 'a batch stopped with its instance', batch_id: e.batch.id, err });
+        if (isStoreUnavailable(err)) {
+          // The store did not answer: nothing about the batch is decided. What ran is recorded
+          // and billed; the next sweep (every third of the claim's lease) runs the lines not
+          // yet recorded, once the store answers again.
+          over = false;
+          return log.warn({ msg: 'running a batch stopped: the store did not answer; it runs again at a later sweep', batch_id: e.batch.id, err });
+        }
         log.error({ msg: 'running a batch failed', batch_id: e.batch.id, err });
-        if (core.shutdown.aborted) return;
+        // An upstream batch running it is cancelled: nobody will read (and bill) its answers.
+        await abandonUpstreamBatch(core, e.batch).catch(() => undefined);
+        // Failed before its input was read: its lines are found by their holds.
+        e.customIds ??= await heldLines(stores.billing, e.batch).catch(() => []);
         // What ran is kept (and was billed); the batch fails with the reason, and its hold goes.
         const message = err instanceof Error ? err.message.slice(0, 500) : 'The batch could not be run.';
         const failed = await finishBatch(core, e.batch, 'failed').catch(() => null);
@@ -112,8 +126,8 @@ export function createBatchRunner(core: Services): BatchRunner {
         owned.delete(e.batch.id);
         stopBeating();
         // Over: what the lines that never ran held goes back (a billed line's hold is closed
-        // already). Stopped by shutdown: the next owner runs it.
-        if (!core.shutdown.aborted && e.customIds) await release(e.batch, e.customIds);
+        // already). Stopped by shutdown or by the store: the next run takes it up.
+        if (over && !core.shutdown.aborted && e.customIds) await release(e.batch, e.customIds);
       });
     core.track(p);
   }

@@ -103,6 +103,9 @@ async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchI
     if (core.shutdown.aborted) return null;
   }
   let id = found ?? null;
+  // Cancelled (or expired, or this instance stopping) before any upstream batch exists: none
+  // is created, so nothing runs upstream for a batch that was told to stop.
+  if (id === null && (await run.stopping())) return null;
   if (id === null) {
     b = (await changeBatch(core.stores.batches, b, (x) => (x.upstreamBatchId ? null : { ...x, upstreamSubmittedAt: core.now() }))) ?? b;
     run.seen(b);

@@ -1,0 +1,116 @@
+/**
+ * A batch whose run fails part way. A store that did not answer decides nothing: the lines in
+ * flight end, and a later sweep runs the lines not yet recorded, each billed once. Any other
+ * failure fails the batch, but only once no line of it is running, and what its lines still
+ * hold is released even when the run failed before it read its input. A batch cancelled
+ * before its upstream batch was created creates none.
+ */
+import OpenAI from 'openai';
+import { afterAll, describe, expect, it } from 'vitest';
+import { auditBooks } from '../../src/billing/audit.js';
+import { StoreUnavailableError } from '../../src/stores/errors.js';
+import { createMemoryStores } from '../../src/stores/memory/index.js';
+import { createChatBatch } from '../helpers/batches.js';
+import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
+import { chargesOf } from '../helpers/billing.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY, type RunningGateway } from '../helpers/gateway.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+const running: (RunningGateway | TestUpstream | BatchUpstream)[] = [];
+afterAll(async () => {
+  for (const x of running.reverse()) await x.close();
+});
+
+const lineIds = (text: string) =>
+  text
+    .trim()
+    .split('\n')
+    .map((l) => (JSON.parse(l) as { custom_id: string }).custom_id);
+
+describe('a batch whose run fails', () => {
+  it('the store not taking a line’s record: the batch goes on at a later sweep, each line recorded and billed once', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    up.setBehavior({ kind: 'json', gate: new Promise((r) => setTimeout(r, 50)) });
+    const stores = createMemoryStores();
+    const addLine = stores.batches.addLine.bind(stores.batches);
+    let failed = false;
+    stores.batches.addLine = async (account, batchId, line) => {
+      if (line.customId === 'f2' && !failed) {
+        failed = true;
+        throw new StoreUnavailableError('the store did not answer');
+      }
+      return addLine(account, batchId, line);
+    };
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 } });
+    const gw = await startGateway({ ...setup.options, stores });
+    running.push(gw);
+    const balance = (await stores.billing.wallet(ACCOUNT)).balance;
+    const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+    const ids = ['f1', 'f2', 'f3', 'f4', 'f5', 'f6'];
+    const { batch } = await createChatBatch(openai, MODEL, ids);
+    await eventually(async () => ['completed', 'failed'].includes((await openai.batches.retrieve(batch.id)).status), 'the batch ended', 10_000);
+    const done = await openai.batches.retrieve(batch.id);
+    expect(failed).toBe(true);
+    expect(done.status).toBe('completed');
+    expect(done.request_counts).toEqual({ total: 6, completed: 6, failed: 0 });
+    expect(lineIds(await (await openai.files.content(done.output_file_id!)).text())).toEqual(ids);
+    // The line whose record was lost ran again (upstream twice), and is charged once.
+    expect(up.requests).toHaveLength(7);
+    const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id).sort()).toEqual(ids.map((id) => `${batch.id}:${id}`));
+    expect(await stores.billing.wallet(ACCOUNT)).toEqual({ balance: balance - charges.reduce((s, e) => s + e.cost, 0n), held: 0n });
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 30_000);
+
+  it('failing before its input was read: the batch fails and every line’s hold is released', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    const stores = createMemoryStores();
+    const fileContent = stores.batches.fileContent.bind(stores.batches);
+    let reads = 0;
+    // The first read is the creation's; the run's is the second.
+    stores.batches.fileContent = async (account, id) => {
+      if (++reads === 2) throw new Error('the record could not be read');
+      return fileContent(account, id);
+    };
+    const setup = testConfig({ upstreamUrl: up.url });
+    const gw = await startGateway({ ...setup.options, stores });
+    running.push(gw);
+    const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+    const { batch } = await createChatBatch(openai, MODEL, ['g1', 'g2', 'g3']);
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'failed', 'the batch failed', 10_000);
+    expect((await openai.batches.retrieve(batch.id)).errors?.data?.[0]).toMatchObject({ code: 'batch_failed' });
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 5_000);
+    expect((await stores.billing.wallet(ACCOUNT)).held).toBe(0n);
+    expect(up.requests).toHaveLength(0);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 30_000);
+
+  it('cancelled before its upstream batch was created: none is created', async () => {
+    const up = await startBatchUpstream();
+    running.push(up);
+    const stores = createMemoryStores();
+    const fileContent = stores.batches.fileContent.bind(stores.batches);
+    let reads = 0;
+    let open!: () => void;
+    const gate = new Promise<void>((r) => (open = r));
+    // The run reads the input (the second read) only once the cancel is in.
+    stores.batches.fileContent = async (account, id) => {
+      if (++reads === 2) await gate;
+      return fileContent(account, id);
+    };
+    const setup = testConfig({ limits: { jobPollIntervalMs: 20 } });
+    setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
+    const gw = await startGateway({ ...setup.options, stores });
+    running.push(gw);
+    const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+    const { batch } = await createChatBatch(openai, MODEL, ['c1', 'c2']);
+    expect((await openai.batches.cancel(batch.id)).status).toBe('cancelling');
+    open();
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'cancelled', 'the batch cancelled', 10_000);
+    expect(up.calls.filter((c) => c.startsWith('POST'))).toEqual([]);
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 5_000);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 30_000);
+});
