@@ -21,6 +21,8 @@ const SNUG = 'acct_snug_batch';
 const poorKey = testKey();
 const otherKey = testKey();
 const snugKey = testKey();
+/** A developer key of the main account whose allow-list has the test model only. */
+const narrowKey = testKey();
 
 let gw: RunningGateway;
 let devKey: string;
@@ -37,6 +39,7 @@ beforeAll(async () => {
       { key: snugKey, account: SNUG, kind: 'developer' },
       { key: poorKey, account: POOR, kind: 'developer' },
       { key: otherKey, account: OTHER, kind: 'developer' },
+      { key: narrowKey, account: ACCOUNT, kind: 'developer', models: [MODEL] },
     ],
     models: [
       { id: 'test/other', type: 'text', upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002' } },
@@ -65,8 +68,8 @@ function chatLine(customId: string, content: string, model = MODEL) {
   return { custom_id: customId, method: 'POST', url: '/v1/chat/completions', body: { model, max_tokens: 50, messages: [{ role: 'user', content }] } };
 }
 
-async function upload(openai: OpenAI, text: string) {
-  return openai.files.create({ file: await toFile(Buffer.from(text), 'input.jsonl'), purpose: 'batch' });
+async function upload(openai: OpenAI, text: string | Buffer) {
+  return openai.files.create({ file: await toFile(typeof text === 'string' ? Buffer.from(text) : text, 'input.jsonl'), purpose: 'batch' });
 }
 
 async function waitDone(openai: OpenAI, id: string, timeoutMs = 15_000) {
@@ -226,9 +229,20 @@ describe('batches through the official SDK (simulator)', () => {
     const agent = await bad([chatLine('a', 'x'), chatLine('b', 'y', 'test/other')], agentKey);
     expect(agent.status).toBe(403);
     expect(agent.message).toMatch(/Line 2/);
-    const tooMany = await bad(Array.from({ length: 50_001 }, (_, i) => chatLine(`l${i}`, 'x')));
+    // A developer key's allow-list refuses a model like any bad line: 400, not the agent's 403.
+    const narrow = await bad([chatLine('a', 'x'), chatLine('b', 'y', 'test/other')], narrowKey);
+    expect(narrow.status).toBe(400);
+    expect(narrow.error.param).toBe('input_file_id');
+    expect(narrow.message).toMatch(/Line 2/);
+    // The line past the limit is named (a blank line still counts in the numbering).
+    const tooMany = await bad(['', ...Array.from({ length: 50_001 }, (_, i) => JSON.stringify(chatLine(`l${i}`, 'x')))].join('\n'));
     expect(tooMany.status).toBe(400);
     expect(tooMany.error.param).toBe('input_file_id');
+    expect(tooMany.message).toMatch(/Line 50002/);
+    const notUtf8 = await upload(openai, Buffer.concat([Buffer.from(`${JSON.stringify(chatLine('a', 'x'))}\n`), Buffer.from([0x7b, 0xff, 0x7d])]));
+    const utf8 = await openai.batches.create({ input_file_id: notUtf8.id, endpoint: '/v1/chat/completions', completion_window: '24h' }).catch((e) => e);
+    expect(utf8.status).toBe(400);
+    expect(utf8.message).toMatch(/Line 2/);
     expect((await openai.batches.list()).data.every((b) => b.status === 'completed')).toBe(true);
   });
 

@@ -47,7 +47,9 @@ async function planLine(core: Services, ctx: RequestContext, op: PlannedOperatio
     plan = await op.plan(core, lineContext(ctx.key, endpoint, `${ctx.requestId}:${l.line}`, l.body), l.body);
   } catch (err) {
     if (!isGatewayError(err)) throw err;
-    if (err.status === 403) throw lineError(l.line, err.message, 403, err.code);
+    // Only an agent key naming another model is a 403; any other model the key may not use
+    // (its allow-list, a model on request without the grant) is a bad line like the rest.
+    if (err.status === 403 && ctx.key.kind === 'agent' && err.code === 'model_not_allowed') throw lineError(l.line, err.message, 403, err.code);
     if (err.status >= 500) throw err;
     throw lineError(l.line, err.message);
   }

@@ -18,9 +18,27 @@ export interface BatchInputLine {
   body: Record<string, unknown>;
 }
 
-/** A 400 naming the line (or 403 when the line names a model the key may not use). */
+/** A 400 naming the line (or the 403 of an agent key naming another model). */
 export function lineError(line: number, message: string, status = 400, code = 'invalid_request'): GatewayError {
   return new GatewayError(code, `Line ${line}: ${message}`, { param: 'input_file_id', ...(status === 400 ? {} : { status }) });
+}
+
+/** The 1-based line of a file's first byte that is not UTF-8 (a newline byte never is part of a longer character). */
+function firstNonUtf8Line(bytes: Uint8Array): number {
+  const decoder = new TextDecoder('utf-8', { fatal: true });
+  let line = 1;
+  for (let start = 0; start <= bytes.length; line++) {
+    const nl = bytes.indexOf(10, start);
+    const end = nl === -1 ? bytes.length : nl;
+    try {
+      decoder.decode(bytes.subarray(start, end));
+    } catch {
+      return line;
+    }
+    if (nl === -1) break;
+    start = nl + 1;
+  }
+  return line;
 }
 
 /** Reads every line, or throws the 400 of the first bad one. */
@@ -29,12 +47,16 @@ export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputL
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
   } catch {
-    throw new GatewayError('invalid_request', 'The input file is not UTF-8 text.', { param: 'input_file_id' });
+    throw lineError(firstNonUtf8Line(bytes), 'not UTF-8 text.');
   }
   const raw = text.split('\n');
-  const nonBlank = raw.reduce((n, l) => (l.trim() === '' ? n : n + 1), 0);
+  let nonBlank = 0;
+  for (let i = 0; i < raw.length; i++) {
+    if (raw[i]!.trim() === '') continue;
+    // The first line past the limit is the one named.
+    if (++nonBlank > MAX_BATCH_LINES) throw lineError(i + 1, `a batch takes at most ${MAX_BATCH_LINES} lines.`);
+  }
   if (nonBlank === 0) throw new GatewayError('invalid_request', 'The input file has no lines.', { param: 'input_file_id' });
-  if (nonBlank > MAX_BATCH_LINES) throw new GatewayError('invalid_request', `The input file has ${nonBlank} lines; a batch takes at most ${MAX_BATCH_LINES}.`, { param: 'input_file_id' });
   const seen = new Set<string>();
   const out: BatchInputLine[] = [];
   raw.forEach((l, i) => {
