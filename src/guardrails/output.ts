@@ -27,6 +27,11 @@ export function outputFormat(path: string): OutputFormat | null {
 
 export interface OutputGuard {
   /**
+   * Throws the 400 of a stream these guardrails cannot guard (an output moderation judges a
+   * whole answer): checked before the input guardrails, whose checks may cost.
+   */
+  refuseStream(): void;
+  /**
    * Readies a stream's guard (a plugin's onOutput runs here, before any model call): it wraps
    * the stream's reader, whose frames then go through the output guardrails.
    */
@@ -60,15 +65,19 @@ export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model,
   if (finders.length === 0 && !plugins && !moderation) return null;
   const where = { on: 'output' as const, model: model.id, path, blocks: deps.blocks };
   const onAct: OnAct = (id, action) => acted(ctx, id, action, where);
+  const refuseStream = () => {
+    // A moderation judges a whole text: a stream cannot be held back whole for it, and an
+    // answer it has not judged is never let by. The client asks without `stream`.
+    if (moderation) {
+      throw new GatewayError('invalid_request', 'An output moderation guardrail covers this call: its answer cannot be streamed. Ask without "stream".', {
+        param: 'stream',
+      });
+    }
+  };
   return {
+    refuseStream,
     async stream() {
-      // A moderation judges a whole text: a stream cannot be held back whole for it, and an
-      // answer it has not judged is never let by. The client asks without `stream`.
-      if (moderation) {
-        throw new GatewayError('invalid_request', 'An output moderation guardrail covers this call: its answer cannot be streamed. Ask without "stream".', {
-          param: 'stream',
-        });
-      }
+      refuseStream();
       const plugin = plugins ? await pluginOutput(deps, ctx, model, path, [], true, onAct) : null;
       return (reader) => guardedEvents(reader, format, finders, onAct, plugin?.rewrite, plugin?.blocked ?? null);
     },

@@ -63,15 +63,17 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       if (plan.cap && !plan.cap.sent && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
       // The plugins see the body first: the hold is computed on what the upstream receives.
       let replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
+      // The output guardrails covering the call (none: the answer goes as it came, untouched). A
+      // stream they cannot guard is refused before the input guardrails run (and bill a check).
+      const guard = core.guardrails.output(ctx, plan.model, decl.path);
+      if (guard && plan.stream) guard.refuseStream();
       // Then the input guardrails (a block throws here, before the hold): what they redacted is what is held for and sent.
       ({ plan, replaced } = await guardPlan(core.guardrails, ctx, decl.path, plan, replaced));
       if (replaced) {
         const hold = plan.holdFor(replaced);
         plan = { ...plan, hold, promptTokens: hold.estimate };
       }
-      // The output guardrails covering the call (none: the answer goes as it came, untouched); a
-      // stream's are readied (a plugin's onOutput asked) before any model call.
-      const guard = core.guardrails.output(ctx, plan.model, decl.path);
+      // A stream's output guardrails are readied (a plugin's onOutput asked) before any model call.
       const guardStream = guard && plan.stream ? await guard.stream() : null;
       // The cache is looked up on what the model's own target would receive, before any hold.
       // An answer the output guardrails rewrite for the client is neither served from an entry

@@ -129,11 +129,14 @@ describe('a moderation guardrail', () => {
     expect(checks(entries)).toHaveLength(2);
   });
 
-  it('refuses a stream it would have to judge whole, before any model call', async () => {
-    const { res, body } = await chat(ACCOUNT, 'Stream please.', true);
+  it('refuses a stream it would have to judge whole, before any model call or input check', async () => {
+    const { res, body, entries } = await chat(ACCOUNT, 'Stream please.', true);
     expect(res.status).toBe(400);
     expect(body.error).toMatchObject({ param: 'stream' });
     expect(up.requests).toHaveLength(0);
+    // Refused whatever the input check would say: it is not asked, and not billed.
+    expect(mod.requests).toHaveLength(0);
+    expect(checks(entries)).toHaveLength(0);
   });
 });
 
