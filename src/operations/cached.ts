@@ -46,7 +46,8 @@ export async function serveHit(core: Services, ctx: RequestContext, plan: TextPl
   const charge = await billCacheHit(core, ctx, plan.model, hit.entry.usage, settings.hitPrice);
   cache.countHit(ctx.key.accountId, plan.model.id, charge.listCost, charge.cost);
   ctx.releaseBody();
-  const headers = { 'x-cache': 'HIT', age: String(hit.ageSeconds) };
+  // A Deprecated model's answer says so, served from an entry or not.
+  const headers = { ...plan.model.deprecationHeaders, 'x-cache': 'HIT', age: String(hit.ageSeconds) };
   if (!plan.stream) return jsonText(200, JSON.stringify(hit.entry.body), headers);
   return new Response(format.stream(hit.entry, request), { status: 200, headers: { ...SSE_HEADERS, ...headers } });
 }

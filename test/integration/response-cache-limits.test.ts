@@ -1,11 +1,14 @@
 /**
  * A response-cache hit counts as a request for its key's rate like any call, a streamed
  * answer the client left before its end is never stored, and an answer the output guardrails
- * rewrite is never served from an entry (a hit would skip their checks).
+ * rewrite is never served from an entry (a hit would skip their checks). A hit of a Deprecated
+ * model carries its Deprecation and Sunset headers, as the call that stored it did.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ACCOUNT, MODEL, type RunningGateway, postChat, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+const LEGACY = 'test/legacy-cached';
 
 describe('response cache and limits', () => {
   let up: TestUpstream;
@@ -13,6 +16,7 @@ describe('response cache and limits', () => {
   let devKey: string;
   const rateKey = testKey();
   const guardedKey = testKey();
+  const legacyKey = testKey();
   beforeAll(async () => {
     up = await startTestUpstream();
     const setup = testConfig({
@@ -22,7 +26,9 @@ describe('response cache and limits', () => {
       keys: [
         { key: rateKey, account: ACCOUNT },
         { key: guardedKey, account: 'acct_guarded' },
+        { key: legacyKey, account: ACCOUNT },
       ],
+      models: [{ id: LEGACY, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015' }, posture: 'Deprecated', retiresAt: '2099-06-30' }],
     });
     devKey = setup.devKey;
     const guardrails = [{ id: 'pii-out', kind: 'pii' as const, on: ['output' as const], action: 'redact' as const, accounts: ['acct_guarded'] }];
@@ -73,5 +79,22 @@ describe('response cache and limits', () => {
       expect(answer.choices[0]!.message.content).toBe('Write to [REDACTED:EMAIL] today.');
     }
     expect(up.requests.length - calls).toBe(2);
+  });
+
+  it('a hit of a Deprecated model carries its Deprecation and Sunset headers, plain and streamed', async () => {
+    up.setBehavior({ kind: 'json', content: 'Old news.' });
+    const body = { model: LEGACY, messages: [{ role: 'user', content: 'deprecated' }] };
+    // A key of its own: the key rate here is 3 a minute, and this takes 3.
+    const miss = await postChat(gw.baseURL, legacyKey, body);
+    expect(miss.headers.get('x-cache')).toBe('MISS');
+    const sunset = miss.headers.get('sunset');
+    expect(new Date(sunset!).toISOString()).toBe('2099-06-30T00:00:00.000Z');
+    for (const stream of [false, true]) {
+      const hit = await postChat(gw.baseURL, legacyKey, { ...body, stream });
+      expect(hit.headers.get('x-cache')).toBe('HIT');
+      expect(hit.headers.get('deprecation')).toBe(miss.headers.get('deprecation'));
+      expect(hit.headers.get('sunset')).toBe(sunset);
+      await hit.text();
+    }
   });
 });
