@@ -173,12 +173,19 @@ export interface HitCharge {
 
 /**
  * Bills a response-cache hit: `hitPrice` (a decimal fraction) times the list cost of the
- * stored answer's usage, rounded up once. It is held and charged like any call (the wallet,
+ * stored answer's usage (its hosted tool calls included), rounded up once. It is held and charged like any call (the wallet,
  * the key's cap and budgets, the key's request rate on the hold; 402 when it cannot be paid),
  * and written as one ledger entry measured "cache", with the fraction among its prices.
  */
-export async function billCacheHit(door: BillingDoor, ctx: RequestContext, model: Model, usage: Usage, hitPrice: string): Promise<HitCharge> {
-  const units = { kind: 'tokens' as const, ...usage };
+export async function billCacheHit(
+  door: BillingDoor,
+  ctx: RequestContext,
+  model: Model,
+  usage: Usage,
+  hitPrice: string,
+  tools: Record<string, number> | null,
+): Promise<HitCharge> {
+  const units = { kind: 'tokens' as const, ...usage, ...(tools ? { tools } : {}) };
   const cost = hitCost(model, units, hitPrice);
   const call = await openAmountCall(door, ctx, { model, amount: cost }, 'this cached answer');
   await call.bill(units, 'cache', { hitPrice });

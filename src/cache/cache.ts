@@ -126,7 +126,7 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       const store = async (entry: CacheEntry) => {
         try {
           // An answer too deep to encode again is not kept (it already went out, paid for).
-          const value = JSON.stringify({ body: entry.body, usage: entry.usage });
+          const value = JSON.stringify({ body: entry.body, usage: entry.usage, ...(entry.tools ? { tools: entry.tools } : {}) });
           const bytes = Buffer.byteLength(value);
           if (bytes > req.settings.maxEntryBytes) return;
           await entries.put(req.accountId, key, value, req.settings.ttlSeconds * 1000, req.settings.maxBytesPerAccount);
@@ -171,7 +171,17 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       return null;
     }
     if (!isObject(parsed) || !isObject(parsed.body) || !isObject(parsed.usage)) return null;
-    const entry: CacheEntry = { body: parsed.body, usage: parsed.usage as unknown as Usage };
+    // An entry whose tool counts cannot be read is no entry: its price would be wrong.
+    const tools = parsed.tools === undefined ? null : toolCounts(parsed.tools);
+    if (tools === undefined) return null;
+    const entry: CacheEntry = { body: parsed.body, usage: parsed.usage as unknown as Usage, tools };
     return { entry, ageSeconds: Math.max(0, Math.floor((now() - found.storedAt) / 1000)) };
   }
+}
+
+/** A stored entry's tool counts (`{web_search: 2}`), or undefined when they are not counts. */
+function toolCounts(value: unknown): Record<string, number> | undefined {
+  if (!isObject(value)) return undefined;
+  for (const n of Object.values(value)) if (typeof n !== 'number' || !Number.isSafeInteger(n) || n < 0) return undefined;
+  return value as Record<string, number>;
 }

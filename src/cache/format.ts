@@ -12,6 +12,8 @@ export interface CacheEntry {
   body: Record<string, unknown>;
   /** Its usage in the answer model (a hit's price is the list cost of this). */
   usage: Usage;
+  /** Calls of priced hosted tools the answer made (`{web_search: 1}`): priced on a hit too. */
+  tools?: Record<string, number> | null;
 }
 
 /** Collects a streamed answer, one client event's data at a time. */

@@ -26,5 +26,5 @@ export function storeStream(ticket: CacheTicket, collector: Collector, account: 
   const usage = account.usage;
   if (!usage || account.outputAfterUsage?.()) return Promise.resolve();
   const body = collector.body(usage);
-  return body ? ticket.store({ body, usage }) : Promise.resolve();
+  return body ? ticket.store({ body, usage, tools: account.tools?.() ?? null }) : Promise.resolve();
 }

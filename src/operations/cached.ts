@@ -43,7 +43,7 @@ export async function serveHit(core: Services, ctx: RequestContext, plan: TextPl
   const cache = core.cache!;
   const hit = ticket.hit!;
   const settings = cache.settingsFor(plan.model.id)!;
-  const charge = await billCacheHit(core, ctx, plan.model, hit.entry.usage, settings.hitPrice);
+  const charge = await billCacheHit(core, ctx, plan.model, hit.entry.usage, settings.hitPrice, hit.entry.tools ?? null);
   cache.countHit(ctx.key.accountId, plan.model.id, charge.listCost, charge.cost);
   ctx.releaseBody();
   // A Deprecated model's answer says so, served from an entry or not.

@@ -268,7 +268,7 @@ async function plainAnswer(
   await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
   await read.remember?.();
   // Kept once paid for, before the client has it: the next identical request is a hit.
-  if (keep && account.usage) await keep({ body: answer, usage: account.usage });
+  if (keep && account.usage) await keep({ body: answer, usage: account.usage, tools: account.tools?.() ?? null });
   // The output guardrails rewrite the client's copy only: what was billed is the answer as it came.
   const guarded = guard ? await guard.answer(text) : null;
   return jsonText(200, guarded ?? text, headers);

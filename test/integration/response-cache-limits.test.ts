@@ -5,10 +5,12 @@
  * model carries its Deprecation and Sunset headers, as the call that stored it did.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, type RunningGateway, postChat, startGateway, testConfig, testKey } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const LEGACY = 'test/legacy-cached';
+const SEARCH = 'test/search-cached';
 
 describe('response cache and limits', () => {
   let up: TestUpstream;
@@ -17,18 +19,27 @@ describe('response cache and limits', () => {
   const rateKey = testKey();
   const guardedKey = testKey();
   const legacyKey = testKey();
+  const searchKey = testKey();
   beforeAll(async () => {
     up = await startTestUpstream();
     const setup = testConfig({
       upstreamUrl: up.url,
       limits: { keyRequestsPerMinute: 3 },
-      accounts: [{ id: 'acct_guarded', walletUsd: 100 }],
+      accounts: [
+        { id: 'acct_guarded', walletUsd: 100 },
+        { id: 'acct_search', walletUsd: 100 },
+      ],
       keys: [
         { key: rateKey, account: ACCOUNT },
         { key: guardedKey, account: 'acct_guarded' },
         { key: legacyKey, account: ACCOUNT },
+        { key: searchKey, account: 'acct_search' },
       ],
-      models: [{ id: LEGACY, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015' }, posture: 'Deprecated', retiresAt: '2099-06-30' }],
+      models: [
+        { id: LEGACY, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015' }, posture: 'Deprecated', retiresAt: '2099-06-30' },
+        // A hit at full price: what the call cost, its search included.
+        { id: SEARCH, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015', tools: { web_search: '0.01' } }, cache: { hitPrice: '1' } },
+      ],
     });
     devKey = setup.devKey;
     const guardrails = [{ id: 'pii-out', kind: 'pii' as const, on: ['output' as const], action: 'redact' as const, accounts: ['acct_guarded'] }];
@@ -95,6 +106,26 @@ describe('response cache and limits', () => {
       expect(hit.headers.get('deprecation')).toBe(miss.headers.get('deprecation'));
       expect(hit.headers.get('sunset')).toBe(sunset);
       await hit.text();
+    }
+  });
+
+  it('a hit is priced on the stored answer’s hosted tool calls too, plain and streamed', async () => {
+    up.setBehavior({ kind: 'json', content: 'Found it.' });
+    const body = { model: SEARCH, messages: [{ role: 'user', content: 'search' }], web_search_options: {} };
+    const ledger = () => chargesOf(gw.stores.billing.ledger('acct_search'));
+    expect((await postChat(gw.baseURL, searchKey, body)).headers.get('x-cache')).toBe('MISS');
+    const [paid] = await ledger();
+    expect(paid!.units).toMatchObject({ kind: 'tokens', tools: { web_search: 1 } });
+    for (const stream of [false, true]) {
+      const hit = await postChat(gw.baseURL, searchKey, { ...body, stream });
+      expect(hit.headers.get('x-cache')).toBe('HIT');
+      await hit.text();
+    }
+    const hits = (await ledger()).slice(1);
+    expect(hits).toHaveLength(2);
+    for (const h of hits) {
+      expect(h.units).toMatchObject({ kind: 'tokens', tools: { web_search: 1 } });
+      expect(h.cost).toBe(paid!.cost);
     }
   });
 });
