@@ -74,6 +74,11 @@ export function refuseAgentKeys(ctx: RequestContext): void {
 /** Service tiers a provider bills at its standard price. */
 const STANDARD_TIERS = new Set(['auto', 'default', 'standard_only']);
 
+/** Whether a price-changing field's value asks for other than the standard price. */
+export function asksPricedTier(value: unknown): boolean {
+  return value !== undefined && value !== null && !(typeof value === 'string' && STANDARD_TIERS.has(value));
+}
+
 /**
  * The model as the request's price-changing field bills it (`service_tier`, Anthropic's
  * `inference_geo`): the model itself when the field is absent or asks for the standard price,
@@ -82,7 +87,7 @@ const STANDARD_TIERS = new Set(['auto', 'default', 'standard_only']);
  */
 export function pricedTier(model: Model, body: Record<string, unknown>, field: string): Model {
   const value = body[field];
-  if (value === undefined || value === null || (typeof value === 'string' && STANDARD_TIERS.has(value))) return model;
+  if (!asksPricedTier(value)) return model;
   const tier = typeof value === 'string' ? atServiceTier(model, value) : null;
   if (tier) return tier;
   throw new GatewayError('invalid_request', `Invalid value for '${field}': ${JSON.stringify(value)} is billed at a price \`${model.id}\` does not list here.`, {

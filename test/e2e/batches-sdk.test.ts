@@ -234,6 +234,10 @@ describe('batches through the official SDK (simulator)', () => {
     expect(narrow.status).toBe(400);
     expect(narrow.error.param).toBe('input_file_id');
     expect(narrow.message).toMatch(/Line 2/);
+    // A line runs at the batch price: a service tier billed at another price is refused.
+    const tier = await bad([chatLine('a', 'x'), { ...chatLine('b', 'y'), body: { ...chatLine('b', 'y').body, service_tier: 'priority' } }]);
+    expect(tier.status).toBe(400);
+    expect(tier.message).toMatch(/Line 2.*service_tier/);
     // The line past the limit is named (a blank line still counts in the numbering).
     const tooMany = await bad(['', ...Array.from({ length: 50_001 }, (_, i) => JSON.stringify(chatLine(`l${i}`, 'x')))].join('\n'));
     expect(tooMany.status).toBe(400);
