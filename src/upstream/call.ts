@@ -312,14 +312,30 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
   const redact = errorRedaction.get(res) ?? ((t: string) => t);
   let text = '';
   try {
-    // Cleaned before anything is taken from it: an excerpt cut mid-key leaves no piece behind.
-    text = redact(await res.text());
+    text = await res.text();
   } catch {
     // The status alone decides.
   }
-  if (res.status >= 500 || res.status === 401 || res.status === 402 || res.status === 403) {
+  return upstreamErrorOf(res.status, text, upstreamName, redact, res.header('retry-after'));
+}
+
+/**
+ * The client's error for an upstream's failed answer (`status`, its body `text`): the upstream's
+ * own words (its message, code, type and param, with no upstream key material) for a refusal of
+ * the request, the gateway's for a failure of the upstream or of our account with it.
+ */
+export function upstreamErrorOf(
+  status: number,
+  rawText: string,
+  upstreamName: string,
+  redact: Redact,
+  retryAfter?: string | null,
+): GatewayError & { upstreamMessage?: string } {
+  // Cleaned before anything is taken from it: an excerpt cut mid-key leaves no piece behind.
+  const text = redact(rawText);
+  if (status >= 500 || status === 401 || status === 402 || status === 403) {
     // The client is not told the upstream's words (they are about our provider account); the log is.
-    return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${res.status}).`), {
+    return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${status}).`), {
       upstreamMessage: text.slice(0, 500),
     });
   }
@@ -331,16 +347,14 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
   } catch {
     // Not JSON: keep a short excerpt of the text.
   }
-  const message =
-    typeof upstreamErr.message === 'string' ? upstreamErr.message : text.slice(0, 500) || `Upstream answered ${res.status}.`;
+  const message = typeof upstreamErr.message === 'string' ? upstreamErr.message : text.slice(0, 500) || `Upstream answered ${status}.`;
   const headers: Record<string, string> = {};
-  const retryAfter = res.header('retry-after');
-  if (res.status === 429 && retryAfter) headers['retry-after'] = retryAfter;
+  if (status === 429 && retryAfter) headers['retry-after'] = retryAfter;
   // Once more on the parsed fields: JSON escapes (`\u0073k-...`) hide a key from the raw text.
   // Only the upstream's own words are cleaned, never the gateway's codes put in their place.
-  const code = typeof upstreamErr.code === 'string' ? redact(upstreamErr.code) : (CODE_BY_STATUS[res.status] ?? 'upstream_error');
+  const code = typeof upstreamErr.code === 'string' ? redact(upstreamErr.code) : (CODE_BY_STATUS[status] ?? 'upstream_error');
   return new GatewayError(code, redact(message), {
-    status: res.status,
+    status,
     type: typeof upstreamErr.type === 'string' ? redact(upstreamErr.type) : 'invalid_request_error',
     param: typeof upstreamErr.param === 'string' ? redact(upstreamErr.param) : null,
     headers,

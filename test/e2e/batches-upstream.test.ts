@@ -51,11 +51,11 @@ async function submit(lines: string[]) {
 describe('a batch on an upstream with a Batch API', () => {
   it('goes up as one rewritten batch, comes back in the gateway’s names, each answered line billed once', async () => {
     const before = await gw.stores.billing.wallet(ACCOUNT);
-    const batch = await submit([line('a', 'Hello'), line('b', 'Kettles?', { brand: 'kettleco' }), line('c', 'fail_me')]);
+    const batch = await submit([line('a', 'Hello'), line('b', 'Kettles?', { brand: 'kettleco' }), line('c', 'fail_me'), line('d', 'skip_me'), line('e', 'deny_me')]);
     await eventually(() => up.batches.length === 1, 'the upstream batch');
     expect((await openai.batches.retrieve(batch.id)).status).toBe('in_progress');
     const sent = up.inputs[0]!;
-    expect(sent.map((l) => l.custom_id)).toEqual(['a', 'b', 'c']);
+    expect(sent.map((l) => l.custom_id)).toEqual(['a', 'b', 'c', 'd', 'e']);
     for (const l of sent) expect((l.body as { model: string }).model).toBe(UPSTREAM_MODEL);
     // The brand is the gateway's: applied to the messages, never sent as a field.
     const branded = l2(sent[1]!);
@@ -64,7 +64,7 @@ describe('a batch on an upstream with a Batch API', () => {
     up.finish();
     await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'completed', 'completed', 10_000);
     const done = await openai.batches.retrieve(batch.id);
-    expect(done.request_counts).toEqual({ total: 3, completed: 2, failed: 1 });
+    expect(done.request_counts).toEqual({ total: 5, completed: 2, failed: 3 });
     const out = (await (await openai.files.content(done.output_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
     expect(out.map((l) => l.custom_id)).toEqual(['a', 'b']);
     for (const l of out) {
@@ -73,8 +73,21 @@ describe('a batch on an upstream with a Batch API', () => {
       // The gateway's own id, not the upstream's (the loopback numbers its ids: batch_req_1, ...).
       expect(l.id).not.toMatch(/^batch_req_\d+$/);
     }
-    const errors = (await (await openai.files.content(done.error_file_id!)).text()).trim().split('\n').map((l) => JSON.parse(l));
-    expect(errors.map((l) => [l.custom_id, l.response.status_code])).toEqual([['c', 400]]);
+    const errorText = await (await openai.files.content(done.error_file_id!)).text();
+    const errors = errorText.trim().split('\n').map((l) => JSON.parse(l));
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code ?? null])).toEqual([
+      ['c', 400],
+      ['d', null],
+      ['e', 502],
+    ]);
+    // A refused line reads as the same call refused directly: the upstream's words, its key out of them.
+    expect(errors[0].response.body.error).toMatchObject({ type: 'invalid_request_error', code: 'bad_line', param: 'messages' });
+    expect(errors[0].response.body.error.message).toMatch(/^bad request from key /);
+    expect(errors[1].error).toMatchObject({ code: 'not_run' });
+    // A refusal about the provider account is the upstream's failure, told in the gateway's words.
+    expect(errors[2].response.body.error).toMatchObject({ code: 'upstream_error', type: 'upstream_error' });
+    expect(errorText).not.toContain('not verified');
+    expect(errorText).not.toContain(UPSTREAM_API_KEY.slice(8, 20));
     const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
     expect(charges.map((e) => e.id).sort()).toEqual([`${batch.id}:a`, `${batch.id}:b`]);
     for (const e of charges) expect(e.cost).toBe(LINE_COST);

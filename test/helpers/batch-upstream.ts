@@ -3,7 +3,10 @@
  * JSONL file (multipart, purpose "batch"), create a batch from it, retrieve it (in_progress
  * until `finish()`, or at once with `autoFinish`), cancel it, read its output and error files.
  * A finished batch answers every line as a chat completion (or an embeddings list) with usage
- * prompt 11 / completion 7, and a line whose body names `fail_me` with a 400 in the error file.
+ * prompt 11 / completion 7, and a line whose body names `fail_me` with a 400 in the error file
+ * (its message echoes the key the upstream was called with, as providers do about a key), one
+ * naming `skip_me` with a line-level error (it never ran) that echoes the key too, and one
+ * naming `deny_me` with a 403 about the provider account.
  * It also answers a plain `POST /chat/completions` (the lines a gateway runs itself), echoing
  * the last message, lists its batches (`GET /batches`, newest first, paged), can fail the next
  * reads of a file's content with a 500, and can leave a batch's creation unanswered.
@@ -61,6 +64,8 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
   let n = 0;
   const id = (p: string) => `${p}${++n}`;
 
+  /** The key the gateway called with (its bearer token), echoed in refusals. */
+  let lastKey = '';
   function complete(b: UpBatch, status: 'completed' | 'cancelled'): void {
     const lines = (files.get(b.input_file_id) ?? '').split('\n').filter((l) => l.trim() !== '').map((l) => JSON.parse(l) as { custom_id: string; body: Record<string, unknown> });
     // A cancelled batch answered its first line only.
@@ -69,7 +74,17 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     const err: string[] = [];
     for (const l of ran) {
       if (JSON.stringify(l.body).includes('fail_me')) {
-        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: { status_code: 400, request_id: id('req_'), body: { error: { message: 'bad', type: 'invalid_request_error' } } }, error: null }));
+        const error = { message: `bad request from key ${lastKey}`, type: 'invalid_request_error', code: 'bad_line', param: 'messages' };
+        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: { status_code: 400, request_id: id('req_'), body: { error } }, error: null }));
+        continue;
+      }
+      if (JSON.stringify(l.body).includes('deny_me')) {
+        const error = { message: 'Your organization is not verified to use this model.', type: 'invalid_request_error', code: 'unverified_organization' };
+        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: { status_code: 403, request_id: id('req_'), body: { error } }, error: null }));
+        continue;
+      }
+      if (JSON.stringify(l.body).includes('skip_me')) {
+        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: null, error: { code: 'not_run', message: `skipped for key ${lastKey}` } }));
         continue;
       }
       const body = b.endpoint === '/v1/embeddings'
@@ -105,6 +120,7 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
   const server: Server = createServer(async (req, res) => {
     const path = (req.url ?? '').replace(/^\/v1/, '');
     calls.push(`${req.method} ${path}`);
+    lastKey = (req.headers.authorization ?? '').replace(/^Bearer /, '');
     const body = await bodyOf(req);
     const send = (status: number, v: unknown) => {
       res.writeHead(status, { 'content-type': 'application/json' });

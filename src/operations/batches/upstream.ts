@@ -14,7 +14,9 @@ import { settleAnswer } from '../../billing/settle.js';
 import type { Model } from '../../catalog/catalog.js';
 import type { Services } from '../../services.js';
 import type { ApiKeyRecord, BatchLine, BatchRecord } from '../../stores/types.js';
-import { callUpstream, upstreamError, upstreamHeaders } from '../../upstream/call.js';
+import { errors } from '../../errors.js';
+import { callUpstream, upstreamError, upstreamErrorOf, upstreamHeaders } from '../../upstream/call.js';
+import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
 import { capped, type PlannedOperation } from '../text.js';
 import { encodeMultipart } from '../videos/multipart.js';
 import { pause } from '../../upstream/sleep.js';
@@ -173,6 +175,13 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
   let status = rec.response?.status_code ?? 0;
   let body = rec.response?.body;
   let ok = status >= 200 && status < 300 && !!body && typeof body === 'object' && !Array.isArray(body);
+  if (!ok && rec.response) {
+    // A line the upstream refused reads as the same call refused directly: its own words with no
+    // upstream key material in them, or the gateway's for the upstream's own failure.
+    const err = status >= 400 ? upstreamErrorOf(status, typeof body === 'string' ? body : JSON.stringify(body ?? ''), b.upstream!, upstreamKeysRedactor(core.cfg)) : errors.malformedAnswer(b.upstream!);
+    status = err.status;
+    body = err.toJSON();
+  }
   if (ok) {
     const answer = body as Record<string, unknown>;
     try {
