@@ -1,12 +1,15 @@
 /**
  * The texts a prompt carries, wherever an endpoint puts them: chat and Messages `messages`
- * (content strings and parts' `text`), Messages `system`, Responses `instructions` and `input`
- * (its items' content, and the `output` of a tool's result), completions and media `prompt`,
- * embeddings and speech `input`. Other fields (the model, tools, numbers, token arrays) are not
- * prompt text and are left alone.
+ * (content strings and parts' `text`, the arguments of the tool calls in their history, the
+ * `input` of a Messages `tool_use`, a Messages text document's `data`), Messages `system`,
+ * Responses `instructions`, `input` (its items' content, a function call's `arguments`, a
+ * tool result's `output`) and a stored prompt's `variables`, completions and media `prompt`,
+ * a completion's `suffix`, a chat `prediction`, embeddings and speech `input`. Whatever of it
+ * goes upstream, the model reads. Other fields (the model, tool definitions, numbers, token
+ * arrays, ids) are not prompt text and are left alone.
  */
 
-const PROMPT_FIELDS = ['messages', 'system', 'instructions', 'input', 'prompt'] as const;
+const PROMPT_FIELDS = ['messages', 'system', 'instructions', 'input', 'prompt', 'suffix', 'prediction'] as const;
 
 /**
  * `fields` with `rewrite` applied to every prompt text; the same object when no text changed
@@ -38,7 +41,14 @@ export function somePromptText(fields: Record<string, unknown>, test: (text: str
  */
 const MAX_DEPTH = 8;
 
-const TEXT_KEYS = ['content', 'text', 'output'] as const;
+/**
+ * Where a message, a part or an item keeps text: its `content` or `text`, a tool result's
+ * `output`, a tool call's `arguments` (a JSON string the model wrote, and reads back), found
+ * under `tool_calls` / `function` / `function_call` in a chat history.
+ */
+const TEXT_KEYS = ['content', 'text', 'output', 'arguments', 'tool_calls', 'function', 'function_call'] as const;
+/** Keys whose every string, however nested, is text the model reads: a tool's input, a stored prompt's variables. */
+const ALL_TEXT_KEYS = ['input', 'variables'] as const;
 
 function mapValue(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
   if (typeof value === 'string') return rewrite(value);
@@ -55,10 +65,37 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
   // result handed back to the model in a Responses `function_call_output`'s `output`).
   const object = value as Record<string, unknown>;
   let out: Record<string, unknown> | null = null;
-  for (const name of TEXT_KEYS) {
-    if (!Object.hasOwn(object, name)) continue;
-    const next = mapValue(object[name], rewrite, depth + 1);
+  const set = (name: string, next: unknown) => {
     if (next !== object[name]) (out ??= { ...object })[name] = next;
+  };
+  for (const name of TEXT_KEYS) if (Object.hasOwn(object, name)) set(name, mapValue(object[name], rewrite, depth + 1));
+  for (const name of ALL_TEXT_KEYS) if (Object.hasOwn(object, name)) set(name, mapLeaves(object[name], rewrite, depth + 1));
+  // A document given as text (Messages' `source: {type: "text", data}`); encoded ones are not text.
+  const source = object.source as Record<string, unknown> | undefined;
+  if (source && typeof source === 'object' && source.type === 'text' && typeof source.data === 'string') {
+    const data = rewrite(source.data);
+    if (data !== source.data) set('source', { ...source, data });
+  }
+  return out ?? value;
+}
+
+/** `value` with `rewrite` applied to every string in it, whatever its keys. */
+function mapLeaves(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
+  if (typeof value === 'string') return rewrite(value);
+  if (depth >= MAX_DEPTH || !value || typeof value !== 'object') return value;
+  if (Array.isArray(value)) {
+    let out: unknown[] | null = null;
+    value.forEach((item, i) => {
+      const next = mapLeaves(item, rewrite, depth + 1);
+      if (next !== item) (out ??= [...value])[i] = next;
+    });
+    return out ?? value;
+  }
+  const object = value as Record<string, unknown>;
+  let out: Record<string, unknown> | null = null;
+  for (const [name, item] of Object.entries(object)) {
+    const next = mapLeaves(item, rewrite, depth + 1);
+    if (next !== item) (out ??= { ...object })[name] = next;
   }
   return out ?? value;
 }

@@ -171,6 +171,60 @@ describe('PII never reaches the upstream', () => {
     expectRedacted(up.requests[0]!.raw);
   });
 
+  it('text the model reads outside content: tool call arguments and inputs, a text document, a prediction, a suffix, prompt variables', async () => {
+    const args = JSON.stringify({ note: SENTENCE });
+    const chat = await post('/chat/completions', {
+      model: MODEL,
+      messages: [
+        { role: 'user', content: 'Send it.' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'send', arguments: args } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: 'sent' },
+      ],
+      prediction: { type: 'content', content: SENTENCE },
+    });
+    expect(chat.status).toBe(200);
+    const sent = up.requests[0]!.body!.messages as Array<{ tool_calls?: Array<{ function: { name: string; arguments: string } }> }>;
+    // Still the JSON the model wrote, with the PII redacted inside it.
+    expect(JSON.parse(sent[1]!.tool_calls![0]!.function.arguments)).toEqual({ note: REDACTED });
+    expect(sent[1]!.tool_calls![0]!.function.name).toBe('send');
+    expect(up.requests[0]!.body!.prediction).toEqual({ type: 'content', content: REDACTED });
+    expectRedacted(up.requests[0]!.raw);
+
+    up.requests.length = 0;
+    up.setBehavior({ kind: 'response', chunks: ['ok'] });
+    const responses = await post('/responses', {
+      model: MODEL,
+      input: [{ type: 'function_call', call_id: 'call_2', name: 'send', arguments: args }],
+      prompt: { id: 'pmpt_1', variables: { customer: SENTENCE } },
+      max_output_tokens: 20,
+    });
+    expect(responses.status).toBe(200);
+    const body = up.requests[0]!.body!;
+    expect(JSON.parse((body.input as Array<{ arguments: string }>)[0]!.arguments)).toEqual({ note: REDACTED });
+    expect(body.prompt).toEqual({ id: 'pmpt_1', variables: { customer: REDACTED } });
+    expectRedacted(up.requests[0]!.raw);
+
+    up.requests.length = 0;
+    up.setBehavior({ kind: 'json', content: 'ok' });
+    const messages = await post('/messages', {
+      model: MODEL,
+      max_tokens: 50,
+      messages: [
+        { role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: SENTENCE } }, { type: 'text', text: 'Summarize.' }] },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'send', input: { note: SENTENCE, to: [SENTENCE] } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sent' }] },
+      ],
+    });
+    expect(messages.status).toBe(200);
+    for (const value of PII) expect(up.requests[0]!.raw).not.toContain(value);
+
+    up.requests.length = 0;
+    up.setBehavior({ kind: 'completion' });
+    const completion = await post('/completions', { model: MODEL, prompt: 'Say', suffix: SENTENCE, max_tokens: 20 });
+    expect(completion.status).toBe(200);
+    expect(up.requests[0]!.body!.suffix).toBe(REDACTED);
+  });
+
   it('embeddings: every input string', async () => {
     up.setBehavior({ kind: 'embeddings' });
     const res = await post('/embeddings', { model: EMBED, input: [SENTENCE, `only ${EMAIL}`] });
