@@ -50,8 +50,8 @@ export class ResponsesRewrite {
       return this.blocked ? delta : delta + typed(withoutLogprobs({ ...event, text: t.released }));
     }
     if (type === 'response.content_part.done' && isObject(event.part)) {
-      const t = this.texts.get(key);
-      return t ? typed({ ...event, part: { ...event.part, text: t.released } }) : asIs(type, data);
+      const text = this.part(event.part, key);
+      return text === null ? asIs(type, data) : typed({ ...event, part: { ...event.part, text } });
     }
     if (type === 'response.output_item.done' && isObject(event.item)) return typed({ ...event, item: this.item(event.item, event.output_index) });
     return asIs(type, data);
@@ -67,10 +67,28 @@ export class ResponsesRewrite {
     return {
       ...item,
       content: item.content.map((part: unknown, j) => {
-        const t = this.texts.get(`${String(index)}:${j}`);
-        return t && isObject(part) && typeof part.text === 'string' ? { ...part, text: t.released, logprobs: undefined } : part;
+        const text = isObject(part) ? this.part(part, `${String(index)}:${j}`) : null;
+        return text === null ? part : { ...(part as Json), text, logprobs: undefined };
       }),
     };
+  }
+
+  /**
+   * A text part's text as released; null for a part that is no text. An output_text part whose
+   * text no delta or done event carried (an upstream that sends it only whole, in the item or
+   * the terminal response) is checked whole here, as the same answer sent plain is.
+   */
+  private part(part: Json, key: string): string | null {
+    if (typeof part.text !== 'string') return null;
+    let t = this.texts.get(key);
+    if (!t && part.type === 'output_text') {
+      t = this.texts.of(key);
+      t.take(part.text);
+      if (!t.blocked) t.take(null);
+    }
+    if (!t) return null;
+    if (t.blocked) this.blocked = true;
+    return t.released;
   }
 
   /** The terminal event: its output as released; after a block, the response is incomplete. */

@@ -23,8 +23,11 @@ export interface ScriptedAnswer {
   /** What the usage reports when it reports counts. */
   prompt: number;
   completion: number;
-  /** Responses only: the text comes as deltas then its `.done` events (default), or only in the `.done` events. */
-  textIn?: 'deltas' | 'done-only';
+  /**
+   * Responses only: the text comes as deltas then its `.done` events (default), only in the
+   * `.done` events, or only whole in the finished item and the terminal response.
+   */
+  textIn?: 'deltas' | 'done-only' | 'item-only';
 }
 
 const json = (v: unknown) => JSON.stringify(v);
@@ -75,8 +78,8 @@ function responsesAnswer(a: ScriptedAnswer, stream: boolean, model: string): str
   const event = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${json({ type, sequence_number: seq++, ...data })}\n\n`;
   let out = event('response.created', { response: response('in_progress', [], false) });
   out += event('response.output_item.added', { output_index: 0, item: { ...message, status: 'in_progress', content: [] } });
-  if (a.textIn !== 'done-only') for (const p of a.pieces) out += event('response.output_text.delta', { item_id: 'msg_wire1', output_index: 0, content_index: 0, delta: p });
-  out += event('response.output_text.done', { item_id: 'msg_wire1', output_index: 0, content_index: 0, text });
+  if (a.textIn !== 'done-only' && a.textIn !== 'item-only') for (const p of a.pieces) out += event('response.output_text.delta', { item_id: 'msg_wire1', output_index: 0, content_index: 0, delta: p });
+  if (a.textIn !== 'item-only') out += event('response.output_text.done', { item_id: 'msg_wire1', output_index: 0, content_index: 0, text });
   out += event('response.output_item.done', { output_index: 0, item: message });
   out += event('response.completed', { response: response('completed', [message], true) });
   return out;

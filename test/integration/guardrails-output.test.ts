@@ -176,6 +176,23 @@ describe('a block on output', () => {
   }
 });
 
+describe('a Responses stream whose text comes only whole, in its finished item and terminal response', () => {
+  it('is redacted there, as the same answer sent plain is', async () => {
+    const seen = await call('responses', 'openai', true, { ...SPLIT, textIn: 'item-only' });
+    expect(seen.status).toBe(200);
+    expect(seen.raw).not.toContain('jane');
+    expect(seen.raw).toContain('[REDACTED:EMAIL]');
+    expect(seen.ended).toBe('completed');
+  });
+
+  it('a block there ends it incomplete, the match withheld', async () => {
+    const seen = await call('responses', 'openai', true, { ...CODENAME, textIn: 'item-only' });
+    expect(seen.raw.toLowerCase()).not.toContain('nightfall');
+    expect(seen.raw).not.toContain('more words');
+    expect(seen.ended).toBe('content_filter');
+  });
+});
+
 describe('what the guardrails did is told', () => {
   it('the admin API lists the recent blocks, newest first, of the account asked for', async () => {
     const seen = await call('messages', 'openai', true, CODENAME);
