@@ -110,6 +110,31 @@ describe('a batch on an upstream with a Batch API', () => {
   });
 });
 
+describe('an upstream batch that ends on its own', () => {
+  it('cancelled upstream: the batch is cancelled here too, what ran billed and the rest released', async () => {
+    const before = await gw.stores.billing.wallet(ACCOUNT);
+    const batch = await submit([line('p', 'one'), line('q', 'two')]);
+    await eventually(() => up.batches.some((x) => x.status === 'in_progress'), 'the upstream batch');
+    up.cancelAll();
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'cancelled', 'cancelled', 10_000);
+    expect((await openai.batches.retrieve(batch.id)).request_counts).toEqual({ total: 2, completed: 1, failed: 0 });
+    const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id)).toEqual([`${batch.id}:p`]);
+    await eventually(async () => (await gw.stores.billing.wallet(ACCOUNT)).held === before.held, 'the rest released');
+    expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(before.balance - LINE_COST);
+  });
+
+  it('failed upstream: the batch fails with the upstream’s reasons, each naming the client’s line', async () => {
+    const batch = await submit(['', line('r', 'one'), line('s', 'two')]);
+    await eventually(() => up.batches.some((x) => x.status === 'in_progress'), 'the upstream batch');
+    up.failAll([{ code: 'invalid_request', message: 'Line 2 names no messages.', line: 2, param: 'body.messages' }]);
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'failed', 'failed', 10_000);
+    // The upstream's line 2 is the batch's second line, the client's line 3 (a blank line first).
+    expect((await openai.batches.retrieve(batch.id)).errors?.data).toEqual([{ code: 'invalid_request', message: 'Line 2 names no messages.', line: 3, param: 'body.messages' }]);
+    await eventually(async () => (await gw.stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released');
+  });
+});
+
 describe('an upstream batch, read back and routed with care', () => {
   it('an upstream that refuses the upload fails the batch without its words reaching the client (its key among them)', async () => {
     up.refuseUploads = `Incorrect API key provided: ${UPSTREAM_API_KEY}.`;

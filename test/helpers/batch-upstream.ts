@@ -25,6 +25,7 @@ interface UpBatch {
   metadata: Record<string, string> | null;
   /** Unix seconds. */
   created_at: number;
+  errors?: { object: 'list'; data: unknown[] } | null;
 }
 
 export interface BatchUpstream {
@@ -36,6 +37,10 @@ export interface BatchUpstream {
   calls: string[];
   /** Finishes every batch in progress (answers its lines). */
   finish(): void;
+  /** Cancels every batch in progress on the upstream's own account (it answers the first line only). */
+  cancelAll(): void;
+  /** Fails every batch in progress, with these `errors.data` (none: no errors given). */
+  failAll(errors?: { code: string; message: string; line: number | null; param: string | null }[]): void;
   autoFinish: boolean;
   /** How many of the next `GET /files/{id}/content` answer 500 (a transient failure). */
   failContentReads: number;
@@ -110,6 +115,16 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     chats: [],
     finish() {
       for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
+    },
+    cancelAll() {
+      for (const b of batches) if (b.status === 'in_progress') complete(b, 'cancelled');
+    },
+    failAll(errors) {
+      for (const b of batches) {
+        if (b.status !== 'in_progress') continue;
+        b.status = 'failed';
+        b.errors = errors ? { object: 'list', data: errors } : null;
+      }
     },
     close: async () => {
       server.closeAllConnections();

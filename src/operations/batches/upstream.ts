@@ -205,6 +205,24 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
   await core.stores.batches.addLine(b.accountId, b.id, { customId, line: lineOf.get(customId) ?? 0, ok, text });
 }
 
+/** An upstream batch's `errors.data` as the gateway's batch keeps them; one entry saying so when it gave none. */
+function upstreamErrors(core: Services, up: Record<string, unknown>, lines: BatchInputLine[]): NonNullable<BatchRecord['errors']> {
+  const redact = upstreamKeysRedactor(core.cfg);
+  const data = (up.errors as { data?: unknown } | null | undefined)?.data;
+  const text = (v: unknown) => (typeof v === 'string' ? redact(v).slice(0, 500) : null);
+  const given = Array.isArray(data)
+    ? data.filter((e): e is Record<string, unknown> => !!e && typeof e === 'object').map((e) => ({
+        code: text(e.code) ?? 'upstream_batch_failed',
+        message: text(e.message) ?? 'The upstream batch failed.',
+        // The upstream's file has one line per line of the batch, in order: its line k is the
+        // client's k-th (whose number in the client's file counts blank lines too).
+        line: typeof e.line === 'number' && Number.isSafeInteger(e.line) ? (lines[e.line - 1]?.line ?? null) : null,
+        param: text(e.param),
+      }))
+    : [];
+  return given.length ? given.slice(0, 100) : [{ code: 'upstream_batch_failed', message: 'The upstream batch failed without saying why.', line: null, param: null }];
+}
+
 async function readFile(core: Services, b: BatchRecord, fileId: unknown, plans: Map<string, Plan>, lineOf: Map<string, number>): Promise<void> {
   if (typeof fileId !== 'string' || fileId === '') return;
   const text = await send(core, b.upstream!, b.id, 'GET', `/files/${encodeURIComponent(fileId)}/content`);
@@ -255,7 +273,14 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
       if (status === 'failed' || status === 'expired') {
         const done = new Set((await core.stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
-        const finished = await finishBatch(core, b, status, extra);
+        let finished = await finishBatch(core, b, status, extra);
+        // A failed batch says why, in the upstream's words (with no key material in them).
+        if (finished && status === 'failed') finished = (await changeBatch(core.stores.batches, finished, (x) => ({ ...x, errors: upstreamErrors(core, up, lines) }))) ?? finished;
+        if (finished) run.seen(finished);
+      } else if (status === 'cancelled' && !cancelSent) {
+        // Cancelled upstream, not by the gateway: the batch is cancelled here too (what ran is
+        // billed; the rest is released when the run ends), not reported complete.
+        const finished = await finishBatch(core, b, 'cancelled');
         if (finished) run.seen(finished);
       }
       return;
