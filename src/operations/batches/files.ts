@@ -12,17 +12,24 @@ import { readMultipart } from '../videos/multipart.js';
 import { fileNotFound, fileView, listLimit, listView, newFileId } from './views.js';
 
 const TEXT_FIELDS: ReadonlySet<string> = new Set(['purpose', 'expires_after[anchor]', 'expires_after[seconds]']);
+/**
+ * What a multipart upload carries beside its file (boundaries, part headers, `purpose`): the
+ * limit bounds the file itself, so a file of exactly `limits.maxFileBytes` is taken.
+ */
+const FORM_SLACK_BYTES = 64 * 1024;
 
 export async function uploadFile(core: Services, ctx: RequestContext): Promise<Response> {
   const contentType = ctx.request.headers.get('content-type') ?? '';
   if (!/^multipart\/form-data/i.test(contentType)) throw new GatewayError('invalid_request', 'Upload a file as multipart/form-data with the fields `file` and `purpose`.', { param: 'file' });
-  const bytes = await readBody(ctx.request, core.cfg.limits.maxFileBytes, core.cfg.limits.bodyTimeoutMs);
+  const max = core.cfg.limits.maxFileBytes;
+  const bytes = await readBody(ctx.request, max + FORM_SLACK_BYTES, core.cfg.limits.bodyTimeoutMs);
   const form = readMultipart(bytes, contentType, TEXT_FIELDS);
   const purpose = form.fields.purpose;
   if (purpose !== 'batch') throw new GatewayError('invalid_request', "purpose must be 'batch': this gateway keeps files for batches only.", { param: 'purpose' });
   const files = form.files.filter((f) => f.name === 'file');
   if (files.length !== 1) throw new GatewayError('invalid_request', 'Send exactly one `file` part.', { param: 'file' });
   const part = files[0]!;
+  if (part.data.byteLength > max) throw new GatewayError('request_too_large', `The file is larger than the limit of ${max} bytes.`, { param: 'file' });
   const record = { id: newFileId(), accountId: ctx.key.accountId, purpose, filename: part.filename.slice(0, 255), bytes: part.data.byteLength, createdAt: Math.floor(core.now() / 1000) };
   await core.stores.batches.putFile(record, part.data);
   return json(200, fileView(record));
