@@ -2,7 +2,9 @@
  * A response-cache hit counts as a request for its key's rate like any call, a streamed
  * answer the client left before its end is never stored, and an answer the output guardrails
  * rewrite is never served from an entry (a hit would skip their checks). A hit of a Deprecated
- * model carries its Deprecation and Sunset headers, as the call that stored it did.
+ * model carries its Deprecation and Sunset headers, as the call that stored it did; a hit is
+ * priced on the stored hosted tool calls too; the key is the body the upstream receives (a
+ * brand that changed misses); an answer over maxEntryBytes is not kept.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chargesOf } from '../helpers/billing.js';
@@ -11,6 +13,8 @@ import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const LEGACY = 'test/legacy-cached';
 const SEARCH = 'test/search-cached';
+/** A model whose entries may hold at most 600 bytes. */
+const SMALL = 'test/small-entries';
 
 describe('response cache and limits', () => {
   let up: TestUpstream;
@@ -20,6 +24,9 @@ describe('response cache and limits', () => {
   const guardedKey = testKey();
   const legacyKey = testKey();
   const searchKey = testKey();
+  const brandKey = testKey();
+  const smallKey = testKey();
+  const tinyKey = testKey();
   beforeAll(async () => {
     up = await startTestUpstream();
     const setup = testConfig({
@@ -34,11 +41,16 @@ describe('response cache and limits', () => {
         { key: guardedKey, account: 'acct_guarded' },
         { key: legacyKey, account: ACCOUNT },
         { key: searchKey, account: 'acct_search' },
+        { key: brandKey, account: ACCOUNT },
+        { key: smallKey, account: ACCOUNT },
+        { key: tinyKey, account: ACCOUNT },
       ],
+      brands: [{ id: 'kettleco', account: ACCOUNT, name: 'KettleCo', description: 'Kettles', voice: 'Speak like a kettle.' }],
       models: [
         { id: LEGACY, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015' }, posture: 'Deprecated', retiresAt: '2099-06-30' },
         // A hit at full price: what the call cost, its search included.
         { id: SEARCH, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015', tools: { web_search: '0.01' } }, cache: { hitPrice: '1' } },
+        { id: SMALL, type: 'text', upstream: 'test', pricing: { prompt: '0.0000005', completion: '0.0000015' }, cache: { maxEntryBytes: 600 } },
       ],
     });
     devKey = setup.devKey;
@@ -127,5 +139,27 @@ describe('response cache and limits', () => {
       expect(h.units).toMatchObject({ kind: 'tokens', tools: { web_search: 1 } });
       expect(h.cost).toBe(paid!.cost);
     }
+  });
+
+  it('the key is the body the upstream receives: a brand whose voice changed misses', async () => {
+    up.setBehavior({ kind: 'json', content: 'Steam!' });
+    const body = { model: MODEL, brand: 'kettleco', messages: [{ role: 'user', content: 'branded' }] };
+    expect((await postChat(gw.baseURL, brandKey, body)).headers.get('x-cache')).toBe('MISS');
+    expect((await postChat(gw.baseURL, brandKey, body)).headers.get('x-cache')).toBe('HIT');
+    await gw.gateway.admin.putBrand({ id: 'kettleco', account: ACCOUNT, name: 'KettleCo', voice: 'Speak like a teapot.' });
+    const after = await postChat(gw.baseURL, brandKey, body);
+    expect(after.headers.get('x-cache')).toBe('MISS');
+    expect(JSON.stringify(up.requests.at(-1)!.body)).toContain('teapot');
+  });
+
+  it('an answer larger than maxEntryBytes is not kept: the next identical request misses, a small one hits', async () => {
+    const body = { model: SMALL, messages: [{ role: 'user', content: 'size' }] };
+    up.setBehavior({ kind: 'json', content: 'x'.repeat(800) });
+    expect((await postChat(gw.baseURL, smallKey, body)).headers.get('x-cache')).toBe('MISS');
+    expect((await postChat(gw.baseURL, smallKey, body)).headers.get('x-cache')).toBe('MISS');
+    up.setBehavior({ kind: 'json', content: 'ok' });
+    const small = { ...body, messages: [{ role: 'user', content: 'tiny' }] };
+    expect((await postChat(gw.baseURL, tinyKey, small)).headers.get('x-cache')).toBe('MISS');
+    expect((await postChat(gw.baseURL, tinyKey, small)).headers.get('x-cache')).toBe('HIT');
   });
 });
