@@ -68,8 +68,12 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
   const set = (name: string, next: unknown) => {
     if (next !== object[name]) (out ??= { ...object })[name] = next;
   };
-  for (const name of TEXT_KEYS) if (Object.hasOwn(object, name)) set(name, mapValue(object[name], rewrite, depth + 1));
-  for (const name of ALL_TEXT_KEYS) if (Object.hasOwn(object, name)) set(name, mapLeaves(object[name], rewrite, depth + 1));
+  for (const name of TEXT_KEYS) {
+    if (!Object.hasOwn(object, name)) continue;
+    const item = object[name];
+    set(name, name === 'arguments' && typeof item === 'string' ? mapJsonText(item, rewrite) : mapValue(item, rewrite, depth + 1));
+  }
+  for (const name of ALL_TEXT_KEYS) if (Object.hasOwn(object, name)) set(name, mapLeaves(object[name], rewrite, 0));
   // A document given as text (Messages' `source: {type: "text", data}`); encoded ones are not text.
   const source = object.source as Record<string, unknown> | undefined;
   if (source && typeof source === 'object' && source.type === 'text' && typeof source.data === 'string') {
@@ -79,10 +83,33 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
   return out ?? value;
 }
 
+/**
+ * A tool call's `arguments`: JSON the model wrote. Its strings are read decoded (an escape such
+ * as `\u0061` hides nothing), and the JSON is written again only when one changed; then the
+ * text as a whole is read too (what is nested past any bound, or is not JSON at all).
+ */
+function mapJsonText(text: string, rewrite: (text: string) => string): string {
+  let out = text;
+  try {
+    const parsed: unknown = JSON.parse(text);
+    const next = mapLeaves(parsed, rewrite, 0);
+    if (next !== parsed) out = JSON.stringify(next);
+  } catch {
+    // Not JSON: read as it is.
+  }
+  return rewrite(out);
+}
+
+/**
+ * As deep as any JSON the gateway accepts (a body nested deeper is refused before this): a
+ * tool's input is the client's own shape, and none of its strings may be skipped.
+ */
+const LEAVES_MAX_DEPTH = 256;
+
 /** `value` with `rewrite` applied to every string in it, whatever its keys. */
 function mapLeaves(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
   if (typeof value === 'string') return rewrite(value);
-  if (depth >= MAX_DEPTH || !value || typeof value !== 'object') return value;
+  if (depth >= LEAVES_MAX_DEPTH || !value || typeof value !== 'object') return value;
   if (Array.isArray(value)) {
     let out: unknown[] | null = null;
     value.forEach((item, i) => {

@@ -173,11 +173,16 @@ describe('PII never reaches the upstream', () => {
 
   it('text the model reads outside content: tool call arguments and inputs, a text document, a prediction, a suffix, prompt variables', async () => {
     const args = JSON.stringify({ note: SENTENCE });
+    // The same arguments with every character of the email escaped: read decoded, still found.
+    const escaped = JSON.stringify({ note: SENTENCE }).replace(EMAIL, [...EMAIL].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join(''));
+    expect(escaped).not.toContain(EMAIL);
     const chat = await post('/chat/completions', {
       model: MODEL,
       messages: [
         { role: 'user', content: 'Send it.' },
         { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'send', arguments: args } }] },
+        { role: 'tool', tool_call_id: 'call_1', content: 'sent' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_2', type: 'function', function: { name: 'send', arguments: escaped } }] },
         { role: 'tool', tool_call_id: 'call_1', content: 'sent' },
       ],
       prediction: { type: 'content', content: SENTENCE },
@@ -187,6 +192,7 @@ describe('PII never reaches the upstream', () => {
     // Still the JSON the model wrote, with the PII redacted inside it.
     expect(JSON.parse(sent[1]!.tool_calls![0]!.function.arguments)).toEqual({ note: REDACTED });
     expect(sent[1]!.tool_calls![0]!.function.name).toBe('send');
+    expect(JSON.parse(sent[3]!.tool_calls![0]!.function.arguments)).toEqual({ note: REDACTED });
     expect(up.requests[0]!.body!.prediction).toEqual({ type: 'content', content: REDACTED });
     expectRedacted(up.requests[0]!.raw);
 
@@ -211,7 +217,8 @@ describe('PII never reaches the upstream', () => {
       max_tokens: 50,
       messages: [
         { role: 'user', content: [{ type: 'document', source: { type: 'text', media_type: 'text/plain', data: SENTENCE } }, { type: 'text', text: 'Summarize.' }] },
-        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'send', input: { note: SENTENCE, to: [SENTENCE] } }] },
+        // Nested deeper than any message shape: every string of a tool's input is read.
+        { role: 'assistant', content: [{ type: 'tool_use', id: 'toolu_1', name: 'send', input: { note: SENTENCE, to: [SENTENCE], a: { b: { c: { d: { e: { f: { g: { h: SENTENCE } } } } } } } } }] },
         { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'toolu_1', content: 'sent' }] },
       ],
     });
