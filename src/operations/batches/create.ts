@@ -18,6 +18,7 @@ import { chatCompletions } from '../chat.js';
 import { createCompletion } from '../completions.js';
 import { createEmbeddings } from '../embeddings.js';
 import { createResponse } from '../responses.js';
+import { asksPricedTier } from '../shared.js';
 import type { PlannedOperation } from '../text.js';
 import { type BatchInputLine, lineContext, lineError, readBatchInput } from './input.js';
 import { batchView, newBatchId } from './views.js';
@@ -42,6 +43,12 @@ interface PlannedLine {
 
 /** Plans one line as its call would be planned; its refusal becomes the batch's, naming the line. */
 async function planLine(core: Services, ctx: RequestContext, op: PlannedOperation, endpoint: string, l: BatchInputLine): Promise<PlannedLine> {
+  // A line is billed at the batch price: a tier the provider bills at another price (and a line
+  // the gateway runs itself would ask for) cannot be held or charged right. Refused here, at
+  // creation only: a batch created before this rule still runs as it was accepted.
+  if (asksPricedTier(l.body.service_tier)) {
+    throw lineError(l.line, "a line of a batch runs at the batch price: 'service_tier' may only ask for the standard price ('auto', 'default', 'standard_only').");
+  }
   let plan: Awaited<ReturnType<PlannedOperation['plan']>>;
   try {
     plan = await op.plan(core, lineContext(ctx.key, endpoint, `${ctx.requestId}:${l.line}`, l.body), l.body);

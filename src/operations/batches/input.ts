@@ -7,7 +7,6 @@ import { GatewayError } from '../../errors.js';
 import { newRecord } from '../../observability/record.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { ApiKeyRecord } from '../../stores/types.js';
-import { asksPricedTier } from '../shared.js';
 
 /** More lines than this in one batch are refused, as OpenAI does. */
 export const MAX_BATCH_LINES = 50_000;
@@ -78,9 +77,6 @@ export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputL
     if (url !== endpoint) throw lineError(line, `url must be the batch's endpoint '${endpoint}'.`);
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw lineError(line, 'body must be a JSON object.');
     if ((body as Record<string, unknown>).stream === true) throw lineError(line, 'a line of a batch cannot stream.');
-    // A line is billed at the batch price: a tier the provider bills at another price (and a
-    // line the gateway runs itself would ask for) cannot be held or charged right.
-    if (asksPricedTier((body as Record<string, unknown>).service_tier)) throw lineError(line, "a line of a batch runs at the batch price: 'service_tier' may only ask for the standard price ('auto', 'default').");
     out.push({ line, customId, body: body as Record<string, unknown> });
   });
   return out;
