@@ -126,7 +126,7 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       const store = async (entry: CacheEntry) => {
         try {
           // An answer too deep to encode again is not kept (it already went out, paid for).
-          const value = JSON.stringify({ body: entry.body, usage: entry.usage, ...(entry.tools ? { tools: entry.tools } : {}) });
+          const value = JSON.stringify({ body: entry.body, usage: entry.usage, tools: entry.tools ?? null });
           const bytes = Buffer.byteLength(value);
           if (bytes > req.settings.maxEntryBytes) return;
           await entries.put(req.accountId, key, value, req.settings.ttlSeconds * 1000, req.settings.maxBytesPerAccount);
@@ -171,8 +171,10 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
       return null;
     }
     if (!isObject(parsed) || !isObject(parsed.body) || !isObject(parsed.usage)) return null;
-    // An entry whose tool counts cannot be read is no entry: its price would be wrong.
-    const tools = parsed.tools === undefined ? null : toolCounts(parsed.tools);
+    // An entry whose tool counts cannot be read is no entry: its price would be wrong. One
+    // without the field was kept before entries counted them: it may have made a priced call.
+    if (parsed.tools === undefined) return null;
+    const tools = parsed.tools === null ? null : toolCounts(parsed.tools);
     if (tools === undefined) return null;
     const entry: CacheEntry = { body: parsed.body, usage: parsed.usage as unknown as Usage, tools };
     return { entry, ageSeconds: Math.max(0, Math.floor((now() - found.storedAt) / 1000)) };

@@ -27,6 +27,7 @@ describe('response cache and limits', () => {
   const brandKey = testKey();
   const smallKey = testKey();
   const tinyKey = testKey();
+  const oldKey = testKey();
   beforeAll(async () => {
     up = await startTestUpstream();
     const setup = testConfig({
@@ -44,6 +45,7 @@ describe('response cache and limits', () => {
         { key: brandKey, account: ACCOUNT },
         { key: smallKey, account: ACCOUNT },
         { key: tinyKey, account: ACCOUNT },
+        { key: oldKey, account: ACCOUNT },
       ],
       brands: [{ id: 'kettleco', account: ACCOUNT, name: 'KettleCo', description: 'Kettles', voice: 'Speak like a kettle.' }],
       models: [
@@ -161,5 +163,24 @@ describe('response cache and limits', () => {
     const small = { ...body, messages: [{ role: 'user', content: 'tiny' }] };
     expect((await postChat(gw.baseURL, tinyKey, small)).headers.get('x-cache')).toBe('MISS');
     expect((await postChat(gw.baseURL, tinyKey, small)).headers.get('x-cache')).toBe('HIT');
+  });
+
+  it('an entry kept before entries counted hosted tool calls is a miss: it may have made a priced call', async () => {
+    up.setBehavior({ kind: 'json', content: 'Older.' });
+    const body = { model: MODEL, messages: [{ role: 'user', content: 'old entry' }] };
+    // Kept as the previous version kept it: no tool counts in the entry.
+    const cache = gw.stores.responseCache;
+    const put = cache.put;
+    cache.put = (account, key, value, ttlMs, maxBytes) => {
+      const { tools: _tools, ...old } = JSON.parse(value) as Record<string, unknown>;
+      return put.call(cache, account, key, JSON.stringify(old), ttlMs, maxBytes);
+    };
+    try {
+      expect((await postChat(gw.baseURL, oldKey, body)).headers.get('x-cache')).toBe('MISS');
+    } finally {
+      cache.put = put;
+    }
+    expect((await postChat(gw.baseURL, oldKey, body)).headers.get('x-cache')).toBe('MISS');
+    expect((await postChat(gw.baseURL, oldKey, body)).headers.get('x-cache')).toBe('HIT');
   });
 });
