@@ -66,8 +66,13 @@ export interface Services {
   counters: { openStreams: number };
   /** The last requests this instance answered (the admin API's recent requests). */
   recent: RecentRequests;
-  /** Aborted when the stop begins: long-running background work takes nothing new and winds down within the grace period. */
+  /** Aborted once the stop's grace period is over and background work stops (an alert's delivery among it). */
   shutdown: AbortSignal;
+  /**
+   * Aborted when the stop begins: batches start no new line, and the lines they run get the
+   * grace period from then, the one the calls in flight get.
+   */
+  stopping: AbortSignal;
   /** True once shutdown's grace period is over: no new billed call is opened. */
   draining(): boolean;
   /** The response cache; null when no model's answers are cached. */
@@ -122,11 +127,11 @@ export interface Built {
   /** Marks the grace period over (billed calls are refused from then on). */
   cut(): void;
   /**
-   * The stop began: background work takes nothing new, and what it runs (a batch's lines) gets
-   * the grace period from now, the same one the calls in flight get.
+   * The stop began (`stopping`): batches take nothing new, and the lines they run get the
+   * grace period from now, the same one the calls in flight get.
    */
   beginShutdown(): void;
-  /** Aborts background work (if not yet) and waits for what was tracked. */
+  /** Aborts background work (`shutdown`, and `stopping` if not yet) and waits for what was tracked. */
   stopBackground(): Promise<void>;
 }
 
@@ -146,6 +151,7 @@ export function createServices(
   const log = redactingLogger(givenLog, upstreamKeysRedactor(cfg));
   const hooks = createHooks([...builtins(cfg, () => core), ...plugins], log);
   const shutdown = new AbortController();
+  const stopping = new AbortController();
   const pending = new Set<Promise<unknown>>();
   let cut = false;
 
@@ -203,6 +209,7 @@ export function createServices(
     counters,
     recent,
     shutdown: shutdown.signal,
+    stopping: stopping.signal,
     draining: () => cut,
     // Set right below: the job runner needs the rest of the services.
     jobs: undefined as unknown as JobRunner,
@@ -226,8 +233,9 @@ export function createServices(
     observers,
     ownsStores: !givenStores,
     cut: () => void (cut = true),
-    beginShutdown: () => shutdown.abort(),
+    beginShutdown: () => stopping.abort(),
     async stopBackground() {
+      stopping.abort();
       shutdown.abort();
       core.jobs.dispose();
       await Promise.allSettled([...pending]);

@@ -12,6 +12,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { createSqliteStores } from '../../src/stores/sqlite/index.js';
 import { MODEL, eventually, postChat, startGateway, testConfig } from '../helpers/gateway.js';
+import { startTestUpstream } from '../helpers/upstream.js';
 
 const SECRET = 'whsec-test-secret';
 const received: Array<{ body: any; headers: Record<string, string | string[] | undefined>; raw: string }> = [];
@@ -84,5 +85,38 @@ it('sends each crossing once, signed, and not again after a restart', async () =
     expect(r.body).toMatchObject({ account: setup.account });
   }
   expect(new Set(received.map((r) => r.body.id)).size).toBe(3);
+  expect(failNext).toBe(0);
+});
+
+it('a crossing by a call that settles during the stop’s grace is still delivered (retried too)', async () => {
+  received.length = 0;
+  failNext = 1;
+  const up = await startTestUpstream();
+  let release!: () => void;
+  const gate = new Promise<void>((r) => (release = r));
+  // One call hangs through the whole grace; the other is answered once the stop has begun.
+  up.setBehavior((rec) => ((rec.body?.messages as { content: string }[])[0]!.content === 'hang' ? { kind: 'hang' } : { kind: 'json', gate }));
+  const setup = testConfig({ upstreamUrl: up.url, shutdownGraceMs: 1_500 });
+  const gw = await startGateway({
+    ...setup.options,
+    alerts: { webhook: { url, secret: SECRET, backoffMs: 20 }, defaults: { capPercent: [1] } },
+  });
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
+  const send = (content: string) => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 5 }).catch(() => null);
+  const hanging = send('hang');
+  const answered = send('answered');
+  await up.waitForRequests(2);
+  // The CLI's stop: no new connection; the calls in flight keep theirs through the grace.
+  gw.server.close();
+  const disposing = gw.gateway.dispose();
+  release();
+  expect((await answered)?.status).toBe(200);
+  await disposing;
+  await hanging;
+  gw.server.closeAllConnections();
+  await gw.stores.close();
+  await up.close();
+  expect(received.map((r) => `${r.body.type}:${r.body.threshold}`)).toEqual(['budget.key_monthly_cap:1']);
   expect(failNext).toBe(0);
 });

@@ -24,7 +24,14 @@ export function notRunLine(customId: string, line: number, code: string, message
  * Writes the files of what ran (plus `extra` error lines) and moves the batch to `status`
  * (`completed`, `cancelled`, `expired` or `failed`). Returns the batch as stored.
  */
-export async function finishBatch(core: Services, batch: BatchRecord, status: BatchStatus, extra: BatchLine[] = []): Promise<BatchRecord | null> {
+export async function finishBatch(
+  core: Services,
+  batch: BatchRecord,
+  status: BatchStatus,
+  extra: BatchLine[] = [],
+  /** Why a failed batch failed: written with its status, so no reader sees one without the other. */
+  errors: BatchRecord['errors'] = null,
+): Promise<BatchRecord | null> {
   const ran = await core.stores.batches.lines(batch.accountId, batch.id);
   const all = [...ran, ...extra].sort((a, b) => a.line - b.line);
   const ok = all.filter((l) => l.ok);
@@ -47,6 +54,7 @@ export async function finishBatch(core: Services, batch: BatchRecord, status: Ba
           outputFileId,
           errorFileId,
           requestCounts: { total: b.requestCounts.total, completed: ok.length, failed: failed.length },
+          ...(errors ? { errors } : {}),
           owner: null,
         },
   );

@@ -36,7 +36,7 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
   const door = lineDoor(core, batch, l.customId, cut);
   const lineCore: Services = { ...core, meter: door.meter, draining: door.draining, tokenLimiter: undefined as unknown as Services['tokenLimiter'], cache: null };
   // Not settled while this instance stops: left to the instance that adopts the batch.
-  const abandoned = () => (cut.aborted || core.shutdown.aborted) && !door.settled();
+  const abandoned = () => (cut.aborted || core.stopping.aborted) && !door.settled();
   let status: number;
   let body: unknown;
   try {
@@ -90,8 +90,8 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
     }, core.cfg.shutdownGraceMs);
     graceTimer.unref();
   };
-  if (core.shutdown.aborted) onShutdown();
-  else core.shutdown.addEventListener('abort', onShutdown, { once: true });
+  if (core.stopping.aborted) onShutdown();
+  else core.stopping.addEventListener('abort', onShutdown, { once: true });
   let next = 0;
   // One worker failing (the store could not take a line's record) stops the others from
   // starting lines, and the run ends only once the lines in flight have: its owner decides
@@ -118,7 +118,7 @@ export async function runLines(core: Services, run: Running, key: ApiKeyRecord, 
     const failed = ended.find((r) => r.status === 'rejected');
     if (failed) throw failed.reason;
   } finally {
-    core.shutdown.removeEventListener('abort', onShutdown);
+    core.stopping.removeEventListener('abort', onShutdown);
     clearTimeout(graceTimer);
   }
 }

@@ -11,7 +11,7 @@ import { heldLines, releaseBatchLines } from '../../billing/batch.js';
 import type { BatchRunner } from '../../jobs/batches.js';
 import type { Services } from '../../services.js';
 import { isStoreUnavailable } from '../../stores/errors.js';
-import type { BatchRecord } from '../../stores/types.js';
+import { BATCH_DONE, type BatchRecord } from '../../stores/types.js';
 import { changeBatch } from './change.js';
 import { finishBatch, notRunLine } from './finish.js';
 import { readBatchInput } from './input.js';
@@ -20,6 +20,8 @@ import { abandonUpstreamBatch, runUpstreamBatch } from './upstream.js';
 
 /** How often a running batch's record is read again (a cancel from another instance). */
 const LOOK_MS = 500;
+/** The longest wait before a batch a store error stopped is run again here. */
+const RETRY_MAX_MS = 5 * 60_000;
 
 interface Entry {
   batch: BatchRecord;
@@ -41,6 +43,19 @@ export function createBatchRunner(core: Services): BatchRunner {
     );
   };
 
+  /**
+   * Batches whose run a store error stopped, and when this instance may run them again: a
+   * failure that is the store's own (a statement it refuses every time) would otherwise rerun
+   * the batch, and its unrecorded line upstream, at every sweep. The wait doubles, up to
+   * RETRY_MAX_MS; a run that ends clears it.
+   */
+  const retries = new Map<string, { at: number; delayMs: number }>();
+  const retryLater = (id: string) => {
+    const delayMs = Math.min(RETRY_MAX_MS, (retries.get(id)?.delayMs ?? Math.max(50, Math.floor(ttl / 3)) / 2) * 2);
+    retries.set(id, { at: core.now() + delayMs, delayMs });
+  };
+  const waiting = (id: string) => (retries.get(id)?.at ?? 0) > core.now();
+
   /** Reads the record again (at most every LOOK_MS unless poked); false once gone. */
   const look = async (e: Entry, force = false): Promise<void> => {
     const fresh = await stores.batches.getBatch(e.batch.accountId, e.batch.id);
@@ -51,7 +66,7 @@ export function createBatchRunner(core: Services): BatchRunner {
   async function run(e: Entry): Promise<void> {
     let lastLook = core.now();
     const stopping = async () => {
-      if (core.shutdown.aborted) return true;
+      if (core.stopping.aborted) return true;
       if (e.poked || core.now() - lastLook > LOOK_MS) {
         lastLook = core.now();
         await look(e, true).catch(() => undefined);
@@ -78,7 +93,7 @@ export function createBatchRunner(core: Services): BatchRunner {
         : key.disabled
           ? ['key_disabled', 'The key that created the batch was disabled.']
           : ['input_file_deleted', 'The input file was deleted.'];
-      await finishBatch(core, batch, 'failed', []).then(() => changeBatch(stores.batches, batch, (b) => ({ ...b, errors: [{ code, message, line: null, param: null }] })));
+      await finishBatch(core, batch, 'failed', [], [{ code, message, line: null, param: null }]);
       return;
     }
     // A batch adopted while finalizing ran every line already: only its files and status are left.
@@ -86,7 +101,7 @@ export function createBatchRunner(core: Services): BatchRunner {
       if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
       else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
     }
-    if (core.shutdown.aborted) return;
+    if (core.stopping.aborted) return;
     await look(e);
     const b = e.batch;
     if (b.status === 'cancelling') await finishBatch(core, b, 'cancelled');
@@ -103,14 +118,17 @@ export function createBatchRunner(core: Services): BatchRunner {
     // Whether the batch is over when its run ends: what its unrun lines hold is then released.
     let over = true;
     const p = run(e)
+      .then(() => void retries.delete(e.batch.id))
       .catch(async (err: unknown) => {
-        if (core.shutdown.aborted) return log.warn({ msg: 'a batch stopped with its instance', batch_id: e.batch.id, err });
+        if (core.stopping.aborted) return log.warn({ msg: 'a batch stopped with its instance', batch_id: e.batch.id, err });
         if (isStoreUnavailable(err)) {
           // The store did not answer: nothing about the batch is decided. What ran is recorded
-          // and billed; the next sweep (every third of the claim's lease) runs the lines not
-          // yet recorded, once the store answers again.
-          over = false;
-          return log.warn({ msg: 'running a batch stopped: the store did not answer; it runs again at a later sweep', batch_id: e.batch.id, err });
+          // and billed; a later sweep runs the lines not yet recorded, once the store answers
+          // again. A batch whose end was written already is over: its unrun lines are released.
+          const fresh = await stores.batches.getBatch(e.batch.accountId, e.batch.id).catch(() => null);
+          over = fresh !== null && BATCH_DONE.includes(fresh.status);
+          if (!over) retryLater(e.batch.id);
+          return log.warn({ msg: 'running a batch stopped: the store did not answer', batch_id: e.batch.id, over, err });
         }
         log.error({ msg: 'running a batch failed', batch_id: e.batch.id, err });
         // An upstream batch running it is cancelled: nobody will read (and bill) its answers.
@@ -119,15 +137,14 @@ export function createBatchRunner(core: Services): BatchRunner {
         e.customIds ??= await heldLines(stores.billing, e.batch).catch(() => []);
         // What ran is kept (and was billed); the batch fails with the reason, and its hold goes.
         const message = err instanceof Error ? err.message.slice(0, 500) : 'The batch could not be run.';
-        const failed = await finishBatch(core, e.batch, 'failed').catch(() => null);
-        if (failed) await changeBatch(stores.batches, failed, (b) => ({ ...b, errors: [{ code: 'batch_failed', message, line: null, param: null }] })).catch(() => null);
+        await finishBatch(core, e.batch, 'failed', [], [{ code: 'batch_failed', message, line: null, param: null }]).catch(() => null);
       })
       .then(async () => {
         owned.delete(e.batch.id);
         stopBeating();
         // Over: what the lines that never ran held goes back (a billed line's hold is closed
         // already). Stopped by shutdown or by the store: the next run takes it up.
-        if (over && !core.shutdown.aborted && e.customIds) await release(e.batch, e.customIds);
+        if (over && !core.stopping.aborted && e.customIds) await release(e.batch, e.customIds);
       });
     core.track(p);
   }
@@ -146,11 +163,11 @@ export function createBatchRunner(core: Services): BatchRunner {
 
   let sweeping = false;
   async function sweep(): Promise<void> {
-    if (sweeping || core.shutdown.aborted) return;
+    if (sweeping || core.stopping.aborted) return;
     sweeping = true;
     try {
       for (const b of await stores.batches.unfinishedBatches()) {
-        if (owned.has(b.id) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
+        if (owned.has(b.id) || waiting(b.id) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
         const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.now() + ttl });
         if (claimed) own({ batch: claimed, poked: false });
       }
@@ -170,9 +187,9 @@ export function createBatchRunner(core: Services): BatchRunner {
   // their lines in flight end (the shutdown grace): lapsed, another instance could adopt a batch
   // and run those lines at the same time.
   const stopBeating = () => {
-    if (core.shutdown.aborted && owned.size === 0) clearInterval(beat);
+    if (core.stopping.aborted && owned.size === 0) clearInterval(beat);
   };
-  core.shutdown.addEventListener('abort', () => {
+  core.stopping.addEventListener('abort', () => {
     clearInterval(sweeper);
     stopBeating();
   });

@@ -101,8 +101,8 @@ async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchI
   for (let tries = 0; b.upstreamSubmittedAt && tries < LIST_TRIES; tries++) {
     found = await findSubmitted(core, b);
     if (found !== undefined) break;
-    await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
-    if (core.shutdown.aborted) return null;
+    await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
+    if (core.stopping.aborted) return null;
   }
   let id = found ?? null;
   // Cancelled (or expired, or this instance stopping) before any upstream batch exists: none
@@ -245,8 +245,8 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   if (!b) return;
   const upstreamId = b.upstreamBatchId!;
   let cancelSent = false;
-  while (!core.shutdown.aborted) {
-    if (!cancelSent && (await run.stopping()) && !core.shutdown.aborted) {
+  while (!core.stopping.aborted) {
+    if (!cancelSent && (await run.stopping()) && !core.stopping.aborted) {
       await cancelUpstream(core, b, upstreamId);
       cancelSent = true;
     }
@@ -255,7 +255,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
       up = JSON.parse(await send(core, b.upstream!, b.id, 'GET', `/batches/${encodeURIComponent(upstreamId)}`)) as Record<string, unknown>;
     } catch (err) {
       core.log.warn({ msg: 'polling an upstream batch failed', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
-      await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+      await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
       continue;
     }
     const status = String(up.status);
@@ -267,15 +267,14 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
         await readFile(core, b, up.error_file_id, plans, lineOf);
       } catch (err) {
         core.log.warn({ msg: 'reading an upstream batch output failed', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
-        await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+        await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
         continue;
       }
       if (status === 'failed' || status === 'expired') {
         const done = new Set((await core.stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
-        let finished = await finishBatch(core, b, status, extra);
         // A failed batch says why, in the upstream's words (with no key material in them).
-        if (finished && status === 'failed') finished = (await changeBatch(core.stores.batches, finished, (x) => ({ ...x, errors: upstreamErrors(core, up, lines) }))) ?? finished;
+        const finished = await finishBatch(core, b, status, extra, status === 'failed' ? upstreamErrors(core, up, lines) : null);
         if (finished) run.seen(finished);
       } else if (status === 'cancelled' && !cancelSent) {
         // Cancelled upstream, not by the gateway: the batch is cancelled here too (what ran is
@@ -285,6 +284,6 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
       }
       return;
     }
-    await pause(core.cfg.limits.jobPollIntervalMs, core.shutdown);
+    await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
   }
 }
