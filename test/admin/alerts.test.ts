@@ -95,7 +95,7 @@ it('a crossing by a call that settles during the stop’s grace is still deliver
   let release!: () => void;
   const gate = new Promise<void>((r) => (release = r));
   // One call hangs through the whole grace; the other is answered once the stop has begun.
-  up.setBehavior((rec) => ((rec.body?.messages as { content: string }[])[0]!.content === 'hang' ? { kind: 'hang' } : { kind: 'json', gate }));
+  up.setBehavior((rec) => ((rec.body?.messages as { content: string }[] | undefined)?.[0]?.content === 'hang' ? { kind: 'hang' } : { kind: 'json', gate }));
   const setup = testConfig({ upstreamUrl: up.url, shutdownGraceMs: 1_500 });
   const gw = await startGateway({
     ...setup.options,
