@@ -21,6 +21,7 @@ import { formatUsd, parseUsd } from '../billing/money.js';
 import type { GatewayConfig } from '../options.js';
 import type { GatewayPlugin } from '../pipeline/hooks.js';
 import type { LedgerEntry } from '../stores/types.js';
+import { pause } from '../upstream/sleep.js';
 
 type AlertsConfig = NonNullable<GatewayConfig['alerts']>;
 type Thresholds = AlertsConfig['defaults'];
@@ -58,20 +59,6 @@ async function firstCrossing(core: Services, scope: string): Promise<boolean> {
   return true;
 }
 
-/** Waits `ms`, or less when the gateway shuts down. */
-function backoff(core: Services, ms: number): Promise<void> {
-  return new Promise<void>((resolve) => {
-    const timer = setTimeout(resolve, ms);
-    core.shutdown.addEventListener(
-      'abort',
-      () => {
-        clearTimeout(timer);
-        resolve();
-      },
-      { once: true },
-    );
-  });
-}
 
 /** POSTs one signed alert; true when it is done with (delivered, or refused for good). */
 async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: BudgetAlert, body: string): Promise<boolean> {
@@ -105,7 +92,9 @@ async function deliver(core: Services, webhook: AlertsConfig['webhook'], alert: 
   const body = JSON.stringify(alert);
   for (let n = 1; n <= maxAttempts && !core.shutdown.aborted; n++) {
     if (await attempt(core, webhook, alert, body)) return;
-    if (n < maxAttempts) await backoff(core, backoffMs * 2 ** (n - 1));
+    // Cut short when the gateway shuts down; the wait's listener goes with it (a retry per
+    // alert would otherwise leave one on the gateway's signal for good).
+    if (n < maxAttempts) await pause(backoffMs * 2 ** (n - 1), core.shutdown);
   }
   core.log.warn({ msg: 'budget alert not delivered', alert: alert.id });
 }
