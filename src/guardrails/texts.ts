@@ -53,14 +53,7 @@ const ALL_TEXT_KEYS = ['input', 'variables'] as const;
 function mapValue(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
   if (typeof value === 'string') return rewrite(value);
   if (depth >= MAX_DEPTH || !value || typeof value !== 'object') return value;
-  if (Array.isArray(value)) {
-    let out: unknown[] | null = null;
-    value.forEach((item, i) => {
-      const next = mapValue(item, rewrite, depth + 1);
-      if (next !== item) (out ??= [...value])[i] = next;
-    });
-    return out ?? value;
-  }
+  if (Array.isArray(value)) return mapItems(value, (item) => mapValue(item, rewrite, depth + 1));
   // A message, a content part or a Responses item: its text is in `content` or `text` (a tool's
   // result handed back to the model in a Responses `function_call_output`'s `output`).
   const object = value as Record<string, unknown>;
@@ -110,14 +103,7 @@ const LEAVES_MAX_DEPTH = 256;
 function mapLeaves(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
   if (typeof value === 'string') return rewrite(value);
   if (depth >= LEAVES_MAX_DEPTH || !value || typeof value !== 'object') return value;
-  if (Array.isArray(value)) {
-    let out: unknown[] | null = null;
-    value.forEach((item, i) => {
-      const next = mapLeaves(item, rewrite, depth + 1);
-      if (next !== item) (out ??= [...value])[i] = next;
-    });
-    return out ?? value;
-  }
+  if (Array.isArray(value)) return mapItems(value, (item) => mapLeaves(item, rewrite, depth + 1));
   const object = value as Record<string, unknown>;
   let out: Record<string, unknown> | null = null;
   for (const [name, item] of Object.entries(object)) {
@@ -125,6 +111,16 @@ function mapLeaves(value: unknown, rewrite: (text: string) => string, depth: num
     if (next !== item) (out ??= { ...object })[name] = next;
   }
   return out ?? value;
+}
+
+/** `items` with `f` applied to each; the same array when no item changed. */
+function mapItems(items: unknown[], f: (item: unknown) => unknown): unknown[] {
+  let out: unknown[] | null = null;
+  items.forEach((item, i) => {
+    const next = f(item);
+    if (next !== item) (out ??= [...items])[i] = next;
+  });
+  return out ?? items;
 }
 
 /** Every prompt text of `fields`, in order. */

@@ -10,6 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
+import type { Stores } from '../../src/stores/types.js';
 import { createChatBatch } from '../helpers/batches.js';
 import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
 import { chargesOf } from '../helpers/billing.js';
@@ -20,6 +21,19 @@ const running: (RunningGateway | TestUpstream | BatchUpstream)[] = [];
 afterAll(async () => {
   for (const x of running.reverse()) await x.close();
 });
+
+/**
+ * Has the batch run's read of its input (the second read of it: the first is the creation's)
+ * wait for `first`, or fail with it.
+ */
+function atTheRunsRead(stores: Stores, first: () => Promise<void>): void {
+  const fileContent = stores.batches.fileContent.bind(stores.batches);
+  let reads = 0;
+  stores.batches.fileContent = async (account, id) => {
+    if (++reads === 2) await first();
+    return fileContent(account, id);
+  };
+}
 
 const lineIds = (text: string) =>
   text
@@ -67,13 +81,9 @@ describe('a batch whose run fails', () => {
     const up = await startTestUpstream();
     running.push(up);
     const stores = createMemoryStores();
-    const fileContent = stores.batches.fileContent.bind(stores.batches);
-    let reads = 0;
-    // The first read is the creation's; the run's is the second.
-    stores.batches.fileContent = async (account, id) => {
-      if (++reads === 2) throw new Error('the record could not be read');
-      return fileContent(account, id);
-    };
+    atTheRunsRead(stores, async () => {
+      throw new Error('the record could not be read');
+    });
     const setup = testConfig({ upstreamUrl: up.url });
     const gw = await startGateway({ ...setup.options, stores });
     running.push(gw);
@@ -91,15 +101,10 @@ describe('a batch whose run fails', () => {
     const up = await startBatchUpstream();
     running.push(up);
     const stores = createMemoryStores();
-    const fileContent = stores.batches.fileContent.bind(stores.batches);
-    let reads = 0;
     let open!: () => void;
     const gate = new Promise<void>((r) => (open = r));
-    // The run reads the input (the second read) only once the cancel is in.
-    stores.batches.fileContent = async (account, id) => {
-      if (++reads === 2) await gate;
-      return fileContent(account, id);
-    };
+    // The run reads the input only once the cancel is in.
+    atTheRunsRead(stores, () => gate);
     const setup = testConfig({ limits: { jobPollIntervalMs: 20 } });
     setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
     const gw = await startGateway({ ...setup.options, stores });
