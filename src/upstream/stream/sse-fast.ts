@@ -45,6 +45,22 @@ export interface FastPathResult {
   doneFramed?: boolean;
 }
 
+/**
+ * Adds the run of verbatim events `buf[start..end)` (none when `start` is -1) to `out`: a run
+ * that is the whole read (one event per read, as a model streaming tokens sends them) goes
+ * out as the read itself, with no view made of it.
+ */
+function flushRun(out: Uint8Array[], buf: Buffer, start: number, end: number): void {
+  if (start !== -1) out.push(start === 0 && end === buf.length ? buf : buf.subarray(start, end));
+}
+
+/** Where a mark of `search` next occurs in `text` at or after `from` (-1: nowhere, or no marks). */
+function markAt(search: RegExp | null, text: string, from: number): number {
+  if (!search) return -1;
+  search.lastIndex = from;
+  return search.exec(text)?.index ?? -1;
+}
+
 /** `text` as a regular expression that matches it literally. */
 const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 
@@ -91,26 +107,18 @@ export class SseFastPath {
    * per event), and whether they hold one of the marks, and says what to send.
    */
   push(chunk: Uint8Array, onEvent: EventHandler): FastPathResult {
-    const incoming = Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
+    // A transport's reads are Buffers already: no view is made of them.
+    const incoming = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
     const buf = this.pending ? Buffer.concat([this.pending, incoming]) : incoming;
     this.pending = null;
     const out: Uint8Array[] = [];
     let runStart = -1;
     let runEnd = -1;
-    const flushRun = () => {
-      if (runStart !== -1) out.push(buf.subarray(runStart, runEnd));
-      runStart = -1;
-    };
     // Where a mark next occurs at or after the event being looked at (-1: nowhere further).
     // Marks hold no newline, so a match lies inside one event.
     const search = this.markSearch;
     const text = search ? buf.toString('latin1') : '';
-    const markFrom = (from: number): number => {
-      if (!search) return -1;
-      search.lastIndex = from;
-      return search.exec(text)?.index ?? -1;
-    };
-    let nextMark = markFrom(0);
+    let nextMark = markAt(search, text, 0);
     // CR line ends are legal SSE but not canonical: the generic parser handles the whole rest.
     const firstCr = buf.indexOf(13);
     let pos = 0;
@@ -123,12 +131,12 @@ export class SseFastPath {
           this.pending = Buffer.from(buf.subarray(pos)); // an event still arriving
           break;
         }
-        flushRun();
+        flushRun(out, buf, runStart, runEnd);
         return { out, rest: buf.subarray(pos), done: false };
       }
       // Canonical: "data: " then one line, and the line's end is the event's end.
       if (nl !== end || !this.looksCanonical(buf, pos, end)) {
-        flushRun();
+        flushRun(out, buf, runStart, runEnd);
         return { out, rest: buf.subarray(pos), done: false };
       }
       const dataStart = pos + DATA_PREFIX.length;
@@ -136,10 +144,10 @@ export class SseFastPath {
         // Canonical, so its bytes are exactly "data: [DONE]\n\n": they end the run before them.
         const framed = runStart !== -1 && runEnd === pos;
         if (framed) runEnd = end + 2;
-        flushRun();
+        flushRun(out, buf, runStart, runEnd);
         return { out, rest: null, done: true, doneFramed: framed };
       }
-      if (nextMark !== -1 && nextMark < pos) nextMark = markFrom(pos);
+      if (nextMark !== -1 && nextMark < pos) nextMark = markAt(search, text, pos);
       const verdict = onEvent(buf, dataStart, end, nextMark !== -1 && nextMark < end);
       if (verdict === 'verbatim') {
         if (runStart === -1) runStart = pos;
@@ -151,12 +159,13 @@ export class SseFastPath {
         runStart = verdict.to;
         runEnd = end + 2;
       } else {
-        flushRun();
+        flushRun(out, buf, runStart, runEnd);
+        runStart = -1;
         if (verdict) out.push(verdict);
       }
       pos = end + 2;
     }
-    flushRun();
+    flushRun(out, buf, runStart, runEnd);
     return { out, rest: null, done: false };
   }
 
