@@ -77,20 +77,39 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
 }
 
 /**
- * A tool call's `arguments`: JSON the model wrote. Its strings are read decoded (an escape such
- * as `\u0061` hides nothing), and the JSON is written again only when one changed; then the
- * text as a whole is read too (what is nested past any bound, or is not JSON at all).
+ * A tool call's `arguments`: JSON the model wrote. Each of its strings, keys included, is read
+ * decoded (an escape such as `\u0040` hides nothing), and only a string that changed is written
+ * again, in place: its numbers, its order and its spacing stay as they came, and no nesting or
+ * repeated key hides a string. Text that is not JSON is read whole.
  */
 function mapJsonText(text: string, rewrite: (text: string) => string): string {
-  let out = text;
   try {
-    const parsed: unknown = JSON.parse(text);
-    const next = mapLeaves(parsed, rewrite, 0);
-    if (next !== parsed) out = JSON.stringify(next);
+    JSON.parse(text);
   } catch {
-    // Not JSON: read as it is.
+    return rewrite(text);
   }
-  return rewrite(out);
+  // Valid JSON: every quote outside a string starts one.
+  let out = '';
+  let last = 0;
+  for (let i = text.indexOf('"'); i !== -1; i = text.indexOf('"', i)) {
+    let j = i + 1;
+    let escaped = false;
+    while (j < text.length && text.charCodeAt(j) !== 34) {
+      if (text.charCodeAt(j) === 92) {
+        escaped = true;
+        j += 2;
+      } else j++;
+    }
+    const token = text.slice(i, j + 1);
+    const value = escaped ? (JSON.parse(token) as string) : token.slice(1, -1);
+    const next = rewrite(value);
+    if (next !== value) {
+      out += text.slice(last, i) + JSON.stringify(next);
+      last = j + 1;
+    }
+    i = j + 1;
+  }
+  return last === 0 ? text : out + text.slice(last);
 }
 
 /**
@@ -99,18 +118,20 @@ function mapJsonText(text: string, rewrite: (text: string) => string): string {
  */
 const LEAVES_MAX_DEPTH = 256;
 
-/** `value` with `rewrite` applied to every string in it, whatever its keys. */
+/** `value` with `rewrite` applied to every string in it, its keys included (the model reads them too). */
 function mapLeaves(value: unknown, rewrite: (text: string) => string, depth: number): unknown {
   if (typeof value === 'string') return rewrite(value);
   if (depth >= LEAVES_MAX_DEPTH || !value || typeof value !== 'object') return value;
   if (Array.isArray(value)) return mapItems(value, (item) => mapLeaves(item, rewrite, depth + 1));
-  const object = value as Record<string, unknown>;
-  let out: Record<string, unknown> | null = null;
-  for (const [name, item] of Object.entries(object)) {
-    const next = mapLeaves(item, rewrite, depth + 1);
-    if (next !== item) (out ??= { ...object })[name] = next;
-  }
-  return out ?? value;
+  const entries = Object.entries(value as Record<string, unknown>);
+  let changed = false;
+  const next = entries.map(([name, item]): [string, unknown] => {
+    const key = rewrite(name);
+    const v = mapLeaves(item, rewrite, depth + 1);
+    if (key !== name || v !== item) changed = true;
+    return [key, v];
+  });
+  return changed ? Object.fromEntries(next) : value;
 }
 
 /** `items` with `f` applied to each; the same array when no item changed. */

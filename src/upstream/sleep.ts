@@ -26,6 +26,8 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
  */
 export function pause(ms: number, signal: AbortSignal): Promise<void> {
   return new Promise<void>((resolve) => {
+    // Aborted already: its abort event will not come again.
+    if (signal.aborted) return resolve();
     const done = () => {
       clearTimeout(timer);
       signal.removeEventListener('abort', done);

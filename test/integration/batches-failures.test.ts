@@ -77,6 +77,36 @@ describe('a batch whose run fails', () => {
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 30_000);
 
+  it('a store failing every time: the batch waits longer each time, and a cancel ends it at once', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    const stores = createMemoryStores();
+    const addLine = stores.batches.addLine.bind(stores.batches);
+    let refused = 0;
+    // One line's record is refused every time (a statement the store refuses, not an outage).
+    stores.batches.addLine = async (account, batchId, line) => {
+      if (line.customId === 'w2') {
+        refused++;
+        throw new StoreUnavailableError('the store refused the record');
+      }
+      return addLine(account, batchId, line);
+    };
+    // Sweeps every second: the waits after each failure are 1, 2, 4, 8 s.
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 1, inFlightLeaseTtlMs: 3_000 } });
+    const gw = await startGateway({ ...setup.options, stores });
+    running.push(gw);
+    const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+    const { batch } = await createChatBatch(openai, MODEL, ['w1', 'w2', 'w3']);
+    await eventually(() => refused >= 3, 'three runs refused', 15_000);
+    const runs = up.requests.length;
+    expect(await openai.batches.cancel(batch.id)).toMatchObject({ status: 'cancelling' });
+    // The next sweep runs it to its end, not the 4 or 8 s wait.
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'cancelled', 'cancelled without waiting', 2_500);
+    expect(up.requests.length).toBe(runs);
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released');
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 40_000);
+
   it('failing before its input was read: the batch fails and every line’s hold is released', async () => {
     const up = await startTestUpstream();
     running.push(up);

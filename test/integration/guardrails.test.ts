@@ -174,8 +174,12 @@ describe('PII never reaches the upstream', () => {
   it('text the model reads outside content: tool call arguments and inputs, a text document, a prediction, a suffix, prompt variables', async () => {
     const args = JSON.stringify({ note: SENTENCE });
     // The same arguments with every character of the email escaped: read decoded, still found.
-    const escaped = JSON.stringify({ note: SENTENCE }).replace(EMAIL, [...EMAIL].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join(''));
+    const hidden = [...EMAIL].map((c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, '0')}`).join('');
+    const escaped = JSON.stringify({ note: SENTENCE }).replace(EMAIL, hidden);
     expect(escaped).not.toContain(EMAIL);
+    // A number past double precision, a key repeated (the parse keeps the last), the email as a
+    // key: the strings are rewritten where they stand, the rest of the text as it came.
+    const tricky = `{"order_id": 12345678901234567890, "to":"${hidden}", "to":"x", "${hidden}": 1}`;
     const chat = await post('/chat/completions', {
       model: MODEL,
       messages: [
@@ -183,7 +187,9 @@ describe('PII never reaches the upstream', () => {
         { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'send', arguments: args } }] },
         { role: 'tool', tool_call_id: 'call_1', content: 'sent' },
         { role: 'assistant', content: null, tool_calls: [{ id: 'call_2', type: 'function', function: { name: 'send', arguments: escaped } }] },
-        { role: 'tool', tool_call_id: 'call_1', content: 'sent' },
+        { role: 'tool', tool_call_id: 'call_2', content: 'sent' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'call_3', type: 'function', function: { name: 'send', arguments: tricky } }] },
+        { role: 'tool', tool_call_id: 'call_3', content: 'sent' },
       ],
       prediction: { type: 'content', content: SENTENCE },
     });
@@ -193,6 +199,7 @@ describe('PII never reaches the upstream', () => {
     expect(JSON.parse(sent[1]!.tool_calls![0]!.function.arguments)).toEqual({ note: REDACTED });
     expect(sent[1]!.tool_calls![0]!.function.name).toBe('send');
     expect(JSON.parse(sent[3]!.tool_calls![0]!.function.arguments)).toEqual({ note: REDACTED });
+    expect(sent[5]!.tool_calls![0]!.function.arguments).toBe('{"order_id": 12345678901234567890, "to":"[REDACTED:EMAIL]", "to":"x", "[REDACTED:EMAIL]": 1}');
     expect(up.requests[0]!.body!.prediction).toEqual({ type: 'content', content: REDACTED });
     expectRedacted(up.requests[0]!.raw);
 

@@ -6,7 +6,7 @@
 import { getEventListeners } from 'node:events';
 import { afterEach, describe, expect, it } from 'vitest';
 import { createSimulator } from '../../src/upstream/simulator/index.js';
-import { sleep } from '../../src/upstream/sleep.js';
+import { pause, sleep } from '../../src/upstream/sleep.js';
 import { loadTokenizer } from '../helpers/billing.js';
 
 const warnings: Error[] = [];
@@ -64,5 +64,20 @@ describe('simulator streams and abort listeners', () => {
     ac.abort(new Error('stop'));
     await expect(pending).rejects.toThrow('stop');
     await expect(sleep(1, ac.signal)).rejects.toThrow('stop');
+  });
+
+  it('pause resolves after its time, or at once when its signal aborts or had aborted, leaving no listener', async () => {
+    const ac = new AbortController();
+    await pause(5, ac.signal);
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
+    const pending = pause(10_000, ac.signal);
+    ac.abort();
+    await pending;
+    // A signal aborted before the pause began: its event does not come again, and the pause
+    // must not wait out its time (a stop would wait on it).
+    const started = performance.now();
+    await pause(10_000, ac.signal);
+    expect(performance.now() - started).toBeLessThan(5_000);
+    expect(getEventListeners(ac.signal, 'abort')).toHaveLength(0);
   });
 });

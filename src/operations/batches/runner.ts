@@ -47,7 +47,8 @@ export function createBatchRunner(core: Services): BatchRunner {
    * Batches whose run a store error stopped, and when this instance may run them again: a
    * failure that is the store's own (a statement it refuses every time) would otherwise rerun
    * the batch, and its unrecorded line upstream, at every sweep. The wait doubles, up to
-   * RETRY_MAX_MS; a run that ends clears it.
+   * RETRY_MAX_MS; a run that ends clears it. This instance's own wait: once its claim lapses,
+   * another instance may adopt the batch sooner.
    */
   const retries = new Map<string, { at: number; delayMs: number }>();
   const retryLater = (id: string) => {
@@ -136,8 +137,16 @@ export function createBatchRunner(core: Services): BatchRunner {
         // Failed before its input was read: its lines are found by their holds.
         e.customIds ??= await heldLines(stores.billing, e.batch).catch(() => []);
         // What ran is kept (and was billed); the batch fails with the reason, and its hold goes.
+        // Its end not written (the store failed meanwhile), it is not over: it runs again later.
         const message = err instanceof Error ? err.message.slice(0, 500) : 'The batch could not be run.';
-        await finishBatch(core, e.batch, 'failed', [], [{ code: 'batch_failed', message, line: null, param: null }]).catch(() => null);
+        const ended = await finishBatch(core, e.batch, 'failed', [], [{ code: 'batch_failed', message, line: null, param: null }]).then(
+          () => true,
+          () => false,
+        );
+        if (!ended) {
+          over = false;
+          retryLater(e.batch.id);
+        }
       })
       .then(async () => {
         owned.delete(e.batch.id);
@@ -166,8 +175,14 @@ export function createBatchRunner(core: Services): BatchRunner {
     if (sweeping || core.stopping.aborted) return;
     sweeping = true;
     try {
-      for (const b of await stores.batches.unfinishedBatches()) {
-        if (owned.has(b.id) || waiting(b.id) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
+      const unfinished = await stores.batches.unfinishedBatches();
+      // A batch that ended (here or elsewhere) waits for nothing.
+      const live = new Set(unfinished.map((b) => b.id));
+      for (const id of retries.keys()) if (!live.has(id)) retries.delete(id);
+      for (const b of unfinished) {
+        // A batch being cancelled, or past its window, is run (to its end) whatever it waits for.
+        const due = b.status === 'cancelling' || seconds() >= b.expiresAt;
+        if (owned.has(b.id) || (waiting(b.id) && !due) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
         const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.now() + ttl });
         if (claimed) own({ batch: claimed, poked: false });
       }
@@ -200,6 +215,8 @@ export function createBatchRunner(core: Services): BatchRunner {
     },
     release,
     poke(batchId) {
+      // A cancel does not wait out a store error's wait: the batch is run (to its end) at the next sweep.
+      retries.delete(batchId);
       const e = owned.get(batchId);
       if (e) e.poked = true;
     },
