@@ -54,6 +54,49 @@ describe('a batch line in flight when its instance stops', () => {
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 40_000);
 
+  it('charges a cut line\'s moderation check once: its run again is not charged for the check again', async () => {
+    const [up, mod] = await Promise.all([startTestUpstream(), startTestUpstream()]);
+    running.push(up, mod);
+    let answering = false;
+    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
+    mod.setBehavior({
+      kind: 'custom',
+      handle(_req, res, rec) {
+        const input = (rec.body?.input as string[]) ?? [];
+        res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: 'modr-1', results: input.map(() => ({ flagged: false })) }));
+      },
+    });
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
+    setup.options.upstreams = { ...setup.options.upstreams, mod: { baseUrl: mod.url, apiKey: 'sk-moderation-key-0123456789', timeoutMs: 10_000 } };
+    setup.options.guardrails = [{ id: 'mod', kind: 'moderation', model: 'omni-moderation-latest', priceUsd: '0.0015', upstream: 'mod', on: ['input'] }];
+    const first = await startGateway(setup.options);
+    const stores = first.stores;
+    const balance = (await stores.billing.wallet(ACCOUNT)).balance;
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const { batch } = await createChatBatch(a, MODEL, ['m1', 'm2', 'm3']);
+    await up.waitForRequests(2);
+    await first.close();
+    expect(mod.requests).toHaveLength(2);
+
+    answering = true;
+    const second = await startGateway({ ...setup.options, stores });
+    running.push(second);
+    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
+    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    // The two cut lines were checked twice (the check is made again: its answer decides the
+    // line), but each line's check is charged once, as each line is.
+    expect(mod.requests).toHaveLength(5);
+    const entries = await chargesOf(stores.billing.ledger(ACCOUNT));
+    const checks = entries.filter((e) => e.units.kind === 'guardrail');
+    expect(checks.map((e) => e.id).sort()).toEqual(['m1', 'm2', 'm3'].map((id) => `${batch.id}:${id}.guardrail.mod.input`));
+    const lines = entries.filter((e) => e.units.kind === 'tokens');
+    expect(lines).toHaveLength(3);
+    const spent = [...checks, ...lines].reduce((sum, e) => sum + e.cost, 0n);
+    // Nothing stays held: the holds the re-run placed again under the checks' ids are gone.
+    expect(await stores.billing.wallet(ACCOUNT)).toEqual({ balance: balance - spent, held: 0n });
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 40_000);
+
   it('keeps its claim on the batch through the grace period: no other instance runs its lines meanwhile', async () => {
     const up = await startTestUpstream();
     running.push(up);
