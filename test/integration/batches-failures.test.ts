@@ -10,7 +10,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
-import type { Stores } from '../../src/stores/types.js';
+import type { BatchLine, Stores } from '../../src/stores/types.js';
 import { createChatBatch } from '../helpers/batches.js';
 import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
 import { chargesOf } from '../helpers/billing.js';
@@ -35,6 +35,15 @@ function atTheRunsRead(stores: Stores, first: () => Promise<void>): void {
   };
 }
 
+/** Has the store refuse to record a line when `refuse` says so (an outage, or a statement it refuses). */
+function refusingLines(stores: Stores, refuse: (line: BatchLine) => boolean): void {
+  const addLine = stores.batches.addLine.bind(stores.batches);
+  stores.batches.addLine = async (account, batchId, line) => {
+    if (refuse(line)) throw new StoreUnavailableError('the store did not take the record');
+    return addLine(account, batchId, line);
+  };
+}
+
 const lineIds = (text: string) =>
   text
     .trim()
@@ -47,15 +56,8 @@ describe('a batch whose run fails', () => {
     running.push(up);
     up.setBehavior({ kind: 'json', gate: new Promise((r) => setTimeout(r, 50)) });
     const stores = createMemoryStores();
-    const addLine = stores.batches.addLine.bind(stores.batches);
     let failed = false;
-    stores.batches.addLine = async (account, batchId, line) => {
-      if (line.customId === 'f2' && !failed) {
-        failed = true;
-        throw new StoreUnavailableError('the store did not answer');
-      }
-      return addLine(account, batchId, line);
-    };
+    refusingLines(stores, (line) => line.customId === 'f2' && !failed && (failed = true));
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 } });
     const gw = await startGateway({ ...setup.options, stores });
     running.push(gw);
@@ -81,16 +83,9 @@ describe('a batch whose run fails', () => {
     const up = await startTestUpstream();
     running.push(up);
     const stores = createMemoryStores();
-    const addLine = stores.batches.addLine.bind(stores.batches);
     let refused = 0;
     // One line's record is refused every time (a statement the store refuses, not an outage).
-    stores.batches.addLine = async (account, batchId, line) => {
-      if (line.customId === 'w2') {
-        refused++;
-        throw new StoreUnavailableError('the store refused the record');
-      }
-      return addLine(account, batchId, line);
-    };
+    refusingLines(stores, (line) => line.customId === 'w2' && ++refused > 0);
     // Sweeps every second: the waits after each failure are 1, 2, 4, 8 s.
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 1, inFlightLeaseTtlMs: 3_000 } });
     const gw = await startGateway({ ...setup.options, stores });
