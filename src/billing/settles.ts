@@ -67,10 +67,6 @@ export class SettleWriter {
     try {
       const r = await this.billing.settle(req);
       if (r.settled) this.billed(req, r);
-      // Its id was closed already (a batch line's check, run again after a stop, is keyed by
-      // the line): the charge stands as it was, and the hold this run placed again under that
-      // id goes, rather than keep part of the wallet until it expires.
-      else await this.billing.release(req.accountId, req.holdId).catch(() => undefined);
       return;
     } catch (err) {
       failure = err;

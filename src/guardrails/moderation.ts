@@ -51,9 +51,8 @@ export function createModeration(cfg: ModerationConfig): Moderation {
     async flags(deps, ctx, texts, on) {
       const input = texts.filter((t) => t.length > 0);
       if (input.length === 0) return false;
-      // Its own hold and entry: the request's own charge keeps the request id. A batch line's
-      // check is keyed by the line, so its re-run is not charged for it again.
-      const id = `${ctx.chargeKey ?? ctx.requestId}.guardrail.${cfg.id}.${on}`;
+      // Its own hold and entry: the request's own charge keeps the request id.
+      const id = `${ctx.requestId}.guardrail.${cfg.id}.${on}`;
       const call = await openAmountCall(deps, ctx, { id, model, amount: cost(pricePico, 1), unobserved: true }, `a check of the guardrail "${cfg.id}"`);
       let flagged: boolean;
       try {

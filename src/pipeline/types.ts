@@ -20,12 +20,6 @@ export interface GatewayServerContext {
 export interface RequestContext {
   request: Request;
   requestId: string;
-  /**
-   * What the charges a request makes beside its own (a moderation check) are keyed by, when
-   * not its request id: a batch line's charge id, the same every time the line runs, so a line
-   * run again after its instance stopped is not charged twice for the checks its first run paid.
-   */
-  chargeKey?: string;
   clientIp: string;
   /** Route parameters, e.g. { id } of /videos/{id}. */
   params: Record<string, string>;

@@ -54,7 +54,7 @@ describe('a batch line in flight when its instance stops', () => {
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 40_000);
 
-  it('charges a cut line\'s moderation check once: its run again is not charged for the check again', async () => {
+  it('bills each moderation check a cut line made: its run again is checked again, and that check is its own charge', async () => {
     const [up, mod] = await Promise.all([startTestUpstream(), startTestUpstream()]);
     running.push(up, mod);
     let answering = false;
@@ -83,16 +83,16 @@ describe('a batch line in flight when its instance stops', () => {
     running.push(second);
     const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
     await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
-    // The two cut lines were checked twice (the check is made again: its answer decides the
-    // line), but each line's check is charged once, as each line is.
+    // The two cut lines were checked twice (a check's answer decides its run, so the run
+    // again asks anew): five checks made, five charged; each line itself once.
     expect(mod.requests).toHaveLength(5);
     const entries = await chargesOf(stores.billing.ledger(ACCOUNT));
     const checks = entries.filter((e) => e.units.kind === 'guardrail');
-    expect(checks.map((e) => e.id).sort()).toEqual(['m1', 'm2', 'm3'].map((id) => `${batch.id}:${id}.guardrail.mod.input`));
+    expect(checks).toHaveLength(5);
+    expect(new Set(checks.map((e) => e.id)).size).toBe(5);
     const lines = entries.filter((e) => e.units.kind === 'tokens');
-    expect(lines).toHaveLength(3);
+    expect(lines.map((e) => e.id).sort()).toEqual(['m1', 'm2', 'm3'].map((id) => `${batch.id}:${id}`));
     const spent = [...checks, ...lines].reduce((sum, e) => sum + e.cost, 0n);
-    // Nothing stays held: the holds the re-run placed again under the checks' ids are gone.
     expect(await stores.billing.wallet(ACCOUNT)).toEqual({ balance: balance - spent, held: 0n });
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 40_000);

@@ -86,13 +86,12 @@ export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputL
  * The context a line runs in (and is planned in, when the batch is created); `cut` aborts it as
  * a client that left would (the upstream call stops).
  */
-export function lineContext(key: ApiKeyRecord, endpoint: string, requestId: string, body: Record<string, unknown>, cut?: AbortSignal, chargeKey?: string): RequestContext {
+export function lineContext(key: ApiKeyRecord, endpoint: string, requestId: string, body: Record<string, unknown>, cut?: AbortSignal): RequestContext {
   const bytes = new TextEncoder().encode(JSON.stringify(body));
   const request = new Request(`http://batch.invalid${endpoint}`, { method: 'POST', headers: { 'content-type': 'application/json' }, ...(cut ? { signal: cut } : {}) });
   return {
     request,
     requestId,
-    ...(chargeKey ? { chargeKey } : {}),
     clientIp: '',
     params: {},
     query: new URLSearchParams(),

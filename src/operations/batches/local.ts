@@ -5,7 +5,7 @@
  * `limits.batchConcurrency` at a time. A line's outcome is recorded once; lines already
  * recorded (before a restart) are not run again.
  */
-import { lineChargeId, lineDoor } from '../../billing/batch.js';
+import { lineDoor } from '../../billing/batch.js';
 import { isGatewayError } from '../../errors.js';
 import type { Services } from '../../services.js';
 import type { ApiKeyRecord, BatchRecord } from '../../stores/types.js';
@@ -40,7 +40,7 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
   let status: number;
   let body: unknown;
   try {
-    const res = await op.run(lineCore, lineContext(key, batch.endpoint, requestId, l.body, cut, lineChargeId(batch.id, l.customId)));
+    const res = await op.run(lineCore, lineContext(key, batch.endpoint, requestId, l.body, cut));
     status = res.status;
     const text = await res.text();
     body = JSON.parse(text) as unknown;
