@@ -14,6 +14,7 @@ import {
   fmtMb,
   fmtMs,
   fmtX,
+  headlineCell,
   type Kind,
   kindName,
   median,
@@ -65,7 +66,7 @@ const statusCell = (s: Status) => (s === 'met' ? 'met' : s === 'not met' ? '**no
 function shapeSections(r: ReportInput, shape: Shape, explain: boolean): string[] {
   const md: string[] = [];
   const cells = cellsOf(r.cells, shape);
-  const at = (kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
+  const at = (kind: Kind) => headlineCell(cells, kind);
   const kinds = r.kinds;
   const each = (f: (kind: Kind) => string) => kinds.map(f).join(' / ');
   const names = each(kindName);

@@ -200,7 +200,10 @@ export const shapePrefix = (shape: Shape, sep: string) => (shape === 'kind' ? ''
 
 export const kindName = (k: Kind) => (k === 'plain' ? 'plain' : k === 'stream' ? 'stream, one write' : k === 'paced' ? 'stream, paced' : 'stream, paired');
 
-const addedUs = (cells: CellSummary[], id: TargetId, kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C)?.vsBare[id]?.addedUs ?? NaN;
+/** The cell of `kind` at the judged concurrency, among one shape's cells. */
+export const headlineCell = (cells: CellSummary[], kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
+
+const addedUs = (cells: CellSummary[], id: TargetId, kind: Kind) => headlineCell(cells, kind)?.vsBare[id]?.addedUs ?? NaN;
 
 /**
  * The gateway's CPU per streamed event over the bare relay's, the judged figure: what it adds
@@ -216,7 +219,7 @@ export function perEventUs(cells: CellSummary[], id: TargetId): number {
 
 /** The per-event figure of each round (that round's paced and paired runs), in round order. */
 export function perEventRounds(cells: CellSummary[], id: TargetId): number[] {
-  const at = (kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C)?.vsBare[id]?.addedUsRounds ?? [];
+  const at = (kind: Kind) => headlineCell(cells, kind)?.vsBare[id]?.addedUsRounds ?? [];
   const paired = at('paired');
   return at('paced').map((paced, i) => (paced - (paired[i] ?? NaN)) / (STREAM_EVENT_COUNT / 2));
 }
@@ -235,7 +238,7 @@ export function perEventVsOneWriteUs(cells: CellSummary[], id: TargetId): number
 function shapeChecks(e: Evaluation, storage: Storage, shape: Shape): Check[] {
   const checks: Check[] = [];
   const cells = cellsOf(e.cells, shape);
-  const cellAt = (kind: Kind) => cells.find((x) => x.kind === kind && x.c === HEADLINE_C);
+  const cellAt = (kind: Kind) => headlineCell(cells, kind);
   const prefix = shapePrefix(shape, ', ');
   const goals = (shape === 'kind' ? CPU_RATIO_GOAL : REAL_CPU_RATIO_GOAL)[storage];
   for (const kind of e.kinds) {
