@@ -70,7 +70,7 @@ export interface Ratios {
   bareP99: number;
   /** Median over the rounds of (CPU µs per call - the bare runs' next to it): the relay's own added cost. */
   addedUs: number;
-  /** Each round's CPU ratio, in round order: the spread the median was taken from. */
+  /** Each round's CPU ratio, in round order: the spread the median was taken from (the bare relay's: 1 per bare run). */
   cpuRounds: number[];
   /** Each round's added CPU µs per call, in round order (the per-event figure's spread is read from these). */
   addedUsRounds: number[];
