@@ -9,6 +9,11 @@ export interface GuardrailEventCost {
   bareUs: number;
   guardedUs: number;
   addedUs: number;
+  /**
+   * Median µs per event of the real shape's answer (an alias renamed in every event, the usage
+   * chunk nobody asked for dropped), unguarded. Absent from results written before it was measured.
+   */
+  realUs?: number;
 }
 
 export function guardrailEventLines(c: GuardrailEventCost): string[] {
@@ -22,5 +27,8 @@ export function guardrailEventLines(c: GuardrailEventCost): string[] {
     `| no output guardrail (the byte fast path) | ${c.bareUs.toFixed(2)} |`,
     `| with output guardrails | ${c.guardedUs.toFixed(2)} |`,
     `| added by the guardrails | ${c.addedUs.toFixed(2)} |`,
+    ...(c.realUs === undefined
+      ? []
+      : [`| no output guardrail, real shape (the model renamed in each event, the unasked usage chunk dropped) | ${c.realUs.toFixed(2)} |`]),
   ];
 }

@@ -568,7 +568,10 @@ async function main(): Promise<void> {
     if (env.BENCH_GUARDRAILS !== 'off') {
       const { guardrailEventCost } = await import('./guardrail-events.js');
       guardrails = guardrailEventCost();
-      log(`output guardrails per streamed event: ${guardrails.bareUs.toFixed(2)} µs bare, ${guardrails.guardedUs.toFixed(2)} µs guarded (+${guardrails.addedUs.toFixed(2)} µs)`);
+      log(
+        `output guardrails per streamed event: ${guardrails.bareUs.toFixed(2)} µs bare, ${guardrails.guardedUs.toFixed(2)} µs guarded (+${guardrails.addedUs.toFixed(2)} µs); ` +
+          `real shape, unguarded: ${guardrails.realUs?.toFixed(2)} µs`,
+      );
     }
 
     // ---- report ----
