@@ -85,7 +85,7 @@ const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.len
 export function guardrailEventCost(streams = 4000, rounds = 5): GuardrailEventCost {
   const guard = finders();
   checkRealShape();
-  // Warm both paths up (JIT) before measuring.
+  // Warm each reader up (JIT) before measuring.
   timeStreams(500, null);
   timeStreams(500, guard);
   timeStreams(500, null, true);
