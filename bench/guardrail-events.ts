@@ -4,13 +4,14 @@
  * tokens sends them) read by the gateway's chat event reader, bare and with the output
  * guardrails over it (a `pii` redact of every entity and a `regex` block), in this process.
  * Everything else a guarded stream does is what an unguarded one does, so the difference is
- * the guardrails' own cost per event. Rounds alternate the two, and the median is reported.
+ * the guardrails' own cost per event.
  *
  * Beside them, unguarded, the real shape's answer (an alias the upstream answers under its
  * own dated name, a client that did not ask for usage): the reader renames the model in every
  * event's bytes and drops the usage chunk. That is the gateway's own work per streamed event in
  * the shape the judged per-event figure is taken in, measured without the relay around it,
- * whose end-to-end figure moves by several µs between rounds.
+ * whose end-to-end figure moves by tens of µs between rounds. Rounds run the three readers in
+ * alternating order, and the median of each is reported.
  *
  *   node --import tsx bench/guardrail-events.ts      (npm run bench runs it too)
  */
