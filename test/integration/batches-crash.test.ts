@@ -159,3 +159,116 @@ describe('an upstream batch and kill -9', () => {
     }
   }, 90_000);
 });
+
+describe('an upstream batch whose model left the catalog while its owner was down', () => {
+  const OTHER = 'test/other';
+  const PRICING = { prompt: '0.000001', completion: '0.000002', batch: { prompt: '0.0000005', completion: '0.000001' } };
+
+  /**
+   * Creates a batch of two lines on each of MODEL and OTHER on an upstream with a Batch API,
+   * kills its owner once the upstream batch runs, and has a process whose catalog lists only
+   * `kept` adopt it (the upstream batch `answered` by then, or still running). Returns the finished batch, its output and error lines, the charges and
+   * the wallet.
+   */
+  async function adoptedWithout(name: string, kept: string[], answered = true) {
+    const up = await startBatchUpstream();
+    const key = testKey();
+    const path = join(dir, `${name}.db`);
+    const config = (models: string[]) =>
+      writeConfig({
+        upstreams: { test: { baseUrl: up.url, apiKey: 'upstream-key', timeoutMs: 60_000, batch: true } },
+        models: models.map((id) => ({ id, upstream: 'test', pricing: PRICING })),
+        accounts: [{ id: ACCOUNT, walletUsd: 100 }],
+        keys: [{ key, account: ACCOUNT }],
+        limits: { keyRequestsPerMinute: 100_000, ipRequestsPerMinute: 100_000, inFlightLeaseTtlMs: 1_000, jobPollIntervalMs: 50 },
+        storage: { driver: 'sqlite', path },
+        settleJournalDir: join(dir, `journal-${name}`),
+      });
+    const first = await startGatewayProcess(config([MODEL, OTHER]));
+    let second: Awaited<ReturnType<typeof startGatewayProcess>> | undefined;
+    try {
+      const a = new OpenAI({ apiKey: key, baseURL: first.baseURL, maxRetries: 0 });
+      const lines = [
+        ['m1', MODEL],
+        ['o1', OTHER],
+        ['m2', MODEL],
+        ['o2', OTHER],
+      ].map(([id, model]) => JSON.stringify({ custom_id: id, method: 'POST', url: '/v1/chat/completions', body: { model, max_tokens: 20, messages: [{ role: 'user', content: id }] } }));
+      const input = await a.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
+      const batch = await a.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      // The upstream batch is created, recorded and polled: then its owner dies, and the
+      // catalog changes before the next process starts.
+      await eventually(() => up.calls.some((c) => c.startsWith('GET /batches/batch_up_')), 'the upstream batch polled');
+      expect(up.inputs[0]!.map((l) => l.custom_id)).toEqual(['m1', 'o1', 'm2', 'o2']);
+      await first.kill('SIGKILL');
+      if (answered) up.finish();
+
+      second = await startGatewayProcess(config(kept));
+      const b = new OpenAI({ apiKey: key, baseURL: second.baseURL, maxRetries: 0 });
+      await eventually(async () => ['completed', 'failed'].includes((await b.batches.retrieve(batch.id)).status), 'finished by the second process', 20_000);
+      const done = await b.batches.retrieve(batch.id);
+      const read = async (id: string | null | undefined) =>
+        id ? ((await (await b.files.content(id)).text()).trim().split('\n').map((l) => JSON.parse(l)) as { custom_id: string; response: { status_code: number; body: any } | null }[]) : [];
+      return { done, output: await read(done.output_file_id), errors: await read(done.error_file_id), up };
+    } finally {
+      await second?.kill();
+      await first.kill('SIGKILL');
+      await up.close();
+    }
+  }
+
+  async function books(name: string) {
+    const stores = await createStores({ driver: 'sqlite', path: join(dir, `${name}.db`) });
+    try {
+      const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => /:[mo]\d$/.test(e.id));
+      const wallet = await stores.billing.wallet(ACCOUNT);
+      const audit = await auditBooks(stores, { account: ACCOUNT });
+      return { charges, wallet, differences: audit.differences };
+    } finally {
+      await stores.close();
+    }
+  }
+
+  it('bills and hands over the lines whose model is still listed; the others fail on their own, unbilled', async () => {
+    const { done, output, errors } = await adoptedWithout('model-removed', [MODEL]);
+    // Not the whole batch failed for two lines: the answered lines of the kept model are the client's.
+    expect(done.status).toBe('completed');
+    expect(done.request_counts).toEqual({ total: 4, completed: 2, failed: 2 });
+    expect(output.map((l) => [l.custom_id, l.response?.status_code, l.response?.body.model])).toEqual([
+      ['m1', 200, MODEL],
+      ['m2', 200, MODEL],
+    ]);
+    // A line of the removed model reads as the same call made now: the model is not found.
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code, l.response?.body.error.code])).toEqual([
+      ['o1', 404, 'model_not_found'],
+      ['o2', 404, 'model_not_found'],
+    ]);
+    const { charges, wallet, differences } = await books('model-removed');
+    expect(charges.map((e) => [e.id.split(':').at(-1), e.cost])).toEqual([
+      ['m1', LINE_COST],
+      ['m2', LINE_COST],
+    ]);
+    // What the removed model's lines held went back: only the two billed lines were spent.
+    expect(wallet).toEqual({ balance: parsePrice('100') / 1000n - 2n * LINE_COST, held: 0n });
+    expect(differences).toEqual([]);
+  }, 90_000);
+
+  it('with no line left to read back, cancels the upstream batch and releases every hold', async () => {
+    const { done, output, errors, up: upstream } = await adoptedWithout('all-removed', ['test/unrelated'], false);
+    expect(done.status).toBe('completed');
+    expect(done.request_counts).toEqual({ total: 4, completed: 0, failed: 4 });
+    expect(output).toEqual([]);
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code])).toEqual([
+      ['m1', 404],
+      ['o1', 404],
+      ['m2', 404],
+      ['o2', 404],
+    ]);
+    // Nobody will read the upstream batch's answers: it was asked to stop.
+    expect(upstream.calls.filter((c) => /^POST \/batches\/.+\/cancel$/.test(c))).toHaveLength(1);
+    const { charges, wallet, differences } = await books('all-removed');
+    expect(charges).toEqual([]);
+    expect(wallet).toEqual({ balance: parsePrice('100') / 1000n, held: 0n });
+    expect(differences).toEqual([]);
+  }, 90_000);
+});

@@ -14,7 +14,7 @@ import { settleAnswer } from '../../billing/settle.js';
 import type { Model } from '../../catalog/catalog.js';
 import type { Services } from '../../services.js';
 import type { ApiKeyRecord, BatchLine, BatchRecord } from '../../stores/types.js';
-import { errors } from '../../errors.js';
+import { errors, type GatewayError, isGatewayError } from '../../errors.js';
 import { callUpstream, upstreamError, upstreamErrorOf, upstreamHeaders } from '../../upstream/call.js';
 import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
 import { capped, type PlannedOperation } from '../text.js';
@@ -205,6 +205,12 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
   await core.stores.batches.addLine(b.accountId, b.id, { customId, line: lineOf.get(customId) ?? 0, ok, text });
 }
 
+/** The error line of a line refused before it was sent, as the same call refused directly reads. */
+function refusedLine(l: BatchInputLine, err: GatewayError): BatchLine {
+  const id = newLineId();
+  return { customId: l.customId, line: l.line, ok: false, text: JSON.stringify({ id, custom_id: l.customId, response: { status_code: err.status, request_id: id, body: err.toJSON() }, error: null }) };
+}
+
 /** An upstream batch's `errors.data` as the gateway's batch keeps them; one entry saying so when it gave none. */
 function upstreamErrors(core: Services, up: Record<string, unknown>, lines: BatchInputLine[]): NonNullable<BatchRecord['errors']> {
   const redact = upstreamKeysRedactor(core.cfg);
@@ -214,8 +220,8 @@ function upstreamErrors(core: Services, up: Record<string, unknown>, lines: Batc
     ? data.filter((e): e is Record<string, unknown> => !!e && typeof e === 'object').map((e) => ({
         code: text(e.code) ?? 'upstream_batch_failed',
         message: text(e.message) ?? 'The upstream batch failed.',
-        // The upstream's file has one line per line of the batch, in order: its line k is the
-        // client's k-th (whose number in the client's file counts blank lines too).
+        // The upstream's file has one line per line sent, in order: its line k is the k-th
+        // sent (whose number in the client's file counts blank lines too).
         line: typeof e.line === 'number' && Number.isSafeInteger(e.line) ? (lines[e.line - 1]?.line ?? null) : null,
         param: text(e.param),
       }))
@@ -236,12 +242,29 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   const plans = new Map<string, Plan>();
   const lineOf = new Map<string, number>();
   for (const l of lines) {
-    plans.set(l.customId, await op.plan(core, lineContext(key, run.batch.endpoint, `${run.batch.id}:${l.line}`, l.body), l.body));
     lineOf.set(l.customId, l.line);
+    try {
+      plans.set(l.customId, await op.plan(core, lineContext(key, run.batch.endpoint, `${run.batch.id}:${l.line}`, l.body), l.body));
+    } catch (err) {
+      if (!isGatewayError(err) || err.status >= 500) throw err;
+      // A line that no longer plans (its model left the catalog, or the key may no longer use
+      // it, since the batch was created) fails as the same call made now would, on its own: the
+      // batch's other lines still run and are billed. It is not sent; an answer the upstream
+      // gives it anyway (sent before the change) is not handed over, as nothing can bill it.
+      await core.stores.batches.addLine(run.batch.accountId, run.batch.id, refusedLine(l, err));
+    }
+  }
+  const sendable = lines.filter((l) => plans.has(l.customId));
+  if (sendable.length === 0) {
+    // Nothing left to read back: an upstream batch already running is cancelled, not left to run for nobody.
+    const b = run.batch;
+    const running = b.upstreamBatchId ?? (b.upstreamSubmittedAt ? await findSubmitted(core, b) : null);
+    if (running) await cancelUpstream(core, b, running);
+    return;
   }
   // An owner that died between creating the upstream batch and recording its id left a mark:
   // that batch is found by its tag, not created (and paid for upstream) a second time.
-  const b = await withUpstreamBatch(core, run, lines, plans);
+  const b = await withUpstreamBatch(core, run, sendable, plans);
   if (!b) return;
   const upstreamId = b.upstreamBatchId!;
   let cancelSent = false;
@@ -274,7 +297,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
         const done = new Set((await core.stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
         // A failed batch says why, in the upstream's words (with no key material in them).
-        const finished = await finishBatch(core, b, status, extra, status === 'failed' ? upstreamErrors(core, up, lines) : null);
+        const finished = await finishBatch(core, b, status, extra, status === 'failed' ? upstreamErrors(core, up, sendable) : null);
         if (finished) run.seen(finished);
       } else if (status === 'cancelled' && !cancelSent) {
         // Cancelled upstream, not by the gateway: the batch is cancelled here too (what ran is
