@@ -7,6 +7,7 @@ import { digestKey, displayPrefix, generateKey, randomBase62 } from '../auth/key
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
 import { type AuditOptions, type AuditReport, auditBooks } from '../billing/audit.js';
+import { BATCH_WINDOW_MS } from '../billing/batch.js';
 import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
 import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from '../stores/types.js';
 import { AdminError } from './admin-error.js';
@@ -386,8 +387,9 @@ export function createAdmin(core: Services, hooks: { forgetGrants(accountId: str
 function audit(core: Services): Admin['audit'] {
   return async (options) => {
     try {
-      // A hold lives at most the longer of the calls' and the jobs' TTL past its last renewal.
-      const maxHoldTtlMs = Math.max(core.cfg.limits.holdTtlMs, core.cfg.limits.jobTtlMs);
+      // A hold lives at most the longest of the calls' and the jobs' TTL past its last renewal,
+      // and a batch's completion window (its lines' holds last that long).
+      const maxHoldTtlMs = Math.max(core.cfg.limits.holdTtlMs, core.cfg.limits.jobTtlMs, BATCH_WINDOW_MS);
       return await auditBooks(core.stores, { maxHoldTtlMs, ...options });
     } catch (err) {
       // An account that does not exist is the caller's mistake.

@@ -10,9 +10,12 @@
  *             what the batch holds shrinks by each line's worst case as the line is billed;
  *   the end:  the holds of the lines that never ran (cancelled, expired, failed) are released.
  *
- * A line's hold lives as long as the batch may (its completion window): the batch is always
- * finished by some instance (an instance that dies has its batches adopted), which settles or
- * releases every line's hold, so nothing renews them.
+ * A line's hold is placed for the ordinary hold TTL, and made to last the batch's completion
+ * window once the batch is recorded, by the instance that runs it (each run, an adopter's too,
+ * renews the holds of the lines not yet recorded to the window's end). An instance that dies
+ * between placing the holds and recording the batch leaves no batch to release them: they
+ * lapse within the hold TTL, not a day later. A recorded batch is always finished by some
+ * instance (one that dies has its batches adopted), which settles or releases every line's hold.
  */
 import { atBatchPrice, type Model } from '../catalog/catalog.js';
 import { errors } from '../errors.js';
@@ -22,6 +25,9 @@ import type { BillingDoor, BilledCall } from './billed-call.js';
 import { readHolds } from './audit-read.js';
 import { insufficientQuota, type Meter } from './meter.js';
 import { formatUsd } from './money.js';
+
+/** How long a batch may run (its `completion_window`, OpenAI's only one): its lines' holds last as long. */
+export const BATCH_WINDOW_MS = 24 * 60 * 60 * 1000;
 
 /** The id a line's hold and charge go under: one per batch and custom id. */
 export function lineChargeId(batchId: string, customId: string): string {
@@ -145,6 +151,23 @@ export async function heldLines(store: Pick<BillingStore, 'listHolds'>, batch: B
   const { holds } = await readHolds(store, batch.accountId);
   // A hold a paged listing gave twice (Redis's scan may) is one line.
   return [...new Set(holds.filter((h) => h.holdId.startsWith(prefix)).map((h) => h.holdId.slice(prefix.length)))];
+}
+
+/**
+ * Makes the holds of `customIds` (lines of a recorded batch, not yet run) last until `untilMs`,
+ * the batch's window end. A hold already gone (its line settled, or it lapsed while no instance
+ * ran the batch) stays gone: its line is still billed in full when it runs. Returns how many
+ * holds could not be renewed because the store failed.
+ */
+export async function keepBatchLines(store: Pick<BillingStore, 'renewHold'>, batch: BatchRef, customIds: readonly string[], untilMs: number, now: number): Promise<number> {
+  const ttlMs = untilMs - now;
+  if (ttlMs <= 0) return 0;
+  let failed = 0;
+  await eachAtOnce(customIds, async (c) => {
+    await store.renewHold(batch.accountId, lineChargeId(batch.id, c), ttlMs).catch(() => failed++);
+    return true;
+  });
+  return failed;
 }
 
 /**

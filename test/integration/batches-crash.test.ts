@@ -272,3 +272,71 @@ describe('an upstream batch whose model left the catalog while its owner was dow
     expect(differences).toEqual([]);
   }, 90_000);
 });
+
+describe('the holds of a batch', () => {
+  const HOLD_TTL_MS = 2_000;
+  const config = (upstreamUrl: string, key: string, name: string, batch: boolean) =>
+    writeConfig({
+      upstreams: { test: { baseUrl: upstreamUrl, apiKey: 'upstream-key', timeoutMs: 60_000, batch } },
+      models: [{ id: MODEL, upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002', batch: { prompt: '0.0000005', completion: '0.000001' } } }],
+      accounts: [{ id: ACCOUNT, walletUsd: 1_000 }],
+      keys: [{ key, account: ACCOUNT }],
+      limits: { keyRequestsPerMinute: 100_000, ipRequestsPerMinute: 100_000, inFlightLeaseTtlMs: 1_000, jobPollIntervalMs: 50, holdTtlMs: HOLD_TTL_MS },
+      storage: { driver: 'sqlite', path: join(dir, `${name}.db`) },
+      settleJournalDir: join(dir, `journal-${name}`),
+    });
+  const heldOf = async (client: OpenAI) => ((await client.get('/key')) as { data: { wallet: { held: number } } }).data.wallet.held;
+  const chatLines = (n: number) =>
+    Array.from({ length: n }, (_, i) => JSON.stringify({ custom_id: `h${i}`, method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, max_tokens: 20, messages: [{ role: 'user', content: `line ${i}` }] } }));
+
+  it('last the batch’s window once it is recorded, past the hold TTL', async () => {
+    const up = await startBatchUpstream();
+    const key = testKey();
+    const gw = await startGatewayProcess(config(up.url, key, 'holds-kept', true));
+    try {
+      const client = new OpenAI({ apiKey: key, baseURL: gw.baseURL, maxRetries: 0 });
+      const input = await client.files.create({ file: await toFile(Buffer.from(chatLines(3).join('\n')), 'in.jsonl'), purpose: 'batch' });
+      await client.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
+      const held = await heldOf(client);
+      expect(held).toBeGreaterThan(0);
+      // The upstream batch is still running well past the hold TTL: what its lines hold is still held.
+      await new Promise((r) => setTimeout(r, HOLD_TTL_MS * 2));
+      expect(up.batches[0]?.status).toBe('in_progress');
+      expect(await heldOf(client)).toBe(held);
+    } finally {
+      await gw.kill('SIGKILL');
+      await up.close();
+    }
+  }, 60_000);
+
+  it('placed by a process killed before it recorded the batch lapse within the hold TTL', async () => {
+    const up = await startTestUpstream();
+    const key = testKey();
+    const name = 'holds-orphaned';
+    const file = config(up.url, key, name, false);
+    const gw = await startGatewayProcess(file);
+    try {
+      const client = new OpenAI({ apiKey: key, baseURL: gw.baseURL, maxRetries: 0 });
+      // Enough lines that placing their holds takes a while: the process dies part way.
+      const input = await client.files.create({ file: await toFile(Buffer.from(chatLines(50_000).join('\n')), 'in.jsonl'), purpose: 'batch' });
+      const creating = client.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' }).catch((err: unknown) => err);
+      await eventually(async () => (await heldOf(client)) > 0, 'holds being placed', 30_000);
+      await gw.kill('SIGKILL');
+      expect(await creating).toBeInstanceOf(Error);
+    } finally {
+      await gw.kill('SIGKILL');
+      await up.close();
+    }
+    const stores = await createStores({ driver: 'sqlite', path: join(dir, `${name}.db`) });
+    try {
+      // No batch was recorded to release them: they hold money now, and lapse on their own.
+      expect(await stores.batches.unfinishedBatches()).toEqual([]);
+      expect((await stores.billing.wallet(ACCOUNT)).held).toBeGreaterThan(0n);
+      await eventually(async () => (await stores.billing.wallet(ACCOUNT)).held === 0n, 'the holds lapsed', HOLD_TTL_MS * 3);
+      expect(await chargesOf(stores.billing.ledger(ACCOUNT))).toEqual([]);
+      expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+    } finally {
+      await stores.close();
+    }
+  }, 120_000);
+});

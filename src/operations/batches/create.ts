@@ -6,7 +6,7 @@
  * the lines' worst cases at the batch price is held (402 when it does not fit) and the batch
  * starts running.
  */
-import { holdBatch } from '../../billing/batch.js';
+import { BATCH_WINDOW_MS, holdBatch } from '../../billing/batch.js';
 import { tokenHoldCost } from '../../billing/billed-call.js';
 import { atBatchPrice, type Model } from '../../catalog/catalog.js';
 import { GatewayError, isGatewayError } from '../../errors.js';
@@ -31,8 +31,6 @@ export const BATCH_ENDPOINTS: Readonly<Record<string, PlannedOperation>> = {
   '/v1/embeddings': createEmbeddings,
 };
 
-/** How long a batch may run (`completion_window`), as OpenAI's only window says. */
-const WINDOW_S = 24 * 60 * 60;
 
 interface PlannedLine {
   model: Model;
@@ -114,8 +112,9 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   for (const m of models) counts.set(m.id, (counts.get(m.id) ?? 0) + 1);
   const main = [...counts].sort((a, b) => b[1] - a[1])[0]![0];
   const model = models.find((m) => m.id === main)!;
-  // A line's hold lives as long as the batch may run: whoever finishes the batch settles or releases it.
-  const ttl = WINDOW_S * 1000;
+  // Until the batch is recorded, nothing would release a line's hold if this instance died: it
+  // lives the ordinary hold TTL, and is made to last the batch's window when the batch runs.
+  const ttl = core.cfg.limits.holdTtlMs;
   const byBound = new Map(lines.map((l, i) => [l.customId, planned[i]!.bound]));
   let held = [...byBound.values()].reduce((sum, a) => sum + a, 0n);
   try {
@@ -148,7 +147,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
     expiredAt: null,
     cancellingAt: null,
     cancelledAt: null,
-    expiresAt: now + WINDOW_S,
+    expiresAt: now + BATCH_WINDOW_MS / 1000,
     outputFileId: null,
     errorFileId: null,
     errors: null,

@@ -7,7 +7,7 @@
  * A cancel is seen within a second (the running instance re-reads the record that often, and
  * at once when the cancel reached it); the lines already running finish and are billed.
  */
-import { heldLines, releaseBatchLines } from '../../billing/batch.js';
+import { heldLines, keepBatchLines, releaseBatchLines } from '../../billing/batch.js';
 import type { BatchRunner } from '../../jobs/batches.js';
 import type { Services } from '../../services.js';
 import { isStoreUnavailable } from '../../stores/errors.js';
@@ -99,6 +99,12 @@ export function createBatchRunner(core: Services): BatchRunner {
     }
     // A batch adopted while finalizing ran every line already: only its files and status are left.
     if (batch.status !== 'finalizing') {
+      // The lines not yet recorded keep their holds to the window's end (placed for the hold
+      // TTL only, in case the batch was never recorded).
+      const recorded = new Set((await stores.batches.lines(batch.accountId, batch.id)).map((l) => l.customId));
+      const open = lines.filter((l) => !recorded.has(l.customId)).map((l) => l.customId);
+      const failed = await keepBatchLines(stores.billing, batch, open, batch.expiresAt * 1000, core.now());
+      if (failed > 0) log.warn({ msg: 'some batch line holds could not be made to last the batch; they lapse at the hold TTL (the lines are still billed in full)', batch_id: batch.id, failed });
       if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
       else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
     }
