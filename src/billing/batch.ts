@@ -49,21 +49,39 @@ async function eachAtOnce<T>(items: readonly T[], work: (t: T) => Promise<boolea
   return ok;
 }
 
+/** How a new batch's holds are placed: for `ttlMs`, kept alive through `store` while the rest are placed. */
+export interface BatchHoldTerms {
+  ttlMs: number;
+  store: Pick<BillingStore, 'renewHold'>;
+  now(): number;
+}
+
 /**
  * Holds every line of a new batch (`amounts`: each custom id's worst case at the batch price),
  * or none: a refusal releases what was placed and throws the 402.
  */
-export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId: string, model: Model, amounts: ReadonlyMap<string, bigint>, ttlMs: number): Promise<void> {
+export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId: string, model: Model, amounts: ReadonlyMap<string, bigint>, terms: BatchHoldTerms): Promise<void> {
   if (door.draining()) throw errors.shuttingDown();
   await ctx.runKeyCheck();
   const accountBudgets = door.accountBudgets ? await door.accountBudgets(ctx.key.accountId) : [];
+  const { ttlMs } = terms;
   const placed: string[] = [];
   let refusal: Awaited<ReturnType<Meter['place']>> | null = null;
   const lines = [...amounts];
   const batch = { id: batchId, accountId: ctx.key.accountId, keyId: ctx.key.id };
+  // A batch whose placing outlasts a third of the TTL (a short TTL, a slow store) renews what
+  // it placed so far: a hold that lapsed while the rest were placed would have let them be
+  // checked against money the batch still needs. One worker renews; the others go on placing.
+  let renewedAt = terms.now();
+  const keepPlaced = async () => {
+    if (terms.now() - renewedAt < ttlMs / 3) return;
+    renewedAt = terms.now();
+    for (const id of placed.slice()) await terms.store.renewHold(batch.accountId, id, ttlMs);
+  };
   let ok: boolean;
   try {
     ok = await eachAtOnce(lines, async ([customId, amount]) => {
+      await keepPlaced();
       const id = lineChargeId(batchId, customId);
       const r = await door.meter.place({ id, key: ctx.key, model, amount, ttlMs, accountBudgets });
       if (r.ok) placed.push(id);
@@ -157,17 +175,25 @@ export async function heldLines(store: Pick<BillingStore, 'listHolds'>, batch: B
  * Makes the holds of `customIds` (lines of a recorded batch, not yet run) last until `untilMs`,
  * the batch's window end. A hold already gone (its line settled, or it lapsed while no instance
  * ran the batch) stays gone: its line is still billed in full when it runs. Returns how many
- * holds could not be renewed because the store failed.
+ * holds were gone, and how many could not be renewed because the store failed.
  */
-export async function keepBatchLines(store: Pick<BillingStore, 'renewHold'>, batch: BatchRef, customIds: readonly string[], untilMs: number, now: number): Promise<number> {
+export async function keepBatchLines(
+  store: Pick<BillingStore, 'renewHold'>,
+  batch: BatchRef,
+  customIds: readonly string[],
+  untilMs: number,
+  now: number,
+): Promise<{ gone: number; failed: number }> {
   const ttlMs = untilMs - now;
-  if (ttlMs <= 0) return 0;
-  let failed = 0;
+  const out = { gone: 0, failed: 0 };
+  if (ttlMs <= 0) return out;
   await eachAtOnce(customIds, async (c) => {
-    await store.renewHold(batch.accountId, lineChargeId(batch.id, c), ttlMs).catch(() => failed++);
+    const kept = await store.renewHold(batch.accountId, lineChargeId(batch.id, c), ttlMs).catch(() => null);
+    if (kept === null) out.failed++;
+    else if (!kept) out.gone++;
     return true;
   });
-  return failed;
+  return out;
 }
 
 /**

@@ -167,10 +167,10 @@ describe('an upstream batch whose model left the catalog while its owner was dow
   /**
    * Creates a batch of two lines on each of MODEL and OTHER on an upstream with a Batch API,
    * kills its owner once the upstream batch runs, and has a process whose catalog lists only
-   * `kept` adopt it (the upstream batch `answered` by then, or still running). Returns the finished batch, its output and error lines, the charges and
+   * `kept` adopt it (the upstream batch answered by then, still running, or failed). Returns the finished batch, its output and error lines, the charges and
    * the wallet.
    */
-  async function adoptedWithout(name: string, kept: string[], answered = true) {
+  async function adoptedWithout(name: string, kept: string[], upstreamEnd: 'answered' | 'running' | 'failed' = 'answered') {
     const up = await startBatchUpstream();
     const key = testKey();
     const path = join(dir, `${name}.db`);
@@ -201,7 +201,9 @@ describe('an upstream batch whose model left the catalog while its owner was dow
       await eventually(() => up.calls.some((c) => c.startsWith('GET /batches/batch_up_')), 'the upstream batch polled');
       expect(up.inputs[0]!.map((l) => l.custom_id)).toEqual(['m1', 'o1', 'm2', 'o2']);
       await first.kill('SIGKILL');
-      if (answered) up.finish();
+      if (upstreamEnd === 'answered') up.finish();
+      // The upstream's line 2 is the client's line 2 (o1): the process reading it sends only m1 and m2 now.
+      if (upstreamEnd === 'failed') up.failAll([{ code: 'bad_line', message: 'this line is bad', line: 2, param: null }]);
 
       second = await startGatewayProcess(config(kept));
       const b = new OpenAI({ apiKey: key, baseURL: second.baseURL, maxRetries: 0 });
@@ -209,7 +211,7 @@ describe('an upstream batch whose model left the catalog while its owner was dow
       const done = await b.batches.retrieve(batch.id);
       const read = async (id: string | null | undefined) =>
         id ? ((await (await b.files.content(id)).text()).trim().split('\n').map((l) => JSON.parse(l)) as { custom_id: string; response: { status_code: number; body: any } | null }[]) : [];
-      return { done, output: await read(done.output_file_id), errors: await read(done.error_file_id), up };
+      return { done, output: await read(done.output_file_id), errors: await read(done.error_file_id), up, batchErrors: done.errors?.data ?? [] };
     } finally {
       await second?.kill();
       await first.kill('SIGKILL');
@@ -253,8 +255,22 @@ describe('an upstream batch whose model left the catalog while its owner was dow
     expect(differences).toEqual([]);
   }, 90_000);
 
+  it('an upstream batch that failed names the client’s lines, as the upstream was sent them', async () => {
+    const { done, errors, batchErrors } = await adoptedWithout('model-removed-failed', [MODEL], 'failed');
+    expect(done.status).toBe('failed');
+    expect(batchErrors).toEqual([{ code: 'bad_line', message: 'this line is bad', line: 2, param: null }]);
+    expect(errors.map((l) => [l.custom_id, l.response?.status_code])).toEqual([
+      ['o1', 404],
+      ['o2', 404],
+    ]);
+    const { charges, wallet, differences } = await books('model-removed-failed');
+    expect(charges).toEqual([]);
+    expect(wallet).toEqual({ balance: parsePrice('100') / 1000n, held: 0n });
+    expect(differences).toEqual([]);
+  }, 90_000);
+
   it('with no line left to read back, cancels the upstream batch and releases every hold', async () => {
-    const { done, output, errors, up: upstream } = await adoptedWithout('all-removed', ['test/unrelated'], false);
+    const { done, output, errors, up: upstream } = await adoptedWithout('all-removed', ['test/unrelated'], 'running');
     expect(done.status).toBe('completed');
     expect(done.request_counts).toEqual({ total: 4, completed: 0, failed: 4 });
     expect(output).toEqual([]);

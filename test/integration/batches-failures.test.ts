@@ -143,4 +143,31 @@ describe('a batch whose run fails', () => {
     await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 5_000);
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 30_000);
+
+  it('holds that take longer to place than the hold TTL are all still held when the batch is created', async () => {
+    const up = await startBatchUpstream();
+    running.push(up);
+    const stores = createMemoryStores();
+    // A slow store: placing every line's hold takes about twice the hold TTL.
+    const placeHold = stores.billing.placeHold.bind(stores.billing);
+    stores.billing.placeHold = async (req) => {
+      await new Promise((r) => setTimeout(r, 25));
+      return placeHold(req);
+    };
+    const setup = testConfig({ limits: { holdTtlMs: 300, jobPollIntervalMs: 20 } });
+    setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
+    const gw = await startGateway({ ...setup.options, stores });
+    running.push(gw);
+    const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+    const ids = Array.from({ length: 3_000 }, (_, i) => `s${i}`);
+    const started = Date.now();
+    const { batch } = await createChatBatch(openai, MODEL, ids);
+    expect(Date.now() - started).toBeGreaterThan(600);
+    // None lapsed while the others were placed: the first ones were renewed meanwhile.
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(ids.length);
+    await openai.batches.cancel(batch.id);
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'cancelled', 'the batch cancelled', 10_000);
+    await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 10_000);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 60_000);
 });

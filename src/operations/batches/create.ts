@@ -114,11 +114,11 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   const model = models.find((m) => m.id === main)!;
   // Until the batch is recorded, nothing would release a line's hold if this instance died: it
   // lives the ordinary hold TTL, and is made to last the batch's window when the batch runs.
-  const ttl = core.cfg.limits.holdTtlMs;
+  const terms = { ttlMs: core.cfg.limits.holdTtlMs, store: core.stores.billing, now: core.now };
   const byBound = new Map(lines.map((l, i) => [l.customId, planned[i]!.bound]));
   let held = [...byBound.values()].reduce((sum, a) => sum + a, 0n);
   try {
-    await holdBatch(core, ctx, id, model, byBound, ttl);
+    await holdBatch(core, ctx, id, model, byBound, terms);
   } catch (err) {
     // The byte bound of the prompts was refused: the counted prompts decide, as for one call.
     const byEstimate = new Map(lines.map((l, i) => [l.customId, planned[i]!.estimate()]));
@@ -127,7 +127,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
     // Under a new id: the refused attempt's released holds closed their ids, and a line
     // settled on a closed id would be charged nothing.
     id = newBatchId();
-    await holdBatch(core, ctx, id, model, byEstimate, ttl);
+    await holdBatch(core, ctx, id, model, byEstimate, terms);
     held = estimate;
   }
   const now = Math.floor(core.now() / 1000);

@@ -103,8 +103,10 @@ export function createBatchRunner(core: Services): BatchRunner {
       // TTL only, in case the batch was never recorded).
       const recorded = new Set((await stores.batches.lines(batch.accountId, batch.id)).map((l) => l.customId));
       const open = lines.filter((l) => !recorded.has(l.customId)).map((l) => l.customId);
-      const failed = await keepBatchLines(stores.billing, batch, open, batch.expiresAt * 1000, core.now());
-      if (failed > 0) log.warn({ msg: 'some batch line holds could not be made to last the batch; they lapse at the hold TTL (the lines are still billed in full)', batch_id: batch.id, failed });
+      const kept = await keepBatchLines(stores.billing, batch, open, batch.expiresAt * 1000, core.now());
+      // A hold gone (no instance ran the batch within the hold TTL of its creation) or not
+      // renewed: its line is still billed in full when it runs, but holds no money meanwhile.
+      if (kept.gone + kept.failed > 0) log.warn({ msg: 'some batch line holds do not last the batch: gone, or not renewed', batch_id: batch.id, ...kept });
       if (batch.upstream) await runUpstreamBatch(core, { batch, stopping, seen: (b) => (e.batch = b) }, key, lines);
       else await runLines(core, { get batch() { return e.batch; }, stopping }, key, lines);
     }

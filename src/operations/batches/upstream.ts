@@ -8,7 +8,7 @@
  * the upstream batch is tagged with the gateway batch's id, so one whose creator died before
  * recording its id is found and polled too.
  */
-import { lineCall } from '../../billing/batch.js';
+import { lineCall, releaseBatchLines } from '../../billing/batch.js';
 import { plainAccount } from '../../billing/answer.js';
 import { settleAnswer } from '../../billing/settle.js';
 import type { Model } from '../../catalog/catalog.js';
@@ -89,30 +89,43 @@ async function findSubmitted(core: Services, b: BatchRecord): Promise<string | n
 }
 
 /**
+ * The upstream batch an owner that died created for `b` without recording it: null when none
+ * was (or none is found), undefined when the upstream's listing could not tell, a few tries
+ * (a poll interval apart) over, or when this instance is stopping.
+ */
+async function submittedBefore(core: Services, b: BatchRecord): Promise<string | null | undefined> {
+  if (!b.upstreamSubmittedAt) return null;
+  for (let tries = 0; tries < LIST_TRIES; tries++) {
+    const found = await findSubmitted(core, b);
+    if (found !== undefined) return found;
+    await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
+    if (core.stopping.aborted) return undefined;
+  }
+  return undefined;
+}
+
+/**
  * The record with its upstream batch: the one recorded, the one an owner that died created
  * (found by its tag), or a new one. A listing that cannot tell is tried again a few times, then
  * the batch is created (an upstream without a listing would otherwise never run it). Two
  * instances that both created one keep the one recorded first; the other is cancelled.
  */
-async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchInputLine[], plans: Map<string, Plan>): Promise<BatchRecord | null> {
+async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchInputLine[], plans: Map<string, Plan>): Promise<{ b: BatchRecord; sentHere: boolean } | null> {
   let b = run.batch;
-  if (b.upstreamBatchId) return b;
-  let found: string | null | undefined = null;
-  for (let tries = 0; b.upstreamSubmittedAt && tries < LIST_TRIES; tries++) {
-    found = await findSubmitted(core, b);
-    if (found !== undefined) break;
-    await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
-    if (core.stopping.aborted) return null;
-  }
+  if (b.upstreamBatchId) return { b, sentHere: false };
+  const found = await submittedBefore(core, b);
+  if (core.stopping.aborted) return null;
   let id = found ?? null;
+  let submitted = false;
   // Cancelled (or expired, or this instance stopping) before any upstream batch exists: none
   // is created, so nothing runs upstream for a batch that was told to stop.
   if (id === null && (await run.stopping())) return null;
   if (id === null) {
     b = (await changeBatch(core.stores.batches, b, (x) => (x.upstreamBatchId ? null : { ...x, upstreamSubmittedAt: core.now() }))) ?? b;
     run.seen(b);
-    if (b.upstreamBatchId) return b;
+    if (b.upstreamBatchId) return { b, sentHere: false };
     id = await submit(core, b, lines, plans);
+    submitted = true;
   }
   const mine = id;
   b = (await changeBatch(core.stores.batches, b, (x) => (x.upstreamBatchId ? null : { ...x, upstreamBatchId: mine }))) ?? b;
@@ -123,7 +136,7 @@ async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchI
     await cancelUpstream(core, b, mine);
     if (!b.upstreamBatchId) throw new Error('the batch record is gone');
   }
-  return b;
+  return { b, sentHere: submitted && b.upstreamBatchId === mine };
 }
 
 /** Asks the upstream to cancel one of its batches (logged when it cannot). */
@@ -211,8 +224,37 @@ function refusedLine(l: BatchInputLine, err: GatewayError): BatchLine {
   return { customId: l.customId, line: l.line, ok: false, text: JSON.stringify({ id, custom_id: l.customId, response: { status_code: err.status, request_id: id, body: err.toJSON() }, error: null }) };
 }
 
+/**
+ * The client's line number of the upstream batch's k-th input line (1-based; null when unknown):
+ * the lines this run sent, in order, or, for a batch an earlier run sent (which may have sent
+ * other lines, the catalog having changed since), the custom ids of the upstream's copy of the
+ * input, when the upstream lets it be read.
+ */
+async function sentLines(core: Services, b: BatchRecord, up: Record<string, unknown>, sent: BatchInputLine[] | null, lineOf: Map<string, number>): Promise<(k: number) => number | null> {
+  if (sent) return (k) => sent[k - 1]?.line ?? null;
+  const fileId = up.input_file_id;
+  if (typeof fileId !== 'string' || fileId === '') return () => null;
+  try {
+    const ids = (await send(core, b.upstream!, b.id, 'GET', `/files/${encodeURIComponent(fileId)}/content`))
+      .split('\n')
+      .filter((l) => l.trim() !== '')
+      .map((l) => {
+        try {
+          const id = (JSON.parse(l) as { custom_id?: unknown }).custom_id;
+          return typeof id === 'string' ? id : null;
+        } catch {
+          return null;
+        }
+      });
+    return (k) => lineOf.get(ids[k - 1] ?? '') ?? null;
+  } catch (err) {
+    core.log.warn({ msg: 'the upstream batch input could not be read back: its errors name no line', batch_id: b.id, err: err instanceof Error ? err.message : String(err) });
+    return () => null;
+  }
+}
+
 /** An upstream batch's `errors.data` as the gateway's batch keeps them; one entry saying so when it gave none. */
-function upstreamErrors(core: Services, up: Record<string, unknown>, lines: BatchInputLine[]): NonNullable<BatchRecord['errors']> {
+function upstreamErrors(core: Services, up: Record<string, unknown>, lineAt: (k: number) => number | null): NonNullable<BatchRecord['errors']> {
   const redact = upstreamKeysRedactor(core.cfg);
   const data = (up.errors as { data?: unknown } | null | undefined)?.data;
   const text = (v: unknown) => (typeof v === 'string' ? redact(v).slice(0, 500) : null);
@@ -222,7 +264,7 @@ function upstreamErrors(core: Services, up: Record<string, unknown>, lines: Batc
         message: text(e.message) ?? 'The upstream batch failed.',
         // The upstream's file has one line per line sent, in order: its line k is the k-th
         // sent (whose number in the client's file counts blank lines too).
-        line: typeof e.line === 'number' && Number.isSafeInteger(e.line) ? (lines[e.line - 1]?.line ?? null) : null,
+        line: typeof e.line === 'number' && Number.isSafeInteger(e.line) ? lineAt(e.line) : null,
         param: text(e.param),
       }))
     : [];
@@ -241,31 +283,42 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   const op = BATCH_ENDPOINTS[run.batch.endpoint]!;
   const plans = new Map<string, Plan>();
   const lineOf = new Map<string, number>();
+  const refused: [BatchInputLine, GatewayError][] = [];
   for (const l of lines) {
     lineOf.set(l.customId, l.line);
     try {
       plans.set(l.customId, await op.plan(core, lineContext(key, run.batch.endpoint, `${run.batch.id}:${l.line}`, l.body), l.body));
     } catch (err) {
       if (!isGatewayError(err) || err.status >= 500) throw err;
-      // A line that no longer plans (its model left the catalog, or the key may no longer use
-      // it, since the batch was created) fails as the same call made now would, on its own: the
-      // batch's other lines still run and are billed. It is not sent; an answer the upstream
-      // gives it anyway (sent before the change) is not handed over, as nothing can bill it.
-      await core.stores.batches.addLine(run.batch.accountId, run.batch.id, refusedLine(l, err));
+      refused.push([l, err]);
+    }
+  }
+  // A line that no longer plans (its model left the catalog, or the key may no longer use it,
+  // since the batch was created) fails as the same call made now would, on its own: the
+  // batch's other lines still run and are billed. It is not sent; an answer the upstream gives
+  // it anyway (sent before the change) is not handed over, as nothing can bill it. Its hold is
+  // released at once, which also closes its charge id: an earlier owner still reading the
+  // upstream's answer with the old catalog charges nothing for a line the client sees refused.
+  // A batch that is stopping records nothing more (its unrun lines end as it ends).
+  if (refused.length && !(await run.stopping())) {
+    for (const [l, err] of refused) {
+      if (await core.stores.batches.addLine(run.batch.accountId, run.batch.id, refusedLine(l, err))) await releaseBatchLines(core.meter, run.batch, [l.customId]);
     }
   }
   const sendable = lines.filter((l) => plans.has(l.customId));
   if (sendable.length === 0) {
     // Nothing left to read back: an upstream batch already running is cancelled, not left to run for nobody.
     const b = run.batch;
-    const running = b.upstreamBatchId ?? (b.upstreamSubmittedAt ? await findSubmitted(core, b) : null);
+    const running = b.upstreamBatchId ?? (await submittedBefore(core, b));
     if (running) await cancelUpstream(core, b, running);
+    else if (running === undefined && !core.stopping.aborted) core.log.warn({ msg: 'an upstream batch this batch may have created could not be looked for; it is not cancelled', batch_id: b.id });
     return;
   }
   // An owner that died between creating the upstream batch and recording its id left a mark:
   // that batch is found by its tag, not created (and paid for upstream) a second time.
-  const b = await withUpstreamBatch(core, run, sendable, plans);
-  if (!b) return;
+  const withBatch = await withUpstreamBatch(core, run, sendable, plans);
+  if (!withBatch) return;
+  const { b, sentHere } = withBatch;
   const upstreamId = b.upstreamBatchId!;
   let cancelSent = false;
   while (!core.stopping.aborted) {
@@ -297,7 +350,8 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
         const done = new Set((await core.stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
         // A failed batch says why, in the upstream's words (with no key material in them).
-        const finished = await finishBatch(core, b, status, extra, status === 'failed' ? upstreamErrors(core, up, sendable) : null);
+        const lineAt = status === 'failed' ? await sentLines(core, b, up, sentHere ? sendable : null, lineOf) : null;
+        const finished = await finishBatch(core, b, status, extra, lineAt ? upstreamErrors(core, up, lineAt) : null);
         if (finished) run.seen(finished);
       } else if (status === 'cancelled' && !cancelSent) {
         // Cancelled upstream, not by the gateway: the batch is cancelled here too (what ran is
