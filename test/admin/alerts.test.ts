@@ -17,10 +17,18 @@ import { startTestUpstream } from '../helpers/upstream.js';
 const SECRET = 'whsec-test-secret';
 const received: Array<{ body: any; headers: Record<string, string | string[] | undefined>; raw: string }> = [];
 let failNext = 1;
+/** How many of the next deliveries get no answer at all (a receiver that hangs), and how many did. */
+let hangNext = 0;
+let hung = 0;
 const receiver = createServer((req, res) => {
   let raw = '';
   req.on('data', (c) => (raw += c));
   req.on('end', () => {
+    if (hangNext > 0) {
+      hangNext--;
+      hung++;
+      return;
+    }
     // The first delivery fails: the retry must carry the same idempotency key.
     if (failNext > 0) {
       failNext--;
@@ -119,4 +127,43 @@ it('a crossing by a call that settles during the stop’s grace is still deliver
   await up.close();
   expect(received.map((r) => `${r.body.type}:${r.body.threshold}`)).toEqual(['budget.key_monthly_cap:1']);
   expect(failNext).toBe(0);
+});
+
+it('a delivery the stop cut short is sent again by a later charge, once its mark lapsed', async () => {
+  received.length = 0;
+  failNext = 0;
+  const setup = testConfig({});
+  // One attempt of up to 1 s: a crossing stays marked "being delivered" for 2 s.
+  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { capPercent: [1] } } };
+  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'cut.db') }) });
+  let gw = await open();
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
+  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+
+  // The receiver hangs on the crossing's delivery, and the gateway stops meanwhile.
+  hangNext = 1;
+  hung = 0;
+  const crossedAt = Date.now();
+  expect((await call()).status).toBe(200);
+  await eventually(() => hung === 1, 'the delivery under way', 5_000);
+  await gw.close();
+  expect(received).toEqual([]);
+
+  gw = await open();
+  // The stopped delivery's mark still stands: no second delivery yet.
+  expect((await call()).status).toBe(200);
+  await new Promise((r) => setTimeout(r, 200));
+  expect(received).toEqual([]);
+  // Lapsed: the next charge past the crossing sends it, under the same idempotency key.
+  await new Promise((r) => setTimeout(r, Math.max(0, crossedAt + 2_100 - Date.now())));
+  expect((await call()).status).toBe(200);
+  await eventually(() => received.length === 1, 'the alert sent again', 5_000);
+  expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 1, key: devId });
+  expect(received[0]!.headers['idempotency-key']).toBe(received[0]!.body.id);
+  // Delivered: done with, not sent a third time.
+  expect((await call()).status).toBe(200);
+  await new Promise((r) => setTimeout(r, 300));
+  await gw.close();
+  expect(received).toHaveLength(1);
 });
