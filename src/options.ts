@@ -34,8 +34,8 @@ const budgetAlertsSchema = z.strictObject({
     maxAttempts: z.number().int().min(1).max(20).default(6),
     /** Delay before the first retry; it doubles each time. @default 500 */
     backoffMs: z.number().int().nonnegative().default(500),
-    /** Per attempt. @default 10000 */
-    timeoutMs: z.number().int().positive().default(10_000),
+    /** Per attempt, at most an hour. @default 10000 */
+    timeoutMs: z.number().int().positive().max(3_600_000).default(10_000),
   }),
   /** @default {capPercent: [50, 80, 100]} */
   defaults: alertThresholds.default({ capPercent: [50, 80, 100] }),

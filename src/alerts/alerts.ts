@@ -5,18 +5,17 @@
  *
  * Once per crossing, also across restarts and instances: a crossing is recorded in the store
  * (the idempotency store's atomic create-if-absent, scope "alert:..."), and only the caller
- * that creates the record sends the webhook. The record says "being delivered" until the
- * delivery is done with; one the gateway's stop cut short lapses, and the next charge past the
- * crossing sends it again (a receiver that got it before the cut may see it twice: a cap
- * alert under the same idempotency key, a balance alert naming the later charge). Cap crossings are named by their month, so they
- * re-arm when the month turns; a balance crossing re-arms when a later charge finds the
- * balance back at or above the threshold (after a top-up). With memory storage the records
- * live as long as the process.
+ * that creates the record sends the webhook. The record says "being delivered" for as long
+ * as the attempt under way (and the wait before the next) may take, renewed as the delivery
+ * goes on, and is kept once the delivery is done with. One a stop cut short lapses, and the
+ * next charge past the crossing sends it again (a receiver that got it before the cut may see
+ * it twice: a cap alert under the same idempotency key, a balance alert naming the later
+ * charge). With no later charge past it (a key at its whole cap makes none), it stays unsent.
  *
  * Delivery: POST of a JSON body; `x-mg-signature: t=<unix s>,v1=<hex HMAC-SHA256 of
  * "<t>.<body>" with the webhook secret>`, `x-mg-timestamp`, and `idempotency-key` (the
  * alert id, stable across retries). Network errors, 408, 429 and 5xx are retried with
- * exponential backoff up to `maxAttempts`; the gateway's dispose() stops retrying.
+ * exponential backoff (at most an hour) up to `maxAttempts`; the gateway's dispose() stops retrying.
  */
 import { createHmac } from 'node:crypto';
 import type { Services } from '../services.js';
@@ -60,35 +59,39 @@ export function signWebhook(secret: string, t: number, body: string): string {
   return `t=${t},v1=${createHmac('sha256', secret).update(`${t}.${body}`).digest('hex')}`;
 }
 
+/** The longest wait between two attempts: a doubling backoff stops growing here. */
+const MAX_BACKOFF_MS = 60 * 60 * 1000;
+
+/** The wait after attempt `n` (1-based) failed. */
+const backoff = (webhook: AlertsConfig['webhook'], n: number) => Math.min(MAX_BACKOFF_MS, webhook.backoffMs * 2 ** (n - 1));
+
 /**
- * How long a crossing stays marked "being delivered": the longest its delivery can take (every
- * attempt timing out, every backoff waited) and one attempt more. A delivery the gateway's stop
- * cut short leaves the mark to lapse: the next charge past the crossing then sends it again.
+ * How long a crossing's "being delivered" mark lasts from now, before an attempt that follows a
+ * wait of `waitMs`: the wait, the attempt (its timeout) and as long again. Renewed before each
+ * attempt, so the mark outlives the delivery only briefly: one a stop cut short lapses soon,
+ * and the next charge past the crossing sends it again.
  */
-function deliveryMs(webhook: AlertsConfig['webhook']): number {
-  let backoffs = 0;
-  for (let n = 1; n < webhook.maxAttempts; n++) backoffs += webhook.backoffMs * 2 ** (n - 1);
-  return (webhook.maxAttempts + 1) * webhook.timeoutMs + backoffs;
-}
+const markMs = (webhook: AlertsConfig['webhook'], waitMs: number) => waitMs + 2 * webhook.timeoutMs;
 
 /**
  * Marks the crossing as being delivered (by `id`); true for the one caller that marks it first,
  * or first again once a delivery cut short let its mark lapse.
  */
 async function firstCrossing(core: Services, cfg: AlertsConfig, scope: string, id: string): Promise<boolean> {
-  return (await core.stores.idempotency.begin(scope, id, deliveryMs(cfg.webhook))).state === 'started';
+  return (await core.stores.idempotency.begin(scope, id, markMs(cfg.webhook, 0))).state === 'started';
 }
 
 /**
- * Records the crossing as done with (delivered, refused for good, or out of attempts): it is
- * not sent again. Only while this delivery's mark still stands: a balance crossing re-armed
- * meanwhile (a top-up dropped the mark) stays re-armed.
+ * Keeps this delivery's mark for `ttlMs` more; false when it no longer stands (a balance
+ * crossing a top-up re-armed, or a mark that lapsed and another caller took over). Keeping it
+ * for a long time is how a crossing is recorded as done with: a mark still in flight is not
+ * sent again, and it is one atomic step, so a re-arm in between is never undone.
  */
-async function doneWith(core: Services, scope: string, id: string): Promise<void> {
-  if (!(await core.stores.idempotency.renew(scope, id, RECORD_TTL_MS))) return;
-  await core.stores.idempotency.complete(scope, id, { status: 200, headers: {}, body: '' }, RECORD_TTL_MS);
+async function keepMark(core: Services, scope: string, id: string, ttlMs: number): Promise<boolean> {
+  const kept = await core.stores.idempotency.renew(scope, id, ttlMs);
+  if (!kept) core.log.warn({ msg: 'budget alert mark no longer stands (re-armed, or lapsed and taken over); this delivery stops', alert: id });
+  return kept;
 }
-
 
 /** POSTs one signed alert; true when it is done with (delivered, or refused for good). */
 async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: BudgetAlert, body: string): Promise<boolean> {
@@ -118,13 +121,19 @@ async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: 
 }
 
 async function deliver(core: Services, webhook: AlertsConfig['webhook'], { alert, scope }: Crossing): Promise<void> {
-  const { maxAttempts, backoffMs } = webhook;
+  const { maxAttempts } = webhook;
   const body = JSON.stringify(alert);
   for (let n = 1; n <= maxAttempts && !core.shutdown.aborted; n++) {
-    if (await attempt(core, webhook, alert, body)) return doneWith(core, scope, alert.id);
+    if (await attempt(core, webhook, alert, body)) {
+      await keepMark(core, scope, alert.id, RECORD_TTL_MS);
+      return;
+    }
+    if (n === maxAttempts) break;
+    const wait = backoff(webhook, n);
+    if (!(await keepMark(core, scope, alert.id, markMs(webhook, wait)))) return;
     // Cut short when the gateway shuts down; the wait's listener goes with it (a retry per
     // alert would otherwise leave one on the gateway's signal for good).
-    if (n < maxAttempts) await pause(backoffMs * 2 ** (n - 1), core.shutdown);
+    await pause(wait, core.shutdown);
   }
   if (core.shutdown.aborted) {
     // Its mark lapses: the next charge past the crossing (here or on another instance) sends it again.
@@ -132,7 +141,7 @@ async function deliver(core: Services, webhook: AlertsConfig['webhook'], { alert
     return;
   }
   core.log.warn({ msg: 'budget alert not delivered', alert: alert.id });
-  await doneWith(core, scope, alert.id);
+  await keepMark(core, scope, alert.id, RECORD_TTL_MS);
 }
 
 /** The key's monthly-cap percents that this entry's charge crossed first. */
@@ -201,7 +210,8 @@ async function check(cfg: AlertsConfig, core: Services, entry: LedgerEntry): Pro
   if (capPercent.length > 0) found.push(...(await capCrossings(core, cfg, entry, month, capPercent)));
   const below = t.balanceBelowUsd ?? [];
   if (below.length > 0) found.push(...(await balanceCrossings(core, cfg, entry, below)));
-  for (const crossing of found) core.track(deliver(core, cfg.webhook, crossing));
+  // A store that fails while a delivery ends leaves the mark to lapse (sent again later), never the process down.
+  for (const crossing of found) core.track(deliver(core, cfg.webhook, crossing).catch((err: unknown) => core.log.error({ msg: 'budget alert delivery failed', alert: crossing.alert.id, err: String(err) })));
 }
 
 export function budgetAlerts(cfg: AlertsConfig, getCore: () => Services): GatewayPlugin {

@@ -133,7 +133,7 @@ it('a delivery the stop cut short is sent again by a later charge, once its mark
   received.length = 0;
   failNext = 0;
   const setup = testConfig({});
-  // One attempt of up to 1 s: a crossing stays marked "being delivered" for 2 s.
+  // One attempt of up to 1 s: a crossing stays marked "being delivered" for 2 s from its mark.
   const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { capPercent: [1] } } };
   const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'cut.db') }) });
   let gw = await open();
@@ -144,9 +144,10 @@ it('a delivery the stop cut short is sent again by a later charge, once its mark
   // The receiver hangs on the crossing's delivery, and the gateway stops meanwhile.
   hangNext = 1;
   hung = 0;
-  const crossedAt = Date.now();
   expect((await call()).status).toBe(200);
   await eventually(() => hung === 1, 'the delivery under way', 5_000);
+  // The mark was made before the delivery began: it lapses by two seconds from now.
+  const markedBy = Date.now();
   await gw.close();
   expect(received).toEqual([]);
 
@@ -156,7 +157,7 @@ it('a delivery the stop cut short is sent again by a later charge, once its mark
   await new Promise((r) => setTimeout(r, 200));
   expect(received).toEqual([]);
   // Lapsed: the next charge past the crossing sends it, under the same idempotency key.
-  await new Promise((r) => setTimeout(r, Math.max(0, crossedAt + 2_100 - Date.now())));
+  await new Promise((r) => setTimeout(r, Math.max(0, markedBy + 2_200 - Date.now())));
   expect((await call()).status).toBe(200);
   await eventually(() => received.length === 1, 'the alert sent again', 5_000);
   expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 1, key: devId });
