@@ -31,7 +31,6 @@ export const BATCH_ENDPOINTS: Readonly<Record<string, PlannedOperation>> = {
   '/v1/embeddings': createEmbeddings,
 };
 
-
 interface PlannedLine {
   model: Model;
   /** The worst case at the batch price, on the prompt's byte bound and on its counted estimate. */
