@@ -7,7 +7,7 @@
  * (the idempotency store's atomic create-if-absent, scope "alert:..."), and only the caller
  * that creates the record sends the webhook. The record says "being delivered" for as long
  * as the attempt under way (and the wait before the next) may take, renewed as the delivery
- * goes on, and is kept once the delivery is done with. One a stop cut short lapses, and the
+ * goes on, and is kept once the delivery is done with. One a stop cut short is let go, and the
  * next charge past the crossing sends it again (a receiver that got it before the cut may see
  * it twice: a cap alert under the same idempotency key, a balance alert naming the later
  * charge). With no later charge past it (a key at its whole cap makes none), it stays unsent.
@@ -65,13 +65,15 @@ const MAX_BACKOFF_MS = 60 * 60 * 1000;
 /** The wait after attempt `n` (1-based) failed. */
 const backoff = (webhook: AlertsConfig['webhook'], n: number) => Math.min(MAX_BACKOFF_MS, webhook.backoffMs * 2 ** (n - 1));
 
+/** What a mark allows beyond the attempt's own timeout: the store calls around it. */
+const MARK_SLACK_MS = 1_000;
+
 /**
  * How long a crossing's "being delivered" mark lasts from now, before an attempt that follows a
- * wait of `waitMs`: the wait, the attempt (its timeout) and as long again. Renewed before each
- * attempt, so the mark outlives the delivery only briefly: one a stop cut short lapses soon,
- * and the next charge past the crossing sends it again.
+ * wait of `waitMs`: the wait, the attempt (its timeout) as long again, and a second. Renewed
+ * before each attempt, so the mark outlives a delivery that stopped only briefly.
  */
-const markMs = (webhook: AlertsConfig['webhook'], waitMs: number) => waitMs + 2 * webhook.timeoutMs;
+const markMs = (webhook: AlertsConfig['webhook'], waitMs: number) => waitMs + 2 * webhook.timeoutMs + MARK_SLACK_MS;
 
 /**
  * Marks the crossing as being delivered (by `id`); true for the one caller that marks it first,
@@ -136,8 +138,10 @@ async function deliver(core: Services, webhook: AlertsConfig['webhook'], { alert
     await pause(wait, core.shutdown);
   }
   if (core.shutdown.aborted) {
-    // Its mark lapses: the next charge past the crossing (here or on another instance) sends it again.
+    // Its mark is let go at once: the next charge past the crossing (here, after a restart, or
+    // on another instance) sends it again.
     core.log.warn({ msg: 'budget alert delivery cut by the stop; sent again by a later charge', alert: alert.id });
+    await core.stores.idempotency.renew(scope, alert.id, 1);
     return;
   }
   core.log.warn({ msg: 'budget alert not delivered', alert: alert.id });

@@ -39,13 +39,27 @@ type BatchRef = Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>;
 /** At most this many holds are placed (or released) at once for one batch. */
 const AT_ONCE = 128;
 
+/**
+ * Runs `work` over `items`, AT_ONCE at a time, until one says false or throws: then no more
+ * start, and once those under way have ended it returns false, or throws the first error. (A
+ * throw that returned at once would leave the others placing holds nobody releases.)
+ */
 async function eachAtOnce<T>(items: readonly T[], work: (t: T) => Promise<boolean>): Promise<boolean> {
   let next = 0;
   let ok = true;
+  let failure: { err: unknown } | null = null;
   const worker = async () => {
-    while (ok && next < items.length) if (!(await work(items[next++]!))) ok = false;
+    while (ok && next < items.length) {
+      try {
+        if (!(await work(items[next++]!))) ok = false;
+      } catch (err) {
+        failure ??= { err };
+        ok = false;
+      }
+    }
   };
   await Promise.all(Array.from({ length: Math.min(AT_ONCE, items.length) }, worker));
+  if (failure) throw (failure as { err: unknown }).err;
   return ok;
 }
 
@@ -71,12 +85,19 @@ export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId:
   const batch = { id: batchId, accountId: ctx.key.accountId, keyId: ctx.key.id };
   // A batch whose placing outlasts a third of the TTL (a short TTL, a slow store) renews what
   // it placed so far: a hold that lapsed while the rest were placed would have let them be
-  // checked against money the batch still needs. One worker renews; the others go on placing.
+  // checked against money the batch still needs. One worker renews them, as many at once as are
+  // placed at once, while the others go on placing; a renewal that fails is left to lapse.
   let renewedAt = terms.now();
+  let renewing = false;
   const keepPlaced = async () => {
-    if (terms.now() - renewedAt < ttlMs / 3) return;
+    if (renewing || terms.now() - renewedAt < ttlMs / 3) return;
+    renewing = true;
     renewedAt = terms.now();
-    for (const id of placed.slice()) await terms.store.renewHold(batch.accountId, id, ttlMs);
+    try {
+      await eachAtOnce(placed.slice(), (id) => terms.store.renewHold(batch.accountId, id, ttlMs).then(() => true, () => true));
+    } finally {
+      renewing = false;
+    }
   };
   let ok: boolean;
   try {
@@ -152,11 +173,17 @@ export function lineCall(door: BillingDoor, batch: BatchRef, customId: string, m
   return door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atBatchPrice(model) });
 }
 
+/** Releases every hold of `ids`: one that fails does not stop the others (the first failure is thrown after). */
 async function releaseLines(meter: Meter, batch: BatchRef, ids: readonly string[]): Promise<void> {
+  let failure: { err: unknown } | null = null;
   await eachAtOnce(ids, async (id) => {
-    await meter.resume({ id, accountId: batch.accountId, keyId: batch.keyId, model: undefined }).cancel();
+    await meter
+      .resume({ id, accountId: batch.accountId, keyId: batch.keyId, model: undefined })
+      .cancel()
+      .catch((err: unknown) => void (failure ??= { err }));
     return true;
   });
+  if (failure) throw (failure as { err: unknown }).err;
 }
 
 /**

@@ -170,4 +170,30 @@ describe('a batch whose run fails', () => {
     await eventually(async () => (await stores.billing.openHolds(ACCOUNT)) === 0, 'every line hold released', 10_000);
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 60_000);
+
+  it('a store failing part way through the holds: the batch is refused and no hold is left behind', async () => {
+    const stores = createMemoryStores();
+    // A slow store that fails the 300th hold: the holds placed around it are all released.
+    const placeHold = stores.billing.placeHold.bind(stores.billing);
+    let n = 0;
+    stores.billing.placeHold = async (req) => {
+      await new Promise((r) => setTimeout(r, 5));
+      if (++n === 300) throw new StoreUnavailableError('the store did not answer');
+      return placeHold(req);
+    };
+    const setup = testConfig({});
+    const gw = await startGateway({ ...setup.options, stores });
+    running.push(gw);
+    const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
+    const ids = Array.from({ length: 2_000 }, (_, i) => `p${i}`);
+    await expect(createChatBatch(openai, MODEL, ids)).rejects.toMatchObject({ status: 503 });
+    // Nothing is still being placed once the refusal is out: none is held, now or later.
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
+    const placed = n;
+    await new Promise((r) => setTimeout(r, 200));
+    expect(n).toBe(placed);
+    expect(await stores.billing.openHolds(ACCOUNT)).toBe(0);
+    expect(await stores.batches.unfinishedBatches()).toEqual([]);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 60_000);
 });

@@ -350,7 +350,9 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
         const done = new Set((await core.stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
         // A failed batch says why, in the upstream's words (with no key material in them).
-        const lineAt = status === 'failed' ? await sentLines(core, b, up, sentHere ? sendable : null, lineOf) : null;
+        // The upstream's input is read back only for errors that name a line.
+        const namesLines = Array.isArray((up.errors as { data?: unknown } | null | undefined)?.data) && ((up.errors as { data: unknown[] }).data).some((e) => typeof (e as { line?: unknown } | null)?.line === 'number');
+        const lineAt = status !== 'failed' ? null : namesLines ? await sentLines(core, b, up, sentHere ? sendable : null, lineOf) : () => null;
         const finished = await finishBatch(core, b, status, extra, lineAt ? upstreamErrors(core, up, lineAt) : null);
         if (finished) run.seen(finished);
       } else if (status === 'cancelled' && !cancelSent) {
