@@ -15,6 +15,12 @@ async function writeFile(core: Services, batch: BatchRecord, kind: 'output' | 'e
   return file.id;
 }
 
+/** The record of a line that ran (or was refused) under request id `id`: its answer, or the error it got, in OpenAI's line format. */
+export function answeredLine(id: string, customId: string, line: number, status: number, body: unknown): BatchLine {
+  const ok = status >= 200 && status < 300;
+  return { customId, line, ok, text: JSON.stringify({ id, custom_id: customId, response: { status_code: status, request_id: id, body }, error: null }) };
+}
+
 /** The error line of a line that never ran (its batch expired first), as OpenAI writes it. */
 export function notRunLine(customId: string, line: number, code: string, message: string): BatchLine {
   return { customId, line, ok: false, text: JSON.stringify({ id: newLineId(), custom_id: customId, response: null, error: { code, message } }) };

@@ -10,6 +10,7 @@ import { isGatewayError } from '../../errors.js';
 import type { Services } from '../../services.js';
 import type { ApiKeyRecord, BatchRecord } from '../../stores/types.js';
 import { changeBatch } from './change.js';
+import { answeredLine } from './finish.js';
 import { BATCH_ENDPOINTS } from './create.js';
 import { type BatchInputLine, lineContext } from './input.js';
 import { newLineId } from './views.js';
@@ -57,9 +58,9 @@ async function runLine(core: Services, run: Running, key: ApiKeyRecord, l: Batch
     }
   }
   if (abandoned()) return;
-  const ok = status >= 200 && status < 300;
-  const text = JSON.stringify({ id: requestId, custom_id: l.customId, response: { status_code: status, request_id: requestId, body }, error: null });
-  if (!(await core.stores.batches.addLine(batch.accountId, batch.id, { customId: l.customId, line: l.line, ok, text }))) return;
+  const record = answeredLine(requestId, l.customId, l.line, status, body);
+  const { ok } = record;
+  if (!(await core.stores.batches.addLine(batch.accountId, batch.id, record))) return;
   // The counts are progress for whoever polls: the batch's end counts its recorded lines anew.
   // So a count that loses too many races with the other lines' is left to that, rather than
   // failing a batch whose line is recorded (and billed).

@@ -22,7 +22,7 @@ import { encodeMultipart } from '../videos/multipart.js';
 import { pause } from '../../upstream/sleep.js';
 import { changeBatch } from './change.js';
 import { BATCH_ENDPOINTS } from './create.js';
-import { finishBatch, notRunLine } from './finish.js';
+import { answeredLine, finishBatch, notRunLine } from './finish.js';
 import { type BatchInputLine, lineContext } from './input.js';
 import { newLineId } from './views.js';
 
@@ -218,12 +218,6 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
   await core.stores.batches.addLine(b.accountId, b.id, { customId, line: lineOf.get(customId) ?? 0, ok, text });
 }
 
-/** The error line of a line refused before it was sent, as the same call refused directly reads. */
-function refusedLine(l: BatchInputLine, err: GatewayError): BatchLine {
-  const id = newLineId();
-  return { customId: l.customId, line: l.line, ok: false, text: JSON.stringify({ id, custom_id: l.customId, response: { status_code: err.status, request_id: id, body: err.toJSON() }, error: null }) };
-}
-
 /**
  * The client's line number of the upstream batch's k-th input line (1-based; null when unknown):
  * the lines this run sent, in order, or, for a batch an earlier run sent (which may have sent
@@ -254,11 +248,17 @@ async function sentLines(core: Services, b: BatchRecord, up: Record<string, unkn
 }
 
 /** An upstream batch's `errors.data` as the gateway's batch keeps them; one entry saying so when it gave none. */
+/** An upstream batch's `errors.data`, when it gave a list. */
+const errorData = (up: Record<string, unknown>): unknown[] | null => {
+  const data = (up.errors as { data?: unknown } | null | undefined)?.data;
+  return Array.isArray(data) ? data : null;
+};
+
 function upstreamErrors(core: Services, up: Record<string, unknown>, lineAt: (k: number) => number | null): NonNullable<BatchRecord['errors']> {
   const redact = upstreamKeysRedactor(core.cfg);
-  const data = (up.errors as { data?: unknown } | null | undefined)?.data;
+  const data = errorData(up);
   const text = (v: unknown) => (typeof v === 'string' ? redact(v).slice(0, 500) : null);
-  const given = Array.isArray(data)
+  const given = data
     ? data.filter((e): e is Record<string, unknown> => !!e && typeof e === 'object').map((e) => ({
         code: text(e.code) ?? 'upstream_batch_failed',
         message: text(e.message) ?? 'The upstream batch failed.',
@@ -302,7 +302,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   // A batch that is stopping records nothing more (its unrun lines end as it ends).
   if (refused.length && !(await run.stopping())) {
     for (const [l, err] of refused) {
-      if (await core.stores.batches.addLine(run.batch.accountId, run.batch.id, refusedLine(l, err))) await releaseBatchLines(core.meter, run.batch, [l.customId]);
+      if (await core.stores.batches.addLine(run.batch.accountId, run.batch.id, answeredLine(newLineId(), l.customId, l.line, err.status, err.toJSON()))) await releaseBatchLines(core.meter, run.batch, [l.customId]);
     }
   }
   const sendable = lines.filter((l) => plans.has(l.customId));
@@ -351,7 +351,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
         const extra: BatchLine[] = status === 'expired' ? lines.filter((l) => !done.has(l.customId)).map((l) => notRunLine(l.customId, l.line, 'batch_expired', 'This request could not be executed before the completion window expired.')) : [];
         // A failed batch says why, in the upstream's words (with no key material in them).
         // The upstream's input is read back only for errors that name a line.
-        const namesLines = Array.isArray((up.errors as { data?: unknown } | null | undefined)?.data) && ((up.errors as { data: unknown[] }).data).some((e) => typeof (e as { line?: unknown } | null)?.line === 'number');
+        const namesLines = errorData(up)?.some((e) => typeof (e as { line?: unknown } | null)?.line === 'number') === true;
         const lineAt = status !== 'failed' ? null : namesLines ? await sentLines(core, b, up, sentHere ? sendable : null, lineOf) : () => null;
         const finished = await finishBatch(core, b, status, extra, lineAt ? upstreamErrors(core, up, lineAt) : null);
         if (finished) run.seen(finished);
