@@ -1,5 +1,5 @@
 /**
- * Budget alerts: a plugin on `onBilled`. After each charge it compares the key's month-to-date
+ * Budget alerts: a plugin on `onBilled` (and `onError`, below). After each charge it compares the key's month-to-date
  * spend with its monthly cap (percent thresholds) and the account's wallet balance with
  * amounts (balance-below thresholds), and sends one signed webhook per crossing.
  *
@@ -10,7 +10,9 @@
  * goes on, and is kept once the delivery is done with. One a stop cut short is let go, and the
  * next charge past the crossing sends it again (a receiver that got it before the cut may see
  * it twice: a cap alert under the same idempotency key, a balance alert naming the later
- * charge). With no later charge past it (a key at its whole cap makes none), it stays unsent.
+ * charge). A key stopped by its cap, or a wallet too low for any call, makes no later charge:
+ * so a call its cap (or the wallet) refuses checks the crossings too (at most once a minute per
+ * key, or account, and instance), and sends what a stop left unsent, naming that request.
  *
  * Delivery: POST of a JSON body; `x-mg-signature: t=<unix s>,v1=<hex HMAC-SHA256 of
  * "<t>.<body>" with the webhook secret>`, `x-mg-timestamp`, and `idempotency-key` (the
@@ -20,9 +22,9 @@
 import { createHmac } from 'node:crypto';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
+import { isGatewayError } from '../errors.js';
 import type { GatewayConfig } from '../options.js';
 import type { GatewayPlugin } from '../pipeline/hooks.js';
-import type { LedgerEntry } from '../stores/types.js';
 import { pause } from '../upstream/sleep.js';
 
 type AlertsConfig = NonNullable<GatewayConfig['alerts']>;
@@ -44,8 +46,22 @@ export interface BudgetAlert {
   spentUsd?: string;
   capUsd?: string;
   balanceUsd?: string;
-  /** The ledger entry whose charge crossed the threshold. */
-  entry: string;
+  /** The ledger entry whose charge crossed the threshold; null when a refused call found it unsent. */
+  entry: string | null;
+  /** The refused call that found the crossing unsent (after a stop cut its delivery short). */
+  request?: string;
+}
+
+/**
+ * What the crossings are checked after: a charge (its ledger entry), or a call the key's cap or
+ * the wallet refused (no entry: its request id).
+ */
+interface Trigger {
+  accountId: string;
+  keyId: string;
+  at: number;
+  entry: string | null;
+  request?: string;
 }
 
 /** An alert and the scope its crossing is recorded under. */
@@ -148,83 +164,115 @@ async function deliver(core: Services, webhook: AlertsConfig['webhook'], { alert
   await keepMark(core, scope, alert.id, RECORD_TTL_MS);
 }
 
-/** The key's monthly-cap percents that this entry's charge crossed first. */
-async function capCrossings(core: Services, cfg: AlertsConfig, entry: LedgerEntry, month: string, capPercent: NonNullable<Thresholds['capPercent']>): Promise<Crossing[]> {
+/** The key's monthly-cap percents crossed, found first by this charge (or refusal). */
+async function capCrossings(core: Services, cfg: AlertsConfig, by: Trigger, month: string, capPercent: NonNullable<Thresholds['capPercent']>): Promise<Crossing[]> {
   const found: Crossing[] = [];
-  const key = await core.stores.keys.get(entry.keyId);
+  const key = await core.stores.keys.get(by.keyId);
   if (!key?.monthlyCap) return found;
-  const spent = (await core.stores.billing.keyUsage(entry.accountId, entry.keyId, month)).monthly;
+  const spent = (await core.stores.billing.keyUsage(by.accountId, by.keyId, month)).monthly;
   for (const pct of capPercent) {
     // spent >= cap * pct / 100, exactly (percents may have decimals: scaled by 1000).
     if (spent * 100_000n < key.monthlyCap * BigInt(Math.round(pct * 1000))) continue;
-    const scope = `alert:cap:${entry.accountId}:${entry.keyId}:${month}:${pct}`;
+    const scope = `alert:cap:${by.accountId}:${by.keyId}:${month}:${pct}`;
     const id = `alrt_${Buffer.from(scope).toString('base64url')}`;
     if (!(await firstCrossing(core, cfg, scope, id))) continue;
     const alert: BudgetAlert = {
       id,
       type: 'budget.key_monthly_cap',
       created: core.now(),
-      account: entry.accountId,
-      key: entry.keyId,
+      account: by.accountId,
+      key: by.keyId,
       threshold: pct,
       month,
       spentUsd: formatUsd(spent),
       capUsd: formatUsd(key.monthlyCap),
-      entry: entry.id,
+      entry: by.entry,
+      ...(by.request ? { request: by.request } : {}),
     };
     found.push({ alert, scope });
   }
   return found;
 }
 
-/** The balance-below amounts that this entry's charge crossed first; re-arms those back above. */
-async function balanceCrossings(core: Services, cfg: AlertsConfig, entry: LedgerEntry, below: NonNullable<Thresholds['balanceBelowUsd']>): Promise<Crossing[]> {
+/** The balance-below amounts crossed, found first by this charge (or refusal); re-arms those back above. */
+async function balanceCrossings(core: Services, cfg: AlertsConfig, by: Trigger, below: NonNullable<Thresholds['balanceBelowUsd']>): Promise<Crossing[]> {
   const found: Crossing[] = [];
-  const balance = (await core.stores.billing.wallet(entry.accountId)).balance;
+  const balance = (await core.stores.billing.wallet(by.accountId)).balance;
   for (const amount of below) {
     const limit = parseUsd(amount);
-    const scope = `alert:balance:${entry.accountId}:${formatUsd(limit)}`;
+    const scope = `alert:balance:${by.accountId}:${formatUsd(limit)}`;
     if (balance >= limit) {
       // Back above (a top-up): the next fall below is a new crossing.
       await core.stores.idempotency.abandon(scope);
       continue;
     }
-    const id = `alrt_${Buffer.from(`${scope}:${entry.id}`).toString('base64url')}`;
+    // Named by what found it: a balance crossing may come again (a top-up re-arms it).
+    const id = `alrt_${Buffer.from(`${scope}:${by.entry ?? by.request}`).toString('base64url')}`;
     if (!(await firstCrossing(core, cfg, scope, id))) continue;
     const alert: BudgetAlert = {
       id,
       type: 'budget.balance_below',
       created: core.now(),
-      account: entry.accountId,
+      account: by.accountId,
       key: null,
       threshold: formatUsd(limit),
       balanceUsd: formatUsd(balance),
-      entry: entry.id,
+      entry: by.entry,
+      ...(by.request ? { request: by.request } : {}),
     };
     found.push({ alert, scope });
   }
   return found;
 }
 
-async function check(cfg: AlertsConfig, core: Services, entry: LedgerEntry): Promise<void> {
-  const t = cfg.accounts[entry.accountId] ?? cfg.defaults;
+async function check(cfg: AlertsConfig, core: Services, by: Trigger): Promise<void> {
+  const t = cfg.accounts[by.accountId] ?? cfg.defaults;
   const found: Crossing[] = [];
-  const month = new Date(entry.at).toISOString().slice(0, 7);
-  const capPercent = cfg.keys[entry.keyId]?.capPercent ?? t.capPercent ?? [];
-  if (capPercent.length > 0) found.push(...(await capCrossings(core, cfg, entry, month, capPercent)));
+  const month = new Date(by.at).toISOString().slice(0, 7);
+  const capPercent = cfg.keys[by.keyId]?.capPercent ?? t.capPercent ?? [];
+  if (capPercent.length > 0) found.push(...(await capCrossings(core, cfg, by, month, capPercent)));
   const below = t.balanceBelowUsd ?? [];
-  if (below.length > 0) found.push(...(await balanceCrossings(core, cfg, entry, below)));
+  if (below.length > 0) found.push(...(await balanceCrossings(core, cfg, by, below)));
   // A store that fails while a delivery ends leaves the mark to lapse (sent again later), never the process down.
   for (const crossing of found) core.track(deliver(core, cfg.webhook, crossing).catch((err: unknown) => core.log.error({ msg: 'budget alert delivery failed', alert: crossing.alert.id, err: String(err) })));
 }
 
+/** How often one instance checks the crossings for refusals by the same key's cap or account's wallet. */
+const REFUSAL_CHECK_EVERY_MS = 60_000;
+/** How many keys and accounts the instance remembers checking for: past this it forgets them all. */
+const REFUSAL_CHECKS_KEPT = 10_000;
+
+/**
+ * The limit that refused a call, when it was the key's monthly cap or the wallet: the two a
+ * charge can cross, and that stop every later charge once reached.
+ */
+function refusedBy(error: unknown): 'key_monthly_cap' | 'wallet' | null {
+  if (!isGatewayError(error) || error.code !== 'insufficient_quota') return null;
+  const source = (error.metadata as { limit_source?: unknown } | undefined)?.limit_source;
+  return source === 'key_monthly_cap' || source === 'wallet' ? source : null;
+}
+
 export function budgetAlerts(cfg: AlertsConfig, getCore: () => Services): GatewayPlugin {
+  const checkedAt = new Map<string, number>();
   return {
     name: 'budget-alerts',
     onBilled({ entry }) {
       // Not awaited by the settle: the checks and deliveries run in the background.
       const core = getCore();
-      core.track(check(cfg, core, entry).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
+      const trigger = { accountId: entry.accountId, keyId: entry.keyId, at: entry.at, entry: entry.id };
+      core.track(check(cfg, core, trigger).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
+    },
+    onError({ error, requestId, key }) {
+      const source = key ? refusedBy(error) : null;
+      if (!key || !source) return;
+      const core = getCore();
+      const now = core.now();
+      const who = source === 'wallet' ? `a:${key.account}` : `k:${key.id}`;
+      if (now - (checkedAt.get(who) ?? -Infinity) < REFUSAL_CHECK_EVERY_MS) return;
+      if (checkedAt.size >= REFUSAL_CHECKS_KEPT) checkedAt.clear();
+      checkedAt.set(who, now);
+      const trigger = { accountId: key.account, keyId: key.id, at: now, entry: null, request: requestId };
+      core.track(check(cfg, core, trigger).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
     },
   };
 }

@@ -128,6 +128,8 @@ export interface OnResponseArgs {
 export interface OnErrorArgs {
   error: unknown;
   requestId: string;
+  /** The request's key, when the error came after it was authenticated. */
+  key: PluginKey | null;
 }
 
 type MaybePromise = void | Promise<void>;

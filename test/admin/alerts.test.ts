@@ -162,3 +162,74 @@ it('a delivery the stop cut short is sent again by the next charge past the cros
   await gw.close();
   expect(received).toHaveLength(1);
 });
+
+it('a delivery the stop cut short, for a key its cap now stops, is sent by the next call the cap refuses', async () => {
+  received.length = 0;
+  failNext = 0;
+  const setup = testConfig({});
+  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { capPercent: [50] } } };
+  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'capped.db') }) });
+  let gw = await open();
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
+  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+  const month = new Date().toISOString().slice(0, 7);
+
+  const spentNow = async () => (await gw.stores.billing.keyUsage(setup.account, devId, month)).monthly;
+  const usd = (nano: bigint) => (Number(nano) / 1e9).toFixed(9);
+  // A first call, far under half the cap, says what one costs; the cap is then four times
+  // that, so the second call's charge (the same call) reaches half of it.
+  expect((await call()).status).toBe(200);
+  const one = await spentNow();
+  await gw.gateway.admin.setMonthlyCap(devId, usd(one * 4n));
+  // That crossing's delivery hangs, and the gateway stops meanwhile.
+  hangNext = 1;
+  hung = 0;
+  expect((await call()).status).toBe(200);
+  await eventually(() => hung === 1, 'the delivery under way', 5_000);
+  await gw.close();
+  expect(received).toEqual([]);
+
+  // The cap now leaves no room at all: no call can be charged, so no charge can send it again.
+  gw = await open();
+  await gw.gateway.admin.setMonthlyCap(devId, usd(await spentNow()));
+  const refused = await call();
+  expect(refused.status).toBe(402);
+  expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('insufficient_quota');
+  await eventually(() => received.length === 1, 'the alert sent by the refusal', 5_000);
+  expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 50, key: devId, entry: null, request: refused.headers.get('x-request-id') });
+  expect(received[0]!.headers['idempotency-key']).toBe(received[0]!.body.id);
+  // Delivered: more refusals send nothing more.
+  expect((await call()).status).toBe(402);
+  await new Promise((r) => setTimeout(r, 300));
+  await gw.close();
+  expect(received).toHaveLength(1);
+});
+
+it('a balance delivery the stop cut short is sent by the next call the wallet refuses', async () => {
+  received.length = 0;
+  failNext = 0;
+  // 0.001 USD: one short call takes the balance under 0.00099; a call that may write 4,096
+  // tokens (its worst case about 0.008) is refused by the wallet.
+  const setup = testConfig({ walletUsd: '0.001' });
+  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { balanceBelowUsd: ['0.00099'] } } };
+  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'wallet.db') }) });
+  let gw = await open();
+  const call = (max_tokens: number) => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens });
+  hangNext = 1;
+  hung = 0;
+  expect((await call(5)).status).toBe(200);
+  await eventually(() => hung === 1, 'the delivery under way', 5_000);
+  await gw.close();
+  expect(received).toEqual([]);
+
+  gw = await open();
+  const refused = await call(4096);
+  expect(refused.status).toBe(402);
+  await eventually(() => received.length === 1, 'the alert sent by the refusal', 5_000);
+  expect(received[0]!.body).toMatchObject({ type: 'budget.balance_below', threshold: '0.00099', key: null, entry: null, request: refused.headers.get('x-request-id') });
+  expect((await call(4096)).status).toBe(402);
+  await new Promise((r) => setTimeout(r, 300));
+  await gw.close();
+  expect(received).toHaveLength(1);
+});

@@ -107,7 +107,7 @@ describe('hooks', () => {
         calls.push(`${tag}:onResponse ${response.status}`);
         response.headers.set(`x-plugin-${tag}`, 'seen');
       },
-      onError: ({ error }) => void calls.push(`${tag}:onError ${(error as { code?: string }).code}`),
+      onError: ({ error, key }) => void calls.push(`${tag}:onError ${(error as { code?: string }).code} ${key?.account ?? 'no key'}`),
       onDispose: () => void calls.push(`${tag}:onDispose`),
     });
     const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
@@ -142,8 +142,9 @@ describe('hooks', () => {
       expect.stringMatching(/^b:onRequest /),
       'a:onAuthenticated',
       'b:onAuthenticated',
-      'a:onError model_not_found',
-      'b:onError model_not_found',
+      // The error came after authentication: the hook is told whose key it was.
+      `a:onError model_not_found ${account}`,
+      `b:onError model_not_found ${account}`,
       'a:onResponse 404',
       'b:onResponse 404',
       'a:onDispose',

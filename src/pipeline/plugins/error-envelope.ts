@@ -6,7 +6,7 @@
 import { type ErrorShape, errorResponse, errors, GatewayError } from '../../errors.js';
 import type { Logger } from '../../observability/log.js';
 import { isStoreUnavailable } from '../../stores/errors.js';
-import type { Hooks } from '../hooks.js';
+import { type Hooks, pluginKey } from '../hooks.js';
 import type { Stage } from '../types.js';
 
 /** `shapeOf`: the error shape a path's clients read (Anthropic's on the Messages API). */
@@ -18,7 +18,7 @@ export function errorEnvelope(hooks: Hooks, log: Logger, shapeOf: (path: string)
       else for (const k in x.headers) res.headers.set(k, x.headers[k]!);
       return res;
     } catch (err) {
-      if (hooks.has('onError')) await hooks.run('onError', { error: err, requestId: x.requestId });
+      if (hooks.has('onError')) await hooks.run('onError', { error: err, requestId: x.requestId, key: x.key ? pluginKey(x.key) : null });
       const gErr = asGatewayError(err, x.requestId, x.request.signal?.aborted === true, log);
       const r = x.observed.record;
       r.errorCode = gErr.code;

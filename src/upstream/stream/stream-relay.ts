@@ -4,6 +4,7 @@
  */
 import { errors, GatewayError } from '../../errors.js';
 import type { RequestContext } from '../../pipeline/types.js';
+import { pluginKey } from '../../pipeline/hooks.js';
 import { upstreamFailure } from '../client.js';
 import { redactedError, upstreamKeysRedactor } from '../key-redactor.js';
 import type { BodyFlow, UpstreamResponse } from '../types.js';
@@ -307,7 +308,7 @@ export class StreamRelay {
     const gErr = redactedError(err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream), upstreamKeysRedactor(core.cfg));
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
-    if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId });
+    if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId, key: pluginKey(ctx.key) });
     // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
     await this.end('upstream').catch(() => {});
     this.sink = sink;
