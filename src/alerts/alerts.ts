@@ -11,8 +11,10 @@
  * next charge past the crossing sends it again (a receiver that got it before the cut may see
  * it twice: a cap alert under the same idempotency key, a balance alert naming the later
  * charge). A key stopped by its cap, or a wallet too low for any call, makes no later charge:
- * so a call its cap (or the wallet) refuses checks the crossings too (at most once a minute per
- * key, or account, and instance), and sends what a stop left unsent, naming that request.
+ * so a call its cap (or the wallet) refuses checks the crossings too (the key's at most once a
+ * minute per instance, the account's likewise), and sends any crossing no record stands for
+ * (one a stop cut short, or one no charge found: a cap lowered under the spend), naming that
+ * request.
  *
  * Delivery: POST of a JSON body; `x-mg-signature: t=<unix s>,v1=<hex HMAC-SHA256 of
  * "<t>.<body>" with the webhook secret>`, `x-mg-timestamp`, and `idempotency-key` (the
@@ -225,14 +227,20 @@ async function balanceCrossings(core: Services, cfg: AlertsConfig, by: Trigger, 
   return found;
 }
 
-async function check(cfg: AlertsConfig, core: Services, by: Trigger): Promise<void> {
+/** Which crossings a check looks at: a charge looks at both; a refusal at those its throttle lets through. */
+interface Looks {
+  cap: boolean;
+  balance: boolean;
+}
+
+async function check(cfg: AlertsConfig, core: Services, by: Trigger, looks: Looks = { cap: true, balance: true }): Promise<void> {
   const t = cfg.accounts[by.accountId] ?? cfg.defaults;
   const found: Crossing[] = [];
   const month = new Date(by.at).toISOString().slice(0, 7);
   const capPercent = cfg.keys[by.keyId]?.capPercent ?? t.capPercent ?? [];
-  if (capPercent.length > 0) found.push(...(await capCrossings(core, cfg, by, month, capPercent)));
+  if (looks.cap && capPercent.length > 0) found.push(...(await capCrossings(core, cfg, by, month, capPercent)));
   const below = t.balanceBelowUsd ?? [];
-  if (below.length > 0) found.push(...(await balanceCrossings(core, cfg, by, below)));
+  if (looks.balance && below.length > 0) found.push(...(await balanceCrossings(core, cfg, by, below)));
   // A store that fails while a delivery ends leaves the mark to lapse (sent again later), never the process down.
   for (const crossing of found) core.track(deliver(core, cfg.webhook, crossing).catch((err: unknown) => core.log.error({ msg: 'budget alert delivery failed', alert: crossing.alert.id, err: String(err) })));
 }
@@ -263,16 +271,22 @@ export function budgetAlerts(cfg: AlertsConfig, getCore: () => Services): Gatewa
       core.track(check(cfg, core, trigger).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
     },
     onError({ error, requestId, key }) {
-      const source = key ? refusedBy(error) : null;
-      if (!key || !source) return;
+      if (!key || !refusedBy(error)) return;
       const core = getCore();
       const now = core.now();
-      const who = source === 'wallet' ? `a:${key.account}` : `k:${key.id}`;
-      if (now - (checkedAt.get(who) ?? -Infinity) < REFUSAL_CHECK_EVERY_MS) return;
-      if (checkedAt.size >= REFUSAL_CHECKS_KEPT) checkedAt.clear();
-      checkedAt.set(who, now);
+      // The key's cap crossings and the account's balance ones, each on its own throttle: a
+      // wallet refusal (checked before the cap) must not keep one key's cap from being looked
+      // at because another key of the account was refused first.
+      const due = (who: string) => {
+        if (now - (checkedAt.get(who) ?? -Infinity) < REFUSAL_CHECK_EVERY_MS) return false;
+        if (checkedAt.size >= REFUSAL_CHECKS_KEPT) checkedAt.clear();
+        checkedAt.set(who, now);
+        return true;
+      };
+      const looks = { cap: due(`k:${key.id}`), balance: due(`a:${key.account}`) };
+      if (!looks.cap && !looks.balance) return;
       const trigger = { accountId: key.account, keyId: key.id, at: now, entry: null, request: requestId };
-      core.track(check(cfg, core, trigger).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
+      core.track(check(cfg, core, trigger, looks).catch((err: unknown) => core.log.error({ msg: 'budget alert check failed', err: String(err) })));
     },
   };
 }

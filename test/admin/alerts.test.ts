@@ -199,7 +199,9 @@ it('a delivery the stop cut short, for a key its cap now stops, is sent by the n
   await eventually(() => received.length === 1, 'the alert sent by the refusal', 5_000);
   expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 50, key: devId, entry: null, request: refused.headers.get('x-request-id') });
   expect(received[0]!.headers['idempotency-key']).toBe(received[0]!.body.id);
-  // Delivered: more refusals send nothing more.
+  // Delivered: its record stands, so a refusal on a fresh instance (nothing throttled there) sends nothing more.
+  await gw.close();
+  gw = await open();
   expect((await call()).status).toBe(402);
   await new Promise((r) => setTimeout(r, 300));
   await gw.close();
@@ -228,6 +230,9 @@ it('a balance delivery the stop cut short is sent by the next call the wallet re
   expect(refused.status).toBe(402);
   await eventually(() => received.length === 1, 'the alert sent by the refusal', 5_000);
   expect(received[0]!.body).toMatchObject({ type: 'budget.balance_below', threshold: '0.00099', key: null, entry: null, request: refused.headers.get('x-request-id') });
+  // Delivered: its record stands, so a refusal on a fresh instance (nothing throttled there) sends nothing more.
+  await gw.close();
+  gw = await open();
   expect((await call(4096)).status).toBe(402);
   await new Promise((r) => setTimeout(r, 300));
   await gw.close();
