@@ -129,25 +129,37 @@ it('a crossing by a call that settles during the stop’s grace is still deliver
   expect(failNext).toBe(0);
 });
 
-it('a delivery the stop cut short is sent again by the next charge past the crossing', async () => {
+/**
+ * A gateway opener on the SQLite file `db` whose alert deliveries get one attempt of up to 1 s:
+ * a crossing stays marked "being delivered" for 3 s, unless a stop lets it go.
+ */
+function oneAttempt(setup: ReturnType<typeof testConfig>, db: string, defaults: Record<string, unknown>) {
   received.length = 0;
   failNext = 0;
-  const setup = testConfig({});
-  // One attempt of up to 1 s: a crossing stays marked "being delivered" for 3 s, unless a stop lets it go.
-  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { capPercent: [1] } } };
-  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'cut.db') }) });
-  let gw = await open();
-  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
-  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
-  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults } };
+  return () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, db) }) });
+}
 
-  // The receiver hangs on the crossing's delivery, and the gateway stops meanwhile.
+/** Makes the alert delivery `call`'s charge starts hang, and stops the gateway meanwhile. */
+async function cutByStop(gw: Awaited<ReturnType<typeof startGateway>>, call: () => Promise<Response>): Promise<void> {
   hangNext = 1;
   hung = 0;
   expect((await call()).status).toBe(200);
   await eventually(() => hung === 1, 'the delivery under way', 5_000);
   await gw.close();
   expect(received).toEqual([]);
+}
+
+it('a delivery the stop cut short is sent again by the next charge past the crossing', async () => {
+  const setup = testConfig({});
+  const open = oneAttempt(setup, 'cut.db', { capPercent: [1] });
+  let gw = await open();
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
+  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+
+  // The receiver hangs on the crossing's delivery, and the gateway stops meanwhile.
+  await cutByStop(gw, call);
 
   gw = await open();
   // Let go by the stop, well before it would have lapsed: the next charge past the crossing
@@ -164,11 +176,8 @@ it('a delivery the stop cut short is sent again by the next charge past the cros
 });
 
 it('a delivery the stop cut short, for a key its cap now stops, is sent by the next call the cap refuses', async () => {
-  received.length = 0;
-  failNext = 0;
   const setup = testConfig({});
-  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { capPercent: [50] } } };
-  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'capped.db') }) });
+  const open = oneAttempt(setup, 'capped.db', { capPercent: [50] });
   let gw = await open();
   const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
   await gw.gateway.admin.setMonthlyCap(devId, '0.001');
@@ -183,12 +192,7 @@ it('a delivery the stop cut short, for a key its cap now stops, is sent by the n
   const one = await spentNow();
   await gw.gateway.admin.setMonthlyCap(devId, usd(one * 4n));
   // That crossing's delivery hangs, and the gateway stops meanwhile.
-  hangNext = 1;
-  hung = 0;
-  expect((await call()).status).toBe(200);
-  await eventually(() => hung === 1, 'the delivery under way', 5_000);
-  await gw.close();
-  expect(received).toEqual([]);
+  await cutByStop(gw, call);
 
   // The cap now leaves no room at all: no call can be charged, so no charge can send it again.
   gw = await open();
@@ -209,21 +213,13 @@ it('a delivery the stop cut short, for a key its cap now stops, is sent by the n
 });
 
 it('a balance delivery the stop cut short is sent by the next call the wallet refuses', async () => {
-  received.length = 0;
-  failNext = 0;
   // 0.001 USD: one short call takes the balance under 0.00099; a call that may write 4,096
   // tokens (its worst case about 0.008) is refused by the wallet.
   const setup = testConfig({ walletUsd: '0.001' });
-  const options = { ...setup.options, alerts: { webhook: { url, secret: SECRET, maxAttempts: 1, timeoutMs: 1_000, backoffMs: 0 }, defaults: { balanceBelowUsd: ['0.00099'] } } };
-  const open = () => startGateway({ ...options, stores: createSqliteStores({ path: join(dir, 'wallet.db') }) });
+  const open = oneAttempt(setup, 'wallet.db', { balanceBelowUsd: ['0.00099'] });
   let gw = await open();
   const call = (max_tokens: number) => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens });
-  hangNext = 1;
-  hung = 0;
-  expect((await call(5)).status).toBe(200);
-  await eventually(() => hung === 1, 'the delivery under way', 5_000);
-  await gw.close();
-  expect(received).toEqual([]);
+  await cutByStop(gw, () => call(5));
 
   gw = await open();
   const refused = await call(4096);
