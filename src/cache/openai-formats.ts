@@ -15,6 +15,27 @@ function append(into: Record<string, unknown>, field: string, value: unknown): v
   into[field] = typeof into[field] === 'string' ? into[field] + value : value;
 }
 
+/**
+ * A chunk's `logprobs` folded into its collected choice's: each list (chat's `content` and
+ * `refusal`, completions' `tokens`, `token_logprobs`, `top_logprobs`, `text_offset`) extended by
+ * the chunk's, in order, so an answer collected off a stream keeps what its plain form carries.
+ */
+function mergeLogprobs(into: Record<string, unknown>, logprobs: unknown): void {
+  if (!isObject(logprobs)) {
+    into.logprobs ??= null;
+    return;
+  }
+  const merged = (isObject(into.logprobs) ? into.logprobs : (into.logprobs = {})) as Record<string, unknown>;
+  for (const [k, v] of Object.entries(logprobs)) {
+    // The collected list is the collector's own copy: extended in place (a long answer has a chunk per token).
+    if (Array.isArray(v)) {
+      if (Array.isArray(merged[k])) for (const x of v) (merged[k] as unknown[]).push(x);
+      else merged[k] = [...v];
+    }
+    else if (merged[k] === undefined || merged[k] === null) merged[k] = v;
+  }
+}
+
 /** The fields every chunk of a replayed stream carries: the answer's id, time, model and fingerprint. */
 function chunkBase(body: Record<string, unknown>, object: string): Record<string, unknown> {
   const base: Record<string, unknown> = { id: body.id, object, created: body.created, model: body.model };
@@ -68,7 +89,7 @@ class ChoicesCollector implements Collector {
 
 /** A chat chunk's delta folded into its choice's message: text fields appended, tool calls by their index. */
 function mergeChat(into: Record<string, unknown>, choice: Record<string, unknown>): void {
-  into.logprobs ??= null;
+  mergeLogprobs(into, choice.logprobs);
   const message = (into.message ??= { role: 'assistant', content: null }) as Record<string, unknown>;
   const delta = isObject(choice.delta) ? choice.delta : {};
   for (const [k, v] of Object.entries(delta)) {
@@ -135,7 +156,7 @@ export const completionsFormat: CacheFormat = {
   stream: (entry, request) => replay(entry, request, 'text_completion', (c) => ({ text: typeof c.text === 'string' ? c.text : '' }), { text: '' }),
   collect: () =>
     new ChoicesCollector('text_completion', (into, c) => {
-      into.logprobs ??= null;
+      mergeLogprobs(into, c.logprobs);
       into.text = (typeof into.text === 'string' ? into.text : '') + (typeof c.text === 'string' ? c.text : '');
     }),
 };

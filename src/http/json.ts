@@ -84,7 +84,8 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
     throw new GatewayError('invalid_request', `The request body nests more than ${MAX_JSON_DEPTH} levels deep.`);
   }
   if (fault) {
-    throw new GatewayError('invalid_request', `The request body repeats the key ${JSON.stringify(fault.duplicate.slice(0, 100))} in one object.`);
+    const key = fault.duplicate.slice(0, 100);
+    throw new GatewayError('invalid_request', `The request body repeats the key ${JSON.stringify(key)} in one object.`, { param: key });
   }
   return value as Record<string, unknown>;
 }

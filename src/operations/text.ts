@@ -93,14 +93,17 @@ export function textOperation(decl: TextOperation): PlannedOperation {
         let reader = guardStream ? guardStream(events) : events;
         const translated = account();
         const billing: StreamCall = { call, model: served, promptTokens: plan.promptTokens, ...(translated ? { account: translated } : {}) };
-        if (ticket?.state === 'MISS' && decl.cache) {
+        if (ticket?.state === 'MISS' && decl.cache && sameTarget(served, plan.model)) {
           const collector = decl.cache.collect();
           const tapped = (reader = tapReader(reader, collector));
           billing.complete = () => storeStream(ticket, collector, translated ?? tapped.produced());
         }
         return relayStream(core, ctx, res, billing, reader, headers);
       }
-      const keep = ticket?.state === 'MISS' ? ticket.store : null;
+      // The entry is keyed on what the model's own target receives: an answer a fallback
+      // target gave (another model, maybe a lesser one) is not kept under it, or an outage
+      // would pin the fallback's answers in the cache for its whole TTL.
+      const keep = ticket?.state === 'MISS' && sameTarget(served, plan.model) ? ticket.store : null;
       return plainAnswer(core, ctx, plan, call, res, served, headers, account, keep, guard);
     },
   };
@@ -122,7 +125,7 @@ async function send(
   replaced: Record<string, unknown> | null,
 ) {
   const plugins = core.hooks.has('onUpstreamRequest');
-  const own = (served: Model) => served.upstream === plan.model.upstream && served.upstreamModel === plan.model.upstreamModel;
+  const own = (served: Model) => sameTarget(served, plan.model);
   const { upstream, detach } = upstreamSignal(ctx, call);
   try {
     const answer = await callModel(core, ctx, plan.model, async (served) => {
@@ -158,6 +161,9 @@ async function send(
     throw err;
   }
 }
+
+/** Whether `served` is `model`'s own target (not a fallback on another upstream or model). */
+const sameTarget = (served: Model, model: Model) => served.upstream === model.upstream && served.upstreamModel === model.upstreamModel;
 
 /** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */
 export function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
