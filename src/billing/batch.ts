@@ -80,6 +80,10 @@ export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId:
   const accountBudgets = door.accountBudgets ? await door.accountBudgets(ctx.key.accountId) : [];
   const { ttlMs } = terms;
   const placed: string[] = [];
+  // What the lines placed so far hold: the refusal's room is what was left beside those
+  // placed before it (a hold that lands after it is not in its room, so not counted back).
+  let placedAmount = 0n;
+  let placedBeforeRefusal = 0n;
   let refusal: Awaited<ReturnType<Meter['place']>> | null = null;
   const lines = [...amounts];
   const batch = { id: batchId, accountId: ctx.key.accountId, keyId: ctx.key.id };
@@ -105,8 +109,13 @@ export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId:
       await keepPlaced();
       const id = lineChargeId(batchId, customId);
       const r = await door.meter.place({ id, key: ctx.key, model, amount, ttlMs, accountBudgets });
-      if (r.ok) placed.push(id);
-      else refusal = r;
+      if (r.ok) {
+        placed.push(id);
+        placedAmount += amount;
+      } else if (!refusal) {
+        refusal = r;
+        placedBeforeRefusal = placedAmount;
+      }
       return r.ok;
     });
   } catch (err) {
@@ -118,9 +127,12 @@ export async function holdBatch(door: BillingDoor, ctx: RequestContext, batchId:
   await releaseLines(door.meter, batch, placed);
   const r = refusal as unknown as Extract<Awaited<ReturnType<Meter['place']>>, { ok: false }>;
   const total = lines.reduce((sum, [, a]) => sum + a, 0n);
+  // What could be spent without this batch: the room left at the refusal, plus what its own
+  // lines held then (released above), not the crumbs its earlier lines left.
+  const available = r.available + placedBeforeRefusal;
   throw insufficientQuota(
-    r,
-    `This request requires more credits: this batch costs up to ${formatUsd(total)} USD (the worst case of all its lines, at the batch price), but only ${formatUsd(r.available)} USD can be spent.`,
+    { ...r, available },
+    `This request requires more credits: this batch costs up to ${formatUsd(total)} USD (the worst case of all its lines, at the batch price), but only ${formatUsd(available)} USD can be spent.`,
   );
 }
 

@@ -161,6 +161,9 @@ describe('batches through the official SDK (simulator)', () => {
     const file = await upload(openai, jsonl([chatLine('x', 'Hello'), chatLine('y', 'Hello again')]));
     const err = await openai.batches.create({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h' }).catch((e) => e);
     expect(err.status).toBe(402);
+    // The first line's hold fits the wallet, the second's does not: what can be spent is the
+    // whole wallet, not what the first line's hold left of it.
+    expect(err.message).toContain('but only 0.0001 USD can be spent');
     expect((await openai.batches.list()).data).toEqual([]);
     expect(await chargesOf(gw.gateway.admin.ledger(POOR))).toEqual([]);
     expect((await gw.stores.billing.wallet(POOR)).held).toBe(0n);

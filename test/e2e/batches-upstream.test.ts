@@ -108,6 +108,22 @@ describe('a batch on an upstream with a Batch API', () => {
     expect(charges.map((e) => e.id)).toEqual([`${batch.id}:x`]);
     expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - LINE_COST, held: 0n });
   });
+
+  it('a cancel the upstream refuses once is sent again at the next poll, not left to let every line run', async () => {
+    const before = await gw.stores.billing.wallet(ACCOUNT);
+    const batch = await submit([line('u', 'one'), line('v', 'two'), line('w', 'three')]);
+    await eventually(() => up.batches.length === 3, 'the upstream batch');
+    const upstreamId = up.batches[2]!.id;
+    up.failCancels = 1;
+    expect((await openai.batches.cancel(batch.id)).status).toBe('cancelling');
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'cancelled', 'cancelled', 10_000);
+    expect(up.failCancels).toBe(0);
+    expect(up.calls.filter((c) => c === `POST /batches/${upstreamId}/cancel`)).toHaveLength(2);
+    // The upstream ran its first line before the cancel it took: that one is billed, the rest released.
+    const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    expect(charges.map((e) => e.id)).toEqual([`${batch.id}:u`]);
+    expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - LINE_COST, held: 0n });
+  });
 });
 
 describe('an upstream batch that ends on its own', () => {

@@ -9,7 +9,8 @@
  * naming `deny_me` with a 403 about the provider account.
  * It also answers a plain `POST /chat/completions` (the lines a gateway runs itself), echoing
  * the last message, lists its batches (`GET /batches`, newest first, paged), can fail the next
- * reads of a file's content with a 500, and can leave a batch's creation unanswered.
+ * reads of a file's content with a 500, refuse the next cancels with a 503, and can leave a
+ * batch's creation unanswered.
  */
 import { once } from 'node:events';
 import { createServer, type IncomingMessage, type Server } from 'node:http';
@@ -50,6 +51,8 @@ export interface BatchUpstream {
   holdCreates: boolean;
   /** How many of the next listings of its batches answer 500. */
   failLists: number;
+  /** How many of the next cancels answer 503 (the batch runs on). */
+  failCancels: number;
   /** The bodies of the plain chat completions it answered. */
   chats: Record<string, unknown>[];
   close(): Promise<void>;
@@ -112,6 +115,7 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
     refuseUploads: null,
     holdCreates: false,
     failLists: 0,
+    failCancels: 0,
     chats: [],
     finish() {
       for (const b of batches) if (b.status === 'in_progress') complete(b, 'completed');
@@ -203,6 +207,10 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
       const b = batches.find((x) => x.id === decodeURIComponent(m![1]!));
       if (!b) return send(404, { error: { message: 'no such batch' } });
       if (m[2] && req.method === 'POST') {
+        if (up.failCancels > 0) {
+          up.failCancels--;
+          return send(503, { error: { message: 'try again later' } });
+        }
         if (b.status === 'in_progress') complete(b, 'cancelled');
         return send(200, { object: 'batch', ...b });
       }

@@ -133,22 +133,39 @@ async function withUpstreamBatch(core: Services, run: UpstreamRun, lines: BatchI
   if (b.upstreamBatchId !== mine) {
     // Another instance recorded its own meanwhile (this one's lease lapsed while it created),
     // or the record is gone: this one's upstream batch would run for nobody.
-    await cancelUpstream(core, b, mine);
+    await cancelForGood(core, b, mine);
     if (!b.upstreamBatchId) throw new Error('the batch record is gone');
   }
   return { b, sentHere: submitted && b.upstreamBatchId === mine };
 }
 
-/** Asks the upstream to cancel one of its batches (logged when it cannot). */
-async function cancelUpstream(core: Services, b: BatchRecord, upstreamId: string): Promise<void> {
-  await send(core, b.upstream!, b.id, 'POST', `/batches/${encodeURIComponent(upstreamId)}/cancel`).catch((err: unknown) =>
-    core.log.warn({ msg: 'cancelling an upstream batch failed', batch_id: b.id, upstream_batch_id: upstreamId, err: err instanceof Error ? err.message : String(err) }),
-  );
+/** Asks the upstream once to cancel one of its batches; false (logged) when it did not take the cancel. */
+async function cancelUpstream(core: Services, b: BatchRecord, upstreamId: string): Promise<boolean> {
+  try {
+    await send(core, b.upstream!, b.id, 'POST', `/batches/${encodeURIComponent(upstreamId)}/cancel`);
+    return true;
+  } catch (err) {
+    core.log.warn({ msg: 'cancelling an upstream batch failed', batch_id: b.id, upstream_batch_id: upstreamId, err: err instanceof Error ? err.message : String(err) });
+    return false;
+  }
 }
+
+/**
+ * Cancels an upstream batch nobody will read, tried a few times (a poll interval apart) while
+ * this instance runs: one left running is paid for upstream, line by line, for nothing.
+ */
+async function cancelForGood(core: Services, b: BatchRecord, upstreamId: string): Promise<void> {
+  for (let tries = 1; !(await cancelUpstream(core, b, upstreamId)) && tries < CANCEL_TRIES && !core.stopping.aborted; tries++) {
+    await pause(core.cfg.limits.jobPollIntervalMs, core.stopping);
+  }
+}
+
+/** How many times an upstream batch nobody will read is asked to cancel before it is left to run. */
+const CANCEL_TRIES = 5;
 
 /** Cancels the upstream batch of a gateway batch that ends without reading it (its input or its key is gone). */
 export async function abandonUpstreamBatch(core: Services, b: BatchRecord): Promise<void> {
-  if (b.upstream && b.upstreamBatchId) await cancelUpstream(core, b, b.upstreamBatchId);
+  if (b.upstream && b.upstreamBatchId) await cancelForGood(core, b, b.upstreamBatchId);
 }
 
 /** Uploads the rewritten input and creates the upstream batch; returns its id. */
@@ -310,7 +327,7 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
     // Nothing left to read back: an upstream batch already running is cancelled, not left to run for nobody.
     const b = run.batch;
     const running = b.upstreamBatchId ?? (await submittedBefore(core, b));
-    if (running) await cancelUpstream(core, b, running);
+    if (running) await cancelForGood(core, b, running);
     else if (running === undefined && !core.stopping.aborted) core.log.warn({ msg: 'an upstream batch this batch may have created could not be looked for; it is not cancelled', batch_id: b.id });
     return;
   }
@@ -320,12 +337,11 @@ export async function runUpstreamBatch(core: Services, run: UpstreamRun, key: Ap
   if (!withBatch) return;
   const { b, sentHere } = withBatch;
   const upstreamId = b.upstreamBatchId!;
+  // Sent again at every poll until the upstream takes it: a cancel it refused once (a 503)
+  // would leave the batch running upstream to its end, every line of it billed.
   let cancelSent = false;
   while (!core.stopping.aborted) {
-    if (!cancelSent && (await run.stopping()) && !core.stopping.aborted) {
-      await cancelUpstream(core, b, upstreamId);
-      cancelSent = true;
-    }
+    if (!cancelSent && (await run.stopping()) && !core.stopping.aborted) cancelSent = await cancelUpstream(core, b, upstreamId);
     let up: Record<string, unknown>;
     try {
       up = JSON.parse(await send(core, b.upstream!, b.id, 'GET', `/batches/${encodeURIComponent(upstreamId)}`)) as Record<string, unknown>;
