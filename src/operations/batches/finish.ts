@@ -46,23 +46,27 @@ export async function finishBatch(
   const outputFileId = await writeFile(core, batch, 'output', ok);
   const errorFileId = await writeFile(core, batch, 'error', failed);
   const at = Math.floor(core.now() / 1000);
-  const stamp: Partial<BatchRecord> =
-    status === 'completed' ? { completedAt: at } : status === 'cancelled' ? { cancelledAt: at } : status === 'expired' ? { expiredAt: at } : { failedAt: at };
-  const done = await changeBatch(core.stores.batches, batch, (b) =>
-    BATCH_DONE.includes(b.status)
-      ? null
-      : {
-          ...b,
-          ...stamp,
-          // A cancel that came while the last lines ran still ends the batch cancelled.
-          status: b.status === 'cancelling' && status === 'completed' ? 'cancelled' : status,
-          ...(b.status === 'cancelling' && status === 'completed' ? { cancelledAt: at } : {}),
-          outputFileId,
-          errorFileId,
-          requestCounts: { total: b.requestCounts.total, completed: ok.length, failed: failed.length },
-          ...(errors ? { errors } : {}),
-          owner: null,
-        },
-  );
+  const stamp = (s: BatchStatus): Partial<BatchRecord> =>
+    s === 'completed' ? { completedAt: at } : s === 'cancelled' ? { cancelledAt: at } : s === 'expired' ? { expiredAt: at } : { failedAt: at };
+  const done = await changeBatch(core.stores.batches, batch, (b) => {
+    if (BATCH_DONE.includes(b.status)) return null;
+    // A cancel that came while the last lines ran still ends the batch cancelled (and only that: not completed too).
+    const final = b.status === 'cancelling' && status === 'completed' ? 'cancelled' : status;
+    return {
+      ...b,
+      ...stamp(final),
+      status: final,
+      outputFileId,
+      errorFileId,
+      requestCounts: { total: b.requestCounts.total, completed: ok.length, failed: failed.length },
+      ...(errors ? { errors } : {}),
+      owner: null,
+    };
+  });
+  // Ended meanwhile by another writer (a retried end, another instance): the files written
+  // here name nobody's lines and are no one's to list.
+  for (const id of [outputFileId, errorFileId]) {
+    if (id && done?.outputFileId !== id && done?.errorFileId !== id) await core.stores.batches.deleteFile(batch.accountId, id).catch(() => undefined);
+  }
   return done;
 }
