@@ -52,6 +52,8 @@ class ChoicesCollector implements Collector {
   constructor(
     private readonly object: string,
     private readonly merge: (into: Record<string, unknown>, chunk: Record<string, unknown>) => void,
+    /** Puts a whole collected choice in its plain form. */
+    private readonly settle: (choice: Record<string, unknown>) => void = () => {},
   ) {}
 
   event(data: string): void {
@@ -81,6 +83,7 @@ class ChoicesCollector implements Collector {
     const choices = [...this.choices.values()].sort((a, b) => (a.index as number) - (b.index as number));
     // Only a whole answer is kept: every choice finished.
     if (choices.some((c) => typeof c.finish_reason !== 'string')) return null;
+    for (const c of choices) this.settle(c);
     const body: Record<string, unknown> = { ...chunkBase(head, this.object), choices };
     body.usage = this.usage ?? openAIUsage(usage);
     return body;
@@ -121,6 +124,15 @@ function mergeChat(into: Record<string, unknown>, choice: Record<string, unknown
   }
 }
 
+/**
+ * A collected message as a plain answer carries it: a message of tool calls whose stream opened
+ * with an empty content delta has content null, as the plain answer's has.
+ */
+function plainMessage(choice: Record<string, unknown>): void {
+  const message = choice.message as Record<string, unknown> | undefined;
+  if (message && message.content === '' && Array.isArray(message.tool_calls) && message.tool_calls.length > 0) message.content = null;
+}
+
 /** A chat answer's message as the one delta of its stream (tool calls given their index). */
 function chatDelta(message: Record<string, unknown>): Record<string, unknown> {
   const delta: Record<string, unknown> = {};
@@ -149,7 +161,7 @@ function replay(entry: CacheEntry, request: Record<string, unknown>, object: str
 export const chatFormat: CacheFormat = {
   stream: (entry, request) =>
     replay(entry, request, 'chat.completion.chunk', (c) => ({ delta: chatDelta(isObject(c.message) ? c.message : {}) }), { delta: {} }),
-  collect: () => new ChoicesCollector('chat.completion', mergeChat),
+  collect: () => new ChoicesCollector('chat.completion', mergeChat, plainMessage),
 };
 
 export const completionsFormat: CacheFormat = {

@@ -108,6 +108,32 @@ describe('an answer collected off a stream', () => {
     expect(json.choices[0]).toMatchObject({ text: 'Hello', logprobs: { tokens: ['Hel', 'lo'], token_logprobs: [-0.1, -0.2], top_logprobs: [{ Hel: -0.1 }, { lo: -0.2 }], text_offset: [0, 3] } });
   });
 
+  it('of tool calls opened by an empty content delta has content null, as the plain answer has', async () => {
+    fallback.setBehavior({
+      kind: 'custom',
+      handle: (_req, res) => {
+        const base = { id: 'chatcmpl-tools', object: 'chat.completion.chunk', created: 1, model: 'provider-chat' };
+        const call = (args: string, first: boolean) => ({ index: 0, ...(first ? { id: 'call_1', type: 'function', function: { name: 'lookup', arguments: args } } : { function: { arguments: args } }) });
+        sse(res, [
+          { ...base, choices: [{ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }] },
+          { ...base, choices: [{ index: 0, delta: { tool_calls: [call('{"q":', true)] }, logprobs: null, finish_reason: null }] },
+          { ...base, choices: [{ index: 0, delta: { tool_calls: [call('"kettles"}', false)] }, logprobs: null, finish_reason: null }] },
+          { ...base, choices: [{ index: 0, delta: {}, logprobs: null, finish_reason: 'tool_calls' }] },
+          { ...base, choices: [], usage: { prompt_tokens: 9, completion_tokens: 6, total_tokens: 15 } },
+        ]);
+      },
+    });
+    const body = { model: MODEL, messages: [{ role: 'user', content: fresh('tools') }], tools: [{ type: 'function', function: { name: 'lookup', parameters: { type: 'object' } } }] };
+    await (await post('/chat/completions', { ...body, stream: true })).text();
+    const plain = await post('/chat/completions', body);
+    expect(plain.headers.get('x-cache')).toBe('HIT');
+    const json = (await plain.json()) as { choices: { message: Record<string, unknown>; finish_reason: string }[] };
+    expect(json.choices[0]).toMatchObject({
+      finish_reason: 'tool_calls',
+      message: { role: 'assistant', content: null, tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'lookup', arguments: '{"q":"kettles"}' } }] },
+    });
+  });
+
   it('with no log probabilities in its chunks keeps logprobs null', async () => {
     fallback.setBehavior({ kind: 'stream', chunks: ['Hi', '!'] });
     const body = { model: MODEL, messages: [{ role: 'user', content: fresh('no logprobs') }] };
