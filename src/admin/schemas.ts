@@ -10,6 +10,11 @@ import { entityId } from '../options/values.js';
  * stored id holds and PostgreSQL cannot bind (NUL).
  */
 const id = z.string().min(1).max(200).regex(/^\P{Cc}*$/u, 'must not contain control characters');
+/**
+ * Free text the call stores (a label, a reason, a brand's voice, a document): anything but NUL,
+ * which PostgreSQL cannot store in text (it would answer as a store failure, not a bad field).
+ */
+const text = z.string().regex(/^[^\u0000]*$/, 'must not contain NUL');
 /** A non-negative USD decimal (string or number); exactness is checked where it is parsed. */
 const usd = z.union([z.string().regex(/^\d{1,15}(\.\d{1,9})?$/), z.number().nonnegative()]);
 /** A signed USD decimal: adjustments may take money out. */
@@ -40,14 +45,14 @@ export const keyLimitsBody = z.strictObject({
 
 export const creditBody = z.strictObject({
   amountUsd: usd,
-  reason: z.string().min(1).max(500),
+  reason: text.min(1).max(500),
   /** Makes the credit idempotent: the same id is applied once. */
   id: id.optional(),
 });
 
 export const adjustmentBody = z.strictObject({
   amountUsd: signedUsd,
-  reason: z.string().min(1).max(500),
+  reason: text.min(1).max(500),
   id: id.optional(),
 });
 
@@ -57,7 +62,7 @@ export const createKeyBody = z.strictObject({
   account: id,
   kind: z.enum(['developer', 'agent']).optional(),
   model: id.nullable().optional(),
-  label: z.string().max(200).nullable().optional(),
+  label: text.max(200).nullable().optional(),
   monthlyCapUsd: usd.nullable().optional(),
   ...keyLimitsBody.shape,
 });
@@ -65,15 +70,15 @@ export const createKeyBody = z.strictObject({
 export const monthlyCapBody = z.strictObject({ monthlyCapUsd: usd.nullable() });
 
 export const brandBody = z.strictObject({
-  name: z.string().max(200).optional(),
-  description: z.string().max(2_000).optional(),
-  voice: z.string().min(1).max(10_000),
+  name: text.max(200).optional(),
+  description: text.max(2_000).optional(),
+  voice: text.min(1).max(10_000),
 });
 
 export const documentBody = z.strictObject({
-  title: z.string().max(500).optional(),
+  title: text.max(500).optional(),
   brand: id.nullable().optional(),
-  text: z.string().min(1),
+  text: text.min(1),
 });
 
 export const keysQuery = z.strictObject({ account: id });

@@ -148,4 +148,26 @@ describe.each(drivers)('%s: ids at the admin API', (_driver, enabled, makeStores
     expect(credit.status).toBe(400);
     expect(credit.json.error).toMatchObject({ code: 'invalid_request', param: 'id' });
   });
+
+  it.skipIf(!enabled)('a NUL in any free text a body stores is 400 naming the field, never 503', async () => {
+    const nul = 'a\u0000b';
+    const cases: Array<[string, string, Record<string, unknown>, string]> = [
+      ['POST', '/keys', { account: ACCOUNT, label: nul }, 'label'],
+      ['POST', `/accounts/${ACCOUNT}/credits`, { amountUsd: '1', reason: nul }, 'reason'],
+      ['POST', `/accounts/${ACCOUNT}/adjustments`, { amountUsd: '-1', reason: nul }, 'reason'],
+      ['PUT', `/accounts/${ACCOUNT}/brands/b1`, { voice: nul }, 'voice'],
+      ['PUT', `/accounts/${ACCOUNT}/brands/b1`, { voice: 'v', name: nul }, 'name'],
+      ['PUT', `/accounts/${ACCOUNT}/brands/b1`, { voice: 'v', description: nul }, 'description'],
+      ['PUT', `/accounts/${ACCOUNT}/documents/d1`, { text: nul }, 'text'],
+      ['PUT', `/accounts/${ACCOUNT}/documents/d1`, { text: 't', title: nul }, 'title'],
+    ];
+    for (const [method, target, body, field] of cases) {
+      const r = await send(gw.origin, method, target, body);
+      expect(r.status, `${method} ${target} ${field}`).toBe(400);
+      expect(r.json.error, field).toMatchObject({ code: 'invalid_request', param: field });
+    }
+    // Nothing was stored; the same text without the NUL is.
+    expect((await send(gw.origin, 'GET', `/accounts/${ACCOUNT}/brands`)).json.data).toEqual([]);
+    expect((await send(gw.origin, 'PUT', `/accounts/${ACCOUNT}/brands/b1`, { voice: 'a\tb', name: 'n' })).status).toBe(200);
+  });
 });

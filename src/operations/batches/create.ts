@@ -86,6 +86,10 @@ function readMetadata(v: unknown): Record<string, string> | null {
   if (entries.length > 16 || entries.some(([k, s]) => typeof s !== 'string' || k.length > 64 || s.length > 512)) {
     throw new GatewayError('invalid_request', 'metadata takes at most 16 keys of up to 64 characters, each with a string of up to 512.', { param: 'metadata' });
   }
+  // Kept with the batch: NUL is refused here (PostgreSQL cannot store it), not met as a store failure.
+  if (entries.some(([k, s]) => k.includes('\u0000') || (s as string).includes('\u0000'))) {
+    throw new GatewayError('invalid_request', 'metadata keys and values must not contain NUL.', { param: 'metadata' });
+  }
   return Object.fromEntries(entries) as Record<string, string>;
 }
 

@@ -30,6 +30,8 @@ export async function uploadFile(core: Services, ctx: RequestContext): Promise<R
   if (files.length !== 1) throw new GatewayError('invalid_request', 'Send exactly one `file` part.', { param: 'file' });
   const part = files[0]!;
   if (part.data.byteLength > max) throw new GatewayError('request_too_large', `The file is larger than the limit of ${max} bytes.`, { param: 'file' });
+  // Kept with the file: NUL is refused here (PostgreSQL cannot store it), not met as a store failure.
+  if (part.filename.includes('\u0000')) throw new GatewayError('invalid_request', "The file's name must not contain NUL.", { param: 'file' });
   const record = { id: newFileId(), accountId: ctx.key.accountId, purpose, filename: part.filename.slice(0, 255), bytes: part.data.byteLength, createdAt: Math.floor(core.now() / 1000) };
   await core.stores.batches.putFile(record, part.data);
   return json(200, fileView(record));
