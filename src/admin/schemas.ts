@@ -14,7 +14,7 @@ const id = z.string().min(1).max(200).regex(/^\P{Cc}*$/u, 'must not contain cont
  * Free text the call stores (a label, a reason, a brand's voice, a document): anything but NUL,
  * which PostgreSQL cannot store in text (it would answer as a store failure, not a bad field).
  */
-const text = z.string().regex(/^[^\u0000]*$/, 'must not contain NUL');
+const text = z.string().refine((s) => !s.includes('\u0000'), 'must not contain NUL');
 /** A non-negative USD decimal (string or number); exactness is checked where it is parsed. */
 const usd = z.union([z.string().regex(/^\d{1,15}(\.\d{1,9})?$/), z.number().nonnegative()]);
 /** A signed USD decimal: adjustments may take money out. */

@@ -45,7 +45,7 @@ describe.each(drivers)('%s: NUL in what a batch or file keeps', (_driver, enable
           headers: { ...auth, 'content-type': 'application/json' },
           body: JSON.stringify({ input_file_id: file.id, endpoint: '/v1/chat/completions', completion_window: '24h', metadata }),
         });
-      for (const metadata of [{ team: 'a\u0000b' }, { 't\u0000': 'x' }]) {
+      for (const metadata of [{ team: 'a\u0000b' }, { 't\u0000': 'x' }] as Record<string, string>[]) {
         const r = await create(metadata);
         expect(r.status).toBe(400);
         expect(((await r.json()) as { error: unknown }).error).toMatchObject({ code: 'invalid_request', param: 'metadata' });
