@@ -15,7 +15,8 @@ import { budgetSchema, entityId, modelPattern, secret, sectionName, usdAmount } 
 
 export { mediaPricingSchema, modelSchema, textPricingSchema } from './options/model.js';
 
-const keyFormat = /^sk-mg-[A-Za-z0-9]{40,}$/;
+// As the gateway reads a key (40 to 200 letters or digits): a seeded key outside it could never authenticate.
+const keyFormat = /^sk-mg-[A-Za-z0-9]{40,200}$/;
 
 const alertThresholds = z.strictObject({
   /** Percents of a key's monthly cap, e.g. [50, 80, 100]. */
@@ -68,7 +69,7 @@ export const optionsSchema = z.strictObject({
   keys: z
     .array(
       z.strictObject({
-        key: z.string().regex(keyFormat, 'must look like "sk-mg-" followed by at least 40 letters or digits'),
+        key: z.string().regex(keyFormat, 'must look like "sk-mg-" followed by 40 to 200 letters or digits'),
         account: z.string().min(1),
         kind: z.enum(['developer', 'agent']).default('developer'),
         model: z.string().nullable().default(null),

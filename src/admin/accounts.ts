@@ -3,7 +3,8 @@
  * None of it is reachable over HTTP with a developer or agent key.
  */
 import { ENTITY_ID } from '../options/values.js';
-import { digestKey, displayPrefix, generateKey, randomBase62 } from '../auth/keys.js';
+import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from '../auth/keys.js';
+import { GatewayError } from '../errors.js';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
 import { type AuditOptions, type AuditReport, auditBooks } from '../billing/audit.js';
@@ -165,14 +166,14 @@ function keyView(k: ApiKeyRecord): KeyView {
 }
 
 export async function insertKey(core: Services, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
-  if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${input.account}".`);
+  if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${input.account}".`, 'account');
   const kind = input.kind ?? 'developer';
   const model = input.model ?? null;
   if (kind === 'agent') {
     const m = model ? core.catalog.get(model) : undefined;
-    if (m?.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.');
+    if (m?.type !== 'text') throw new AdminError('An agent key must be pinned to a configured text model.', 'model');
   } else if (model !== null) {
-    throw new AdminError('Only agent keys are pinned to a model.');
+    throw new AdminError('Only agent keys are pinned to a model.', 'model');
   }
   // An agent key keeps its one model: an allow-list is for developer keys.
   if (kind === 'agent' && input.models) throw new AdminError('models: an agent key is pinned to its one model.');
@@ -186,7 +187,7 @@ export async function insertKey(core: Services, plain: string, input: CreateKeyI
     kind,
     model,
     label: input.label ?? null,
-    monthlyCap: input.monthlyCapUsd === null || input.monthlyCapUsd === undefined ? null : parseUsd(input.monthlyCapUsd),
+    monthlyCap: input.monthlyCapUsd === null || input.monthlyCapUsd === undefined ? null : usdOf('monthlyCapUsd', input.monthlyCapUsd),
     disabled: false,
     createdAt: core.now(),
     models: limits.models ?? null,
@@ -198,6 +199,16 @@ export async function insertKey(core: Services, plain: string, input: CreateKeyI
 /** An account, brand or document id as it may be created (`.` and `..` never: they are path segments). */
 function checkId(field: string, id: string): void {
   if (!ENTITY_ID.test(id)) throw new AdminError(`${field}: must be 1-64 letters, digits, "_", "-" or ".", and not "." or ".."; got ${JSON.stringify(id.slice(0, 80))}`);
+}
+
+/** A USD amount of the call's field `field`: its refusal names the field. */
+function usdOf(field: string, value: string | number): bigint {
+  try {
+    return parseUsd(value);
+  } catch (err) {
+    if (err instanceof RangeError) throw new AdminError(`${field}: ${err.message}`, field);
+    throw err;
+  }
 }
 
 async function requireAccount(core: Services, id: string) {
@@ -214,7 +225,7 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
     async createAccount({ id, walletUsd = 0, grants = [], budgets }) {
       checkId('id', id);
       const record = { id, grants, createdAt: core.now(), budgets: parseBudgets(budgets) };
-      const created = await stores.accounts.create(record, parseUsd(walletUsd));
+      const created = await stores.accounts.create(record, usdOf('walletUsd', walletUsd));
       return { created };
     },
     async listAccounts() {
@@ -247,9 +258,9 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
     },
     async credit(accountId, { amountUsd, reason, id, adjustment = false }) {
       await requireAccount(core, accountId);
-      const text = String(amountUsd).trim();
-      const negative = text.startsWith('-');
-      const amount = parseUsd(negative ? text.slice(1) : text);
+      // A number is read as a number (1e-7 is a tenth of a micro-USD), not as its exponent text.
+      const negative = typeof amountUsd === 'number' ? amountUsd < 0 || Object.is(amountUsd, -0) : amountUsd.trim().startsWith('-');
+      const amount = usdOf('amountUsd', typeof amountUsd === 'number' ? Math.abs(amountUsd) : amountUsd.trim().slice(negative ? 1 : 0));
       if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
       const creditId = id ?? `cr_${randomBase62(20)}`;
       const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });
@@ -290,7 +301,7 @@ function keyMethods(core: Services): KeyMethods {
       return key ? keyView(key) : null;
     },
     async setMonthlyCap(id, usd) {
-      const key = await stores.keys.update(id, { monthlyCap: usd === null ? null : parseUsd(usd) });
+      const key = await stores.keys.update(id, { monthlyCap: usd === null ? null : usdOf('monthlyCapUsd', usd) });
       if (!key) throw new AdminError(`No key "${id}".`);
       core.auth.forget(key.digest);
       return keyView(key);
@@ -315,7 +326,17 @@ function keyMethods(core: Services): KeyMethods {
     },
     async deleteKey(id) {
       const key = await stores.keys.get(id);
-      if (!key || !(await stores.keys.delete(id))) throw new AdminError(`No key "${id}".`);
+      if (!key) throw new AdminError(`No key "${id}".`);
+      // A key the configuration file lists is seeded again at every start: deleted here, it
+      // would come back. It is disabled here (that stays), or removed from the file.
+      if (core.cfg.keys.some((k) => keyIdFor(digestKey(k.key)) === id)) {
+        throw new GatewayError('conflict', `Key "${id}" is listed in the configuration file, which seeds it again at every start: disable it here (that lasts), and remove it from the file's keys to delete it.`, {
+          status: 409,
+          type: 'invalid_request_error',
+          param: 'id',
+        });
+      }
+      if (!(await stores.keys.delete(id))) throw new AdminError(`No key "${id}".`);
       core.auth.forget(key.digest);
     },
   };

@@ -117,7 +117,8 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
       if (r.method !== 'GET') changes.record({ requestId, method: r.method, route: `/admin/v1${r.path}`, params: m.params, body: call.body, result });
     } catch (err) {
       // The admin's own refusals (no such account, a bad amount or time) are the caller's mistake.
-      if (err instanceof AdminError || err instanceof RangeError) throw new GatewayError('invalid_request', err.message);
+      if (err instanceof AdminError) throw new GatewayError('invalid_request', err.message, err.param ? { param: err.param } : {});
+      if (err instanceof RangeError) throw new GatewayError('invalid_request', err.message);
       throw err;
     }
     return result instanceof Response ? result : json(r.status ?? 200, result, { 'cache-control': 'no-store' });

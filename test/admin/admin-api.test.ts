@@ -9,6 +9,7 @@ import { join } from 'node:path';
 import SwaggerParser from '@apidevtools/swagger-parser';
 import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { digestKey, keyIdFor } from '../../src/auth/keys.js';
 import { createAdminHandler } from '../../src/index.js';
 import { createSqliteStores } from '../../src/stores/sqlite/index.js';
 import { ADMIN_SHA, ADMIN_TOKEN } from './token.js';
@@ -86,12 +87,17 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect((await api('POST', '/accounts/acme/credits', { amountUsd: '2.5', reason: 'invoice 42', id: 'inv-42' })).json.applied).toBe(false);
       const adj = await api('POST', '/accounts/acme/adjustments', { amountUsd: '-1.25', reason: 'goodwill reversal' });
       expect(adj.json).toMatchObject({ applied: true, balanceUsd: '6.25' });
+      // An amount sent as a JSON number is read as that number, however small (not as "1e-7").
+      expect((await api('POST', '/accounts/acme/credits', { amountUsd: 0.0000001, reason: 'tiny', id: 'tiny' })).json).toMatchObject({ applied: true, balanceUsd: '6.2500001' });
+      expect((await api('POST', '/accounts/acme/adjustments', { amountUsd: -0.0000001, reason: 'tiny back', id: 'tiny-back' })).json).toMatchObject({ applied: true, balanceUsd: '6.25' });
       const ledger = await api('GET', '/ledger?account=acme');
       // The opening balance is an entry too: the ledger sums to minus the balance.
       expect(ledger.json.data.map((e: any) => [e.costUsd, e.units])).toEqual([
         ['-5', { kind: 'credit', reason: 'opening balance' }],
         ['-2.5', { kind: 'credit', reason: 'invoice 42' }],
         ['1.25', { kind: 'credit', reason: 'goodwill reversal', adjustment: true }],
+        ['-0.0000001', { kind: 'credit', reason: 'tiny' }],
+        ['0.0000001', { kind: 'credit', reason: 'tiny back', adjustment: true }],
       ]);
       expect((await api('PUT', '/accounts/acme/grants', { models: [MODEL] })).json.grants).toEqual([MODEL]);
       expect((await api('GET', '/accounts/nope')).status).toBe(404);
@@ -107,6 +113,13 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
         ['PUT', '/keys/key_x/monthly-cap', {}, 'monthlyCapUsd'],
         ['GET', '/usage?account=acme&group_by=week', undefined, 'group_by'],
         ['GET', '/ledger?account=acme&limit=0', undefined, 'limit'],
+        // Refusals the admin makes past the schema name their field too.
+        ['POST', '/accounts', { id: 'huge', walletUsd: 9_999_999_999 }, 'walletUsd'],
+        ['POST', '/accounts/acme/adjustments', { amountUsd: '-0', reason: 'x' }, 'amountUsd'],
+        ['POST', '/accounts/acme/adjustments', { amountUsd: -0, reason: 'x' }, 'amountUsd'],
+        ['POST', '/keys', { account: 'acme', kind: 'agent', model: MODEL, models: [MODEL] }, 'models'],
+        ['POST', '/keys', { account: 'acme', kind: 'developer', model: MODEL }, 'model'],
+        ['PUT', '/keys/key_x/limits', { budgets: [{ usd: '1', period: 'year' }] }, 'budgets.0.period'],
       ];
       for (const [method, path, body, param] of cases) {
         const r = await api(method, path, body);
@@ -114,6 +127,10 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
         expect(r.json.error.code).toBe('invalid_request');
         if (param) expect(r.json.error.param).toBe(param);
       }
+      // An account a body names that does not exist is 404 naming that field.
+      const noAccount = await api('POST', '/keys', { account: 'nope' });
+      expect(noAccount.status).toBe(404);
+      expect(noAccount.json.error).toMatchObject({ code: 'not_found', param: 'account' });
       expect((await api('POST', '/accounts', '{not json')).json.error.code).toBe('invalid_json');
       expect((await api('GET', '/ledger?account=acme&from=yesterday')).status).toBe(400);
       expect((await api('GET', '/nowhere')).status).toBe(404);
@@ -152,6 +169,18 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       // Its ledger entries stay.
       const ledger = await api('GET', `/ledger?account=acme&key=${id}`);
       expect(ledger.json.data.length).toBe(3);
+
+      // A key the configuration seeds would come back at the next start: not deleted, 409
+      // naming it; it still works, and disabling it is how it is stopped.
+      const seeded = keyIdFor(digestKey(devKey));
+      const refused = await api('DELETE', `/keys/${seeded}`);
+      expect(refused.status).toBe(409);
+      expect(refused.json.error).toMatchObject({ code: 'conflict', param: 'id' });
+      const seededChat = () => postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
+      expect((await seededChat()).status).toBe(200);
+      expect((await api('POST', `/keys/${seeded}/disable`)).json.disabled).toBe(true);
+      expect((await seededChat()).status).toBe(401);
+      expect((await api('POST', `/keys/${seeded}/enable`)).json.disabled).toBe(false);
     });
 
     it('brands and documents: CRUD', async () => {

@@ -151,6 +151,12 @@ describe('names that break things', () => {
     expect(parseOptions({ accounts: [{ id: 'a.b-c_D9' }] }).accounts[0]!.id).toBe('a.b-c_D9');
   });
 
+  it('a seeded key the gateway could never read (over 200 letters or digits) names the field; 200 is taken', () => {
+    const key = (n: number) => `sk-mg-${'a'.repeat(n)}`;
+    expect(problems({ accounts: [{ id: 'a' }], keys: [{ key: key(201), account: 'a' }] })).toEqual([expect.stringMatching(/^keys\[0\]\.key: must look like "sk-mg-" followed by 40 to 200/)]);
+    expect(parseOptions({ accounts: [{ id: 'a' }], keys: [{ key: key(200), account: 'a' }] }).keys).toHaveLength(1);
+  });
+
   it('an account id given twice, or a brand or document id twice in one account, names the second', () => {
     expect(problems({ accounts: [{ id: 'a' }, { id: 'b' }, { id: 'a' }] })).toEqual(['accounts[2].id: duplicate account id "a"']);
     const brand = (id: string, account: string) => ({ id, account, voice: 'v' });

@@ -23,8 +23,9 @@ export interface Call<B extends z.ZodType | undefined = undefined, Q extends z.Z
   query: Input<Q>;
 }
 
-export const notFound = (what: string, id: string) =>
-  new GatewayError('not_found', `No ${what} "${id.slice(0, 200)}".`, { param: 'id' });
+/** No such object; `param`: the field that named it (the path's id unless a body or query field did). */
+export const notFound = (what: string, id: string, param = 'id') =>
+  new GatewayError('not_found', `No ${what} "${id.slice(0, 200)}".`, { param });
 
 export class AdminContext {
   constructor(
@@ -37,10 +38,10 @@ export class AdminContext {
     return this.core.stores;
   }
 
-  /** An account as the API shows it: its wallet in USD strings and its open holds. */
-  async account(id: string) {
+  /** An account as the API shows it: its wallet in USD strings and its open holds. `param`: the field naming it. */
+  async account(id: string, param = 'id') {
     const acct = await this.stores.accounts.get(id);
-    if (!acct) throw notFound('account', id);
+    if (!acct) throw notFound('account', id, param);
     const w = await this.stores.billing.wallet(id);
     return {
       id: acct.id,

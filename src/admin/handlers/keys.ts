@@ -3,13 +3,13 @@ import type * as S from '../schemas.js';
 import type { AdminContext, Call } from './context.js';
 
 export async function list(x: AdminContext, c: Call<undefined, typeof S.keysQuery>) {
-  await x.account(c.query.account);
+  await x.account(c.query.account, 'account');
   return { object: 'list', data: await x.admin.listKeys(c.query.account) };
 }
 
 /** The answer holds the plain key: it is shown this once, only its digest is stored. */
 export async function create(x: AdminContext, c: Call<typeof S.createKeyBody>) {
-  await x.account(c.body.account);
+  await x.account(c.body.account, 'account');
   const created = await x.admin.createKey(c.body);
   return { ...(await x.key(created.id)), key: created.key };
 }
