@@ -5,9 +5,10 @@
  * usage go unread.
  */
 import { describe, expect, it } from 'vitest';
+import { outputTokens } from '../../src/billing/output.js';
 import { ChatAccount } from '../../src/upstream/answers/chat.js';
 import { GeminiAccount } from '../../src/upstream/answers/gemini.js';
-import { MessagesAccount } from '../../src/upstream/answers/messages.js';
+import { MessagesAccount, messagesAnswer } from '../../src/upstream/answers/messages.js';
 
 const delta = (index: number, content: string, finish: string | null = null) => ({ index, delta: { content }, finish_reason: finish });
 const candidate = (index: number, text: string, finishReason?: string) => ({ index, content: { role: 'model', parts: [{ text }] }, ...(finishReason ? { finishReason } : {}) });
@@ -72,5 +73,31 @@ describe('MessagesAccount.answered', () => {
     expect(a.answered()).toBe(false);
     a.read({ type: 'message_delta', delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 2 } });
     expect(a.answered()).toBe(true);
+  });
+});
+
+describe('MessagesAccount.output', () => {
+  it('a thinking block counts its thinking, not the signature that vouches for it (a stream cut before any usage)', () => {
+    const signature = 'EqQBCkgIARABGAIiQL'.repeat(70);
+    const read = (withSignature: boolean) => {
+      const a = new MessagesAccount();
+      a.read({ type: 'message_start', message: { usage: { input_tokens: 100, output_tokens: 1 } } });
+      a.read({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: '', signature: '' } });
+      a.read({ type: 'content_block_delta', index: 0, delta: { type: 'thinking_delta', thinking: 'Let me think.' } });
+      if (withSignature) a.read({ type: 'content_block_delta', index: 0, delta: { type: 'signature_delta', signature } });
+      a.read({ type: 'content_block_stop', index: 0 });
+      a.read({ type: 'content_block_start', index: 1, content_block: { type: 'text', text: '' } });
+      a.read({ type: 'content_block_delta', index: 1, delta: { type: 'text_delta', text: 'Hello there.' } });
+      return a.output();
+    };
+    expect(read(true)).toEqual(read(false));
+    expect(read(true)).toEqual({ text: 'Let me think.Hello there.', mediaBytes: 0 });
+    // And a whole thinking block carrying its signature (a plain answer's content).
+    const whole = new MessagesAccount();
+    whole.read({ type: 'content_block_start', index: 0, content_block: { type: 'thinking', thinking: 'Hmm.', signature } });
+    expect(outputTokens(whole.output(), (t) => t.length)).toBe(4);
+    // A plain Message (read when it reports no usage) likewise; a tool's input keeps every field.
+    const plain = messagesAnswer({ content: [{ type: 'thinking', thinking: 'Hmm.', signature }, { type: 'tool_use', id: 't1', name: 'sign', input: { signature: 'Ann' } }] });
+    expect(plain.output()).toEqual({ text: 'Hmm.signAnn', mediaBytes: 0 });
   });
 });

@@ -29,11 +29,22 @@ export function messagesUsage(value: unknown): Usage | null {
   return usageOfParts({ prompt, completion: value.output_tokens, cachedPrompt, cacheWrite, cacheWrite1h });
 }
 
+/**
+ * A content block or delta as output: a thinking block's `signature` (and a `signature_delta`)
+ * only vouches for the thinking, for the next turn (hundreds of base64 bytes): it is not output,
+ * as OpenAI's encrypted reasoning and Gemini's thought signatures are not.
+ */
+function outputOf(block: unknown): unknown {
+  if (!isObject(block) || !('signature' in block) || (block.type !== 'thinking' && block.type !== 'signature_delta')) return block;
+  const { signature: _signature, ...rest } = block;
+  return rest;
+}
+
 /** A plain Message's account. */
 export function messagesAnswer(body: Record<string, unknown>): AnswerAccount {
   return plainAccount(messagesUsage(body.usage), () => {
     const into = noOutput();
-    collectOutput(body.content, into);
+    collectOutput(Array.isArray(body.content) ? body.content.map(outputOf) : body.content, into);
     return into;
   });
 }
@@ -54,10 +65,10 @@ export class MessagesAccount extends RunningAccount {
         break;
       }
       case 'content_block_start':
-        this.add(event.content_block);
+        this.add(outputOf(event.content_block));
         break;
       case 'content_block_delta':
-        this.add(event.delta);
+        this.add(outputOf(event.delta));
         break;
       case 'message_delta': {
         const reported = isObject(event.usage) ? event.usage : {};
