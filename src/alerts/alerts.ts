@@ -1,7 +1,8 @@
 /**
- * Budget alerts: a plugin on `onBilled` (and `onError`, below). After each charge it compares the key's month-to-date
- * spend with its monthly cap (percent thresholds) and the account's wallet balance with
- * amounts (balance-below thresholds), and sends one signed webhook per crossing.
+ * Budget alerts: a plugin on `onBilled` (and `onError`, below). After each charge it compares
+ * the key's month-to-date spend with its monthly cap (percent thresholds) and the account's
+ * wallet balance with amounts (balance-below thresholds), and sends one signed webhook per
+ * crossing.
  *
  * Once per crossing, also across restarts and instances: a crossing is recorded in the store
  * (the idempotency store's atomic create-if-absent, scope "alert:..."), and only the caller
@@ -50,7 +51,7 @@ export interface BudgetAlert {
   balanceUsd?: string;
   /** The ledger entry whose charge crossed the threshold; null when a refused call found it unsent. */
   entry: string | null;
-  /** The refused call that found the crossing unsent (after a stop cut its delivery short). */
+  /** The refused call that found the crossing unsent (a stop cut its delivery short, or no charge found it). */
   request?: string;
 }
 

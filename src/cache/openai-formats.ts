@@ -31,8 +31,7 @@ function mergeLogprobs(into: Record<string, unknown>, logprobs: unknown): void {
     if (Array.isArray(v)) {
       if (Array.isArray(merged[k])) for (const x of v) (merged[k] as unknown[]).push(x);
       else merged[k] = [...v];
-    }
-    else if (merged[k] === undefined || merged[k] === null) merged[k] = v;
+    } else if (merged[k] === undefined || merged[k] === null) merged[k] = v;
   }
 }
 
