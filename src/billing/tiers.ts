@@ -23,11 +23,13 @@ export interface TierFields {
   quality?: unknown;
 }
 
-/** "1280x720" -> "720P" by the shorter side; null when `size` is not "WxH". */
+/** "1280x720" -> "720P" by the shorter side; null when `size` is not "WxH" of two positive sides. */
 export function tierOfSize(size: string): string | null {
   const m = /^(\d{1,5})x(\d{1,5})$/.exec(size);
   if (!m) return null;
   const shorter = Math.min(Number(m[1]), Number(m[2]));
+  // "0x0" renders nothing any upstream would take: refused, not priced as the smallest tier.
+  if (shorter === 0) return null;
   if (shorter <= 480) return '480P';
   if (shorter <= 720) return '720P';
   if (shorter <= 1080) return '1080P';

@@ -28,6 +28,10 @@ const imageSchema = z.looseObject({
   resolution: z.string().nullable().optional(),
   quality: z.string().nullable().optional(),
   response_format: z.enum(['url', 'b64_json']).nullable().optional(),
+  // Streamed images (partial renders as events) are not relayed: refused before the upstream
+  // renders them (it would, and the answer it streams could be neither read nor billed).
+  stream: z.literal(false, { error: 'streamed images are not supported: leave out stream (or set it to false)' }).nullable().optional(),
+  partial_images: z.literal(0, { error: 'partial images come only with a stream, which is not supported' }).nullable().optional(),
 });
 
 type Outcome = { ok: true; body: Record<string, unknown>; text: string } | { ok: false; err: GatewayError };

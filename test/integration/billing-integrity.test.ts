@@ -269,6 +269,28 @@ describe.each(storages)('%s: billing integrity', (_name, enabled, makeStores) =>
     });
   });
 
+  it.runIf(enabled)('5b. a streamed image request, or a size of 0, is 400 naming the field, and nothing reaches the upstream', async () => {
+    const a = await account();
+    const before = media.requests.length;
+    const post = (body: Record<string, unknown>) =>
+      fetch(`${gw.baseURL}/images/generations`, { method: 'POST', headers: { authorization: `Bearer ${a.key}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: IMAGE, prompt: 'a lighthouse', ...body }) });
+    for (const [body, param] of [
+      [{ stream: true }, 'stream'],
+      [{ stream: true, partial_images: 2 }, 'stream'],
+      [{ partial_images: 1 }, 'partial_images'],
+      [{ size: '0x0' }, 'size'],
+      [{ size: '1024x0' }, 'size'],
+    ] as const) {
+      const r = await post(body);
+      expect(r.status, JSON.stringify(body)).toBe(400);
+      expect(((await r.json()) as { error: { param: string } }).error.param, JSON.stringify(body)).toBe(param);
+    }
+    expect(media.requests.length).toBe(before);
+    expect(await charges(a.id)).toEqual([]);
+    // stream: false is what the SDK may send: taken.
+    expect((await post({ stream: false })).status).toBe(200);
+  });
+
   it.runIf(enabled)('6. a duplicate multipart field is 400 naming it, and nothing reaches the upstream', async () => {
     const a = await account();
     const before = media.requests.length;
