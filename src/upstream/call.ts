@@ -193,12 +193,17 @@ function dropAnswer(core: CallDeps, ctx: ModelCallContext, answer: ModelAnswer):
  * open is skipped; when every one is, 503 model_unavailable. The last failure is what the
  * caller gets: a thrown error, or the failing answer (the route turns it into its error).
  * `build` makes the request for one target (its `upstreamModel` goes in the body's `model`).
+ *
+ * `once`: a submission the upstream may have acted on is not sent again (a job it accepted
+ * before a timeout, a 5xx or a reset would be created twice, the second run for nobody): only
+ * a connection that failed before the request was sent, or a 429 (refused), is retried.
  */
 export async function callModel(
   core: CallDeps,
   ctx: ModelCallContext,
   model: Model,
   build: (served: Model) => UpstreamCall | Promise<UpstreamCall>,
+  options: { once?: boolean } = {},
 ): Promise<ModelAnswer> {
   const routing = core.cfg.routing;
   const started = core.now();
@@ -248,13 +253,14 @@ export async function callModel(
       lastError = err;
       if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
       lastAnswer = null;
+      if (options.once && !isConnectionFailure(err)) throw err;
       continue;
     }
     tried++;
     if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
     lastAnswer = null;
     lastError = null;
-    if (!retryable(res.status)) {
+    if (!retryable(res.status) || (options.once && res.status !== 429)) {
       ctx.observed.record.upstream = target.upstream;
       return { res, served };
     }

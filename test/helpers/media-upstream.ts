@@ -9,7 +9,8 @@
  *   gate.open();
  *   up.finishVideo(up.videos()[0].id);     // the upstream video job is now completed
  *
- * A prompt containing "[fail]" makes an image answer 500 and a video job end `failed`.
+ * A prompt containing "[fail]" makes an image answer 500 and a video job end `failed`; one
+ * containing "[slow-submit]" makes a video submission answer a second after it created the job.
  */
 import { once } from 'node:events';
 import { createServer, type IncomingHttpHeaders, type IncomingMessage, type ServerResponse } from 'node:http';
@@ -138,6 +139,9 @@ export async function startMediaUpstream(): Promise<MediaUpstream> {
         progress: 0,
       };
       videos.set(v.id, v);
+      // Accepted, but the answer comes late (past a short upstream timeout): the job exists either way.
+      if (v.prompt.includes('[slow-submit]')) await new Promise((r) => setTimeout(r, 1_000));
+      if (res.destroyed) return;
       return send(res, 200, videoView(v));
     }
     const m = /^\/videos\/([^/]+)(\/content)?$/.exec(path);

@@ -201,3 +201,33 @@ describe('a video job the upstream accepted whose record cannot be written', () 
     }
   });
 });
+
+describe('a video submission the upstream may have taken', () => {
+  it('is not sent again after a timeout: one upstream job, nothing billed, the hold released', async () => {
+    const up = await startMediaUpstream();
+    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
+    // An answer later than the upstream timeout, on a gateway that retries twice.
+    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 300 } };
+    const stores = createMemoryStores();
+    const { gateway } = await makeGateway({ ...setup.options, routing: { retries: 2, backoffMs: 1, maxRetryAfterMs: 10 }, stores });
+    try {
+      const initial = await stores.billing.wallet(ACCOUNT);
+      const res = await gateway.fetch(
+        new Request('http://gw.test/v1/videos', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: VIDEO, prompt: 'a render [slow-submit]', seconds: 4, size: '1920x1080' }),
+        }),
+        { clientAddress: '192.0.2.1' },
+      );
+      expect(res.status).toBe(504);
+      // The upstream made one job of it (the one it answered late), not one per attempt.
+      expect(up.videos()).toHaveLength(1);
+      expect(await chargesOf(stores.billing.ledger(ACCOUNT))).toEqual([]);
+      expect(await stores.billing.wallet(ACCOUNT)).toEqual(initial);
+    } finally {
+      await gateway.dispose();
+      await up.close();
+    }
+  });
+});

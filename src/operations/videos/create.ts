@@ -115,7 +115,8 @@ async function submit(core: Services, ctx: RequestContext, model: Model, sub: Su
       const replaced = await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
       const out = await forUpstream(sub, served.upstreamModel, replaced);
       return { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body };
-    });
+      // A video the upstream may have accepted is never submitted twice (a second render runs for nobody).
+    }, { once: true });
     const res = answer.res;
     const servedBy = answer.served.upstream;
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
