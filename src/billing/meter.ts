@@ -104,6 +104,12 @@ export interface BilledCall {
    * produced. Without one, an aborted call is released (nothing reached the client yet).
    */
   onAbort(stop: () => void): void;
+  /**
+   * Keeps the hold for `ttlMs` from now on (renewed at that length while this instance holds the
+   * call): a job, once its record says who finishes it, holds for the job's life. Absent on a
+   * call that cannot say.
+   */
+  keepFor?(ttlMs: number): Promise<void>;
 }
 
 
@@ -274,6 +280,11 @@ class CallImpl implements BilledCall {
   onAbort(stop: () => void): void {
     this.abortHandler = stop;
   }
+
+  keepFor(ttlMs: number): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    return this.meter.keepFor(this, ttlMs);
+  }
 }
 
 interface MeterInternals {
@@ -283,6 +294,7 @@ interface MeterInternals {
   forget(call: CallImpl): void;
   write(req: SettleRequest): Promise<void>;
   release(call: CallImpl): Promise<void>;
+  keepFor(call: CallImpl, ttlMs: number): Promise<void>;
 }
 
 export function createMeter(deps: MeterDeps): Meter {
@@ -301,6 +313,10 @@ export function createMeter(deps: MeterDeps): Meter {
     },
     forget: (call) => open.forget(call),
     write: (req) => settles.write(req),
+    async keepFor(call, ttlMs) {
+      open.keepFor(call, ttlMs);
+      await billing.renewHold(call.accountId, call.id, ttlMs);
+    },
     async release(call) {
       try {
         await billing.release(call.accountId, call.id);

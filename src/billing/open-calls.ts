@@ -58,6 +58,14 @@ export class OpenCalls {
     if (!call.durable) this.nonDurable++;
   }
 
+  /** The call's hold is kept for `ttlMs` from now on (renewed at that length). */
+  keepFor(call: OpenCall, ttlMs: number): void {
+    const entry = this.open.get(call);
+    if (!entry) return;
+    entry.ttlMs = ttlMs;
+    entry.renewedAt = this.now();
+  }
+
   /** The call ended (its charge landed, or its hold was released). */
   forget(call: OpenCall): void {
     if (!this.open.delete(call)) return;

@@ -96,8 +96,10 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
       const lease = jobId ? await takeSlot(core, ctx, jobKind, jobId) : null;
       let call: BilledCall;
       try {
-        // A job any instance can finish holds under its own id for as long as the job lives.
-        const durable = decl.relay === 'job' && jobId ? { id: jobId, ttlMs: core.cfg.limits.jobTtlMs, durable: true } : { id: ctx.requestId };
+        // A job any instance can finish holds under its own id, for the hold TTL until its record
+        // exists (an instance that dies before writing it leaves no job to release the hold: it
+        // lapses), then for as long as the job lives (the job's run keeps it for that).
+        const durable = decl.relay === 'job' && jobId ? { id: jobId, durable: true } : { id: ctx.requestId };
         call = await openAmountCall(core, ctx, { ...durable, model, amount: price.amount }, price.what);
       } catch (err) {
         if (lease) await core.jobs.drop(lease);

@@ -202,6 +202,44 @@ describe('a video job the upstream accepted whose record cannot be written', () 
   });
 });
 
+describe('a video job’s hold', () => {
+  it('lasts the hold TTL until the job is recorded (an instance that dies first leaves it to lapse), then the job’s life', async () => {
+    const up = await startMediaUpstream();
+    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
+    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
+    const HOLD_TTL = 60_000;
+    const JOB_TTL = 24 * 60 * 60 * 1000;
+    const stores = createMemoryStores();
+    const { gateway } = await makeGateway({ ...setup.options, limits: { ...setup.options.limits, holdTtlMs: HOLD_TTL, jobTtlMs: JOB_TTL }, stores });
+    const holdLeft = async () => {
+      const { holds, at } = await stores.billing.listHolds(ACCOUNT, undefined, 10);
+      expect(holds).toHaveLength(1);
+      return holds[0]!.expiresAt - at;
+    };
+    try {
+      const answered = gateway.fetch(
+        new Request('http://gw.test/v1/videos', {
+          method: 'POST',
+          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+          body: JSON.stringify({ model: VIDEO, prompt: 'a render [slow-submit]', seconds: 4, size: '1920x1080' }),
+        }),
+        { clientAddress: '192.0.2.1' },
+      );
+      // The upstream has the submission (its answer comes a second later); no record yet.
+      await eventually(() => up.videos().length === 1, 'the submission upstream');
+      const before = await holdLeft();
+      expect(before).toBeGreaterThan(0);
+      expect(before).toBeLessThanOrEqual(HOLD_TTL);
+      expect((await answered).status).toBe(202);
+      // Recorded: the hold lasts the job's life.
+      expect(await holdLeft()).toBeGreaterThan(JOB_TTL - 60_000);
+    } finally {
+      await gateway.dispose();
+      await up.close();
+    }
+  });
+});
+
 describe('a video submission the upstream may have taken', () => {
   it('is not sent again after a timeout: one upstream job, nothing billed, the hold released', async () => {
     const up = await startMediaUpstream();

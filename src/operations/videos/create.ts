@@ -95,6 +95,11 @@ async function startVideo(core: Services, ctx: RequestContext, m: MediaCall<z.in
   };
   const { call } = submitted;
   await record(core, job, call, unitPrice, () => core.jobs.drop(lease));
+  // Recorded: whoever finishes the job finds it, so its hold now lasts the job's life (until
+  // now it was the hold TTL's, lest an instance that died before the record lock the money).
+  await call.keepFor?.(core.cfg.limits.jobTtlMs).catch((err: unknown) =>
+    core.log.warn({ msg: "a video job's hold was not extended to the job's life; it is still billed in full", job_id: jobId, err: err instanceof Error ? err.message : String(err) }),
+  );
   core.jobs.own(job, (j, signal) => trackVideo(core, j, signal, call));
   return json(202, jobView(job), { location: `/v1/videos/${jobId}` });
 }
