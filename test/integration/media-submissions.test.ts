@@ -214,7 +214,9 @@ describe('a video job’s hold', () => {
     const holdLeft = async () => {
       const { holds, at } = await stores.billing.listHolds(ACCOUNT, undefined, 10);
       expect(holds).toHaveLength(1);
-      return holds[0]!.expiresAt - at;
+      const expiresAt = holds[0]!.expiresAt;
+      expect(expiresAt).not.toBeNull();
+      return (expiresAt as number) - at;
     };
     try {
       const answered = gateway.fetch(
@@ -233,6 +235,45 @@ describe('a video job’s hold', () => {
       expect((await answered).status).toBe(202);
       // Recorded: the hold lasts the job's life.
       expect(await holdLeft()).toBeGreaterThan(JOB_TTL - 60_000);
+    } finally {
+      await gateway.dispose();
+      await up.close();
+    }
+  });
+});
+
+describe('Idempotency-Key on a multipart video submission', () => {
+  it('the same parts under another boundary replay the first answer: one job, one upstream render; other parts are 422', async () => {
+    const up = await startMediaUpstream();
+    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
+    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
+    const stores = createMemoryStores();
+    const { gateway } = await makeGateway({ ...setup.options, stores });
+    // fetch draws a new multipart boundary for every FormData it sends, as the SDKs do.
+    const send = (prompt: string) => {
+      const form = new FormData();
+      form.append('model', VIDEO);
+      form.append('prompt', prompt);
+      form.append('seconds', '4');
+      form.append('input_reference', new Blob([new Uint8Array([137, 80, 78, 71, 1, 2, 3])], { type: 'image/png' }), 'ref.png');
+      return gateway.fetch(
+        new Request('http://gw.test/v1/videos', { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'idempotency-key': 'vid-mp-1' }, body: form }),
+        { clientAddress: '192.0.2.1' },
+      );
+    };
+    try {
+      const first = await send('a lighthouse at dusk');
+      expect(first.status).toBe(202);
+      const job = (await first.json()) as { id: string };
+      const again = await send('a lighthouse at dusk');
+      expect(again.status).toBe(202);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(((await again.json()) as { id: string }).id).toBe(job.id);
+      expect(up.videos()).toHaveLength(1);
+      const other = await send('a lighthouse at dawn');
+      expect(other.status).toBe(422);
+      expect(((await other.json()) as { error: { code: string } }).error.code).toBe('idempotency_mismatch');
+      expect(up.videos()).toHaveLength(1);
     } finally {
       await gateway.dispose();
       await up.close();

@@ -54,6 +54,26 @@ interface Keeping {
   quota: IdempotencyQuota;
 }
 
+/**
+ * What "the same body" means for a key: the bytes, except a multipart body's boundary, which a
+ * client draws at random each time it sends (the official SDKs do): the same parts sent again
+ * under another boundary are the same request. (A Content-Type naming no single boundary is
+ * hashed as it came: the operation refuses such a body anyway.)
+ */
+function fingerprintOf(path: string, contentType: string, bytes: Uint8Array): string {
+  const hash = createHash('sha256').update(`POST ${path}\n`);
+  const named = /^\s*multipart\/form-data\b/i.test(contentType) ? [...contentType.matchAll(/;\s*boundary\s*=\s*(?:"([^"]{1,70})"|([^\s;"]{1,70}))/gi)] : [];
+  if (named.length !== 1) return hash.update(bytes).digest('hex');
+  const boundary = Buffer.from(`--${named[0]![1] ?? named[0]![2]}`);
+  const body = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  let from = 0;
+  for (let at = body.indexOf(boundary); at !== -1; at = body.indexOf(boundary, from)) {
+    hash.update(body.subarray(from, at)).update('\u0000boundary\u0000');
+    from = at + boundary.length;
+  }
+  return hash.update(body.subarray(from)).digest('hex');
+}
+
 export async function withIdempotency(
   store: IdempotencyStore,
   ctx: RequestContext,
@@ -70,7 +90,7 @@ export async function withIdempotency(
     });
   }
   const bytes = await ctx.body();
-  const fingerprint = createHash('sha256').update(`POST ${path}\n`).update(bytes).digest('hex');
+  const fingerprint = fingerprintOf(path, ctx.request.headers.get('content-type') ?? '', bytes);
   const scope = `${ctx.key.id}:${createHash('sha256').update(idemKey).digest('hex')}`;
   const begun = await store.begin(scope, fingerprint, lockTtlMs).catch((err: unknown) => {
     throw new GatewayError('service_unavailable', 'The idempotency store is unreachable.', {
