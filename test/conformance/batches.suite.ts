@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { BatchRecord, FileRecord } from '../../src/stores/types.js';
+import { batchRecord } from '../helpers/batches.js';
 import { type MakeStores, uid, useHarness } from './harness.js';
 
 function file(accountId: string, overrides: Partial<FileRecord> = {}): FileRecord {
@@ -7,37 +8,14 @@ function file(accountId: string, overrides: Partial<FileRecord> = {}): FileRecor
 }
 
 function batch(accountId: string, overrides: Partial<BatchRecord> = {}): BatchRecord {
-  return {
+  return batchRecord(accountId, {
     id: uid('batch'),
-    accountId,
     keyId: uid('key'),
-    endpoint: '/v1/chat/completions',
     inputFileId: uid('file'),
-    completionWindow: '24h',
-    status: 'in_progress',
-    createdAt: 1_700_000_000,
-    inProgressAt: 1_700_000_000,
-    finalizingAt: null,
-    completedAt: null,
-    failedAt: null,
-    expiredAt: null,
-    cancellingAt: null,
-    cancelledAt: null,
-    expiresAt: 1_700_086_400,
-    outputFileId: null,
-    errorFileId: null,
-    errors: null,
-    requestCounts: { total: 2, completed: 0, failed: 0 },
     metadata: { team: 'evals' },
-    model: 'gpt-4o-mini',
     held: '123456789012345678901',
-    upstream: null,
-    upstreamBatchId: null,
-    owner: 'instance-a',
-    ownerUntil: 1_700_000_000_000,
-    rev: 0,
     ...overrides,
-  };
+  });
 }
 
 /** The batch store's semantics, the same on every driver. */

@@ -9,42 +9,12 @@ import { finishBatch } from '../../src/operations/batches/finish.js';
 import type { Services } from '../../src/services.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { BatchRecord } from '../../src/stores/types.js';
+import { batchRecord } from '../helpers/batches.js';
 
 const NOW_S = 1_700_000_500;
 
-function record(overrides: Partial<BatchRecord>): BatchRecord {
-  return {
-    id: 'batch_finish',
-    accountId: 'acct_finish',
-    keyId: 'key_finish',
-    endpoint: '/v1/chat/completions',
-    inputFileId: 'file_in',
-    completionWindow: '24h',
-    status: 'in_progress',
-    createdAt: 1_700_000_000,
-    inProgressAt: 1_700_000_000,
-    finalizingAt: null,
-    completedAt: null,
-    failedAt: null,
-    expiredAt: null,
-    cancellingAt: null,
-    cancelledAt: null,
-    expiresAt: 1_700_086_400,
-    outputFileId: null,
-    errorFileId: null,
-    errors: null,
-    requestCounts: { total: 2, completed: 0, failed: 0 },
-    metadata: null,
-    model: 'test/chat',
-    held: '0',
-    upstream: null,
-    upstreamBatchId: null,
-    owner: 'instance-a',
-    ownerUntil: NOW_S * 1000 + 60_000,
-    rev: 0,
-    ...overrides,
-  };
-}
+const record = (overrides: Partial<BatchRecord>) =>
+  batchRecord('acct_finish', { id: 'batch_finish', keyId: 'key_finish', inputFileId: 'file_in', model: 'test/chat', ownerUntil: NOW_S * 1000 + 60_000, ...overrides });
 
 async function setUp(overrides: Partial<BatchRecord>) {
   const stores = createMemoryStores();
