@@ -202,33 +202,42 @@ describe('a video job the upstream accepted whose record cannot be written', () 
   });
 });
 
+/**
+ * A gateway in this process on the memory stores, its media models on a fresh media upstream
+ * (`timeoutMs` for it, and any other options), and a JSON video submission to it.
+ */
+async function videoGateway(timeoutMs: number, options: { limits?: { holdTtlMs?: number; jobTtlMs?: number }; routing?: { retries: number; backoffMs: number; maxRetryAfterMs: number } } = {}) {
+  const up = await startMediaUpstream();
+  const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
+  setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs } };
+  const stores = createMemoryStores();
+  const { gateway } = await makeGateway({ ...setup.options, limits: { ...setup.options.limits, ...options.limits }, ...(options.routing ? { routing: options.routing } : {}), stores });
+  const post = (body: BodyInit, headers: Record<string, string> = { 'content-type': 'application/json' }) =>
+    gateway.fetch(new Request('http://gw.test/v1/videos', { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, ...headers }, body }), { clientAddress: '192.0.2.1' });
+  const submit = (prompt: string) => post(JSON.stringify({ model: VIDEO, prompt, seconds: 4, size: '1920x1080' }));
+  const close = async () => {
+    await gateway.dispose();
+    await up.close();
+  };
+  return { up, stores, post, submit, close };
+}
+
 describe('a video job’s hold', () => {
   it('lasts the hold TTL until the job is recorded (an instance that dies first leaves it to lapse), then the job’s life', async () => {
-    const up = await startMediaUpstream();
-    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
-    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
     const HOLD_TTL = 60_000;
     const JOB_TTL = 24 * 60 * 60 * 1000;
-    const stores = createMemoryStores();
-    const { gateway } = await makeGateway({ ...setup.options, limits: { ...setup.options.limits, holdTtlMs: HOLD_TTL, jobTtlMs: JOB_TTL }, stores });
+    const g = await videoGateway(10_000, { limits: { holdTtlMs: HOLD_TTL, jobTtlMs: JOB_TTL } });
     const holdLeft = async () => {
-      const { holds, at } = await stores.billing.listHolds(ACCOUNT, undefined, 10);
+      const { holds, at } = await g.stores.billing.listHolds(ACCOUNT, undefined, 10);
       expect(holds).toHaveLength(1);
       const expiresAt = holds[0]!.expiresAt;
       expect(expiresAt).not.toBeNull();
       return (expiresAt as number) - at;
     };
     try {
-      const answered = gateway.fetch(
-        new Request('http://gw.test/v1/videos', {
-          method: 'POST',
-          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ model: VIDEO, prompt: 'a render [slow-submit]', seconds: 4, size: '1920x1080' }),
-        }),
-        { clientAddress: '192.0.2.1' },
-      );
+      const answered = g.submit('a render [slow-submit]');
       // The upstream has the submission (its answer comes a second later); no record yet.
-      await eventually(() => up.videos().length === 1, 'the submission upstream');
+      await eventually(() => g.up.videos().length === 1, 'the submission upstream');
       const before = await holdLeft();
       expect(before).toBeGreaterThan(0);
       expect(before).toBeLessThanOrEqual(HOLD_TTL);
@@ -236,19 +245,14 @@ describe('a video job’s hold', () => {
       // Recorded: the hold lasts the job's life.
       expect(await holdLeft()).toBeGreaterThan(JOB_TTL - 60_000);
     } finally {
-      await gateway.dispose();
-      await up.close();
+      await g.close();
     }
   });
 });
 
 describe('Idempotency-Key on a multipart video submission', () => {
   it('the same parts under another boundary replay the first answer: one job, one upstream render; other parts are 422', async () => {
-    const up = await startMediaUpstream();
-    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
-    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 10_000 } };
-    const stores = createMemoryStores();
-    const { gateway } = await makeGateway({ ...setup.options, stores });
+    const g = await videoGateway(10_000);
     // fetch draws a new multipart boundary for every FormData it sends, as the SDKs do.
     const send = (prompt: string) => {
       const form = new FormData();
@@ -256,10 +260,7 @@ describe('Idempotency-Key on a multipart video submission', () => {
       form.append('prompt', prompt);
       form.append('seconds', '4');
       form.append('input_reference', new Blob([new Uint8Array([137, 80, 78, 71, 1, 2, 3])], { type: 'image/png' }), 'ref.png');
-      return gateway.fetch(
-        new Request('http://gw.test/v1/videos', { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'idempotency-key': 'vid-mp-1' }, body: form }),
-        { clientAddress: '192.0.2.1' },
-      );
+      return g.post(form, { 'idempotency-key': 'vid-mp-1' });
     };
     try {
       const first = await send('a lighthouse at dusk');
@@ -269,44 +270,30 @@ describe('Idempotency-Key on a multipart video submission', () => {
       expect(again.status).toBe(202);
       expect(again.headers.get('idempotent-replayed')).toBe('true');
       expect(((await again.json()) as { id: string }).id).toBe(job.id);
-      expect(up.videos()).toHaveLength(1);
+      expect(g.up.videos()).toHaveLength(1);
       const other = await send('a lighthouse at dawn');
       expect(other.status).toBe(422);
       expect(((await other.json()) as { error: { code: string } }).error.code).toBe('idempotency_mismatch');
-      expect(up.videos()).toHaveLength(1);
+      expect(g.up.videos()).toHaveLength(1);
     } finally {
-      await gateway.dispose();
-      await up.close();
+      await g.close();
     }
   });
 });
 
 describe('a video submission the upstream may have taken', () => {
   it('is not sent again after a timeout: one upstream job, nothing billed, the hold released', async () => {
-    const up = await startMediaUpstream();
-    const setup = testConfig({ walletUsd: 100, models: mediaModels('up') });
     // An answer later than the upstream timeout, on a gateway that retries twice.
-    setup.options.upstreams = { ...setup.options.upstreams, up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 300 } };
-    const stores = createMemoryStores();
-    const { gateway } = await makeGateway({ ...setup.options, routing: { retries: 2, backoffMs: 1, maxRetryAfterMs: 10 }, stores });
+    const g = await videoGateway(300, { routing: { retries: 2, backoffMs: 1, maxRetryAfterMs: 10 } });
     try {
-      const initial = await stores.billing.wallet(ACCOUNT);
-      const res = await gateway.fetch(
-        new Request('http://gw.test/v1/videos', {
-          method: 'POST',
-          headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
-          body: JSON.stringify({ model: VIDEO, prompt: 'a render [slow-submit]', seconds: 4, size: '1920x1080' }),
-        }),
-        { clientAddress: '192.0.2.1' },
-      );
-      expect(res.status).toBe(504);
+      const initial = await g.stores.billing.wallet(ACCOUNT);
+      expect((await g.submit('a render [slow-submit]')).status).toBe(504);
       // The upstream made one job of it (the one it answered late), not one per attempt.
-      expect(up.videos()).toHaveLength(1);
-      expect(await chargesOf(stores.billing.ledger(ACCOUNT))).toEqual([]);
-      expect(await stores.billing.wallet(ACCOUNT)).toEqual(initial);
+      expect(g.up.videos()).toHaveLength(1);
+      expect(await chargesOf(g.stores.billing.ledger(ACCOUNT))).toEqual([]);
+      expect(await g.stores.billing.wallet(ACCOUNT)).toEqual(initial);
     } finally {
-      await gateway.dispose();
-      await up.close();
+      await g.close();
     }
   });
 });
