@@ -118,7 +118,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     route,
     auth(core.auth, hooks),
     keyLimit(limiter),
-    idempotency(core.stores.idempotency, ctx, paths.v1, { lockTtlMs: cfg.limits.idempotencyLockTtlMs, ...cfg.idempotency }),
+    idempotency(core.stores.idempotency, ctx, paths.v1, { lockTtlMs: cfg.limits.idempotencyLockTtlMs, ...cfg.idempotency, log: (msg) => log.warn({ msg }) }),
     (x) => x.route!.run(ctx(x)),
   ]);
 

@@ -3,14 +3,15 @@
  * carries content-length, so the client holds it with its last byte, before the body's end:
  * the chaos soak (chaos.test.ts) found the save running only at that end, so a client retrying
  * at once, or a kill in between, left the key unkept while the client held the answer, and the
- * retry was run and charged again. Here the idempotency store's save is held back (or fails)
- * on purpose, deterministically.
+ * retry was run and charged again. An answer whose save fails still goes out (its charge has
+ * landed), its key kept in flight until a later try keeps it. Here the idempotency store's
+ * save is held back (or fails) on purpose, deterministically.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
 import { chargesOf } from '../helpers/billing.js';
-import { ACCOUNT, MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, eventually, MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 let upstream: TestUpstream;
@@ -69,15 +70,28 @@ describe('Idempotency-Key: kept before the client holds the answer', () => {
     expect(await charges()).toBe(before);
   });
 
-  it('an answer the store cannot keep never reaches the client whole; the retry with its key runs', async () => {
+  it('an answer the store cannot keep at first still goes out whole (it is paid for); a retry is 409 until it is kept, then replays it: one charge', async () => {
     saves = { kind: 'refused' };
     const key = `refused-${Math.random()}`;
-    // The connection closes before the answer is whole (with the one-chunk answer, before its head).
-    await expect(postChat(gw.baseURL, devKey, body, withKey(key)).then((res) => res.text())).rejects.toThrow();
+    const before = await charges();
+    const first = await postChat(gw.baseURL, devKey, body, withKey(key));
+    expect(first.status).toBe(200);
+    const text = await first.text();
+    expect(JSON.parse(text)).toMatchObject({ choices: [{ message: { content: 'kept answer' } }] });
+    // Cutting it would only have sent the retry to run and be charged again: the key stays in
+    // flight while the save is tried again, so a retry now is refused, not run.
+    const early = await postChat(gw.baseURL, devKey, body, withKey(key));
+    expect(early.status).toBe(409);
+    await early.text();
     saves = { kind: 'normal' };
-    const retry = await postChat(gw.baseURL, devKey, body, withKey(key));
-    expect(retry.status).toBe(200);
-    expect(retry.headers.get('idempotent-replayed')).toBeNull();
-    expect(JSON.parse(await retry.text())).toMatchObject({ choices: [{ message: { content: 'kept answer' } }] });
+    let again: Response | undefined;
+    await eventually(async () => {
+      again = await postChat(gw.baseURL, devKey, body, withKey(key));
+      if (again.status !== 200) await again.text();
+      return again.status === 200;
+    }, 'the answer kept on a later try, and replayed', 5_000);
+    expect(again!.headers.get('idempotent-replayed')).toBe('true');
+    expect(await again!.text()).toBe(text);
+    expect(await charges()).toBe(before + 1);
   });
 });

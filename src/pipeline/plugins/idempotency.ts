@@ -43,6 +43,8 @@ export interface IdempotencySettings {
   maxAnswerBytes: number;
   /** The stored answers of one account, in the store's bytes (see IdempotencyQuota). */
   maxBytesPerAccount: number;
+  /** Where a key whose answer could not be kept is reported (with the key's scope digest, never the key). */
+  log?: (msg: string) => void;
 }
 
 /** One call's view of the settings: where its answer goes and what it may take. */
@@ -52,6 +54,8 @@ interface Keeping {
   fingerprint: string;
   maxAnswerBytes: number;
   quota: IdempotencyQuota;
+  lockTtlMs: number;
+  log: (msg: string) => void;
 }
 
 /**
@@ -105,6 +109,8 @@ export async function withIdempotency(
     fingerprint,
     maxAnswerBytes: settings.maxAnswerBytes,
     quota: { account: ctx.key.accountId, maxBytes: settings.maxBytesPerAccount },
+    lockTtlMs,
+    log: settings.log ?? (() => {}),
   };
   const stopRenewing = keepInFlight(store, scope, fingerprint, lockTtlMs);
   let res: Response;
@@ -206,19 +212,22 @@ function teeBody(
       // Stored before the end reaches the client, so a retry sent right after it replays (or
       // is refused, for an answer too large to keep).
       if (kept) return null;
-      await save(keep, res, size <= keep.maxAnswerBytes ? parts : null);
+      const whole = size <= keep.maxAnswerBytes ? parts : null;
+      if (!(await save(keep, res, whole))) keepSaving(keep, res, whole);
       return null;
     }
     size += chunk.value.byteLength;
     if (size <= keep.maxAnswerBytes) parts.push(chunk.value);
     else parts.length = 0;
     if (size === length) {
-      // Stored before the last byte leaves. A store that cannot keep it fails the answer
-      // (the client never holds it whole, and its retry with the key runs): an answer
-      // delivered whole but not kept would be run and charged again by that retry.
+      // Stored before the last byte leaves, so a retry sent the moment it arrives replays.
       kept = true;
       stopRenewing();
-      if (!(await save(keep, res, size <= keep.maxAnswerBytes ? parts : null))) throw new Error('the idempotency store could not keep the answer');
+      const whole = size <= keep.maxAnswerBytes ? parts : null;
+      // A store that cannot keep it now does not cut the answer: its charge has landed (the
+      // answer is paid for), and cutting it would only send the client's retry to run and be
+      // charged again. The key stays in flight (a retry gets 409) while the save is tried again.
+      if (!(await save(keep, res, whole))) keepSaving(keep, res, whole);
     }
     return chunk.value;
   };
@@ -269,6 +278,32 @@ function teeBody(
     );
   }
   return body;
+}
+
+/** The first wait before a failed save is tried again, and the longest between two tries. */
+const SAVE_RETRY_MS = [500, 30_000] as const;
+
+/**
+ * Tries again, with backoff, to keep an answer the store could not keep when it went out,
+ * keeping the key in flight meanwhile: a retry with it gets 409, never a second call and
+ * charge. Given up after the in-flight TTL (the store was down that long): the marker then
+ * lapses as a crashed instance's would, and a retry after that runs again.
+ */
+function keepSaving(keep: Keeping, res: Response, parts: Uint8Array[] | null): void {
+  const stop = keepInFlight(keep.store, keep.scope, keep.fingerprint, keep.lockTtlMs);
+  const until = Date.now() + keep.lockTtlMs;
+  let wait: number = SAVE_RETRY_MS[0];
+  const attempt = async () => {
+    if (await save(keep, res, parts)) return stop();
+    if (Date.now() + wait > until) {
+      stop();
+      keep.log(`an answer under an Idempotency-Key could not be kept for ${keep.lockTtlMs} ms; a retry with its key after that runs again`);
+      return;
+    }
+    setTimeout(() => void attempt(), wait).unref();
+    wait = Math.min(wait * 2, SAVE_RETRY_MS[1]);
+  };
+  setTimeout(() => void attempt(), wait).unref();
 }
 
 /** Stores the answer for replays (`parts` null: it was too large, so only that is recorded); false when the store could not. */
