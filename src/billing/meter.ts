@@ -39,6 +39,7 @@ import { budgetChecks } from './budgets.js';
 import type { TokenTake } from '../limits/tokens.js';
 import { OpenCalls } from './open-calls.js';
 import { SettleWriter } from './settles.js';
+import { isStoreUnavailable } from '../stores/errors.js';
 
 export { monthOf, nextMonthStart } from './months.js';
 
@@ -297,6 +298,9 @@ interface MeterInternals {
   keepFor(call: CallImpl, ttlMs: number): Promise<void>;
 }
 
+/** When a hold the store failed to answer is released (ms after the failure, then after each release). */
+const RELEASE_AFTER_FAILED_HOLD_MS = [250, 2_000, 15_000, 60_000, 240_000];
+
 export function createMeter(deps: MeterDeps): Meter {
   const { billing, log } = deps;
   const settles = new SettleWriter(billing, deps.journal, log, deps.onBilled);
@@ -329,8 +333,35 @@ export function createMeter(deps: MeterDeps): Meter {
 
   // The key's window hit rides on the hold only when both live in one place (one driver).
   const folds = billing.hitAndPlaceHold !== undefined && billing.windowsId !== undefined && billing.windowsId === deps.windowsId;
-  /** Places the hold, counting the request's deferred key check first, in the same step when the stores can. */
+  /**
+   * Places the hold, counting the request's deferred key check first, in the same step when the
+   * stores can. A placement the store failed to answer (a timeout) may still land after the
+   * caller has answered 503 (Redis runs a script it was sent; PostgreSQL a statement): its hold
+   * would keep the wallet's money for the hold TTL with no call to release it. It is released a
+   * few times over the next minutes (a release that runs first only closes an id nothing uses).
+   */
   async function place(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
+    try {
+      return await placeOnce(hold, check);
+    } catch (err) {
+      if (isStoreUnavailable(err)) releaseLater(hold);
+      throw err;
+    }
+  }
+
+  function releaseLater(hold: HoldRequest): void {
+    let n = 0;
+    const next = () => {
+      const wait = RELEASE_AFTER_FAILED_HOLD_MS[n++];
+      if (wait === undefined) return;
+      setTimeout(() => {
+        billing.release(hold.accountId, hold.holdId).then(next, next);
+      }, wait).unref();
+    };
+    next();
+  }
+
+  async function placeOnce(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
     if (!check) return billing.placeHold(hold);
     // A hold with budgets is not folded: not every driver's combined step checks budgets.
     if (!folds || hold.budgets) {
