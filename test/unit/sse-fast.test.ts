@@ -47,6 +47,32 @@ describe('SseFastPath', () => {
     );
   });
 
+  it('steps over blank lines before, between and after events, however the reads cut them (property)', () => {
+    fc.assert(
+      fc.property(fc.array(fc.tuple(dataArb, fc.nat({ max: 3 })), { minLength: 1, maxLength: 8 }), fc.nat({ max: 3 }), fc.array(fc.nat(), { maxLength: 8 }), (events, lead, cuts) => {
+        // Each event followed by 0 to 3 extra blank lines, the stream opened by as many.
+        const input = Buffer.from('\n'.repeat(lead) + events.map(([d, extra]) => `data: ${d}\n\n${'\n'.repeat(extra)}`).join('') + 'data: [DONE]\n\n');
+        const fast = new SseFastPath(MARKS);
+        const seen: string[] = [];
+        let done = false;
+        for (const chunk of split(input, cuts)) {
+          const r = fast.push(chunk, (buf, start, end) => {
+            seen.push(buf.toString('utf8', start, end));
+            return 'verbatim';
+          });
+          expect(r.rest).toBeNull();
+          if (r.done) {
+            done = true;
+            break;
+          }
+        }
+        expect(seen).toEqual(events.map(([d]) => d));
+        expect(done).toBe(true);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
   it('ends the run of verbatim events before [DONE] with [DONE] itself: one part, the read as it came', () => {
     const input = Buffer.from('data: {"a":1}\n\ndata: {"b":2}\n\ndata: [DONE]\n\n');
     const r = new SseFastPath(MARKS).push(input, () => 'verbatim');

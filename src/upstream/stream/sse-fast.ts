@@ -123,6 +123,12 @@ export class SseFastPath {
     const firstCr = buf.indexOf(13);
     let pos = 0;
     while (pos < buf.length) {
+      // A blank line between events (legal SSE: an empty event, which dispatches nothing) is
+      // stepped over; a run of verbatim events around it keeps it, which clients ignore too.
+      if (buf[pos] === 10) {
+        pos++;
+        continue;
+      }
       // The event's end: its first newline when a second follows (one search, the usual case).
       const nl = buf.indexOf(10, pos);
       const end = nl !== -1 && buf[nl + 1] === 10 ? nl : nl === -1 ? -1 : buf.indexOf(EVENT_END, nl);
