@@ -260,11 +260,11 @@ const countOf = (tokenizer: Tokenizer, outs: Out[]) => {
  * reported; any other bills the larger of the last usage seen and the count of the output.
  */
 function readToEnd(s: Scenario, tokenizer: Tokenizer, estimate: number): { usage: Usage; measured: 'usage' | 'tokenizer' } {
-  // A client that hangs up at finish_reason sees it only with the answer's end: the gateway
-  // holds the last frames back until the stream ended and its charge is in, so the gateway has
-  // read everything by then. Usage past the grace matters only to a client gone for another
-  // reason after the finish (not one of these clients).
-  const inTime = s.delayMs < GRACE_MS || s.client.kind === 'end' || s.client.kind === 'hangup';
+  // A client that hangs up at finish_reason sees it as soon as it arrives (only the usage chunk
+  // and [DONE] wait for the charge): the gateway reads on for the usage for the grace, and usage
+  // later than that is not read (the charge is then the count's). A client that reads to the end
+  // holds the stream open until the upstream ends it.
+  const inTime = s.delayMs < GRACE_MS || s.client.kind === 'end';
   const final = inTime ? s.final : null;
   const done = inTime && s.done;
   // The last report the gateway read, and whether any output came after it.

@@ -84,6 +84,10 @@ class ChatEventReader implements EventReader {
   doneFramed = false;
   /** True once every choice asked for finished: the usage chunk may still follow. */
   answered = false;
+  /** Of the last push's frames, where those that wait for the settle start (the read the content ended in); null: all. */
+  heldFrom: number | null = null;
+  /** Where the frames the generic parser is writing are cut (the content's end), set by `onEvent`. */
+  private slowCut: 'before' | 'after' | null = null;
   /** The choices that finished so far, by index (a chunk that finishes one is always parsed). */
   private readonly finished = new Set<number>();
   readonly endFrame = DONE_EVENT;
@@ -235,8 +239,16 @@ class ChatEventReader implements EventReader {
       }
     }
     const chunk = parseChunk(data);
-    if (!this.answered) this.noteFinished(chunk.choices);
+    const wasAnswered = this.answered;
+    if (!wasAnswered) this.noteFinished(chunk.choices);
     const u = usageFrom(chunk.usage);
+    // The content ended here: what came before goes out now, and this chunk too unless it
+    // carries the usage; only the rest (the usage chunk, [DONE]) waits for the settle.
+    if (!wasAnswered && this.answered) {
+      const side = u ? 'before' : 'after';
+      if (this.slow) this.slowCut = side;
+      else this.fast.cut = side;
+    }
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     this.output.add(chunk);
     // After the chunk's own output: a report counts the chunk that carries it.
@@ -267,43 +279,58 @@ class ChatEventReader implements EventReader {
    * The frames of the generic parser's events, as one chunk: a read usually holds several
    * events, and one write per event would cost a syscall each.
    */
-  private framesOf(events: string[]): string {
+  private framesOf(events: string[], into: Uint8Array[]): void {
     let out = '';
     for (const raw of events) {
       if (this.done) break;
       // No bytes given: never a splice.
       const frame = this.onEvent(raw) as string | typeof AS_IS | null;
+      const cut = this.slowCut;
+      this.slowCut = null;
+      if (cut === 'before' && this.heldFrom === null) out = this.cutAt(out, into);
       if (frame) out += frame === AS_IS ? frameEvent(raw) : frame;
+      if (cut === 'after' && this.heldFrom === null) out = this.cutAt(out, into);
     }
-    return out;
+    if (out) into.push(encoder.encode(out));
+  }
+
+  /** Ends the frames written so far at the content's end: what follows waits for the settle. */
+  private cutAt(out: string, into: Uint8Array[]): string {
+    if (out) into.push(encoder.encode(out));
+    this.heldFrom = into.length;
+    return '';
   }
 
   /** Everything to send for one upstream read. */
   push(chunk: Uint8Array): Uint8Array[] {
+    this.heldFrom = null;
+    return this.pushed(chunk, []);
+  }
+
+  private pushed(chunk: Uint8Array, into: Uint8Array[]): Uint8Array[] {
     if (this.slow) {
-      const text = this.framesOf((this.parser ??= new SseParser()).push(chunk));
-      return text ? [encoder.encode(text)] : [];
+      this.framesOf((this.parser ??= new SseParser()).push(chunk), into);
+      return into;
     }
     const r = this.fast.push(chunk, this.onEventBytes);
+    if (r.cutAt !== undefined) this.heldFrom = into.length + r.cutAt;
+    into.push(...r.out);
     if (r.done) {
       this.done = true;
       this.doneFramed = r.doneFramed === true;
     }
     if (r.rest) {
       this.slow = true;
-      const text = this.framesOf((this.parser ??= new SseParser()).push(r.rest));
-      if (text) r.out.push(encoder.encode(text));
+      this.framesOf((this.parser ??= new SseParser()).push(r.rest), into);
     }
-    return r.out;
+    return into;
   }
 
   end(): Uint8Array[] {
+    this.heldFrom = null;
     const pending = this.fast.takePending();
-    const parts = pending ? this.push(pending) : [];
-    if (this.parser) {
-      const text = this.framesOf(this.parser.end().events);
-      if (text) parts.push(encoder.encode(text));
-    }
+    const parts = pending ? this.pushed(pending, []) : [];
+    if (this.parser) this.framesOf(this.parser.end().events, parts);
     return parts;
   }
 

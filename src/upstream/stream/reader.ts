@@ -29,6 +29,12 @@ export interface EventReader {
   /** True when the frames returned already end with `endFrame`: add none. */
   readonly doneFramed: boolean;
   /**
+   * In the read the answer's content ended in (`answered` turned true), the index of the first
+   * of its frames that waits for the settle: those before it (the content up to its end) go out
+   * at once. Null or absent: every frame of that read waits.
+   */
+  readonly heldFrom?: number | null;
+  /**
    * True when the usage comes in the answer's last event (Responses' `response.completed`):
    * nothing before it waits for the settle, only that event. Else the frames from `answered`
    * on wait (chat's usage chunk and Messages' `message_delta` follow the content's end).
@@ -65,14 +71,27 @@ export interface EventHandler {
  */
 export function eventReader(handler: EventHandler, apiKey: string): EventReader {
   const parser = new SseParser();
+  let heldFrom: number | null = null;
+  const answered = () => handler.answered?.() === true;
+  // The event that ends the content (a Messages `message_delta` with its stop reason and usage)
+  // waits for the settle with what follows; what came before it in the read goes out at once.
   const framesOf = (events: string[]): Uint8Array[] => {
+    heldFrom = null;
+    const parts: Uint8Array[] = [];
     let out = '';
     for (const raw of events) {
       if (handler.complete()) break;
+      const was = answered();
       const frame = handler.event(apiKey ? redactKey(raw, apiKey) : raw);
+      if (!was && answered() && heldFrom === null) {
+        if (out) parts.push(encoder.encode(out));
+        out = '';
+        heldFrom = parts.length;
+      }
       if (frame) out += frame;
     }
-    return out ? [encoder.encode(out)] : [];
+    if (out) parts.push(encoder.encode(out));
+    return parts;
   };
   const endFrame = handler.endFrame ? encoder.encode(handler.endFrame) : null;
   return {
@@ -82,7 +101,10 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
       return handler.complete();
     },
     get answered() {
-      return handler.answered?.() === true;
+      return answered();
+    },
+    get heldFrom() {
+      return heldFrom;
     },
     doneFramed: false,
     usageInLastEvent: handler.usageInLastEvent === true,
@@ -115,9 +137,19 @@ export function overReader(
   over: { frames?: (frames: Uint8Array[]) => Uint8Array[]; produced?: () => Produced; reframes?: boolean },
 ): EventReader {
   const frames = over.frames ?? ((f: Uint8Array[]) => f);
+  // The cut of a read's frames holds only while a wrapper hands them on as they came.
+  let same = true;
+  const through = (inner: Uint8Array[]) => {
+    const out = frames(inner);
+    same = out === inner;
+    return out;
+  };
   return {
-    push: (chunk) => frames(reader.push(chunk)),
-    end: () => frames(reader.end()),
+    push: (chunk) => through(reader.push(chunk)),
+    end: () => through(reader.end()),
+    get heldFrom() {
+      return same ? reader.heldFrom : null;
+    },
     get done() {
       return reader.done;
     },

@@ -43,6 +43,8 @@ export interface FastPathResult {
    * of verbatim events), so the caller must not add one. Saves a copy of the whole answer.
    */
   doneFramed?: boolean;
+  /** Where the handler asked for a cut (see `SseFastPath.cut`): the index in `out` where the parts after it start. */
+  cutAt?: number;
 }
 
 /**
@@ -86,6 +88,12 @@ function markSearchFor(marks: readonly Buffer[]): RegExp | null {
 export class SseFastPath {
   private pending: Buffer | null = null;
   /**
+   * Set by the handler while it looks at an event: the parts of `out` are cut there, before
+   * that event's bytes or after them, so the caller can send what came before and hold the
+   * rest (the first cut of a push counts).
+   */
+  cut: 'before' | 'after' | null = null;
+  /**
    * Every mark in one expression over the chunk's bytes read as latin1 (one character per
    * byte, so a match is a byte match): one pass finds them all, where a `Buffer.indexOf` per
    * mark walked the whole read once for each: one pass costs about what one mark's did.
@@ -121,6 +129,7 @@ export class SseFastPath {
     let nextMark = markAt(search, text, 0);
     // CR line ends are legal SSE but not canonical: the generic parser handles the whole rest.
     const firstCr = buf.indexOf(13);
+    let cutAt: number | undefined;
     let pos = 0;
     while (pos < buf.length) {
       // A blank line between events (legal SSE: an empty event, which dispatches nothing) is
@@ -138,12 +147,12 @@ export class SseFastPath {
           break;
         }
         flushRun(out, buf, runStart, runEnd);
-        return { out, rest: buf.subarray(pos), done: false };
+        return { out, rest: buf.subarray(pos), done: false, ...(cutAt === undefined ? {} : { cutAt }) };
       }
       // Canonical: "data: " then one line, and the line's end is the event's end.
       if (nl !== end || !this.looksCanonical(buf, pos, end)) {
         flushRun(out, buf, runStart, runEnd);
-        return { out, rest: buf.subarray(pos), done: false };
+        return { out, rest: buf.subarray(pos), done: false, ...(cutAt === undefined ? {} : { cutAt }) };
       }
       const dataStart = pos + DATA_PREFIX.length;
       if (end - dataStart === DONE.length && buf[dataStart] === 91 && buf.subarray(dataStart, end).equals(DONE)) {
@@ -151,10 +160,17 @@ export class SseFastPath {
         const framed = runStart !== -1 && runEnd === pos;
         if (framed) runEnd = end + 2;
         flushRun(out, buf, runStart, runEnd);
-        return { out, rest: null, done: true, doneFramed: framed };
+        return { out, rest: null, done: true, doneFramed: framed, ...(cutAt === undefined ? {} : { cutAt }) };
       }
       if (nextMark !== -1 && nextMark < pos) nextMark = markAt(search, text, pos);
       const verdict = onEvent(buf, dataStart, end, nextMark !== -1 && nextMark < end);
+      const cut = this.cut;
+      this.cut = null;
+      if (cut === 'before' && cutAt === undefined) {
+        flushRun(out, buf, runStart, runEnd);
+        runStart = -1;
+        cutAt = out.length;
+      }
       if (verdict === 'verbatim') {
         if (runStart === -1) runStart = pos;
         runEnd = end + 2;
@@ -169,10 +185,15 @@ export class SseFastPath {
         runStart = -1;
         if (verdict) out.push(verdict);
       }
+      if (cut === 'after' && cutAt === undefined) {
+        flushRun(out, buf, runStart, runEnd);
+        runStart = -1;
+        cutAt = out.length;
+      }
       pos = end + 2;
     }
     flushRun(out, buf, runStart, runEnd);
-    return { out, rest: null, done: false };
+    return { out, rest: null, done: false, ...(cutAt === undefined ? {} : { cutAt }) };
   }
 
   /** Bytes of an event still incomplete at the end of the stream. */

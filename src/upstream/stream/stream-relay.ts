@@ -31,6 +31,8 @@ export class StreamRelay {
   private iterator: AsyncIterator<Uint8Array> | null = null;
   private pending: Promise<IteratorResult<Uint8Array>> | null = null;
   private carried: Uint8Array[] | null = null;
+  /** Frames of the first read that go out before the carried ones (the content up to its end, when that read ended it). */
+  private ahead: Uint8Array[] | null = null;
   private carriedError: unknown = null;
   private sink: Sink | null = null;
   /** The read the stream waits on: a read-on after the client left takes its result over. */
@@ -142,7 +144,15 @@ export class StreamRelay {
       this.carriedError = err;
       return null;
     }
-    if (!this.reader.done) return null;
+    if (!this.reader.done) {
+      // The content ended in this first read: its frames up to that end need not wait.
+      const at = this.holding() ? (this.reader.heldFrom ?? 0) : 0;
+      if (at > 0) {
+        this.ahead = this.carried.slice(0, at);
+        this.carried = this.carried.slice(at);
+      }
+      return null;
+    }
     const parts = this.carried;
     this.carried = null;
     if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
@@ -204,6 +214,13 @@ export class StreamRelay {
         this.carriedError = null;
         throw err;
       }
+      if (this.ahead) {
+        const parts = this.ahead;
+        this.ahead = null;
+        this.send(sink, parts);
+        if (this.res.listen && !this.iterator) this.listen(sink);
+        return;
+      }
       if (this.carried && !this.holding()) {
         const parts = this.carried;
         this.carried = null;
@@ -238,22 +255,32 @@ export class StreamRelay {
   private step(sink: Sink, chunk: Uint8Array | null): Uint8Array[] | typeof FINISHING {
     this.keepAlive?.refresh();
     const reader = this.reader;
-    const frames = chunk === null ? reader.end() : reader.push(chunk);
+    const was = this.holding();
+    let frames = chunk === null ? reader.end() : reader.push(chunk);
     const holding = this.holding();
+    // The read the content ended in: its frames up to that end (the last words, the finish)
+    // go out now; only what follows (the usage, the end) waits for the settle.
+    let early: Uint8Array[] = [];
+    if (holding && !was) {
+      const at = reader.heldFrom ?? 0;
+      early = frames.slice(0, at);
+      frames = frames.slice(at);
+    }
     const parts = holding && this.carried ? [...this.carried, ...frames] : frames;
     if (holding) this.carried = null;
     if (chunk === null && !reader.done) {
-      this.send(sink, parts);
+      this.send(sink, [...early, ...parts]);
       throw new GatewayError('upstream_error', 'The upstream stream ended before it was complete.');
     }
     if (reader.done) {
+      if (early.length) this.send(sink, early);
       // Failed only after the relay ended (the charge is the journal's then): nothing to tell.
       this.finishing = this.finish(sink, parts, chunk === null).catch(() => undefined);
       return FINISHING;
     }
     if (holding) {
       this.carried = parts;
-      return [];
+      return early;
     }
     return parts;
   }
