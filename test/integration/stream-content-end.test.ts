@@ -85,3 +85,66 @@ describe('the chunk that ends the content', () => {
     expect(charges.at(-1)).toMatchObject({ measured: 'usage', units: { kind: 'tokens', prompt: 9, completion: 6 } });
   });
 });
+
+describe('a read that holds good events and then a bad one', () => {
+  it.each([
+    ['an error event', 'data: {"error":{"message":"the model broke","type":"server_error"}}\n\n'],
+    ['a malformed event', 'data: {not json\n\n'],
+  ])('chat: the events before %s reach the client before the error, and what they carried is what is billed', async (_what, bad) => {
+    const g = await startTestUpstream();
+    g.setBehavior((rec) => ({
+      kind: 'custom',
+      handle(_req, res) {
+        const model = String(rec.body?.model);
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        // One write: three deltas, then the bad event.
+        res.end(chunk({ role: 'assistant', content: 'alpha ' }, null, model) + chunk({ content: 'beta ' }, null, model) + chunk({ content: 'gamma' }, null, model) + bad);
+      },
+    }));
+    const setup = testConfig({ upstreamUrl: g.url });
+    const gw2 = await startGateway(setup.options);
+    try {
+      const res = await fetch(`${gw2.baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: 'hi' }] }),
+      });
+      const text = await res.text();
+      const alpha = text.indexOf('alpha ');
+      const gamma = text.indexOf('gamma');
+      const error = text.indexOf('"error"');
+      expect(alpha).toBeGreaterThan(-1);
+      expect(gamma).toBeGreaterThan(alpha);
+      expect(error).toBeGreaterThan(gamma);
+      expect(text.endsWith('data: [DONE]\n\n')).toBe(true);
+      const [charge] = await chargesOf(gw2.gateway.admin.ledger(ACCOUNT));
+      expect(charge).toMatchObject({ measured: 'tokenizer', units: { kind: 'tokens', completion: 3 } });
+    } finally {
+      await gw2.close();
+      await g.close();
+    }
+  });
+});
+
+it('Responses: the deltas before an error event in the same read reach the client before it', async () => {
+  const g = await startTestUpstream();
+  // Written back to back in one turn: the gateway reads them together.
+  g.setBehavior({ kind: 'response', chunks: ['alpha ', 'beta ', 'gamma'], errorAfter: 2 });
+  const setup = testConfig({ upstreamUrl: g.url });
+  const gw2 = await startGateway(setup.options);
+  try {
+    const res = await fetch(`${gw2.baseURL}/responses`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, stream: true, input: 'hi' }),
+    });
+    const text = await res.text();
+    const beta = text.indexOf('"delta":"beta "');
+    expect(text.indexOf('"delta":"alpha "')).toBeGreaterThan(-1);
+    expect(beta).toBeGreaterThan(text.indexOf('"delta":"alpha "'));
+    expect(text.indexOf('event: error')).toBeGreaterThan(beta);
+  } finally {
+    await gw2.close();
+    await g.close();
+  }
+});

@@ -284,7 +284,13 @@ class ChatEventReader implements EventReader {
     for (const raw of events) {
       if (this.done) break;
       // No bytes given: never a splice.
-      const frame = this.onEvent(raw) as string | typeof AS_IS | null;
+      let frame: string | typeof AS_IS | null;
+      try {
+        frame = this.onEvent(raw) as string | typeof AS_IS | null;
+      } catch (err) {
+        if (out) into.push(encoder.encode(out));
+        throw err;
+      }
       const cut = this.slowCut;
       this.slowCut = null;
       if (cut === 'before' && this.heldFrom === null) out = this.cutAt(out, into);
@@ -304,7 +310,22 @@ class ChatEventReader implements EventReader {
   /** Everything to send for one upstream read. */
   push(chunk: Uint8Array): Uint8Array[] {
     this.heldFrom = null;
-    return this.pushed(chunk, []);
+    const into: Uint8Array[] = [];
+    try {
+      return this.pushed(chunk, into);
+    } catch (err) {
+      this.unsent = into;
+      throw err;
+    }
+  }
+
+  /** What the events before a bad one in the read that threw came to (taken once). */
+  private unsent: Uint8Array[] | null = null;
+
+  takeUnsent(): Uint8Array[] {
+    const u = this.unsent ?? [];
+    this.unsent = null;
+    return u;
   }
 
   private pushed(chunk: Uint8Array, into: Uint8Array[]): Uint8Array[] {
@@ -312,7 +333,13 @@ class ChatEventReader implements EventReader {
       this.framesOf((this.parser ??= new SseParser()).push(chunk), into);
       return into;
     }
-    const r = this.fast.push(chunk, this.onEventBytes);
+    let r: ReturnType<SseFastPath['push']>;
+    try {
+      r = this.fast.push(chunk, this.onEventBytes);
+    } catch (err) {
+      into.push(...this.fast.takeUnsent());
+      throw err;
+    }
     if (r.cutAt !== undefined) this.heldFrom = into.length + r.cutAt;
     into.push(...r.out);
     if (r.done) {
@@ -328,9 +355,15 @@ class ChatEventReader implements EventReader {
 
   end(): Uint8Array[] {
     this.heldFrom = null;
-    const pending = this.fast.takePending();
-    const parts = pending ? this.pushed(pending, []) : [];
-    if (this.parser) this.framesOf(this.parser.end().events, parts);
+    const parts: Uint8Array[] = [];
+    try {
+      const pending = this.fast.takePending();
+      if (pending) this.pushed(pending, parts);
+      if (this.parser) this.framesOf(this.parser.end().events, parts);
+    } catch (err) {
+      this.unsent = parts;
+      throw err;
+    }
     return parts;
   }
 

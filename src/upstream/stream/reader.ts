@@ -44,6 +44,11 @@ export interface EventReader {
   readonly endFrame: Uint8Array | null;
   /** The frames a stream that failed after its 200 ends with. */
   errorFrames(err: GatewayError): Uint8Array[];
+  /**
+   * After a push or end that threw on a bad event: the frames of the events before it in that
+   * read, which the client gets before the error (they count toward the bill). Taken once.
+   */
+  takeUnsent?(): Uint8Array[];
   produced(): Produced;
 }
 
@@ -75,6 +80,7 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
   const answered = () => handler.answered?.() === true;
   // The event that ends the content (a Messages `message_delta` with its stop reason and usage)
   // waits for the settle with what follows; what came before it in the read goes out at once.
+  let unsent: Uint8Array[] | null = null;
   const framesOf = (events: string[]): Uint8Array[] => {
     heldFrom = null;
     const parts: Uint8Array[] = [];
@@ -82,7 +88,14 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
     for (const raw of events) {
       if (handler.complete()) break;
       const was = answered();
-      const frame = handler.event(apiKey ? redactKey(raw, apiKey) : raw);
+      let frame: string | null;
+      try {
+        frame = handler.event(apiKey ? redactKey(raw, apiKey) : raw);
+      } catch (err) {
+        if (out) parts.push(encoder.encode(out));
+        unsent = parts;
+        throw err;
+      }
       if (!was && answered() && heldFrom === null) {
         if (out) parts.push(encoder.encode(out));
         out = '';
@@ -110,6 +123,11 @@ export function eventReader(handler: EventHandler, apiKey: string): EventReader 
     usageInLastEvent: handler.usageInLastEvent === true,
     endFrame,
     errorFrames: (err) => [encoder.encode(handler.errorFrame(err))],
+    takeUnsent() {
+      const u = unsent ?? [];
+      unsent = null;
+      return u;
+    },
     produced: () => handler.account,
   };
 }
@@ -166,6 +184,12 @@ export function overReader(
       return reader.endFrame;
     },
     errorFrames: (err) => reader.errorFrames(err),
+    // What the reader left unsent goes out through the wrapper, as every frame does (a guard
+    // still redacts it).
+    takeUnsent: () => {
+      const unsent = reader.takeUnsent?.() ?? [];
+      return unsent.length ? frames(unsent) : unsent;
+    },
     produced: over.produced ?? (() => reader.produced()),
   };
 }

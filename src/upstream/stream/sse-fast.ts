@@ -163,7 +163,16 @@ export class SseFastPath {
         return { out, rest: null, done: true, doneFramed: framed, ...(cutAt === undefined ? {} : { cutAt }) };
       }
       if (nextMark !== -1 && nextMark < pos) nextMark = markAt(search, text, pos);
-      const verdict = onEvent(buf, dataStart, end, nextMark !== -1 && nextMark < end);
+      let verdict: EventVerdict;
+      try {
+        verdict = onEvent(buf, dataStart, end, nextMark !== -1 && nextMark < end);
+      } catch (err) {
+        // A bad event: what the events before it in this read came to is kept for the caller
+        // (they were read, and count toward the bill), then the failure goes on.
+        flushRun(out, buf, runStart, runEnd);
+        this.unsent = out;
+        throw err;
+      }
       const cut = this.cut;
       this.cut = null;
       if (cut === 'before' && cutAt === undefined) {
@@ -194,6 +203,15 @@ export class SseFastPath {
     }
     flushRun(out, buf, runStart, runEnd);
     return { out, rest: null, done: false, ...(cutAt === undefined ? {} : { cutAt }) };
+  }
+
+  /** What the events before a bad one came to, in the push that threw (taken once). */
+  private unsent: Uint8Array[] | null = null;
+
+  takeUnsent(): Uint8Array[] {
+    const u = this.unsent ?? [];
+    this.unsent = null;
+    return u;
   }
 
   /** Bytes of an event still incomplete at the end of the stream. */

@@ -339,8 +339,10 @@ export class StreamRelay {
     // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
     await this.end('upstream').catch(() => {});
     this.sink = sink;
-    // The answer's held-back last frames (its content went out before them) precede the error.
-    const held = this.carried ?? [];
+    // The answer's held-back last frames (its content went out before them) precede the error,
+    // and so do the events read before the bad one in the read that failed (they are billed).
+    const held = [...(this.ahead ?? []), ...(this.carried ?? []), ...(this.reader.takeUnsent?.() ?? [])];
+    this.ahead = null;
     this.carried = null;
     this.tell([...held, ...this.reader.errorFrames(gErr)]);
   }
