@@ -110,3 +110,29 @@ describe('SseFastPath', () => {
     expect(seen).toEqual(events.map((d, i) => [d, i === 0 || i === 4]));
   });
 });
+
+describe('SseFastPath on long events', () => {
+  it('hands over an event read in a thousand pieces whole, once', () => {
+    const data = `{"x":"${'é'.repeat(300_000)}"}`;
+    const bytes = Buffer.from(`data: ${data}\n\ndata: [DONE]\n\n`);
+    const fast = new SseFastPath(MARKS);
+    const seen: string[] = [];
+    const step = Math.ceil(bytes.length / 1000);
+    for (let i = 0; i < bytes.length; i += step) {
+      fast.push(bytes.subarray(i, i + step), (buf, start, end) => {
+        seen.push(buf.toString('utf8', start, end));
+        return 'verbatim';
+      });
+    }
+    expect(seen).toEqual([data]);
+  });
+
+  it('fails an event past the largest one read (an upstream that never ends it), whatever the pieces', () => {
+    const fast = new SseFastPath(MARKS);
+    const piece = Buffer.alloc(1024 * 1024, 97);
+    fast.push(Buffer.from('data: {"x":"'), () => 'verbatim');
+    expect(() => {
+      for (let i = 0; i < 40; i++) fast.push(piece, () => 'verbatim');
+    }).toThrow(/larger than 32 MiB/);
+  });
+});

@@ -76,3 +76,27 @@ describe('SseParser', () => {
     expect(dec.decode(KEEP_ALIVE)).toBe(': keep-alive\n\n');
   });
 });
+
+describe('SseParser on long events', () => {
+  it('parses an event read in a thousand pieces once, whole', () => {
+    const data = `{"x":"${'é'.repeat(300_000)}"}`;
+    const bytes = Buffer.from(`event: delta\r\ndata: ${data}\r\n\r\n`);
+    const parser = new SseParser();
+    const events: string[] = [];
+    const step = Math.ceil(bytes.length / 1000);
+    for (let i = 0; i < bytes.length; i += step) events.push(...parser.push(bytes.subarray(i, i + step)));
+    expect(events).toEqual([data]);
+  });
+
+  it('fails an event past the largest one read; events that end keep it from adding up', () => {
+    const parser = new SseParser();
+    const small = Buffer.from(`data: ${'a'.repeat(1024 * 1024)}\n\n`);
+    // Forty events of a mebibyte each: none is large.
+    for (let i = 0; i < 40; i++) expect(parser.push(small)).toHaveLength(1);
+    const piece = Buffer.alloc(1024 * 1024, 97);
+    parser.push(Buffer.from('data: '));
+    expect(() => {
+      for (let i = 0; i < 40; i++) parser.push(piece);
+    }).toThrow(/larger than 32 MiB/);
+  });
+});

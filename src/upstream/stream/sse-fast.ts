@@ -7,6 +7,8 @@
  * stream to the generic SseParser, whose output is the same canonical framing.
  */
 
+import { eventTooLarge, MAX_EVENT_BYTES } from './sse.js';
+
 const DATA_PREFIX = Buffer.from('data: ');
 const EVENT_END = Buffer.from('\n\n');
 const DONE = Buffer.from('[DONE]');
@@ -86,7 +88,10 @@ function markSearchFor(marks: readonly Buffer[]): RegExp | null {
 }
 
 export class SseFastPath {
+  /** The event still arriving: its first bytes, then the reads that added to it (joined once, at its end). */
   private pending: Buffer | null = null;
+  private more: Buffer[] = [];
+  private pendingBytes = 0;
   /**
    * Set by the handler while it looks at an event: the parts of `out` are cut there, before
    * that event's bytes or after them, so the caller can send what came before and hold the
@@ -117,8 +122,20 @@ export class SseFastPath {
   push(chunk: Uint8Array, onEvent: EventHandler): FastPathResult {
     // A transport's reads are Buffers already: no view is made of them.
     const incoming = Buffer.isBuffer(chunk) ? chunk : Buffer.from(chunk.buffer, chunk.byteOffset, chunk.byteLength);
-    const buf = this.pending ? Buffer.concat([this.pending, incoming]) : incoming;
+    if (this.pending) {
+      // A long event arrives in many reads: a read that cannot end it (no newline: the event's
+      // end is two; no CR) is only kept, so the event is copied and searched once, at its end.
+      if (incoming.indexOf(10) === -1 && incoming.indexOf(13) === -1) {
+        this.more.push(Buffer.from(incoming));
+        this.pendingBytes += incoming.length;
+        if (this.pendingBytes > MAX_EVENT_BYTES) throw eventTooLarge();
+        return { out: [], rest: null, done: false };
+      }
+    }
+    const buf = this.pending ? Buffer.concat([this.pending, ...this.more, incoming]) : incoming;
     this.pending = null;
+    this.more = [];
+    this.pendingBytes = 0;
     const out: Uint8Array[] = [];
     let runStart = -1;
     let runEnd = -1;
@@ -144,6 +161,8 @@ export class SseFastPath {
       if (end === -1 || (firstCr !== -1 && firstCr < end + 2)) {
         if (end === -1 && firstCr === -1 && this.looksCanonical(buf, pos, buf.length)) {
           this.pending = Buffer.from(buf.subarray(pos)); // an event still arriving
+          this.pendingBytes = this.pending.length;
+          if (this.pendingBytes > MAX_EVENT_BYTES) throw eventTooLarge();
           break;
         }
         flushRun(out, buf, runStart, runEnd);
@@ -216,8 +235,10 @@ export class SseFastPath {
 
   /** Bytes of an event still incomplete at the end of the stream. */
   takePending(): Uint8Array | null {
-    const p = this.pending;
+    const p = this.pending && this.more.length ? Buffer.concat([this.pending, ...this.more]) : this.pending;
     this.pending = null;
+    this.more = [];
+    this.pendingBytes = 0;
     return p;
   }
 

@@ -3,10 +3,23 @@
  * bytes in, complete `data` payloads out, whatever the slicing of the input. Comments and
  * other fields are dropped; the gateway re-frames every event as `data: ...\n\n`.
  */
+import { GatewayError } from '../../errors.js';
+
+/**
+ * The largest event read: an upstream that never ends one (no blank line) would otherwise grow
+ * the relay's memory without bound. Past it the stream fails as an upstream error.
+ */
+export const MAX_EVENT_BYTES = 32 * 1024 * 1024;
+
+export const eventTooLarge = () => new GatewayError('upstream_error', `The upstream sent an event larger than ${MAX_EVENT_BYTES / 1024 / 1024} MiB.`);
+
 export class SseParser {
   private readonly decoder = new TextDecoder();
+  /** The line still arriving (no line end in it yet). */
   private buffer = '';
   private data: string[] = [];
+  /** What the event still arriving holds so far, in characters. */
+  private size = 0;
   private sawCr = false;
 
   /** Feeds bytes; returns the data of every event they completed. */
@@ -28,22 +41,29 @@ export class SseParser {
     // must still swallow the LF that may follow.
     if (text.length === 0) return [];
     const out: string[] = [];
-    let buf = this.buffer + text;
+    // Only the new text is searched for line ends: the line still arriving holds none, so a
+    // long event read in many pieces costs its length once, not once per piece.
     let start = 0;
-    if (this.sawCr && buf.startsWith('\n')) start = 1;
+    if (this.sawCr && text.charCodeAt(0) === 10) start = 1;
     this.sawCr = false;
-    for (let i = start; i < buf.length; i++) {
-      const c = buf.charCodeAt(i);
+    this.size += text.length;
+    for (let i = start; i < text.length; i++) {
+      const c = text.charCodeAt(i);
       if (c !== 10 && c !== 13) continue;
-      this.line(buf.slice(start, i), out);
+      const piece = text.slice(start, i);
+      const whole = this.buffer ? this.buffer + piece : piece;
+      this.line(whole, out);
+      this.buffer = '';
+      // A blank line ends an event: what follows in this text is the next one's.
+      if (whole.length === 0) this.size = text.length - i - 1;
       if (c === 13) {
-        if (i + 1 === buf.length) this.sawCr = true;
-        else if (buf.charCodeAt(i + 1) === 10) i++;
+        if (i + 1 === text.length) this.sawCr = true;
+        else if (text.charCodeAt(i + 1) === 10) i++;
       }
       start = i + 1;
     }
-    buf = buf.slice(start);
-    this.buffer = buf;
+    this.buffer += text.slice(start);
+    if (this.size > MAX_EVENT_BYTES) throw eventTooLarge();
     return out;
   }
 
