@@ -310,17 +310,19 @@ class ChatEventReader implements EventReader {
   /** Everything to send for one upstream read. */
   push(chunk: Uint8Array): Uint8Array[] {
     this.heldFrom = null;
-    const into: Uint8Array[] = [];
     try {
-      return this.pushed(chunk, into);
+      return this.pushed(chunk, null);
     } catch (err) {
-      this.unsent = into;
+      this.unsent = this.building ?? [];
+      this.building = null;
       throw err;
     }
   }
 
   /** What the events before a bad one in the read that threw came to (taken once). */
   private unsent: Uint8Array[] | null = null;
+  /** The frames of the read under way: what a bad event leaves unsent. */
+  private building: Uint8Array[] | null = null;
 
   takeUnsent(): Uint8Array[] {
     const u = this.unsent ?? [];
@@ -328,29 +330,39 @@ class ChatEventReader implements EventReader {
     return u;
   }
 
-  private pushed(chunk: Uint8Array, into: Uint8Array[]): Uint8Array[] {
+  /** The frames of one read, added to `into` (null: the fast path's own list is the answer, no copy). */
+  private pushed(chunk: Uint8Array, into: Uint8Array[] | null): Uint8Array[] {
     if (this.slow) {
-      this.framesOf((this.parser ??= new SseParser()).push(chunk), into);
-      return into;
+      const target = (this.building = into ?? []);
+      this.framesOf((this.parser ??= new SseParser()).push(chunk), target);
+      this.building = null;
+      return target;
     }
     let r: ReturnType<SseFastPath['push']>;
     try {
       r = this.fast.push(chunk, this.onEventBytes);
     } catch (err) {
-      into.push(...this.fast.takeUnsent());
+      const target = (this.building = into ?? []);
+      for (const f of this.fast.takeUnsent()) target.push(f);
       throw err;
     }
-    if (r.cutAt !== undefined) this.heldFrom = into.length + r.cutAt;
-    into.push(...r.out);
+    let target = r.out;
+    if (into) {
+      if (r.cutAt !== undefined) this.heldFrom = into.length + r.cutAt;
+      for (const f of r.out) into.push(f);
+      target = into;
+    } else if (r.cutAt !== undefined) this.heldFrom = r.cutAt;
     if (r.done) {
       this.done = true;
       this.doneFramed = r.doneFramed === true;
     }
     if (r.rest) {
       this.slow = true;
-      this.framesOf((this.parser ??= new SseParser()).push(r.rest), into);
+      this.building = target;
+      this.framesOf((this.parser ??= new SseParser()).push(r.rest), target);
+      this.building = null;
     }
-    return into;
+    return target;
   }
 
   end(): Uint8Array[] {
@@ -362,6 +374,7 @@ class ChatEventReader implements EventReader {
       if (this.parser) this.framesOf(this.parser.end().events, parts);
     } catch (err) {
       this.unsent = parts;
+      this.building = null;
       throw err;
     }
     return parts;

@@ -90,7 +90,7 @@ function markSearchFor(marks: readonly Buffer[]): RegExp | null {
 export class SseFastPath {
   /** The event still arriving: its first bytes, then the reads that added to it (joined once, at its end). */
   private pending: Buffer | null = null;
-  private more: Buffer[] = [];
+  private readonly more: Buffer[] = [];
   private pendingBytes = 0;
   /**
    * Set by the handler while it looks at an event: the parts of `out` are cut there, before
@@ -132,10 +132,13 @@ export class SseFastPath {
         return { out: [], rest: null, done: false };
       }
     }
-    const buf = this.pending ? Buffer.concat([this.pending, ...this.more, incoming]) : incoming;
-    this.pending = null;
-    this.more = [];
-    this.pendingBytes = 0;
+    let buf = incoming;
+    if (this.pending) {
+      buf = Buffer.concat([this.pending, ...this.more, incoming]);
+      this.pending = null;
+      this.more.length = 0;
+      this.pendingBytes = 0;
+    }
     const out: Uint8Array[] = [];
     let runStart = -1;
     let runEnd = -1;
@@ -237,7 +240,7 @@ export class SseFastPath {
   takePending(): Uint8Array | null {
     const p = this.pending && this.more.length ? Buffer.concat([this.pending, ...this.more]) : this.pending;
     this.pending = null;
-    this.more = [];
+    this.more.length = 0;
     this.pendingBytes = 0;
     return p;
   }
