@@ -298,7 +298,7 @@ interface MeterInternals {
   keepFor(call: CallImpl, ttlMs: number): Promise<void>;
 }
 
-/** When a hold the store failed to answer is released (ms after the failure, then after each release). */
+/** When a hold whose placement or release the store failed is released again (ms after the failure, then after each try). */
 const RELEASE_AFTER_FAILED_HOLD_MS = [250, 2_000, 15_000, 60_000, 240_000];
 
 export function createMeter(deps: MeterDeps): Meter {
@@ -325,8 +325,10 @@ export function createMeter(deps: MeterDeps): Meter {
       try {
         await billing.release(call.accountId, call.id);
       } catch (err) {
-        // The hold expires on its own within its TTL; nothing was charged either way.
-        log.warn({ msg: 'release failed; the hold expires on its own', hold_id: call.id, err: errMessage(err) });
+        // Nothing was charged either way; the release is tried again a few times (the store is
+        // back, most often), and the hold expires on its own within its TTL if it never lands.
+        log.warn({ msg: 'release failed; tried again, else the hold expires on its own', hold_id: call.id, err: errMessage(err) });
+        releaseLater(call.accountId, call.id);
       }
     },
   };
@@ -344,18 +346,19 @@ export function createMeter(deps: MeterDeps): Meter {
     try {
       return await placeOnce(hold, check);
     } catch (err) {
-      if (isStoreUnavailable(err)) releaseLater(hold);
+      if (isStoreUnavailable(err)) releaseLater(hold.accountId, hold.holdId);
       throw err;
     }
   }
 
-  function releaseLater(hold: HoldRequest): void {
+  /** Releases a hold a few times over the next minutes (after a placement or a release the store failed). */
+  function releaseLater(accountId: string, holdId: string): void {
     let n = 0;
     const next = () => {
       const wait = RELEASE_AFTER_FAILED_HOLD_MS[n++];
       if (wait === undefined) return;
       setTimeout(() => {
-        billing.release(hold.accountId, hold.holdId).then(next, next);
+        billing.release(accountId, holdId).then(next, next);
       }, wait).unref();
     };
     next();
