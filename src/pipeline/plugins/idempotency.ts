@@ -43,7 +43,7 @@ export interface IdempotencySettings {
   maxAnswerBytes: number;
   /** The stored answers of one account, in the store's bytes (see IdempotencyQuota). */
   maxBytesPerAccount: number;
-  /** Where a key whose answer could not be kept is reported (with the key's scope digest, never the key). */
+  /** Where an answer that could not be kept for its key is reported (the key is never named). */
   log?: (msg: string) => void;
 }
 
