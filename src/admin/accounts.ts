@@ -12,6 +12,7 @@ import { BATCH_WINDOW_MS } from '../billing/batch.js';
 import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
 import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from '../stores/types.js';
 import { AdminError } from './admin-error.js';
+import { type TimeInput, toUnixMs } from './times.js';
 import { type BudgetInput, budgetsView, type KeyLimitsInput, keyLimitsPatch, parseBudgets } from './limits.js';
 
 export interface CreateKeyInput {
@@ -34,8 +35,7 @@ export interface CreatedKey {
   prefix: string;
 }
 
-/** A time in a ledger query: unix ms, a Date, or an ISO 8601 date or date-time string. */
-export type TimeInput = number | Date | string;
+export type { TimeInput } from './times.js';
 
 export interface LedgerQueryInput {
   account: string;
@@ -116,49 +116,7 @@ export interface Admin {
 }
 
 export { AdminError };
-
-/** An ISO 8601 date or date-time as unix ms; UTC unless it names an offset (NaN when not one). */
-function isoToMs(text: string): number {
-  const m = /^(\d{4}-\d{2}-\d{2})(?:[T ](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?)(Z|[+-]\d{2}:\d{2})?)?$/.exec(text);
-  if (!m) return Number.NaN;
-  return Date.parse(m[2] === undefined ? `${m[1]}T00:00:00Z` : `${m[1]}T${m[2]}${m[3] ?? 'Z'}`);
-}
-
-/** A query time as unix ms; an AdminError names the field when it is not a time. */
-export function toUnixMs(value: TimeInput, field: string): number {
-  const ms =
-    typeof value === 'number'
-      ? value
-      : value instanceof Date
-        ? value.getTime()
-        : typeof value === 'string'
-          ? isoToMs(value.trim())
-          : Number.NaN;
-  if (!Number.isSafeInteger(ms)) {
-    throw new AdminError(`${field}: not a time: ${JSON.stringify(value)} (use unix ms, a Date, or an ISO 8601 date such as "2026-11-01")`);
-  }
-  return ms;
-}
-
-/** An age before now in a time parameter: minutes, hours or days ("30m", "24h", "7d"). */
-const AGE = /^(\d{1,9})([mhd])$/;
-const AGE_MS = { m: 60_000, h: 3_600_000, d: 86_400_000 } as const;
-
-/**
- * A time as an operator types it (the CLI's WHEN, the admin API's from / to): an age before
- * `now` ("30m", "24h", "7d"), unix ms (all digits), or an ISO 8601 date or date-time. One
- * parser, so the CLI and the HTTP API accept the same words. An AdminError names the field.
- */
-export function whenToUnixMs(value: string, field: string, now: number): number {
-  const age = AGE.exec(value);
-  if (age) return now - Number(age[1]) * AGE_MS[age[2] as keyof typeof AGE_MS];
-  if (/^\d+$/.test(value)) return toUnixMs(Number(value), field);
-  try {
-    return toUnixMs(value, field);
-  } catch {
-    throw new AdminError(`${field}: not a time: ${value.slice(0, 60)} (an ISO 8601 date or date-time, unix ms, or an age such as 24h or 7d)`);
-  }
-}
+export { toUnixMs, whenToUnixMs } from './times.js';
 
 function keyView(k: ApiKeyRecord): KeyView {
   const { digest: _digest, monthlyCap, budgets, ...rest } = k;

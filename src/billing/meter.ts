@@ -28,8 +28,6 @@ import type {
   SettleRequest,
   UnitPrices,
   WalletView,
-  WindowHit,
-  WindowResult,
 } from '../stores/types.js';
 import type { Tracked } from '../observability/record.js';
 import type { SettleJournal } from './journal.js';
@@ -39,7 +37,9 @@ import { budgetChecks } from './budgets.js';
 import type { TokenTake } from '../limits/tokens.js';
 import { OpenCalls } from './open-calls.js';
 import { SettleWriter } from './settles.js';
-import { isStoreUnavailable } from '../stores/errors.js';
+import { type DeferredCheck, holdPlacer } from './holds-placing.js';
+
+export type { DeferredCheck } from './holds-placing.js';
 
 export { monthOf, nextMonthStart } from './months.js';
 
@@ -114,19 +114,6 @@ export interface BilledCall {
 }
 
 
-/**
- * A request's key-rate check, deferred to its hold (the hold's id is the request id): the
- * hold counts the hit in the same atomic store step when the stores can (one step fewer per
- * billed call), else the check runs on its own just before the hold. A window that refuses
- * means no hold and the 429 the check throws.
- */
-export interface DeferredCheck {
-  readonly hit: WindowHit;
-  /** Takes the window's answer: keeps the rate headers for the answer, or throws the 429. */
-  settle(r: WindowResult): void;
-  /** Counts the hit on its own now and settles it. */
-  run(): Promise<void>;
-}
 
 export interface MeterDeps {
   billing: BillingStore;
@@ -298,9 +285,6 @@ interface MeterInternals {
   keepFor(call: CallImpl, ttlMs: number): Promise<void>;
 }
 
-/** When a hold whose placement or release the store failed is released again (ms after the failure, then after each try). */
-const RELEASE_AFTER_FAILED_HOLD_MS = [250, 2_000, 15_000, 60_000, 240_000];
-
 export function createMeter(deps: MeterDeps): Meter {
   const { billing, log } = deps;
   const settles = new SettleWriter(billing, deps.journal, log, deps.onBilled);
@@ -333,49 +317,7 @@ export function createMeter(deps: MeterDeps): Meter {
     },
   };
 
-  // The key's window hit rides on the hold only when both live in one place (one driver).
-  const folds = billing.hitAndPlaceHold !== undefined && billing.windowsId !== undefined && billing.windowsId === deps.windowsId;
-  /**
-   * Places the hold, counting the request's deferred key check first, in the same step when the
-   * stores can. A placement the store failed to answer (a timeout) may still land after the
-   * caller has answered 503 (Redis runs a script it was sent; PostgreSQL a statement): its hold
-   * would keep the wallet's money for the hold TTL with no call to release it. It is released a
-   * few times over the next minutes (a release that runs first only closes an id nothing uses).
-   */
-  async function place(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
-    try {
-      return await placeOnce(hold, check);
-    } catch (err) {
-      if (isStoreUnavailable(err)) releaseLater(hold.accountId, hold.holdId);
-      throw err;
-    }
-  }
-
-  /** Releases a hold a few times over the next minutes (after a placement or a release the store failed). */
-  function releaseLater(accountId: string, holdId: string): void {
-    let n = 0;
-    const next = () => {
-      const wait = RELEASE_AFTER_FAILED_HOLD_MS[n++];
-      if (wait === undefined) return;
-      setTimeout(() => {
-        billing.release(accountId, holdId).then(next, next);
-      }, wait).unref();
-    };
-    next();
-  }
-
-  async function placeOnce(hold: HoldRequest, check: DeferredCheck | null | undefined): Promise<HoldResult> {
-    if (!check) return billing.placeHold(hold);
-    // A hold with budgets is not folded: not every driver's combined step checks budgets.
-    if (!folds || hold.budgets) {
-      await check.run();
-      return billing.placeHold(hold);
-    }
-    const r = await billing.hitAndPlaceHold!(check.hit, hold);
-    check.settle(r.window);
-    // A window that allowed the hit went on to the hold, so it has a result.
-    return r.hold!;
-  }
+  const { place, releaseLater } = holdPlacer(billing, deps.windowsId);
 
   function holdOf(req: OpenRequest): HoldRequest {
     const { id, key, amount } = req;
