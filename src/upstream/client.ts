@@ -3,7 +3,7 @@
  * undici Pool (keep-alive, pooled connections) and the simulator is an in-process handler
  * with the same shape.
  */
-import { type Dispatcher, Pool, errors as undiciErrors } from 'undici';
+import type { Dispatcher, Pool } from 'undici';
 import { GatewayError } from '../errors.js';
 import { nativeSignal } from '../http/node-lane.js';
 import { createFetchUpstream } from './fetch-upstream.js';
@@ -48,13 +48,26 @@ export function customUpstream(name: string, client: UpstreamClient): Upstream {
   };
 }
 
+/**
+ * undici, loaded by the first call to an HTTP upstream: it is the largest library the gateway
+ * holds (about a quarter of an idle process's heap), and a process that has not called out yet
+ * (starting, or a serverless route's cold start) has no use for it.
+ */
+let undici: typeof import('undici') | null = null;
+let loadingUndici: Promise<typeof import('undici')> | null = null;
+function loadUndici(): Promise<typeof import('undici')> {
+  loadingUndici ??= import('undici').then((m) => (undici = m));
+  return loadingUndici;
+}
+
 /** Maps a transport failure to what the client sees: a timeout is 504 upstream_timeout, anything else 502 upstream_error. */
 export function upstreamFailure(err: unknown, upstream: string): GatewayError {
   if (err instanceof GatewayError) return err;
+  // Only a loaded undici can have thrown its own timeouts.
+  const errors = undici?.errors;
   if (
-    err instanceof undiciErrors.HeadersTimeoutError ||
-    err instanceof undiciErrors.BodyTimeoutError ||
-    err instanceof undiciErrors.ConnectTimeoutError
+    errors &&
+    (err instanceof errors.HeadersTimeoutError || err instanceof errors.BodyTimeoutError || err instanceof errors.ConnectTimeoutError)
   ) {
     return new GatewayError('upstream_timeout', `The upstream "${upstream}" did not answer in time.`, { cause: err });
   }
@@ -100,13 +113,18 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
   if (process.versions.bun) return createFetchUpstream(name, opts, (text) => redactKey(text, opts.apiKey));
   const base = new URL(opts.baseUrl);
   const prefix = base.pathname.replace(/\/+$/, '');
-  const pool = new Pool(base.origin, {
-    connections: opts.maxConnections ?? opts.connections,
-    keepAliveTimeout: 30_000,
-    headersTimeout: opts.timeoutMs,
-    bodyTimeout: opts.timeoutMs,
-    connect: { timeout: Math.min(opts.timeoutMs, 10_000) },
-  });
+  let pool: Pool | null = null;
+  const openPool = async (): Promise<Pool> => {
+    const { Pool } = await loadUndici();
+    pool ??= new Pool(base.origin, {
+      connections: opts.maxConnections ?? opts.connections,
+      keepAliveTimeout: 30_000,
+      headersTimeout: opts.timeoutMs,
+      bodyTimeout: opts.timeoutMs,
+      connect: { timeout: Math.min(opts.timeoutMs, 10_000) },
+    });
+    return pool;
+  };
   const auth = opts.apiKey ? kindOf(opts.kind).auth(opts.apiKey) : null;
   // The kind's own headers first: an upstream's configured ones replace them.
   const extra = { ...kindOf(opts.kind).headers, ...opts.headers };
@@ -117,7 +135,7 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
       const headers = outgoingHeaders(c.headers, extra, auth);
       let res: Dispatcher.ResponseData;
       try {
-        res = await pool.request({
+        res = await (pool ?? (await openPool())).request({
           origin: base.origin,
           path: withQuery(prefix + c.path, opts.query),
           method: c.method,
@@ -169,7 +187,8 @@ export function createHttpUpstream(name: string, opts: HttpUpstreamOptions): Ups
       };
     },
     async close() {
-      await pool.close().catch(() => pool.destroy());
+      const p = pool;
+      if (p) await p.close().catch(() => p.destroy());
     },
   };
 }
