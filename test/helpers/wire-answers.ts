@@ -28,6 +28,10 @@ export interface ScriptedAnswer {
    * `.done` events, or only whole in the finished item and the terminal response.
    */
   textIn?: 'deltas' | 'done-only' | 'item-only';
+  /** OpenAI streams only: the body ends after the finish and the usage, with no `data: [DONE]` (some OpenAI-compatible servers do). */
+  noDone?: boolean;
+  /** OpenAI streams only: no chunk carries a finish_reason (with `noDone`, a stream that ends cleanly, unfinished). */
+  noFinish?: boolean;
 }
 
 const json = (v: unknown) => JSON.stringify(v);
@@ -128,9 +132,9 @@ export function wireAnswer(kind: WireFormat, a: ScriptedAnswer, stream: boolean,
     if (a.usage === 'early') out += chunk([], { usage: openaiUsage(a) });
     if (a.usage === 'early-then-final') out += chunk([], { usage: { prompt_tokens: a.prompt, completion_tokens: 0, total_tokens: a.prompt } });
     for (const p of a.pieces) out += chunk([{ index: 0, delta: { content: p }, logprobs: null, finish_reason: null }]);
-    out += chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
+    if (!a.noFinish) out += chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
     if (reports && a.usage !== 'early') out += chunk([], { usage: openaiUsage(a) });
-    out += 'data: [DONE]\n\n';
+    if (!a.noDone) out += 'data: [DONE]\n\n';
   } else if (kind === 'anthropic') {
     const event = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${json({ type, ...data })}\n\n`;
     const opening = a.usage === 'early' ? 5 : 1;

@@ -164,6 +164,26 @@ describe('the same answer bills the same through every API (the cases found on t
     }
   });
 
+  it('an OpenAI stream that ends cleanly after its finish and usage, with no [DONE], is whole through chat as through Messages: ended normally, its usage billed', async () => {
+    const pieces = ['The sea', ' is grey', ' today.'];
+    wire.script('openai', { pieces, usage: 'final', prompt: 12, completion: 40, noDone: true });
+    expect(count(pieces.join(''))).not.toBe(40);
+    const chat = await call('chat', 'openai', true);
+    const messages = await call('messages', 'openai', true);
+    expect(chat.status).toBe(200);
+    expect(chat.text).not.toContain('"error"');
+    expect(chat.text.trimEnd().endsWith('data: [DONE]')).toBe(true);
+    expect(chat.text).toContain('"finish_reason":"stop"');
+    expect(messages.text).toContain('message_stop');
+    expect(unitsOf(chat.charge)).toEqual({ prompt: 12, completion: 40 });
+    expect(unitsOf(messages.charge)).toEqual({ prompt: 12, completion: 40 });
+    // Without its finish, the same clean end is a cut answer: an error event, the text counted.
+    wire.script('openai', { pieces, usage: 'final', prompt: 12, completion: 40, noDone: true, noFinish: true });
+    const unfinished = await call('chat', 'openai', true);
+    expect(unfinished.text).toContain('"finish_reason":"error"');
+    expect(unitsOf(unfinished.charge)).toEqual({ prompt: 12, completion: 40 });
+  });
+
   it('the upstream is asked for at most the output held, on every kind, when the client sends no cap', async () => {
     const caps: Array<[string, unknown]> = [];
     for (const kind of ['openai', 'anthropic', 'gemini'] as const) {

@@ -255,8 +255,9 @@ const countOf = (tokenizer: Tokenizer, outs: Out[]) => {
 
 /**
  * The charge of a stream the gateway read as far as it was sent (the client read it all, or the
- * gateway read on after a hang-up), with the final usage and [DONE] only when they came within
- * the grace. Usage is final only at the end: a complete stream whose usage came last bills it as
+ * gateway read on after a hang-up), with the final usage and the end only when they came within
+ * the grace. Usage is final only at the end ([DONE], or a clean end of the body after the
+ * finish): a complete stream whose usage came last bills it as
  * reported; any other bills the larger of the last usage seen and the count of the output.
  */
 function readToEnd(s: Scenario, tokenizer: Tokenizer, estimate: number): { usage: Usage; measured: 'usage' | 'tokenizer' } {
@@ -266,7 +267,8 @@ function readToEnd(s: Scenario, tokenizer: Tokenizer, estimate: number): { usage
   // holds the stream open until the upstream ends it.
   const inTime = s.delayMs < GRACE_MS || s.client.kind === 'end';
   const final = inTime ? s.final : null;
-  const done = inTime && s.done;
+  // The end: [DONE], or the body's clean end after the finish (some servers send no [DONE]).
+  const done = inTime && (s.done || s.finish);
   // The last report the gateway read, and whether any output came after it.
   const seen = final ?? s.early;
   const last = final !== null || s.early?.at === s.outs.length;

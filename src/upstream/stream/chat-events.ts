@@ -377,6 +377,10 @@ class ChatEventReader implements EventReader {
       this.building = null;
       throw err;
     }
+    // A body that ended cleanly after every choice finished is a whole answer without its
+    // `[DONE]` (some OpenAI-compatible servers never send one): it ends as a whole one, with
+    // the usage that came final. The Messages and Gemini translations end it the same way.
+    if (!this.done && this.answered) this.done = true;
     return parts;
   }
 
