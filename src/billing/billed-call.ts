@@ -72,6 +72,9 @@ function cappedBy(r: HoldRefusal): string {
 /** Opens a call with `amount` held, or returns the refusal. */
 async function tryOpen(door: BillingDoor, ctx: RequestContext, hold: AmountHold, tokens?: TokenTake | null) {
   if (door.draining()) throw errors.shuttingDown();
+  // A call refused here (402, a cap) was for a known model: its access line and per-model
+  // counts name it, as an answered call's do.
+  if (!hold.unobserved && ctx.observed && ctx.observed.record.model === null) ctx.observed.record.model = hold.model.id;
   const accountBudgets = door.accountBudgets ? await door.accountBudgets(ctx.key.accountId) : [];
   return door.meter.tryOpen({
     id: hold.id ?? ctx.requestId,

@@ -298,13 +298,15 @@ export function createCatalog(cfg: GatewayConfig, deps: CatalogDeps): Catalog {
         if (id !== key.model) {
           throw new GatewayError('model_not_allowed', `This agent key may only call the model \`${key.model}\`.`, {
             param: 'model',
-            model: id.slice(0, 200),
+            model: model?.id,
           });
         }
       } else if (!allowsModel(key.models, id)) {
         throw new GatewayError('model_not_allowed', `This API key may not call the model \`${id.slice(0, 200)}\`.`, {
           param: 'model',
-          model: id.slice(0, 200),
+          // Only a listed model names the refusal in the access line and the per-model counts:
+          // a name the client made up would be a new metrics series per call.
+          model: model?.id,
         });
       }
       if (!model || model.type !== modality || isRetired(model)) throw notFound(id);

@@ -156,6 +156,37 @@ describe('observability', () => {
     expect(sample(await scrape(), 'model_gateway_refusals_total{limit="wallet"}')).toBe(1);
   });
 
+  it('a refusal names its model only when it is a listed one: made-up model names add no metrics series', async () => {
+    await gw.gateway.admin.createAccount({ id: 'acct_lists', walletUsd: '1' });
+    const { key: listed } = await gw.gateway.admin.createKey({ account: 'acct_lists', kind: 'developer', models: ['dead/chat'] });
+    const { key: agent } = await gw.gateway.admin.createKey({ account: 'acct_lists', kind: 'agent', model: 'dead/chat' });
+    const made = ['junk-a1b2c3', 'junk-d4e5f6', `junk-${'x'.repeat(3000)}`];
+    for (const key of [listed, agent]) {
+      for (const model of made) expect((await postChat(gw.baseURL, key, { model, messages: [{ role: 'user', content: 'x' }] })).status).toBe(403);
+    }
+    // A listed model the key may not call is still named.
+    const before = sample(await scrape(), `model_gateway_requests_total{route="/v1/chat/completions",status="403",model="${MODEL}"}`) ?? 0;
+    const refused = await postChat(gw.baseURL, listed, { model: MODEL, messages: [{ role: 'user', content: 'x' }] });
+    expect(refused.status).toBe(403);
+    const text = await scrape();
+    expect(text).not.toContain('junk-');
+    expect(sample(text, `model_gateway_requests_total{route="/v1/chat/completions",status="403",model="${MODEL}"}`)).toBe(before + 1);
+    const id = refused.headers.get('x-request-id');
+    await eventually(() => access().some((l) => l.request_id === id), 'the refusal access line');
+    expect(access().find((l) => l.request_id === id)).toMatchObject({ status: 403, model: MODEL });
+  });
+
+  it('a wallet refusal (402) names the model it was for, in the access line and the counts', async () => {
+    await gw.gateway.admin.createAccount({ id: 'acct_poor2', walletUsd: '0.001' });
+    const { key } = await gw.gateway.admin.createKey({ account: 'acct_poor2', kind: 'developer' });
+    const res = await postChat(gw.baseURL, key, { model: MODEL, messages: [{ role: 'user', content: 'a lot' }] });
+    expect(res.status).toBe(402);
+    const id = res.headers.get('x-request-id');
+    await eventually(() => access().some((l) => l.request_id === id), 'the refusal access line');
+    expect(access().find((l) => l.request_id === id)).toMatchObject({ status: 402, model: MODEL });
+    expect(sample(await scrape(), `model_gateway_requests_total{route="/v1/chat/completions",status="402",model="${MODEL}"}`)).toBeGreaterThanOrEqual(1);
+  });
+
   it('upstream failures: a warn line with the cause (connect refused; a status and its message), and a 502 access line', async () => {
     const refused = await postChat(gw.baseURL, devKey, { model: 'dead/chat', messages: [{ role: 'user', content: 'x' }] });
     expect(refused.status).toBe(502);
