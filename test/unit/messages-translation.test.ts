@@ -172,6 +172,26 @@ describe('chat stream as Messages events', () => {
   });
 });
 
+describe('a chat refusal as Messages', () => {
+  const said = "I'm sorry, I can't help with that.";
+  it('plain: the refusal is the answer text, stopped as `refusal`', () => {
+    const m = messageOf({ id: 'chatcmpl-r', model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: null, refusal: said }, finish_reason: 'stop' }] });
+    expect(m).toMatchObject({ content: [{ type: 'text', text: said }], stop_reason: 'refusal' });
+  });
+
+  it('streamed: the refusal deltas are a text block, and the message stops as `refusal`', () => {
+    const t = new ChatToMessagesEvents();
+    const chunk = (delta: Record<string, unknown>, finish: string | null = null) => ({ id: 'chatcmpl-r', model: 'm', choices: [{ index: 0, delta, finish_reason: finish }] });
+    const out = text([...t.push(sse([chunk({ role: 'assistant', content: null, refusal: '' }), chunk({ refusal: "I'm sorry, " }), chunk({ refusal: "I can't help with that." }), chunk({}, 'stop'), '[DONE]'])), ...t.end()]);
+    const events = streamEvents(out);
+    const deltas = events.filter((e) => e.type === 'content_block_delta').map((e) => (e.delta as { text: string }).text);
+    expect(deltas.join('')).toBe(said);
+    expect(events.find((e) => e.type === 'content_block_start')).toMatchObject({ content_block: { type: 'text' } });
+    expect(events.find((e) => e.type === 'message_delta')).toMatchObject({ delta: { stop_reason: 'refusal' } });
+    expect(events.at(-1)!.type).toBe('message_stop');
+  });
+});
+
 describe('Messages events as a chat stream', () => {
   const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
 

@@ -22,6 +22,8 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
   private readonly tools = new Map<number, number>();
   private finish: unknown = null;
   private usage: unknown = null;
+  /** The answer came as a refusal (chat's `refusal` field). */
+  private refused = false;
   /** The answer as the chat upstream says it: what the stream is billed by. */
   readonly account = new ChatAccount();
 
@@ -43,7 +45,7 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
     if (this.ended || this.finish === null) return '';
     this.ended = true;
     const usage = messagesUsageOf(this.usage);
-    return messagesEvent({ type: 'message_delta', delta: { stop_reason: stopReason(this.finish), stop_sequence: null }, usage }) + messagesEvent({ type: 'message_stop' });
+    return messagesEvent({ type: 'message_delta', delta: { stop_reason: this.refused ? 'refusal' : stopReason(this.finish), stop_sequence: null }, usage }) + messagesEvent({ type: 'message_stop' });
   }
 
   private chunk(c: Json): string {
@@ -64,6 +66,11 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
       const reasoning = delta.reasoning_content ?? delta.reasoning;
       if (typeof reasoning === 'string' && reasoning) out += this.delta('thinking', { type: 'thinking_delta', thinking: reasoning });
       if (typeof delta.content === 'string' && delta.content) out += this.delta('text', { type: 'text_delta', text: delta.content });
+      // A chat refusal streams in its own field; Messages says it as text, stopped as `refusal`.
+      if (typeof delta.refusal === 'string' && delta.refusal) {
+        this.refused = true;
+        out += this.delta('text', { type: 'text_delta', text: delta.refusal });
+      }
       if (Array.isArray(delta.tool_calls)) for (const call of delta.tool_calls) if (isObject(call)) out += this.toolCall(call);
       if (typeof choice.finish_reason === 'string') {
         out += this.stopBlock();

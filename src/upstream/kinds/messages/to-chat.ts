@@ -160,6 +160,9 @@ export function messageOf(chat: Json): Json {
   const reasoning = msg.reasoning_content ?? msg.reasoning;
   if (typeof reasoning === 'string' && reasoning) content.push({ type: 'thinking', thinking: reasoning, signature: '' });
   if (typeof msg.content === 'string' && msg.content) content.push({ type: 'text', text: msg.content });
+  // A chat refusal is its own field; Messages says it as text with the stop reason `refusal`.
+  const refused = typeof msg.refusal === 'string' && msg.refusal !== '';
+  if (refused) content.push({ type: 'text', text: msg.refusal });
   for (const call of Array.isArray(msg.tool_calls) ? msg.tool_calls : []) {
     if (!isObject(call) || !isObject(call.function)) continue;
     content.push({ type: 'tool_use', id: call.id, name: call.function.name, input: toolInput(call.function.arguments) });
@@ -170,7 +173,7 @@ export function messageOf(chat: Json): Json {
     role: 'assistant',
     model: chat.model,
     content,
-    stop_reason: stopReason(choice.finish_reason),
+    stop_reason: refused ? 'refusal' : stopReason(choice.finish_reason),
     stop_sequence: null,
     usage: messagesUsageOf(chat.usage),
   };
