@@ -76,6 +76,12 @@ describe('Messages request as chat', () => {
     expect(out.max_tokens).toBeUndefined();
   });
 
+  it('the cap goes as max_completion_tokens without thinking too (reasoning models refuse max_tokens)', () => {
+    const out = chatRequestOf({ ...base, messages: [{ role: 'user', content: 'hi' }] }, false);
+    expect(out.max_completion_tokens).toBe(10);
+    expect(out.max_tokens).toBeUndefined();
+  });
+
   it('what chat cannot carry is refused by name', () => {
     const hi = [{ role: 'user', content: 'hi' }];
     expect(refusal(() => chatRequestOf({ ...base, messages: hi, top_k: 5 }, false)).param).toBe('top_k');

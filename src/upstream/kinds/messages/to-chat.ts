@@ -130,9 +130,10 @@ export function chatRequestOf(fields: Json, stream: boolean): Json {
   if (Array.isArray(fields.stop_sequences) && fields.stop_sequences.length) out.stop = fields.stop_sequences;
   if (isObject(fields.metadata) && typeof fields.metadata.user_id === 'string') out.user = fields.metadata.user_id;
   const effort = isObject(fields.thinking) ? reasoningEffort(fields.thinking) : null;
-  if (effort) {
-    out.reasoning_effort = effort;
-    // Reasoning models take their cap as max_completion_tokens and refuse max_tokens.
+  if (effort) out.reasoning_effort = effort;
+  // The cap goes as max_completion_tokens, as the chat path sends it: OpenAI's reasoning models
+  // refuse max_tokens, which it documents as deprecated.
+  if (present(out.max_tokens)) {
     out.max_completion_tokens = out.max_tokens;
     delete out.max_tokens;
   }
