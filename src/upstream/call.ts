@@ -361,7 +361,9 @@ export function upstreamErrorOf(
   const code = typeof upstreamErr.code === 'string' ? redact(upstreamErr.code) : (CODE_BY_STATUS[status] ?? 'upstream_error');
   return new GatewayError(code, redact(message), {
     status,
-    type: typeof upstreamErr.type === 'string' ? redact(upstreamErr.type) : 'invalid_request_error',
+    // An upstream that names no type (Gemini's errors carry a status word instead) gets the
+    // type the gateway's own refusal of that status has: a 429 is a rate limit, not a bad request.
+    type: typeof upstreamErr.type === 'string' ? redact(upstreamErr.type) : status === 429 ? 'rate_limit_exceeded' : 'invalid_request_error',
     param: typeof upstreamErr.param === 'string' ? redact(upstreamErr.param) : null,
     headers,
   });

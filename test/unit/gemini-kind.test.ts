@@ -331,3 +331,18 @@ describe('Responses over chat', () => {
     expect(cut.map((e) => e.type)).not.toContain('response.completed');
   });
 });
+
+describe("a Gemini upstream's error for the client", () => {
+  it('a 429 with no error type (Gemini names a status word) is a rate limit, not a bad request; a named type is kept', async () => {
+    const { upstreamErrorOf } = await import('../../src/upstream/call.js');
+    const same = (t: string) => t;
+    const gemini = JSON.stringify({ error: { code: 429, message: 'Resource has been exhausted (e.g. check quota).', status: 'RESOURCE_EXHAUSTED' } });
+    const err = upstreamErrorOf(429, gemini, 'gem', same, '7');
+    expect(err.toJSON().error).toMatchObject({ type: 'rate_limit_exceeded', code: 'rate_limit_exceeded', message: 'Resource has been exhausted (e.g. check quota).' });
+    expect(err.status).toBe(429);
+    expect(err.headers['retry-after']).toBe('7');
+    const named = upstreamErrorOf(429, JSON.stringify({ error: { message: 'slow down', type: 'requests', code: 'rate_limit_exceeded' } }), 'oa', same);
+    expect(named.type).toBe('requests');
+    expect(upstreamErrorOf(400, gemini.replace('RESOURCE_EXHAUSTED', 'INVALID_ARGUMENT'), 'gem', same).type).toBe('invalid_request_error');
+  });
+});
