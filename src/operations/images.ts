@@ -76,7 +76,7 @@ async function generateImages(core: Services, ctx: RequestContext, m: MediaCall<
   const onClientGone = () => abort.abort(new Error('client disconnected'));
   ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
   // Shutdown's grace period is over: the generation is abandoned and nothing is charged.
-  call.onAbort(() => abort.abort(new Error('gateway shutting down')));
+  call.onAbort(() => abort.abort(errors.shuttingDown()));
 
   const work = generate(core, ctx, model, m.sub.fields, m.sub.body, abort.signal, (name) => void (servedBy = name));
 

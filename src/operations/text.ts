@@ -211,7 +211,7 @@ function upstreamSignal(ctx: RequestContext, call: BilledCall): { upstream: Clie
   const gone = () => upstream.abort(signal?.reason);
   if (signal?.aborted) gone();
   else signal?.addEventListener('abort', gone, { once: true });
-  call.onAbort(() => upstream.abort(new Error('gateway shutting down')));
+  call.onAbort(() => upstream.abort(errors.shuttingDown()));
   return { upstream, detach: () => signal?.removeEventListener('abort', gone) };
 }
 

@@ -134,6 +134,25 @@ describe.each(storages)('%s: dispose() while calls are in flight', (_name, enabl
       await gw.close().catch(() => undefined);
     }
   });
+
+  it.runIf(enabled)('past the grace period a plain call still waiting is 503 service_unavailable, not an internal error, and nothing is held', async () => {
+    const { options, devKey, account } = testConfig({ upstreamUrl: up.url, shutdownGraceMs: 300 });
+    const stores = makeStores();
+    const gw = await startGateway({ ...options, stores });
+    try {
+      up.setBehavior({ kind: 'hang' });
+      const before = up.requests.length;
+      const pending = postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'slow' }] });
+      await eventually(() => up.requests.length > before, 'the upstream call');
+      await gw.gateway.dispose();
+      const res = await pending;
+      expect(res.status).toBe(503);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('service_unavailable');
+      expect(await stores.billing.openHolds(account)).toBe(0);
+    } finally {
+      await gw.close().catch(() => undefined);
+    }
+  });
 });
 
 function cliConfig(storage: unknown, journalDir: string, key: string, extra: Record<string, unknown> = {}) {
