@@ -146,7 +146,7 @@ async function send(
         }
       }
       return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body, signal: upstream as unknown as AbortSignal };
-    });
+    }, { whole: !plan.stream });
     const translation = translationFor(core, answer.served, path);
     // A translated answer is billed by what the upstream said in its own format.
     let account: () => AnswerAccount | null = () => null;

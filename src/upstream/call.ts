@@ -197,13 +197,18 @@ function dropAnswer(core: CallDeps, ctx: ModelCallContext, answer: ModelAnswer):
  * `once`: a submission the upstream may have acted on is not sent again (a job it accepted
  * before a timeout, a 5xx or a reset would be created twice, the second run for nobody): only
  * a connection that failed before the request was sent, or a 429 (refused), is retried.
+ *
+ * `whole`: a plain answer is read to its end inside its attempt, so a body that fails after
+ * the 200 (a reset, a stall past the timeout) counts against its upstream's circuit and is
+ * retried like any failure: nothing of it has reached the client. The answer handed back then
+ * holds its text.
  */
 export async function callModel(
   core: CallDeps,
   ctx: ModelCallContext,
   model: Model,
   build: (served: Model) => UpstreamCall | Promise<UpstreamCall>,
-  options: { once?: boolean } = {},
+  options: { once?: boolean; whole?: boolean } = {},
 ): Promise<ModelAnswer> {
   const routing = core.cfg.routing;
   const started = core.now();
@@ -260,6 +265,30 @@ export async function callModel(
     if (lastAnswer) dropAnswer(core, ctx, lastAnswer);
     lastAnswer = null;
     lastError = null;
+    if (options.whole && res.status >= 200 && res.status < 300) {
+      try {
+        res = wholeAnswer(res, await res.text());
+      } catch (err) {
+        // The client left (or shutdown cut the call) after the 200: the answer goes back as
+        // it failed, for the route to bill the prompt the upstream read.
+        if (signal?.aborted) {
+          ctx.observed.record.upstream = target.upstream;
+          return { res: failedAnswer(res, err), served };
+        }
+        core.breaker.failure(target.upstream, ctx.key.accountId);
+        core.log.warn({
+          msg: 'upstream failure',
+          request_id: ctx.requestId,
+          upstream: target.upstream,
+          path: call.path,
+          cause: failureCause(err),
+          error: err instanceof Error ? err.message : String(err),
+        });
+        lastError = err;
+        if (options.once) throw err;
+        continue;
+      }
+    }
     if (!retryable(res.status) || (options.once && res.status !== 429)) {
       ctx.observed.record.upstream = target.upstream;
       return { res, served };
@@ -278,6 +307,34 @@ export async function callModel(
   }
   if (lastError) throw lastError;
   throw unavailable ?? new GatewayError('model_unavailable', 'The model is temporarily unavailable. Try again later.');
+}
+
+/** An answer whose body was read whole (`text`): it is read again from there. */
+function wholeAnswer(res: UpstreamResponse, text: string): UpstreamResponse {
+  return {
+    status: res.status,
+    header: (h) => res.header(h),
+    get body() {
+      return (async function* () {
+        yield Buffer.from(text);
+      })();
+    },
+    text: async () => text,
+    discard() {},
+  };
+}
+
+/** An answer whose body failed to be read (`err`): reading it fails the same way. */
+function failedAnswer(res: UpstreamResponse, err: unknown): UpstreamResponse {
+  return {
+    status: res.status,
+    header: (h) => res.header(h),
+    body: {
+      [Symbol.asyncIterator]: () => ({ next: () => Promise.reject(err) }),
+    },
+    text: () => Promise.reject(err),
+    discard() {},
+  };
 }
 
 /** The code of a relayed upstream 4xx that named none. */

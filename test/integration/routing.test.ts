@@ -136,6 +136,34 @@ describe('fallbacks and retries', () => {
     expect((await gw.stores.billing.wallet(account)).balance).toBe(balance - chatCost(11, 7));
   });
 
+  it('a plain answer that fails after its 200 (reset mid-body, then a body that stalls past the timeout) goes to the next target, billed once', async () => {
+    const before = await ledgerIds();
+    // a: headers and half a body, then the connection reset; b: headers, then nothing (a's
+    // timeout is short, b's is 2 s); c answers.
+    a.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"id":"chatcmpl-half","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"par', () => setTimeout(() => res.socket?.destroy(), 20));
+      },
+    });
+    b.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.write('{"id":"chatcmpl-stall"');
+      },
+    });
+    c.setBehavior({ kind: 'json', content: 'from c', usage: { prompt_tokens: 11, completion_tokens: 7 } });
+    const res = await postChat(gw.baseURL, devKey, { model: ROUTED, messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(200);
+    expect(((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content).toBe('from c');
+    expect([a.requests.length, b.requests.length, c.requests.length]).toEqual([1, 1, 1]);
+    const entry = await billedOnce(before);
+    expect(entry.upstream).toBe('c');
+    expect(entry.cost).toBe(chatCost(11, 7));
+  }, 15_000);
+
   it('a streamed call: the first hangs (timeout), the second answers 429 with Retry-After, served by the third and billed once', async () => {
     const before = await ledgerIds();
     a.setBehavior({ kind: 'hang' });
