@@ -121,7 +121,7 @@ async function send(
   call: BilledCall,
   path: string,
   bytes: Uint8Array,
-  /** The plugins' body for the model's own target, when they replaced it. */
+  /** The plugins' body for the model's own target, when they replaced it (they have seen it either way). */
   replaced: Record<string, unknown> | null,
 ) {
   const plugins = core.hooks.has('onUpstreamRequest');
@@ -136,7 +136,9 @@ async function send(
       if (!translation && !plugins && plan.unchanged) body = clientBytes(bytes, plan, served.upstreamModel === plan.model.id ? null : served.upstreamModel);
       if (body === null) {
         let fields = replaced && own(served) ? replaced : plan.fields(served);
-        if (plugins && !(replaced && own(served))) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
+        // The plugins saw the model's own target's body already (before the hold): only a
+        // fallback's body, for another upstream or model, is theirs to see again.
+        if (plugins && !own(served)) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
         fields = capped(fields, plan.cap);
         if (!translation) body = JSON.stringify(fields);
         else {

@@ -157,6 +157,25 @@ describe('hooks', () => {
     expect(seen.entry).toMatchObject({ accountId: account, model: MODEL, cost: chatCost(5, 6) });
   });
 
+  it('onUpstreamRequest runs once per upstream request when no plugin replaces the body', async () => {
+    const seen: string[] = [];
+    const { options, devKey } = testConfig({ upstreamUrl: up.url });
+    const gw = await startGateway({ ...options, plugins: [{ name: 'counter', onUpstreamRequest: ({ requestId }) => void seen.push(requestId) }] });
+    try {
+      up.setBehavior({ kind: 'json', usage: { prompt_tokens: 5, completion_tokens: 6 } });
+      const before = up.requests.length;
+      const plain = await postChat(gw.baseURL, devKey, { model: MODEL, messages });
+      expect(plain.status).toBe(200);
+      up.setBehavior({ kind: 'stream', chunks: ['a', 'b'] });
+      const streamed = await postChat(gw.baseURL, devKey, { model: MODEL, messages, stream: true });
+      await streamed.text();
+      expect(up.requests.length - before).toBe(2);
+      expect(seen).toEqual([plain.headers.get('x-request-id'), streamed.headers.get('x-request-id')]);
+    } finally {
+      await gw.close();
+    }
+  });
+
   it('a plugin whose every hook throws changes nothing for the client or the ledger', async () => {
     const boom = () => {
       throw new Error('plugin bug');
