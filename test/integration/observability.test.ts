@@ -144,6 +144,17 @@ describe('observability', () => {
     expect(sample(await scrape(), 'model_gateway_time_to_first_token_seconds_count{model="test/chat"}')).toBe(1);
   });
 
+  it('a stream that fails after its 200: the access line says so (status 200, its error code)', async () => {
+    up.setBehavior({ kind: 'stream', chunks: ['one ', 'two ', 'three'], delayMs: 5, resetAfter: 2 });
+    const res = await postChat(gw.baseURL, devKey, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'cut' }] });
+    expect(res.status).toBe(200);
+    expect(await res.text()).toContain('"finish_reason":"error"');
+    const id = res.headers.get('x-request-id');
+    await eventually(() => access().some((l) => l.request_id === id), 'the access line');
+    expect(access().find((l) => l.request_id === id)).toMatchObject({ status: 200, error: 'upstream_error' });
+    expect(lines.find((l) => l.msg === 'stream failed' && l.request_id === id)).toMatchObject({ upstream: 'test', code: 'upstream_error' });
+  });
+
   it('a refusal: the access line names the limit, and the refusals counter counts it', async () => {
     // A 0.001 USD wallet cannot hold a call of up to 4,096 output tokens (0.008 USD).
     await gw.gateway.admin.createAccount({ id: 'acct_poor', walletUsd: '0.001' });

@@ -334,7 +334,9 @@ export class StreamRelay {
     // An upstream's error event is relayed in the client's last frame: no upstream key material in it.
     const gErr = redactedError(err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream), upstreamKeysRedactor(core.cfg));
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
-    core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, code: gErr.code });
+    // The stream's 200 went out, but its access line says how it ended.
+    ctx.observed.record.errorCode = gErr.code;
+    core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, upstream: billing.model.upstream, code: gErr.code });
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId, key: pluginKey(ctx.key) });
     // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
     await this.end('upstream').catch(() => {});
