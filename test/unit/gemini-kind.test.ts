@@ -346,3 +346,28 @@ describe("a Gemini upstream's error for the client", () => {
     expect(upstreamErrorOf(400, gemini.replace('RESOURCE_EXHAUSTED', 'INVALID_ARGUMENT'), 'gem', same).type).toBe('invalid_request_error');
   });
 });
+
+describe('a refusal by the second of two translations names the field the client sent', () => {
+  it('Responses over Gemini and over Anthropic; Messages over Gemini', async () => {
+    const { chatOverMessages, messagesOverChat } = await import('../../src/upstream/kinds/messages/index.js');
+    const responsesOverGemini = compose(responsesOverChat, chatOverGemini);
+    const responsesOverAnthropic = compose(responsesOverChat, chatOverMessages);
+    const messagesOverGemini = compose(messagesOverChat, chatOverGemini);
+    const effort = refusal(() => responsesOverGemini.request({ model: 'g', input: 'hi', reasoning: { effort: 'minimal' } }, false));
+    expect(effort.param).toBe('reasoning.effort');
+    expect(effort.message).not.toContain("'reasoning_effort'");
+    expect(refusal(() => responsesOverAnthropic.request({ model: 'a', input: 'hi', text: { verbosity: 'low' } }, false)).param).toBe('text.verbosity');
+    const budget = refusal(() => responsesOverAnthropic.request({ model: 'a', input: 'hi', reasoning: { effort: 'high' }, max_output_tokens: 100 }, false));
+    expect(budget.param).toBe('reasoning.effort');
+    expect(budget.message).toContain('max_output_tokens');
+    expect(budget.message).not.toContain('max_completion_tokens');
+    const unknownCall = [{ type: 'function_call_output', call_id: 'nope', output: 'x' }];
+    expect(refusal(() => responsesOverGemini.request({ model: 'g', input: unknownCall }, false)).param).toBe('input');
+    const toolResult = [
+      { role: 'user', content: 'hi' },
+      { role: 'user', content: [{ type: 'tool_result', tool_use_id: 'nope', content: 'x' }] },
+    ];
+    const m = refusal(() => messagesOverGemini.request({ model: 'g', max_tokens: 10, system: 'be brief', messages: toolResult }, false));
+    expect(m.param).toBe('messages');
+  });
+});

@@ -4,12 +4,18 @@
  * (Responses over Gemini is Responses -> chat -> Gemini). The request goes through `first`
  * then `second`; the answer, plain or streamed, comes back through `second` then `first`.
  */
+import { GatewayError } from '../../errors.js';
 import type { StreamTranslator, Translation } from './types.js';
 
 export function compose(first: Translation, second: Translation): Translation {
   return {
     request(fields, stream) {
-      return second.request(first.request(fields, stream).body, stream);
+      const chat = first.request(fields, stream).body;
+      try {
+        return second.request(chat, stream);
+      } catch (err) {
+        throw inIngressTerms(err, first);
+      }
     },
     answer: (body) => first.answer(second.answer(body)),
     // The upstream speaks `second`'s kind: its answer is read (and billed) as that kind's.
@@ -25,4 +31,21 @@ export function compose(first: Translation, second: Translation): Translation {
       };
     },
   };
+}
+
+/**
+ * A refusal by the second translation, told in the client's terms: `second` names chat's
+ * fields (`reasoning_effort`), the client sent the ingress API's (`reasoning.effort`).
+ */
+function inIngressTerms(err: unknown, first: Translation): unknown {
+  if (!(err instanceof GatewayError) || err.param === null || !first.ingressParam) return err;
+  const param = first.ingressParam(err.param);
+  if (param === err.param) return err;
+  // Chat's field names in the message too: quoted ones, and bare snake_case ones (no ordinary
+  // word has an underscore).
+  const rename = first.ingressParam;
+  const message = err.message
+    .replace(/(['`])([A-Za-z0-9_.[\]]+)\1/g, (_, q: string, name: string) => `${q}${rename(name)}${q}`)
+    .replace(/\b[a-z]+(?:_[a-z]+)+\b/g, (name) => rename(name));
+  return new GatewayError(err.code, message, { status: err.status, type: err.type, param, metadata: err.metadata, headers: err.headers, cause: err });
 }

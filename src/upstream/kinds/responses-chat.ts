@@ -210,9 +210,26 @@ export function chatToResponse(chat: Record<string, unknown>): Record<string, un
   };
 }
 
+/** Chat fields that come from a Responses field of another name. */
+const RESPONSES_FIELD: Record<string, string> = {
+  verbosity: 'text.verbosity',
+  response_format: 'text.format',
+  reasoning_effort: 'reasoning.effort',
+  max_completion_tokens: 'max_output_tokens',
+  max_tokens: 'max_output_tokens',
+  messages: 'input',
+};
+
 export const responsesOverChat: Translation = {
   request: (fields, stream) => ({ path: '/chat/completions', body: responsesToChat(fields, stream) }),
   answer: chatToResponse,
   read: chatAnswer,
   stream: () => new ResponsesStream(),
+  ingressParam(param) {
+    // A chat message is built from one or more input items (or the instructions): its index
+    // says nothing of theirs, so `input` is named whole.
+    const head = param.match(/^[a-z_]+/)?.[0] ?? param;
+    if (head === 'messages') return 'input';
+    return RESPONSES_FIELD[head] ?? param;
+  },
 };

@@ -35,6 +35,12 @@ export interface Translation {
   read(body: Record<string, unknown>): AnswerAccount;
   /** A fresh converter for one streamed answer. */
   stream(): StreamTranslator;
+  /**
+   * A translation to chat completions: the ingress field a chat field came from, so that a
+   * refusal by the translation after it (chat -> the upstream's kind) names what the client
+   * sent. Absent: chat's names are the client's.
+   */
+  ingressParam?(chatParam: string): string;
 }
 
 /** One kind: how it authenticates, and which ingress APIs it can carry. */

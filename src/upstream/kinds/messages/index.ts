@@ -7,13 +7,29 @@ import { chatAnswerOf, messagesRequestOf } from './from-chat.js';
 import { MessagesToChatEvents } from './events-to-chat.js';
 import { chatRequestOf, messageOf } from './to-chat.js';
 
+/** Chat fields that come from a Messages field of another name. */
+const MESSAGES_FIELD: Record<string, string> = {
+  max_completion_tokens: 'max_tokens',
+  reasoning_effort: 'thinking',
+  stop: 'stop_sequences',
+  user: 'metadata.user_id',
+};
+
 /** Anthropic Messages in, an OpenAI chat completions upstream out. */
 export const messagesOverChat: Translation = {
   request: (fields, stream) => ({ path: '/chat/completions', body: chatRequestOf(fields, stream) }),
   answer: messageOf,
   read: chatAnswer,
   stream: () => new ChatToMessagesEvents(),
+  ingressParam(param) {
+    const head = param.match(/^[a-z_]+/)?.[0] ?? param;
+    // The system prompt and split tool results shift chat's message indexes from the
+    // client's: `messages` is named whole.
+    if (head === 'messages') return 'messages';
+    return MESSAGES_FIELD[head] ?? param;
+  },
 };
+
 
 /** OpenAI chat completions in, an Anthropic Messages upstream out. */
 export const chatOverMessages: Translation = {
