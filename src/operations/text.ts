@@ -152,7 +152,7 @@ async function send(
     const translation = translationFor(core, answer.served, path);
     // A translated answer is billed by what the upstream said in its own format.
     let account: () => AnswerAccount | null = () => null;
-    if (translation) ({ res: answer.res, account } = translatedResponse(answer.res, translation, plan.stream));
+    if (translation) ({ res: answer.res, account } = translatedResponse(answer.res, translation, plan.stream, plan.fields(answer.served)));
     if (answer.res.status < 200 || answer.res.status >= 300) {
       throw await upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });
     }

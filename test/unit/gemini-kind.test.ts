@@ -371,3 +371,44 @@ describe('a refusal by the second of two translations names the field the client
     expect(m.param).toBe('messages');
   });
 });
+
+describe('a translated Response echoes the request, as OpenAI’s does', () => {
+  const request = {
+    model: 'g',
+    input: 'hi',
+    instructions: 'Be brief.',
+    max_output_tokens: 50,
+    temperature: 0.2,
+    top_p: 0.9,
+    tools: [{ type: 'function', name: 'f', parameters: { type: 'object', properties: {} } }],
+    tool_choice: 'required',
+    parallel_tool_calls: false,
+    metadata: { team: 'a' },
+  };
+  const echoed = {
+    instructions: 'Be brief.',
+    max_output_tokens: 50,
+    temperature: 0.2,
+    top_p: 0.9,
+    tools: [{ type: 'function', name: 'f', description: null, parameters: { type: 'object', properties: {} }, strict: null }],
+    tool_choice: 'required',
+    parallel_tool_calls: false,
+    metadata: { team: 'a' },
+  };
+  const responses = compose(responsesOverChat, chatOverGemini);
+
+  it('plain and streamed, in OpenAI’s schema', () => {
+    const plain = responses.answer({ candidates: [{ content: { role: 'model', parts: [{ text: 'Hi' }] }, finishReason: 'STOP', index: 0 }], responseId: 'r1' }, request);
+    conforms('Response', plain);
+    expect(plain).toMatchObject(echoed);
+    const t = responses.stream(request);
+    let out = '';
+    for (const f of t.push(encoder.encode(sse([{ candidates: [{ content: { parts: [{ text: 'Hi' }] }, finishReason: 'STOP', index: 0 }], usageMetadata: { promptTokenCount: 4, candidatesTokenCount: 1 }, responseId: 'r2' }])))) out += decoder.decode(f);
+    for (const f of t.end()) out += decoder.decode(f);
+    const events = out.split('\n').filter((l) => l.startsWith('data: ')).map((l) => JSON.parse(l.slice(6)));
+    const completed = events.find((e) => e.type === 'response.completed');
+    conforms('ResponseStreamEvent', completed);
+    expect(events[0].response).toMatchObject(echoed);
+    expect(completed.response).toMatchObject(echoed);
+  });
+});

@@ -17,12 +17,12 @@ export function compose(first: Translation, second: Translation): Translation {
         throw inIngressTerms(err, first);
       }
     },
-    answer: (body) => first.answer(second.answer(body)),
+    answer: (body, request) => first.answer(second.answer(body), request),
     // The upstream speaks `second`'s kind: its answer is read (and billed) as that kind's.
     read: (body) => second.read(body),
-    stream(): StreamTranslator {
+    stream(request): StreamTranslator {
       const inner = second.stream();
-      const outer = first.stream();
+      const outer = first.stream(request);
       const through = (frames: Uint8Array[]) => frames.flatMap((f) => outer.push(f));
       return {
         push: (chunk) => through(inner.push(chunk)),

@@ -39,10 +39,10 @@ export interface TranslatedAnswer {
  * upstream's, whatever its shape). Either way the upstream's answer is read into the answer
  * model by its own format's reader, so the translation never decides what is billed.
  */
-export function translatedResponse(res: UpstreamResponse, translation: Translation, stream: boolean): TranslatedAnswer {
+export function translatedResponse(res: UpstreamResponse, translation: Translation, stream: boolean, request?: Record<string, unknown>): TranslatedAnswer {
   if (res.status < 200 || res.status >= 300) return { res, account: () => null };
   let account: AnswerAccount | null = null;
-  const converter = stream ? translation.stream() : null;
+  const converter = stream ? translation.stream(request) : null;
   if (converter?.account) account = converter.account;
   const translated: UpstreamResponse = {
     status: res.status,
@@ -52,7 +52,7 @@ export function translatedResponse(res: UpstreamResponse, translation: Translati
       const parsed = JSON.parse(await res.text()) as unknown;
       if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw new Error('not an object');
       const body = parsed as Record<string, unknown>;
-      const answer = translation.answer(body);
+      const answer = translation.answer(body, request);
       account = translation.read(body);
       return JSON.stringify(answer);
     },

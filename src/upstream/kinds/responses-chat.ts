@@ -180,7 +180,7 @@ function reasoning(value: unknown): Record<string, unknown> {
 }
 
 /** The Response object for a chat completion (its first choice). */
-export function chatToResponse(chat: Record<string, unknown>): Record<string, unknown> {
+export function chatToResponse(chat: Record<string, unknown>, request?: Record<string, unknown>): Record<string, unknown> {
   const choice = Array.isArray(chat.choices) && isObject(chat.choices[0]) ? chat.choices[0] : null;
   if (!choice || !isObject(choice.message)) throw new Error('not a chat completion');
   const message = choice.message;
@@ -202,7 +202,7 @@ export function chatToResponse(chat: Record<string, unknown>): Record<string, un
   const usage = responsesUsage(chat.usage);
   const created = typeof chat.created === 'number' ? chat.created : Math.floor(Date.now() / 1000);
   return {
-    ...responseShell(newId('resp'), typeof chat.model === 'string' ? chat.model : 'unknown', created),
+    ...responseShell(newId('resp'), typeof chat.model === 'string' ? chat.model : 'unknown', created, request),
     status: reason ? 'incomplete' : 'completed',
     incomplete_details: reason ? { reason } : null,
     output,
@@ -224,7 +224,7 @@ export const responsesOverChat: Translation = {
   request: (fields, stream) => ({ path: '/chat/completions', body: responsesToChat(fields, stream) }),
   answer: chatToResponse,
   read: chatAnswer,
-  stream: () => new ResponsesStream(),
+  stream: (request) => new ResponsesStream(request),
   ingressParam(param) {
     // A chat message is built from one or more input items (or the instructions): its index
     // says nothing of theirs, so `input` is named whole.

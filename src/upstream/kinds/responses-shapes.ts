@@ -28,8 +28,8 @@ export function responsesUsage(usage: unknown): Record<string, unknown> | null {
  * The fields every Response object carries; the translation knows only what the answer says.
  * `usage` is left out until there is one (OpenAI's schema has no null usage).
  */
-export function responseShell(id: string, model: string, createdAt: number): Record<string, unknown> {
-  return {
+export function responseShell(id: string, model: string, createdAt: number, request?: Record<string, unknown>): Record<string, unknown> {
+  const shell: Record<string, unknown> = {
     id,
     object: 'response',
     created_at: createdAt,
@@ -51,6 +51,23 @@ export function responseShell(id: string, model: string, createdAt: number): Rec
     truncation: 'disabled',
     metadata: {},
   };
+  // A Response echoes the request's settings, as OpenAI's does: what the client sent, else
+  // the defaults above.
+  if (request) {
+    for (const k of ECHOED) if (request[k] !== undefined && request[k] !== null) shell[k] = request[k];
+    if (Array.isArray(request.tools)) shell.tools = request.tools.map(echoedTool);
+  }
+  return shell;
 }
+
+/** A function tool as a Response lists it: every field present (null when not sent). */
+function echoedTool(tool: unknown): unknown {
+  if (!tool || typeof tool !== 'object' || (tool as { type?: unknown }).type !== 'function') return tool;
+  const t = tool as Record<string, unknown>;
+  return { ...t, description: t.description ?? null, parameters: t.parameters ?? null, strict: t.strict ?? null };
+}
+
+/** The request fields a Response echoes. */
+const ECHOED = ['instructions', 'max_output_tokens', 'parallel_tool_calls', 'temperature', 'text', 'tool_choice', 'tools', 'top_p', 'metadata'] as const;
 
 export const newId = (prefix: string) => `${prefix}_${randomUUID().replaceAll('-', '')}`;

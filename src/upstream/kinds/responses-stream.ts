@@ -35,6 +35,11 @@ export class ResponsesStream extends EventTranslator {
   private usage: Record<string, unknown> | null = null;
   private done = false;
 
+  /** `request`: the client's fields, which the Response echoes. */
+  constructor(private readonly request?: Record<string, unknown>) {
+    super();
+  }
+
   protected override stopped(): boolean {
     return this.done;
   }
@@ -62,7 +67,7 @@ export class ResponsesStream extends EventTranslator {
   private start(chunk: Record<string, unknown>): string {
     if (this.response) return '';
     const created = typeof chunk.created === 'number' ? chunk.created : Math.floor(Date.now() / 1000);
-    this.response = responseShell(newId('resp'), typeof chunk.model === 'string' ? chunk.model : 'unknown', created);
+    this.response = responseShell(newId('resp'), typeof chunk.model === 'string' ? chunk.model : 'unknown', created, this.request);
     return this.emit('response.created', { response: this.response }) + this.emit('response.in_progress', { response: this.response });
   }
 

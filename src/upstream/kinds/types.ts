@@ -29,12 +29,15 @@ export interface Translation {
    * (400, `param` naming the field) for what the kind cannot carry: never dropped silently.
    */
   request(fields: Record<string, unknown>, stream: boolean): { path: string; body: Record<string, unknown> };
-  /** The ingress API's plain answer for the kind's plain answer. Throws when it is not one. */
-  answer(body: Record<string, unknown>): Record<string, unknown>;
+  /**
+   * The ingress API's plain answer for the kind's plain answer. Throws when it is not one.
+   * `request`: the client's fields, for an answer that echoes them (a Response's `tools`).
+   */
+  answer(body: Record<string, unknown>, request?: Record<string, unknown>): Record<string, unknown>;
   /** The kind's plain answer read into the answer model, by the reader of the kind's own format. */
   read(body: Record<string, unknown>): AnswerAccount;
-  /** A fresh converter for one streamed answer. */
-  stream(): StreamTranslator;
+  /** A fresh converter for one streamed answer (`request` as for `answer`). */
+  stream(request?: Record<string, unknown>): StreamTranslator;
   /**
    * A translation to chat completions: the ingress field a chat field came from, so that a
    * refusal by the translation after it (chat -> the upstream's kind) names what the client
