@@ -13,7 +13,7 @@ import { errors, GatewayError } from '../errors.js';
 import { json, jsonText } from '../http/json.js';
 import { jobView, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
-import { upstreamError } from '../upstream/call.js';
+import { upstreamError } from '../upstream/answer-errors.js';
 import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { refuseIfClosed } from '../billing/billed-call.js';

@@ -10,7 +10,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import type { UpstreamResponse } from '../upstream/client.js';
-import { upstreamError } from '../upstream/call.js';
+import { upstreamError } from '../upstream/answer-errors.js';
 import { relayBytes } from '../upstream/stream/bytes.js';
 import { settleSpeech } from '../billing/settle.js';
 import { callModelWithBody } from './media.js';

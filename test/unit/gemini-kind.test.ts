@@ -334,7 +334,7 @@ describe('Responses over chat', () => {
 
 describe("a Gemini upstream's error for the client", () => {
   it('a 429 with no error type (Gemini names a status word) is a rate limit, not a bad request; a named type is kept', async () => {
-    const { upstreamErrorOf } = await import('../../src/upstream/call.js');
+    const { upstreamErrorOf } = await import('../../src/upstream/answer-errors.js');
     const same = (t: string) => t;
     const gemini = JSON.stringify({ error: { code: 429, message: 'Resource has been exhausted (e.g. check quota).', status: 'RESOURCE_EXHAUSTED' } });
     const err = upstreamErrorOf(429, gemini, 'gem', same, '7');
