@@ -247,3 +247,70 @@ describe('the Messages translators hold an error back behind the output of its r
     expect(() => t.push(enc(''))).toThrow();
   });
 });
+
+describe('Anthropic thinking blocks survive a chat client’s tool loop', () => {
+  const ev = (type: string, data: Record<string, unknown>) => `event: ${type}\ndata: ${JSON.stringify({ type, ...data })}\n\n`;
+
+  it('a plain answer carries them signed in thinking_blocks; the message sent back gives them back first in its turn', async () => {
+    const { chatAnswerOf } = await import('../../src/upstream/kinds/messages/from-chat.js');
+    const chat = chatAnswerOf({
+      id: 'msg_t',
+      model: 'm',
+      content: [
+        { type: 'thinking', thinking: 'look it up', signature: 'SIG1' },
+        { type: 'redacted_thinking', data: 'ENC' },
+        { type: 'tool_use', id: 'toolu_1', name: 'lookup', input: { q: 'x' } },
+      ],
+      stop_reason: 'tool_use',
+      usage: { input_tokens: 5, output_tokens: 9 },
+    }) as { choices: Array<{ message: Record<string, unknown> }> };
+    const message = chat.choices[0]!.message;
+    expect(message.reasoning_content).toBe('look it up');
+    expect(message.thinking_blocks).toEqual([
+      { type: 'thinking', thinking: 'look it up', signature: 'SIG1' },
+      { type: 'redacted_thinking', data: 'ENC' },
+    ]);
+    // The agent's next turn: its assistant message as it came, then the tool's result.
+    const next = messagesRequestOf(
+      { model: 'm', max_completion_tokens: 4000, reasoning_effort: 'low', messages: [{ role: 'user', content: 'go' }, message, { role: 'tool', tool_call_id: 'toolu_1', content: '42' }] },
+      false,
+    );
+    expect((next.messages as Array<{ content: unknown }>)[1]!.content).toEqual([
+      { type: 'thinking', thinking: 'look it up', signature: 'SIG1' },
+      { type: 'redacted_thinking', data: 'ENC' },
+      { type: 'tool_use', id: 'toolu_1', name: 'lookup', input: { q: 'x' } },
+    ]);
+    const bad = refusal(() => messagesRequestOf({ model: 'm', messages: [{ role: 'assistant', content: 'x', thinking_blocks: [{ type: 'thinking', thinking: 'no signature' }] }] }, false));
+    expect(bad.param).toBe('messages[0].thinking_blocks[0]');
+  });
+
+  it('a stream sends each block whole and signed at its end, after its text as reasoning_content', () => {
+    const t = new MessagesToChatEvents();
+    const out = text([
+      ...t.push(
+        enc.encode(
+          ev('message_start', { message: { id: 'msg_2', model: 'm', usage: { input_tokens: 5, output_tokens: 1 } } }) +
+            ev('content_block_start', { index: 0, content_block: { type: 'thinking', thinking: '' } }) +
+            ev('content_block_delta', { index: 0, delta: { type: 'thinking_delta', thinking: 'look ' } }) +
+            ev('content_block_delta', { index: 0, delta: { type: 'thinking_delta', thinking: 'it up' } }) +
+            ev('content_block_delta', { index: 0, delta: { type: 'signature_delta', signature: 'SIG2' } }) +
+            ev('content_block_stop', { index: 0 }) +
+            ev('content_block_start', { index: 1, content_block: { type: 'redacted_thinking', data: 'ENC2' } }) +
+            ev('content_block_stop', { index: 1 }) +
+            ev('message_delta', { delta: { stop_reason: 'end_turn' }, usage: { output_tokens: 9 } }) +
+            ev('message_stop', {}),
+        ),
+      ),
+      ...t.end(),
+    ]);
+    const deltas = out
+      .split('\n')
+      .filter((l) => l.startsWith('data: {'))
+      .map((l) => (JSON.parse(l.slice(6)) as { choices: Array<{ delta: Record<string, unknown> }> }).choices[0]?.delta)
+      .filter(Boolean);
+    expect(deltas.filter((d) => d!.thinking_blocks).map((d) => d!.thinking_blocks)).toEqual([
+      [{ type: 'thinking', thinking: 'look it up', signature: 'SIG2' }],
+      [{ type: 'redacted_thinking', data: 'ENC2' }],
+    ]);
+  });
+});

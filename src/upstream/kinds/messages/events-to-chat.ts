@@ -20,6 +20,8 @@ export class MessagesToChatEvents extends EventTranslator implements StreamTrans
   private usage: Json = {};
   /** Content block index -> the chat tool call index it carries. */
   private readonly tools = new Map<number, number>();
+  /** The thinking block being streamed: its text and signature, sent whole at its end. */
+  private thinking: { index: unknown; text: string; signature: string } | null = null;
   private ended = false;
   /** The answer as Anthropic says it: what the stream is billed by. */
   readonly account = new MessagesAccount();
@@ -64,14 +66,22 @@ export class MessagesToChatEvents extends EventTranslator implements StreamTrans
       }
       case 'error':
         throw errors.upstreamFailedMidStream(e.error);
+      case 'content_block_stop':
+        return this.blockStop(e);
       default:
-        // ping, content_block_stop, and events a later API version adds: nothing for chat.
+        // ping, and events a later API version adds: nothing for chat.
         return '';
     }
   }
 
   private blockStart(e: Json): string {
     const block = isObject(e.content_block) ? e.content_block : {};
+    if (block.type === 'thinking') {
+      this.thinking = { index: e.index, text: typeof block.thinking === 'string' ? block.thinking : '', signature: '' };
+      return '';
+    }
+    // A redacted block has no text to show: it goes out whole, for the client to send back.
+    if (block.type === 'redacted_thinking' && typeof block.data === 'string') return this.chunk({ thinking_blocks: [{ type: 'redacted_thinking', data: block.data }] });
     if (block.type !== 'tool_use' || typeof e.index !== 'number') return '';
     const at = this.tools.size;
     this.tools.set(e.index, at);
@@ -81,12 +91,31 @@ export class MessagesToChatEvents extends EventTranslator implements StreamTrans
   private blockDelta(e: Json): string {
     const delta = isObject(e.delta) ? e.delta : {};
     if (delta.type === 'text_delta' && typeof delta.text === 'string') return this.chunk({ content: delta.text });
-    if (delta.type === 'thinking_delta' && typeof delta.thinking === 'string') return this.chunk({ reasoning_content: delta.thinking });
+    const open = this.thinking !== null && this.thinking.index === e.index ? this.thinking : null;
+    if (delta.type === 'thinking_delta' && typeof delta.thinking === 'string') {
+      if (open) open.text += delta.thinking;
+      return this.chunk({ reasoning_content: delta.thinking });
+    }
+    if (delta.type === 'signature_delta' && typeof delta.signature === 'string') {
+      if (open) open.signature += delta.signature;
+      return '';
+    }
     if (delta.type === 'input_json_delta' && typeof delta.partial_json === 'string' && typeof e.index === 'number') {
       const at = this.tools.get(e.index);
       if (at === undefined) throw errors.malformedEvent();
       return delta.partial_json ? this.chunk({ tool_calls: [{ index: at, function: { arguments: delta.partial_json } }] }) : '';
     }
     return '';
+  }
+
+  /**
+   * A thinking block's end: the block whole, signed, as the plain answer's `thinking_blocks`
+   * carries it (its text streamed already as `reasoning_content`), for the client to send back.
+   */
+  private blockStop(e: Json): string {
+    const t = this.thinking;
+    if (!t || t.index !== e.index) return '';
+    this.thinking = null;
+    return t.signature ? this.chunk({ thinking_blocks: [{ type: 'thinking', thinking: t.text, signature: t.signature }] }) : '';
   }
 }

@@ -74,6 +74,20 @@ function toolUse(call: unknown, param: string): Json {
   return { type: 'tool_use', id: call.id, name: fn.name, input };
 }
 
+/**
+ * An assistant message's `thinking_blocks` (as the gateway's chat answers carry them) as the
+ * signed blocks Anthropic gave: they go back first in the turn, unchanged.
+ */
+function thinkingBlocks(blocks: unknown, param: string): Json[] {
+  if (blocks === undefined || blocks === null) return [];
+  if (!Array.isArray(blocks)) throw cannotCarry(param, 'must be an array of thinking blocks.');
+  return blocks.map((b, j) => {
+    if (isObject(b) && b.type === 'thinking' && typeof b.thinking === 'string' && typeof b.signature === 'string') return { type: 'thinking', thinking: b.thinking, signature: b.signature };
+    if (isObject(b) && b.type === 'redacted_thinking' && typeof b.data === 'string') return { type: 'redacted_thinking', data: b.data };
+    throw cannotCarry(`${param}[${j}]`, 'is not a thinking block (`thinking` with its `signature`, or `redacted_thinking` with its `data`).');
+  });
+}
+
 /** The chat messages as `system` text and Messages turns (consecutive tool results in one user turn). */
 function turns(messages: unknown[]): { system: string[]; turns: Json[] } {
   const system: string[] = [];
@@ -84,7 +98,7 @@ function turns(messages: unknown[]): { system: string[]; turns: Json[] } {
     if (m.role === 'system' || m.role === 'developer') system.push(textOf(m.content));
     else if (m.role === 'user') out.push({ role: 'user', content: blocksOf(m.content, `${param}.content`) });
     else if (m.role === 'assistant') {
-      const content = blocksOf(m.content, `${param}.content`);
+      const content = [...thinkingBlocks(m.thinking_blocks, `${param}.thinking_blocks`), ...blocksOf(m.content, `${param}.content`)];
       if (Array.isArray(m.tool_calls)) content.push(...m.tool_calls.map((c, j) => toolUse(c, `${param}.tool_calls[${j}]`)));
       out.push({ role: 'assistant', content });
     } else if (m.role === 'tool') {
@@ -149,14 +163,21 @@ export function chatAnswerOf(message: Json): Json {
   let text = '';
   let reasoning = '';
   const calls: Json[] = [];
+  const thinking: Json[] = [];
   for (const b of message.content) {
     if (!isObject(b)) continue;
     if (b.type === 'text' && typeof b.text === 'string') text += b.text;
-    else if (b.type === 'thinking' && typeof b.thinking === 'string') reasoning += b.thinking;
+    else if (b.type === 'thinking' && typeof b.thinking === 'string') {
+      reasoning += b.thinking;
+      if (typeof b.signature === 'string' && b.signature) thinking.push({ type: 'thinking', thinking: b.thinking, signature: b.signature });
+    } else if (b.type === 'redacted_thinking' && typeof b.data === 'string') thinking.push({ type: 'redacted_thinking', data: b.data });
     else if (b.type === 'tool_use') calls.push({ id: b.id, type: 'function', function: { name: b.name, arguments: JSON.stringify(b.input ?? {}) } });
   }
   const msg: Json = { role: 'assistant', content: text || (calls.length ? null : ''), refusal: null };
   if (reasoning) msg.reasoning_content = reasoning;
+  // The thinking blocks as Anthropic signed them: a client that sends this message back (an
+  // agent's tool loop) gives them back, as Anthropic requires with thinking and tools.
+  if (thinking.length) msg.thinking_blocks = thinking;
   if (calls.length) msg.tool_calls = calls;
   return {
     id: typeof message.id === 'string' ? `chatcmpl-${message.id}` : `chatcmpl-${randomUUID()}`,
