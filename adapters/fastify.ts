@@ -26,9 +26,13 @@ export function toFastify(gateway: Gateway): FastifyPluginCallback {
       const url = request.raw.url ?? '/';
       const path = url.startsWith(prefix) ? url.slice(prefix.length) : url;
       const fetchRequest = toFetchRequest(request.raw, reply.raw, path);
-      return Promise.resolve(gateway.fetch(fetchRequest, serverContextOf(request.raw, path))).then((response) =>
-        reply.send(response),
-      );
+      return Promise.resolve(gateway.fetch(fetchRequest, serverContextOf(request.raw, path))).then((response) => {
+        // An answer given before the body was read (401, 413, 429): the rest of the body is
+        // never read, so the connection cannot carry another request. Closed after this
+        // answer, as Fastify's own 413 does; else the next request on it waits unanswered.
+        if (!request.raw.complete) reply.header('connection', 'close');
+        return reply.send(response);
+      });
     });
     done();
   };

@@ -190,6 +190,19 @@ export function frameworkCases(target: () => FrameworkTarget): void {
     expect(((await streamed.json()) as { error: { code: string } }).error.code).toBe('request_too_large');
   });
 
+  it('bodyLimit', 'a connection that got an early 413 still serves the calls after it', async () => {
+    // One connection for both calls: the second goes where the refused body was left unread.
+    const one = new Agent({ localAddress: '127.0.0.31', connections: 1 });
+    agents.push(one);
+    const big = JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'x'.repeat(2 * 1024 * 1024) }] });
+    const refused = await undiciFetch(url('/chat/completions'), { method: 'POST', headers: auth, body: big, dispatcher: one });
+    expect(refused.status).toBe(413);
+    await refused.arrayBuffer();
+    // Answered at all: a hung connection is cut only by the server's keep-alive timeout.
+    const next = await undiciFetch(url('/models'), { headers: auth, dispatcher: one, signal: AbortSignal.timeout(15_000) });
+    expect(next.status).toBe(200);
+  });
+
   it('disconnect', 'passes a client disconnect on: the upstream call is stopped', async () => {
     const { upstream } = target();
     const before = upstream.exchanges.length;
