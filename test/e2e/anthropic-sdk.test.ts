@@ -108,7 +108,8 @@ describe.each(kinds)('the Anthropic SDK through the gateway, served by an $kind-
     expectUpstreamCall(rec);
     if (kind === 'openai') {
       expect(rec.body?.messages).toEqual([{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hi' }]);
-      expect(rec.body?.max_tokens).toBe(100);
+      expect(rec.body?.max_completion_tokens).toBe(100);
+      expect(rec.body?.max_tokens).toBeUndefined();
     } else expect(rec.body).toEqual({ model: UPSTREAM_MODEL, max_tokens: 100, system: 'Be brief.', messages: [{ role: 'user', content: 'Hi' }] });
     const e = await entry(response.headers.get('x-request-id'));
     expect(e.cost).toBe(chatCost(20, 6));
