@@ -15,7 +15,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Gateway } from '../src/gateway.js';
-import { sendResponse, serverContextOf, toFetchRequest, type NodeRequest } from './internal/node.js';
+import { sendResponse, serverContextOf, toFetchRequest, trackWrite, type NodeRequest } from './internal/node.js';
 
 /** The parts of an Express request the middleware reads (Express 4 and 5 both fit). */
 export interface ExpressRequestLike extends NodeRequest {
@@ -36,6 +36,7 @@ export function toExpress(gateway: Gateway): ExpressMiddleware {
       next(err);
       return;
     }
+    trackWrite(gateway, res);
     Promise.resolve(gateway.fetch(request, serverContextOf(req, path)))
       .then((response) => sendResponse(req, res, response))
       .catch(next);

@@ -15,7 +15,7 @@
  */
 import type { FastifyPluginCallback } from 'fastify';
 import type { Gateway } from '../src/gateway.js';
-import { serverContextOf, toFetchRequest } from './internal/node.js';
+import { serverContextOf, toFetchRequest, trackWrite } from './internal/node.js';
 
 export function toFastify(gateway: Gateway): FastifyPluginCallback {
   return (fastify, _options, done) => {
@@ -26,6 +26,7 @@ export function toFastify(gateway: Gateway): FastifyPluginCallback {
       const url = request.raw.url ?? '/';
       const path = url.startsWith(prefix) ? url.slice(prefix.length) : url;
       const fetchRequest = toFetchRequest(request.raw, reply.raw, path);
+      trackWrite(gateway, reply.raw);
       return Promise.resolve(gateway.fetch(fetchRequest, serverContextOf(request.raw, path))).then((response) => {
         // An answer given before the body was read (401, 413, 429): the rest of the body is
         // never read, so the connection cannot carry another request. Closed after this

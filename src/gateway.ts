@@ -92,6 +92,11 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   let draining = false;
   /** Requests inside `handle` (streams that outlive it are tracked as open billed calls). */
   let inFlight = 0;
+  /**
+   * Answers a framework adapter is still writing to its client (Express, Fastify): a stream's
+   * last frames are written after its call has closed, so shutdown waits for them too.
+   */
+  const adapterWrites = new Set<Promise<unknown>>();
   const adminHttp = cfg.admin ? createAdminHttp(core, admin, cfg.admin) : null;
   const ctx = (x: Exchange) => contextOf(x, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs);
 
@@ -150,6 +155,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
           // now, and the lines it runs get the grace the calls get, not one after theirs.
           built.beginShutdown();
           await finishCalls(core, () => inFlight, built.cut);
+          await writesDone(adapterWrites, ADAPTER_WRITES_WAIT_MS);
           await hooks.run('onDispose');
           await built.stopBackground();
           await core.meter.dispose();
@@ -163,7 +169,23 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   // A plugin that is to see the request gets the adapter's full Request; otherwise node:http's
   // /v1 exchanges take the gateway's own bridge.
   const pluginsSee = (['onRequest', 'onResponse', 'onAuthenticated', 'onUpstreamRequest'] as const).some((h) => hooks.has(h));
-  return pluginsSee ? adapter : withNodeBridge(adapter, handle, `${paths.v1}/`, log);
+  const gateway = pluginsSee ? adapter : withNodeBridge(adapter, handle, `${paths.v1}/`, log);
+  // Found by a global symbol: an adapter bundled apart from this module still finds it.
+  Object.defineProperty(gateway, ADAPTER_WRITES, { value: adapterWrites });
+  return gateway;
+}
+
+/** Where a gateway keeps the answers its framework adapters are writing (adapters/internal/node.ts adds them). */
+const ADAPTER_WRITES = Symbol.for('model-gateway.adapterWrites');
+/** How long shutdown waits for adapters to write the answers whose calls have ended: their last frames. */
+const ADAPTER_WRITES_WAIT_MS = 2_000;
+
+/** Waits for `writes` to settle, at most `ms`. */
+async function writesDone(writes: Set<Promise<unknown>>, ms: number): Promise<void> {
+  if (writes.size === 0) return;
+  let timer: NodeJS.Timeout | undefined;
+  await Promise.race([Promise.allSettled([...writes]), new Promise<void>((r) => (timer = setTimeout(r, ms)))]);
+  clearTimeout(timer);
 }
 
 /** Shutdown: give the calls in flight the grace period to finish, then cut what is left (billing what it produced). */

@@ -10,6 +10,22 @@ import { bodyStream, drained } from '../../src/http/node-lane.js';
 export type NodeRequest = IncomingMessage;
 
 /**
+ * Tells `gateway` an answer is being written to its client until `res` finishes (or closes):
+ * a stream's last frames are written after its call ended, and `dispose()` waits for them,
+ * so an app that exits once `dispose()` resolves does not cut them off.
+ */
+export function trackWrite(gateway: object, res: ServerResponse): void {
+  const writes = (gateway as Record<symbol, Set<Promise<unknown>> | undefined>)[Symbol.for('model-gateway.adapterWrites')];
+  if (!writes || res.writableFinished || res.destroyed) return;
+  const done = new Promise<void>((resolve) => {
+    res.once('finish', resolve);
+    res.once('close', resolve);
+  });
+  writes.add(done);
+  void done.then(() => writes.delete(done));
+}
+
+/**
  * A fetch Request for `req` with `path` (path and query, mount prefix already removed).
  * `body` replaces the stream when a body parser consumed it first. The signal aborts when
  * the connection closes before the answer is finished: that is how a disconnect reaches

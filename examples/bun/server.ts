@@ -33,11 +33,12 @@ const server = Bun.serve({
 });
 console.log(`model-gateway on Bun: ${new URL('v1', server.url).href}`);
 
+// Shutdown: the calls and streams in flight finish within the gateway's grace period (new
+// ones get 503 meanwhile), then the server stops once their answers are written.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
-    void server
-      .stop(true)
-      .then(() => gateway.dispose())
+    void Promise.resolve(gateway.dispose())
+      .then(() => server.stop())
       .finally(() => process.exit(0));
   });
 }

@@ -32,10 +32,14 @@ const server = app.listen(Number(process.env.PORT ?? 3000), process.env.HOST ?? 
   console.log(`model-gateway on Express: http://${process.env.HOST ?? '127.0.0.1'}:${port}/api/v1`);
 });
 
+// Shutdown: no new connections; the calls and streams in flight finish within the gateway's
+// grace period (dispose() resolves once their answers are written); then the rest goes.
 for (const signal of ['SIGINT', 'SIGTERM'] as const) {
   process.once(signal, () => {
     server.close();
-    server.closeAllConnections();
-    void Promise.resolve(gateway.dispose()).finally(() => process.exit(0));
+    void Promise.resolve(gateway.dispose()).finally(() => {
+      server.closeAllConnections();
+      process.exit(0);
+    });
   });
 }

@@ -13,6 +13,9 @@ export const repoRoot = new URL('../../', import.meta.url).pathname;
 export interface Spawned {
   /** What the `ready` pattern matched. */
   match: RegExpMatchArray;
+  pid: number;
+  /** The exit code once the process has exited (null when a signal ended it). */
+  exited: Promise<number | null>;
   output(): string;
   stop(): Promise<void>;
 }
@@ -30,6 +33,7 @@ export async function spawnServer(
   });
   let output = '';
   const stop = () => stopChild(child);
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
   const match = await new Promise<RegExpMatchArray>((resolve, reject) => {
     const timer = setTimeout(() => reject(new Error(`${command} did not get ready in ${options.timeoutMs} ms:\n${output}`)), options.timeoutMs);
     const onData = (chunk: Buffer) => {
@@ -50,7 +54,7 @@ export async function spawnServer(
     await stop();
     throw err;
   });
-  return { match, output: () => output, stop };
+  return { match, pid: child.pid!, exited, output: () => output, stop };
 }
 
 /** Runs a command to completion and returns its stdout; rejects with all its output when it fails. */
