@@ -278,8 +278,8 @@ export async function callModel(
           cause: failureCause(err),
           error: err instanceof Error ? err.message : String(err),
         });
-        lastError = err;
-        if (options.once) throw err;
+        lastError = upstreamFailure(err, target.upstream);
+        if (options.once) throw lastError;
         continue;
       }
     }
@@ -303,20 +303,30 @@ export async function callModel(
   throw unavailable ?? new GatewayError('model_unavailable', 'The model is temporarily unavailable. Try again later.');
 }
 
-/** An answer whose body was read whole (`text`): it is read again from there. */
-function wholeAnswer(res: UpstreamResponse, text: string): UpstreamResponse {
-  return {
-    status: res.status,
-    header: (h) => res.header(h),
-    get body() {
-      return (async function* () {
-        yield Buffer.from(text);
-      })();
-    },
-    text: async () => text,
-    discard() {},
-  };
+/** An answer whose body was read whole: it is read again from its text (one object, no closures: every plain call makes one). */
+class WholeAnswer implements UpstreamResponse {
+  readonly status: number;
+  constructor(
+    private readonly res: UpstreamResponse,
+    private readonly whole: string,
+  ) {
+    this.status = res.status;
+  }
+  header(name: string): string | undefined {
+    return this.res.header(name);
+  }
+  get body(): AsyncIterable<Uint8Array> {
+    const bytes = Buffer.from(this.whole);
+    return (async function* () {
+      yield bytes;
+    })();
+  }
+  text(): Promise<string> {
+    return Promise.resolve(this.whole);
+  }
+  discard(): void {}
 }
+const wholeAnswer = (res: UpstreamResponse, text: string): UpstreamResponse => new WholeAnswer(res, text);
 
 /** An answer whose body failed to be read (`err`): reading it fails the same way. */
 function failedAnswer(res: UpstreamResponse, err: unknown): UpstreamResponse {

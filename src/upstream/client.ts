@@ -53,22 +53,25 @@ export function customUpstream(name: string, client: UpstreamClient): Upstream {
  * holds (about a quarter of an idle process's heap), and a process that has not called out yet
  * (starting, or a serverless route's cold start) has no use for it.
  */
-let undici: typeof import('undici') | null = null;
 let loadingUndici: Promise<typeof import('undici')> | null = null;
 function loadUndici(): Promise<typeof import('undici')> {
-  loadingUndici ??= import('undici').then((m) => (undici = m));
+  loadingUndici ??= import('undici').catch(
+    (err: unknown) => {
+      // Tried again by the next call, not failed for good.
+      loadingUndici = null;
+      throw err;
+    },
+  );
   return loadingUndici;
 }
+
+/** undici's timeouts, by their codes: an error of undici's own shape counts, whichever copy threw it. */
+const TIMEOUT_CODES = new Set(['UND_ERR_HEADERS_TIMEOUT', 'UND_ERR_BODY_TIMEOUT', 'UND_ERR_CONNECT_TIMEOUT']);
 
 /** Maps a transport failure to what the client sees: a timeout is 504 upstream_timeout, anything else 502 upstream_error. */
 export function upstreamFailure(err: unknown, upstream: string): GatewayError {
   if (err instanceof GatewayError) return err;
-  // Only a loaded undici can have thrown its own timeouts.
-  const errors = undici?.errors;
-  if (
-    errors &&
-    (err instanceof errors.HeadersTimeoutError || err instanceof errors.BodyTimeoutError || err instanceof errors.ConnectTimeoutError)
-  ) {
+  if (err instanceof Error && TIMEOUT_CODES.has((err as { code?: unknown }).code as string)) {
     return new GatewayError('upstream_timeout', `The upstream "${upstream}" did not answer in time.`, { cause: err });
   }
   return new GatewayError('upstream_error', `The upstream "${upstream}" could not be reached or failed.`, { cause: err });

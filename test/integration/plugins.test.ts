@@ -273,4 +273,37 @@ describe('an upstream client object of your own', () => {
       await gw.close();
     }
   });
+
+  it("whose answer's body fails after its 200: 502 upstream_error, retried, nothing charged (not 500)", async () => {
+    let calls = 0;
+    const client: UpstreamClient = {
+      async call() {
+        calls++;
+        return {
+          status: 200,
+          header: (name) => (name === 'content-type' ? 'application/json' : undefined),
+          body: { [Symbol.asyncIterator]: () => ({ next: () => Promise.reject(new TypeError('terminated')) }) },
+          text: () => Promise.reject(new TypeError('terminated')),
+          discard() {},
+        };
+      },
+    };
+    const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+    const gw = await startGateway({
+      ...options,
+      routing: { retries: 1, backoffMs: 1 },
+      upstreams: { ...options.upstreams, own: client },
+      models: [...(options.models ?? []), { id: 'own/chat', upstream: 'own', pricing: { prompt: '0.000001', completion: '0.000002' } }],
+    });
+    try {
+      const res = await postChat(gw.baseURL, devKey, { model: 'own/chat', messages });
+      expect(res.status).toBe(502);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe('upstream_error');
+      expect(calls).toBe(2);
+      await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'no hold left');
+      expect(await chargesOf(gw.stores.billing.ledger(account))).toHaveLength(0);
+    } finally {
+      await gw.close();
+    }
+  });
 });
