@@ -144,6 +144,13 @@ function promptSize(measure: (text: string) => number, input: PromptInput): numb
     if (typeof msg.refusal === 'string') size += measure(msg.refusal);
     if (msg.tool_calls !== undefined && msg.tool_calls !== null) size += measure(JSON.stringify(msg.tool_calls));
     if (msg.function_call !== undefined && msg.function_call !== null) size += measure(JSON.stringify(msg.function_call));
+    // Anthropic's signed thinking blocks, sent back in a tool loop, are input it bills.
+    if (Array.isArray(msg.thinking_blocks)) {
+      for (const b of msg.thinking_blocks as Array<{ thinking?: unknown; data?: unknown } | null>) {
+        if (typeof b?.thinking === 'string') size += measure(b.thinking);
+        else if (typeof b?.data === 'string') size += measure(b.data);
+      }
+    }
   }
   for (const extra of input.extras ?? []) {
     if (extra === undefined || extra === null) continue;

@@ -314,3 +314,17 @@ describe('Anthropic thinking blocks survive a chat client’s tool loop', () => 
     ]);
   });
 });
+
+describe('thinking blocks sent back are input: the hold counts them', () => {
+  it('the prompt bound and the counted estimate grow with an assistant message’s thinking_blocks', async () => {
+    const { promptTokensBound, estimatePromptTokens } = await import('../../src/billing/tokens.js');
+    const { loadTokenizer } = await import('../helpers/billing.js');
+    const tokenizer = await loadTokenizer();
+    const call = { id: 'toolu_1', type: 'function', function: { name: 'f', arguments: '{}' } };
+    const turn = (blocks?: unknown[]) => ({ messages: [{ role: 'user', content: 'go' }, { role: 'assistant', content: null, tool_calls: [call], ...(blocks ? { thinking_blocks: blocks } : {}) }] });
+    const thought = 'I should look this up before answering. '.repeat(500);
+    const blocks = [{ type: 'thinking', thinking: thought, signature: 'SIG' }, { type: 'redacted_thinking', data: 'ENCRYPTED'.repeat(100) }];
+    expect(promptTokensBound(turn(blocks)) - promptTokensBound(turn())).toBeGreaterThanOrEqual(Buffer.byteLength(thought));
+    expect(estimatePromptTokens(tokenizer, turn(blocks)) - estimatePromptTokens(tokenizer, turn())).toBeGreaterThanOrEqual(tokenizer.count(thought));
+  });
+});
