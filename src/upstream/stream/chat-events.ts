@@ -5,7 +5,7 @@
  * the one the client called; top-fields.ts); a usage-only chunk has only its usage parsed (and
  * is dropped unless the client asked for it). The others are parsed: usage is kept, the model
  * renamed, the upstream's key redacted, and an error event or a malformed one throws. `[DONE]`
- * ends the answer.
+ * ends the answer, or the body's clean end once every choice finished.
  */
 import type { Model } from '../../catalog/catalog.js';
 import { errors, type GatewayError } from '../../errors.js';
@@ -16,38 +16,11 @@ import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
+import { MAY_CARRY, marksFor, USAGE_KEY } from './chat-marks.js';
 
 const encoder = new TextEncoder();
-// Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
-const USAGE_KEY = Buffer.from('"usage"');
-const ERROR_KEY = Buffer.from('"error"');
-/** A choice that finished (its value a string, not null): the answer's content ended there. */
-const FINISHED = Buffer.from('"finish_reason":"');
-const FINISHED_SPACED = Buffer.from('"finish_reason": "');
-/**
- * A `usage`, `error` or `finish_reason` key with a non-null value. Inside a JSON string a quote is escaped
- * (\"usage\"), so text that merely mentions the word never matches; a false match only costs a parse.
- */
-const MAY_CARRY = /"(?:usage|error|finish_reason)"\s*:\s*[^n\s]/;
-
 /** What `onEvent` returns for an event that goes out exactly as it came. */
 const AS_IS = Symbol('as is');
-
-/**
- * The fast path's marks for each upstream key ('' for none), built once: every stream of an
- * upstream has the same. Bounded like any cache keyed by configuration.
- */
-const marksByKey = new Map<string, readonly Buffer[]>();
-function marksFor(apiKey: string): readonly Buffer[] {
-  let marks = marksByKey.get(apiKey);
-  if (!marks) {
-    const always = [USAGE_KEY, ERROR_KEY, FINISHED, FINISHED_SPACED];
-    marks = apiKey ? [...always, Buffer.from(apiKey)] : always;
-    if (marksByKey.size >= 64) marksByKey.clear();
-    marksByKey.set(apiKey, marks);
-  }
-  return marks;
-}
 
 export interface ChatEventsOptions {
   model: Pick<Model, 'id' | 'upstreamModel'>;
