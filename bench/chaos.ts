@@ -138,7 +138,7 @@ const chatCost = (u: { prompt_tokens: number; completion_tokens: number }) =>
   ]);
 
 /** One attempt of a call, as its client saw it. */
-interface Attempt {
+export interface Attempt {
   kind: Kind;
   /** The x-request-id of the answer head; null when none arrived (the process died first). */
   requestId: string | null;
@@ -548,7 +548,7 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
       }
     }
     for (const [k, n] of originals) {
-      if (n > 1) problem(`${when}: Idempotency-Key ${k} answered ${n} times without a replay: ${describe(attempts.filter((a) => a.idemKey === k))}`);
+      if (n > 1 && !lostToACrash(attempts.filter((a) => a.idemKey === k))) problem(`${when}: Idempotency-Key ${k} answered ${n} times without a replay: ${describe(attempts.filter((a) => a.idemKey === k))}`);
     }
     // A charge under an id no client saw belongs to a call whose answer head never arrived.
     const unseen = [...charges.keys()].filter((id) => !seen.has(id)).length;
@@ -615,6 +615,29 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
 }
 
 /** Attempts for a failure message: where each happened and what it got. */
+/**
+ * The one way an Idempotency-Key may run twice, as documented: its answer went out whole while
+ * the store could not keep it (the key then stays in flight, so a retry gets 409 while the save
+ * is tried again), and the instance was killed before the save landed (a killed instance's
+ * in-flight marker lapses within its TTL, and nothing of the answer survives it). Each run is
+ * then a call of its own, charged once (checked above). A second run without that evidence (a
+ * 409 after the first answer, a kill before the next) is a problem.
+ */
+export function lostToACrash(list: Attempt[]): boolean {
+  const before = (a: Attempt, b: Attempt) => a.round < b.round || (a.round === b.round && a.at < b.at);
+  const runs = list.filter((a) => a.whole && !a.replayed).sort((a, b) => (before(a, b) ? -1 : 1));
+  for (let i = 1; i < runs.length; i++) {
+    const first = runs[i - 1]!;
+    const next = runs[i]!;
+    const killed = next.round > first.round;
+    const between = list.filter((a) => before(first, a) && before(a, next));
+    // A replay in between says the answer was kept after all.
+    const unkept = between.some((a) => a.status === 409) && !between.some((a) => a.replayed);
+    if (!killed || !unkept) return false;
+  }
+  return true;
+}
+
 function describe(list: Attempt[]): string {
   return list
     .map((a) => `[round ${a.round} +${a.at} ms: ${a.status ?? 'no answer'}${a.whole ? ' whole' : ''}${a.replayed ? ' replayed' : ''} ${a.requestId ?? ''}]`)
