@@ -86,15 +86,7 @@ export async function callUpstream(
       throw err;
     }
     core.breaker.failure(circuit, isConnectionFailure(err) ? null : account, admitted.probe);
-    core.log.warn({
-      msg: 'upstream failure',
-      request_id: call.headers['x-request-id'],
-      upstream: upstreamName,
-      path: call.path,
-      cause: failureCause(err),
-      error: err instanceof Error ? err.message : String(err),
-    });
-    throw upstreamFailure(err, upstreamName);
+    throw transportFailure(core, upstreamName, call, err);
   }
   if (record) record.upstreamMs += performance.now() - started;
   span?.setAttribute('http.response.status_code', res.status);
@@ -104,6 +96,19 @@ export async function callUpstream(
   else core.breaker.success(circuit, admitted.probe);
   if (res.status >= 400) redactErrorOf(res, upstreamKeysRedactor(core.cfg));
   return res;
+}
+
+/** A transport failure (no answer, or a body that failed after its 200), logged with its cause: the client's error for it. */
+function transportFailure(core: CallDeps, upstreamName: string, call: UpstreamCall, err: unknown): GatewayError {
+  core.log.warn({
+    msg: 'upstream failure',
+    request_id: call.headers['x-request-id'],
+    upstream: upstreamName,
+    path: call.path,
+    cause: failureCause(err),
+    error: err instanceof Error ? err.message : String(err),
+  });
+  return upstreamFailure(err, upstreamName);
 }
 
 /** What a route tells callModel about its request. */
@@ -270,15 +275,7 @@ export async function callModel(
           return { res: failedAnswer(res, err), served };
         }
         core.breaker.failure(target.upstream, ctx.key.accountId);
-        core.log.warn({
-          msg: 'upstream failure',
-          request_id: ctx.requestId,
-          upstream: target.upstream,
-          path: call.path,
-          cause: failureCause(err),
-          error: err instanceof Error ? err.message : String(err),
-        });
-        lastError = upstreamFailure(err, target.upstream);
+        lastError = transportFailure(core, target.upstream, call, err);
         if (options.once) throw lastError;
         continue;
       }
