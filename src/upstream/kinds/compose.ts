@@ -38,12 +38,15 @@ export function compose(first: Translation, second: Translation): Translation {
  * fields (`reasoning_effort`), the client sent the ingress API's (`reasoning.effort`).
  */
 function inIngressTerms(err: unknown, first: Translation): unknown {
-  if (!(err instanceof GatewayError) || err.param === null || !first.ingressParam) return err;
-  const param = first.ingressParam(err.param);
+  const names = first.ingressNames;
+  if (!(err instanceof GatewayError) || err.param === null || !names) return err;
+  // A named field is named whole in the client's terms (`messages[3].tool_call_id` is `input`:
+  // chat's message indexes are not the client's); any other keeps its path.
+  const rename = (chatParam: string) => names[chatParam.match(/^[a-z_]+/)?.[0] ?? chatParam] ?? chatParam;
+  const param = rename(err.param);
   if (param === err.param) return err;
   // Chat's field names in the message too: quoted ones, and bare snake_case ones (no ordinary
   // word has an underscore).
-  const rename = first.ingressParam;
   const message = err.message
     .replace(/(['`])([A-Za-z0-9_.[\]]+)\1/g, (_, q: string, name: string) => `${q}${rename(name)}${q}`)
     .replace(/\b[a-z]+(?:_[a-z]+)+\b/g, (name) => rename(name));

@@ -210,7 +210,10 @@ export function chatToResponse(chat: Record<string, unknown>, request?: Record<s
   };
 }
 
-/** Chat fields that come from a Responses field of another name. */
+/**
+ * Chat fields that come from a Responses field of another name. A chat message is built from
+ * one or more input items (or the instructions): its index says nothing of theirs.
+ */
 const RESPONSES_FIELD: Record<string, string> = {
   verbosity: 'text.verbosity',
   response_format: 'text.format',
@@ -225,11 +228,5 @@ export const responsesOverChat: Translation = {
   answer: chatToResponse,
   read: chatAnswer,
   stream: (request) => new ResponsesStream(request),
-  ingressParam(param) {
-    // A chat message is built from one or more input items (or the instructions): its index
-    // says nothing of theirs, so `input` is named whole.
-    const head = param.match(/^[a-z_]+/)?.[0] ?? param;
-    if (head === 'messages') return 'input';
-    return RESPONSES_FIELD[head] ?? param;
-  },
+  ingressNames: RESPONSES_FIELD,
 };

@@ -39,11 +39,12 @@ export interface Translation {
   /** A fresh converter for one streamed answer (`request` as for `answer`). */
   stream(request?: Record<string, unknown>): StreamTranslator;
   /**
-   * A translation to chat completions: the ingress field a chat field came from, so that a
-   * refusal by the translation after it (chat -> the upstream's kind) names what the client
-   * sent. Absent: chat's names are the client's.
+   * A translation to chat completions: the ingress field each chat field (by its top-level
+   * name) came from, so that a refusal by the translation after it (chat -> the upstream's
+   * kind) names what the client sent. A chat field not named keeps its name. Absent: chat's
+   * names are the client's.
    */
-  ingressParam?(chatParam: string): string;
+  ingressNames?: Readonly<Record<string, string>>;
 }
 
 /** One kind: how it authenticates, and which ingress APIs it can carry. */

@@ -7,8 +7,12 @@ import { chatAnswerOf, messagesRequestOf } from './from-chat.js';
 import { MessagesToChatEvents } from './events-to-chat.js';
 import { chatRequestOf, messageOf } from './to-chat.js';
 
-/** Chat fields that come from a Messages field of another name. */
+/**
+ * Chat fields that come from a Messages field of another name. The system prompt and split
+ * tool results shift chat's message indexes from the client's.
+ */
 const MESSAGES_FIELD: Record<string, string> = {
+  messages: 'messages',
   max_completion_tokens: 'max_tokens',
   reasoning_effort: 'thinking',
   stop: 'stop_sequences',
@@ -21,13 +25,7 @@ export const messagesOverChat: Translation = {
   answer: messageOf,
   read: chatAnswer,
   stream: () => new ChatToMessagesEvents(),
-  ingressParam(param) {
-    const head = param.match(/^[a-z_]+/)?.[0] ?? param;
-    // The system prompt and split tool results shift chat's message indexes from the
-    // client's: `messages` is named whole.
-    if (head === 'messages') return 'messages';
-    return MESSAGES_FIELD[head] ?? param;
-  },
+  ingressNames: MESSAGES_FIELD,
 };
 
 
