@@ -620,8 +620,10 @@ export async function runChaos(opts: ChaosOptions): Promise<ChaosReport> {
  * the store could not keep it (the key then stays in flight, so a retry gets 409 while the save
  * is tried again), and the instance was killed before the save landed (a killed instance's
  * in-flight marker lapses within its TTL, and nothing of the answer survives it). Each run is
- * then a call of its own, charged once (checked above). A second run without that evidence (a
- * 409 after the first answer, a kill before the next) is a problem.
+ * then a call of its own, charged once (checked above). A kept answer replays to every later
+ * attempt (the stores are durable), so a run after a kill with no replay between says the
+ * save had not landed; a 409 between may say so too, but only if a retry happened to come.
+ * A second run in the same round, or after a replay, is a problem.
  */
 export function lostToACrash(list: Attempt[]): boolean {
   const before = (a: Attempt, b: Attempt) => a.round < b.round || (a.round === b.round && a.at < b.at);
@@ -630,9 +632,8 @@ export function lostToACrash(list: Attempt[]): boolean {
     const first = runs[i - 1]!;
     const next = runs[i]!;
     const killed = next.round > first.round;
-    const between = list.filter((a) => before(first, a) && before(a, next));
     // A replay in between says the answer was kept after all.
-    const unkept = between.some((a) => a.status === 409) && !between.some((a) => a.replayed);
+    const unkept = !list.some((a) => a.replayed && before(first, a) && before(a, next));
     if (!killed || !unkept) return false;
   }
   return true;
