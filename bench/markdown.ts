@@ -51,6 +51,9 @@ export interface ReportInput {
   workers: WorkersResult[];
   /** RSS of each gateway's CLI just after it started. */
   idleRss: Partial<Record<Storage, number>>;
+  startRss: Partial<Record<Storage, number>>;
+  /** Seconds after listening the settled idle RSS was read. */
+  idleSettleS: number;
   /** The output guardrails' CPU per streamed event, bare and guarded (bench/guardrail-events.ts). */
   guardrails?: GuardrailEventCost | null;
   reproduce: string;
@@ -216,7 +219,14 @@ export function renderMarkdown(r: ReportInput): string {
     }
   }
   const idle = Object.entries(r.idleRss).map(([s, b]) => `${s} ${fmtMb(b)}`);
-  if (idle.length) md.push('', `Idle RSS of the CLI (\`serve\`, before its first call): ${idle.join(', ')}.`);
+  const started = Object.entries(r.startRss).map(([s, b]) => `${s} ${fmtMb(b)}`);
+  if (idle.length || started.length) {
+    md.push(
+      '',
+      `Idle RSS of the CLI (\`serve\`, before its first call), 1 s after it listens: ${started.join(', ')}; ` +
+        `settled, ${r.idleSettleS} s after (V8's memory reducer has returned what loading the modules left): ${idle.join(', ')}.`,
+    );
+  }
 
   // ---- the machine ----
   const peaks = r.rows.filter((row) => Number.isFinite(r.peakRss[row.id] ?? NaN)).map((row) => `${row.label} ${fmtMb(r.peakRss[row.id]!)}`);
