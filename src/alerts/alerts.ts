@@ -20,7 +20,8 @@
  * Delivery: POST of a JSON body; `x-mg-signature: t=<unix s>,v1=<hex HMAC-SHA256 of
  * "<t>.<body>" with the webhook secret>`, `x-mg-timestamp`, and `idempotency-key` (the
  * alert id, stable across retries). Network errors, 408, 429 and 5xx are retried with
- * exponential backoff (at most an hour) up to `maxAttempts`; the gateway's dispose() stops retrying.
+ * exponential backoff (at most an hour) up to `maxAttempts`; the gateway's dispose() stops retrying,
+ * and gives an attempt already sent a second more to be answered.
  */
 import { createHmac } from 'node:crypto';
 import type { Services } from '../services.js';
@@ -114,9 +115,24 @@ async function keepMark(core: Services, scope: string, id: string, ttlMs: number
   return kept;
 }
 
+/**
+ * How long an attempt already sent may still take once the gateway stops. A receiver that has
+ * the alert is usually answering it: cutting that answer off would let the crossing go, and
+ * a later charge would send it a second time. Bounded, so a hung receiver holds up a stop by
+ * at most this much.
+ */
+const STOP_LINGER_MS = 1_000;
+
 /** POSTs one signed alert; true when it is done with (delivered, or refused for good). */
 async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: BudgetAlert, body: string): Promise<boolean> {
   const t = Math.floor(core.now() / 1000);
+  const stopped = new AbortController();
+  let linger: NodeJS.Timeout | undefined;
+  const onStop = () => {
+    linger = setTimeout(() => stopped.abort(core.shutdown.reason), STOP_LINGER_MS);
+  };
+  if (core.shutdown.aborted) onStop();
+  else core.shutdown.addEventListener('abort', onStop, { once: true });
   try {
     const res = await fetch(webhook.url, {
       method: 'POST',
@@ -127,7 +143,7 @@ async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: 
         'x-mg-signature': signWebhook(webhook.secret, t, body),
       },
       body,
-      signal: AbortSignal.any([AbortSignal.timeout(webhook.timeoutMs), core.shutdown]),
+      signal: AbortSignal.any([AbortSignal.timeout(webhook.timeoutMs), stopped.signal]),
     });
     await res.arrayBuffer().catch(() => undefined);
     if (res.ok) return true;
@@ -137,6 +153,10 @@ async function attempt(core: Services, webhook: AlertsConfig['webhook'], alert: 
     }
   } catch {
     // A network error or timeout: retried.
+  } finally {
+    // One listener per attempt on the gateway's signal: removed, or every alert would leave one.
+    core.shutdown.removeEventListener('abort', onStop);
+    clearTimeout(linger);
   }
   return false;
 }

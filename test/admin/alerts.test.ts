@@ -20,6 +20,9 @@ let failNext = 1;
 /** How many of the next deliveries get no answer at all (a receiver that hangs), and how many did. */
 let hangNext = 0;
 let hung = 0;
+/** How many of the next deliveries are answered only after `SLOW_MS` (recorded on arrival). */
+let slowNext = 0;
+const SLOW_MS = 300;
 const receiver = createServer((req, res) => {
   let raw = '';
   req.on('data', (c) => (raw += c));
@@ -36,6 +39,11 @@ const receiver = createServer((req, res) => {
       return;
     }
     received.push({ body: JSON.parse(raw), headers: req.headers, raw });
+    if (slowNext > 0) {
+      slowNext--;
+      setTimeout(() => res.writeHead(204).end(), SLOW_MS);
+      return;
+    }
     res.writeHead(204).end();
   });
 });
@@ -173,6 +181,30 @@ it('a delivery the stop cut short is sent again by the next charge past the cros
   await new Promise((r) => setTimeout(r, 300));
   await gw.close();
   expect(received).toHaveLength(1);
+});
+
+it('a delivery the receiver is answering when the gateway stops is recorded, not sent again', async () => {
+  const setup = testConfig({});
+  const open = oneAttempt(setup, 'answering.db', { capPercent: [1] });
+  let gw = await open();
+  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
+  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
+  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+
+  // The receiver has the alert and answers it a moment later; the gateway stops meanwhile.
+  slowNext = 1;
+  expect((await call()).status).toBe(200);
+  await eventually(() => received.length === 1, 'the alert received', 5_000);
+  await gw.close();
+
+  // Its answer was waited for: the crossing stands as delivered, and the next charge past it
+  // sends nothing.
+  gw = await open();
+  expect((await call()).status).toBe(200);
+  await new Promise((r) => setTimeout(r, SLOW_MS));
+  await gw.close();
+  expect(received).toHaveLength(1);
+  expect(slowNext).toBe(0);
 });
 
 it('a delivery the stop cut short, for a key its cap now stops, is sent by the next call the cap refuses', async () => {
