@@ -188,7 +188,8 @@ function dropAnswer(core: CallDeps, ctx: ModelCallContext, answer: ModelAnswer):
  * `routing.retries` extra attempts; no attempt starts once `routing.deadlineMs` has passed
  * since the first; between attempts a jittered exponential backoff, or a 429's Retry-After
  * when it is no longer than `routing.maxRetryAfterMs` (a longer one is not waited out: the
- * next target is tried, or the 429 is relayed when there is none). A target whose circuit is
+ * next target is tried, or the 429 is relayed when there is none, and that upstream is not
+ * tried again by the call). A target whose circuit is
  * open is skipped; when every one is, 503 model_unavailable. The last failure is what the
  * caller gets: a thrown error, or the failing answer (the route turns it into its error).
  * `build` makes the request for one target (its `upstreamModel` goes in the body's `model`).
@@ -219,11 +220,15 @@ export async function callModel(
   let unavailable: GatewayError | null = null;
   let signal: AbortSignal | undefined;
   let tried = 0;
+  // Upstreams that answered 429 with a Retry-After longer than this call waits: asked to be
+  // left alone, they are not tried again when the attempts cycle back to them.
+  let resting: Set<string> | null = null;
   for (let n = 0; tried < attempts; n++) {
     // Every target was skipped (open circuits) in a full round: nothing can serve the call.
     if (n >= order.length && tried === 0) break;
     if (n >= order.length * attempts) break;
     const target = order[n % order.length]!;
+    if (resting?.has(target.upstream)) continue;
     if (tried > 0 && core.now() - started >= routing.deadlineMs) break;
     const served: Model =
       target.upstream === model.upstream && target.upstreamModel === model.upstreamModel
@@ -288,7 +293,10 @@ export async function callModel(
       const wait = retryAfterMs(res, core.now());
       const next = order[(n + 1) % order.length]!;
       // A long Retry-After is not waited out: the 429 is relayed unless another upstream can serve.
-      if (wait !== null && wait > routing.maxRetryAfterMs && next.upstream === target.upstream) return { res, served };
+      if (wait !== null && wait > routing.maxRetryAfterMs) {
+        if (next.upstream === target.upstream) return { res, served };
+        (resting ??= new Set()).add(target.upstream);
+      }
     }
     lastAnswer = { res, served };
   }

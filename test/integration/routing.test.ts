@@ -249,6 +249,18 @@ describe('limits of retrying', () => {
     expect((await chargesOf(gw.gateway.admin.ledger(account))).length).toBe(before.size);
   });
 
+  it('an upstream that asked for a long Retry-After is not tried again when the attempts cycle back to it', async () => {
+    const before = await ledgerIds();
+    a.setBehavior(busy('30'));
+    for (const up of [b, c]) up.setBehavior({ kind: 'error', status: 503 });
+    const res = await postChat(gw.baseURL, devKey, { model: ROUTED, messages: [{ role: 'user', content: 'hi' }] });
+    expect(res.status).toBe(502);
+    // Four attempts: a (429, 30 s), b, c, then b again, not a.
+    expect([a.requests.length, b.requests.length, c.requests.length]).toEqual([1, 2, 1]);
+    await eventually(noHoldLeft, 'no hold left');
+    expect((await chargesOf(gw.gateway.admin.ledger(account))).length).toBe(before.size);
+  });
+
   it('the deadline: no attempt starts once it has passed (the first one hung past it)', async () => {
     const up = await startTestUpstream();
     const spare = await startTestUpstream();
