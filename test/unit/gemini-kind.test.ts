@@ -372,6 +372,23 @@ describe('a refusal by the second of two translations names the field the client
   });
 });
 
+describe('Messages thinking over Gemini: the budget the client named', () => {
+  it('goes as named (not as an effort size), off when disabled; an OpenAI upstream sees only the effort', async () => {
+    const { messagesOverChat } = await import('../../src/upstream/kinds/messages/index.js');
+    const messagesOverGemini = compose(messagesOverChat, chatOverGemini);
+    const ask = (thinking?: unknown) => ({ model: 'g', max_tokens: 20_000, messages: [{ role: 'user', content: 'hi' }], ...(thinking ? { thinking } : {}) });
+    const configOf = (thinking?: unknown) => messagesOverGemini.request(ask(thinking), false).body.generationConfig as Record<string, unknown>;
+    expect(configOf({ type: 'enabled', budget_tokens: 3000 }).thinkingConfig).toEqual({ thinkingBudget: 3000 });
+    expect(configOf({ type: 'enabled', budget_tokens: 12_345 }).thinkingConfig).toEqual({ thinkingBudget: 12_345 });
+    expect(configOf({ type: 'disabled' }).thinkingConfig).toEqual({ thinkingBudget: 0 });
+    expect(configOf().thinkingConfig).toBeUndefined();
+    // Over an OpenAI upstream the chat request goes out as JSON: the budget is not in it.
+    const chat = messagesOverChat.request(ask({ type: 'enabled', budget_tokens: 3000 }), false).body;
+    expect(JSON.parse(JSON.stringify(chat))).toMatchObject({ reasoning_effort: 'medium' });
+    expect(JSON.stringify(chat)).not.toContain('3000');
+  });
+});
+
 describe('a translated Response echoes the request, as OpenAI’s does', () => {
   const request = {
     model: 'g',

@@ -4,7 +4,7 @@
  * either carried (messages, tools, sampling and output settings) or refused with a 400 naming
  * it; none is dropped on the way.
  */
-import { absent, isObject, notCarried } from './shared.js';
+import { absent, EXACT_THINKING_BUDGET, isObject, notCarried } from './shared.js';
 import { contentsOf } from './gemini-contents.js';
 
 const KIND = 'gemini';
@@ -43,6 +43,9 @@ export function geminiRequest(fields: Record<string, unknown>, stream: boolean):
     if (HINTS.has(key) || key === 'tools' || key === 'tool_choice') continue;
     carryField(key, value, generationConfig);
   }
+  // A budget the client named exactly (through Messages) goes as named, not as an effort's size.
+  const exact = (fields as Record<symbol, unknown>)[EXACT_THINKING_BUDGET];
+  if (typeof exact === 'number') generationConfig.thinkingConfig = { thinkingBudget: exact };
   if (Object.keys(generationConfig).length) body.generationConfig = generationConfig;
   const path = stream ? `${modelPath(fields.model, 'streamGenerateContent')}?alt=sse` : modelPath(fields.model, 'generateContent');
   return { path, body };

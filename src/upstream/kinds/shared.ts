@@ -11,6 +11,15 @@ export function notCarried(param: string, kind: string, detail?: string): Gatewa
   return new GatewayError('invalid_request', `\`${param}\` is not supported for a model served by a ${kind} upstream${why}`, { param });
 }
 
+/**
+ * An exact thinking budget in tokens (0: thinking off), put on a chat request by a translation
+ * from an API that says one (Messages' `thinking`) for a second translation that can say it too
+ * (Gemini's `thinkingBudget`). Chat itself says only an effort, three sizes for any budget: the
+ * client that asked for 3,000 tokens of thinking, or none, would get and pay for 8,192, or the
+ * model's default. A Symbol key: JSON never writes it, so no upstream sees it.
+ */
+export const EXACT_THINKING_BUDGET = Symbol('model-gateway.exactThinkingBudget');
+
 export const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 
 /** A field left out, or sent as null: both mean "not asked for". */

@@ -4,6 +4,7 @@
  * tools as functions), and the chat answer back as a Message.
  */
 import { randomUUID } from 'node:crypto';
+import { EXACT_THINKING_BUDGET } from '../shared.js';
 import { cannotCarry, isObject, type Json, messagesUsageOf, present, stopReason } from './shared.js';
 
 /** Messages fields a chat request carries, besides the ones translated below. */
@@ -131,6 +132,11 @@ export function chatRequestOf(fields: Json, stream: boolean): Json {
   if (isObject(fields.metadata) && typeof fields.metadata.user_id === 'string') out.user = fields.metadata.user_id;
   const effort = isObject(fields.thinking) ? reasoningEffort(fields.thinking) : null;
   if (effort) out.reasoning_effort = effort;
+  if (isObject(fields.thinking)) {
+    const { type, budget_tokens: budget } = fields.thinking;
+    if (type === 'disabled') (out as Record<symbol, unknown>)[EXACT_THINKING_BUDGET] = 0;
+    else if (type === 'enabled' && typeof budget === 'number') (out as Record<symbol, unknown>)[EXACT_THINKING_BUDGET] = budget;
+  }
   // The cap goes as max_completion_tokens, as the chat path sends it: OpenAI's reasoning models
   // refuse max_tokens, which it documents as deprecated.
   if (present(out.max_tokens)) {
