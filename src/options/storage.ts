@@ -22,6 +22,13 @@ const redisStorage = z
     password: secret.optional(),
     /** @default "mg:" */
     keyPrefix: z.string().regex(/^[^{}]*$/, 'must not contain "{" or "}" (they form hash tags)').default('mg:'),
+    /**
+     * A command without an answer this long fails its call with 503, and a call waits no longer
+     * for a reconnect. @default 1000: a Redis command takes well under a millisecond, and
+     * through a failover calls should fail fast and be retried, not queue. (No default
+     * written here: the settle journal's folder is named after this section as given.)
+     */
+    timeoutMs: z.number().int().positive().optional(),
   })
   .superRefine((r, ctx) => {
     const given = (['url', 'cluster', 'sentinels'] as const).filter((k) => r[k] !== undefined);

@@ -40,8 +40,8 @@ export async function buildStores(storage: GatewayConfig['storage'], open: OpenS
   if (storage.driver === 'memory') return createMemoryStores();
   if (storage.driver === 'redis') {
     const { createRedisStores } = await import('./redis/entry.js');
-    const { driver: _driver, ...connection } = storage;
-    return open(redisPlace(storage), () => createRedisStores(connection));
+    const { driver: _driver, timeoutMs, ...connection } = storage;
+    return open(redisPlace(storage), () => createRedisStores({ ...connection, ...(timeoutMs === undefined ? {} : { commandTimeoutMs: timeoutMs }) }));
   }
   let books: Stores;
   if (storage.driver === 'postgres') {

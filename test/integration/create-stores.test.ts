@@ -5,7 +5,9 @@
  * built again from the same section (durable drivers), Redis-backed parts write under their
  * prefix, and readiness covers both halves of SQL books with limits on Redis.
  */
+import { once } from 'node:events';
 import { mkdtemp, rm, stat } from 'node:fs/promises';
+import { createServer, type AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Redis } from 'ioredis';
@@ -128,6 +130,26 @@ describe('createStores', () => {
       await expect(down.ping!()).rejects.toThrow();
     } finally {
       await down.close();
+    }
+  });
+
+  it('redis: a command the server never answers fails within storage.timeoutMs', async () => {
+    // A server that takes the connection and says nothing: a Redis stopped (SIGSTOP) or cut off.
+    const silent = createServer(() => undefined);
+    silent.listen(0, '127.0.0.1');
+    await once(silent, 'listening');
+    const url = `redis://127.0.0.1:${(silent.address() as AddressInfo).port}`;
+    const stores = await createStores({ driver: 'redis', url, keyPrefix: PREFIX, timeoutMs: 250 });
+    try {
+      const started = performance.now();
+      await expect(stores.billing.wallet(ACCOUNT)).rejects.toThrow();
+      const took = performance.now() - started;
+      // Not before the timeout (a timer never fires early), and well before the default (1 s).
+      expect(took).toBeGreaterThanOrEqual(240);
+      expect(took).toBeLessThan(900);
+    } finally {
+      await stores.close();
+      silent.close();
     }
   });
 
