@@ -12,6 +12,8 @@ interface Detector {
   pattern: RegExp;
   /** Whether a candidate is really the entity; absent: its shape is enough. */
   valid?: (candidate: string) => boolean;
+  /** Where in a candidate the entity is, when it may be only part of it ([from, to]; null: nowhere). */
+  within?: (candidate: string) => readonly [number, number] | null;
   /** The most characters a match spans (an email: the longest address, 254, RFC 5321). */
   span: number;
   /** A match never holds whitespace: a stream holds back no more than the word being written. */
@@ -30,8 +32,9 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
   ['email', { pattern: /(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}/g, span: 254, word: true, needs: /@/ }],
   // Two letters, two check digits, then up to 30 letters or digits, optionally in groups of four.
   ['iban', { pattern: /\b[A-Z]{2}\d{2}(?: ?[A-Z0-9]{4}){2,7}(?: ?[A-Z0-9]{1,4})?\b/g, valid: ibanChecks, span: 44, needs: /\d/ }],
-  // 13 to 19 digits, optionally grouped by spaces or dashes.
-  ['credit_card', { pattern: /(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])/g, valid: (c) => luhn(c.replace(/[ -]/g, '')), span: 37, needs: /\d/ }],
+  // 13 to 19 digits, optionally grouped by spaces or dashes; the card may be only some of the
+  // groups (an expiry or a CVV written after it, a line number before it).
+  ['credit_card', { pattern: /(?<![\d-])\d(?:[ -]?\d){12,18}(?![\d-])/g, within: cardWithin, span: 37, needs: /\d/ }],
   // A US social security number as written (AAA-GG-SSSS), without the numbers never issued.
   ['ssn', { pattern: /(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])/g, span: 11, word: true, needs: /\d/ }],
   // International (+ and 8 to 15 digits) or North American ((555) 123-4567, 555-123-4567, 555.123.4567).
@@ -50,10 +53,14 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
   [
     'ip_address',
     {
-      pattern: /(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7})(?![\w:]|\.\d)/g,
+      // IPv4, which may be followed by a port (`10.0.0.5:22`: IPv6 never has one after it);
+      // IPv6 ending in an IPv4 address (`::ffff:10.1.2.3`); IPv6.
+      pattern:
+        /(?<![\w.:])(?:\d{1,3}(?:\.\d{1,3}){3}(?!\w|\.\d)|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){1,6}:\d{1,3}(?:\.\d{1,3}){3}(?!\w|\.\d)|[0-9A-Fa-f]{0,4}(?::[0-9A-Fa-f]{0,4}){2,7}(?![\w:]|\.\d))/g,
       // An IPv6 address has a hex digit somewhere: "::" alone is not worth a redaction.
       valid: (c) => isIPv4(c) || (isIPv6(c) && /[0-9A-Fa-f]/.test(c)),
-      span: 39,
+      // The longest: six groups of four, then an IPv4 address.
+      span: 45,
       word: true,
       needs: /[\d:]/,
     },
@@ -63,6 +70,27 @@ const DETECTORS: ReadonlyArray<[PiiEntity, Detector]> = [
 /** The entities' detectors, in the order they are looked for, limited to `entities`. */
 export function detectorsFor(entities: readonly PiiEntity[]): Array<{ entity: PiiEntity } & Detector> {
   return DETECTORS.filter(([entity]) => entities.includes(entity)).map(([entity, d]) => ({ entity, ...d }));
+}
+
+/**
+ * The card in a run of 13 to 19 digit groups: the whole run when it passes Luhn, else the
+ * longest run of whole groups that keeps its first group or its last one and passes (what
+ * comes after a card is most often its expiry or CVV, what comes before it a number of some
+ * other kind). An unbroken run of digits is a card whole or not at all: a piece of a longer
+ * number is not one.
+ */
+export function cardWithin(candidate: string): readonly [number, number] | null {
+  if (luhn(candidate.replace(/[ -]/g, ''))) return [0, candidate.length];
+  const groups = [...candidate.matchAll(/\d+/g)].map((m) => [m.index, m.index + m[0].length] as const);
+  for (let drop = 1; drop < groups.length; drop++) {
+    for (const [from, to] of [
+      [groups[0]![0], groups[groups.length - 1 - drop]![1]],
+      [groups[drop]![0], groups[groups.length - 1]![1]],
+    ] as const) {
+      if (luhn(candidate.slice(from, to).replace(/[ -]/g, ''))) return [from, to];
+    }
+  }
+  return null;
 }
 
 /** The Luhn check of a card number's digits: doubling every second digit from the right, the sum ends in 0. */

@@ -12,6 +12,8 @@ export interface Finder {
   /** Global. */
   pattern: RegExp;
   valid?: ((candidate: string) => boolean) | undefined;
+  /** Where in a candidate the entity is, when it may be only part of it. */
+  within?: ((candidate: string) => readonly [number, number] | null) | undefined;
   marker: string;
   /** The most characters a match spans: what a stream holds back for it. */
   span: number;
@@ -34,13 +36,28 @@ export interface Guardrail {
   finds(text: string): boolean;
 }
 
-/** Whether a match is one: not empty (a lookaround-only pattern hides no text), and passes its check. */
-export const counts = (f: Finder, match: string): boolean => match.length > 0 && (!f.valid || f.valid(match));
+/**
+ * Where the entity is in a match ([from, to] within it), or null when the match is none: an
+ * empty match (a lookaround-only pattern hides no text), or one that fails its check.
+ */
+export function locate(f: Finder, match: string): readonly [number, number] | null {
+  if (match.length === 0) return null;
+  if (f.within) return f.within(match);
+  return !f.valid || f.valid(match) ? [0, match.length] : null;
+}
 
 export function compileGuardrail(cfg: GuardrailConfig): Guardrail {
   const finders: Finder[] =
     cfg.kind === 'pii'
-      ? detectorsFor(cfg.entities).map((d) => ({ pattern: d.pattern, valid: d.valid, marker: `[REDACTED:${d.entity.toUpperCase()}]`, span: d.span, word: d.word === true, needs: d.needs }))
+      ? detectorsFor(cfg.entities).map((d) => ({
+          pattern: d.pattern,
+          valid: d.valid,
+          within: d.within,
+          marker: `[REDACTED:${d.entity.toUpperCase()}]`,
+          span: d.span,
+          word: d.word === true,
+          needs: d.needs,
+        }))
       : cfg.kind === 'regex'
         ? cfg.patterns.map((p) => ({
             pattern: new RegExp(p, cfg.ignoreCase ? 'gui' : 'gu'),
@@ -57,12 +74,17 @@ export function compileGuardrail(cfg: GuardrailConfig): Guardrail {
     covers: (account, model) => (!accounts || accounts.has(account)) && allowsModel(cfg.models, model),
     redact(text) {
       let out = text;
-      for (const f of finders) out = out.replace(f.pattern, (match) => (counts(f, match) ? f.marker : match));
+      for (const f of finders) {
+        out = out.replace(f.pattern, (match) => {
+          const at = locate(f, match);
+          return at ? match.slice(0, at[0]) + f.marker + match.slice(at[1]) : match;
+        });
+      }
       return out;
     },
     finds(text) {
       return finders.some((f) => {
-        for (const m of text.matchAll(f.pattern)) if (counts(f, m[0])) return true;
+        for (const m of text.matchAll(f.pattern)) if (locate(f, m[0])) return true;
         return false;
       });
     },

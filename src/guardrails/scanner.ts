@@ -11,7 +11,7 @@
  * A redaction replaces each match with its marker; a block releases the text before its match
  * and nothing after: the text is then `blocked` with that guardrail's id.
  */
-import { counts, type Finder } from './guardrail.js';
+import { type Finder, locate } from './guardrail.js';
 
 /** A finder of an output guardrail, with the guardrail it belongs to. */
 export interface OutputFinder extends Finder {
@@ -75,9 +75,12 @@ export class TextScanner {
       if ((cut <= off && !final) || (f.needs && !f.needs.test(text))) continue;
       for (const m of text.matchAll(f.pattern)) {
         if (m.index >= cut) break;
-        const end = m.index + m[0].length;
-        if (end <= off || !counts(f, m[0])) continue;
-        matches.push({ start: Math.max(m.index, off), end, finder: f });
+        if (m.index + m[0].length <= off) continue;
+        const at = locate(f, m[0]);
+        if (!at) continue;
+        const end = m.index + at[1];
+        if (end <= off) continue;
+        matches.push({ start: Math.max(m.index + at[0], off), end, finder: f });
       }
     }
     if (matches.length === 0 && release <= off) return '';

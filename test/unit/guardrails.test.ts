@@ -7,6 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { ibanChecks, luhn } from '../../src/guardrails/entities.js';
 import { compileGuardrail } from '../../src/guardrails/guardrail.js';
+import { TextScanner } from '../../src/guardrails/scanner.js';
 import { ConfigError, parseOptions } from '../../src/options.js';
 import { guardrailSchema } from '../../src/options/guardrails.js';
 
@@ -40,6 +41,31 @@ describe('PII entities', () => {
         expect(g.redact(`card ${good} used`)).toBe('card [REDACTED:CREDIT_CARD] used');
       }),
     );
+  });
+
+  it('a card written with its expiry or CVV after it (or a number before it) is still found, alone', () => {
+    expect(g.redact('card 4111 1111 1111 1111 12/26 cvv 123')).toBe('card [REDACTED:CREDIT_CARD] 12/26 cvv 123');
+    expect(g.redact('card 4111 1111 1111 1111 123')).toBe('card [REDACTED:CREDIT_CARD] 123');
+    expect(g.redact('line 2 4111-1111-1111-1111')).toBe('line 2 [REDACTED:CREDIT_CARD]');
+    expect(g.redact('pan 4111111111111111 12/26')).toBe('pan [REDACTED:CREDIT_CARD] 12/26');
+    expect(g.finds('card 4111 1111 1111 1111 12/26')).toBe(true);
+    // A piece of a longer unbroken number is no card, nor are groups that never pass Luhn.
+    expect(g.redact('ref 94111111111111111 ok')).toBe('ref 94111111111111111 ok');
+    const bad = cardNumber('411111111111111', false);
+    expect(g.redact(`order ${bad.replace(/(\d{4})(?=\d)/g, '$1 ')} 12`)).toBe(`order ${bad.replace(/(\d{4})(?=\d)/g, '$1 ')} 12`);
+  });
+
+  it('streamed a character at a time, the card before its expiry is redacted alone', () => {
+    const finders = g.finders.map((f) => ({ ...f, guardrail: 'pii', block: false }));
+    const scanner = new TextScanner(finders);
+    let out = '';
+    for (const ch of 'card 4111 1111 1111 1111 12/26 ok') out += scanner.push(ch);
+    expect(out + scanner.flush()).toBe('card [REDACTED:CREDIT_CARD] 12/26 ok');
+  });
+
+  it('an IPv4 address followed by its port is found; the port stays', () => {
+    expect(g.redact('server is 10.1.2.3:8080, and host 10.0.0.5:22.')).toBe('server is [REDACTED:IP_ADDRESS]:8080, and host [REDACTED:IP_ADDRESS]:22.');
+    expect(g.redact('mapped ::ffff:10.1.2.3 here')).toBe('mapped [REDACTED:IP_ADDRESS] here');
   });
 
   it('an IBAN whose check digits are wrong is left alone', () => {
