@@ -1,7 +1,7 @@
 /**
  * The texts a prompt carries, wherever an endpoint puts them: chat and Messages `messages`
  * (content strings and parts' `text`, the arguments of the tool calls in their history, the
- * `input` of a Messages `tool_use`, a Messages text document's `data`), Messages `system`,
+ * `input` of a Messages `tool_use`, a Messages document's text, title and context), Messages `system`,
  * Responses `instructions`, `input` (its items' content, a function call's `arguments`, a
  * tool result's `output`) and a stored prompt's `variables`, completions and media `prompt`,
  * a completion's `suffix`, a chat `prediction`, embeddings and speech `input`. Whatever of it
@@ -43,10 +43,11 @@ const MAX_DEPTH = 8;
 
 /**
  * Where a message, a part or an item keeps text: its `content` or `text`, a tool result's
- * `output`, a tool call's `arguments` (a JSON string the model wrote, and reads back), found
- * under `tool_calls` / `function` / `function_call` in a chat history.
+ * `output`, a tool call's `arguments` (a JSON string the model wrote, and reads back; or, as
+ * some clients send them, an object), found under `tool_calls` / `function` / `function_call`
+ * in a chat history, an assistant's `refusal` there, a Responses reasoning item's `summary`.
  */
-const TEXT_KEYS = ['content', 'text', 'output', 'arguments', 'tool_calls', 'function', 'function_call'] as const;
+const TEXT_KEYS = ['content', 'text', 'output', 'arguments', 'tool_calls', 'function', 'function_call', 'refusal', 'summary'] as const;
 /** Keys whose every string, however nested, is text the model reads: a tool's input, a stored prompt's variables. */
 const ALL_TEXT_KEYS = ['input', 'variables'] as const;
 
@@ -64,14 +65,23 @@ function mapValue(value: unknown, rewrite: (text: string) => string, depth: numb
   for (const name of TEXT_KEYS) {
     if (!Object.hasOwn(object, name)) continue;
     const item = object[name];
-    set(name, name === 'arguments' && typeof item === 'string' ? mapJsonText(item, rewrite) : mapValue(item, rewrite, depth + 1));
+    if (name === 'arguments') set(name, typeof item === 'string' ? mapJsonText(item, rewrite) : mapLeaves(item, rewrite, 0));
+    else set(name, mapValue(item, rewrite, depth + 1));
   }
   for (const name of ALL_TEXT_KEYS) if (Object.hasOwn(object, name)) set(name, mapLeaves(object[name], rewrite, 0));
-  // A document given as text (Messages' `source: {type: "text", data}`); encoded ones are not text.
+  // A Messages document: its title and context, and its text given as text (`source: {type:
+  // "text", data}`) or as content blocks (`source: {type: "content", content}`); encoded ones
+  // are not text.
+  if (object.type === 'document') {
+    for (const name of ['title', 'context']) if (typeof object[name] === 'string') set(name, rewrite(object[name]));
+  }
   const source = object.source as Record<string, unknown> | undefined;
   if (source && typeof source === 'object' && source.type === 'text' && typeof source.data === 'string') {
     const data = rewrite(source.data);
     if (data !== source.data) set('source', { ...source, data });
+  } else if (source && typeof source === 'object' && source.type === 'content') {
+    const content = mapValue(source.content, rewrite, depth + 1);
+    if (content !== source.content) set('source', { ...source, content });
   }
   return out ?? value;
 }
