@@ -1,12 +1,13 @@
 /**
- * Output guardrails on a plain answer: its texts (chat's `message.content`, completions'
+ * Output guardrails on a plain answer: its texts (chat's `message.content`, and its
+ * reasoning and refusal, completions'
  * `text`, Responses' `output_text` parts, Messages' text blocks) redacted, or cut at a block
  * and the answer ended as OpenAI ends filtered output (`finish_reason: "content_filter"`;
  * Responses `status: "incomplete"` with `incomplete_details.reason: "content_filter"`;
  * Messages `stop_reason: "refusal"`). It rewrites a copy the client gets: the answer the
  * upstream produced was billed before, as it came.
  */
-import type { OnAct, OutputFormat } from './output-stream.js';
+import { CHAT_SIDE_TEXTS, type OnAct, type OutputFormat } from './output-stream.js';
 import { type OutputFinder, scanWhole } from './scanner.js';
 
 type Json = Record<string, unknown>;
@@ -44,10 +45,34 @@ export function guardAnswer(format: OutputFormat, answer: Json, checkText: TextC
     const choices = answer.choices.map((c: unknown) => {
       if (!isObject(c)) return c;
       const message = isObject(c.message) ? c.message : null;
-      const text = format === 'chat' ? message?.content : c.text;
+      if (format === 'chat') {
+        if (!message) return c;
+        // The reasoning a provider shows and a refusal are read as the content is, in the
+        // order the model wrote them; after a block, nothing more of the message is shown.
+        let shown: Json = message;
+        let blocked = false;
+        for (const field of [...CHAT_SIDE_TEXTS, 'content']) {
+          const text = message[field];
+          if (typeof text !== 'string') continue;
+          if (blocked) {
+            if (text !== '') shown = { ...shown, [field]: '' };
+            continue;
+          }
+          const r = check(text);
+          if (r.text !== text) shown = { ...shown, [field]: r.text };
+          blocked = r.blocked;
+        }
+        if (shown === message && !blocked) return c;
+        changed = true;
+        const next: Json = { ...c, message: shown };
+        if ('logprobs' in next) next.logprobs = null;
+        if (blocked) next.finish_reason = 'content_filter';
+        return next;
+      }
+      const text = c.text;
       if (typeof text !== 'string') return c;
       const r = check(text);
-      const next: Json = { ...c, ...(format === 'chat' ? { message: { ...message, content: r.text } } : { text: r.text }) };
+      const next: Json = { ...c, text: r.text };
       if ('logprobs' in next && r.text !== text) next.logprobs = null;
       if (r.blocked) next.finish_reason = 'content_filter';
       return next;

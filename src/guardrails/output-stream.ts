@@ -101,6 +101,13 @@ function dataOf(block: string): string | null {
   return data;
 }
 
+/**
+ * A chat choice's texts beside its content, each through its own scanner (keyed
+ * `<index>:<field>`): the reasoning a provider shows (`reasoning_content`, or `reasoning`) and
+ * a refusal. The client reads them as it reads the content.
+ */
+export const CHAT_SIDE_TEXTS = ['reasoning_content', 'reasoning', 'refusal'] as const;
+
 /** Chat and legacy completions chunks: each choice's text (`delta.content`, or `text`). */
 class ChoicesRewrite {
   private last: Json = {};
@@ -150,17 +157,46 @@ class ChoicesRewrite {
   private choice(c: Json): Json | null {
     const key = String(c.index ?? 0);
     if (this.ended.has(key)) return null;
-    const { out, text, t, finishing } = this.take(c, key);
     const delta = isObject(c.delta) ? c.delta : null;
+    // The side texts come before the content in a turn (reasoning first): a block in them ends
+    // the choice before its content is read.
+    const side = this.format === 'chat' ? this.sideTexts(key, delta, typeof c.finish_reason === 'string') : null;
+    if (side?.blocked) {
+      this.ended.add(key);
+      return { ...c, ...('logprobs' in c ? { logprobs: null } : {}), delta: side.released, finish_reason: 'content_filter' };
+    }
+    const { out, text, t, finishing } = this.take(c, key);
     const next: Json = { ...c };
     if ('logprobs' in next) next.logprobs = null;
-    if (this.format === 'chat') next.delta = { ...(delta ?? {}), ...(typeof text === 'string' || out ? { content: out } : {}) };
-    else next.text = out;
+    if (this.format === 'chat') {
+      next.delta = { ...(delta ?? {}), ...side?.released, ...(typeof text === 'string' || out ? { content: out } : {}) };
+      for (const field of CHAT_SIDE_TEXTS) if ((next.delta as Json)[field] === '') delete (next.delta as Json)[field];
+    } else next.text = out;
     if (t.blocked) {
-      if (this.format === 'chat') next.delta = out ? { content: out } : {};
+      if (this.format === 'chat') next.delta = { ...side?.released, ...(out ? { content: out } : {}) };
       next.finish_reason = 'content_filter';
-    } else if (!finishing && !out && !(delta && Object.keys(delta).some((k) => k !== 'content'))) return null;
+    } else if (!finishing && !out && !Object.keys((next.delta as Json | undefined) ?? {}).some((k) => k !== 'content')) return null;
     return next;
+  }
+
+  /** A chat choice's side texts in `delta` through their scanners (all of them flushed when it finishes). */
+  private sideTexts(key: string, delta: Json | null, finishing: boolean): { released: Json; blocked: boolean } | null {
+    let released: Json | null = null;
+    let blocked = false;
+    for (const field of CHAT_SIDE_TEXTS) {
+      const value = delta?.[field];
+      const given = typeof value === 'string';
+      const t = given ? this.texts.of(`${key}:${field}`) : this.texts.get(`${key}:${field}`);
+      if (!t || t.blocked) continue;
+      let out = given ? t.take(value) : '';
+      if (!t.blocked && finishing) out += t.take(null);
+      if (given || out) (released ??= {})[field] = out;
+      if (t.blocked) {
+        blocked = true;
+        break;
+      }
+    }
+    return released || blocked ? { released: released ?? {}, blocked } : null;
   }
 
   /**
@@ -174,6 +210,8 @@ class ChoicesRewrite {
     const chat = this.format === 'chat';
     const delta = chat ? c.delta : null;
     if (this.ended.has(key) || (chat && !isObject(delta))) return null;
+    // A side text (reasoning, a refusal), or one still held back at a finish: the general path.
+    if (chat && (CHAT_SIDE_TEXTS.some((f) => f in (delta as Json)) || (c.finish_reason != null && this.hasSide(key)))) return null;
     const was = chat ? (delta as Json).content : c.text;
     const field = chat ? '"content":' : '"text":';
     const needle = typeof was === 'string' ? `${field}${JSON.stringify(was)}` : '';
@@ -191,17 +229,31 @@ class ChoicesRewrite {
     return frameEvent(`${data.slice(0, at)}${field}${JSON.stringify(out)}${data.slice(at + needle.length)}`);
   }
 
+  private hasSide(key: string): boolean {
+    return CHAT_SIDE_TEXTS.some((f) => this.texts.get(`${key}:${f}`) !== undefined);
+  }
+
   /** The stream's end without a choice's finish: what each choice still holds goes out. */
   finish(): string {
-    const choices: Json[] = [];
-    for (const [index, t] of this.texts.entries()) {
+    const byIndex = new Map<string, Json>();
+    for (const [name, t] of this.texts.entries()) {
+      const [index = name, field = 'content'] = name.split(':');
       if (this.ended.has(index)) continue;
+      let next = byIndex.get(index);
+      if (!next) byIndex.set(index, (next = { index: Number(index), finish_reason: null, ...(this.format === 'chat' ? { delta: {} } : { text: '' }) }));
+      // Nothing of a choice after a block in it.
+      if (next.finish_reason !== null) continue;
       const out = t.take(null);
-      const next: Json = { index: Number(index), finish_reason: t.blocked ? 'content_filter' : null };
-      if (this.format === 'chat') next.delta = out ? { content: out } : {};
-      else next.text = out;
-      if (out || t.blocked) choices.push(next);
+      if (this.format === 'chat') {
+        if (out) (next.delta as Json)[field] = out;
+      } else next.text = out;
+      if (t.blocked) next.finish_reason = 'content_filter';
+    }
+    const choices: Json[] = [];
+    for (const [index, next] of byIndex) {
       this.ended.add(index);
+      const said = this.format === 'chat' ? Object.keys(next.delta as Json).length > 0 : next.text !== '';
+      if (said || next.finish_reason !== null) choices.push(next);
     }
     return choices.length ? frameEvent(JSON.stringify({ ...this.last, choices, usage: undefined })) : '';
   }
