@@ -20,7 +20,7 @@
 import { atBatchPrice, type Model } from '../catalog/catalog.js';
 import { errors } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
-import type { BatchRecord, BillingStore } from '../stores/types.js';
+import type { BatchRecord, BillingStore, HeldTextPrices } from '../stores/types.js';
 import type { BillingDoor, BilledCall } from './billed-call.js';
 import { readHolds } from './audit-read.js';
 import { insufficientQuota, type Meter } from './meter.js';
@@ -34,7 +34,40 @@ export function lineChargeId(batchId: string, customId: string): string {
   return `${batchId}:${customId}`;
 }
 
-type BatchRef = Pick<BatchRecord, 'id' | 'accountId' | 'keyId'>;
+type BatchRef = Pick<BatchRecord, 'id' | 'accountId' | 'keyId' | 'prices'>;
+
+/** A model's batch text prices as a batch keeps them. */
+export function heldPricesOf(model: Model): HeldTextPrices | null {
+  const text = atBatchPrice(model).text;
+  if (!text) return null;
+  return {
+    prompt: String(text.promptPico),
+    completion: String(text.completionPico),
+    cachedPrompt: String(text.cachedPromptPico),
+    cacheWrite: String(text.cacheWritePico),
+    cacheWrite1h: String(text.cacheWrite1hPico),
+  };
+}
+
+/**
+ * `model` at the batch price `batch` held its lines at: a line is billed at the price it was
+ * held at, as a job is, whatever the model's price is now.
+ */
+function atHeldPrice(model: Model, batch: BatchRef): Model {
+  const priced = atBatchPrice(model);
+  const held = batch.prices?.[model.id];
+  if (!held || !priced.text) return priced;
+  return {
+    ...priced,
+    text: {
+      promptPico: BigInt(held.prompt),
+      completionPico: BigInt(held.completion),
+      cachedPromptPico: BigInt(held.cachedPrompt),
+      cacheWritePico: BigInt(held.cacheWrite),
+      cacheWrite1hPico: BigInt(held.cacheWrite1h),
+    },
+  };
+}
 
 /** At most this many holds are placed (or released) at once for one batch. */
 const AT_ONCE = 128;
@@ -182,7 +215,7 @@ function uncutSettles(call: BilledCall, cut: AbortSignal): BilledCall {
 
 /** The call of one line (an upstream batch answered it, or it runs now), on the line's hold. */
 export function lineCall(door: BillingDoor, batch: BatchRef, customId: string, model: Model): BilledCall {
-  return door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atBatchPrice(model) });
+  return door.meter.resume({ id: lineChargeId(batch.id, customId), accountId: batch.accountId, keyId: batch.keyId, model: atHeldPrice(model, batch) });
 }
 
 /** Releases every hold of `ids`: one that fails does not stop the others (the first failure is thrown after). */

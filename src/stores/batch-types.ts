@@ -19,6 +19,15 @@ export interface FileRecord {
   createdAt: number;
 }
 
+/** A model's text prices per token as held (pico-USD, decimal strings: JSON has no bigint). */
+export interface HeldTextPrices {
+  prompt: string;
+  completion: string;
+  cachedPrompt: string;
+  cacheWrite: string;
+  cacheWrite1h: string;
+}
+
 export interface BatchRecord {
   id: string;
   accountId: string;
@@ -48,6 +57,13 @@ export interface BatchRecord {
   model: string | null;
   /** What the batch's hold holds (nano-USD, as a decimal string: JSON has no bigint). */
   held: string;
+  /**
+   * The batch price per token (pico-USD, decimal strings) of each model its lines name, as it
+   * was when the batch was created and its lines were held: every line is billed at it, even
+   * when the model's price changed since, or another instance runs the line. Absent in a
+   * batch created before it was kept: such a batch's lines are billed at the price in force.
+   */
+  prices?: Record<string, HeldTextPrices>;
   /** The upstream batch that runs it (an upstream with a Batch API), once created. */
   upstream: string | null;
   upstreamBatchId: string | null;

@@ -130,7 +130,7 @@ export type {
   WindowHit,
 } from './billing-types.js';
 export type { LimitStore, TokenResult, WindowResult } from './limit-types.js';
-export type { BatchLine, BatchRecord, BatchStatus, BatchStore, FileRecord, RecordPage } from './batch-types.js';
+export type { BatchLine, BatchRecord, BatchStatus, BatchStore, FileRecord, HeldTextPrices, RecordPage } from './batch-types.js';
 export { BATCH_DONE } from './batch-types.js';
 
 export type JobStatus = 'queued' | 'in_progress' | 'completed' | 'failed';

@@ -54,6 +54,32 @@ describe('a batch line in flight when its instance stops', () => {
     expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
   }, 40_000);
 
+  it('is billed by the next instance at the price it was held at, though the model costs more there', async () => {
+    const up = await startTestUpstream();
+    running.push(up);
+    let answering = false;
+    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
+    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
+    const first = await startGateway(setup.options);
+    const stores = first.stores;
+    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+    const { batch } = await createChatBatch(a, MODEL, ['p1', 'p2']);
+    await up.waitForRequests(2);
+    await first.close();
+
+    // The next instance lists the model at ten times the price.
+    answering = true;
+    const dearer = setup.options.models!.map((m) => (m.id === MODEL ? { ...m, pricing: { prompt: '0.00001', completion: '0.00002' } } : m));
+    const second = await startGateway({ ...setup.options, models: dearer, stores });
+    running.push(second);
+    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
+    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+    // 11 prompt tokens at 0.000001 and 7 completion tokens at 0.000002 USD: 25,000 nano-USD each.
+    expect(charges.map((e) => e.cost)).toEqual([25_000n, 25_000n]);
+    expect((await auditBooks(stores, { account: ACCOUNT })).differences).toEqual([]);
+  }, 40_000);
+
   it('bills each moderation check a cut line made: its run again is checked again, and that check is its own charge', async () => {
     const [up, mod] = await Promise.all([startTestUpstream(), startTestUpstream()]);
     running.push(up, mod);

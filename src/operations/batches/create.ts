@@ -6,14 +6,14 @@
  * the lines' worst cases at the batch price is held (402 when it does not fit) and the batch
  * starts running.
  */
-import { BATCH_WINDOW_MS, holdBatch } from '../../billing/batch.js';
+import { BATCH_WINDOW_MS, heldPricesOf, holdBatch } from '../../billing/batch.js';
 import { tokenHoldCost } from '../../billing/billed-call.js';
 import { atBatchPrice, type Model } from '../../catalog/catalog.js';
 import { GatewayError, isGatewayError } from '../../errors.js';
 import { json, parseJsonObject } from '../../http/json.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { Services } from '../../services.js';
-import type { BatchRecord } from '../../stores/types.js';
+import type { BatchRecord, HeldTextPrices } from '../../stores/types.js';
 import { chatCompletions } from '../chat.js';
 import { createCompletion } from '../completions.js';
 import { createEmbeddings } from '../embeddings.js';
@@ -61,6 +61,17 @@ async function planLine(core: Services, ctx: RequestContext, op: PlannedOperatio
   const { hold } = plan;
   const cost = (prompt: number) => tokenHoldCost(model, hold, prompt);
   return { model: plan.model, bound: cost(hold.bound), estimate: () => cost(hold.estimate()) };
+}
+
+/** The batch prices of `models` now, each once: what the batch's lines are held, and billed, at. */
+function heldPrices(models: readonly Model[]): Record<string, HeldTextPrices> {
+  const out: Record<string, HeldTextPrices> = {};
+  for (const m of models) {
+    if (Object.hasOwn(out, m.id)) continue;
+    const prices = heldPricesOf(m);
+    if (prices) out[m.id] = prices;
+  }
+  return out;
 }
 
 /**
@@ -158,6 +169,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
     metadata,
     model: main,
     held: String(held),
+    prices: heldPrices(planned.map((p) => p.model)),
     upstream: batchUpstream(core, ctx, endpoint, models),
     upstreamBatchId: null,
     // This instance runs it first; another adopts it once this one stops renewing it.
