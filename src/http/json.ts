@@ -63,6 +63,17 @@ function scanJson(text: string): JsonFault {
   return null;
 }
 
+/**
+ * What is wrong with `text` (valid JSON) that JSON.parse lets pass: a key repeated in one
+ * object, or nesting too deep, said as the end of a sentence; null when nothing is.
+ */
+export function jsonTextFault(text: string): string | null {
+  const fault = scanJson(text);
+  if (!fault) return null;
+  if ('tooDeep' in fault) return `nests more than ${MAX_JSON_DEPTH} levels deep.`;
+  return `repeats the key ${JSON.stringify(fault.duplicate.slice(0, 100))} in one object.`;
+}
+
 /** Parses a JSON object body; anything else is 400 invalid_json / invalid_request. */
 export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   let text: string;

@@ -226,6 +226,10 @@ describe('batches through the official SDK (simulator)', () => {
     const json = await bad(`${JSON.stringify(chatLine('a', 'x'))}\n{not json\n`);
     expect(json.status).toBe(400);
     expect(json.message).toMatch(/Line 2/);
+    // A key twice in one object: refused as the same body sent directly is (which would run?).
+    const repeated = await bad(`${JSON.stringify(chatLine('a', 'x'))}\n${JSON.stringify(chatLine('b', 'y')).replace('"model":', '"model":"test/other","model":')}\n`);
+    expect(repeated.status).toBe(400);
+    expect(repeated.message).toMatch(/Line 2.*repeats the key "model"/);
     const unknown = await bad([chatLine('a', 'x'), chatLine('b', 'y'), chatLine('c', 'z', 'no/such-model')]);
     expect(unknown.status).toBe(400);
     expect(unknown.message).toMatch(/Line 3/);

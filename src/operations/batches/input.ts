@@ -4,6 +4,7 @@
  * batch's key, its own request id, its body, and no client (only a shutdown cuts it, no rate check).
  */
 import { GatewayError } from '../../errors.js';
+import { jsonTextFault } from '../../http/json.js';
 import { newRecord } from '../../observability/record.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { ApiKeyRecord } from '../../stores/types.js';
@@ -69,6 +70,9 @@ export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputL
       throw lineError(line, 'not a JSON object.');
     }
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw lineError(line, 'not a JSON object.');
+    // As a body sent directly: JSON.parse keeps the last of two keys, an upstream may keep the first.
+    const fault = jsonTextFault(l);
+    if (fault) throw lineError(line, `the line ${fault}`);
     const { custom_id: customId, method, url, body } = parsed as Record<string, unknown>;
     if (typeof customId !== 'string' || customId === '' || customId.length > 512 || customId.includes('\u0000')) throw lineError(line, 'custom_id must be a non-empty string of at most 512 characters.');
     if (seen.has(customId)) throw lineError(line, `the custom_id '${customId.slice(0, 100)}' is used by an earlier line; each line needs its own.`);
