@@ -66,13 +66,18 @@ export function createBatchRunner(core: Services): BatchRunner {
 
   async function run(e: Entry): Promise<void> {
     let lastLook = core.now();
+    // The key disabled or deleted while the lines ran (it is looked at with the record).
+    let keyGone: 'key_disabled' | 'key_deleted' | null = null;
     const stopping = async () => {
       if (core.stopping.aborted) return true;
       if (e.poked || core.now() - lastLook > LOOK_MS) {
         lastLook = core.now();
         await look(e, true).catch(() => undefined);
+        const now = await stores.keys.get(e.batch.keyId).catch(() => undefined);
+        if (now === null) keyGone = 'key_deleted';
+        else if (now?.disabled) keyGone = 'key_disabled';
       }
-      return e.batch.status === 'cancelling' || e.batch.status === 'cancelled' || seconds() >= e.batch.expiresAt;
+      return keyGone !== null || e.batch.status === 'cancelling' || e.batch.status === 'cancelled' || seconds() >= e.batch.expiresAt;
     };
     const { batch } = e;
     const [key, input] = await Promise.all([stores.keys.get(batch.keyId), stores.batches.fileContent(batch.accountId, batch.inputFileId)]);
@@ -113,6 +118,14 @@ export function createBatchRunner(core: Services): BatchRunner {
     if (core.stopping.aborted) return;
     await look(e);
     const b = e.batch;
+    if (keyGone !== null && (b.status === 'in_progress' || b.status === 'finalizing')) {
+      // As a key found gone at the start: the lines that ran stand (billed, in the output),
+      // the rest are not run and their holds are released.
+      await abandonUpstreamBatch(core, b);
+      const message = keyGone === 'key_deleted' ? 'The key that created the batch was deleted.' : 'The key that created the batch was disabled.';
+      await finishBatch(core, b, 'failed', [], [{ code: keyGone, message, line: null, param: null }]);
+      return;
+    }
     if (b.status === 'cancelling') await finishBatch(core, b, 'cancelled');
     else if (b.status === 'in_progress' && seconds() >= b.expiresAt) {
       const done = new Set((await stores.batches.lines(b.accountId, b.id)).map((l) => l.customId));
