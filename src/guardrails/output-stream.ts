@@ -179,7 +179,11 @@ class ChoicesRewrite {
     return next;
   }
 
-  /** A chat choice's side texts in `delta` through their scanners (all of them flushed when it finishes). */
+  /**
+   * A chat choice's side texts in `delta` through their scanners. A side text the choice moved
+   * on from (its content came, or another side text, or its finish) is decided then: what its
+   * scanner held back goes out, or blocks, before anything that follows it in the answer.
+   */
   private sideTexts(key: string, delta: Json | null, finishing: boolean): { released: Json; blocked: boolean } | null {
     let released: Json | null = null;
     let blocked = false;
@@ -189,7 +193,8 @@ class ChoicesRewrite {
       const t = given ? this.texts.of(`${key}:${field}`) : this.texts.get(`${key}:${field}`);
       if (!t || t.blocked) continue;
       let out = given ? t.take(value) : '';
-      if (!t.blocked && finishing) out += t.take(null);
+      const movedOn = !given && (typeof delta?.content === 'string' || CHAT_SIDE_TEXTS.some((f) => f !== field && typeof delta?.[f] === 'string'));
+      if (!t.blocked && (finishing || movedOn)) out += t.take(null);
       if (given || out) (released ??= {})[field] = out;
       if (t.blocked) {
         blocked = true;
@@ -210,8 +215,9 @@ class ChoicesRewrite {
     const chat = this.format === 'chat';
     const delta = chat ? c.delta : null;
     if (this.ended.has(key) || (chat && !isObject(delta))) return null;
-    // A side text (reasoning, a refusal), or one still held back at a finish: the general path.
-    if (chat && (CHAT_SIDE_TEXTS.some((f) => f in (delta as Json)) || (c.finish_reason != null && this.hasSide(key)))) return null;
+    // A choice with a side text (reasoning, a refusal), now or earlier: the general path, which
+    // decides what a side text still holds back before the content that follows it.
+    if (chat && (CHAT_SIDE_TEXTS.some((f) => f in (delta as Json)) || this.hasSide(key))) return null;
     const was = chat ? (delta as Json).content : c.text;
     const field = chat ? '"content":' : '"text":';
     const needle = typeof was === 'string' ? `${field}${JSON.stringify(was)}` : '';

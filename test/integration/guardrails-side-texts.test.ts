@@ -86,6 +86,24 @@ describe.each([false, true])('chat, %s streamed', (stream) => {
     expect(finish).toBe('stop');
   });
 
+  it('a match at the very end of the reasoning is decided before the content goes out', async () => {
+    // Content long enough that the content's own scanners release most of it at once.
+    next = [{ reasoning_content: 'Think of nightfall' }, { content: 'The plan is ready, and this sentence is long enough to pass every hold back of the scanners.' }];
+    const { message, finish } = await ask(stream);
+    expect(finish).toBe('content_filter');
+    expect(message.reasoning_content ?? '').toBe('Think of ');
+    expect(message.content ?? '').toBe('');
+  });
+
+  it('the whole reasoning goes out before content that is then blocked', async () => {
+    // The block comes in the content's first chunk, well before its end.
+    next = [{ reasoning_content: 'long reasoning tail words here' }, { content: 'About nightfall, and then a long tail of words that passes every hold back of them.' }];
+    const { message, finish } = await ask(stream);
+    expect(finish).toBe('content_filter');
+    expect(message.reasoning_content).toBe('long reasoning tail words here');
+    expect(message.content ?? '').toBe('About ');
+  });
+
   it('a block in the reasoning ends the choice there: its content is not shown', async () => {
     next = [{ reasoning_content: 'Think of night' }, { reasoning_content: 'fall, then answer.' }, { content: 'The plan is ready.' }];
     const { message, finish } = await ask(stream);
