@@ -116,7 +116,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   const op = BATCH_ENDPOINTS[endpoint]!;
   const file = await core.stores.batches.fileContent(ctx.key.accountId, inputFileId);
   if (!file) throw new GatewayError('not_found', `No such File object: ${inputFileId.slice(0, 100)}`, { param: 'input_file_id' });
-  const lines = readBatchInput(file, endpoint);
+  const lines = readBatchInput(file, endpoint, true);
   const planned: PlannedLine[] = [];
   for (const l of lines) planned.push(await planLine(core, ctx, op, endpoint, l));
 

@@ -42,8 +42,8 @@ function firstNonUtf8Line(bytes: Uint8Array): number {
   return line;
 }
 
-/** Reads every line, or throws the 400 of the first bad one. */
-export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputLine[] {
+/** Reads every line, or throws the 400 of the first bad one (`creating`: also the rules new batches are held to). */
+export function readBatchInput(bytes: Uint8Array, endpoint: string, creating = false): BatchInputLine[] {
   let text: string;
   try {
     text = new TextDecoder('utf-8', { fatal: true }).decode(bytes);
@@ -70,8 +70,9 @@ export function readBatchInput(bytes: Uint8Array, endpoint: string): BatchInputL
       throw lineError(line, 'not a JSON object.');
     }
     if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed)) throw lineError(line, 'not a JSON object.');
-    // As a body sent directly: JSON.parse keeps the last of two keys, an upstream may keep the first.
-    const fault = jsonTextFault(l);
+    // As a body sent directly: JSON.parse keeps the last of two keys, an upstream may keep the
+    // first. Refused at creation only: a batch accepted before this rule still runs as it was.
+    const fault = creating ? jsonTextFault(l) : null;
     if (fault) throw lineError(line, `the line ${fault}`);
     const { custom_id: customId, method, url, body } = parsed as Record<string, unknown>;
     if (typeof customId !== 'string' || customId === '' || customId.length > 512 || customId.includes('\u0000')) throw lineError(line, 'custom_id must be a non-empty string of at most 512 characters.');
