@@ -380,6 +380,8 @@ describe('Messages thinking over Gemini: the budget the client named', () => {
     const configOf = (thinking?: unknown) => messagesOverGemini.request(ask(thinking), false).body.generationConfig as Record<string, unknown>;
     expect(configOf({ type: 'enabled', budget_tokens: 3000 }).thinkingConfig).toEqual({ thinkingBudget: 3000 });
     expect(configOf({ type: 'enabled', budget_tokens: 12_345 }).thinkingConfig).toEqual({ thinkingBudget: 12_345 });
+    // Past what every thinking Gemini model takes: the largest, as the effort `high` sends.
+    expect(configOf({ type: 'enabled', budget_tokens: 32_000 }).thinkingConfig).toEqual({ thinkingBudget: 24_576 });
     expect(configOf({ type: 'disabled' }).thinkingConfig).toEqual({ thinkingBudget: 0 });
     expect(configOf().thinkingConfig).toBeUndefined();
     // Over an OpenAI upstream the chat request goes out as JSON: the budget is not in it.

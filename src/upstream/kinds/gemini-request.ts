@@ -43,9 +43,11 @@ export function geminiRequest(fields: Record<string, unknown>, stream: boolean):
     if (HINTS.has(key) || key === 'tools' || key === 'tool_choice') continue;
     carryField(key, value, generationConfig);
   }
-  // A budget the client named exactly (through Messages) goes as named, not as an effort's size.
+  // A budget the client named exactly (through Messages) goes as named, not as an effort's
+  // size, up to the largest every thinking Gemini model takes (the effort `high` sends the
+  // same): Anthropic takes larger ones, which some Gemini models would refuse.
   const exact = (fields as Record<symbol, unknown>)[EXACT_THINKING_BUDGET];
-  if (typeof exact === 'number') generationConfig.thinkingConfig = { thinkingBudget: exact };
+  if (typeof exact === 'number') generationConfig.thinkingConfig = { thinkingBudget: Math.min(exact, THINKING_BUDGET.high!) };
   if (Object.keys(generationConfig).length) body.generationConfig = generationConfig;
   const path = stream ? `${modelPath(fields.model, 'streamGenerateContent')}?alt=sse` : modelPath(fields.model, 'generateContent');
   return { path, body };
