@@ -74,23 +74,26 @@ export function detectorsFor(entities: readonly PiiEntity[]): Array<{ entity: Pi
 
 /**
  * The card in a run of 13 to 19 digit groups: the whole run when it passes Luhn, else the
- * longest run of whole groups that keeps its first group or its last one and passes (what
- * comes after a card is most often its expiry or CVV, what comes before it a number of some
- * other kind). An unbroken run of digits is a card whole or not at all: a piece of a longer
- * number is not one.
+ * longest run of whole groups within it (most digits first, then the earliest) that passes:
+ * an expiry or CVV written after a card, a line number before it. An unbroken run of digits
+ * is a card whole or not at all: a piece of a longer number is not one.
  */
 export function cardWithin(candidate: string): readonly [number, number] | null {
   if (luhn(candidate.replace(/[ -]/g, ''))) return [0, candidate.length];
   const groups = [...candidate.matchAll(/\d+/g)].map((m) => [m.index, m.index + m[0].length] as const);
-  for (let drop = 1; drop < groups.length; drop++) {
-    for (const [from, to] of [
-      [groups[0]![0], groups[groups.length - 1 - drop]![1]],
-      [groups[drop]![0], groups[groups.length - 1]![1]],
-    ] as const) {
-      if (luhn(candidate.slice(from, to).replace(/[ -]/g, ''))) return [from, to];
+  const runs: { from: number; to: number; digits: string }[] = [];
+  for (let i = 0; i < groups.length; i++) {
+    for (let j = i; j < groups.length; j++) {
+      if (i === 0 && j === groups.length - 1) continue; // the whole run, checked above
+      const from = groups[i]![0];
+      const to = groups[j]![1];
+      const digits = candidate.slice(from, to).replace(/[ -]/g, '');
+      if (digits.length >= 13) runs.push({ from, to, digits });
     }
   }
-  return null;
+  runs.sort((a, b) => b.digits.length - a.digits.length || a.from - b.from);
+  const card = runs.find((r) => luhn(r.digits));
+  return card ? [card.from, card.to] : null;
 }
 
 /** The Luhn check of a card number's digits: doubling every second digit from the right, the sum ends in 0. */

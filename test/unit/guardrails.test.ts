@@ -49,6 +49,9 @@ describe('PII entities', () => {
     expect(g.redact('line 2 4111-1111-1111-1111')).toBe('line 2 [REDACTED:CREDIT_CARD]');
     expect(g.redact('pan 4111111111111111 12/26')).toBe('pan [REDACTED:CREDIT_CARD] 12/26');
     expect(g.finds('card 4111 1111 1111 1111 12/26')).toBe(true);
+    // The longest run that passes, not the first tried; digits on both sides of the card.
+    expect(g.redact('item 4 4536 1819 1206 4600')).toBe('item 4 [REDACTED:CREDIT_CARD]');
+    expect(g.redact('no 84 4084-4871-8302-0775 1')).toBe('no 84 [REDACTED:CREDIT_CARD] 1');
     // A piece of a longer unbroken number is no card, nor are groups that never pass Luhn.
     expect(g.redact('ref 94111111111111111 ok')).toBe('ref 94111111111111111 ok');
     const bad = cardNumber('411111111111111', false);
