@@ -184,6 +184,27 @@ describe('an upstream batch, read back and routed with care', () => {
     expect(await gw.stores.billing.wallet(ACCOUNT)).toEqual({ balance: before.balance - 2n * LINE_COST, held: 0n });
   });
 
+  it('its key disabled while the upstream batch runs: the upstream batch is cancelled, the batch fails and holds nothing', async () => {
+    const before = await gw.stores.billing.wallet(ACCOUNT);
+    const batch = await submit([line('kd1', 'one'), line('kd2', 'two')]);
+    await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'in_progress' && up.batches.some((b) => b.status === 'in_progress'), 'the upstream batch');
+    const upstreamBatch = up.batches[up.batches.length - 1]!;
+    const devId = (await gw.gateway.admin.listKeys(ACCOUNT)).find((k) => k.kind === 'developer')!.id;
+    await gw.gateway.admin.disableKey(devId);
+    try {
+      await eventually(async () => (await gw.stores.batches.getBatch(ACCOUNT, batch.id))?.status === 'failed', 'failed', 10_000);
+      expect((await gw.stores.batches.getBatch(ACCOUNT, batch.id))!.errors![0]!.code).toBe('key_disabled');
+      await eventually(() => up.calls.includes(`POST /batches/${upstreamBatch.id}/cancel`), 'the upstream batch cancelled');
+      await eventually(async () => (await gw.stores.billing.wallet(ACCOUNT)).held === before.held, 'its holds released');
+      // What the upstream ran before the cancel is billed (once each); the rest is released.
+      const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
+      expect(charges.length).toBeLessThan(2);
+      expect((await gw.stores.billing.wallet(ACCOUNT)).balance).toBe(before.balance - BigInt(charges.length) * LINE_COST);
+    } finally {
+      await gw.gateway.admin.enableKey(devId);
+    }
+  });
+
   it('with an input guardrail configured the lines run through the gateway (redacted), not as an upstream batch', async () => {
     const guarded = await startBatchUpstream();
     const setup = testConfig({ limits: { jobPollIntervalMs: 20 } });

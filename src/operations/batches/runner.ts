@@ -118,9 +118,11 @@ export function createBatchRunner(core: Services): BatchRunner {
     if (core.stopping.aborted) return;
     await look(e);
     const b = e.batch;
-    if (keyGone !== null && (b.status === 'in_progress' || b.status === 'finalizing')) {
-      // As a key found gone at the start: the lines that ran stand (billed, in the output),
-      // the rest are not run and their holds are released.
+    // As a key found gone at the start: the lines that ran stand (billed, in the output), the
+    // rest are not run and their holds are released. A batch whose every line ran (its
+    // upstream batch ended as the key went) completes as it would have.
+    const unrun = keyGone !== null && (b.status === 'in_progress' || b.status === 'finalizing') ? lines.length - (await stores.batches.lines(b.accountId, b.id)).length : 0;
+    if (keyGone !== null && unrun > 0) {
       await abandonUpstreamBatch(core, b);
       const message = keyGone === 'key_deleted' ? 'The key that created the batch was deleted.' : 'The key that created the batch was disabled.';
       await finishBatch(core, b, 'failed', [], [{ code: keyGone, message, line: null, param: null }]);
