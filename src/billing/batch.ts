@@ -46,6 +46,7 @@ export function heldPricesOf(model: Model): HeldTextPrices | null {
     cachedPrompt: String(text.cachedPromptPico),
     cacheWrite: String(text.cacheWritePico),
     cacheWrite1h: String(text.cacheWrite1hPico),
+    ...(model.toolPrices ? { tools: Object.fromEntries([...model.toolPrices].map(([tool, price]) => [tool, String(price)])) } : {}),
   };
 }
 
@@ -57,8 +58,10 @@ function atHeldPrice(model: Model, batch: BatchRef): Model {
   const priced = atBatchPrice(model);
   const held = batch.prices?.[model.id];
   if (!held || !priced.text) return priced;
+  // The tools priced then, and only those (a tool priced since was free when it was held).
+  const { toolPrices: _now, ...rest } = priced;
   return {
-    ...priced,
+    ...rest,
     text: {
       promptPico: BigInt(held.prompt),
       completionPico: BigInt(held.completion),
@@ -66,6 +69,7 @@ function atHeldPrice(model: Model, batch: BatchRef): Model {
       cacheWritePico: BigInt(held.cacheWrite),
       cacheWrite1hPico: BigInt(held.cacheWrite1h),
     },
+    ...(held.tools ? { toolPrices: new Map(Object.entries(held.tools).map(([tool, price]) => [tool, BigInt(price)])) } : {}),
   };
 }
 

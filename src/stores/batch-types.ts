@@ -19,13 +19,15 @@ export interface FileRecord {
   createdAt: number;
 }
 
-/** A model's text prices per token as held (pico-USD, decimal strings: JSON has no bigint). */
+/** A model's text prices per token, and its tools' per call, as held (pico-USD, decimal strings: JSON has no bigint). */
 export interface HeldTextPrices {
   prompt: string;
   completion: string;
   cachedPrompt: string;
   cacheWrite: string;
   cacheWrite1h: string;
+  /** Each hosted tool's price per call (pico-USD), when the model prices any. */
+  tools?: Record<string, string>;
 }
 
 export interface BatchRecord {
