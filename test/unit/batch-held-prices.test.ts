@@ -16,7 +16,11 @@ const now = { id: 'm', text: text(10_000n), toolPrices: new Map([['web_search', 
 /** The model a line's call is billed with. */
 function billedWith(prices: Record<string, ReturnType<typeof heldPricesOf>> | undefined): Model {
   let seen: Model | undefined;
-  const door = { meter: { resume: (req: { model: Model }) => ((seen = req.model), {}) } } as unknown as BillingDoor;
+  const resume = (req: { model: Model }) => {
+    seen = req.model;
+    return {};
+  };
+  const door = { meter: { resume } } as unknown as BillingDoor;
   lineCall(door, { id: 'batch_1', accountId: 'a', keyId: 'k', ...(prices ? { prices: prices as never } : {}) }, 'c1', now);
   return seen!;
 }
