@@ -17,6 +17,11 @@ export interface FileRecord {
   bytes: number;
   /** Unix seconds. */
   createdAt: number;
+  /**
+   * When (unix seconds) the file stops being there for its account, as its upload asked
+   * (`expires_after`); absent or null: never. An expired file reads as deleted.
+   */
+  expiresAt?: number | null;
 }
 
 /** A model's text prices per token, and its tools' per call, as held (pico-USD, decimal strings: JSON has no bigint). */

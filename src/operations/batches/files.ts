@@ -8,8 +8,9 @@ import { readBody } from '../../http/body.js';
 import { json } from '../../http/json.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { Services } from '../../services.js';
+import type { FileRecord } from '../../stores/types.js';
 import { readMultipart } from '../videos/multipart.js';
-import { fileNotFound, fileView, listLimit, listView, newFileId } from './views.js';
+import { fileExpired, fileNotFound, fileView, listLimit, listView, newFileId } from './views.js';
 
 const TEXT_FIELDS: ReadonlySet<string> = new Set(['purpose', 'expires_after[anchor]', 'expires_after[seconds]']);
 /**
@@ -32,9 +33,45 @@ export async function uploadFile(core: Services, ctx: RequestContext): Promise<R
   if (part.data.byteLength > max) throw new GatewayError('request_too_large', `The file is larger than the limit of ${max} bytes.`, { param: 'file' });
   // Kept with the file: NUL is refused here (PostgreSQL cannot store it), not met as a store failure.
   if (part.filename.includes('\u0000')) throw new GatewayError('invalid_request', "The file's name must not contain NUL.", { param: 'file' });
-  const record = { id: newFileId(), accountId: ctx.key.accountId, purpose, filename: part.filename.slice(0, 255), bytes: part.data.byteLength, createdAt: Math.floor(core.now() / 1000) };
+  const createdAt = Math.floor(core.now() / 1000);
+  const expiresAfter = readExpiresAfter(form.fields);
+  const record = {
+    id: newFileId(),
+    accountId: ctx.key.accountId,
+    purpose,
+    filename: part.filename.slice(0, 255),
+    bytes: part.data.byteLength,
+    createdAt,
+    ...(expiresAfter === null ? {} : { expiresAt: createdAt + expiresAfter }),
+  };
   await core.stores.batches.putFile(record, part.data);
   return json(200, fileView(record));
+}
+
+/** The shortest and longest lifetimes an upload may ask for, in seconds (OpenAI's: an hour, 30 days). */
+const EXPIRES_AFTER_S = [3_600, 2_592_000] as const;
+
+/**
+ * `expires_after[anchor]` and `expires_after[seconds]`: how long after its upload a file is
+ * there (seconds), or null when the upload did not ask. Given, they are checked as OpenAI
+ * checks them: the only anchor is `created_at`.
+ */
+function readExpiresAfter(fields: Record<string, string | undefined>): number | null {
+  const anchor = fields['expires_after[anchor]'];
+  const seconds = fields['expires_after[seconds]'];
+  if (anchor === undefined && seconds === undefined) return null;
+  if (anchor !== 'created_at') throw new GatewayError('invalid_request', "expires_after[anchor] must be 'created_at'.", { param: 'expires_after[anchor]' });
+  const n = seconds !== undefined && /^\d{1,10}$/.test(seconds) ? Number(seconds) : Number.NaN;
+  if (!(n >= EXPIRES_AFTER_S[0] && n <= EXPIRES_AFTER_S[1])) {
+    throw new GatewayError('invalid_request', `expires_after[seconds] must be a whole number of seconds from ${EXPIRES_AFTER_S[0]} to ${EXPIRES_AFTER_S[1]}.`, { param: 'expires_after[seconds]' });
+  }
+  return n;
+}
+
+/** The account's file `id`, unless it is not there (never was, deleted, or expired). */
+export async function liveFile(core: Services, accountId: string, id: string): Promise<FileRecord | null> {
+  const f = await core.stores.batches.getFile(accountId, id);
+  return f && !fileExpired(f, Math.floor(core.now() / 1000)) ? f : null;
 }
 
 export async function listFiles(core: Services, ctx: RequestContext): Promise<Response> {
@@ -49,20 +86,23 @@ export async function listFiles(core: Services, ctx: RequestContext): Promise<Re
     after = { createdAt: f.createdAt, id: f.id };
   }
   const purpose = ctx.query.get('purpose') ?? undefined;
-  const page = await core.stores.batches.listFiles(ctx.key.accountId, { order, limit: limit + 1, ...(after ? { after } : {}), ...(purpose ? { purpose } : {}) });
+  const nowS = Math.floor(core.now() / 1000);
+  const page = (await core.stores.batches.listFiles(ctx.key.accountId, { order, limit: limit + 1, ...(after ? { after } : {}), ...(purpose ? { purpose } : {}) })).filter(
+    (f) => !fileExpired(f, nowS),
+  );
   return json(200, listView(page.slice(0, limit), page.length > limit, fileView));
 }
 
 export async function retrieveFile(core: Services, ctx: RequestContext): Promise<Response> {
   const id = ctx.params.id ?? '';
-  const f = await core.stores.batches.getFile(ctx.key.accountId, id);
+  const f = await liveFile(core, ctx.key.accountId, id);
   if (!f) throw fileNotFound(id);
   return json(200, fileView(f));
 }
 
 export async function fileContent(core: Services, ctx: RequestContext): Promise<Response> {
   const id = ctx.params.id ?? '';
-  const content = await core.stores.batches.fileContent(ctx.key.accountId, id);
+  const content = (await liveFile(core, ctx.key.accountId, id)) ? await core.stores.batches.fileContent(ctx.key.accountId, id) : null;
   if (!content) throw fileNotFound(id);
   return new Response(content as Uint8Array<ArrayBuffer>, { status: 200, headers: { 'content-type': 'application/octet-stream', 'content-length': String(content.byteLength) } });
 }

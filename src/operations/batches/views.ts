@@ -12,10 +12,13 @@ export function fileView(f: FileRecord): Record<string, unknown> {
     filename: f.filename,
     purpose: f.purpose,
     status: 'processed',
-    expires_at: null,
+    expires_at: f.expiresAt ?? null,
     status_details: null,
   };
 }
+
+/** Whether `f` has expired at `nowS` (unix seconds): it then reads as deleted. */
+export const fileExpired = (f: FileRecord, nowS: number): boolean => f.expiresAt != null && f.expiresAt <= nowS;
 
 export function batchView(b: BatchRecord): Record<string, unknown> {
   return {
