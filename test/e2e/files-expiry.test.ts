@@ -42,6 +42,20 @@ describe('a file that expires', () => {
     expect((await openai.files.retrieve(kept.id)).id).toBe(kept.id);
   });
 
+  it('a list paged past expired files still finds every file that is there', async () => {
+    const kept: string[] = [];
+    for (let i = 0; i < 3; i++) {
+      await upload({ anchor: 'created_at', seconds: 3600 });
+      await upload({ anchor: 'created_at', seconds: 3600 });
+      kept.push((await upload()).id);
+    }
+    clock += 3_600_000;
+    const seen: string[] = [];
+    for await (const f of openai.files.list({ limit: 1 })) seen.push(f.id);
+    for (const id of kept) expect(seen).toContain(id);
+    expect(seen).toHaveLength(new Set(seen).size);
+  });
+
   it('a bad anchor or lifetime is a 400 naming the field', async () => {
     const anchor = await upload({ anchor: 'uploaded_at', seconds: 3600 }).catch((e) => e);
     expect(anchor.status).toBe(400);

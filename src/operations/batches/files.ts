@@ -86,10 +86,17 @@ export async function listFiles(core: Services, ctx: RequestContext): Promise<Re
     after = { createdAt: f.createdAt, id: f.id };
   }
   const purpose = ctx.query.get('purpose') ?? undefined;
+  // Expired files read as deleted: skipped, and the store read on past them, so a page is as
+  // full, and says as truly whether more follow, as without them.
   const nowS = Math.floor(core.now() / 1000);
-  const page = (await core.stores.batches.listFiles(ctx.key.accountId, { order, limit: limit + 1, ...(after ? { after } : {}), ...(purpose ? { purpose } : {}) })).filter(
-    (f) => !fileExpired(f, nowS),
-  );
+  const page: FileRecord[] = [];
+  for (;;) {
+    const raw = await core.stores.batches.listFiles(ctx.key.accountId, { order, limit: limit + 1, ...(after ? { after } : {}), ...(purpose ? { purpose } : {}) });
+    for (const f of raw) if (!fileExpired(f, nowS) && page.length <= limit) page.push(f);
+    const last = raw[raw.length - 1];
+    if (page.length > limit || raw.length <= limit || !last) break;
+    after = { createdAt: last.createdAt, id: last.id };
+  }
   return json(200, listView(page.slice(0, limit), page.length > limit, fileView));
 }
 
