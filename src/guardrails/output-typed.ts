@@ -25,9 +25,26 @@ const RESPONSE_END = new Set(['response.completed', 'response.incomplete', 'resp
 /** A Responses stream: each output_text part (by output and content index). */
 export class ResponsesRewrite {
   private blocked = false;
+  /** The next event's sequence_number (from the first event's own). */
+  private sequence: number | null = null;
   constructor(private readonly texts: Texts) {}
 
+  /**
+   * The client's frames for one event, numbered anew: the guardrails hold back, withhold and
+   * split events, and a client (or a resume by `starting_after`) reads the numbers as one
+   * after another, none missing or repeated. In JSON text `"sequence_number":` can only be a
+   * key (a quote inside a string is escaped), and each event has one, at its top level.
+   */
   event(data: string): string {
+    const out = this.rewrite(data);
+    if (!out.includes('"sequence_number":')) return out;
+    return out.replace(/"sequence_number":(\d+)/g, (_, n: string) => {
+      this.sequence ??= Number(n);
+      return `"sequence_number":${this.sequence++}`;
+    });
+  }
+
+  private rewrite(data: string): string {
     const event = typedEvent(data);
     if (!event) return frameEvent(data);
     const type = typeof event.type === 'string' ? event.type : 'message';

@@ -129,6 +129,16 @@ const CASES: Array<[Ingress, WireKind]> = [
   ['messages', 'openai'],
 ];
 
+/** A Responses stream's events numbered as OpenAI numbers them: one after another, none missing or repeated. */
+function expectSequenced(raw: string): void {
+  const numbers = raw
+    .split('\n')
+    .filter((l) => l.startsWith('data: {'))
+    .map((l) => (JSON.parse(l.slice(6)) as { sequence_number?: number }).sequence_number);
+  expect(numbers.length).toBeGreaterThan(2);
+  expect(numbers).toEqual(numbers.map((_, i) => numbers[0]! + i));
+}
+
 describe('a PII string split across three stream chunks is redacted in what the client receives', () => {
   for (const [ingress, kind] of CASES) {
     for (const stream of [true, false]) {
@@ -139,6 +149,7 @@ describe('a PII string split across three stream chunks is redacted in what the 
         for (const piece of ['jane', 'oe@exam', 'example.com']) expect(seen.raw).not.toContain(piece);
         // Billed as the upstream reported it: the redaction changed only the client's copy.
         expect(seen.charge?.units).toMatchObject({ kind: 'tokens', prompt: 12, completion: 9 });
+        if (ingress === 'responses' && stream) expectSequenced(seen.raw);
       });
     }
   }
@@ -166,6 +177,7 @@ describe('a block on output', () => {
         expect(seen.raw.toLowerCase()).not.toContain('nightfall');
         expect(seen.raw).not.toContain('more words');
         if (stream) expect(seen.text).toBe('The plan is ');
+        if (ingress === 'responses' && stream) expectSequenced(seen.raw);
         const unguarded = await call(ingress, kind, stream, CODENAME, keys.unguarded);
         expect(unguarded.text).toBe(CODENAME.pieces.join(''));
         expect(seen.charge?.units).toEqual(unguarded.charge?.units);
