@@ -22,7 +22,7 @@ import { asksPricedTier } from '../shared.js';
 import type { PlannedOperation } from '../text.js';
 import { type BatchInputLine, lineContext, lineError, readBatchInput } from './input.js';
 import { batchView, newBatchId } from './views.js';
-import { liveFile } from './files.js';
+import { liveFileContent } from './files.js';
 
 /** The endpoints a batch may run, as OpenAI names them. */
 export const BATCH_ENDPOINTS: Readonly<Record<string, PlannedOperation>> = {
@@ -115,7 +115,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   if (window !== '24h') throw new GatewayError('invalid_request', "completion_window must be '24h'.", { param: 'completion_window' });
   const metadata = readMetadata(fields.metadata);
   const op = BATCH_ENDPOINTS[endpoint]!;
-  const file = (await liveFile(core, ctx.key.accountId, inputFileId)) ? await core.stores.batches.fileContent(ctx.key.accountId, inputFileId) : null;
+  const file = await liveFileContent(core, ctx.key.accountId, inputFileId);
   if (!file) throw new GatewayError('not_found', `No such File object: ${inputFileId.slice(0, 100)}`, { param: 'input_file_id' });
   const lines = readBatchInput(file, endpoint, true);
   const planned: PlannedLine[] = [];

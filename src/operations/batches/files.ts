@@ -69,9 +69,14 @@ function readExpiresAfter(fields: Record<string, string | undefined>): number | 
 }
 
 /** The account's file `id`, unless it is not there (never was, deleted, or expired). */
-export async function liveFile(core: Services, accountId: string, id: string): Promise<FileRecord | null> {
+async function liveFile(core: Services, accountId: string, id: string): Promise<FileRecord | null> {
   const f = await core.stores.batches.getFile(accountId, id);
   return f && !fileExpired(f, Math.floor(core.now() / 1000)) ? f : null;
+}
+
+/** The bytes of the account's file `id`, unless it is not there (never was, deleted, or expired). */
+export async function liveFileContent(core: Services, accountId: string, id: string): Promise<Uint8Array | null> {
+  return (await liveFile(core, accountId, id)) ? core.stores.batches.fileContent(accountId, id) : null;
 }
 
 export async function listFiles(core: Services, ctx: RequestContext): Promise<Response> {
@@ -109,7 +114,7 @@ export async function retrieveFile(core: Services, ctx: RequestContext): Promise
 
 export async function fileContent(core: Services, ctx: RequestContext): Promise<Response> {
   const id = ctx.params.id ?? '';
-  const content = (await liveFile(core, ctx.key.accountId, id)) ? await core.stores.batches.fileContent(ctx.key.accountId, id) : null;
+  const content = await liveFileContent(core, ctx.key.accountId, id);
   if (!content) throw fileNotFound(id);
   return new Response(content as Uint8Array<ArrayBuffer>, { status: 200, headers: { 'content-type': 'application/octet-stream', 'content-length': String(content.byteLength) } });
 }

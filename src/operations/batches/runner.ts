@@ -11,7 +11,7 @@ import { heldLines, keepBatchLines, releaseBatchLines } from '../../billing/batc
 import type { BatchRunner } from '../../jobs/batches.js';
 import type { Services } from '../../services.js';
 import { isStoreUnavailable } from '../../stores/errors.js';
-import { BATCH_DONE, type BatchRecord } from '../../stores/types.js';
+import { type ApiKeyRecord, BATCH_DONE, type BatchRecord } from '../../stores/types.js';
 import { changeBatch } from './change.js';
 import { finishBatch, notRunLine } from './finish.js';
 import { readBatchInput } from './input.js';
@@ -29,6 +29,19 @@ interface Entry {
   customIds?: string[];
   poked: boolean;
 }
+
+/** Why a batch fails as a whole before all its lines ran, and what it tells the client. */
+const FAILED_BY = {
+  key_deleted: 'The key that created the batch was deleted.',
+  key_disabled: 'The key that created the batch was disabled.',
+  input_file_deleted: 'The input file was deleted.',
+} as const;
+
+/** The batch's failure, in OpenAI's `errors.data` shape. */
+const failedBy = (code: keyof typeof FAILED_BY) => ({ code, message: FAILED_BY[code], line: null, param: null });
+
+/** Why the key a batch runs as can make no more calls (null: it still can). */
+const keyGoneReason = (key: ApiKeyRecord | null): 'key_deleted' | 'key_disabled' | null => (!key ? 'key_deleted' : key.disabled ? 'key_disabled' : null);
 
 export function createBatchRunner(core: Services): BatchRunner {
   const { stores, log } = core;
@@ -74,8 +87,7 @@ export function createBatchRunner(core: Services): BatchRunner {
         lastLook = core.now();
         await look(e, true).catch(() => undefined);
         const now = await stores.keys.get(e.batch.keyId).catch(() => undefined);
-        if (now === null) keyGone = 'key_deleted';
-        else if (now?.disabled) keyGone = 'key_disabled';
+        if (now !== undefined) keyGone = keyGoneReason(now);
       }
       return keyGone !== null || e.batch.status === 'cancelling' || e.batch.status === 'cancelled' || seconds() >= e.batch.expiresAt;
     };
@@ -94,12 +106,7 @@ export function createBatchRunner(core: Services): BatchRunner {
     if (!key || key.disabled || !input) {
       // An upstream batch running it is cancelled: nobody will read (and bill) its answers.
       await abandonUpstreamBatch(core, batch);
-      const [code, message] = !key
-        ? ['key_deleted', 'The key that created the batch was deleted.']
-        : key.disabled
-          ? ['key_disabled', 'The key that created the batch was disabled.']
-          : ['input_file_deleted', 'The input file was deleted.'];
-      await finishBatch(core, batch, 'failed', [], [{ code, message, line: null, param: null }]);
+      await finishBatch(core, batch, 'failed', [], [failedBy(keyGoneReason(key) ?? 'input_file_deleted')]);
       return;
     }
     // A batch adopted while finalizing ran every line already: only its files and status are left.
@@ -124,8 +131,7 @@ export function createBatchRunner(core: Services): BatchRunner {
     const unrun = keyGone !== null && (b.status === 'in_progress' || b.status === 'finalizing') ? lines.length - (await stores.batches.lines(b.accountId, b.id)).length : 0;
     if (keyGone !== null && unrun > 0) {
       await abandonUpstreamBatch(core, b);
-      const message = keyGone === 'key_deleted' ? 'The key that created the batch was deleted.' : 'The key that created the batch was disabled.';
-      await finishBatch(core, b, 'failed', [], [{ code: keyGone, message, line: null, param: null }]);
+      await finishBatch(core, b, 'failed', [], [failedBy(keyGone)]);
       return;
     }
     if (b.status === 'cancelling') await finishBatch(core, b, 'cancelled');

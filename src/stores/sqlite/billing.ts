@@ -45,8 +45,8 @@ function prepareStatements(ctx: SqliteContext) {
   return {
     // What a hold decides on, in one statement (each statement is a round through the
     // driver): the hold id's own open row, the balance and what the account's open holds
-    // hold; with a monthly cap also the key's month spend and what its open holds hold, in
-    // the same pass over the holds. Raw rows: [existing expiry, balance, held(, spent, held by key)].
+    // hold; with a monthly cap also the key's month spend and what its open holds hold.
+    // Raw rows: [existing expiry, balance, held(, spent, held by key)].
     holdFacts: ctx
       .exact(`SELECT ${OWN_HOLD_AND_BALANCE}, ${ACCOUNT_HELD}`)
       .raw(),
