@@ -124,7 +124,10 @@ export type HoldResult =
 export interface SettleRequest {
   holdId: string;
   accountId: string;
-  /** The month the spend counts towards when the hold is gone (else the hold's own month). */
+  /**
+   * "YYYY-MM" in UTC of the entry's time: the month the spend counts towards, whenever the
+   * hold was placed (a call held on the 31st and answered on the 1st is the new month's).
+   */
   month: string;
   /** The list-price cost of what was used: debited in full, even past the hold. */
   cost: bigint;

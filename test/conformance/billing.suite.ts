@@ -131,10 +131,25 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().placeHold(hold(a, 1n, cap))).toMatchObject({ ok: false, limitSource: 'key_monthly_cap' });
       const feb = hold(a, 500n, { ...cap, month: '2025-02' });
       expect(await billing().placeHold(feb)).toEqual({ ok: true });
-      await billing().settle(settleReq(a, feb.holdId, 200n));
+      await billing().settle({ ...settleReq(a, feb.holdId, 200n), month: '2025-02' });
       expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 700n, monthly: 500n, held: 0n });
       expect(await billing().keyUsage(a.accountId, a.keyId, '2025-02')).toEqual({ total: 700n, monthly: 200n, held: 0n });
       expect(await billing().keyUsage(a.accountId, a.keyId, '2025-03')).toEqual({ total: 700n, monthly: 0n, held: 0n });
+    });
+
+    it('a charge counts in the month it is settled in, not the month its hold was placed in', async () => {
+      // A call held at 23:59 on the 31st and answered after midnight is February's spend: the
+      // ledger entry is dated then, and February's cap and budgets must see it.
+      const a = await account(h().stores, 10_000n);
+      const cap = { monthlyCap: 1_000n };
+      const jan = hold(a, 400n, cap);
+      expect(await billing().placeHold(jan)).toEqual({ ok: true });
+      await billing().settle({ ...settleReq(a, jan.holdId, 400n), month: '2025-02' });
+      expect(await billing().keyUsage(a.accountId, a.keyId, MONTH)).toEqual({ total: 400n, monthly: 0n, held: 0n });
+      expect(await billing().keyUsage(a.accountId, a.keyId, '2025-02')).toEqual({ total: 400n, monthly: 400n, held: 0n });
+      // February's cap has 600 left, not 1,000.
+      expect(await billing().placeHold(hold(a, 601n, { ...cap, month: '2025-02' }))).toMatchObject({ ok: false, limitSource: 'key_monthly_cap' });
+      expect(await billing().placeHold(hold(a, 600n, { ...cap, month: '2025-02' }))).toEqual({ ok: true });
     });
 
     it('settle charges the cost, frees the hold, and is idempotent', async () => {

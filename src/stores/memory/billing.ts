@@ -196,17 +196,15 @@ export class MemoryBilling implements BillingStore {
     const mine = this.liveHolds(req.accountId, t);
     const hold = mine?.byId.get(req.holdId);
     let held = 0n;
-    let month = req.month;
     if (mine && hold) {
       held = hold.amount;
-      month = hold.month;
       drop(mine, req.holdId, hold);
       if (mine.byId.size === 0) this.holds.delete(req.accountId);
     }
     // The full list cost, even past the hold: delivered output is never given away.
     const charged = req.cost;
     this.balances.set(req.accountId, (this.balances.get(req.accountId) ?? 0n) - charged);
-    this.addSpend(req.accountId, req.entry.keyId, month, charged);
+    this.addSpend(req.accountId, req.entry.keyId, req.month, charged);
     for (const period of spendPeriods(req.entry.at)) {
       for (const scope of [req.entry.keyId, '']) {
         const k = `${req.accountId}\u0000${scope}\u0000${period}`;

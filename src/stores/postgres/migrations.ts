@@ -1329,6 +1329,11 @@ CREATE TABLE ${s}.batch_lines (
   PRIMARY KEY (batch_id, custom_id)
 );
 `,
+  // 13: a settle's spend counts in the month its charge is dated in (the month the operation
+  // names, as the ledger entry's time and the period budgets do), never in the month its hold
+  // was placed: a call held on the 31st and answered after midnight is the new month's spend.
+  // The account batch of migration 10 is redefined so.
+  (s, lockPrefix) => settleInChargeMonth(batchWithPrices((MIGRATIONS[5] as (s: string, l: string) => string)(s, lockPrefix))),
 ];
 
 /**
@@ -1352,6 +1357,13 @@ function batchWithPrices(sql: string): string {
     out = out.replace(from, to);
   }
   return out;
+}
+
+/** Migration 10's account batch without the line that moved a settle's spend to its hold's month. */
+function settleInChargeMonth(sql: string): string {
+  const line = '          v_month := h_month[j];\n';
+  if (sql.split(line).length !== 2) throw new Error('migration 13: the account batch to edit does not read as expected (v_month := h_month[j])');
+  return sql.replace(line, '');
 }
 
 /**

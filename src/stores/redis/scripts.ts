@@ -261,8 +261,8 @@ return {1, remaining, reset, h[1], h[2], h[3]}
    * KEYS: balance, holds, hold expiries, held sums, spend, ledger, ledger index, closed marker
    *       of the hold (written by a release)
    * ARGV: holdId, list cost, ledger entry JSON without "cost"/"held"/"exceededHold" (an object,
-   *       ends with '}'), monthly spend field and all-time spend field to use when the hold is
-   *       gone, then the period spend fields the cost also counts in (the key's and the
+   *       ends with '}'), monthly spend field (of the month the charge is dated in) and all-time
+   *       spend field, then the period spend fields the cost also counts in (the key's and the
    *       account's day, week and month)
    * Returns {1, charged, held} or {0, '0'}.
    */
@@ -274,12 +274,13 @@ prune(holds, hexp, held, t)
 -- the index; a settle after release finds the release's marker (and books written before the
 -- index find the settle marker they wrote then, which lives a day): nothing changes.
 if redis.call('HEXISTS', index, ARGV[1]) == 1 or redis.call('EXISTS', done) == 1 then return {0, '0'} end
+-- The spend counts in the month the charge is dated in (ARGV[4], from the settle), as the
+-- ledger entry and the period budgets do, never in the month the hold was placed.
 local mf, tf, amount = ARGV[4], ARGV[5], 0
 local raw = redis.call('HGET', holds, ARGV[1])
 if raw then
-  local h
-  h, amount = drop_hold(holds, hexp, held, ARGV[1], raw)
-  mf, tf = h.mf, h.tf
+  local _
+  _, amount = drop_hold(holds, hexp, held, ARGV[1], raw)
 end
 local cost = tonumber(ARGV[2])
 local c = fmt(cost)

@@ -193,8 +193,10 @@ class SqliteBilling implements BillingStore {
     // A hold that expired before its settle counts as gone: nothing was held.
     const hold = taken && num(taken.expires_at) > t ? taken : undefined;
     const held = hold ? hold.amount : 0n;
-    // (`??`: a caller that predates SettleRequest.month gets the month the settle lands in.)
-    const month = hold ? hold.month : (req.month ?? new Date(t).toISOString().slice(0, 7));
+    // The spend counts in the month the charge is dated in, as its ledger entry and the
+    // period budgets do, not in the month its hold was placed. (`??`: a settle journaled by a
+    // version before SettleRequest.month takes its entry's month.)
+    const month = req.month ?? new Date(req.entry.at).toISOString().slice(0, 7);
     // The full list cost, even past the hold: delivered output is never given away.
     const cost = req.cost;
     q.debit.run(req.accountId, -cost);
