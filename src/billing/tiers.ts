@@ -23,6 +23,9 @@ export interface TierFields {
   quality?: unknown;
 }
 
+/** Every field `chooseTier` reads: each sets the price, so a request must carry it as text. */
+export const TIER_FIELDS: ReadonlyArray<keyof TierFields> = ['mode', 'resolution', 'size', 'quality'];
+
 /** "1280x720" -> "720P" by the shorter side; null when `size` is not "WxH" of two positive sides. */
 export function tierOfSize(size: string): string | null {
   const m = /^(\d{1,5})x(\d{1,5})$/.exec(size);

@@ -115,6 +115,14 @@ describe.each(storages)('%s: media submissions reach the upstream as read', (nam
       { headers: ['Content-Disposition: form-data; name="size"; filename="size.txt"', 'Content-Type: text/plain'], content: '3840x2160' },
     ]);
     await refused(await sendForm(sizeAsFile), 'size', before);
+    // `quality` sets the tier where the model prices it: as a file it would be relayed and
+    // rendered, yet billed at the default tier.
+    const qualityAsFile = multipart([
+      field('model', VIDEO),
+      field('prompt', 'a lighthouse at dusk'),
+      { headers: ['Content-Disposition: form-data; name="quality"; filename="q.txt"', 'Content-Type: text/plain'], content: 'hd' },
+    ]);
+    await refused(await sendForm(qualityAsFile), 'quality', before);
     const nameless = multipart([field('model', VIDEO), field('prompt', 'a lighthouse'), { headers: ['Content-Disposition: form-data'], content: '4K' }]);
     await refused(await sendForm(nameless), null, before);
   });

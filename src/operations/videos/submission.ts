@@ -5,6 +5,7 @@
  * body is always re-encoded from the parts the gateway read (multipart.ts), never relayed raw.
  */
 import type { RequestContext } from '../../pipeline/types.js';
+import { TIER_FIELDS } from '../../billing/tiers.js';
 import { parseJsonObject } from '../../http/json.js';
 import { encodeMultipart, type FilePart, readMultipart } from './multipart.js';
 
@@ -19,10 +20,11 @@ export const DEFAULT_SECONDS = 4;
 export const DEFAULT_SIZE = '720x1280';
 
 /**
- * The fields that set what is rendered and billed, or what the job record keeps: always text.
- * One of them sent as a file is refused, since upstreams differ on whether they read it.
+ * The fields that set what is rendered and billed (every field a tier is chosen by), or what
+ * the job record keeps: always text. One of them sent as a file is refused, since upstreams
+ * differ on whether they read it, and the price is chosen from the text fields alone.
  */
-export const VIDEO_TEXT_FIELDS: ReadonlySet<string> = new Set(['model', 'prompt', 'size', 'seconds', 'resolution', 'mode']);
+export const VIDEO_TEXT_FIELDS: ReadonlySet<string> = new Set(['model', 'prompt', 'seconds', ...TIER_FIELDS]);
 
 export interface Submission {
   fields: Record<string, unknown>;
