@@ -3,7 +3,7 @@
  * None of it is reachable over HTTP with a developer or agent key.
  */
 import { ENTITY_ID } from '../options/values.js';
-import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62 } from '../auth/keys.js';
+import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62, shownId } from '../auth/keys.js';
 import { GatewayError } from '../errors.js';
 import type { Services } from '../services.js';
 import { formatUsd, parseUsd } from '../billing/money.js';
@@ -124,7 +124,7 @@ function keyView(k: ApiKeyRecord): KeyView {
 }
 
 export async function insertKey(core: Services, plain: string, input: CreateKeyInput, id: string): Promise<boolean> {
-  if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${input.account}".`, 'account');
+  if (!(await core.stores.accounts.get(input.account))) throw new AdminError(`No account "${shownId(input.account)}".`, 'account');
   const kind = input.kind ?? 'developer';
   const model = input.model ?? null;
   if (kind === 'agent') {
@@ -171,7 +171,7 @@ function usdOf(field: string, value: string | number): bigint {
 
 async function requireAccount(core: Services, id: string) {
   const account = await core.stores.accounts.get(id);
-  if (!account) throw new AdminError(`No account "${id}".`);
+  if (!account) throw new AdminError(`No account "${shownId(id)}".`);
   return account;
 }
 
@@ -207,11 +207,11 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       return { balanceUsd: formatUsd(w.balance), heldUsd: formatUsd(w.held) };
     },
     async setGrants(accountId, modelIds) {
-      if (!(await stores.accounts.setGrants(accountId, modelIds))) throw new AdminError(`No account "${accountId}".`);
+      if (!(await stores.accounts.setGrants(accountId, modelIds))) throw new AdminError(`No account "${shownId(accountId)}".`);
       hooks.forgetGrants(accountId);
     },
     async setAccountBudgets(accountId, budgets) {
-      if (!(await stores.accounts.setBudgets(accountId, parseBudgets(budgets)))) throw new AdminError(`No account "${accountId}".`);
+      if (!(await stores.accounts.setBudgets(accountId, parseBudgets(budgets)))) throw new AdminError(`No account "${shownId(accountId)}".`);
       hooks.forgetGrants(accountId);
     },
     async credit(accountId, { amountUsd, reason, id, adjustment = false }) {
@@ -243,12 +243,12 @@ function keyMethods(core: Services): KeyMethods {
     },
     async disableKey(id) {
       const key = await stores.keys.get(id);
-      if (!key || !(await stores.keys.setDisabled(id, true))) throw new AdminError(`No key "${id}".`);
+      if (!key || !(await stores.keys.setDisabled(id, true))) throw new AdminError(`No key "${shownId(id)}".`);
       core.auth.forget(key.digest);
     },
     async enableKey(id) {
       const key = await stores.keys.get(id);
-      if (!key || !(await stores.keys.setDisabled(id, false))) throw new AdminError(`No key "${id}".`);
+      if (!key || !(await stores.keys.setDisabled(id, false))) throw new AdminError(`No key "${shownId(id)}".`);
       core.auth.forget(key.digest);
     },
     async listKeys(accountId) {
@@ -260,31 +260,31 @@ function keyMethods(core: Services): KeyMethods {
     },
     async setMonthlyCap(id, usd) {
       const key = await stores.keys.update(id, { monthlyCap: usd === null ? null : usdOf('monthlyCapUsd', usd) });
-      if (!key) throw new AdminError(`No key "${id}".`);
+      if (!key) throw new AdminError(`No key "${shownId(id)}".`);
       core.auth.forget(key.digest);
       return keyView(key);
     },
     async setKeyLimits(id, input) {
       const current = await stores.keys.get(id);
-      if (!current) throw new AdminError(`No key "${id}".`);
+      if (!current) throw new AdminError(`No key "${shownId(id)}".`);
       if (current.kind === 'agent' && input.models) throw new AdminError('models: an agent key is pinned to its one model.');
       const key = await stores.keys.update(id, keyLimitsPatch(input));
-      if (!key) throw new AdminError(`No key "${id}".`);
+      if (!key) throw new AdminError(`No key "${shownId(id)}".`);
       core.auth.forget(key.digest);
       return keyView(key);
     },
     async rotateKey(id) {
       const old = await stores.keys.get(id);
-      if (!old) throw new AdminError(`No key "${id}".`);
+      if (!old) throw new AdminError(`No key "${shownId(id)}".`);
       const plain = generateKey();
       const key = await stores.keys.update(id, { digest: { digest: digestKey(plain), prefix: displayPrefix(plain) } });
-      if (!key) throw new AdminError(`No key "${id}".`);
+      if (!key) throw new AdminError(`No key "${shownId(id)}".`);
       core.auth.forget(old.digest);
       return { key: plain, id, prefix: key.prefix };
     },
     async deleteKey(id) {
       const key = await stores.keys.get(id);
-      if (!key) throw new AdminError(`No key "${id}".`);
+      if (!key) throw new AdminError(`No key "${shownId(id)}".`);
       // A key the configuration file lists is seeded again at every start: deleted here, it
       // would come back. It is disabled here (that stays), or removed from the file.
       if (core.cfg.keys.some((k) => keyIdFor(digestKey(k.key)) === id)) {
@@ -294,7 +294,7 @@ function keyMethods(core: Services): KeyMethods {
           param: 'id',
         });
       }
-      if (!(await stores.keys.delete(id))) throw new AdminError(`No key "${id}".`);
+      if (!(await stores.keys.delete(id))) throw new AdminError(`No key "${shownId(id)}".`);
       core.auth.forget(key.digest);
     },
   };
@@ -346,7 +346,7 @@ function contentMethods(core: Services): ContentMethods {
       checkId('id', id);
       if (!text.trim()) throw new AdminError('A document needs an id and some text.');
       if (brand !== null && !(await stores.content.getBrand(account, brand))) {
-        throw new AdminError(`No brand "${brand}" in account "${account}".`);
+        throw new AdminError(`No brand "${shownId(brand)}" in account "${shownId(account)}".`);
       }
       const existing = await stores.content.getDocument(account, id);
       await stores.content.putDocument({ id, accountId: account, brand, title, text, createdAt: existing?.createdAt ?? core.now() });

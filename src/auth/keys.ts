@@ -41,6 +41,15 @@ export function displayPrefix(plain: string): string {
   return plain.slice(0, KEY_PREFIX.length + 4);
 }
 
+/**
+ * An id as an error message may show it: one that looks like a secret key (ours, or any
+ * `sk-` key pasted where an id belongs) is cut to its display prefix, since messages never
+ * carry key material; any other id is shown, up to 200 characters.
+ */
+export function shownId(id: string): string {
+  return /^sk-/i.test(id) ? `${displayPrefix(id)}…` : id.slice(0, 200);
+}
+
 /** Seeded keys get an id derived from their digest, so every instance seeds the same id. */
 export function keyIdFor(digest: string): string {
   return `key_${digest.slice(0, 24)}`;

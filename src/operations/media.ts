@@ -9,6 +9,7 @@ import type { Model } from '../catalog/catalog.js';
 import { callModel, upstreamHeaders } from '../upstream/call.js';
 import { pluginBody } from '../upstream/plugin-body.js';
 import { refuseAgentKeys } from './shared.js';
+import { shownId } from '../auth/keys.js';
 
 /** Takes an in-flight slot for the account, or 429 without Retry-After (wait for a job instead). */
 export async function takeSlot(core: Services, ctx: RequestContext, kind: 'image' | 'video', leaseId: string): Promise<LeaseRef> {
@@ -34,7 +35,7 @@ export async function readJob(core: Services, ctx: RequestContext, kind: JobReco
   const id = ctx.params.id ?? '';
   const job = await core.stores.jobs.get(id);
   if (!job || job.object !== kind || job.accountId !== ctx.key.accountId) {
-    throw new GatewayError('job_not_found', `No ${kind} job with id "${id}".`, { param: 'id' });
+    throw new GatewayError('job_not_found', `No ${kind} job with id "${shownId(id)}".`, { param: 'id' });
   }
   return job;
 }

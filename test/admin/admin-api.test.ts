@@ -181,6 +181,15 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect((await api('POST', `/keys/${seeded}/disable`)).json.disabled).toBe(true);
       expect((await seededChat()).status).toBe(401);
       expect((await api('POST', `/keys/${seeded}/enable`)).json.disabled).toBe(false);
+
+      // A secret key given where its id belongs is not echoed back, not even in a 404: only
+      // its display prefix is named.
+      for (const [method, path] of [['GET', `/keys/${devKey}`], ['POST', `/keys/${devKey}/disable`], ['DELETE', `/keys/${devKey}`]] as const) {
+        const miss = await api(method, path);
+        expect(miss.status).toBe(404);
+        expect(JSON.stringify(miss.json)).not.toContain(devKey.slice(12));
+        expect(miss.json.error.message).toContain(devKey.slice(0, 10));
+      }
     });
 
     it('brands and documents: CRUD', async () => {

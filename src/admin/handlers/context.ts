@@ -10,6 +10,7 @@ import type { ChangeLog } from '../change-log.js';
 import type { Services } from '../../services.js';
 import type { Stores } from '../../stores/types.js';
 import { GatewayError } from '../../errors.js';
+import { shownId } from '../../auth/keys.js';
 import { formatUsd } from '../../billing/money.js';
 
 /** What a route's schema parses to; undefined when the route declares none. */
@@ -25,7 +26,7 @@ export interface Call<B extends z.ZodType | undefined = undefined, Q extends z.Z
 
 /** No such object; `param`: the field that named it (the path's id unless a body or query field did). */
 export const notFound = (what: string, id: string, param = 'id') =>
-  new GatewayError('not_found', `No ${what} "${id.slice(0, 200)}".`, { param });
+  new GatewayError('not_found', `No ${what} "${shownId(id)}".`, { param });
 
 export class AdminContext {
   constructor(

@@ -23,6 +23,7 @@ import type { PlannedOperation } from '../text.js';
 import { type BatchInputLine, lineContext, lineError, readBatchInput } from './input.js';
 import { batchView, newBatchId } from './views.js';
 import { liveFileContent } from './files.js';
+import { shownId } from '../../auth/keys.js';
 
 /** The endpoints a batch may run, as OpenAI names them. */
 export const BATCH_ENDPOINTS: Readonly<Record<string, PlannedOperation>> = {
@@ -116,7 +117,7 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   const metadata = readMetadata(fields.metadata);
   const op = BATCH_ENDPOINTS[endpoint]!;
   const file = await liveFileContent(core, ctx.key.accountId, inputFileId);
-  if (!file) throw new GatewayError('not_found', `No such File object: ${inputFileId.slice(0, 100)}`, { param: 'input_file_id' });
+  if (!file) throw new GatewayError('not_found', `No such File object: ${shownId(inputFileId)}`, { param: 'input_file_id' });
   const lines = readBatchInput(file, endpoint, true);
   const planned: PlannedLine[] = [];
   for (const l of lines) planned.push(await planLine(core, ctx, op, endpoint, l));

@@ -2,6 +2,7 @@
 import { randomBase62 } from '../../auth/keys.js';
 import { GatewayError } from '../../errors.js';
 import type { BatchRecord, FileRecord } from '../../stores/types.js';
+import { shownId } from '../../auth/keys.js';
 
 export function fileView(f: FileRecord): Record<string, unknown> {
   return {
@@ -70,5 +71,5 @@ export const newFileId = () => `file-${randomBase62(24)}`;
 export const newBatchId = () => `batch_${randomBase62(32)}`;
 export const newLineId = () => `batch_req_${randomBase62(24)}`;
 
-export const fileNotFound = (id: string) => new GatewayError('not_found', `No such File object: ${id.slice(0, 100)}`, { param: 'file_id' });
+export const fileNotFound = (id: string) => new GatewayError('not_found', `No such File object: ${shownId(id)}`, { param: 'file_id' });
 export const batchNotFound = (id: string) => new GatewayError('not_found', `No such Batch object: ${id.slice(0, 100)}`, { param: 'batch_id' });

@@ -6,6 +6,7 @@ import { json } from '../../http/json.js';
 import { jobView, UNFINISHED } from '../../jobs/runner.js';
 import { readJob } from '../media.js';
 import { refuseAgentKeys } from '../shared.js';
+import { shownId } from '../../auth/keys.js';
 
 const LIST_LIMIT_MAX = 100;
 
@@ -60,7 +61,7 @@ export async function deleteVideo(core: Services, ctx: RequestContext): Promise<
   const job = await readJob(core, ctx, 'video');
   if (UNFINISHED.includes(job.status) || !(await core.stores.jobs.delete(job.id, ['completed', 'failed']))) {
     const now = await core.stores.jobs.get(job.id);
-    if (!now) throw new GatewayError('job_not_found', `No video job with id "${job.id}".`, { param: 'id' });
+    if (!now) throw new GatewayError('job_not_found', `No video job with id "${shownId(job.id)}".`, { param: 'id' });
     throw new GatewayError('invalid_request', `The video job is ${now.status}; it can be deleted once it is completed or failed.`, {
       param: 'id',
     });
