@@ -422,6 +422,15 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(page.more).toBe(true);
     });
 
+    it('keeps a reason with a lone surrogate (valid JSON, not Unicode) as U+FFFD or as given', async () => {
+      // PostgreSQL's jsonb refuses "\ud800": the credit failed as if the store were down.
+      const a = await account(h().stores, 0n);
+      const reason = 'lone \ud800 surrogate';
+      expect(await billing().credit({ accountId: a.accountId, creditId: 'c1', amount: 5n, reason, at: 1_000 })).toEqual({ applied: true, balance: 5n });
+      const [entry] = await billing().ledger(a.accountId);
+      expect([reason, 'lone \ufffd surrogate']).toContain((entry!.units as { reason: string }).reason);
+    });
+
     it('200 concurrent holds against a wallet worth exactly 10 place exactly 10', async () => {
       const a = await account(h().stores, 10n * 7_000n);
       const results = await Promise.all(Array.from({ length: 200 }, () => billing().placeHold(hold(a, 7_000n))));

@@ -46,6 +46,15 @@ export function jobsSuite(name: string, make: MakeStores): void {
       expect(await jobs().get(uid('job'))).toBeNull();
     });
 
+    it('stores a job whose text has a lone surrogate, as U+FFFD or as given', async () => {
+      // A client's prompt may carry "\ud800" (valid JSON, not Unicode); PostgreSQL's jsonb refuses it.
+      const j = job({ object: 'video', result: { prompt: 'a \udc00 b', ['k\ud800']: 1 } });
+      await jobs().create(j, 60_000);
+      const got = (await jobs().get(j.id)) as unknown as { result: Record<string, unknown> };
+      expect(['a \udc00 b', 'a \ufffd b']).toContain(got.result.prompt);
+      expect(Object.keys(got.result).sort()).toHaveLength(2);
+    });
+
     it('update is a compare-and-set on the status', async () => {
       const j = job();
       await jobs().create(j, 60_000);

@@ -1,6 +1,7 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type PgContext } from './connection.js';
 import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, encodeLimitsPatch, touchesLimits } from '../key-limits.js';
+import { jsonText } from './json-text.js';
 
 interface AccountRow {
   id: string;
@@ -13,7 +14,7 @@ const account = (r: AccountRow): AccountRecord => ({
   id: r.id,
   grants: r.grants,
   createdAt: num(r.created_at),
-  ...budgetsField(r.budgets ? JSON.stringify(r.budgets) : null),
+  ...budgetsField(r.budgets ? jsonText(r.budgets) : null),
 });
 const ACCOUNT_COLUMNS = 'id, grants, created_at, budgets';
 
@@ -25,7 +26,7 @@ export function createPostgresAccounts(ctx: PgContext): AccountStore {
       const r = await ctx.one<{ created: boolean }>(
         'createAccount',
         `SELECT ${s}.mg_create_account($1, $2::text::jsonb, $3::bigint, $4::bigint) AS created`,
-        [record.id, JSON.stringify(record.grants), record.createdAt, initialBalance.toString()],
+        [record.id, jsonText(record.grants), record.createdAt, initialBalance.toString()],
       );
       if (r?.created === true && record.budgets?.length) await store.setBudgets(record.id, record.budgets);
       return r?.created === true;
@@ -37,7 +38,7 @@ export function createPostgresAccounts(ctx: PgContext): AccountStore {
     async setGrants(id: string, grants: string[]): Promise<boolean> {
       const rows = await ctx.q('setGrants', `UPDATE ${s}.accounts SET grants = $2::text::jsonb WHERE id = $1 RETURNING 1 AS one`, [
         id,
-        JSON.stringify(grants),
+        jsonText(grants),
       ]);
       return rows.length === 1;
     },
@@ -84,7 +85,7 @@ function key(r: KeyRow): ApiKeyRecord {
     monthlyCap: r.monthly_cap === null ? null : big(r.monthly_cap),
     disabled: r.disabled,
     createdAt: num(r.created_at),
-    ...decodeKeyLimits(r.limits ? JSON.stringify(r.limits) : null),
+    ...decodeKeyLimits(r.limits ? jsonText(r.limits) : null),
   };
 }
 

@@ -1,5 +1,6 @@
 import { BATCH_DONE, type BatchLine, type BatchRecord, type BatchStore, type FileRecord, type RecordPage } from '../batch-types.js';
 import { holdable, type PgContext } from './connection.js';
+import { jsonText } from './json-text.js';
 
 /**
  * Files and batches: one row per record, the record as jsonb beside what lists and finds it
@@ -24,7 +25,7 @@ export function createPostgresBatches(ctx: PgContext): BatchStore {
         file.id,
         Buffer.from(content.buffer, content.byteOffset, content.byteLength).toString('base64'),
       ]);
-      await ctx.q('putFile', `INSERT INTO ${s}.files (id, account_id, created_at, data) VALUES ($1, $2, $3, $4::text::jsonb)`, [file.id, file.accountId, file.createdAt, JSON.stringify(file)]);
+      await ctx.q('putFile', `INSERT INTO ${s}.files (id, account_id, created_at, data) VALUES ($1, $2, $3, $4::text::jsonb)`, [file.id, file.accountId, file.createdAt, jsonText(file)]);
     },
     async getFile(accountId, id) {
       if (!holdable(accountId, id)) return null;
@@ -66,7 +67,7 @@ export function createPostgresBatches(ctx: PgContext): BatchStore {
         batch.createdAt,
         done(batch),
         batch.rev,
-        JSON.stringify(batch),
+        jsonText(batch),
       ]);
     },
     async getBatch(accountId, id) {
@@ -79,7 +80,7 @@ export function createPostgresBatches(ctx: PgContext): BatchStore {
       const r = await ctx.one(
         'swapBatch',
         `UPDATE ${s}.batches SET done = $1, rev = $2, data = $3::text::jsonb WHERE id = $4 AND account_id = $5 AND rev = $6 RETURNING id`,
-        [done(written), written.rev, JSON.stringify(written), next.id, next.accountId, next.rev],
+        [done(written), written.rev, jsonText(written), next.id, next.accountId, next.rev],
       );
       return r ? written : null;
     },
@@ -104,7 +105,7 @@ export function createPostgresBatches(ctx: PgContext): BatchStore {
         'addBatchLine',
         `INSERT INTO ${s}.batch_lines (batch_id, custom_id, data) SELECT $1, $2, $3::text::jsonb
           WHERE EXISTS (SELECT 1 FROM ${s}.batches WHERE id = $1 AND account_id = $4) ON CONFLICT DO NOTHING RETURNING 1 AS one`,
-        [batchId, line.customId, JSON.stringify(line), accountId],
+        [batchId, line.customId, jsonText(line), accountId],
       );
       return r !== undefined;
     },

@@ -24,6 +24,7 @@ import { big, int32, num, type PgContext, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
 import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
+import { jsonText } from './json-text.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -148,7 +149,7 @@ class PostgresBilling implements BillingStore {
         req.monthlyCap === null ? null : req.monthlyCap.toString(),
         req.month,
         whole(req.ttlMs),
-        JSON.stringify(budgets),
+        jsonText(budgets),
       ],
     );
     return holdResult({ ok: r?.o_ok ?? null, source: r?.o_source ?? null, available: r?.o_available?.toString() ?? null });
@@ -224,7 +225,7 @@ class PostgresBilling implements BillingStore {
     const r = await this.ctx.one<{ o_balance: bigint }>(
       'topUp',
       `SELECT o_balance FROM ${this.s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, ${this.s}.mg_now())`,
-      [accountId, topUpId(), amount.toString(), JSON.stringify({ kind: 'credit', reason: TOP_UP_REASON })],
+      [accountId, topUpId(), amount.toString(), jsonText({ kind: 'credit', reason: TOP_UP_REASON })],
     );
     return big(r?.o_balance);
   }
@@ -233,7 +234,7 @@ class PostgresBilling implements BillingStore {
     const r = await this.ctx.one<{ o_applied: boolean; o_balance: bigint }>(
       'credit',
       `SELECT * FROM ${this.s}.mg_credit($1, $2, $3::bigint, $4::text::jsonb, $5::bigint)`,
-      [req.accountId, req.creditId, req.amount.toString(), JSON.stringify(creditUnits(req.reason, req.adjustment)), req.at],
+      [req.accountId, req.creditId, req.amount.toString(), jsonText(creditUnits(req.reason, req.adjustment)), req.at],
     );
     return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
   }

@@ -1,5 +1,6 @@
 import type { BrandRecord, ContentStore, DocumentRecord } from '../types.js';
 import { holdable, num, type PgContext } from './connection.js';
+import { jsonText } from './json-text.js';
 
 /**
  * Brands and knowledge documents, keyed by (account, id) so one account never reaches
@@ -18,7 +19,7 @@ export function createPostgresContent(ctx: PgContext): ContentStore {
 
   return {
     async putBrand(b: BrandRecord) {
-      await ctx.q('putBrand', put('brands'), [b.accountId, b.id, JSON.stringify(b), b.createdAt]);
+      await ctx.q('putBrand', put('brands'), [b.accountId, b.id, jsonText(b), b.createdAt]);
     },
     async getBrand(accountId, id) {
       if (!holdable(accountId, id)) return null;
@@ -48,7 +49,7 @@ export function createPostgresContent(ctx: PgContext): ContentStore {
       await ctx.q('putDocument', `WITH changed AS (${put('documents')}) ${bump('changed')}`, [
         d.accountId,
         d.id,
-        JSON.stringify(d),
+        jsonText(d),
         d.createdAt,
       ]);
     },

@@ -1,5 +1,6 @@
 import { type IdempotencyBegin, type IdempotencyStore, type StoredResponse, storedBytes } from '../types.js';
 import type { PgContext } from './connection.js';
+import { jsonText } from './json-text.js';
 
 const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
 
@@ -40,7 +41,7 @@ export function createPostgresIdempotency(ctx: PgContext): IdempotencyStore {
         await ctx.q(
           'idempotency.complete',
           `SELECT ${s}.mg_idem_complete($1, $2, $3::text::jsonb, $4::bigint, $5, $6::bigint, $7::bigint)`,
-          [scope, fingerprint, JSON.stringify(response), whole(ttlMs), quota.account, bytes, whole(quota.maxBytes)],
+          [scope, fingerprint, jsonText(response), whole(ttlMs), quota.account, bytes, whole(quota.maxBytes)],
         );
         return;
       }
@@ -48,7 +49,7 @@ export function createPostgresIdempotency(ctx: PgContext): IdempotencyStore {
         'idempotency.complete',
         `INSERT INTO ${s}.idempotency (scope, fingerprint, response, expires_at) VALUES ($1, $2, $3::text::jsonb, ${s}.mg_now() + $4::bigint)
           ON CONFLICT (scope) DO UPDATE SET fingerprint = excluded.fingerprint, response = excluded.response, expires_at = excluded.expires_at`,
-        [scope, fingerprint, JSON.stringify(response), whole(ttlMs)],
+        [scope, fingerprint, jsonText(response), whole(ttlMs)],
       );
     },
     async abandon(scope: string): Promise<void> {

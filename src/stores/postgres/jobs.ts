@@ -1,5 +1,6 @@
 import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import { holdable, type PgContext } from './connection.js';
+import { jsonText } from './json-text.js';
 
 const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
 
@@ -17,7 +18,7 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
         'createJob',
         `INSERT INTO ${s}.jobs (id, status, gone_at, data) VALUES ($1, $2, ${s}.mg_now() + $3::bigint, $4::text::jsonb)
           ON CONFLICT (id) DO UPDATE SET status = excluded.status, gone_at = excluded.gone_at, data = excluded.data`,
-        [job.id, job.status, whole(ttlMs), JSON.stringify(job)],
+        [job.id, job.status, whole(ttlMs), jsonText(job)],
       );
     },
 
@@ -41,7 +42,7 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
         `UPDATE ${s}.jobs SET data = data || $2::text::jsonb, status = coalesce($2::text::jsonb ->> 'status', status)
           WHERE id = $1 AND gone_at > ${s}.mg_now() AND ($3::text::jsonb IS NULL OR jsonb_exists($3::text::jsonb, status))
           RETURNING data`,
-        [id, JSON.stringify(fields), whenStatus === undefined ? null : JSON.stringify(whenStatus)],
+        [id, jsonText(fields), whenStatus === undefined ? null : jsonText(whenStatus)],
       );
       return r ? r.data : null;
     },
@@ -80,7 +81,7 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
         'deleteJob',
         `DELETE FROM ${s}.jobs WHERE id = $1 AND gone_at > ${s}.mg_now()
           AND ($2::text::jsonb IS NULL OR jsonb_exists($2::text::jsonb, status)) RETURNING id`,
-        [id, whenStatus === undefined ? null : JSON.stringify(whenStatus)],
+        [id, whenStatus === undefined ? null : jsonText(whenStatus)],
       );
       return r !== undefined;
     },

@@ -7,6 +7,7 @@
  * its load while an idle lane's operation goes out at once, alone.
  */
 import { isStatementError, isUnanswered, type PgContext } from './connection.js';
+import { jsonText } from './json-text.js';
 
 /** The database's reply to a batch: one result per operation, in order. */
 export type RunBatch<Op, R> = (lane: string, ops: Op[]) => Promise<R[]>;
@@ -106,7 +107,7 @@ export class Lanes<Op, R> {
 export function functionLanes<Op, R>(ctx: PgContext, what: string, fn: string): Lanes<Op, R> {
   const text = `SELECT ${ctx.s}.${fn}($1, $2::text::jsonb) AS out`;
   return new Lanes<Op, R>(
-    (lane, ops) => ctx.one<{ out: R[] }>(what, text, [lane, JSON.stringify(ops)]).then((r) => r?.out ?? []),
+    (lane, ops) => ctx.one<{ out: R[] }>(what, text, [lane, jsonText(ops)]).then((r) => r?.out ?? []),
     isStatementError,
   );
 }
