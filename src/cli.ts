@@ -17,6 +17,7 @@ import { accountBatches } from './admin/batches.js';
 import { auditText } from './cli/audit.js';
 import type { Gateway } from './gateway.js';
 import { ConfigError } from './options.js';
+import { GatewayError } from './errors.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './admin/ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
 import { announce, checkShareable, isWorker, superviseWorkers, workerCount, WorkersError } from './cli/workers.js';
@@ -291,6 +292,9 @@ main().catch((err: unknown) => {
   } else if (err instanceof UsageError || (typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_'))) {
     process.stderr.write(`${(err as Error).message}\n\n${USAGE}\n`);
   } else if (err instanceof ConfigError || err instanceof AdminError || err instanceof StoreUnreachableError) {
+    process.stderr.write(`${err.message}\n`);
+  } else if (err instanceof GatewayError && err.status < 500) {
+    // A refusal (a seeded key deleted, a conflict): the operator's to fix, not a bug.
     process.stderr.write(`${err.message}\n`);
   } else if (isStoreUnavailable(err)) {
     process.stderr.write(`the storage does not answer: ${err.message}\n`);

@@ -3,7 +3,7 @@
  * admin (the same one the admin API and the console use), its answer printed as JSON. Flags
  * are checked before the storage is opened (`checkFlags`), so a typo never waits on a store.
  */
-import type { Admin } from '../admin/accounts.js';
+import { type Admin, AdminError } from '../admin/accounts.js';
 import { keyLimitFlags, LimitFlagError } from './limits.js';
 import { need, signedUsd, UsageError, usd } from './values.js';
 
@@ -71,8 +71,14 @@ export function checkFlags(command: string, values: CommandValues) {
 export async function runAdminCommand(a: Admin, command: string, values: CommandValues, flags: ReturnType<typeof checkFlags>): Promise<unknown> {
   const { limits } = flags;
   switch (command) {
-    case 'accounts create':
-      return a.createAccount({ id: need(values.id, 'id'), walletUsd: flags.wallet, budgets: limits.budgets ?? [] });
+    case 'accounts create': {
+      const id = need(values.id, 'id');
+      const made = await a.createAccount({ id, walletUsd: flags.wallet, budgets: limits.budgets ?? [] });
+      // As the admin API answers 409: an account that exists is not made again, and its
+      // wallet is not credited with --wallet; a script must not read that as done.
+      if (!made.created) throw new AdminError(`Account "${id}" exists; its wallet is unchanged (wallet top-up adds to it).`, 'id');
+      return made;
+    }
     case 'accounts budgets': {
       if (limits.budgets === undefined) throw new UsageError('missing --budget (USD/PERIOD, repeated for several, or none)');
       await a.setAccountBudgets(need(values.id, 'id'), limits.budgets);

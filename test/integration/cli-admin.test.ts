@@ -121,6 +121,26 @@ describe('CLI: rotate and delete keys, adjust wallets, change caps', () => {
     }
   });
 
+  it("an operator's refusal is one line and exit 1, never a stack trace: a seeded key deleted, an account created twice", async () => {
+    const seededKey = `sk-mg-${'S'.repeat(44)}`;
+    const seededConfig = writeConfig({
+      ...CONFIG,
+      storage: { driver: 'sqlite' as const, path: join(dir, 'seeded.db') },
+      accounts: [{ id: 'seeded', walletUsd: 5 }],
+      keys: [{ key: seededKey, account: 'seeded' }],
+    });
+    const [seeded] = json<Array<{ id: string }>>(await cli('keys', 'list', '--config', seededConfig, '--account', 'seeded'));
+    const refused = await cli('keys', 'delete', '--config', seededConfig, '--id', seeded!.id);
+    expect(refused.code).toBe(1);
+    expect(refused.stderr.trim().split('\n')).toHaveLength(1);
+    expect(refused.stderr).not.toContain('    at ');
+    // The same account again: refused as the admin API refuses it (409), the wallet unchanged.
+    const twice = await cli('accounts', 'create', '--config', seededConfig, '--id', 'seeded', '--wallet', '100');
+    expect(twice.code).toBe(1);
+    expect(twice.stderr).toBe('Account "seeded" exists; its wallet is unchanged (wallet top-up adds to it).\n');
+    expect(json(await cli('wallet', 'show', '--config', seededConfig, '--account', 'seeded'))).toMatchObject({ balanceUsd: '5' });
+  });
+
   it('wallet adjust: signed and exact, one ledger entry with its reason, once per id', async () => {
     json(await cli('accounts', 'create', '--config', config, '--id', 'adj', '--wallet', '1'));
     const down = json<{ applied: boolean; balanceUsd: string }>(
