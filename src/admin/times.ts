@@ -7,11 +7,21 @@ import { AdminError } from './admin-error.js';
 /** A time a query takes: unix ms, a Date, or an ISO 8601 date or date-time. */
 export type TimeInput = number | Date | string;
 
-/** An ISO 8601 date or date-time as unix ms; UTC unless it names an offset (NaN when not one). */
+/**
+ * An ISO 8601 date or date-time as unix ms; UTC unless it names an offset (NaN when not one).
+ * A day, hour or minute that does not exist ("2026-02-30", "24:00") is not a time: Date.parse
+ * would roll it over into the next month or day, and a query would silently read another range.
+ */
 function isoToMs(text: string): number {
-  const m = /^(\d{4}-\d{2}-\d{2})(?:[T ](\d{2}:\d{2}(?::\d{2}(?:\.\d{1,3})?)?)(Z|[+-]\d{2}:\d{2})?)?$/.exec(text);
+  const m = /^((\d{4})-(\d{2})-(\d{2}))(?:[T ]((\d{2}):(\d{2})(?::(\d{2})(?:\.\d{1,3})?)?)(Z|[+-](\d{2}):(\d{2}))?)?$/.exec(text);
   if (!m) return Number.NaN;
-  return Date.parse(m[2] === undefined ? `${m[1]}T00:00:00Z` : `${m[1]}T${m[2]}${m[3] ?? 'Z'}`);
+  const [, date, y, mo, d, time, hh, mm, ss, zone, zh, zm] = m;
+  const day = new Date(Date.UTC(Number(y), Number(mo) - 1, Number(d)));
+  // Date.UTC maps years 0-99 to 1900-1999; setUTCFullYear keeps the year as written.
+  day.setUTCFullYear(Number(y));
+  if (day.toISOString().slice(0, 10) !== date) return Number.NaN;
+  if (Number(hh ?? 0) > 23 || Number(mm ?? 0) > 59 || Number(ss ?? 0) > 59 || Number(zh ?? 0) > 23 || Number(zm ?? 0) > 59) return Number.NaN;
+  return Date.parse(time === undefined ? `${date}T00:00:00Z` : `${date}T${time}${zone ?? 'Z'}`);
 }
 
 /** A query time as unix ms; an AdminError names the field when it is not a time. */
