@@ -321,8 +321,13 @@ function ledger(core: Services): Admin['ledger'] {
         ...(arg.cursor === undefined ? {} : { cursor: arg.cursor }),
       });
     } catch (err) {
-      // The store's rules for a query (a cursor it never returned, ...) are the caller's mistake.
-      if (err instanceof RangeError) throw new AdminError(err.message.replace(/^ledger query: /, ''));
+      // The store's rules for a query (a cursor it never returned, ...) are the caller's mistake,
+      // named by the field the store's message begins with, as the caller called it.
+      if (err instanceof RangeError) {
+        const field = /^ledger query: (\w+)/.exec(err.message)?.[1];
+        const param = field === 'accountId' ? 'account' : field === 'keyId' ? 'key' : (field ?? null);
+        throw new AdminError(err.message.replace(/^ledger query: /, ''), param);
+      }
       throw err;
     }
   }) as Admin['ledger'];
@@ -336,7 +341,7 @@ function contentMethods(core: Services): ContentMethods {
     async putBrand({ id, account, name = '', description = '', voice }) {
       await requireAccount(core, account);
       checkId('id', id);
-      if (!voice) throw new AdminError('A brand needs an id and a voice.');
+      if (!voice) throw new AdminError('A brand needs an id and a voice.', 'voice');
       const existing = await stores.content.getBrand(account, id);
       await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
     },
@@ -344,9 +349,9 @@ function contentMethods(core: Services): ContentMethods {
     async addDocument({ id, account, brand = null, title = '', text }) {
       await requireAccount(core, account);
       checkId('id', id);
-      if (!text.trim()) throw new AdminError('A document needs an id and some text.');
+      if (!text.trim()) throw new AdminError('A document needs an id and some text.', 'text');
       if (brand !== null && !(await stores.content.getBrand(account, brand))) {
-        throw new AdminError(`No brand "${shownId(brand)}" in account "${shownId(account)}".`);
+        throw new AdminError(`No brand "${shownId(brand)}" in account "${shownId(account)}".`, 'brand');
       }
       const existing = await stores.content.getDocument(account, id);
       await stores.content.putDocument({ id, accountId: account, brand, title, text, createdAt: existing?.createdAt ?? core.now() });

@@ -32,12 +32,14 @@ export interface AdminHttpOptions {
 }
 
 /** Parses with a schema; a violation is 400 invalid_request naming the field. */
-function parse<T>(schema: z.ZodType<T>, value: unknown): T {
+function parse<T>(schema: z.ZodType<T>, value: unknown, where: 'body' | 'query'): T {
   const r = schema.safeParse(value);
   if (r.success) return r.data;
   const issue = r.error.issues[0];
-  const param = issue?.path.map(String).join('.') || null;
-  throw new GatewayError('invalid_request', `${param ?? 'body'}: ${issue?.message ?? 'invalid'}`, { param });
+  // An unknown key is the field at fault: `param` names it, as any other bad field is named.
+  const path = [...(issue?.path ?? []), ...(issue?.code === 'unrecognized_keys' ? issue.keys.slice(0, 1) : [])];
+  const param = path.map(String).join('.') || null;
+  throw new GatewayError('invalid_request', `${param ?? where}: ${issue?.message ?? 'invalid'}`, { param });
 }
 
 /**
@@ -83,8 +85,8 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
     const { maxBodyBytes, bodyTimeoutMs } = core.cfg.limits;
     return {
       params,
-      body: r.body ? parse(r.body, parseJsonObject(await readBody(request, maxBodyBytes, bodyTimeoutMs))) : undefined,
-      query: r.query ? parse(r.query, Object.fromEntries(new URLSearchParams(query))) : undefined,
+      body: r.body ? parse(r.body, parseJsonObject(await readBody(request, maxBodyBytes, bodyTimeoutMs)), 'body') : undefined,
+      query: r.query ? parse(r.query, Object.fromEntries(new URLSearchParams(query)), 'query') : undefined,
     };
   }
 

@@ -106,7 +106,8 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
     it('refuses bad input with 400 naming the field', async () => {
       const cases: Array<[string, string, unknown, string | null]> = [
         ['POST', '/accounts', { id: '' }, 'id'],
-        ['POST', '/accounts', { id: 'x', extra: 1 }, null],
+        ['POST', '/accounts', { id: 'x', extra: 1 }, 'extra'],
+        ['GET', '/ledger?acount=acme', undefined, 'acount'],
         ['POST', '/accounts/acme/credits', { amountUsd: '-1', reason: 'x' }, 'amountUsd'],
         ['POST', '/accounts/acme/credits', { amountUsd: '1' }, 'reason'],
         ['POST', '/keys', { account: 'acme', kind: 'root' }, 'kind'],
@@ -120,12 +121,17 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
         ['POST', '/keys', { account: 'acme', kind: 'agent', model: MODEL, models: [MODEL] }, 'models'],
         ['POST', '/keys', { account: 'acme', kind: 'developer', model: MODEL }, 'model'],
         ['PUT', '/keys/key_x/limits', { budgets: [{ usd: '1', period: 'year' }] }, 'budgets.0.period'],
+        ['GET', '/ledger?account=acme&cursor=-1', undefined, 'cursor'],
+        ['PUT', '/accounts/acme/documents/d-bad', { text: '   ' }, 'text'],
+        ['PUT', '/accounts/acme/documents/d-bad', { text: 'hello', brand: 'no-such-brand' }, 'brand'],
       ];
       for (const [method, path, body, param] of cases) {
         const r = await api(method, path, body);
         expect(r.status, `${method} ${path}`).toBe(400);
         expect(r.json.error.code).toBe('invalid_request');
-        if (param) expect(r.json.error.param).toBe(param);
+        expect(r.json.error.param, `${method} ${path}`).toBe(param);
+        // The message names the field too, and a query's field is not called the body's.
+        expect(r.json.error.message, `${method} ${path}`).not.toMatch(/^body:/);
       }
       // An account a body names that does not exist is 404 naming that field.
       const noAccount = await api('POST', '/keys', { account: 'nope' });
