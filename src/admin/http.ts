@@ -66,6 +66,11 @@ async function consoleResponse(request: Request, path: string): Promise<Response
 }
 
 export function createAdminHttp(core: Services, admin: Admin, options: AdminHttpOptions) {
+  // Checked here as the configuration checks it: a digest of another length would make every
+  // call's comparison throw (a 500 to each caller) instead of saying what is wrong, once.
+  if (typeof options.tokenSha256 !== 'string' || !/^[0-9a-fA-F]{64}$/.test(options.tokenSha256)) {
+    throw new TypeError('tokenSha256 must be the SHA-256 of the admin token, as 64 hex digits');
+  }
   const expected = Buffer.from(options.tokenSha256.toLowerCase(), 'hex');
   const changes = createChangeLog(core.log, { admin: options.label ?? 'admin', tokenId: adminTokenId(options.tokenSha256) }, core.now);
   const context = new AdminContext(core, admin, changes);
@@ -139,8 +144,7 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
    */
   async function handle(request: Request, path: string, query: string, requestId: string, onRoute?: (route: string) => void): Promise<Response> {
     try {
-      if (isConsolePath(path)) return await consoleResponse(request, path);
-      const res = await route(request, path.slice('/admin/v1'.length), query, requestId, onRoute);
+      const res = isConsolePath(path) ? await consoleResponse(request, path) : await route(request, path.slice('/admin/v1'.length), query, requestId, onRoute);
       res.headers.set('x-request-id', requestId);
       return res;
     } catch (err) {

@@ -320,6 +320,14 @@ describe('admin API: OpenAPI and mounting', () => {
       await SwaggerParser.validate(structuredClone(doc));
       const list = await handler(new Request('http://internal/admin/v1/accounts', { headers: { authorization: `Bearer ${ADMIN_TOKEN}` } }));
       expect(((await list.json()) as any).data.map((a: any) => a.id)).toContain(ACCOUNT);
+      // Every answer carries a request id, the console's pages and assets included.
+      for (const path of ['/admin', '/admin/console.js', '/admin/v1/accounts', '/admin/v1/nope']) {
+        expect((await handler(new Request(`http://internal${path}`))).headers.get('x-request-id'), path).toMatch(/\S/);
+      }
+      // A digest that is not one is refused once, when the handler is made, not as a 500 on every call.
+      for (const tokenSha256 of ['', 'abc', 'z'.repeat(64)]) {
+        expect(() => createAdminHandler(gw.gateway, { tokenSha256 }), tokenSha256).toThrow(/tokenSha256 must be the SHA-256/);
+      }
     } finally {
       await gw.close();
     }
