@@ -143,6 +143,39 @@ it('sets a cap, grants and an adjustment; rotates a key, whose secret is cleared
   }
 }, 60_000);
 
+it('a top-up sent twice before its answer (a double click, a second Enter) credits once; the next one is its own', async () => {
+  await gw.gateway.admin.createAccount({ id: 'twice-co', walletUsd: 0 });
+  const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
+  try {
+    await page.goto(`${gw.origin}/admin`);
+    await page.fill('#token', ADMIN_TOKEN);
+    await page.click('#signin-button');
+    await page.waitForSelector('body[data-loaded]');
+    await page.click('#accounts tr[data-account="twice-co"]');
+    await page.waitForFunction(() => document.querySelector('#account-name')?.textContent === 'twice-co');
+    await page.fill('#credit-amount', '100');
+    await page.fill('#credit-reason', 'invoice 12');
+    // Both submits leave before either answer comes back.
+    await page.evaluate(() => {
+      const form = document.getElementById('credit-form') as HTMLFormElement;
+      form.requestSubmit();
+      form.requestSubmit();
+    });
+    await page.waitForFunction(() => (document.getElementById('credit-amount') as HTMLInputElement).value === '');
+    const credits = async () => (await gw.gateway.admin.ledger('twice-co')).filter((e) => e.units.kind === 'credit');
+    await expect.poll(async () => (await credits()).length).toBe(1);
+    expect((await gw.gateway.admin.wallet('twice-co')).balanceUsd).toBe('100');
+    // The same credit meant again, after the first was applied, is a new one.
+    await page.fill('#credit-amount', '100');
+    await page.fill('#credit-reason', 'invoice 12');
+    await page.click('#credit-submit');
+    await expect.poll(async () => (await gw.gateway.admin.wallet('twice-co')).balanceUsd).toBe('200');
+    expect(await credits()).toHaveLength(2);
+  } finally {
+    await page.close();
+  }
+}, 60_000);
+
 it('sets a key’s model allow-list, tokens per minute and daily budget, and an account’s budgets', async () => {
   await gw.gateway.admin.createAccount({ id: 'limits-co', walletUsd: 5 });
   const adminGet = async (path: string) => {

@@ -187,14 +187,23 @@ export const SCRIPT_ACCOUNT = `
     change('POST', '/keys', body, function (res) {
       KEY_FIELDS.forEach(function (f) { if (!f.options) $('key-' + f.name).value = ''; });
       showSecret('New key', res);
-    });
+    }, $('create-key-form'));
   });
+  // One id per credit the operator means, kept until it is applied: the same credit sent
+  // again (a double click, a retry after an answer that never came) is applied once. A credit
+  // with other values, or after the last one was applied, gets a new id.
+  var pendingCredit = null;
   $('credit-form').addEventListener('submit', function (ev) {
     ev.preventDefault();
+    var path = '/accounts/' + enc(state.account) + '/' + $('credit-kind').value;
     var body = { amountUsd: $('credit-amount').value.trim(), reason: $('credit-reason').value.trim() };
-    change('POST', '/accounts/' + enc(state.account) + '/' + $('credit-kind').value, body, function () {
+    var meant = JSON.stringify([path, body.amountUsd, body.reason]);
+    if (!pendingCredit || pendingCredit.meant !== meant) pendingCredit = { meant: meant, id: randomId('console-') };
+    body.id = pendingCredit.id;
+    change('POST', path, body, function () {
+      pendingCredit = null;
       $('credit-amount').value = ''; $('credit-reason').value = '';
-    });
+    }, $('credit-form'));
   });
   $('grants-form').addEventListener('submit', function (ev) {
     ev.preventDefault();

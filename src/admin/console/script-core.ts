@@ -36,12 +36,26 @@ export const SCRIPT_CORE = `
 
   function notice(message) { $('notice').textContent = message || ''; $('notice').hidden = !message; }
 
-  /** Makes a change through the admin API, then shows everything afresh; a refusal is shown. */
-  function change(method, path, body, then) {
+  /**
+   * Makes a change through the admin API, then shows everything afresh; a refusal is shown.
+   * With \`form\`, its buttons are disabled until the answer: a second click or Enter while
+   * the call runs does not send it again.
+   */
+  function change(method, path, body, then, form) {
     notice('');
+    var buttons = form ? form.querySelectorAll('button') : [];
+    Array.prototype.forEach.call(buttons, function (b) { b.disabled = true; });
+    var done = function () { Array.prototype.forEach.call(buttons, function (b) { b.disabled = false; }); };
     return api(method, path, body)
       .then(function (res) { if (then) then(res); return refresh(); })
-      .catch(function (err) { notice(err.message); });
+      .catch(function (err) { notice(err.message); })
+      .then(done, done);
+  }
+
+  /** A random id (crypto.getRandomValues works on a plain-http page; randomUUID does not). */
+  function randomId(prefix) {
+    var bytes = crypto.getRandomValues(new Uint8Array(12));
+    return prefix + Array.prototype.map.call(bytes, function (b) { return (b + 256).toString(16).slice(1); }).join('');
   }
 
   function cell(tr, text, cls) {
