@@ -277,8 +277,17 @@ function keyMethods(core: Services): KeyMethods {
       const old = await stores.keys.get(id);
       if (!old) throw new AdminError(`No key "${shownId(id)}".`);
       const plain = generateKey();
-      const key = await stores.keys.update(id, { digest: { digest: digestKey(plain), prefix: displayPrefix(plain) } });
-      if (!key) throw new AdminError(`No key "${shownId(id)}".`);
+      const key = await stores.keys.update(id, { digest: { digest: digestKey(plain), prefix: displayPrefix(plain), replaces: old.digest } });
+      if (!key) {
+        if (!(await stores.keys.get(id))) throw new AdminError(`No key "${shownId(id)}".`);
+        // Another rotation (or a second instance's) replaced the secret first: this one's new
+        // secret was never stored, so it is not shown.
+        throw new GatewayError('conflict', `Key "${id}" was rotated by another call at the same time; its secret is that call's. Rotate again for a new one.`, {
+          status: 409,
+          type: 'invalid_request_error',
+          param: 'id',
+        });
+      }
       core.auth.forget(old.digest);
       return { key: plain, id, prefix: key.prefix };
     },

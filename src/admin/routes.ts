@@ -116,7 +116,7 @@ export const adminRoutes: readonly AdminRoute[] = [
   route({
     method: 'POST',
     path: '/keys/{id}/rotate',
-    summary: 'Replace a key’s secret (same id, spend and settings): the new key is shown this once',
+    summary: 'Replace a key’s secret (same id, spend and settings): the new key is shown this once (409 when another rotation of it wins)',
     run: keys.rotate,
   }),
   route({

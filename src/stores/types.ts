@@ -82,8 +82,12 @@ export interface KeyPatch {
   models?: string[] | null;
   tokensPerMinute?: number | null;
   budgets?: Budget[];
-  /** A new digest, with its display prefix. */
-  digest?: { digest: string; prefix: string };
+  /**
+   * A new digest, with its display prefix. With `replaces`, only if the key's digest is still
+   * that one (a rotation: of two at once, one wins and the other gets null, so no secret is
+   * shown that does not work).
+   */
+  digest?: { digest: string; prefix: string; replaces?: string };
 }
 
 export interface AccountStore {

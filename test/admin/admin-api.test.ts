@@ -169,12 +169,21 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect((await chat()).status).toBe(401);
       const newChat = await postChat(gw.baseURL, rotated.json.key, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 });
       expect(newChat.status).toBe(200);
+      // Two rotations that both read the key before either writes: one answers with the secret
+      // that works, the other is a 409 conflict (no secret shown that does not work).
+      const both = await Promise.allSettled([gw.gateway.admin.rotateKey(id), gw.gateway.admin.rotateKey(id)]);
+      const won = both.filter((r) => r.status === 'fulfilled');
+      const lost = both.filter((r) => r.status === 'rejected');
+      expect([won.length, lost.length]).toEqual([1, 1]);
+      expect((lost[0] as PromiseRejectedResult).reason).toMatchObject({ code: 'conflict', status: 409, param: 'id' });
+      const winner = (won[0] as PromiseFulfilledResult<{ key: string }>).value.key;
+      expect((await postChat(gw.baseURL, winner, { model: MODEL, messages: [{ role: 'user', content: 'hi' }], max_tokens: 5 })).status).toBe(200);
       expect((await api('DELETE', `/keys/${id}`)).json.deleted).toBe(true);
       expect((await api('GET', `/keys/${id}`)).status).toBe(404);
       expect((await postChat(gw.baseURL, rotated.json.key, { model: MODEL, messages: [] })).status).toBe(401);
       // Its ledger entries stay.
       const ledger = await api('GET', `/ledger?account=acme&key=${id}`);
-      expect(ledger.json.data.length).toBe(3);
+      expect(ledger.json.data.length).toBe(4);
 
       // A key the configuration seeds would come back at the next start: not deleted, 409
       // naming it; it still works, and disabling it is how it is stopped.

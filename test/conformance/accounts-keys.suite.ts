@@ -138,6 +138,25 @@ export function accountsKeysSuite(name: string, make: MakeStores): void {
       expect((await keys().listByAccount(k.accountId)).map((x) => x.id)).toEqual([other.id]);
     });
 
+    it('of two rotations of one key at once, one wins; the other stores nothing', async () => {
+      const k = key(uid('acct'));
+      await keys().insert(k);
+      const [a, b] = [uid('digest'), uid('digest')];
+      const results = await Promise.all([a, b].map((digest) => keys().update(k.id, { digest: { digest, prefix: 'sk-mg-Rot', replaces: k.digest } })));
+      const won = results.filter((r) => r !== null);
+      expect(won).toHaveLength(1);
+      const winner = won[0]!.digest;
+      const loser = winner === a ? b : a;
+      expect((await keys().get(k.id))?.digest).toBe(winner);
+      expect((await keys().findByDigest(winner))?.id).toBe(k.id);
+      // The losing secret never works, and the old one is gone.
+      expect(await keys().findByDigest(loser)).toBeNull();
+      expect(await keys().findByDigest(k.digest)).toBeNull();
+      // A rotation from a digest the key no longer has changes nothing.
+      expect(await keys().update(k.id, { digest: { digest: uid('digest'), prefix: 'x', replaces: k.digest } })).toBeNull();
+      expect((await keys().get(k.id))?.digest).toBe(winner);
+    });
+
     it('lists only the account’s keys and returns copies', async () => {
       const [a, b] = [uid('acct'), uid('acct')];
       const mine = [key(a, { createdAt: 1 }), key(a, { createdAt: 2 })];

@@ -91,6 +91,7 @@ export function createMemoryKeys(): KeyStore {
       const key = byId.get(id);
       if (!key) return null;
       if (patch.digest) {
+        if (patch.digest.replaces !== undefined && patch.digest.replaces !== key.digest) return null;
         const owner = idByDigest.get(patch.digest.digest);
         if (owner !== undefined && owner !== id) return null;
         idByDigest.delete(key.digest);

@@ -132,9 +132,14 @@ export function createPostgresKeys(ctx: PgContext): KeyStore {
     async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
       const sets: string[] = [];
       const params: (string | null)[] = [id];
+      let replaces = '';
       if (patch.digest) {
         params.push(patch.digest.digest, patch.digest.prefix);
         sets.push(`digest = $${params.length - 1}`, `prefix = $${params.length}`);
+        if (patch.digest.replaces !== undefined) {
+          params.push(patch.digest.replaces);
+          replaces = ` AND digest = $${params.length}`;
+        }
       }
       if (patch.monthlyCap !== undefined) {
         params.push(patch.monthlyCap === null ? null : patch.monthlyCap.toString());
@@ -149,7 +154,7 @@ export function createPostgresKeys(ctx: PgContext): KeyStore {
       // A digest that belongs to another key conflicts with the unique index: nothing changes.
       const rows = await ctx.q<KeyRow>(
         'updateKey',
-        `UPDATE ${s}.api_keys SET ${sets.join(', ')} WHERE id = $1
+        `UPDATE ${s}.api_keys SET ${sets.join(', ')} WHERE id = $1${replaces}
            AND NOT EXISTS (SELECT 1 FROM ${s}.api_keys o WHERE o.id <> $1 AND o.digest = ${patch.digest ? '$2' : 'NULL'})
          RETURNING ${KEY_COLUMNS}`,
         params,

@@ -159,6 +159,7 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
         if (oldRec === null || oldRec === undefined) return null;
         const stored = JSON.parse(oldRec) as StoredKey;
         if (stored.id !== id) return null;
+        if (patch.digest?.replaces !== undefined && patch.digest.replaces !== digest) return null;
         if (patch.monthlyCap !== undefined) stored.monthlyCap = patch.monthlyCap === null ? null : patch.monthlyCap.toString();
         if (touchesLimits(patch)) stored.limits = encodeKeyLimits(patchedLimits(decodeKeyLimits(stored.limits), patch));
         if (!patch.digest || patch.digest.digest === digest) {
@@ -174,7 +175,12 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
           [id, JSON.stringify(stored), disabled === '1' ? '1' : '0'],
         );
         if (int(inserted) !== 1) return null;
-        await client.set(ctx.keyIdIndex(id), stored.digest);
+        // The id moves to the new digest only from the one read above: of two rotations at once,
+        // the one that finds the id moved already takes its new record back and gets null.
+        if (int(await scripts.mgSetIfEquals([ctx.keyIdIndex(id)], [digest, stored.digest])) !== 1) {
+          await scripts.mgKeyDelete([ctx.keyByDigest(stored.digest)], [id]);
+          return null;
+        }
         await scripts.mgKeyDelete([ctx.keyByDigest(digest)], [id]);
         return byId(ctx, id);
       });

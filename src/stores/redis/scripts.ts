@@ -571,6 +571,15 @@ return {1, redis.call('GET', KEYS[1])}
 `,
   },
 
+  /** Compare-and-set. KEYS: a string key. ARGV: the value it must hold, the new value. */
+  mgSetIfEquals: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('SET', KEYS[1], ARGV[2]) return 1 end
+return 0
+`,
+  },
+
   /** Compare-and-delete. KEYS: a string key. ARGV: the value it must hold. */
   mgDelIfEquals: {
     numberOfKeys: 1,

@@ -102,7 +102,7 @@ export function createSqliteKeys(ctx: SqliteContext): KeyStore {
     byAccount: ctx.exact(`SELECT ${KEY_COLUMNS} FROM api_keys WHERE account_id = ? ORDER BY created_at, id`),
     setCap: ctx.prepare('UPDATE api_keys SET monthly_cap = ? WHERE id = ?'),
     setLimits: ctx.prepare('UPDATE api_keys SET limits = ? WHERE id = ?'),
-    setDigest: ctx.prepare('UPDATE OR IGNORE api_keys SET digest = ?, prefix = ? WHERE id = ?'),
+    setDigest: ctx.prepare('UPDATE OR IGNORE api_keys SET digest = @digest, prefix = @prefix WHERE id = @id AND (@replaces IS NULL OR digest = @replaces)'),
     delete: ctx.prepare('DELETE FROM api_keys WHERE id = ?'),
   };
 
@@ -133,7 +133,11 @@ export function createSqliteKeys(ctx: SqliteContext): KeyStore {
       return ctx.write('updateKey', () => {
         if (!q.byId.get(id)) return null;
         // A digest that belongs to another key is refused (the unique index ignores the update).
-        if (patch.digest && q.setDigest.run(patch.digest.digest, patch.digest.prefix, id).changes === 0) return null;
+        // A digest that is no longer the one a rotation replaces is refused too (of two rotations
+        // at once, one wins).
+        if (patch.digest && q.setDigest.run({ digest: patch.digest.digest, prefix: patch.digest.prefix, id, replaces: patch.digest.replaces ?? null }).changes === 0) {
+          return null;
+        }
         if (patch.monthlyCap !== undefined) q.setCap.run(patch.monthlyCap, id);
         if (touchesLimits(patch)) {
           const current = key(q.byId.get(id) as KeyRow);
