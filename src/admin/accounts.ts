@@ -6,7 +6,7 @@ import { ENTITY_ID } from '../options/values.js';
 import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62, shownId } from '../auth/keys.js';
 import { GatewayError } from '../errors.js';
 import type { Services } from '../services.js';
-import { formatUsd, parseUsd } from '../billing/money.js';
+import { formatUsd, MAX_NANO, parseUsd } from '../billing/money.js';
 import { type AuditOptions, type AuditReport, auditBooks } from '../billing/audit.js';
 import { BATCH_WINDOW_MS } from '../billing/batch.js';
 import { MAX_LEDGER_PAGE } from '../stores/ledger-query.js';
@@ -175,6 +175,20 @@ async function requireAccount(core: Services, id: string) {
   return account;
 }
 
+/**
+ * A wallet holds at most MAX_NANO (about 9 million USD), so every sum the books make stays
+ * exact in every store (Redis's scripts compare in doubles, exact to 2^53) and far from the
+ * stores' 64-bit limit, which credit after credit would otherwise reach (and fail as a store
+ * fault). Checked before the credit: two credits at once may pass it together, by at most one
+ * credit each, which stays exact.
+ */
+async function refuseOverfull(core: Services, accountId: string, amount: bigint, field: string): Promise<void> {
+  const { balance } = await core.stores.billing.wallet(accountId);
+  if (balance + amount > MAX_NANO) {
+    throw new AdminError(`${field}: a wallet holds at most ${formatUsd(MAX_NANO)} USD; this one holds ${formatUsd(balance)} USD`);
+  }
+}
+
 type AccountMethods = Pick<Admin, 'createAccount' | 'listAccounts' | 'topUp' | 'wallet' | 'setGrants' | 'setAccountBudgets' | 'credit'>;
 
 function accountMethods(core: Services, hooks: { forgetGrants(accountId: string): void }): AccountMethods {
@@ -198,7 +212,9 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
     },
     async topUp(accountId, usd) {
       await requireAccount(core, accountId);
-      const balance = await stores.billing.topUp(accountId, parseUsd(usd));
+      const amount = parseUsd(usd);
+      await refuseOverfull(core, accountId, amount, 'usd');
+      const balance = await stores.billing.topUp(accountId, amount);
       return { balanceUsd: formatUsd(balance) };
     },
     async wallet(accountId) {
@@ -220,6 +236,7 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       const negative = typeof amountUsd === 'number' ? amountUsd < 0 || Object.is(amountUsd, -0) : amountUsd.trim().startsWith('-');
       const amount = usdOf('amountUsd', typeof amountUsd === 'number' ? Math.abs(amountUsd) : amountUsd.trim().slice(negative ? 1 : 0));
       if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
+      if (!negative) await refuseOverfull(core, accountId, amount, 'amountUsd');
       const creditId = id ?? `cr_${randomBase62(20)}`;
       const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });
       return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };

@@ -133,6 +133,17 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
         // The message names the field too, and a query's field is not called the body's.
         expect(r.json.error.message, `${method} ${path}`).not.toMatch(/^body:/);
       }
+      // A wallet holds at most 2^53 - 1 nano-USD: the credit that would pass it is refused
+      // naming the amount, and the wallet is unchanged (credit after credit would otherwise
+      // reach the stores' 64-bit limit and fail as a store fault).
+      expect((await api('POST', '/accounts', { id: 'full', walletUsd: '9007199' })).status).toBe(201);
+      const over = await api('POST', '/accounts/full/credits', { amountUsd: '0.254740992', reason: 'one nano too many' });
+      expect(over.status).toBe(400);
+      expect(over.json.error).toMatchObject({ code: 'invalid_request', param: 'amountUsd' });
+      expect((await api('POST', '/accounts/full/credits', { amountUsd: '0.254740991', reason: 'to the brim' })).json.balanceUsd).toBe('9007199.254740991');
+      // Spending from it, or an adjustment down, is never refused by that bound.
+      expect((await api('POST', '/accounts/full/adjustments', { amountUsd: '-1', reason: 'down' })).status).toBe(201);
+      await expect(gw.gateway.admin.topUp('full', '1.000000001')).rejects.toThrow(/^usd: a wallet holds at most 9007199\.254740991 USD/);
       // An account a body names that does not exist is 404 naming that field.
       const noAccount = await api('POST', '/keys', { account: 'nope' });
       expect(noAccount.status).toBe(404);
