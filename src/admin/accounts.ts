@@ -371,7 +371,20 @@ function contentMethods(core: Services): ContentMethods {
       const existing = await stores.content.getBrand(account, id);
       await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
     },
-    deleteBrand: (accountId, id) => stores.content.deleteBrand(accountId, id),
+    async deleteBrand(accountId, id) {
+      // A document names its brand, and retrieval answers with it: a brand its documents still
+      // name is not deleted from under them (they would name a brand that is not there).
+      const naming = (await stores.content.listDocuments(accountId)).filter((d) => d.brand === id).map((d) => d.id);
+      if (naming.length > 0) {
+        const shown = naming.slice(0, 5).map((d) => `"${shownId(d)}"`).join(', ') + (naming.length > 5 ? `, and ${naming.length - 5} more` : '');
+        throw new GatewayError('conflict', `Brand "${shownId(id)}" is named by ${naming.length === 1 ? 'document' : 'documents'} ${shown}: delete them, or put them without the brand, first.`, {
+          status: 409,
+          type: 'invalid_request_error',
+          param: 'brand',
+        });
+      }
+      return stores.content.deleteBrand(accountId, id);
+    },
     async addDocument({ id, account, brand = null, title = '', text }) {
       await requireAccount(core, account);
       checkId('id', id);

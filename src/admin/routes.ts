@@ -138,7 +138,7 @@ export const adminRoutes: readonly AdminRoute[] = [
   route({ method: 'GET', path: '/accounts/{id}/brands', summary: 'An account’s brands', run: content.listBrands }),
   route({ method: 'GET', path: '/accounts/{id}/brands/{brand}', summary: 'A brand', run: content.getBrand }),
   route({ method: 'PUT', path: '/accounts/{id}/brands/{brand}', summary: 'Create or replace a brand', body: S.brandBody, run: content.putBrand }),
-  route({ method: 'DELETE', path: '/accounts/{id}/brands/{brand}', summary: 'Delete a brand', run: content.deleteBrand }),
+  route({ method: 'DELETE', path: '/accounts/{id}/brands/{brand}', summary: 'Delete a brand (409 while documents name it)', run: content.deleteBrand }),
   route({
     method: 'GET',
     path: '/accounts/{id}/documents',

@@ -226,6 +226,12 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect((await api('GET', '/accounts/acme/documents')).json.data[0]).toMatchObject({ id: 'd1', bytes: 10 });
       expect((await api('GET', '/accounts/acme/documents/d1')).json.text).toBe('Hello docs');
       expect((await api('PUT', '/accounts/acme/documents/d2', { brand: 'nope', text: 'x' })).status).toBe(400);
+      // A brand its documents still name is not deleted from under them.
+      const named = await api('DELETE', '/accounts/acme/brands/b1');
+      expect(named.status).toBe(409);
+      expect(named.json.error).toMatchObject({ code: 'conflict', param: 'brand' });
+      expect(named.json.error.message).toContain('"d1"');
+      expect((await api('GET', '/accounts/acme/brands/b1')).status).toBe(200);
       expect((await api('DELETE', '/accounts/acme/documents/d1')).json.deleted).toBe(true);
       expect((await api('DELETE', '/accounts/acme/documents/d1')).status).toBe(404);
       expect((await api('DELETE', '/accounts/acme/brands/b1')).json.deleted).toBe(true);
