@@ -22,6 +22,7 @@ import { consoleAsset } from './console/assets.js';
 import { AdminContext, type Call } from './handlers/context.js';
 import { openApiDocument } from './openapi.js';
 import { type AdminRoute, adminRouter } from './routes.js';
+import { refuseInexactNumbers } from './exact-numbers.js';
 
 
 export interface AdminHttpOptions {
@@ -88,9 +89,17 @@ export function createAdminHttp(core: Services, admin: Admin, options: AdminHttp
   /** The call to a route: the body is read only for a route that declares one. */
   async function callOf(r: AdminRoute, request: Request, params: Record<string, string>, query: string): Promise<Call<z.ZodType, z.ZodType>> {
     const { maxBodyBytes, bodyTimeoutMs } = core.cfg.limits;
+    let body: unknown;
+    if (r.body) {
+      const bytes = await readBody(request, maxBodyBytes, bodyTimeoutMs);
+      const value = parseJsonObject(bytes);
+      // Money may come as a JSON number: one with more digits than a double keeps is refused.
+      refuseInexactNumbers(new TextDecoder().decode(bytes));
+      body = parse(r.body, value, 'body');
+    }
     return {
       params,
-      body: r.body ? parse(r.body, parseJsonObject(await readBody(request, maxBodyBytes, bodyTimeoutMs)), 'body') : undefined,
+      body,
       query: r.query ? parse(r.query, Object.fromEntries(new URLSearchParams(query)), 'query') : undefined,
     };
   }

@@ -122,6 +122,8 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
         ['POST', '/keys', { account: 'acme', kind: 'developer', model: MODEL }, 'model'],
         ['PUT', '/keys/key_x/limits', { budgets: [{ usd: '1', period: 'year' }] }, 'budgets.0.period'],
         ['GET', '/ledger?account=acme&cursor=-1', undefined, 'cursor'],
+        // A number a double cannot carry exactly would be credited rounded: refused, named.
+        ['POST', '/accounts/acme/credits', '{"amountUsd": 8707823.091482731, "reason": "x"}', 'amountUsd'],
         ['PUT', '/accounts/acme/documents/d-bad', { text: '   ' }, 'text'],
         ['PUT', '/accounts/acme/documents/d-bad', { text: 'hello', brand: 'no-such-brand' }, 'brand'],
       ];
