@@ -20,8 +20,31 @@ const RESPONSES_PARTS = new Set(['input_text', 'output_text', 'text', 'refusal',
 /** Responses input items counted as their whole JSON (messages are counted part by part). */
 const RESPONSES_ITEMS = new Set(['message', 'function_call', 'function_call_output', 'custom_tool_call', 'custom_tool_call_output', 'reasoning']);
 
+/** The media type a `data:` URL names, lower-cased; null for any other URL. */
+function dataUrlType(url: unknown): string | null {
+  if (typeof url !== 'string' || !/^data:/i.test(url)) return null;
+  return /^data:([^;,]*)/i.exec(url)![1]!.trim().toLowerCase();
+}
+
+/**
+ * Whether an image part (chat `image_url`, Responses `input_image`, Messages `image`) carries
+ * inline data that is not an image: a PDF, a video or any file sent as an "image" is a document
+ * some upstreams (Gemini) take as it is, and bill by its pages or frames, not as one image.
+ */
+export function inlineNonImage(part: Record<string, unknown>): boolean {
+  let type: string | null = null;
+  if (part.type === 'image_url') type = dataUrlType(isObject(part.image_url) ? part.image_url.url : part.image_url);
+  else if (part.type === 'input_image') type = dataUrlType(part.image_url);
+  else if (part.type === 'image' && isObject(part.source)) {
+    const source = part.source;
+    if (source.type === 'base64') type = typeof source.media_type === 'string' ? source.media_type.trim().toLowerCase() : '';
+    else if (source.type === 'url') type = dataUrlType(source.url);
+  }
+  return type !== null && !type.startsWith('image/');
+}
+
 function uncountablePart(part: unknown, known: ReadonlySet<string>): boolean {
-  return !isObject(part) || typeof part.type !== 'string' || !known.has(part.type);
+  return !isObject(part) || typeof part.type !== 'string' || !known.has(part.type) || inlineNonImage(part);
 }
 
 function uncountableParts(parts: unknown): boolean {
@@ -45,7 +68,10 @@ export function uncountableResponsesInput(body: Record<string, unknown>): string
   return null;
 }
 
-/** Chat content parts whose tokens the hold bounds; never a `file` part, by id or inline. */
+/**
+ * Chat content parts whose tokens the hold bounds; never a `file` part, by id or inline, nor an
+ * image part whose inline data is not an image.
+ */
 const CHAT_PARTS = new Set(['text', 'refusal', 'image_url', 'input_audio']);
 
 /**

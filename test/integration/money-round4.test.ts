@@ -83,8 +83,33 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
       input: [{ role: 'user', content: [{ type: 'input_text', text: 'Summarise' }, { type: 'input_file', filename: 'a.pdf', file_data: pdf }] }],
     });
     expect(responses.status).toBe(402);
+    // The same PDF (or a video) sent as an image part is a document too: an upstream that takes
+    // any inline data (Gemini) bills it by its pages, not as one image.
+    const chatImage = await post('/chat/completions', {
+      model: MODEL,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'Summarise' }, { type: 'image_url', image_url: { url: pdf } }] }],
+    });
+    expect(chatImage.status).toBe(402);
+    const responsesImage = await post('/responses', {
+      model: MODEL,
+      input: [{ role: 'user', content: [{ type: 'input_text', text: 'Summarise' }, { type: 'input_image', image_url: 'data:video/mp4;base64,AAAA' }] }],
+    });
+    expect(responsesImage.status).toBe(402);
+    const messagesImage = await post('/messages', {
+      model: MODEL,
+      max_tokens: 10,
+      messages: [{ role: 'user', content: [{ type: 'image', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0xLjQ=' } }] }],
+    });
+    expect(messagesImage.status).toBe(402);
     expect(up.requests).toHaveLength(0);
     expect(await charges()).toEqual([]);
+    // A real image still fits the wallet it fitted.
+    const png = await post('/chat/completions', {
+      model: MODEL,
+      max_tokens: 5,
+      messages: [{ role: 'user', content: [{ type: 'text', text: 'What is it?' }, { type: 'image_url', image_url: { url: `data:image/png;base64,${IMAGE}` } }] }],
+    });
+    expect(png.status).toBe(200);
   });
 
   it.runIf(enabled)("2. Anthropic's hour-long cache writes are billed at cacheWrite1h (default twice the prompt price)", async () => {

@@ -7,6 +7,7 @@
  */
 import type { PromptInput } from '../../billing/tokens.js';
 import type { Model } from '../../catalog/catalog.js';
+import { inlineNonImage } from '../uncountable.js';
 
 type Json = Record<string, unknown>;
 const isObject = (v: unknown): v is Json => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -41,9 +42,13 @@ export function messagesPrompt(model: Pick<Model, 'maxTokensPerImage' | 'maxToke
   return { messages, extras: [fields.tools, fields.tool_choice], parts: { image: model.maxTokensPerImage, audio: model.maxTokensPerAudio } };
 }
 
-/** Whether a request carries a document, whose tokens the gateway cannot count. */
+/**
+ * Whether a request carries a document, whose tokens the gateway cannot count: a document
+ * block, or an image block whose inline data is not an image (a PDF sent as an image).
+ */
 export function hasDocument(messages: unknown): boolean {
   const blocks = (content: unknown): boolean =>
-    Array.isArray(content) && content.some((b) => isObject(b) && (b.type === 'document' || (b.type === 'tool_result' && blocks(b.content))));
+    Array.isArray(content) &&
+    content.some((b) => isObject(b) && (b.type === 'document' || inlineNonImage(b) || (b.type === 'tool_result' && blocks(b.content))));
   return Array.isArray(messages) && messages.some((m) => isObject(m) && blocks(m.content));
 }
