@@ -12,16 +12,37 @@ import type { z } from 'zod';
 type Issue = z.core.$ZodIssue;
 type Path = readonly PropertyKey[];
 
-/** A value as a sentence names it: `the number 1.5e-7`, `the string "abc"`, `a list`. */
-export function describeValue(value: unknown): string {
+/** Credentials inside a URL (`redis://user:secret@host`), as a message shows them: starred. */
+const URL_CREDENTIALS = /(\/\/[^/@\s:]*:)[^@\s/]*@/g;
+
+/**
+ * A value as a sentence names it: `the number 1.5e-7`, `the string "abc"`, `a list`. A secret
+ * (`secret`: the field holds a key, a token or a header) is never shown, only its length and
+ * whether it has a line break (the usual fault: an environment file written with echo); a URL's
+ * password is starred wherever it appears.
+ */
+export function describeValue(value: unknown, secret = false): string {
   if (value === undefined) return 'nothing';
   if (value === null) return 'null';
-  if (typeof value === 'string') return `the string ${JSON.stringify(value.length > 60 ? `${value.slice(0, 60)}...` : value)}`;
+  if (typeof value === 'string' && secret) {
+    return `a string of ${value.length} characters${/[\r\n]/.test(value) ? ' with a line break' : ''} (not shown: it is a secret)`;
+  }
+  if (typeof value === 'string') {
+    const shown = value.replace(URL_CREDENTIALS, '$1***@');
+    return `the string ${JSON.stringify(shown.length > 60 ? `${shown.slice(0, 60)}...` : shown)}`;
+  }
   if (typeof value === 'number' || typeof value === 'bigint') return `the number ${String(value)}`;
   if (typeof value === 'boolean') return `the boolean ${value}`;
   if (Array.isArray(value)) return 'a list';
   return typeof value === 'object' ? 'an object' : `a ${typeof value}`;
 }
+
+/**
+ * Fields whose value is a secret: an upstream's or a client's key, a token, a password, and
+ * every value of an upstream's `headers` and `query` (an Azure `api-key` lives there).
+ */
+const SECRET_FIELD = /^(apiKey|key|token|tokenSha256|password|secret|authorization)$/i;
+const isSecretPath = (path: Path) => path.some((p) => typeof p === 'string' && (SECRET_FIELD.test(p) || p === 'headers' || p === 'query'));
 
 /** A path in JS notation: `models[0].pricing.prompt`, `upstreams["my-upstream"].apiKey`. */
 export function jsPath(path: Path): string {
@@ -68,6 +89,8 @@ function editDistance(a: string, b: string): number {
   return rows[a.length]![b.length]!;
 }
 
+const describeShown = (value: unknown, secret: boolean) => describeValue(value, secret);
+
 /** One line per problem, `path: sentence`. */
 export function formatIssues(issues: readonly Issue[], schema: z.ZodType, input: unknown): string[] {
   return issues.flatMap((issue) => lines(issue, [], schema, input));
@@ -86,7 +109,7 @@ function lines(issue: Issue, prefix: Path, schema: z.ZodType, input: unknown): s
   }
   if (issue.code === 'invalid_key' && issue.issues.length > 0) {
     // A record's key refused by its own rule: the rule's sentence, at the key's path.
-    return issue.issues.map((inner) => `${jsPath(path)}: ${sentence(inner as Issue)}`);
+    return issue.issues.map((inner) => `${jsPath(path)}: ${sentence(inner as Issue, isSecretPath(path))}`);
   }
   if (issue.code === 'unrecognized_keys') {
     const known = knownKeys(schema, path, input);
@@ -95,12 +118,13 @@ function lines(issue: Issue, prefix: Path, schema: z.ZodType, input: unknown): s
       return `${jsPath(path)}: ${JSON.stringify(key)} is not a known key${near ? `; did you mean ${JSON.stringify(near)}?` : ''}`;
     });
   }
-  return [`${jsPath(path)}: ${sentence(issue)}`];
+  return [`${jsPath(path)}: ${sentence(issue, isSecretPath(path))}`];
 }
 
-function sentence(issue: Issue): string {
+function sentence(issue: Issue, secret = false): string {
   const got = 'input' in issue ? issue.input : undefined;
   const given = 'input' in issue && issue.input !== undefined;
+  const describeValue = (v: unknown) => describeShown(v, secret);
   if (!ZOD_WORDING.test(issue.message)) {
     const shown = given && typeof got !== 'object' && !/\bgot\b/.test(issue.message);
     return shown ? `${issue.message}; got ${describeValue(got)}` : issue.message;
@@ -111,15 +135,15 @@ function sentence(issue: Issue): string {
       const { discriminator, options } = issue as { discriminator?: string; options?: unknown[] };
       if (discriminator === undefined || !options) break;
       const value = got !== null && typeof got === 'object' ? (got as Record<string, unknown>)[discriminator] : undefined;
-      return oneOf(options, value, value !== undefined);
+      return oneOf(options, value, value !== undefined, secret);
     }
     case 'invalid_type':
       return given ? `expected ${article(issue.expected)}, got ${describeValue(got)}` : `missing; expected ${article(issue.expected)}`;
     case 'invalid_value':
-      return oneOf(issue.values, got, given);
+      return oneOf(issue.values, got, given, secret);
     case 'too_small':
     case 'too_big':
-      return bound(issue, got);
+      return bound(issue, got, secret);
     case 'invalid_format':
       return issue.format === 'url'
         ? `expected an http or https URL such as "https://api.example.com/v1", got ${describeValue(got)}`
@@ -129,15 +153,17 @@ function sentence(issue: Issue): string {
 }
 
 /** "expected one of "a", "b", got ...", with the nearest option when the value looks like a typo of one. */
-function oneOf(options: readonly unknown[], got: unknown, given: boolean): string {
+function oneOf(options: readonly unknown[], got: unknown, given: boolean, secret: boolean): string {
+  const describeValue = (v: unknown) => describeShown(v, secret);
   const list = options.map((v) => JSON.stringify(v)).join(', ');
   const expected = options.length === 1 ? `expected ${list}` : `expected one of ${list}`;
   if (!given) return `missing; ${expected}`;
-  const near = typeof got === 'string' ? closest(got, options.filter((v): v is string => typeof v === 'string')) : null;
+  const near = typeof got === 'string' && !secret ? closest(got, options.filter((v): v is string => typeof v === 'string')) : null;
   return `${expected}, got ${describeValue(got)}${near ? `; did you mean ${JSON.stringify(near)}?` : ''}`;
 }
 
-function bound(issue: Extract<Issue, { code: 'too_small' | 'too_big' }>, got: unknown): string {
+function bound(issue: Extract<Issue, { code: 'too_small' | 'too_big' }>, got: unknown, secret: boolean): string {
+  const describeValue = (v: unknown) => describeShown(v, secret);
   const small = issue.code === 'too_small';
   const limit = Number(small ? (issue as { minimum: number | bigint }).minimum : (issue as { maximum: number | bigint }).maximum);
   const inclusive = issue.inclusive !== false;

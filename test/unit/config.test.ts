@@ -189,6 +189,22 @@ describe('names that break things', () => {
     expect(parseOptions(http({ apiKey: 'sk-ok', headers: { 'api-key': 'a b\tc' } })).upstreams.p).toMatchObject({ apiKey: 'sk-ok' });
   });
 
+  it('never shows a secret it refuses: an upstream key or header, a client key, a URL password', () => {
+    const upstreamKey = 'sk-proj-UPSTREAMSECRETabcdefghijklmnopqrstuv0123456789';
+    const clientKey = 'sk-mg-CLIENTSECRETabcdefghijklmnopqrstuvwxyz0123-';
+    const said = problems({
+      upstreams: { p: { baseUrl: 'https://api.example.com/v1', apiKey: `${upstreamKey}\n`, headers: { 'api-key': 'AZURESECRETvalue\n' } } },
+      accounts: [{ id: 'acme' }],
+      keys: [{ key: clientKey, account: 'acme' }],
+      storage: { driver: 'redis', url: 'redis://:Sup3rS3cretRedisPass@127.0.0.1:6379 ' },
+    }).join('\n');
+    for (const secret of ['UPSTREAMSECRET', 'AZURESECRET', 'CLIENTSECRET', 'Sup3rS3cret']) expect(said).not.toContain(secret);
+    // What is wrong is still said: the field, the rule, and what the value looks like.
+    expect(said).toContain(`upstreams.p.apiKey: must not contain a line break (CR or LF) or NUL; got a string of ${upstreamKey.length + 1} characters with a line break`);
+    expect(said).toContain(`keys[0].key: must look like "sk-mg-" followed by 40 to 200 letters or digits; got a string of ${clientKey.length} characters`);
+    expect(said).toContain('redis://:***@127.0.0.1:6379 ');
+  });
+
   it('a metrics.path that shadows /v1, /admin or a probe names the field', () => {
     for (const path of ['/v1', '/v1/chat/completions', '/v1/', '/admin', '/admin/v1/accounts', '/health', '/ready']) {
       expect(problems({ metrics: { path } })).toEqual([expect.stringMatching(new RegExp(`^metrics\\.path: "${path}" would shadow `))]);
