@@ -48,12 +48,30 @@ export function keyRedactor(keys: readonly string[]): Redact {
   };
 }
 
+/**
+ * A header or query parameter that carries a credential, by its name: Azure's `api-key`,
+ * `x-api-key`, `x-goog-api-key`, `Ocp-Apim-Subscription-Key`, `Authorization`, a `key` or
+ * `token` parameter. Other names (`api-version`, `anthropic-version`) are not secret, and
+ * redacting their values would cut dates out of ordinary text.
+ */
+const CREDENTIAL_NAME = /(^|[-_])(key|token|secret|password|auth|authorization|signature|sig)($|[-_])|api[-_]?key/i;
+
 /** The keys of the configured upstreams (a custom client's credentials are its own). */
 function upstreamKeys(upstreams: Readonly<Record<string, unknown>>): string[] {
   const keys: string[] = [];
+  const add = (value: unknown) => {
+    // An Authorization value's scheme ("Bearer ") is a word, not key material.
+    const key = typeof value === 'string' ? value.replace(/^(Bearer|Basic|Token)\s+/i, '') : undefined;
+    if (key !== undefined && key.length >= MIN_RUN) keys.push(key);
+  };
   for (const u of Object.values(upstreams)) {
-    const key = u && typeof u === 'object' ? (u as { apiKey?: unknown }).apiKey : undefined;
-    if (typeof key === 'string' && key.length >= MIN_RUN) keys.push(key);
+    if (!u || typeof u !== 'object') continue;
+    const { apiKey, headers, query } = u as { apiKey?: unknown; headers?: unknown; query?: unknown };
+    add(apiKey);
+    for (const named of [headers, query]) {
+      if (!named || typeof named !== 'object') continue;
+      for (const [name, value] of Object.entries(named)) if (CREDENTIAL_NAME.test(name)) add(value);
+    }
   }
   return keys;
 }

@@ -34,6 +34,20 @@ describe('keyRedactor', () => {
     const all = upstreamKeysRedactor({ upstreams: { a: { baseUrl: 'x', apiKey: KEY }, b: { baseUrl: 'y', apiKey: other }, c: { simulate: true }, d: { apiKey: 'abc' } } });
     expect(all(`a ${KEY.slice(3, 12)} b ${other.slice(10, 20)} abc`)).toBe(`a ${REDACTED} b ${REDACTED} abc`);
   });
+
+  it("covers a key an upstream's headers or query carry (Azure's api-key), by the header's name; other headers stay readable", () => {
+    const redact = upstreamKeysRedactor({
+      upstreams: {
+        azure: { baseUrl: 'x', headers: { 'api-key': 'AZ9x7QwLmN4pRt2VbYhJ8kZc', 'api-version': '2024-06-01' } },
+        proxy: { baseUrl: 'y', headers: { Authorization: 'Bearer prox-0123456789abcdef', 'x-goog-api-key': 'goog-9876543210' } },
+        gemini: { baseUrl: 'z', query: { key: 'AIzaSyQUERYKEY00000' } },
+      },
+    });
+    const text = 'Incorrect API key provided: api-key=AZ9x7QwLmN4pRt2VbYhJ8kZc, prox-0123456789abcdef, goog-9876543210, AIzaSyQUERYKEY00000';
+    expect(redact(text)).toBe(`Incorrect API key provided: api-key=${REDACTED}, ${REDACTED}, ${REDACTED}, ${REDACTED}`);
+    // The version's date, and the word Bearer, are not key material.
+    expect(redact('Bearer tokens since 2024-06-01')).toBe('Bearer tokens since 2024-06-01');
+  });
 });
 
 describe('redactingLogger', () => {
