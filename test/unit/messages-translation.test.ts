@@ -135,6 +135,17 @@ describe('chat request as Messages', () => {
     const audio = [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }] }];
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: audio }, false)).param).toBe('messages[0].content[1]');
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, max_tokens: 500, reasoning_effort: 'low' }, false)).param).toBe('reasoning_effort');
+    // An effort with no budget (Responses' minimal, xhigh) is refused, not thought at medium's size.
+    for (const effort of ['minimal', 'xhigh']) {
+      expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, max_tokens: 20_000, reasoning_effort: effort }, false)).param).toBe('reasoning_effort');
+    }
+  });
+
+  it("effort none is no thinking (Anthropic's default), not a budget", () => {
+    const out = messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5000, reasoning_effort: 'none' }, false);
+    expect(out.thinking).toBeUndefined();
+    // Below every budget, still no refusal: nothing thinks.
+    expect(messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 100, reasoning_effort: 'none' }, false).thinking).toBeUndefined();
   });
 });
 

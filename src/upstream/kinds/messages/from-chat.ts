@@ -13,7 +13,7 @@ import { cannotCarry, chatFinish, chatUsageOf, isObject, type Json, present } fr
  * puts the held cap in the chat body it translates, so this is a last resort only.
  */
 const DEFAULT_MAX_TOKENS = 4096;
-/** Thinking budgets for chat's reasoning efforts. */
+/** Thinking budgets for chat's reasoning efforts (`none`: no thinking). */
 const BUDGETS: Record<string, number> = { low: 1024, medium: 4096, high: 16_384 };
 
 /** Chat fields Messages cannot carry (when set to anything but their neutral value). */
@@ -146,8 +146,15 @@ export function messagesRequestOf(fields: Json, stream: boolean): Json {
   const choice = toolChoice(fields.tool_choice, fields.parallel_tool_calls);
   if (choice) out.tool_choice = choice;
   if (typeof fields.user === 'string') out.metadata = { user_id: fields.user };
-  if (typeof fields.reasoning_effort === 'string') {
-    const budget = BUDGETS[fields.reasoning_effort] ?? BUDGETS.medium!;
+  // `none` (through Responses' reasoning.effort) is no thinking, Anthropic's default. An effort
+  // with no budget here (`minimal`, `xhigh`) is refused, never thought at another size.
+  if (typeof fields.reasoning_effort === 'string' && fields.reasoning_effort !== 'none') {
+    const budget = BUDGETS[fields.reasoning_effort];
+    if (budget === undefined) {
+      throw new GatewayError('invalid_request', `Invalid value for 'reasoning_effort': an Anthropic-served model takes none, ${Object.keys(BUDGETS).join(', ')}.`, {
+        param: 'reasoning_effort',
+      });
+    }
     if ((out.max_tokens as number) <= budget) {
       throw new GatewayError('invalid_request', `Invalid value for 'reasoning_effort': this effort thinks for up to ${budget} tokens; set max_completion_tokens above that.`, { param: 'reasoning_effort' });
     }
