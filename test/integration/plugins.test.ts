@@ -25,8 +25,8 @@ afterAll(() => up.close());
 
 const messages = [{ role: 'user' as const, content: 'hello plugins' }];
 
-async function withGateway<T>(plugins: GatewayPlugin[], fn: (gw: RunningGateway, key: string, account: string) => Promise<T>): Promise<T> {
-  const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+async function withGateway<T>(plugins: GatewayPlugin[], fn: (gw: RunningGateway, key: string, account: string) => Promise<T>, timeoutMs?: number): Promise<T> {
+  const { options, devKey, account } = testConfig({ upstreamUrl: up.url, ...(timeoutMs ? { timeoutMs } : {}) });
   const gw = await startGateway({ ...options, plugins });
   try {
     return await fn(gw, devKey, account);
@@ -227,6 +227,60 @@ describe('hooks', () => {
       expect(up.requests.length).toBe(before);
     });
   });
+});
+
+describe('a plugin replacing a streamed answer', () => {
+  it('the replaced stream is let go: its call settles what the upstream produced, no hold left; a wrapped stream kept is read whole', async () => {
+    // The first plugin wraps the answer's body in a new Response (the very stream); the
+    // second replaces whatever it gets with an answer of its own, so nobody reads the upstream.
+    const wrap: GatewayPlugin = {
+      onResponse: ({ response, setResponse }) => setResponse(new Response(response.body, { status: response.status, headers: response.headers })),
+    };
+    const replace: GatewayPlugin = {
+      onResponse: ({ request, response, setResponse }) => {
+        if (request.headers.get('x-replace') === 'yes' && response.status === 200) setResponse(new Response('data: [DONE]\n\n', { headers: { 'content-type': 'text/event-stream' } }));
+      },
+    };
+    await withGateway([wrap, replace], async (gw, key, account) => {
+      // Five words 20 ms apart, then the finish, the usage and [DONE].
+      up.setBehavior({
+        kind: 'custom',
+        handle(_req, res, rec) {
+          const model = rec.body?.model;
+          const chunk = (delta: object, finish: string | null) => `data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          const words = ['one ', 'two ', 'three ', 'four ', 'five'];
+          const timer = setInterval(() => {
+            if (res.destroyed) return clearInterval(timer);
+            const word = words.shift();
+            if (word !== undefined) return void res.write(chunk({ content: word }, null));
+            clearInterval(timer);
+            res.write(chunk({}, 'stop'));
+            res.write(`data: ${JSON.stringify({ id: 'c1', object: 'chat.completion.chunk', created: 1, model, choices: [], usage: { prompt_tokens: 11, completion_tokens: 5, total_tokens: 16 } })}\n\n`);
+            res.end('data: [DONE]\n\n');
+          }, 20);
+        },
+      });
+      const body = { model: MODEL, messages, stream: true };
+      const headers = { authorization: `Bearer ${key}`, 'content-type': 'application/json' };
+      // In process (an app's own fetch handler): nothing else would ever read the upstream.
+      const replaced = await gw.gateway.fetch(
+        new Request(`${gw.baseURL}/chat/completions`, { method: 'POST', headers: { ...headers, 'x-replace': 'yes' }, body: JSON.stringify(body) }),
+      );
+      expect(await replaced.text()).toBe('data: [DONE]\n\n');
+      // Let go as a client that left: settled at once, long before the upstream's minute-long
+      // timeout would have ended an answer nobody reads, and billed (the prompt at least).
+      await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'the replaced call settled', 8_000);
+      const [charge] = await chargesOf(gw.gateway.admin.ledger(account));
+      expect((charge!.units as { prompt: number }).prompt).toBeGreaterThan(0);
+      // Kept, the wrapped stream reaches the client whole and is billed from its usage.
+      const kept = await postChat(gw.baseURL, key, body, { headers });
+      expect(await kept.text()).toContain('five');
+      await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(account))).length === 2, 'the kept call billed');
+      const [, second] = await chargesOf(gw.gateway.admin.ledger(account));
+      expect(second!.units).toMatchObject({ kind: 'tokens', prompt: 11, completion: 5 });
+    }, 60_000);
+  }, 40_000);
 });
 
 describe('an upstream client object of your own', () => {
