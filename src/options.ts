@@ -223,6 +223,12 @@ export const optionsSchema = z.strictObject({
    */
   settleJournalDir: z.string().min(1).nullable().default(null),
   /**
+   * Earlier settle journal folders of the same store, whose unlanded settles this gateway takes
+   * over (once their owners are gone) and replays. The CLI names the folder it used before
+   * its folder name stopped depending on the storage's password and timeouts. @default []
+   */
+  settleJournalAdopt: z.array(z.string().min(1)).default([]),
+  /**
    * Prometheus metrics in the text format at `path` (outside /v1), off when absent. With a
    * `token`, scrapes must send it as a bearer token. @default null
    */

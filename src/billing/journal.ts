@@ -78,6 +78,12 @@ const isDiskFull = (err: unknown) => (err as { code?: unknown })?.code === 'ENOS
 export interface FileJournalOptions {
   heartbeatMs?: number;
   staleMs?: number;
+  /**
+   * Further folders of journals of the same store (an earlier folder name): the files of their
+   * owners that are gone are taken over too, by the same rules, so no unlanded settle is left
+   * behind when the folder a store's journal lives in changes.
+   */
+  adopt?: readonly string[];
 }
 
 /** Reads a taken file's settles; unreadable lines (a torn write of the earlier format) are skipped. */
@@ -102,6 +108,7 @@ function readSettles(file: string): SettleRequest[] {
 export function fileJournal(dir: string, options: FileJournalOptions = {}): SettleJournal {
   const heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS;
   const staleMs = options.staleMs ?? STALE_MS;
+  const adopt = options.adopt ?? [];
   mkdirSync(dir, { recursive: true });
   const lock = new JournalLock(dir);
   const path = join(dir, `${lock.id}.jsonl`);
@@ -155,7 +162,8 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
   const takeOver = (): SettleRequest[] => {
     const taken: string[] = [];
     const fresh: SettleRequest[] = [];
-    for (const orphan of orphans(dir, lock.id, staleMs)) {
+    const found = [dir, ...adopt.filter((d) => d !== dir && existsSync(d))].flatMap((d) => orphans(d, lock.id, staleMs));
+    for (const orphan of found) {
       const mine = lock.takeoverPath();
       try {
         renameSync(orphan.file, mine);

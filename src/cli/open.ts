@@ -104,19 +104,54 @@ function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores
   return buildStores(storage, (place, make) => reach(place, secrets, make, storeDown));
 }
 
+/** A connection URL without its credentials and options: where the store is, not how it is reached. */
+function place(url: string): string {
+  try {
+    const u = new URL(url);
+    return `${u.protocol}//${u.host}${u.pathname}`;
+  } catch {
+    return url;
+  }
+}
+
+/**
+ * What names one store: where its data is (a SQLite file, a PostgreSQL database and schema, a
+ * Redis deployment and key prefix), never a password or a timeout, which change without the
+ * books moving. A Redis limits section is part of it: its rate windows are another store's.
+ */
+export function storeIdentity(storage: ReturnType<typeof parseOptions>['storage']): unknown {
+  const redis = (r: { url?: string; cluster?: string[]; sentinels?: string[]; name?: string; keyPrefix: string }) => ({
+    url: r.url === undefined ? null : place(r.url),
+    cluster: r.cluster?.map(place).sort() ?? null,
+    sentinels: r.sentinels?.map(place).sort() ?? null,
+    name: r.name ?? null,
+    keyPrefix: r.keyPrefix,
+  });
+  const limits = 'limits' in storage && storage.limits ? redis(storage.limits as Parameters<typeof redis>[0]) : null;
+  if (storage.driver === 'sqlite') return { driver: 'sqlite', path: resolve(storage.path), limits };
+  if (storage.driver === 'postgres') return { driver: 'postgres', url: place(storage.url), schema: storage.schema, limits };
+  if (storage.driver === 'redis') return { driver: 'redis', ...redis(storage as Parameters<typeof redis>[0]) };
+  return { driver: storage.driver };
+}
+
+const digest = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, 12);
+
 /**
  * Where the settle journal lives when the config names none: `./data/settle-journal/<store>`
  * for every storage that outlives the process (a charge the store could not take then
  * survives this process too), none for memory storage (whose books die with it anyway). The
- * folder is per store (a digest of the storage config), so a gateway never replays another
- * store's charges into its own.
+ * folder is per store (a digest of where the store is), so a gateway never replays another
+ * store's charges into its own, and a changed password or timeout leaves its charges in
+ * place. `adopt`: the folder an earlier version named after the whole storage section.
  */
-function journalDir(config: GatewayOptions): string | null | undefined {
-  if (config.settleJournalDir !== undefined) return config.settleJournalDir;
+function journalDirs(config: GatewayOptions): { dir: string | null | undefined; adopt: string[] } {
+  if (config.settleJournalDir !== undefined) return { dir: config.settleJournalDir, adopt: [] };
   const { storage } = parseOptions(config);
-  if (storage.driver === 'memory') return null;
-  const store = createHash('sha256').update(JSON.stringify(storage)).digest('hex').slice(0, 12);
-  return resolve('data', 'settle-journal', store);
+  if (storage.driver === 'memory') return { dir: null, adopt: [] };
+  return {
+    dir: resolve('data', 'settle-journal', digest(storeIdentity(storage))),
+    adopt: [resolve('data', 'settle-journal', digest(storage))],
+  };
 }
 
 export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores: Stores }> {
@@ -134,10 +169,12 @@ export async function open(configFile: string, quiet: boolean, storeDown?: Store
       }),
   );
   try {
+    const journal = journalDirs(config);
     // The storage is checked against the stores at run time: a config file is JSON.
     const gateway = createGateway({
       ...config,
-      settleJournalDir: journalDir(config),
+      settleJournalDir: journal.dir,
+      settleJournalAdopt: [...(config.settleJournalAdopt ?? []), ...journal.adopt],
       stores,
       ...(quiet ? { logger: silentLogger } : {}),
     } as GatewayOptions);

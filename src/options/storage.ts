@@ -26,7 +26,8 @@ const redisStorage = z
      * A command without an answer this long fails its call with 503, and a call waits no longer
      * for a reconnect. @default 1000: a Redis command takes well under a millisecond, and
      * through a failover calls should fail fast and be retried, not queue. (No default
-     * written here: the settle journal's folder is named after this section as given.)
+     * written here: earlier versions named the settle journal's folder after this section as
+     * given, and that folder is still adopted.)
      */
     timeoutMs: z.number().int().positive().optional(),
   })
@@ -67,7 +68,7 @@ export const storageSchema = z.discriminatedUnion('driver', [
     /**
      * How long a write waits, off the event loop, for another process's write lock before its
      * call fails with 503. @default 5000 (no default written here: the settle journal's folder
-     * is named after this section as given)
+     * was named after this section as given by earlier versions, and is still adopted)
      */
     timeoutMs: z.number().int().positive().optional(),
     limits: redisLimits.optional(),
@@ -84,7 +85,8 @@ export const storageSchema = z.discriminatedUnion('driver', [
     /**
      * A statement without an answer this long fails its call with 503 (the client enforces
      * it: a server that stopped answering cannot). @default 5000 (no default written here:
-     * the settle journal's folder is named after this section as given)
+     * earlier versions named the settle journal's folder after this section as given, and
+     * that folder is still adopted)
      */
     timeoutMs: z.number().int().positive().optional(),
     limits: redisLimits.optional(),

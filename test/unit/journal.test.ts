@@ -136,6 +136,21 @@ describe('settle journal', () => {
     expect(readdirSync(dir)).not.toContain(`${owner}.lock`);
   });
 
+  it("takes over an earlier folder's settles (adopt) once their owner is gone, never a live owner's", async () => {
+    const old = tempDir();
+    const dir = join(tempDir(), 'new');
+    const earlier = fast(old);
+    earlier.add(settle('from-the-old-folder', 7n));
+    const j = fileJournal(dir, { heartbeatMs: 50, staleMs: 300, adopt: [old, join(old, 'missing')] });
+    journals.push(j);
+    expect(j.entries()).toEqual([]); // its owner still beats
+    earlier.close(); // gone, with the settle unlanded
+    await sleep(200);
+    expect(j.entries().map((e) => e.holdId)).toEqual(['from-the-old-folder']);
+    expect(jsonl(old)).toEqual([]);
+    expect(readFileSync(join(dir, jsonl(dir)[0]!), 'utf8')).toContain('from-the-old-folder');
+  });
+
   it('an orphan is taken by exactly one of several instances starting at once', async () => {
     const dir = tempDir();
     const owner = 's-00000000000000aa';
