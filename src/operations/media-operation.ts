@@ -11,6 +11,8 @@ import type { BilledCall } from '../billing/meter.js';
 import { openAmountCall } from '../billing/billed-call.js';
 import type { Modality, Model } from '../catalog/catalog.js';
 import { guardedBody } from '../guardrails/index.js';
+import { GatewayError } from '../errors.js';
+import { pluginFields } from '../upstream/plugin-body.js';
 import { parseJsonObject } from '../http/json.js';
 import { newJobId, type LeaseRef } from '../jobs/runner.js';
 import type { RequestContext } from '../pipeline/types.js';
@@ -46,6 +48,12 @@ export interface MediaCall<R, P extends MediaPrice = MediaPrice> {
   call: BilledCall;
   /** The job the answer may land in, with its in-flight slot (relays `inline-or-job` and `job`). */
   job: { id: string; lease: LeaseRef } | null;
+  /**
+   * The plugins' body for the model's own target (onUpstreamRequest ran before the hold, and
+   * `req` and `price` are of this body), or null when none replaced it. A relay sends it to the
+   * own target as it is; a fallback target's body goes through the plugins then.
+   */
+  plugged: Record<string, unknown> | null;
 }
 
 /** The job of a relay that always has one (`inline-or-job`, `job`). */
@@ -89,7 +97,18 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
       // The input guardrails see the request before the hold: a block refuses here, and what
       // they redacted is what is priced and sent (multipart is re-encoded from its fields anyway).
       const sub = await guarded(core, ctx, model, decl.path, read);
-      const req = sub === read ? checked.data : ({ ...checked.data, ...sub.fields } as R);
+      let req = sub === read ? checked.data : ({ ...checked.data, ...sub.fields } as R);
+      // The plugins see the body before the hold, as for text: what they leave is what is
+      // priced, held and sent (a plugin asking for 4K or n: 4 is held at that).
+      const plugged = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, model, decl.path, { ...sub.fields, model: model.upstreamModel }) : null;
+      if (plugged) {
+        const again = decl.schema.safeParse({ ...plugged, model: read.fields.model });
+        if (!again.success) {
+          const issue = again.error.issues[0];
+          throw new GatewayError('internal_error', `A plugin's onUpstreamRequest made a ${decl.path} request that is not one (${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}).`);
+        }
+        req = again.data;
+      }
       const price = decl.price(core, model, req);
 
       const jobId = decl.relay === 'bytes' ? null : newJobId(jobKind);
@@ -105,7 +124,7 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
         if (lease) await core.jobs.drop(lease);
         throw err;
       }
-      return decl.run(core, ctx, { model, req, sub, price, call, job: jobId && lease ? { id: jobId, lease } : null });
+      return decl.run(core, ctx, { model, req, sub, price, call, job: jobId && lease ? { id: jobId, lease } : null, plugged });
     },
   };
 }

@@ -6,7 +6,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { JobRecord } from '../stores/types.js';
 import type { Model } from '../catalog/catalog.js';
-import { callModel, upstreamHeaders } from '../upstream/call.js';
+import { callModel, sameTarget, upstreamHeaders } from '../upstream/call.js';
 import { pluginBody } from '../upstream/plugin-body.js';
 import { refuseAgentKeys } from './shared.js';
 import { shownId } from '../auth/keys.js';
@@ -77,8 +77,12 @@ export function callModelWithBody(
   body: Record<string, unknown>,
   bytes: Uint8Array | string,
   signal: AbortSignal,
+  plugged: Record<string, unknown> | null = null,
 ) {
   return callModel(core, ctx, model, async (served) => {
+    // The plugins' body for the model's own target, priced and held before the call: sent as
+    // they left it, not given to them a second time.
+    if (plugged && sameTarget(served, model)) return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: JSON.stringify(plugged), signal };
     const fields = { ...body, model: served.upstreamModel };
     const raw = served.upstreamModel === model.id ? bytes : JSON.stringify(fields);
     return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: await pluginBody(core, ctx, served, path, fields, raw), signal };

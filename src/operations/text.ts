@@ -19,7 +19,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { upstreamError, upstreamKeyOf } from '../upstream/answer-errors.js';
-import { callModel, upstreamHeaders } from '../upstream/call.js';
+import { callModel, sameTarget, upstreamHeaders } from '../upstream/call.js';
 import { pluginFields } from '../upstream/plugin-body.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream, type StreamCall } from '../upstream/stream/relay.js';
@@ -166,7 +166,6 @@ async function send(
 }
 
 /** Whether `served` is `model`'s own target (not a fallback on another upstream or model). */
-const sameTarget = (served: Model, model: Model) => served.upstream === model.upstream && served.upstreamModel === model.upstreamModel;
 
 /** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */
 export function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {

@@ -179,6 +179,9 @@ function dropAnswer(core: CallDeps, ctx: ModelCallContext, answer: ModelAnswer):
   void upstreamError(answer.res, answer.served.upstream, { log: core.log, requestId: ctx.requestId }).catch(() => undefined);
 }
 
+/** Whether `served` is the model's own target (not a fallback): the upstream and model it names. */
+export const sameTarget = (served: Model, model: Model) => served.upstream === model.upstream && served.upstreamModel === model.upstreamModel;
+
 /**
  * Calls a model: its targets in orderTargets' order, each through its circuit breaker, with
  * retries. An attempt is retried after a connection failure, a timeout, an upstream 5xx or 429,

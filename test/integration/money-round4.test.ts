@@ -212,6 +212,44 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     expect(entry!.units).toMatchObject({ kind: 'images', images: 8 });
   });
 
+  it.runIf(enabled)("5b. a plugin's body is what a media call is held and billed at: 4K and n: 4 asked by the plugin, not 256x256 by the client", async () => {
+    let ran = 0;
+    // 4 images at 4K (0.16 USD each) is 0.64 USD: more than this wallet holds.
+    await start('0.5', (o) => {
+      o.plugins = [
+        {
+          onUpstreamRequest: ({ path, body, setBody }) => {
+            if (path !== '/images/generations') return;
+            ran++;
+            setBody({ ...body, size: '3840x2160', n: 4 });
+          },
+        },
+      ];
+    });
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res, rec) {
+        const n = Number(rec.body?.n ?? 1);
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.end(JSON.stringify({ created: 1, data: Array.from({ length: n }, (_, i) => ({ url: `https://img.example/${i}.png` })) }));
+      },
+    });
+    const refused = await post('/images/generations', { model: IMAGE, prompt: 'a cat', n: 1, size: '256x256' });
+    expect(refused.status).toBe(402);
+    expect(up.requests).toHaveLength(0);
+    await gw.gateway.admin.topUp(ACCOUNT, '1');
+    const res = await post('/images/generations', { model: IMAGE, prompt: 'a cat', n: 1, size: '256x256' });
+    expect(res.status).toBe(200);
+    await settled();
+    const [entry] = await charges();
+    expect(entry!.units).toMatchObject({ kind: 'images', images: 4, tier: '4K' });
+    expect(entry!.cost).toBe(4n * 160_000_000n);
+    expect(entry!.exceededHold).toBe(false);
+    // The upstream got the plugin's body, and the plugin ran once per request.
+    expect(up.requests.at(-1)!.body).toMatchObject({ size: '3840x2160', n: 4 });
+    expect(ran).toBe(2);
+  });
+
   it.runIf(enabled)('8. a Responses stream whose text comes only in .done events goes out as it arrives; a client that leaves then pays for it', async () => {
     await start(100);
     const text = Array.from({ length: 1000 }, (_, i) => `word${i}`).join(' ');
