@@ -23,10 +23,15 @@ export function flagProblem(argv: readonly string[], known: FlagSpec): string | 
       const near = closest(given, Object.keys(known));
       return `unknown option ${long ? '--' : '-'}${given}${near ? `; did you mean --${near}?` : ''}`;
     }
-    if (spec.type === 'string' && !arg.includes('=')) {
-      const value = argv[i + 1];
-      if (value === undefined || (value.startsWith('-') && !/^-\d/.test(value))) return `--${name} needs a value`;
-      i++;
+    if (spec.type === 'string') {
+      const value = arg.includes('=') ? arg.slice(arg.indexOf('=') + 1) : argv[i + 1];
+      if (!arg.includes('=')) {
+        if (value === undefined || (value.startsWith('-') && !/^-\d/.test(value))) return `--${name} needs a value`;
+        i++;
+      }
+      // An empty value is a variable that was not set (`--host "$HOST"`): for --host it would
+      // even bind every interface. It is refused, never taken as the default.
+      if (value !== undefined && value.trim() === '') return `--${name} must not be empty`;
     }
   }
   return null;

@@ -23,6 +23,12 @@ describe('flagProblem', () => {
     expect(flagProblem(['serve', '--config', '--port', '1'], known)).toBe('--config needs a value');
   });
 
+  it('refuses an empty value (an unset variable: --port "$PORT"), never reading it as the default', () => {
+    expect(flagProblem(['serve', '--config', 'f.json', '--port', ''], known)).toBe('--port must not be empty');
+    expect(flagProblem(['serve', '--port=', '--config', 'f.json'], known)).toBe('--port must not be empty');
+    expect(flagProblem(['serve', '--config', ' ', '--port', '1'], known)).toBe('--config must not be empty');
+  });
+
   it('lets through what parseArgs reads: values, negative amounts, --flag=value, short flags, a "--" end', () => {
     expect(flagProblem(['wallet', 'top-up', '--usd', '-5', '--config=f.json', '-h'], known)).toBeNull();
     expect(flagProblem(['serve', '--', '--anything'], known)).toBeNull();
