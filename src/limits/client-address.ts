@@ -104,6 +104,16 @@ export function createIpBucket(ipv6PrefixLength: number): (ip: string) => string
   };
 }
 
+/** What is wrong with a trustProxy entry (without the option's name), or null when it is a network. */
+export function networkProblem(entry: string): string | null {
+  try {
+    parseNetwork(entry);
+    return null;
+  } catch (err) {
+    return (err as Error).message.replace(/^trustProxy: /, '');
+  }
+}
+
 /** "10.0.0.0/8", "2001:db8::/32", "::ffff:10.0.0.0/104" or a single address. Throws on bad config. */
 function parseNetwork(entry: string): ({ family: 4 } & Network4) | ({ family: 6 } & Network6) {
   const [text = '', prefixText, extra] = entry.trim().split('/');

@@ -3,6 +3,7 @@
  * references (a key's account, a model's upstream), ids given twice, and a configured path
  * that would shadow one of the gateway's routes.
  */
+import { networkProblem } from '../limits/client-address.js';
 
 /** The parts of the parsed options these checks read. */
 export interface CheckedConfig {
@@ -65,8 +66,10 @@ export function referenceProblems(cfg: CheckedConfig): string[] {
   }
   const shadowed = cfg.metrics && shadowedRoute(cfg.metrics.path);
   if (shadowed) problems.push(`metrics.path: "${cfg.metrics!.path}" would shadow ${shadowed}; choose a path outside them, such as "/metrics"`);
+  // Read by the very parser the resolver uses: what passes here is what it takes at start.
   cfg.trustProxy.forEach((p, i) => {
-    if (!/^[0-9a-fA-F:.]+(\/\d{1,3})?$/.test(p)) problems.push(`trustProxy[${i}]: not an IP address or CIDR: "${p}"`);
+    const problem = networkProblem(p);
+    if (problem) problems.push(`trustProxy[${i}]: ${problem}`);
   });
   return problems;
 }

@@ -189,6 +189,15 @@ describe('names that break things', () => {
     expect(parseOptions(http({ apiKey: 'sk-ok', headers: { 'api-key': 'a b\tc' } })).upstreams.p).toMatchObject({ apiKey: 'sk-ok' });
   });
 
+  it('a trustProxy entry that is not a network names its index, as a config error (never a stack trace at start)', () => {
+    expect(problems({ trustProxy: ['10.0.0.0/8', '1.2.3', '10.0.0.0/40', '::ffff:10.0.0.0/90'] })).toEqual([
+      'trustProxy[1]: not an IP address or CIDR: "1.2.3"',
+      'trustProxy[2]: IPv4 prefix over 32: 10.0.0.0/40',
+      'trustProxy[3]: IPv4-mapped prefix must be at least 96: ::ffff:10.0.0.0/90',
+    ]);
+    expect(parseOptions({ trustProxy: ['10.0.0.0/8', '2001:db8::/32', '::ffff:10.0.0.0/104', '127.0.0.1'] }).trustProxy).toHaveLength(4);
+  });
+
   it('never shows a secret it refuses: an upstream key or header, a client key, a URL password', () => {
     const upstreamKey = 'sk-proj-UPSTREAMSECRETabcdefghijklmnopqrstuv0123456789';
     const clientKey = 'sk-mg-CLIENTSECRETabcdefghijklmnopqrstuvwxyz0123-';
