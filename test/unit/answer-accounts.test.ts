@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest';
 import { outputTokens } from '../../src/billing/output.js';
 import { ChatAccount } from '../../src/upstream/answers/chat.js';
-import { GeminiAccount } from '../../src/upstream/answers/gemini.js';
+import { GeminiAccount, geminiAnswerAccount } from '../../src/upstream/answers/gemini.js';
 import { MessagesAccount, messagesAnswer } from '../../src/upstream/answers/messages.js';
 
 const delta = (index: number, content: string, finish: string | null = null) => ({ index, delta: { content }, finish_reason: finish });
@@ -59,6 +59,31 @@ describe('GeminiAccount.answered', () => {
     const a = new GeminiAccount();
     a.read({ promptFeedback: { blockReason: 'SAFETY' } });
     expect(a.answered()).toBe(true);
+  });
+});
+
+describe('Gemini usage without candidatesTokenCount', () => {
+  // Gemini leaves the count out when nothing visible was written: with visible output, a report
+  // that counts only the thoughts is not final (the settle then counts what was produced).
+  const thoughtsOnly = { promptTokenCount: 10, thoughtsTokenCount: 5 };
+  it('a stream whose last report leaves it out after visible text is not final; one that counts it is', () => {
+    const a = new GeminiAccount();
+    a.read({ candidates: [candidate(0, 'A long visible answer', 'STOP')], usageMetadata: thoughtsOnly });
+    expect(a.usage).toMatchObject({ prompt: 10, completion: 5 });
+    expect(a.outputAfterUsage()).toBe(true);
+    const b = new GeminiAccount();
+    b.read({ candidates: [candidate(0, 'A long visible answer', 'STOP')], usageMetadata: { ...thoughtsOnly, candidatesTokenCount: 4 } });
+    expect(b.outputAfterUsage()).toBe(false);
+    // Only thoughts written: leaving the count out is Gemini's way of saying zero.
+    const c = new GeminiAccount();
+    c.read({ candidates: [{ index: 0, content: { parts: [{ text: 'hmm', thought: true }] }, finishReason: 'STOP' }], usageMetadata: thoughtsOnly });
+    expect(c.outputAfterUsage()).toBe(false);
+  });
+
+  it('a plain answer likewise', () => {
+    const answer = (usageMetadata: object) => geminiAnswerAccount({ candidates: [candidate(0, 'A long visible answer', 'STOP')], usageMetadata });
+    expect(answer(thoughtsOnly).outputAfterUsage?.()).toBe(true);
+    expect(answer({ ...thoughtsOnly, candidatesTokenCount: 4 }).outputAfterUsage?.()).toBe(false);
   });
 });
 

@@ -42,15 +42,46 @@ function candidatesOutput(candidates: unknown, into: OutputCount): OutputCount {
   return into;
 }
 
+/** Whether the candidates carry output that is not a thought (text, a call, inline data). */
+function visibleOutput(candidates: unknown): boolean {
+  for (const c of Array.isArray(candidates) ? candidates : []) {
+    const parts = isObject(c) && isObject(c.content) ? c.content.parts : undefined;
+    for (const part of Array.isArray(parts) ? parts : []) {
+      if (!isObject(part) || part.thought === true) continue;
+      if (Object.entries(part).some(([k, v]) => k !== 'thoughtSignature' && v !== '' && v !== undefined && v !== null)) return true;
+    }
+  }
+  return false;
+}
+
+/**
+ * A report without `candidatesTokenCount` counts only the thoughts: Gemini leaves the field out
+ * when the answer has no visible output, so with visible output it did not count it. Such a
+ * report is not final: the settle counts what was produced (keeping the report's prompt).
+ */
+const countsNoCandidates = (meta: unknown) => isObject(meta) && meta.candidatesTokenCount === undefined;
+
 /** A plain `generateContent` answer's account. */
 export function geminiAnswerAccount(body: Record<string, unknown>): AnswerAccount {
-  return plainAccount(geminiUsage(body.usageMetadata), () => candidatesOutput(body.candidates, noOutput()));
+  const account = plainAccount(geminiUsage(body.usageMetadata), () => candidatesOutput(body.candidates, noOutput()));
+  const uncounted = account.usage !== null && countsNoCandidates(body.usageMetadata) && visibleOutput(body.candidates);
+  return uncounted ? { ...account, outputAfterUsage: () => true } : account;
 }
 
 /** A Gemini stream's account, fed each parsed event. */
 export class GeminiAccount extends RunningAccount {
+  private visible = false;
+  private lastCountsNoCandidates = false;
+
+  override outputAfterUsage(): boolean {
+    return super.outputAfterUsage() || (this.usage !== null && this.lastCountsNoCandidates && this.visible);
+  }
+
   read(event: Record<string, unknown>): void {
     this.addCount(candidatesOutput(event.candidates, noOutput()));
+    if (!this.visible && visibleOutput(event.candidates)) this.visible = true;
+    const usage = geminiUsage(event.usageMetadata);
+    if (usage) this.lastCountsNoCandidates = countsNoCandidates(event.usageMetadata);
     // Every candidate's finish reason, or a blocked prompt, ends the content (the usage may
     // still come after it, in an event of its own).
     const candidates = Array.isArray(event.candidates) ? event.candidates : [];
@@ -58,6 +89,6 @@ export class GeminiAccount extends RunningAccount {
       if (isObject(c)) this.choice(typeof c.index === 'number' ? c.index : i, c.finishReason !== undefined && c.finishReason !== null);
     });
     if (isObject(event.promptFeedback) && event.promptFeedback.blockReason) this.contentEnded();
-    this.report(geminiUsage(event.usageMetadata));
+    this.report(usage);
   }
 }
