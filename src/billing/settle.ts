@@ -40,6 +40,7 @@ export interface AnswerEnd {
  * - Once the upstream answered 200, the prompt is billed even when nothing was produced (the
  *   provider read it, and may have cached it): from its usage when it came, else the count.
  *   Only an upstream that failed before producing anything is not paid: its hold is released.
+ * - A report of zero prompt tokens for a prompt is not final either: the prompt is counted.
  */
 export function settleAnswer(call: BilledCall, account: AnswerAccount, end: AnswerEnd): Promise<void> {
   const { usage } = account;
@@ -50,14 +51,17 @@ export function settleAnswer(call: BilledCall, account: AnswerAccount, end: Answ
   // Counted only when needed: a final report with output in it is billed without reading the output.
   let counted: number | undefined;
   const produced = () => (counted ??= outputTokens(account.output(), (t) => end.tokenizer.count(t)));
-  if (usage && end.complete && !account.outputAfterUsage?.() && (usage.completion > 0 || produced() === 0)) {
+  // A report of no prompt tokens for a request that had a prompt is no count (every provider
+  // bills its input, cached or not): the prompt is counted instead, whatever the upstream kind.
+  const promptless = usage !== null && usage.prompt === 0 && end.promptTokens() > 0;
+  if (usage && !promptless && end.complete && !account.outputAfterUsage?.() && (usage.completion > 0 || produced() === 0)) {
     return call.bill({ kind: 'tokens', ...usage, ...toolCalls }, 'usage', upstream);
   }
   const completion = Math.max(usage?.completion ?? 0, produced());
   if (completion === 0 && !tools && !end.complete && end.cause === 'upstream') return call.cancel();
   // The prompt is the provider's to count whenever it said (it does not grow mid-answer); its
   // cache reads and writes stay parts of it, priced as such.
-  const prompt = usage?.prompt ?? end.promptTokens();
+  const prompt = usage && !promptless ? usage.prompt : end.promptTokens();
   return call.bill({ kind: 'tokens', ...usage, prompt, completion, ...toolCalls }, 'tokenizer', upstream);
 }
 

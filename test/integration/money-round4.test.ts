@@ -250,6 +250,23 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     expect(ran).toBe(2);
   });
 
+  it.runIf(enabled)('5c. a usage report of zero prompt tokens for a prompt is no count: the prompt is counted, for chat and embeddings alike', async () => {
+    await start(100, (o) => {
+      o.models = [...(o.models ?? []), { id: 'test/embed', type: 'text', upstream: 'test', embedding: true, pricing: { prompt: '0.000001', completion: '0' }, contextLength: 8_000 }];
+    });
+    const messages = [{ role: 'user', content: 'Three hundred words of prompt, reported as none at all by a broken usage report.' }];
+    up.setBehavior({ kind: 'json', usage: { prompt_tokens: 0, completion_tokens: 7 } });
+    expect((await post('/chat/completions', { model: MODEL, messages })).status).toBe(200);
+    up.setBehavior({ kind: 'embeddings', promptTokens: 0 });
+    expect((await post('/embeddings', { model: 'test/embed', input: 'some words to embed, several of them' })).status).toBe(200);
+    await settled();
+    const [chat, embed] = await charges();
+    expect(chat!.units).toMatchObject({ kind: 'tokens', prompt: await promptEstimate(messages), completion: 7 });
+    expect(chat!.measured).toBe('tokenizer');
+    expect((embed!.units as { prompt: number }).prompt).toBeGreaterThan(0);
+    expect(embed!.cost).toBeGreaterThan(0n);
+  });
+
   it.runIf(enabled)('8. a Responses stream whose text comes only in .done events goes out as it arrives; a client that leaves then pays for it', async () => {
     await start(100);
     const text = Array.from({ length: 1000 }, (_, i) => `word${i}`).join(' ');
