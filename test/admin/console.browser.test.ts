@@ -9,7 +9,7 @@
  * (git-ignored).
  */
 import { mkdirSync } from 'node:fs';
-import type { Browser } from 'playwright-core';
+import type { Browser, Page } from 'playwright-core';
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import { MODEL, postChat, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { launchChromium } from './chromium.js';
@@ -32,6 +32,17 @@ afterAll(async () => {
   await gw?.close();
 });
 
+/** Opens the console signed in, with `account` chosen when given. */
+async function signIn(page: Page, account?: string): Promise<void> {
+  await page.goto(`${gw.origin}/admin`);
+  await page.fill('#token', ADMIN_TOKEN);
+  await page.click('#signin-button');
+  await page.waitForSelector('body[data-loaded]');
+  if (account === undefined) return;
+  await page.click(`#accounts tr[data-account="${account}"]`);
+  await page.waitForFunction((id) => document.querySelector('#account-name')?.textContent === id, account);
+}
+
 it('lists a guardrail block among the recent blocks', async () => {
   const res = await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'tell me about Project Nightfall' }], max_tokens: 20 });
   expect(res.status).toBe(400);
@@ -39,10 +50,7 @@ it('lists a guardrail block among the recent blocks', async () => {
   expect(requestId).toMatch(/^req_/);
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   try {
-    await page.goto(`${gw.origin}/admin`);
-    await page.fill('#token', ADMIN_TOKEN);
-    await page.click('#signin-button');
-    await page.waitForSelector('body[data-loaded]');
+    await signIn(page);
     const row = page.locator(`#guardrail-blocks tr[data-request="${requestId}"]`);
     await row.waitFor({ timeout: 10_000 });
     const text = await row.textContent();
@@ -99,12 +107,7 @@ it('sets a cap, grants and an adjustment; rotates a key, whose secret is cleared
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   page.on('dialog', (d) => void d.accept());
   try {
-    await page.goto(`${gw.origin}/admin`);
-    await page.fill('#token', ADMIN_TOKEN);
-    await page.click('#signin-button');
-    await page.waitForSelector('body[data-loaded]');
-    await page.click(`#accounts tr[data-account="${setup.account}"]`);
-    await page.waitForFunction((id) => document.querySelector('#account-name')?.textContent === id, setup.account);
+    await signIn(page, setup.account);
     const row = page.locator(`#keys tr[data-key="${agentId}"]`);
 
     await row.locator('input.cap').fill('7.5');
@@ -147,12 +150,7 @@ it('a top-up sent twice before its answer (a double click, a second Enter) credi
   await gw.gateway.admin.createAccount({ id: 'twice-co', walletUsd: 0 });
   const page = await browser.newPage({ viewport: { width: 1280, height: 1000 } });
   try {
-    await page.goto(`${gw.origin}/admin`);
-    await page.fill('#token', ADMIN_TOKEN);
-    await page.click('#signin-button');
-    await page.waitForSelector('body[data-loaded]');
-    await page.click('#accounts tr[data-account="twice-co"]');
-    await page.waitForFunction(() => document.querySelector('#account-name')?.textContent === 'twice-co');
+    await signIn(page, 'twice-co');
     await page.fill('#credit-amount', '100');
     await page.fill('#credit-reason', 'invoice 12');
     // Both submits leave before either answer comes back.
@@ -185,12 +183,7 @@ it('sets a key’s model allow-list, tokens per minute and daily budget, and an 
   };
   const page = await browser.newPage({ viewport: { width: 1400, height: 1000 } });
   try {
-    await page.goto(`${gw.origin}/admin`);
-    await page.fill('#token', ADMIN_TOKEN);
-    await page.click('#signin-button');
-    await page.waitForSelector('body[data-loaded]');
-    await page.click('#accounts tr[data-account="limits-co"]');
-    await page.waitForFunction(() => document.querySelector('#account-name')?.textContent === 'limits-co');
+    await signIn(page, 'limits-co');
 
     // A budget that does not read is refused in the page, and nothing is created.
     await page.fill('#key-label', 'limited');
