@@ -2,7 +2,6 @@
  * The admin API: programmatic, on the gateway object, and behind the CLI.
  * None of it is reachable over HTTP with a developer or agent key.
  */
-import { ENTITY_ID } from '../options/values.js';
 import { digestKey, displayPrefix, generateKey, keyIdFor, randomBase62, shownId } from '../auth/keys.js';
 import { GatewayError } from '../errors.js';
 import type { Services } from '../services.js';
@@ -14,6 +13,8 @@ import type { ApiKeyRecord, KeyKind, LedgerEntry, LedgerPage } from '../stores/t
 import { AdminError } from './admin-error.js';
 import { type TimeInput, toUnixMs } from './times.js';
 import { type BudgetInput, budgetsView, type KeyLimitsInput, keyLimitsPatch, parseBudgets } from './limits.js';
+import { checkId, requireAccount } from './checks.js';
+import { type ContentMethods, contentMethods } from './content-methods.js';
 
 export interface CreateKeyInput {
   account: string;
@@ -56,7 +57,7 @@ export type KeyView = Omit<ApiKeyRecord, 'digest' | 'monthlyCap' | 'budgets'> & 
   budgets: { usd: string; period: BudgetInput['period'] }[];
 };
 
-export interface Admin {
+export interface Admin extends ContentMethods {
   createAccount(input: { id: string; walletUsd?: string | number; grants?: string[]; budgets?: BudgetInput[] }): Promise<{ created: boolean }>;
   /** Replaces an account's budgets (across all its keys); [] clears them. */
   setAccountBudgets(accountId: string, budgets: BudgetInput[]): Promise<void>;
@@ -101,12 +102,6 @@ export interface Admin {
    * while (page.more) page = await gateway.admin.ledger({ account: 'acme', from: '2026-11-01', cursor: page.nextCursor });
    */
   ledger(query: LedgerQueryInput): Promise<LedgerPage>;
-  /** Creates or replaces a brand profile of an account. */
-  putBrand(input: { id: string; account: string; name?: string; description?: string; voice: string }): Promise<void>;
-  deleteBrand(accountId: string, id: string): Promise<boolean>;
-  /** Adds (or replaces) a knowledge document: plain text or markdown. */
-  addDocument(input: { id: string; account: string; brand?: string | null; title?: string; text: string }): Promise<void>;
-  deleteDocument(accountId: string, id: string): Promise<boolean>;
   /**
    * Checks the books of every account (or `options.account`): balances against the ledger,
    * held against the open holds, keys' month-to-date spend against their charges, no hold id
@@ -154,11 +149,6 @@ export async function insertKey(core: Services, plain: string, input: CreateKeyI
   });
 }
 
-/** An account, brand or document id as it may be created (`.` and `..` never: they are path segments). */
-function checkId(field: string, id: string): void {
-  if (!ENTITY_ID.test(id)) throw new AdminError(`${field}: must be 1-64 letters, digits, "_", "-" or ".", and not "." or ".."; got ${JSON.stringify(id.slice(0, 80))}`);
-}
-
 /** A USD amount of the call's field `field`: its refusal names the field. */
 function usdOf(field: string, value: string | number): bigint {
   try {
@@ -167,12 +157,6 @@ function usdOf(field: string, value: string | number): bigint {
     if (err instanceof RangeError) throw new AdminError(`${field}: ${err.message}`, field);
     throw err;
   }
-}
-
-async function requireAccount(core: Services, id: string) {
-  const account = await core.stores.accounts.get(id);
-  if (!account) throw new AdminError(`No account "${shownId(id)}".`);
-  return account;
 }
 
 /**
@@ -357,46 +341,6 @@ function ledger(core: Services): Admin['ledger'] {
       throw err;
     }
   }) as Admin['ledger'];
-}
-
-type ContentMethods = Pick<Admin, 'putBrand' | 'deleteBrand' | 'addDocument' | 'deleteDocument'>;
-
-function contentMethods(core: Services): ContentMethods {
-  const { stores } = core;
-  return {
-    async putBrand({ id, account, name = '', description = '', voice }) {
-      await requireAccount(core, account);
-      checkId('id', id);
-      if (!voice) throw new AdminError('A brand needs an id and a voice.', 'voice');
-      const existing = await stores.content.getBrand(account, id);
-      await stores.content.putBrand({ id, accountId: account, name, description, voice, createdAt: existing?.createdAt ?? core.now() });
-    },
-    async deleteBrand(accountId, id) {
-      // A document names its brand, and retrieval answers with it: a brand its documents still
-      // name is not deleted from under them (they would name a brand that is not there).
-      const naming = (await stores.content.listDocuments(accountId)).filter((d) => d.brand === id).map((d) => d.id);
-      if (naming.length > 0) {
-        const shown = naming.slice(0, 5).map((d) => `"${shownId(d)}"`).join(', ') + (naming.length > 5 ? `, and ${naming.length - 5} more` : '');
-        throw new GatewayError('conflict', `Brand "${shownId(id)}" is named by ${naming.length === 1 ? 'document' : 'documents'} ${shown}: delete them, or put them without the brand, first.`, {
-          status: 409,
-          type: 'invalid_request_error',
-          param: 'brand',
-        });
-      }
-      return stores.content.deleteBrand(accountId, id);
-    },
-    async addDocument({ id, account, brand = null, title = '', text }) {
-      await requireAccount(core, account);
-      checkId('id', id);
-      if (!text.trim()) throw new AdminError('A document needs an id and some text.', 'text');
-      if (brand !== null && !(await stores.content.getBrand(account, brand))) {
-        throw new AdminError(`No brand "${shownId(brand)}" in account "${shownId(account)}".`, 'brand');
-      }
-      const existing = await stores.content.getDocument(account, id);
-      await stores.content.putDocument({ id, accountId: account, brand, title, text, createdAt: existing?.createdAt ?? core.now() });
-    },
-    deleteDocument: (accountId, id) => stores.content.deleteDocument(accountId, id),
-  };
 }
 
 /**
