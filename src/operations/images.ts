@@ -78,7 +78,7 @@ async function generateImages(core: Services, ctx: RequestContext, m: MediaCall<
   // Shutdown's grace period is over: the generation is abandoned and nothing is charged.
   call.onAbort(() => abort.abort(errors.shuttingDown()));
 
-  const work = generate(core, ctx, model, m.sub.fields, m.sub.body, abort.signal, (name) => void (servedBy = name), m.plugged);
+  const work = generate(core, ctx, model, m.sub.fields, m.sub.body, abort.signal, (name) => void (servedBy = name), m.pluginsRan);
 
   let timer: NodeJS.Timeout | undefined;
   const deadline = new Promise<'deadline'>((resolve) => {
@@ -111,10 +111,10 @@ async function generate(
   bytes: Uint8Array | string,
   signal: AbortSignal,
   servedBy: (upstream: string) => void,
-  plugged: Record<string, unknown> | null,
+  pluginsRan: boolean,
 ): Promise<Outcome> {
   try {
-    const answer = await callModelWithBody(core, ctx, model, '/images/generations', body, bytes, signal, plugged);
+    const answer = await callModelWithBody(core, ctx, model, '/images/generations', body, bytes, signal, pluginsRan);
     const res = answer.res;
     servedBy(answer.served.upstream);
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, answer.served.upstream, { log: core.log, requestId: ctx.requestId });

@@ -49,11 +49,12 @@ export interface MediaCall<R, P extends MediaPrice = MediaPrice> {
   /** The job the answer may land in, with its in-flight slot (relays `inline-or-job` and `job`). */
   job: { id: string; lease: LeaseRef } | null;
   /**
-   * The plugins' body for the model's own target (onUpstreamRequest ran before the hold, and
-   * `req` and `price` are of this body), or null when none replaced it. A relay sends it to the
-   * own target as it is; a fallback target's body goes through the plugins then.
+   * Whether onUpstreamRequest plugins ran before the hold: `sub` is then what they (and the
+   * guardrails after them) left for the model's own target, and `req` and `price` are of it. A
+   * relay sends it to the own target without running them again; a fallback target's body goes
+   * through them at send time.
    */
-  plugged: Record<string, unknown> | null;
+  pluginsRan: boolean;
 }
 
 /** The job of a relay that always has one (`inline-or-job`, `job`). */
@@ -89,26 +90,31 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
     async run(core, ctx) {
       refuseAgentKeys(ctx);
       const read = await readBody(ctx, decl.multipart === true);
-      const checked = decl.schema.safeParse(read.fields);
+      let checked = decl.schema.safeParse(read.fields);
       if (!checked.success) throw zodError(checked.error, read.fields);
       // A job's record keeps its text fields: one no store can keep is refused on every driver alike.
       if (decl.relay !== 'bytes') refuseNul(read.fields);
       const model = await core.catalog.resolve(read.fields.model, ctx.key, decl.modality, () => core.grants(ctx.key.accountId));
-      // The input guardrails see the request before the hold: a block refuses here, and what
-      // they redacted is what is priced and sent (multipart is re-encoded from its fields anyway).
-      const sub = await guarded(core, ctx, model, decl.path, read);
-      let req = sub === read ? checked.data : ({ ...checked.data, ...sub.fields } as R);
-      // The plugins see the body before the hold, as for text: what they leave is what is
-      // priced, held and sent (a plugin asking for 4K or n: 4 is held at that).
-      const plugged = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, model, decl.path, { ...sub.fields, model: model.upstreamModel }) : null;
+      // The plugins see the body first, as for text, once: what they leave is what the
+      // guardrails check and what is priced, held and sent (a plugin asking for 4K or n: 4 is
+      // held at that).
+      const pluginsRan = core.hooks.has('onUpstreamRequest');
+      const plugged = pluginsRan ? await pluginFields(core, ctx, model, decl.path, { ...read.fields, model: model.upstreamModel }) : null;
+      let body = read;
       if (plugged) {
-        const again = decl.schema.safeParse({ ...plugged, model: read.fields.model });
-        if (!again.success) {
-          const issue = again.error.issues[0];
+        // The client's model id stays: the relays name each target's own model.
+        const fields = { ...plugged, model: read.fields.model };
+        checked = decl.schema.safeParse(fields);
+        if (!checked.success) {
+          const issue = checked.error.issues[0];
           throw new GatewayError('internal_error', `A plugin's onUpstreamRequest made a ${decl.path} request that is not one (${issue?.path.join('.') || 'body'}: ${issue?.message ?? 'invalid'}).`);
         }
-        req = again.data;
+        body = { ...read, fields, ...(read.contentType === 'application/json' ? { body: JSON.stringify(fields) } : {}) };
       }
+      // Then the input guardrails, before the hold: a block refuses here, and what they
+      // redacted is what is priced and sent (multipart is re-encoded from its fields anyway).
+      const sub = await guarded(core, ctx, model, decl.path, body);
+      const req = sub === read ? checked.data : ({ ...checked.data, ...sub.fields } as R);
       const price = decl.price(core, model, req);
 
       const jobId = decl.relay === 'bytes' ? null : newJobId(jobKind);
@@ -124,7 +130,7 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
         if (lease) await core.jobs.drop(lease);
         throw err;
       }
-      return decl.run(core, ctx, { model, req, sub, price, call, job: jobId && lease ? { id: jobId, lease } : null, plugged });
+      return decl.run(core, ctx, { model, req, sub, price, call, job: jobId && lease ? { id: jobId, lease } : null, pluginsRan });
     },
   };
 }

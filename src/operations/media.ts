@@ -77,14 +77,14 @@ export function callModelWithBody(
   body: Record<string, unknown>,
   bytes: Uint8Array | string,
   signal: AbortSignal,
-  plugged: Record<string, unknown> | null = null,
+  pluginsRan = false,
 ) {
   return callModel(core, ctx, model, async (served) => {
-    // The plugins' body for the model's own target, priced and held before the call: sent as
-    // they left it, not given to them a second time.
-    if (plugged && sameTarget(served, model)) return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: JSON.stringify(plugged), signal };
     const fields = { ...body, model: served.upstreamModel };
     const raw = served.upstreamModel === model.id ? bytes : JSON.stringify(fields);
-    return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: await pluginBody(core, ctx, served, path, fields, raw), signal };
+    // The model's own target gets the body the plugins already left (priced and held on it),
+    // without a second run of them; a fallback target's body goes through them now.
+    const sent = pluginsRan && sameTarget(served, model) ? raw : await pluginBody(core, ctx, served, path, fields, raw);
+    return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: sent, signal };
   });
 }

@@ -76,7 +76,7 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
   });
 
   try {
-    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', m.sub.fields, m.sub.body, abort.signal, m.plugged);
+    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', m.sub.fields, m.sub.body, abort.signal, m.pluginsRan);
     res = answer.res;
     servedBy = answer.served.upstream;
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });

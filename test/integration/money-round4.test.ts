@@ -221,7 +221,7 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
           onUpstreamRequest: ({ path, body, setBody }) => {
             if (path !== '/images/generations') return;
             ran++;
-            setBody({ ...body, size: '3840x2160', n: 4 });
+            if (body.prompt === 'a cat') setBody({ ...body, size: '3840x2160', n: 4 });
           },
         },
       ];
@@ -248,6 +248,11 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     // The upstream got the plugin's body, and the plugin ran once per request.
     expect(up.requests.at(-1)!.body).toMatchObject({ size: '3840x2160', n: 4 });
     expect(ran).toBe(2);
+    // A request the plugin only looks at: it runs once (not again when the body is sent).
+    expect((await post('/images/generations', { model: IMAGE, prompt: 'a dog', n: 1, size: '256x256' })).status).toBe(200);
+    await settled();
+    expect(ran).toBe(3);
+    expect((await charges())[1]!.units).toMatchObject({ kind: 'images', images: 1, tier: '480P' });
   });
 
   it.runIf(enabled)('5c. a usage report of zero prompt tokens for a prompt is no count: the prompt is counted, for chat and embeddings alike', async () => {

@@ -61,7 +61,7 @@ async function startVideo(core: Services, ctx: RequestContext, m: MediaCall<z.in
   const { id: jobId, lease } = jobOf(m);
   let submitted: Submitted;
   try {
-    submitted = await submit(core, ctx, model, sub, m.call, m.plugged);
+    submitted = await submit(core, ctx, model, sub, m.call, m.pluginsRan);
   } catch (err) {
     await core.jobs.drop(lease);
     throw err;
@@ -115,11 +115,11 @@ interface Submitted {
 }
 
 /** Sends the submission upstream (the model's targets in turn); anything but an accepted job releases the hold and throws. */
-async function submit(core: Services, ctx: RequestContext, model: Model, sub: Submission, call: BilledCall, plugged: Record<string, unknown> | null): Promise<Submitted> {
+async function submit(core: Services, ctx: RequestContext, model: Model, sub: Submission, call: BilledCall, pluginsRan: boolean): Promise<Submitted> {
   try {
     const answer = await callModel(core, ctx, model, async (served) => {
-      // The own target's body went through the plugins before the hold; a fallback's goes now.
-      const replaced = plugged && sameTarget(served, model) ? plugged : await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
+      // The own target's body went through the plugins before the hold (it is `sub`); a fallback's goes now.
+      const replaced = pluginsRan && sameTarget(served, model) ? null : await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
       const out = await forUpstream(sub, served.upstreamModel, replaced);
       return { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body };
       // A video the upstream may have accepted is never submitted twice (a second render runs for nobody).
