@@ -6,15 +6,29 @@ import { z } from 'zod';
 import { entityId } from '../options/values.js';
 
 /**
+ * Valid Unicode: a lone UTF-16 surrogate ("\ud800", valid JSON) is text no store keeps as sent
+ * (each would store U+FFFD): refused here, naming the field, so what is stored is what was sent.
+ */
+const wellFormed = (s: string) => (s as unknown as { isWellFormed(): boolean }).isWellFormed();
+
+/**
  * An id the call names (an account, key, credit, model): no control character, which no
  * stored id holds and PostgreSQL cannot bind (NUL).
  */
-const id = z.string().min(1).max(200).regex(/^\P{Cc}*$/u, 'must not contain control characters');
+const id = z
+  .string()
+  .min(1)
+  .max(200)
+  .regex(/^\P{Cc}*$/u, 'must not contain control characters')
+  .refine(wellFormed, 'must be valid Unicode (no lone surrogate)');
 /**
  * Free text the call stores (a label, a reason, a brand's voice, a document): anything but NUL,
  * which PostgreSQL cannot store in text (it would answer as a store failure, not a bad field).
  */
-const text = z.string().refine((s) => !s.includes('\u0000'), 'must not contain NUL');
+const text = z
+  .string()
+  .refine((s) => !s.includes('\u0000'), 'must not contain NUL')
+  .refine(wellFormed, 'must be valid Unicode (no lone surrogate)');
 /** A non-negative USD decimal (string or number); exactness is checked where it is parsed. */
 const usd = z.union([z.string().regex(/^\d{1,15}(\.\d{1,9})?$/), z.number().nonnegative()]);
 /** A signed USD decimal: adjustments may take money out. */

@@ -4,6 +4,7 @@
  * amounts as decimal strings (JSON has no bigint).
  */
 import type { ApiKeyRecord, Budget, BudgetPeriod, KeyPatch } from './types.js';
+import { jsonText } from './json-text.js';
 
 type StoredBudget = { amount: string; period: BudgetPeriod };
 export type KeyLimits = Required<Pick<ApiKeyRecord, 'models' | 'tokensPerMinute' | 'budgets'>>;
@@ -23,7 +24,7 @@ export function encodeKeyLimits(k: Partial<KeyLimits>): string | null {
   const tokensPerMinute = k.tokensPerMinute ?? null;
   const budgets = k.budgets ?? [];
   if (models === null && tokensPerMinute === null && budgets.length === 0) return null;
-  return JSON.stringify({ models, tokensPerMinute, budgets: JSON.parse(encodeBudgets(budgets)) as StoredBudget[] });
+  return jsonText({ models, tokensPerMinute, budgets: JSON.parse(encodeBudgets(budgets)) as StoredBudget[] });
 }
 
 /**
@@ -52,7 +53,7 @@ export function encodeLimitsPatch(patch: KeyPatch): string {
   if (patch.models !== undefined) out.models = patch.models;
   if (patch.tokensPerMinute !== undefined) out.tokensPerMinute = patch.tokensPerMinute;
   if (patch.budgets !== undefined) out.budgets = JSON.parse(encodeBudgets(patch.budgets)) as StoredBudget[];
-  return JSON.stringify(out);
+  return jsonText(out);
 }
 
 /** The key's limits after `patch` (fields the patch leaves out stay). */

@@ -122,6 +122,9 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
         ['POST', '/keys', { account: 'acme', kind: 'developer', model: MODEL }, 'model'],
         ['PUT', '/keys/key_x/limits', { budgets: [{ usd: '1', period: 'year' }] }, 'budgets.0.period'],
         ['GET', '/ledger?account=acme&cursor=-1', undefined, 'cursor'],
+        // A lone surrogate (valid JSON, not Unicode) is no text a store keeps as sent.
+        ['POST', '/accounts/acme/credits', { amountUsd: '1', reason: 'lone \ud800 surrogate' }, 'reason'],
+        ['PUT', '/keys/key_x/limits', { models: ['x\ud800'] }, 'models.0'],
         // A number a double cannot carry exactly would be credited rounded: refused, named.
         ['POST', '/accounts/acme/credits', '{"amountUsd": 8707823.091482731, "reason": "x"}', 'amountUsd'],
         ['PUT', '/accounts/acme/documents/d-bad', { text: '   ' }, 'text'],

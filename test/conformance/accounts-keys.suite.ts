@@ -138,6 +138,13 @@ export function accountsKeysSuite(name: string, make: MakeStores): void {
       expect((await keys().listByAccount(k.accountId)).map((x) => x.id)).toEqual([other.id]);
     });
 
+    it('keeps limits whose model ids hold a lone surrogate (as U+FFFD or as given), never failing as if down', async () => {
+      const k = key(uid('acct'));
+      await keys().insert(k);
+      const updated = await keys().update(k.id, { models: ['x\ud800'] });
+      expect([['x\ud800'], ['x\ufffd']]).toContainEqual(updated?.models);
+    });
+
     it('of two rotations of one key at once, one wins; the other stores nothing', async () => {
       const k = key(uid('acct'));
       await keys().insert(k);

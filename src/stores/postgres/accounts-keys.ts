@@ -1,7 +1,7 @@
 import type { AccountRecord, AccountStore, ApiKeyRecord, KeyKind, KeyPatch, KeyStore } from '../types.js';
 import { big, num, type PgContext } from './connection.js';
 import { budgetsField, decodeKeyLimits, encodeBudgets, encodeKeyLimits, encodeLimitsPatch, touchesLimits } from '../key-limits.js';
-import { jsonText } from './json-text.js';
+import { jsonText } from '../json-text.js';
 
 interface AccountRow {
   id: string;

@@ -1,6 +1,6 @@
 import { BATCH_DONE, type BatchLine, type BatchRecord, type BatchStore, type FileRecord, type RecordPage } from '../batch-types.js';
 import { holdable, type PgContext } from './connection.js';
-import { jsonText } from './json-text.js';
+import { jsonText } from '../json-text.js';
 
 /**
  * Files and batches: one row per record, the record as jsonb beside what lists and finds it

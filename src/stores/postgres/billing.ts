@@ -24,7 +24,7 @@ import { big, int32, num, type PgContext, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
 import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
-import { jsonText } from './json-text.js';
+import { jsonText } from '../json-text.js';
 
 interface LedgerRow {
   seq: bigint;

@@ -1,6 +1,6 @@
 import type { BrandRecord, ContentStore, DocumentRecord } from '../types.js';
 import { holdable, num, type PgContext } from './connection.js';
-import { jsonText } from './json-text.js';
+import { jsonText } from '../json-text.js';
 
 /**
  * Brands and knowledge documents, keyed by (account, id) so one account never reaches

@@ -1,6 +1,6 @@
 import { type IdempotencyBegin, type IdempotencyStore, type StoredResponse, storedBytes } from '../types.js';
 import type { PgContext } from './connection.js';
-import { jsonText } from './json-text.js';
+import { jsonText } from '../json-text.js';
 
 const whole = (n: number) => Math.max(0, Math.min(Number.MAX_SAFE_INTEGER, Math.floor(n)));
 

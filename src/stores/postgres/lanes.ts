@@ -7,7 +7,7 @@
  * its load while an idle lane's operation goes out at once, alone.
  */
 import { isStatementError, isUnanswered, type PgContext } from './connection.js';
-import { jsonText } from './json-text.js';
+import { jsonText } from '../json-text.js';
 
 /** The database's reply to a batch: one result per operation, in order. */
 export type RunBatch<Op, R> = (lane: string, ops: Op[]) => Promise<R[]>;
