@@ -164,6 +164,25 @@ export function accountsKeysSuite(name: string, make: MakeStores): void {
       expect((await keys().get(k.id))?.digest).toBe(winner);
     });
 
+    it('a disable, a cap or limits written while the key is rotated are kept', async () => {
+      for (let round = 0; round < 10; round++) {
+        const k = key(uid('acct'));
+        await keys().insert(k);
+        const digest = uid('digest');
+        const [rotated, disabledOk, capped] = await Promise.all([
+          keys().update(k.id, { digest: { digest, prefix: 'sk-mg-Rot', replaces: k.digest } }),
+          keys().setDisabled(k.id, true),
+          keys().update(k.id, { monthlyCap: 42n }),
+        ]);
+        expect(rotated).not.toBeNull();
+        expect(disabledOk).toBe(true);
+        expect(capped).not.toBeNull();
+        const now = await keys().get(k.id);
+        expect(now).toMatchObject({ digest, disabled: true, monthlyCap: 42n });
+        expect(await keys().findByDigest(k.digest)).toBeNull();
+      }
+    });
+
     it('lists only the account’s keys and returns copies', async () => {
       const [a, b] = [uid('acct'), uid('acct')];
       const mine = [key(a, { createdAt: 1 }), key(a, { createdAt: 2 })];

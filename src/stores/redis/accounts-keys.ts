@@ -111,8 +111,52 @@ async function byId(ctx: RedisContext, id: string): Promise<ApiKeyRecord | null>
  * record if the digest is new (script); when the digest exists the id claim is taken back.
  * A crash between the steps leaves only an id claim without a record, which `get` ignores.
  */
+/** How often a key write starts over when the record changed under it (then it gives up: null). */
+const MOVES = 5;
+/** What one try of an update answers when the record changed under it: try again. */
+const AGAIN = Symbol('again');
+
 export function createRedisKeys(ctx: RedisContext): KeyStore {
   const { client, scripts } = ctx;
+
+  /** One try of `update`: null when the key is gone or the patch is refused; AGAIN when the record changed under it. */
+  async function updateOnce(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null | typeof AGAIN> {
+    const digest = await digestOf(ctx, id);
+    if (digest === null) return null;
+    const [oldRec, read] = list(await byDigest(ctx, digest)).map(str);
+    if (oldRec === null || oldRec === undefined) return (await digestOf(ctx, id)) === digest ? null : AGAIN;
+    const stored = JSON.parse(oldRec) as StoredKey;
+    if (stored.id !== id) return null;
+    if (patch.digest?.replaces !== undefined && patch.digest.replaces !== digest) return null;
+    if (patch.monthlyCap !== undefined) stored.monthlyCap = patch.monthlyCap === null ? null : patch.monthlyCap.toString();
+    if (touchesLimits(patch)) stored.limits = encodeKeyLimits(patchedLimits(decodeKeyLimits(stored.limits), patch));
+    if (!patch.digest || patch.digest.digest === digest) {
+      if (int(await scripts.mgKeyReplace([ctx.keyByDigest(digest)], [id, oldRec, JSON.stringify(stored)])) !== 1) return AGAIN;
+      return byId(ctx, id);
+    }
+    // A new digest lives under another hash tag: write the record there first, then point the
+    // id at it, then drop the old record as it was read (the old key stops working at that step).
+    const disabled = read === '1' ? '1' : '0';
+    stored.digest = patch.digest.digest;
+    stored.prefix = patch.digest.prefix;
+    if (int(await scripts.mgKeyInsert([ctx.keyByDigest(stored.digest)], [id, JSON.stringify(stored), disabled])) !== 1) return null;
+    const takeBack = () => scripts.mgKeyDelete([ctx.keyByDigest(stored.digest)], [id]);
+    // The id moves to the new digest only from the one read above: of two rotations at once, the
+    // one that finds the id moved already takes its new record back (and, with `replaces`, the
+    // next try answers null).
+    if (int(await scripts.mgSetIfEquals([ctx.keyIdIndex(id)], [digest, stored.digest])) !== 1) {
+      await takeBack();
+      return AGAIN;
+    }
+    // A disable, a cap or limits written to the old record since it was read would be lost with
+    // it: then the id goes back to the old record, the new one is taken back, and it starts over.
+    if (int(await scripts.mgKeyDeleteIfSame([ctx.keyByDigest(digest)], [id, oldRec, disabled])) !== 1) {
+      await scripts.mgSetIfEquals([ctx.keyIdIndex(id)], [stored.digest, digest]);
+      await takeBack();
+      return AGAIN;
+    }
+    return byId(ctx, id);
+  }
 
   return {
     async insert(key: ApiKeyRecord): Promise<boolean> {
@@ -144,48 +188,28 @@ export function createRedisKeys(ctx: RedisContext): KeyStore {
 
     async setDisabled(id: string, disabled: boolean): Promise<boolean> {
       return ctx.run('setKeyDisabled', async () => {
-        const digest = await digestOf(ctx, id);
-        if (digest === null) return false;
-        const r = await scripts.mgKeySetDisabled([ctx.keyByDigest(digest)], [id, disabled ? '1' : '0']);
-        return int(r) === 1;
+        // A rotation may move the record under another digest meanwhile: then try it there.
+        for (let attempt = 0; attempt < MOVES; attempt++) {
+          const digest = await digestOf(ctx, id);
+          if (digest === null) return false;
+          if (int(await scripts.mgKeySetDisabled([ctx.keyByDigest(digest)], [id, disabled ? '1' : '0'])) === 1) return true;
+          if ((await digestOf(ctx, id)) === digest) return false;
+        }
+        return false;
       });
     },
 
     async update(id: string, patch: KeyPatch): Promise<ApiKeyRecord | null> {
       return ctx.run('updateKey', async () => {
-        const digest = await digestOf(ctx, id);
-        if (digest === null) return null;
-        const [oldRec, disabled] = list(await byDigest(ctx, digest)).map(str);
-        if (oldRec === null || oldRec === undefined) return null;
-        const stored = JSON.parse(oldRec) as StoredKey;
-        if (stored.id !== id) return null;
-        if (patch.digest?.replaces !== undefined && patch.digest.replaces !== digest) return null;
-        if (patch.monthlyCap !== undefined) stored.monthlyCap = patch.monthlyCap === null ? null : patch.monthlyCap.toString();
-        if (touchesLimits(patch)) stored.limits = encodeKeyLimits(patchedLimits(decodeKeyLimits(stored.limits), patch));
-        if (!patch.digest || patch.digest.digest === digest) {
-          if (int(await scripts.mgKeyReplace([ctx.keyByDigest(digest)], [id, oldRec, JSON.stringify(stored)])) !== 1) return null;
-          return byId(ctx, id);
+        // Each step is a compare-and-set on what was read; one that finds the record changed
+        // (another update, a disable, a rotation) reads it again and starts over.
+        for (let attempt = 0; attempt < MOVES; attempt++) {
+          const r = await updateOnce(id, patch);
+          if (r !== AGAIN) return r;
         }
-        // A new digest lives under another hash tag: write the record there first, then point
-        // the id at it, then drop the old record (the old key stops working at that step).
-        stored.digest = patch.digest.digest;
-        stored.prefix = patch.digest.prefix;
-        const inserted = await scripts.mgKeyInsert(
-          [ctx.keyByDigest(stored.digest)],
-          [id, JSON.stringify(stored), disabled === '1' ? '1' : '0'],
-        );
-        if (int(inserted) !== 1) return null;
-        // The id moves to the new digest only from the one read above: of two rotations at once,
-        // the one that finds the id moved already takes its new record back and gets null.
-        if (int(await scripts.mgSetIfEquals([ctx.keyIdIndex(id)], [digest, stored.digest])) !== 1) {
-          await scripts.mgKeyDelete([ctx.keyByDigest(stored.digest)], [id]);
-          return null;
-        }
-        await scripts.mgKeyDelete([ctx.keyByDigest(digest)], [id]);
-        return byId(ctx, id);
+        return null;
       });
     },
-
     async delete(id: string): Promise<boolean> {
       return ctx.run('deleteKey', async () => {
         const key = await byId(ctx, id);

@@ -543,6 +543,24 @@ return 1
 `,
   },
 
+  /**
+   * Deletes a key record only as it was read: the id, the record JSON and the disabled flag
+   * (a write to it since, a cap or a disable, makes a rotation start again rather than lose
+   * it). KEYS: key record (by digest). ARGV: id, record JSON, disabled ('0' | '1'). Returns 1
+   * when deleted.
+   */
+  mgKeyDeleteIfSame: {
+    numberOfKeys: 1,
+    lua: `
+if redis.call('HGET', KEYS[1], 'id') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'rec') ~= ARGV[2] then return 0 end
+local disabled = redis.call('HGET', KEYS[1], 'disabled')
+if not disabled then disabled = '0' end
+if disabled ~= ARGV[3] then return 0 end
+return redis.call('DEL', KEYS[1])
+`,
+  },
+
   /** Deletes a key record if it belongs to the id. KEYS: key record (by digest). ARGV: id. */
   mgKeyDelete: {
     numberOfKeys: 1,
