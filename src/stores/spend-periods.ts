@@ -3,7 +3,7 @@
  * from 00:00 UTC. Every driver counts a settle's cost into the three periods its ledger entry
  * falls in, under the names below, so a budget set later still sees the period's spend.
  */
-import type { BudgetPeriod } from './types.js';
+import type { BudgetPeriod, SettleRequest } from './types.js';
 
 const DAY_MS = 86_400_000;
 
@@ -47,4 +47,12 @@ export function spendPeriods(ms: number): readonly [string, string, string] {
     lastDay = day;
   }
   return lastNames;
+}
+
+/**
+ * The month a settle's cost counts in: the one it names, which is its entry's; a settle
+ * journaled by a version before SettleRequest.month takes its entry's month too, on every driver.
+ */
+export function settleMonth(req: SettleRequest): string {
+  return (req as Partial<SettleRequest>).month ?? new Date(req.entry.at).toISOString().slice(0, 7);
 }

@@ -152,6 +152,15 @@ export function billingSuite(name: string, make: MakeStores): void {
       expect(await billing().placeHold(hold(a, 600n, { ...cap, month: '2025-02' }))).toEqual({ ok: true });
     });
 
+    it('a settle journaled without a month (an earlier version) counts in its entry\'s month', async () => {
+      const a = await account(h().stores, 10_000n);
+      const held = hold(a, 300n);
+      expect(await billing().placeHold(held)).toEqual({ ok: true });
+      const { month: _month, ...old } = settleReq(a, held.holdId, 300n);
+      await billing().settle({ ...old, entry: { ...old.entry, at: Date.UTC(2025, 2, 15) } } as SettleRequest);
+      expect((await billing().keyUsage(a.accountId, a.keyId, '2025-03')).monthly).toBe(300n);
+    });
+
     it('settle charges the cost, frees the hold, and is idempotent', async () => {
       const a = await account(h().stores, 1_000n);
       const req = hold(a, 800n);

@@ -20,7 +20,7 @@ import type { MemoryLimits } from './limits.js';
 import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledger-query.js';
 import { type AccountHolds, drop, heldBy, type Hold } from './holds.js';
 import { createRecentIds } from './recent-ids.js';
-import { spendPeriods } from '../spend-periods.js';
+import { settleMonth, spendPeriods } from '../spend-periods.js';
 import { createSweeper } from './sweep.js';
 import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
@@ -204,7 +204,7 @@ export class MemoryBilling implements BillingStore {
     // The full list cost, even past the hold: delivered output is never given away.
     const charged = req.cost;
     this.balances.set(req.accountId, (this.balances.get(req.accountId) ?? 0n) - charged);
-    this.addSpend(req.accountId, req.entry.keyId, req.month, charged);
+    this.addSpend(req.accountId, req.entry.keyId, settleMonth(req), charged);
     for (const period of spendPeriods(req.entry.at)) {
       for (const scope of [req.entry.keyId, '']) {
         const k = `${req.accountId}\u0000${scope}\u0000${period}`;

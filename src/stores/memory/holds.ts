@@ -3,7 +3,7 @@
 export interface Hold {
   keyId: string;
   amount: bigint;
-  /** The month the hold was checked against; its settlement counts towards that month. */
+  /** The month the hold was checked against (its settle counts in the month the charge is dated in). */
   month: string;
   expiresAt: number;
 }

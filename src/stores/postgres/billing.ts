@@ -25,6 +25,7 @@ import { functionLanes, type Lanes } from './lanes.js';
 import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
 import { jsonText } from '../json-text.js';
+import { settleMonth } from '../spend-periods.js';
 
 interface LedgerRow {
   seq: bigint;
@@ -197,8 +198,7 @@ class PostgresBilling implements BillingStore {
     const r = (await this.accounts.submit(req.accountId, {
       op: 'settle',
       hold: req.holdId,
-      // A caller that predates SettleRequest.month: the month the settle lands in.
-      month: req.month ?? new Date().toISOString().slice(0, 7),
+      month: settleMonth(req),
       cost: req.cost.toString(),
       id: e.id,
       key: e.keyId,

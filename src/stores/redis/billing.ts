@@ -21,7 +21,7 @@ import { checkLatestLedger, checkLedgerQuery, matchesLedgerQuery } from '../ledg
 import { big, esc, hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
-import { spendPeriods } from '../spend-periods.js';
+import { settleMonth, spendPeriods } from '../spend-periods.js';
 import { creditEntry, creditMarker } from './credits.js';
 import type { RedisLedgerUpgrade } from './ledger-upgrade.js';
 
@@ -153,7 +153,7 @@ class RedisBilling implements BillingStore {
   async settle(req: SettleRequest): Promise<SettleResult> {
     if (req.cost < 0n) throw new RangeError('settled cost must not be negative');
     const k = accountKeys(this.ctx, req.accountId);
-    const f = fields(req.entry.keyId, req.month);
+    const f = fields(req.entry.keyId, settleMonth(req));
     // The script appends "cost", "held" and "exceededHold" to this object. The hold id is
     // kept only when it is not the entry's own (an image answered as a job), for the audit.
     const entry = JSON.stringify(req.holdId === req.entry.id ? req.entry : { ...req.entry, holdId: req.holdId });

@@ -21,7 +21,7 @@ import { big, num, type SqliteContext } from './connection.js';
 import { LEDGER_COLUMNS, ledgerEntry, type LedgerRow } from './ledger-rows.js';
 import type { SqliteLimits } from './limits.js';
 import { prepareCredit } from './credit.js';
-import { spendPeriods } from '../spend-periods.js';
+import { settleMonth, spendPeriods } from '../spend-periods.js';
 import { TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 
 /** The first two facts a hold decides on: the hold id's own row's expiry, and the balance. */
@@ -194,9 +194,8 @@ class SqliteBilling implements BillingStore {
     const hold = taken && num(taken.expires_at) > t ? taken : undefined;
     const held = hold ? hold.amount : 0n;
     // The spend counts in the month the charge is dated in, as its ledger entry and the
-    // period budgets do, not in the month its hold was placed. (`??`: a settle journaled by a
-    // version before SettleRequest.month takes its entry's month.)
-    const month = req.month ?? new Date(req.entry.at).toISOString().slice(0, 7);
+    // period budgets do, not in the month its hold was placed.
+    const month = settleMonth(req);
     // The full list cost, even past the hold: delivered output is never given away.
     const cost = req.cost;
     q.debit.run(req.accountId, -cost);
