@@ -104,20 +104,24 @@ function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores
   return buildStores(storage, (place, make) => reach(place, secrets, make, storeDown));
 }
 
-/** A connection URL without its credentials and options: where the store is, not how it is reached. */
+/**
+ * A connection URL without its credentials: where the store is. Its parameters stay, sorted
+ * (`?db=3` names another Redis database), but a password among them does not.
+ */
 function place(url: string): string {
   try {
     const u = new URL(url);
-    return `${u.protocol}//${u.host}${u.pathname}`;
+    const params = [...u.searchParams].filter(([k]) => !/pass|secret|token/i.test(k)).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
+    return `${u.protocol}//${u.host}${u.pathname}${params.length ? `?${new URLSearchParams(params)}` : ''}`;
   } catch {
     return url;
   }
 }
 
 /**
- * What names one store: where its data is (a SQLite file, a PostgreSQL database and schema, a
- * Redis deployment and key prefix), never a password or a timeout, which change without the
- * books moving. A Redis limits section is part of it: its rate windows are another store's.
+ * What names one store of settles: where its books are (a SQLite file, a PostgreSQL database
+ * and schema, a Redis deployment and key prefix), never a password or a timeout, which change
+ * without the books moving, nor a separate limits Redis (settles never go there).
  */
 export function storeIdentity(storage: ReturnType<typeof parseOptions>['storage']): unknown {
   const redis = (r: { url?: string; cluster?: string[]; sentinels?: string[]; name?: string; keyPrefix: string }) => ({
@@ -127,9 +131,8 @@ export function storeIdentity(storage: ReturnType<typeof parseOptions>['storage'
     name: r.name ?? null,
     keyPrefix: r.keyPrefix,
   });
-  const limits = 'limits' in storage && storage.limits ? redis(storage.limits as Parameters<typeof redis>[0]) : null;
-  if (storage.driver === 'sqlite') return { driver: 'sqlite', path: resolve(storage.path), limits };
-  if (storage.driver === 'postgres') return { driver: 'postgres', url: place(storage.url), schema: storage.schema, limits };
+  if (storage.driver === 'sqlite') return { driver: 'sqlite', path: resolve(storage.path) };
+  if (storage.driver === 'postgres') return { driver: 'postgres', url: place(storage.url), schema: storage.schema };
   if (storage.driver === 'redis') return { driver: 'redis', ...redis(storage as Parameters<typeof redis>[0]) };
   return { driver: storage.driver };
 }
