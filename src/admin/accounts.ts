@@ -163,8 +163,8 @@ function usdOf(field: string, value: string | number): bigint {
  * A wallet holds at most MAX_NANO (about 9 million USD), so every sum the books make stays
  * exact in every store (Redis's scripts compare in doubles, exact to 2^53) and far from the
  * stores' 64-bit limit, which credit after credit would otherwise reach (and fail as a store
- * fault). Checked before the credit: two credits at once may pass it together, by at most one
- * credit each, which stays exact.
+ * fault). Checked before the credit, not with it: credits made at the same moment may pass it
+ * together (an operator's rare, deliberate act; each is itself at most MAX_NANO).
  */
 async function refuseOverfull(core: Services, accountId: string, amount: bigint, field: string): Promise<void> {
   const { balance } = await core.stores.billing.wallet(accountId);

@@ -13,6 +13,9 @@ function significantDigits(int: string, frac: string): number {
   return (int + frac).replace(/^0+/, '').replace(/0+$/, '').length;
 }
 
+/** An integer literal a double carries exactly (at most 2^53), however many digits it has. */
+const exactInteger = (literal: string) => /^-?\d+$/.test(literal) && BigInt(literal.replace('-', '')) <= 2n ** 53n;
+
 /** The first number literal in a JSON text that a double cannot carry exactly, with the key it is under. */
 export function inexactNumber(text: string): { key: string | null; literal: string } | null {
   let key: string | null = null;
@@ -39,7 +42,7 @@ export function inexactNumber(text: string): { key: string | null; literal: stri
       NUMBER.lastIndex = i;
       const m = NUMBER.exec(text);
       if (m) {
-        if (significantDigits(m[1]!, m[2] ?? '') > MAX_EXACT_DIGITS) return { key, literal: m[0] };
+        if (significantDigits(m[1]!, m[2] ?? '') > MAX_EXACT_DIGITS && !exactInteger(m[0])) return { key, literal: m[0] };
         i = NUMBER.lastIndex;
         continue;
       }

@@ -47,7 +47,9 @@ export function displayPrefix(plain: string): string {
  * carry key material; any other id is shown, up to 200 characters.
  */
 export function shownId(id: string): string {
-  return /^sk-/i.test(id) ? `${displayPrefix(id)}…` : id.slice(0, 200);
+  // A key pasted with its header's scheme or a stray space is a key all the same.
+  const key = /^\s*(?:Bearer\s+)?(sk-\S*)/i.exec(id)?.[1];
+  return key !== undefined ? `${displayPrefix(key)}…` : id.slice(0, 200);
 }
 
 /** Seeded keys get an id derived from their digest, so every instance seeds the same id. */

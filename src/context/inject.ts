@@ -12,6 +12,7 @@ import { GatewayError } from '../errors.js';
 import type { GatewayConfig } from '../options.js';
 import type { BrandRecord, ContentStore, DocumentRecord, Stores } from '../stores/types.js';
 import { createKnowledgeIndex, DEFAULT_MAX_PASSAGES, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
+import { shownId } from '../auth/keys.js';
 
 export interface ContextFields {
   brand?: string | undefined;
@@ -49,7 +50,7 @@ export function lastUserText(messages: readonly unknown[]): string {
 }
 
 const knowledgeNotFound = (id: string) =>
-  new GatewayError('knowledge_not_found', `No knowledge document or profile with id "${id}" in this account.`, {
+  new GatewayError('knowledge_not_found', `No knowledge document or profile with id "${shownId(id)}" in this account.`, {
     param: 'knowledge',
   });
 
@@ -114,7 +115,7 @@ export function createContextService(
       if (req.brand !== undefined) {
         const brand = await content.getBrand(accountId, req.brand);
         if (!brand) {
-          throw new GatewayError('brand_not_found', `No brand profile with id "${req.brand}" in this account.`, {
+          throw new GatewayError('brand_not_found', `No brand profile with id "${shownId(req.brand)}" in this account.`, {
             param: 'brand',
           });
         }

@@ -165,8 +165,6 @@ async function send(
   }
 }
 
-/** Whether `served` is `model`'s own target (not a fallback on another upstream or model). */
-
 /** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */
 export function capped(fields: Record<string, unknown>, cap: OutputCap | undefined): Record<string, unknown> {
   if (!cap || cap.names.some((n) => fields[n] !== undefined && fields[n] !== null)) return fields;
