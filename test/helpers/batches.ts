@@ -1,6 +1,7 @@
-/** Batches for tests: one made through the official SDK, and a stored record built by hand. */
+/** Batches for tests: one made through the official SDK, a stored record built by hand, and what a batch test starts. */
 import type OpenAI from 'openai';
 import { toFile } from 'openai';
+import { afterAll } from 'vitest';
 import type { BatchRecord } from '../../src/stores/types.js';
 
 /** A stored batch record of `accountId`, in progress, with `overrides` (ids the caller's to make unique). */
@@ -47,4 +48,19 @@ export async function createChatBatch(openai: OpenAI, model: string, customIds: 
   const input = await openai.files.create({ file: await toFile(Buffer.from(lines.join('\n')), 'in.jsonl'), purpose: 'batch' });
   const batch = await openai.batches.create({ input_file_id: input.id, endpoint: '/v1/chat/completions', completion_window: '24h' });
   return { input, batch };
+}
+
+/**
+ * What a test file starts (gateways, upstreams) is closed after its last test, the last started
+ * first: call at the top of the file, then pass each thing through the function it returns.
+ */
+export function closedAfterAll(): <T extends { close(): Promise<unknown> }>(started: T) => T {
+  const running: Array<{ close(): Promise<unknown> }> = [];
+  afterAll(async () => {
+    for (const x of running.reverse()) await x.close();
+  });
+  return (started) => {
+    running.push(started);
+    return started;
+  };
 }

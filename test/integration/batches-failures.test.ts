@@ -6,21 +6,18 @@
  * before its upstream batch was created creates none.
  */
 import OpenAI from 'openai';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { BatchLine, Stores } from '../../src/stores/types.js';
-import { createChatBatch } from '../helpers/batches.js';
-import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
+import { closedAfterAll, createChatBatch } from '../helpers/batches.js';
+import { startBatchUpstream } from '../helpers/batch-upstream.js';
 import { chargesOf } from '../helpers/billing.js';
-import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY, type RunningGateway } from '../helpers/gateway.js';
-import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY } from '../helpers/gateway.js';
+import { startTestUpstream } from '../helpers/upstream.js';
 
-const running: (RunningGateway | TestUpstream | BatchUpstream)[] = [];
-afterAll(async () => {
-  for (const x of running.reverse()) await x.close();
-});
+const keep = closedAfterAll();
 
 /**
  * Has the batch run's read of its input (the second read of it: the first is the creation's)
@@ -53,14 +50,14 @@ const lineIds = (text: string) =>
 describe('a batch whose run fails', () => {
   it('the store not taking a line’s record: the batch goes on at a later sweep, each line recorded and billed once', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     up.setBehavior({ kind: 'json', gate: new Promise((r) => setTimeout(r, 50)) });
     const stores = createMemoryStores();
     let failed = false;
     refusingLines(stores, (line) => line.customId === 'f2' && !failed && (failed = true));
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 } });
     const gw = await startGateway({ ...setup.options, stores });
-    running.push(gw);
+    keep(gw);
     const balance = (await stores.billing.wallet(ACCOUNT)).balance;
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const ids = ['f1', 'f2', 'f3', 'f4', 'f5', 'f6'];
@@ -81,7 +78,7 @@ describe('a batch whose run fails', () => {
 
   it('a store failing every time: the batch waits longer each time, and a cancel ends it at once', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     const stores = createMemoryStores();
     let refused = 0;
     // One line's record is refused every time (a statement the store refuses, not an outage).
@@ -89,7 +86,7 @@ describe('a batch whose run fails', () => {
     // Sweeps every second: the waits after each failure are 1, 2, 4, 8 s.
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 1, inFlightLeaseTtlMs: 3_000 } });
     const gw = await startGateway({ ...setup.options, stores });
-    running.push(gw);
+    keep(gw);
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const { batch } = await createChatBatch(openai, MODEL, ['w1', 'w2', 'w3']);
     await eventually(() => refused >= 3, 'three runs refused', 15_000);
@@ -104,14 +101,14 @@ describe('a batch whose run fails', () => {
 
   it('failing before its input was read: the batch fails and every line’s hold is released', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     const stores = createMemoryStores();
     atTheRunsRead(stores, async () => {
       throw new Error('the record could not be read');
     });
     const setup = testConfig({ upstreamUrl: up.url });
     const gw = await startGateway({ ...setup.options, stores });
-    running.push(gw);
+    keep(gw);
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const { batch } = await createChatBatch(openai, MODEL, ['g1', 'g2', 'g3']);
     await eventually(async () => (await openai.batches.retrieve(batch.id)).status === 'failed', 'the batch failed', 10_000);
@@ -124,7 +121,7 @@ describe('a batch whose run fails', () => {
 
   it('cancelled before its upstream batch was created: none is created', async () => {
     const up = await startBatchUpstream();
-    running.push(up);
+    keep(up);
     const stores = createMemoryStores();
     let open!: () => void;
     const gate = new Promise<void>((r) => (open = r));
@@ -133,7 +130,7 @@ describe('a batch whose run fails', () => {
     const setup = testConfig({ limits: { jobPollIntervalMs: 20 } });
     setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
     const gw = await startGateway({ ...setup.options, stores });
-    running.push(gw);
+    keep(gw);
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const { batch } = await createChatBatch(openai, MODEL, ['c1', 'c2']);
     expect((await openai.batches.cancel(batch.id)).status).toBe('cancelling');
@@ -146,7 +143,7 @@ describe('a batch whose run fails', () => {
 
   it('holds that take longer to place than the hold TTL are all still held when the batch is created', async () => {
     const up = await startBatchUpstream();
-    running.push(up);
+    keep(up);
     const stores = createMemoryStores();
     // A slow store: placing every line's hold takes about twice the hold TTL.
     const placeHold = stores.billing.placeHold.bind(stores.billing);
@@ -157,7 +154,7 @@ describe('a batch whose run fails', () => {
     const setup = testConfig({ limits: { holdTtlMs: 300, jobPollIntervalMs: 20 } });
     setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
     const gw = await startGateway({ ...setup.options, stores });
-    running.push(gw);
+    keep(gw);
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const ids = Array.from({ length: 3_000 }, (_, i) => `s${i}`);
     const started = Date.now();
@@ -183,7 +180,7 @@ describe('a batch whose run fails', () => {
     };
     const setup = testConfig({});
     const gw = await startGateway({ ...setup.options, stores });
-    running.push(gw);
+    keep(gw);
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const ids = Array.from({ length: 2_000 }, (_, i) => `p${i}`);
     await expect(createChatBatch(openai, MODEL, ids)).rejects.toMatchObject({ status: 503 });

@@ -5,22 +5,19 @@
  * its 24-hour window. An upstream batch running it is cancelled: nobody would read its answers.
  */
 import OpenAI from 'openai';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
-import { createChatBatch } from '../helpers/batches.js';
-import { startBatchUpstream, type BatchUpstream } from '../helpers/batch-upstream.js';
-import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY, type RunningGateway } from '../helpers/gateway.js';
-import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { closedAfterAll, createChatBatch } from '../helpers/batches.js';
+import { startBatchUpstream } from '../helpers/batch-upstream.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig, UPSTREAM_API_KEY } from '../helpers/gateway.js';
+import { startTestUpstream } from '../helpers/upstream.js';
 
-const running: (RunningGateway | TestUpstream | BatchUpstream)[] = [];
-afterAll(async () => {
-  for (const x of running.reverse()) await x.close();
-});
+const keep = closedAfterAll();
 
 describe('a batch whose input file is gone when it is adopted', () => {
   it('fails, and every hold of its lines is released', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     // Each line takes a while: the first instance stops with one line answered, the others unrun.
     up.setBehavior({
       kind: 'custom',
@@ -43,7 +40,7 @@ describe('a batch whose input file is gone when it is adopted', () => {
     expect(await stores.batches.deleteFile(ACCOUNT, input.id)).toBe(true);
 
     const second = await startGateway({ ...setup.options, stores });
-    running.push(second);
+    keep(second);
     const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
     await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'failed', 'failed by the second instance', 10_000);
     const done = await b.batches.retrieve(batch.id);
@@ -55,7 +52,7 @@ describe('a batch whose input file is gone when it is adopted', () => {
 
   it('running as an upstream batch: the upstream batch is cancelled too', async () => {
     const up = await startBatchUpstream();
-    running.push(up);
+    keep(up);
     const setup = testConfig({ limits: { inFlightLeaseTtlMs: 300, jobPollIntervalMs: 20 }, shutdownGraceMs: 200 });
     setup.options.upstreams = { test: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, batch: true } };
     const first = await startGateway(setup.options);
@@ -67,7 +64,7 @@ describe('a batch whose input file is gone when it is adopted', () => {
     expect(await stores.batches.deleteFile(ACCOUNT, input.id)).toBe(true);
 
     const second = await startGateway({ ...setup.options, stores });
-    running.push(second);
+    keep(second);
     const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
     await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'failed', 'failed by the second instance', 10_000);
     expect(up.calls).toContain(`POST /batches/${up.batches[0]!.id}/cancel`);

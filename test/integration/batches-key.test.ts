@@ -4,27 +4,24 @@
  * billed once, and what the others held is released.
  */
 import OpenAI from 'openai';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
-import { createChatBatch } from '../helpers/batches.js';
+import { closedAfterAll, createChatBatch } from '../helpers/batches.js';
 import { chargesOf } from '../helpers/billing.js';
-import { ACCOUNT, eventually, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
-import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { ACCOUNT, eventually, MODEL, startGateway, testConfig } from '../helpers/gateway.js';
+import { startTestUpstream } from '../helpers/upstream.js';
 
-const running: (RunningGateway | TestUpstream)[] = [];
-afterAll(async () => {
-  for (const x of running.reverse()) await x.close();
-});
+const keep = closedAfterAll();
 
 describe('a batch whose key is disabled while it runs', () => {
   it('runs no more lines, ends failed with key_disabled, bills the lines that ran and releases the rest', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     // Each answer takes 100 ms.
     up.setBehavior(() => ({ kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 }, gate: new Promise((r) => setTimeout(r, 100)) }));
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 1 } });
     const gw = await startGateway(setup.options);
-    running.push(gw);
+    keep(gw);
     const openai = new OpenAI({ apiKey: setup.devKey, baseURL: gw.baseURL, maxRetries: 0 });
     const ids = Array.from({ length: 30 }, (_, i) => `k${i}`);
     const { batch } = await createChatBatch(openai, MODEL, ids);

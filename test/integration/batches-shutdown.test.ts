@@ -5,22 +5,19 @@
  * and bills it then, once.
  */
 import OpenAI from 'openai';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { auditBooks } from '../../src/billing/audit.js';
-import { createChatBatch } from '../helpers/batches.js';
+import { closedAfterAll, createChatBatch } from '../helpers/batches.js';
 import { chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, eventually, MODEL, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
-import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+import { startTestUpstream } from '../helpers/upstream.js';
 
-const running: (RunningGateway | TestUpstream)[] = [];
-afterAll(async () => {
-  for (const x of running.reverse()) await x.close();
-});
+const keep = closedAfterAll();
 
 describe('a batch line in flight when its instance stops', () => {
   it('is cut after the grace period, left open, and run and billed once by the next instance', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     let answering = false;
     // The first instance's lines never get an answer; the next instance's do.
     up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
@@ -39,7 +36,7 @@ describe('a batch line in flight when its instance stops', () => {
 
     answering = true;
     const second = await startGateway({ ...setup.options, stores });
-    running.push(second);
+    keep(second);
     const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
     await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
     expect((await b.batches.retrieve(batch.id)).request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
@@ -56,7 +53,7 @@ describe('a batch line in flight when its instance stops', () => {
 
   it('is billed by the next instance at the price it was held at, though the model costs more there', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     let answering = false;
     up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
@@ -71,7 +68,7 @@ describe('a batch line in flight when its instance stops', () => {
     answering = true;
     const dearer = setup.options.models!.map((m) => (m.id === MODEL ? { ...m, pricing: { prompt: '0.00001', completion: '0.00002' } } : m));
     const second = await startGateway({ ...setup.options, models: dearer, stores });
-    running.push(second);
+    keep(second);
     const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
     await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
     const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
@@ -82,7 +79,8 @@ describe('a batch line in flight when its instance stops', () => {
 
   it('bills each moderation check a cut line made: its run again is checked again, and that check is its own charge', async () => {
     const [up, mod] = await Promise.all([startTestUpstream(), startTestUpstream()]);
-    running.push(up, mod);
+    keep(up);
+    keep(mod);
     let answering = false;
     up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
     mod.setBehavior({
@@ -106,7 +104,7 @@ describe('a batch line in flight when its instance stops', () => {
 
     answering = true;
     const second = await startGateway({ ...setup.options, stores });
-    running.push(second);
+    keep(second);
     const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
     await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
     // The two cut lines were checked twice (a check's answer decides its run, so the run
@@ -125,7 +123,7 @@ describe('a batch line in flight when its instance stops', () => {
 
   it('keeps its claim on the batch through the grace period: no other instance runs its lines meanwhile', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     let answering = false;
     up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
     // A grace period four times the claim's lease: a claim that stopped being renewed at the
@@ -139,7 +137,7 @@ describe('a batch line in flight when its instance stops', () => {
     const closing = first.close();
     answering = true;
     const second = await startGateway({ ...setup.options, stores });
-    running.push(second);
+    keep(second);
     await closing;
     // Until the first instance's lines were cut, the batch stayed its own.
     expect(up.requests).toHaveLength(2);
@@ -166,7 +164,7 @@ describe('a batch line in flight when its instance stops', () => {
 
   it('starts no new line once the stop began, while a client call still has its grace', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     // A client call that never gets its answer holds the stop for the whole grace; each line
     // takes 100 ms, so a batch still running would start a dozen more meanwhile.
     up.setBehavior((rec) =>
@@ -191,7 +189,7 @@ describe('a batch line in flight when its instance stops', () => {
 
   it('ends within one grace period when both a client call and batch lines hang', async () => {
     const up = await startTestUpstream();
-    running.push(up);
+    keep(up);
     up.setBehavior({ kind: 'hang' });
     const graceMs = 1_500;
     const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2 }, shutdownGraceMs: graceMs });
