@@ -14,32 +14,45 @@ import { startTestUpstream } from '../helpers/upstream.js';
 
 const keep = closedAfterAll();
 
+/**
+ * An upstream whose answers hang until `answer()`, and a first instance with a batch of `ids`
+ * whose first two lines are in flight there (two at a time). `tweak` adds to its options.
+ */
+async function linesInFlight(ids: string[], timing: { inFlightLeaseTtlMs: number; shutdownGraceMs: number }, tweak?: (setup: ReturnType<typeof testConfig>) => void) {
+  const up = keep(await startTestUpstream());
+  let answering = false;
+  up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
+  const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: timing.inFlightLeaseTtlMs }, shutdownGraceMs: timing.shutdownGraceMs });
+  tweak?.(setup);
+  const first = await startGateway(setup.options);
+  const stores = first.stores;
+  const balance = (await stores.billing.wallet(ACCOUNT)).balance;
+  const openai = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
+  const { batch } = await createChatBatch(openai, MODEL, ids);
+  await up.waitForRequests(2);
+  return { up, setup, first, stores, balance, batch, answer: () => void (answering = true) };
+}
+
+/** Waits until `gateway` (a next instance on the same books) has completed the batch; its view of it. */
+async function completedBy(gateway: RunningGateway, devKey: string, batchId: string) {
+  const b = new OpenAI({ apiKey: devKey, baseURL: gateway.baseURL, maxRetries: 0 });
+  await eventually(async () => (await b.batches.retrieve(batchId)).status === 'completed', 'completed by the second instance', 10_000);
+  return b.batches.retrieve(batchId);
+}
+
 describe('a batch line in flight when its instance stops', () => {
   it('is cut after the grace period, left open, and run and billed once by the next instance', async () => {
-    const up = await startTestUpstream();
-    keep(up);
-    let answering = false;
     // The first instance's lines never get an answer; the next instance's do.
-    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
-    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
-    const first = await startGateway(setup.options);
-    const stores = first.stores;
-    const balance = (await stores.billing.wallet(ACCOUNT)).balance;
-    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const { batch } = await createChatBatch(a, MODEL, ['s1', 's2', 's3']);
-    await up.waitForRequests(2);
+    const { up, setup, first, stores, balance, batch, answer } = await linesInFlight(['s1', 's2', 's3'], { inFlightLeaseTtlMs: 300, shutdownGraceMs: 200 });
     // The stop ends within its grace periods, not when the upstream gives up.
     const stopped = await Promise.race([first.close().then(() => true), new Promise<boolean>((r) => setTimeout(() => r(false), 10_000))]);
     expect(stopped).toBe(true);
     expect(await stores.batches.lines(ACCOUNT, batch.id)).toEqual([]);
     expect(await stores.billing.openHolds(ACCOUNT)).toBe(3);
 
-    answering = true;
-    const second = await startGateway({ ...setup.options, stores });
-    keep(second);
-    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
-    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
-    expect((await b.batches.retrieve(batch.id)).request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
+    answer();
+    const second = keep(await startGateway({ ...setup.options, stores }));
+    expect((await completedBy(second, setup.devKey, batch.id)).request_counts).toEqual({ total: 3, completed: 3, failed: 0 });
     // The two cut lines went upstream twice; every line is charged once, at one price.
     expect(up.requests).toHaveLength(5);
     const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
@@ -52,25 +65,13 @@ describe('a batch line in flight when its instance stops', () => {
   }, 40_000);
 
   it('is billed by the next instance at the price it was held at, though the model costs more there', async () => {
-    const up = await startTestUpstream();
-    keep(up);
-    let answering = false;
-    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
-    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
-    const first = await startGateway(setup.options);
-    const stores = first.stores;
-    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const { batch } = await createChatBatch(a, MODEL, ['p1', 'p2']);
-    await up.waitForRequests(2);
+    const { setup, first, stores, batch, answer } = await linesInFlight(['p1', 'p2'], { inFlightLeaseTtlMs: 300, shutdownGraceMs: 200 });
     await first.close();
 
     // The next instance lists the model at ten times the price.
-    answering = true;
+    answer();
     const dearer = setup.options.models!.map((m) => (m.id === MODEL ? { ...m, pricing: { prompt: '0.00001', completion: '0.00002' } } : m));
-    const second = await startGateway({ ...setup.options, models: dearer, stores });
-    keep(second);
-    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
-    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    await completedBy(keep(await startGateway({ ...setup.options, models: dearer, stores })), setup.devKey, batch.id);
     const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
     // 11 prompt tokens at 0.000001 and 7 completion tokens at 0.000002 USD: 25,000 nano-USD each.
     expect(charges.map((e) => e.cost)).toEqual([25_000n, 25_000n]);
@@ -78,11 +79,7 @@ describe('a batch line in flight when its instance stops', () => {
   }, 40_000);
 
   it('bills each moderation check a cut line made: its run again is checked again, and that check is its own charge', async () => {
-    const [up, mod] = await Promise.all([startTestUpstream(), startTestUpstream()]);
-    keep(up);
-    keep(mod);
-    let answering = false;
-    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
+    const mod = keep(await startTestUpstream());
     mod.setBehavior({
       kind: 'custom',
       handle(_req, res, rec) {
@@ -90,23 +87,15 @@ describe('a batch line in flight when its instance stops', () => {
         res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify({ id: 'modr-1', results: input.map(() => ({ flagged: false })) }));
       },
     });
-    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 300 }, shutdownGraceMs: 200 });
-    setup.options.upstreams = { ...setup.options.upstreams, mod: { baseUrl: mod.url, apiKey: 'sk-moderation-key-0123456789', timeoutMs: 10_000 } };
-    setup.options.guardrails = [{ id: 'mod', kind: 'moderation', model: 'omni-moderation-latest', priceUsd: '0.0015', upstream: 'mod', on: ['input'] }];
-    const first = await startGateway(setup.options);
-    const stores = first.stores;
-    const balance = (await stores.billing.wallet(ACCOUNT)).balance;
-    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const { batch } = await createChatBatch(a, MODEL, ['m1', 'm2', 'm3']);
-    await up.waitForRequests(2);
+    const { setup, first, stores, balance, batch, answer } = await linesInFlight(['m1', 'm2', 'm3'], { inFlightLeaseTtlMs: 300, shutdownGraceMs: 200 }, ({ options }) => {
+      options.upstreams = { ...options.upstreams, mod: { baseUrl: mod.url, apiKey: 'sk-moderation-key-0123456789', timeoutMs: 10_000 } };
+      options.guardrails = [{ id: 'mod', kind: 'moderation', model: 'omni-moderation-latest', priceUsd: '0.0015', upstream: 'mod', on: ['input'] }];
+    });
     await first.close();
     expect(mod.requests).toHaveLength(2);
 
-    answering = true;
-    const second = await startGateway({ ...setup.options, stores });
-    keep(second);
-    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
-    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    answer();
+    await completedBy(keep(await startGateway({ ...setup.options, stores })), setup.devKey, batch.id);
     // The two cut lines were checked twice (a check's answer decides its run, so the run
     // again asks anew): five checks made, five charged; each line itself once.
     expect(mod.requests).toHaveLength(5);
@@ -122,27 +111,16 @@ describe('a batch line in flight when its instance stops', () => {
   }, 40_000);
 
   it('keeps its claim on the batch through the grace period: no other instance runs its lines meanwhile', async () => {
-    const up = await startTestUpstream();
-    keep(up);
-    let answering = false;
-    up.setBehavior(() => (answering ? { kind: 'json', usage: { prompt_tokens: 11, completion_tokens: 7 } } : { kind: 'hang' }));
     // A grace period four times the claim's lease: a claim that stopped being renewed at the
     // stop would lapse well within it, and one renewed to the end outlasts the stop's last steps.
-    const setup = testConfig({ upstreamUrl: up.url, limits: { batchConcurrency: 2, inFlightLeaseTtlMs: 1_000 }, shutdownGraceMs: 4_000 });
-    const first = await startGateway(setup.options);
-    const stores = first.stores;
-    const a = new OpenAI({ apiKey: setup.devKey, baseURL: first.baseURL, maxRetries: 0 });
-    const { batch } = await createChatBatch(a, MODEL, ['k1', 'k2', 'k3']);
-    await up.waitForRequests(2);
+    const { up, setup, first, stores, batch, answer } = await linesInFlight(['k1', 'k2', 'k3'], { inFlightLeaseTtlMs: 1_000, shutdownGraceMs: 4_000 });
     const closing = first.close();
-    answering = true;
-    const second = await startGateway({ ...setup.options, stores });
-    keep(second);
+    answer();
+    const second = keep(await startGateway({ ...setup.options, stores }));
     await closing;
     // Until the first instance's lines were cut, the batch stayed its own.
     expect(up.requests).toHaveLength(2);
-    const b = new OpenAI({ apiKey: setup.devKey, baseURL: second.baseURL, maxRetries: 0 });
-    await eventually(async () => (await b.batches.retrieve(batch.id)).status === 'completed', 'completed by the second instance', 10_000);
+    await completedBy(second, setup.devKey, batch.id);
     expect(up.requests).toHaveLength(5);
     const charges = (await chargesOf(stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
     expect(charges).toHaveLength(3);
