@@ -158,89 +158,95 @@ async function cutByStop(gw: Awaited<ReturnType<typeof startGateway>>, call: () 
   expect(received).toEqual([]);
 }
 
-it('a delivery the stop cut short is sent again by the next charge past the crossing', async () => {
+/**
+ * A developer key capped at 0.001 USD on a gateway `oneAttempt` opens: `gw` is the one open now
+ * (`reopen` opens the next on the same file), and `call` makes one short chat with the key there.
+ */
+async function cappedDeveloper(db: string, defaults: Record<string, unknown>) {
   const setup = testConfig({});
-  const open = oneAttempt(setup, 'cut.db', { capPercent: [1] });
-  let gw = await open();
-  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
-  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
-  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+  const open = oneAttempt(setup, db, defaults);
+  const k = {
+    setup,
+    gw: await open(),
+    devId: '',
+    reopen: async () => {
+      k.gw = await open();
+    },
+    call: () => postChat(k.gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 }),
+  };
+  k.devId = (await k.gw.gateway.admin.listKeys(setup.account)).find((x) => x.kind === 'developer')!.id;
+  await k.gw.gateway.admin.setMonthlyCap(k.devId, '0.001');
+  return k;
+}
+
+it('a delivery the stop cut short is sent again by the next charge past the crossing', async () => {
+  const k = await cappedDeveloper('cut.db', { capPercent: [1] });
 
   // The receiver hangs on the crossing's delivery, and the gateway stops meanwhile.
-  await cutByStop(gw, call);
+  await cutByStop(k.gw, k.call);
 
-  gw = await open();
+  await k.reopen();
   // Let go by the stop, well before it would have lapsed: the next charge past the crossing
   // sends it, under the same idempotency key.
-  expect((await call()).status).toBe(200);
+  expect((await k.call()).status).toBe(200);
   await eventually(() => received.length === 1, 'the alert sent again', 5_000);
-  expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 1, key: devId });
+  expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 1, key: k.devId });
   expect(received[0]!.headers['idempotency-key']).toBe(received[0]!.body.id);
   // Delivered: done with, not sent a third time.
-  expect((await call()).status).toBe(200);
+  expect((await k.call()).status).toBe(200);
   await new Promise((r) => setTimeout(r, 300));
-  await gw.close();
+  await k.gw.close();
   expect(received).toHaveLength(1);
 });
 
 it('a delivery the receiver is answering when the gateway stops is recorded, not sent again', async () => {
-  const setup = testConfig({});
-  const open = oneAttempt(setup, 'answering.db', { capPercent: [1] });
-  let gw = await open();
-  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
-  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
-  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+  const k = await cappedDeveloper('answering.db', { capPercent: [1] });
 
   // The receiver has the alert and answers it a moment later; the gateway stops meanwhile.
   slowNext = 1;
-  expect((await call()).status).toBe(200);
+  expect((await k.call()).status).toBe(200);
   await eventually(() => received.length === 1, 'the alert received', 5_000);
-  await gw.close();
+  await k.gw.close();
 
   // Its answer was waited for: the crossing stands as delivered, and the next charge past it
   // sends nothing.
-  gw = await open();
-  expect((await call()).status).toBe(200);
+  await k.reopen();
+  expect((await k.call()).status).toBe(200);
   await new Promise((r) => setTimeout(r, SLOW_MS));
-  await gw.close();
+  await k.gw.close();
   expect(received).toHaveLength(1);
   expect(slowNext).toBe(0);
 });
 
 it('a delivery the stop cut short, for a key its cap now stops, is sent by the next call the cap refuses', async () => {
-  const setup = testConfig({});
-  const open = oneAttempt(setup, 'capped.db', { capPercent: [50] });
-  let gw = await open();
-  const devId = (await gw.gateway.admin.listKeys(setup.account)).find((k) => k.kind === 'developer')!.id;
-  await gw.gateway.admin.setMonthlyCap(devId, '0.001');
-  const call = () => postChat(gw.baseURL, setup.devKey, { model: MODEL, messages: [{ role: 'user', content: 'hello there' }], max_tokens: 5 });
+  const k = await cappedDeveloper('capped.db', { capPercent: [50] });
   const month = new Date().toISOString().slice(0, 7);
 
-  const spentNow = async () => (await gw.stores.billing.keyUsage(setup.account, devId, month)).monthly;
+  const spentNow = async () => (await k.gw.stores.billing.keyUsage(k.setup.account, k.devId, month)).monthly;
   const usd = (nano: bigint) => (Number(nano) / 1e9).toFixed(9);
   // A first call, far under half the cap, says what one costs; the cap is then four times
   // that, so the second call's charge (the same call) reaches half of it.
-  expect((await call()).status).toBe(200);
+  expect((await k.call()).status).toBe(200);
   const one = await spentNow();
-  await gw.gateway.admin.setMonthlyCap(devId, usd(one * 4n));
+  await k.gw.gateway.admin.setMonthlyCap(k.devId, usd(one * 4n));
   // That crossing's delivery hangs, and the gateway stops meanwhile.
-  await cutByStop(gw, call);
+  await cutByStop(k.gw, k.call);
 
   // The cap now leaves no room at all: no call can be charged, so no charge can send it again.
-  gw = await open();
-  await gw.gateway.admin.setMonthlyCap(devId, usd(await spentNow()));
-  const refused = await call();
+  await k.reopen();
+  await k.gw.gateway.admin.setMonthlyCap(k.devId, usd(await spentNow()));
+  const refused = await k.call();
   expect(refused.status).toBe(402);
   expect(((await refused.json()) as { error: { code: string } }).error.code).toBe('insufficient_quota');
   await eventually(() => received.length === 1, 'the alert sent by the refusal', 5_000);
-  expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 50, key: devId, entry: null, request: refused.headers.get('x-request-id') });
+  expect(received[0]!.body).toMatchObject({ type: 'budget.key_monthly_cap', threshold: 50, key: k.devId, entry: null, request: refused.headers.get('x-request-id') });
   expect(received[0]!.headers['idempotency-key']).toBe(received[0]!.body.id);
   // Delivered: its record stands, so a refusal on a fresh instance (nothing throttled there) sends nothing more.
-  await gw.close();
-  gw = await open();
-  expect((await call()).status).toBe(402);
+  await k.gw.close();
+  await k.reopen();
+  expect((await k.call()).status).toBe(402);
   await new Promise((r) => setTimeout(r, 300));
-  await gw.close();
+  await k.gw.close();
   expect(received).toHaveLength(1);
 });
 
