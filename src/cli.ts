@@ -20,7 +20,7 @@ import { ConfigError } from './options.js';
 import { GatewayError } from './errors.js';
 import { ledgerHeader, ledgerLine, type LedgerFormat } from './admin/ledger-export.js';
 import { isStoreUnavailable } from './stores/errors.js';
-import { announce, checkShareable, isWorker, superviseWorkers, workerCount, WorkersError } from './cli/workers.js';
+import { announce, checkShareable, isWorker, STOP_SIGNALS, superviseWorkers, workerCount, WorkersError } from './cli/workers.js';
 
 const USAGE = `usage:
   model-gateway serve --config FILE [--port N] [--host H] [--workers N|auto]
@@ -224,12 +224,13 @@ async function serve(configFile: string, port: number, host: string): Promise<vo
       })
       .finally(() => process.exit(0));
   };
-  process.once('SIGINT', stop);
-  process.once('SIGTERM', stop);
-  // A hangup (the terminal or SSH session closed, or a supervisor's reload) drains too: its
-  // default would end the process at once, cutting streams unbilled. Kept for every hangup,
-  // so a second one during the drain does not cut it either.
-  process.on('SIGHUP', stop);
+  // Every stop signal drains, a hangup too (the terminal or SSH session closed, a
+  // supervisor's reload). Each stays handled for the life of the process: a repeated signal
+  // would otherwise take its default action and end the process at once, cutting the streams
+  // in flight unbilled. systemd's default stop signals every process of the unit, so under
+  // `--workers` each worker is told twice (by systemd and by its primary). The drain is
+  // bounded by the grace period either way.
+  for (const signal of STOP_SIGNALS) process.on(signal, stop);
 }
 
 async function admin(argv: string[]): Promise<void> {

@@ -40,6 +40,9 @@ export function workerCount(value: string | undefined): number {
 /** True in a process the primary forked. */
 export const isWorker = (): boolean => cluster.isWorker;
 
+/** The signals that drain a serving process (primary or worker) instead of ending it. */
+export const STOP_SIGNALS = ['SIGTERM', 'SIGINT', 'SIGHUP'] as const;
+
 /** A worker's start-up text goes to the primary, which prints one for all; a lone gateway prints its own. */
 export function announce(text: string): void {
   if (cluster.isWorker && process.send) process.send({ kind: LISTENING, text });
@@ -130,10 +133,9 @@ export function superviseWorkers(count: number): Promise<number> {
       process.stdout.write(`model-gateway shutting down: draining ${live.size} workers\n`);
       stopAll();
     };
-    process.once('SIGTERM', stop);
-    process.once('SIGINT', stop);
-    // A hangup drains like SIGTERM (each worker also drains on its own hangup).
-    process.on('SIGHUP', stop);
+    // Kept for every repeat, as each worker keeps its own: a primary ended by a second
+    // signal would take its workers' connections to it down mid-drain.
+    for (const signal of STOP_SIGNALS) process.on(signal, stop);
     fork();
   });
 }

@@ -3,6 +3,8 @@
  * SIGTERM: a stream in flight finishes to [DONE] with no error event, the process exits 0,
  * the stream is charged and no hold is left. With `--workers 2` too, whether the hangup
  * reaches the primary alone or every process (as a terminal's does, to its process group).
+ * A signal repeated during the drain does not cut it: systemd's default stop sends SIGTERM
+ * to every process of the unit, so each worker gets it from systemd and from its primary.
  * Over SQLite, through the real CLI.
  */
 import { mkdtempSync } from 'node:fs';
@@ -85,6 +87,31 @@ describe('SIGHUP drains like SIGTERM', () => {
     await hangUpMidStream(['--workers', '2'], (pids) => {
       expect(pids).toHaveLength(3);
       for (const pid of pids) process.kill(pid, 'SIGHUP');
+    });
+  }, 300_000);
+});
+
+describe('a stop signal repeated during the drain does not cut it', () => {
+  it('serve, SIGTERM twice: the stream finishes and is charged, exit 0', async () => {
+    await hangUpMidStream([], ([pid]) => {
+      process.kill(pid!, 'SIGTERM');
+      setTimeout(() => process.kill(pid!, 'SIGTERM'), 200);
+    });
+  }, 120_000);
+
+  it('serve, SIGINT twice: the same', async () => {
+    await hangUpMidStream([], ([pid]) => {
+      process.kill(pid!, 'SIGINT');
+      setTimeout(() => process.kill(pid!, 'SIGINT'), 200);
+    });
+  }, 120_000);
+
+  it('serve --workers 2, SIGTERM to every process (systemd stopping the unit): the same', async () => {
+    await hangUpMidStream(['--workers', '2'], (pids) => {
+      expect(pids).toHaveLength(3);
+      for (const pid of pids) process.kill(pid, 'SIGTERM');
+      // The primary, told twice, must not leave its workers draining on their own.
+      setTimeout(() => process.kill(pids[0]!, 'SIGTERM'), 200);
     });
   }, 300_000);
 });
