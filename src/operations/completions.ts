@@ -10,11 +10,10 @@ import { z } from 'zod';
 import { usageFrom } from '../billing/usage.js';
 import { ChatAccount, chatAnswer } from '../upstream/answers/chat.js';
 import type { Model } from '../catalog/catalog.js';
-import { CONTEXT_FIELDS } from '../context/inject.js';
-import { errors, GatewayError } from '../errors.js';
+import { errors } from '../errors.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
-import { capWithin, checkContextWindow, checkOutputCap, zodError } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, pricedTier, refuseContextFields, zodError } from './shared.js';
 import { bodyHold, textOperation } from './text.js';
 
 const tokenId = z.int().min(0);
@@ -54,14 +53,8 @@ export const createCompletion = textOperation({
     const checked = completionsSchema.safeParse(body);
     if (!checked.success) throw zodError(checked.error, body);
     const req = checked.data;
-    for (const field of CONTEXT_FIELDS) {
-      if (field in body) {
-        throw new GatewayError('invalid_request', `'${field}' is supported on /chat/completions and /responses, not on legacy completions.`, {
-          param: field,
-        });
-      }
-    }
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    refuseContextFields(body, 'legacy completions');
+    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_tokens: req.max_tokens });
 
     const prompts = promptsOf(req.prompt);

@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { noOutput } from '../billing/output.js';
 import { usageOf } from '../billing/usage.js';
 import { GatewayError } from '../errors.js';
-import { checkContextWindow, zodError } from './shared.js';
+import { checkContextWindow, pricedTier, refuseContextFields, zodError } from './shared.js';
 import { bodyHold, textOperation } from './text.js';
 
 /** Most inputs in one request, as OpenAI allows. */
@@ -28,6 +28,8 @@ const embeddingsSchema = z.looseObject({
   encoding_format: z.enum(['float', 'base64']).optional(),
   dimensions: z.int().positive().optional(),
   user: z.string().optional(),
+  // Embeddings are one JSON answer: a stream asked of an upstream that honoured it could not be read.
+  stream: z.literal(false).nullable().optional(),
 });
 
 /** The inputs as separate items: each is embedded (and limited by the context window) on its own. */
@@ -44,7 +46,8 @@ export const createEmbeddings = textOperation({
     const checked = embeddingsSchema.safeParse(body);
     if (!checked.success) throw zodError(checked.error, body);
     const req = checked.data;
-    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    refuseContextFields(body, '/embeddings');
+    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     if (!model.embedding) {
       throw new GatewayError('model_not_found', `The model \`${model.id}\` is not an embedding model.`, { param: 'model' });
     }

@@ -4,6 +4,7 @@
  */
 import type { z } from 'zod';
 import { atServiceTier, type Model } from '../catalog/catalog.js';
+import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
 
@@ -93,6 +94,18 @@ export function pricedTier(model: Model, body: Record<string, unknown>, field: s
   throw new GatewayError('invalid_request', `Invalid value for '${field}': ${JSON.stringify(value)} is billed at a price \`${model.id}\` does not list here.`, {
     param: field,
   });
+}
+
+/**
+ * Refuses the gateway's own context fields (`brand`, `knowledge`) on an endpoint that does not
+ * use them: sent on, they would reach the upstream unread instead of being applied and removed.
+ */
+export function refuseContextFields(body: Record<string, unknown>, endpoint: string): void {
+  for (const field of CONTEXT_FIELDS) {
+    if (field in body) {
+      throw new GatewayError('invalid_request', `'${field}' is supported on /chat/completions and /responses, not on ${endpoint}.`, { param: field });
+    }
+  }
 }
 
 /**

@@ -179,6 +179,51 @@ describe.each(drivers)('money round 4 on %s', (_name, enabled, makeStores) => {
     expect(standard.status).toBe(200);
   });
 
+  it.runIf(enabled)('3b. legacy completions and embeddings price service_tier as chat does; embeddings refuse brand, knowledge and stream; nothing sent', async () => {
+    const tiers = { priority: { prompt: '0.000002', completion: '0.000004' } };
+    await start(100, (o) => {
+      const m = o.models![0]!;
+      o.models!.push(
+        { ...m, id: 'test/priced', pricing: { prompt: '0.000001', completion: '0.000002', serviceTiers: tiers } },
+        { id: 'test/embed', type: 'text', upstream: 'test', embedding: true, pricing: { prompt: '0.000001', completion: '0' }, contextLength: 8_000 },
+        { id: 'test/embed-priced', type: 'text', upstream: 'test', embedding: true, pricing: { prompt: '0.000001', completion: '0', serviceTiers: tiers }, contextLength: 8_000 },
+      );
+    });
+    const refused: Array<[string, Record<string, unknown>, string]> = [
+      ['/completions', { model: MODEL, prompt: 'hi', service_tier: 'priority' }, 'service_tier'],
+      ['/completions', { model: MODEL, prompt: 'hi', service_tier: 'flex' }, 'service_tier'],
+      ['/embeddings', { model: 'test/embed', input: 'hi', service_tier: 'priority' }, 'service_tier'],
+      ['/embeddings', { model: 'test/embed', input: 'hi', brand: 'nope' }, 'brand'],
+      ['/embeddings', { model: 'test/embed', input: 'hi', knowledge: ['x'] }, 'knowledge'],
+      ['/embeddings', { model: 'test/embed', input: 'hi', stream: true }, 'stream'],
+    ];
+    for (const [path, body, param] of refused) {
+      const res = await post(path, body);
+      expect(res.status, `${path} ${param}`).toBe(400);
+      expect(((await res.json()) as { error: { param: string } }).error.param, path).toBe(param);
+    }
+    expect(up.requests).toHaveLength(0);
+
+    up.setBehavior({ kind: 'json' });
+    const ok = await post('/completions', { model: 'test/priced', prompt: 'hi', service_tier: 'priority' });
+    expect(ok.status).toBe(200);
+    const answer = (await ok.json()) as { usage: { prompt_tokens: number; completion_tokens: number } };
+    await settled();
+    const [entry] = await charges();
+    expect(entry!.cost).toBe(costOf([[2n * PROMPT_PICO, answer.usage.prompt_tokens], [2n * COMPLETION_PICO, answer.usage.completion_tokens]]));
+
+    up.setBehavior({ kind: 'embeddings', promptTokens: 9 });
+    const embedded = await post('/embeddings', { model: 'test/embed-priced', input: 'hi', service_tier: 'priority' });
+    expect(embedded.status).toBe(200);
+    await settled();
+    const all = await charges();
+    expect(all).toHaveLength(2);
+    expect(all.find((e) => e.model === 'test/embed-priced')!.cost).toBe(costOf([[2n * PROMPT_PICO, 9]]));
+    expect(await auditBooks(gw.stores, { account: ACCOUNT })).toMatchObject({ ok: true });
+    // Standard tiers are the list price and pass.
+    expect((await post('/embeddings', { model: 'test/embed', input: 'hi', service_tier: 'default', stream: false })).status).toBe(200);
+  });
+
   it.runIf(enabled)('4. a stream the client leaves before its first word pays its prompt', async () => {
     await start(100);
     up.setBehavior({ kind: 'stream', chunks: ['never', ' sent'], delayMs: 3_000, usage: false });
