@@ -45,6 +45,20 @@ const responsesSchema = z.looseObject({
   top_p: z.number().nullable().optional(),
   brand: z.string().min(1).optional(),
   knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
+  // The API's own fields, typed as OpenAI checks them: a wrong type is the client's 400 here,
+  // not a request relayed for the upstream to refuse.
+  conversation: z.union([z.string().min(1), z.looseObject({ id: z.string().min(1) })]).nullable().optional(),
+  metadata: z.record(z.string().max(64), z.string().max(512)).nullable().optional(),
+  store: z.boolean().nullable().optional(),
+  truncation: z.enum(['auto', 'disabled']).nullable().optional(),
+  include: z.array(z.string()).nullable().optional(),
+  parallel_tool_calls: z.boolean().nullable().optional(),
+  reasoning: z
+    .looseObject({ effort: z.enum(['none', 'minimal', 'low', 'medium', 'high', 'xhigh']).nullable().optional() })
+    .nullable()
+    .optional(),
+  top_logprobs: z.int().min(0).max(20).nullable().optional(),
+  user: z.string().nullable().optional(),
 });
 
 const TEXT_PARTS = new Set(['input_text', 'output_text', 'text']);
