@@ -340,6 +340,8 @@ export function createMeter(deps: MeterDeps): Meter {
     },
     resume: ({ id, accountId, keyId, model, durable }) => new CallImpl(internals, id, accountId, keyId, model, 0n, durable === true),
     async report(key) {
+      // A charge kept through a store outage is in the report as soon as the store takes it.
+      await settles.landFor(key.accountId);
       const month = monthOf(deps.now());
       const [usage, wallet] = await Promise.all([billing.keyUsage(key.accountId, key.id, month), billing.wallet(key.accountId)]);
       return { usage, wallet };

@@ -30,6 +30,8 @@ export class SettleLostError extends StoreUnavailableError {
 export class SettleWriter {
   /** Settles being retried, by journal identity. */
   private readonly retrying = new Map<string, SettleRequest>();
+  /** Per kept settle: tries it now instead of at its next backoff tick (the running try, if one is). */
+  private readonly tryNow = new Map<string, () => Promise<void>>();
   private disposed = false;
   private readonly replay: Promise<unknown>;
 
@@ -67,6 +69,9 @@ export class SettleWriter {
     try {
       const r = await this.billing.settle(req);
       if (r.settled) this.billed(req, r);
+      // The store answers again: settles kept during its outage land now, not at their next
+      // backoff tick (up to 30 s away), so the books and /key have them as soon as they can.
+      if (this.retrying.size) this.wake();
       return;
     } catch (err) {
       failure = err;
@@ -107,14 +112,35 @@ export class SettleWriter {
     }
     this.retrying.set(id, req);
     let delay = FIRST_RETRY_MS;
+    let timer: NodeJS.Timeout | undefined;
+    let trying: Promise<void> | null = null;
     const attempt = async () => {
+      clearTimeout(timer);
       if (this.disposed || !this.retrying.has(id)) return;
       if (await this.land(req)) return;
+      if (this.disposed) return;
       delay = Math.min(delay * 2, MAX_RETRY_MS);
-      setTimeout(() => void attempt(), delay).unref();
+      timer = setTimeout(now, delay).unref();
     };
-    setTimeout(() => void attempt(), delay).unref();
+    const now = (): Promise<void> => (trying ??= attempt().finally(() => (trying = null)));
+    timer = setTimeout(now, delay).unref();
+    this.tryNow.set(id, now);
     return true;
+  }
+
+  /** Tries every kept settle now. */
+  private wake(): void {
+    for (const now of [...this.tryNow.values()]) void now();
+  }
+
+  /**
+   * Tries once more, now, the kept settles of `accountId`, so a report of its spend read next
+   * includes every charge the store can take; resolves when those tries are over.
+   */
+  async landFor(accountId: string): Promise<void> {
+    const tries: Array<Promise<void>> = [];
+    for (const [id, req] of this.retrying) if (req.accountId === accountId) tries.push(this.tryNow.get(id)?.() ?? Promise.resolve());
+    await Promise.all(tries);
   }
 
   /** One try of a kept settle; true once it is in the store (or was already). */
@@ -126,6 +152,7 @@ export class SettleWriter {
       return false;
     }
     this.retrying.delete(idOf(req));
+    this.tryNow.delete(idOf(req));
     try {
       this.journal.remove(req);
     } catch (err) {
@@ -135,20 +162,25 @@ export class SettleWriter {
     return true;
   }
 
-  /** Tries every unlanded settle once more; what still fails stays journaled for the next start. */
+  /**
+   * Tries the unlanded settles once more; what still fails stays journaled for the next start.
+   * One is tried first: when the store refuses it, the others are not tried one store timeout
+   * after another (a long stop a supervisor would end with SIGKILL); when it lands, the rest
+   * are tried together.
+   */
   async dispose(): Promise<void> {
     await this.replay;
-    const left = [...this.retrying.values()];
+    const [first, ...rest] = this.retrying.values();
     this.disposed = true;
-    for (const req of left) {
-      if (await this.land(req)) continue;
+    const stillKept = (req: SettleRequest) =>
       this.log.error({
         msg: 'settle still not written at shutdown; it stays in the settle journal and lands at the next start',
         hold_id: req.holdId,
         account: req.accountId,
         cost: req.cost.toString(),
       });
-    }
+    if (first && !(await this.land(first))) for (const req of [first, ...rest]) stillKept(req);
+    else await Promise.all(rest.map(async (req) => (await this.land(req)) || stillKept(req)));
     // Settles still unlanded stay in the journal's file, for the next instance to take at once.
     try {
       this.journal.close();
