@@ -4,7 +4,7 @@
  * plugins' say on the body), then relay: a stream through the one stream relay, a plain
  * answer only after its charge is in the store.
  */
-import { openTokenCall, refuseIfClosed, type BilledCall, type TokenHold } from '../billing/billed-call.js';
+import { openTokenCall, refuseIfClosed, tokenHoldCost, type BilledCall, type TokenHold } from '../billing/billed-call.js';
 import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import { type AnswerAccount, plainAccount } from '../billing/answer.js';
 import { noOutput } from '../billing/output.js';
@@ -139,7 +139,13 @@ async function send(
         let fields = replaced && own(served) ? replaced : plan.fields(served);
         // The plugins saw the model's own target's body already (before the hold): only a
         // fallback's body, for another upstream or model, is theirs to see again.
-        if (plugins && !own(served)) fields = (await pluginFields(core, ctx, served, path, fields)) || fields;
+        if (plugins && !own(served)) {
+          const theirs = await pluginFields(core, ctx, served, path, fields);
+          if (theirs) {
+            fields = theirs;
+            heldEnough(plan, plan.holdFor(theirs), served, call);
+          }
+        }
         fields = capped(fields, plan.cap);
         if (!translation) body = JSON.stringify(fields);
         else {
@@ -163,6 +169,16 @@ async function send(
     void releaseCall(call);
     throw err;
   }
+}
+
+/**
+ * Refuses a fallback target whose body, as its plugins changed it, asks for more than the call
+ * holds (more output, or a larger bill at its least): the upstream is never asked for more
+ * than was held. Another target may still take the call.
+ */
+function heldEnough(plan: TextPlan, need: TokenHold, served: Model, call: BilledCall): void {
+  if (need.maxOutput <= plan.hold.maxOutput && tokenHoldCost(served, need, need.estimate()) <= call.held) return;
+  throw new GatewayError('model_unavailable', `The request as plugins changed it for the upstream "${served.upstream}" asks for more than was held for it.`);
 }
 
 /** The fields with the held output cap added when they name none (the client sent none, or a plugin dropped it). */

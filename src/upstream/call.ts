@@ -221,6 +221,10 @@ export async function callModel(
   let lastError: unknown = null;
   let lastAnswer: { res: UpstreamResponse; served: Model } | null = null;
   let unavailable: GatewayError | null = null;
+  // Targets that cannot take this request (a feature their kind cannot carry, a body their
+  // plugins changed past what was held): another target may; when none can, the first refusal.
+  let refused: GatewayError | null = null;
+  const cannot = new Set<string>();
   let signal: AbortSignal | undefined;
   let tried = 0;
   // Upstreams that answered 429 with a Retry-After longer than this call waits: asked to be
@@ -239,8 +243,19 @@ export async function callModel(
         : { ...model, upstream: target.upstream, upstreamModel: target.upstreamModel };
     // One request per target: the same model name on upstreams of other kinds goes out in each one's API.
     const key = `${target.upstream}\n${target.upstreamModel}`;
+    if (cannot.has(key)) continue;
     let call = built.get(key);
-    if (!call) built.set(key, (call = await build(served)));
+    if (!call) {
+      try {
+        call = await build(served);
+      } catch (err) {
+        if (!(err instanceof GatewayError)) throw err;
+        refused ??= err;
+        cannot.add(key);
+        continue;
+      }
+      built.set(key, call);
+    }
     signal = call.signal;
     if (tried > 0) {
       // A short Retry-After of the same upstream is waited out; else the jittered backoff.
@@ -308,7 +323,7 @@ export async function callModel(
     return lastAnswer;
   }
   if (lastError) throw lastError;
-  throw unavailable ?? new GatewayError('model_unavailable', 'The model is temporarily unavailable. Try again later.');
+  throw unavailable ?? refused ?? new GatewayError('model_unavailable', 'The model is temporarily unavailable. Try again later.');
 }
 
 /** An answer whose body was read whole: it is read again from its text (one object, no closures: every plain call makes one). */
