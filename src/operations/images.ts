@@ -14,6 +14,7 @@ import { json, jsonText } from '../http/json.js';
 import { jobView, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
 import { upstreamError } from '../upstream/answer-errors.js';
+import { sleep } from '../upstream/sleep.js';
 import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { refuseIfClosed } from '../billing/billed-call.js';
@@ -179,7 +180,7 @@ async function asJob(
       cause: err,
     });
   }
-  core.jobs.own(job, async () => {
+  core.jobs.own(job, async (_job, signal) => {
     const done = await work;
     // Shutdown released the call meanwhile: the images are not published unpaid.
     const outcome: Outcome = done.ok && closed() ? { ok: false, err: errors.cutByShutdown('image generation') } : done;
@@ -188,15 +189,35 @@ async function asJob(
       // paid. The job's lease is renewed while this runs, so no other instance declares it lost.
       await finish(outcome);
       const completed = { status: 'completed' as const, progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) };
-      if (!(await core.stores.jobs.update(jobId, completed, UNFINISHED))) core.log.warn({ msg: 'a billed image job was finished elsewhere', job_id: jobId });
+      if (!(await finalUpdate(core, jobId, completed, signal))) core.log.warn({ msg: 'a billed image job was finished elsewhere', job_id: jobId });
       return;
     }
     const failed = { status: 'failed' as const, completedAt: unixSeconds(core.now()), error: { code: outcome.err.code, message: outcome.err.message } };
-    await core.stores.jobs.update(jobId, failed, UNFINISHED);
+    await finalUpdate(core, jobId, failed, signal);
     await finish(outcome);
   });
   const view = jobView(job);
   return json(202, view, { location: `/v1/images/${jobId}` });
+}
+
+/**
+ * Writes an image job's end, tried again while the store refuses it: a billed job whose images
+ * were never written would be adopted as lost ("nothing was charged") and its images thrown
+ * away. Meanwhile the job stays this instance's (its ownership is renewed while it is
+ * tracked), so no instance adopts it. Given up only when the instance stops.
+ */
+async function finalUpdate(core: Services, jobId: string, patch: Partial<JobRecord>, signal: AbortSignal): Promise<JobRecord | null> {
+  let wait = 250;
+  for (;;) {
+    try {
+      return await core.stores.jobs.update(jobId, patch, UNFINISHED);
+    } catch (err) {
+      if (signal.aborted) throw err;
+      core.log.warn({ msg: 'image job update failed; tried again', job_id: jobId, err: err instanceof Error ? err.message : String(err) });
+      await sleep(wait, signal).catch(() => undefined);
+      wait = Math.min(wait * 2, 5_000);
+    }
+  }
 }
 
 /** Adopts an image job whose instance stopped renewing it: the work is lost, nothing is charged. */
