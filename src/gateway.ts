@@ -7,7 +7,7 @@
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { type Admin, createAdmin } from './admin/accounts.js';
 import { seedUntilStored } from './admin/seed.js';
-import { errors } from './errors.js';
+import { errorResponse, errors } from './errors.js';
 import { budgetAlerts } from './alerts/alerts.js';
 import { type AdminHttpOptions, createAdminHttp } from './admin/http.js';
 import { withNodeBridge } from './http/node-bridge.js';
@@ -27,7 +27,7 @@ import { adminMount } from './pipeline/plugins/admin-mount.js';
 import { auth } from './pipeline/plugins/auth.js';
 import { corsStage, createCors } from './pipeline/plugins/cors.js';
 import { drain } from './pipeline/plugins/drain.js';
-import { errorEnvelope } from './pipeline/plugins/error-envelope.js';
+import { asGatewayError, errorEnvelope } from './pipeline/plugins/error-envelope.js';
 import { idempotency } from './pipeline/plugins/idempotency.js';
 import { ipLimit } from './pipeline/plugins/ip-limit.js';
 import { keyLimit } from './pipeline/plugins/key-limit.js';
@@ -140,6 +140,10 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     inFlight++;
     try {
       return await pipeline(x);
+    } catch (err) {
+      // Past the error envelope (a stage before it failed): still the one envelope, masked
+      // and logged, never the server's own page with a stack trace.
+      return errorResponse(asGatewayError(err, requestId, request.signal?.aborted === true, log), requestId, x.headers);
     } finally {
       inFlight--;
     }

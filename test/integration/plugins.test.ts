@@ -229,6 +229,44 @@ describe('hooks', () => {
   });
 });
 
+describe('answers plugins hand over', () => {
+  it('with immutable headers (Response.redirect, a fetch() answer) go out as given, with the request id', async () => {
+    const gate: GatewayPlugin = {
+      onRequest: async ({ request, setResponse }) => {
+        const how = request.headers.get('x-answer');
+        if (how === 'redirect') setResponse(Response.redirect('http://example.com/elsewhere', 302));
+        if (how === 'fetched') setResponse(await fetch(`${up.url}/models`));
+      },
+    };
+    await withGateway([gate], async (gw, key) => {
+      const headers = (how: string) => ({ headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json', 'x-answer': how } });
+      const redirected = await postChat(gw.baseURL, key, { model: MODEL, messages }, { ...headers('redirect'), redirect: 'manual' });
+      expect(redirected.status).toBe(302);
+      expect(redirected.headers.get('location')).toBe('http://example.com/elsewhere');
+      expect(redirected.headers.get('x-request-id')).toMatch(/^req_/);
+      const fetched = await postChat(gw.baseURL, key, { model: MODEL, messages }, headers('fetched'));
+      expect(fetched.headers.get('content-type') ?? '').not.toContain('text/plain');
+      expect(fetched.headers.get('x-request-id')).toMatch(/^req_/);
+      expect(await fetched.text()).not.toContain('TypeError');
+    });
+  });
+
+  it('a plugin handing over something other than a Response is skipped: the gateway answers, billed once', async () => {
+    const broken: GatewayPlugin = {
+      onResponse: ({ setResponse }) => setResponse(null as unknown as Response),
+    };
+    await withGateway([broken], async (gw, key, account) => {
+      up.setBehavior({ kind: 'json', usage: { prompt_tokens: 5, completion_tokens: 6 } });
+      const before = (await chargesOf(gw.gateway.admin.ledger(account))).length;
+      const res = await postChat(gw.baseURL, key, { model: MODEL, messages });
+      expect(res.status).toBe(200);
+      expect(res.headers.get('x-request-id')).toMatch(/^req_/);
+      expect(((await res.json()) as { object: string }).object).toBe('chat.completion');
+      await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(account))).length === before + 1, 'one charge');
+    });
+  });
+});
+
 describe('a plugin replacing a streamed answer', () => {
   it('the replaced stream is let go: its call settles what the upstream produced, no hold left; a wrapped stream kept is read whole', async () => {
     // The first plugin wraps the answer's body in a new Response (the very stream); the

@@ -56,17 +56,39 @@ export function userHooks(hooks: Hooks): Stage | null {
   return async (x, next) => {
     let res: Response | undefined;
     const replaced: Response[] = [];
+    let own: Response | undefined;
     const setResponse = (r: Response) => {
-      if (res && res !== r) replaced.push(res);
-      res = r;
+      // Anything else is the plugin's bug: thrown in its hook, which is logged and skipped.
+      if (!(r instanceof Response)) throw new TypeError(`setResponse takes a Response, not ${r === null ? 'null' : typeof r}`);
+      if (r === res) return;
+      if (res) replaced.push(res);
+      res = mutable(r);
     };
     if (hooks.has('onRequest')) {
       await hooks.run('onRequest', { request: x.request, requestId: x.requestId, setResponse });
     }
-    res ??= await next();
+    res ??= own = await next();
     if (hooks.has('onResponse')) {
       await hooks.run('onResponse', { request: x.request, requestId: x.requestId, response: res, setResponse });
     }
+    if (res === own) return res;
+    // A plugin's answer is the gateway's answer too: it carries the request id (and the
+    // headers the gateway gave the request, rate limits included).
+    if (x.late) for (const k in x.headers) x.late[k] = x.headers[k]!;
+    else for (const k in x.headers) res.headers.set(k, x.headers[k]!);
     return replaced.length === 0 ? res : whenDone(res, () => dropUnread(replaced));
   };
+}
+
+/**
+ * `r` with headers the gateway can add to: `Response.redirect()` and a `fetch()` answer have
+ * immutable ones, which the request id and Server-Timing could not be set on (a 500 instead).
+ */
+function mutable(r: Response): Response {
+  try {
+    r.headers.set('x-request-id', r.headers.get('x-request-id') ?? '');
+    return r;
+  } catch {
+    return new Response(r.body, { status: r.status, statusText: r.statusText, headers: r.headers });
+  }
 }
