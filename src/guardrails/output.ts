@@ -162,7 +162,17 @@ async function pluginOutput(
     rewrite: (text) => {
       let out = text;
       for (const [id, rewrite] of rewrites) {
-        const next = rewrite(out);
+        let next: string;
+        try {
+          next = rewrite(out);
+          if (typeof next !== 'string') throw new TypeError(`the rewrite returned ${next === null ? 'null' : typeof next}, not text`);
+        } catch (err) {
+          // The plugin's fault, not the upstream's: the answer is withheld as when its hook
+          // throws (503 guardrail_unavailable), and the upstream's circuit is left alone.
+          acted(ctx, id, 'unavailable', { on: 'output', model: model.id, path, blocks: deps.blocks });
+          deps.log.error({ msg: 'a plugin output rewrite threw; the answer is withheld', guardrail: id, requestId: ctx.requestId, err: err instanceof Error ? err.message : String(err) });
+          throw new GatewayError('guardrail_unavailable', `The guardrail "${id}" could not check the answer; it was withheld.`, { metadata: { guardrail: id }, cause: err });
+        }
         if (next !== out && !named.has(id)) {
           named.add(id);
           onAct(id, 'redact');

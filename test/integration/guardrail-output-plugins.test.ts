@@ -35,6 +35,13 @@ beforeAll(async () => {
         if (prompt === 'explode') throw new Error('classifier down');
         if (args.texts.some((t) => t.includes('TOPSECRET'))) args.block('topsecret');
         args.redact('tickets', (t) => t.replace(/\bTKT-\d{3}\b/g, '[TICKET]'));
+        // A rewrite with a bug: it throws on text it did not expect.
+        if (prompt === 'fragile') {
+          args.redact('fragile', (t) => {
+            if (t.includes('ñ')) throw new Error('unexpected character');
+            return t;
+          });
+        }
       },
     },
   ];
@@ -119,5 +126,22 @@ describe('a plugin output guardrail (onOutput)', () => {
     const res = await post('/chat/completions', { messages: [{ role: 'user', content: 'hi' }] }, 'explode');
     expect(res.status).toBe(503);
     expect(((await res.json()) as { error: unknown }).error).toMatchObject({ code: 'guardrail_unavailable', metadata: { guardrail: 'secrets' } });
+  });
+
+  it("a rewrite that throws fails closed too, plain and streamed, as the guardrail's failure, not the upstream's", async () => {
+    for (let i = 0; i < 3; i++) {
+      up.setBehavior({ kind: 'json', content: 'mañana' });
+      const plain = await post('/chat/completions', { messages: [{ role: 'user', content: 'hi' }] }, 'fragile');
+      expect(plain.status).toBe(503);
+      expect(((await plain.json()) as { error: unknown }).error).toMatchObject({ code: 'guardrail_unavailable', metadata: { guardrail: 'fragile' } });
+      up.setBehavior({ kind: 'stream', chunks: ['hasta ', 'mañana'], delayMs: 5 });
+      const streamed = await post('/chat/completions', { stream: true, messages: [{ role: 'user', content: 'hi' }] }, 'fragile');
+      const raw = await streamed.text();
+      expect(raw).toContain('guardrail_unavailable');
+      expect(raw).not.toContain('upstream_error');
+    }
+    up.setBehavior({ kind: 'json', content: 'fine' });
+    const after = await post('/chat/completions', { messages: [{ role: 'user', content: 'hi' }] });
+    expect(after.status).toBe(200);
   });
 });
