@@ -33,8 +33,9 @@ const CODE_BY_STATUS: Record<number, string> = {
 
 /**
  * The error for a non-2xx upstream answer. 4xx is relayed with its status and message,
- * except 401 / 402 / 403: those are about the gateway's own upstream account, so the client
- * gets 502 instead of being told its key or wallet is wrong. 5xx is 502.
+ * except 401 / 402 / 403 and a 429 for want of credit: those are about the gateway's own
+ * upstream account, so the client gets 502 instead of being told its key or wallet is wrong.
+ * 5xx is 502.
  */
 export async function upstreamError(
   res: UpstreamResponse,
@@ -93,6 +94,13 @@ export function upstreamErrorOf(
     else if (parsed && typeof parsed.error === 'string') upstreamErr = { message: parsed.error };
   } catch {
     // Not JSON: keep a short excerpt of the text.
+  }
+  // OpenAI's "out of credit" comes as a 429 with code insufficient_quota: it is about our
+  // provider account, like a 402, and the client's own insufficient_quota means its wallet.
+  if (status === 429 && (upstreamErr.code === 'insufficient_quota' || upstreamErr.type === 'insufficient_quota')) {
+    return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${status}).`), {
+      upstreamMessage: text.slice(0, 500),
+    });
   }
   const message = typeof upstreamErr.message === 'string' ? upstreamErr.message : text.slice(0, 500) || `Upstream answered ${status}.`;
   const headers: Record<string, string> = {};

@@ -133,6 +133,22 @@ describe('upstream failures', () => {
     await expectNothingCharged();
   });
 
+  it("upstream 429 insufficient_quota (the gateway's provider account is out of credit) -> 502 upstream_error, its words not relayed, nothing charged", async () => {
+    up.setBehavior({
+      kind: 'error',
+      status: 429,
+      message: 'You exceeded your current quota, please check your plan and billing details.',
+      type: 'insufficient_quota',
+      code: 'insufficient_quota',
+    });
+    const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES });
+    expect(res.status).toBe(502);
+    const err = await errorBody(res);
+    expect(err.code).toBe('upstream_error');
+    expect(err.message).not.toContain('quota');
+    await expectNothingCharged();
+  });
+
   it('upstream 400 with a non-JSON body -> 400 carrying an excerpt of it', async () => {
     up.setBehavior({ kind: 'error', status: 400, body: 'bad things happened' });
     const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES });
