@@ -5,11 +5,14 @@
  * journal owns its files through a lock with a heartbeat (journal-lock.ts), never through
  * its PID, and takes over the files of owners that are gone, at start and while it runs.
  *
- * A journal file holds one JSON settle request per line and is rewritten whole (to a temporary file,
- * flushed, then renamed over the old one) whenever the set of unlanded settles changes, so a
- * crash at any moment leaves either the old or the new set, never a torn line. It changes only
- * while the store is failing, so the rewrite costs nothing on the ordinary path. Replaying an
- * entry is safe: a settle is idempotent per hold id in every store.
+ * A journal file holds one JSON settle request per line. A settle kept is appended (and flushed
+ * before `add` returns); one that landed is dropped from memory only, and stays in the file until
+ * the file is compacted (rewritten whole to a temporary file, flushed, renamed over the old one)
+ * once it holds more than twice the unlanded settles, or removed once none is left. So keeping
+ * and landing n settles during an outage costs O(n) writes, not O(n^2) (a whole rewrite per
+ * change stalled the event loop for seconds with a few thousand). Replaying a settle that
+ * landed is safe: a settle is idempotent per hold id in every store. A write that failed part
+ * way (a full disk) may leave a torn last line: the next change rewrites the file whole.
  */
 import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -75,6 +78,16 @@ const RESERVE_BYTES = 64 * 1024;
 
 const isDiskFull = (err: unknown) => (err as { code?: unknown })?.code === 'ENOSPC';
 
+/** Landed settles a file may hold beyond twice its unlanded ones before it is compacted. */
+const COMPACT_SLACK = 64;
+
+/** Writes all of `text` (a write to a full disk may take part of it: that is a failure). */
+function writeAll(fd: number, text: string): void {
+  const bytes = Buffer.from(text);
+  const n = writeSync(fd, bytes);
+  if (n !== bytes.length) throw Object.assign(new Error(`wrote ${n} of ${bytes.length} bytes`), { code: 'ENOSPC' });
+}
+
 export interface FileJournalOptions {
   heartbeatMs?: number;
   staleMs?: number;
@@ -124,12 +137,17 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
     }
   };
 
+  /** Lines in this journal's file: the unlanded settles, and landed ones until the next compaction. */
+  let lines = 0;
+  /** The file may end in a torn line (a write failed part way): the next change rewrites it whole. */
+  let torn = false;
+
   const rewrite = () => {
     const tmp = `${path}.tmp`;
     try {
       const fd = openSync(tmp, 'w', 0o600);
       try {
-        writeSync(fd, [...pending.values()].map(encode).join('\n') + '\n');
+        writeAll(fd, [...pending.values()].map(encode).join('\n') + '\n');
         fsyncSync(fd);
       } finally {
         closeSync(fd);
@@ -139,11 +157,16 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
       rmSync(tmp, { force: true });
       throw err;
     }
+    lines = pending.size;
+    torn = false;
   };
 
+  /** The file rewritten whole from the unlanded settles (removed when none is left). */
   const write = () => {
     if (pending.size === 0) {
       rmSync(path, { force: true });
+      lines = 0;
+      torn = false;
       // Nothing kept: the space used up by a full disk is reserved again, if there is room.
       reserve();
       return;
@@ -156,6 +179,29 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
       rmSync(reservePath, { force: true });
       rewrite();
     }
+  };
+
+  /**
+   * One settle (already in `pending`) on disk: appended and flushed; when that fails (a full
+   * disk, maybe part way), the file is rewritten whole instead, with the reserve if need be.
+   */
+  const append = (req: SettleRequest) => {
+    if (!torn) {
+      try {
+        const fd = openSync(path, 'a', 0o600);
+        try {
+          writeAll(fd, `${encode(req)}\n`);
+          fsyncSync(fd);
+        } finally {
+          closeSync(fd);
+        }
+        lines++;
+        return;
+      } catch {
+        torn = true;
+      }
+    }
+    write();
   };
 
   /** Takes the files of owners that are gone; returns the settles new to this journal. */
@@ -211,7 +257,8 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
       const had = pending.has(id);
       pending.set(id, req);
       try {
-        write();
+        if (had) write();
+        else append(req);
       } catch (err) {
         // Not on disk: the caller is told so and gives the settle up (its call fails), so a
         // later rewrite must not persist it after all, to be charged for an answer refused.
@@ -220,7 +267,10 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
       }
     },
     remove(req) {
-      if (pending.delete(idOf(req))) write();
+      if (!pending.delete(idOf(req))) return;
+      // The landed settle stays in the file (replaying it is harmless) until the file is
+      // mostly landed ones, or none is left, or a torn line is to be mended.
+      if (pending.size === 0 || torn || lines > 2 * pending.size + COMPACT_SLACK) write();
     },
     entries: () => [...pending.values()],
     onTakeOver: (listener) => void listeners.push(listener),

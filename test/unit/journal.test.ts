@@ -1,5 +1,5 @@
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, utimesSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, utimesSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -175,5 +175,45 @@ describe('settle journal', () => {
     // The winner exited without landing it: its file holds the settle once, for the next owner.
     const left = jsonl(dir).flatMap((n) => readFileSync(join(dir, n), 'utf8').trim().split('\n'));
     expect(left.map((l) => JSON.parse(l).holdId)).toEqual(['once']);
+  });
+});
+
+describe('settle journal: appended, compacted', () => {
+  it('a kept settle is appended (the file is not rewritten); landed ones stay until the file is mostly landed ones', () => {
+    const dir = tempDir();
+    const j = fast(dir);
+    j.add(settle('a0', 1n));
+    const file = join(dir, jsonl(dir)[0]!);
+    const inode = statSync(file).ino;
+    for (let i = 1; i < 200; i++) j.add(settle(`a${i}`, 1n));
+    // Appended to one file: the same inode, one line per settle.
+    expect(statSync(file).ino).toBe(inode);
+    expect(readFileSync(file, 'utf8').trim().split('\n')).toHaveLength(200);
+    // Landing a few leaves their lines (a replay of a landed settle is idempotent)...
+    for (let i = 0; i < 10; i++) j.remove(settle(`a${i}`, 1n));
+    expect(statSync(file).ino).toBe(inode);
+    expect(j.entries()).toHaveLength(190);
+    // ...until the file holds more than twice the unlanded ones (plus a little): then it is compacted.
+    for (let i = 10; i < 150; i++) j.remove(settle(`a${i}`, 1n));
+    const left = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l).holdId as string);
+    expect(left.length).toBeLessThanOrEqual(2 * 50 + 64);
+    expect(left).toEqual(expect.arrayContaining(Array.from({ length: 50 }, (_, i) => `a${150 + i}`)));
+    for (let i = 150; i < 200; i++) j.remove(settle(`a${i}`, 1n));
+    expect(jsonl(dir)).toEqual([]);
+  });
+
+  it("a file with landed settles in it, taken over by another journal: every unlanded one is among what it replays", () => {
+    const dir = tempDir();
+    const first = fileJournal(dir, { heartbeatMs: 50, staleMs: 300 });
+    for (let i = 0; i < 5; i++) first.add(settle(`b${i}`, BigInt(i + 1)));
+    first.remove(settle('b0', 1n));
+    first.remove(settle('b3', 4n));
+    // Released with settles left: the next journal takes the file at once.
+    first.close();
+    const next = fast(dir);
+    const ids = next.entries().map((e) => e.holdId);
+    expect(ids).toEqual(expect.arrayContaining(['b1', 'b2', 'b4']));
+    // The landed ones may come too: a settle is idempotent per hold id in every store.
+    expect(ids.every((id) => /^b[0-4]$/.test(id))).toBe(true);
   });
 });
