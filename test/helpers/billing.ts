@@ -4,6 +4,7 @@
  */
 import { createTokenizer, estimatePromptTokens, promptTokensBound, type Tokenizer } from '../../src/billing/tokens.js';
 import { costOf, parsePrice } from '../../src/billing/money.js';
+import type { SettleRequest } from '../../src/stores/types.js';
 import { COMPLETION_PRICE, PROMPT_PRICE } from './gateway.js';
 
 export const PROMPT_PICO = parsePrice(PROMPT_PRICE);
@@ -53,3 +54,18 @@ export async function worstCaseHold(messages: unknown[], maxTokens: number): Pro
 export async function chargesOf<E extends { units: { kind: string } }>(entries: Promise<E[]> | E[]): Promise<E[]> {
   return (await entries).filter((e) => e.units.kind !== 'credit');
 }
+
+/**
+ * A settle request of account `acct`, key `key`, model `m` (1 prompt, 2 completion tokens) for
+ * `holdId` at `cost` nano-USD: what the settle journal and the settle writer keep.
+ */
+export function settleRequest(holdId: string, cost: bigint, at = Date.UTC(2026, 10, 5)): SettleRequest {
+  return {
+    holdId,
+    accountId: 'acct',
+    month: '2026-11',
+    cost,
+    entry: { id: holdId, accountId: 'acct', keyId: 'key', model: 'm', units: { kind: 'tokens', prompt: 1, completion: 2 }, measured: 'usage', at },
+  };
+}
+

@@ -95,3 +95,15 @@ export function runCli(args: string[], timeoutMs = 30_000): Promise<CliResult> {
     });
   });
 }
+
+/** The token charges of `account` in the books `file` configures, read through the CLI's `ledger`. */
+export async function tokenChargesOf(file: string, account: string): Promise<Array<{ units: string; cost_usd: string }>> {
+  const ledger = await runCli(['ledger', '--config', file, '--account', account]);
+  if (ledger.code !== 0) throw new Error(`ledger failed: ${ledger.stderr}`);
+  return ledger.stdout
+    .split('\n')
+    .filter(Boolean)
+    .map((l) => JSON.parse(l) as { units: string; cost_usd: string })
+    .filter((e) => e.units === 'tokens');
+}
+

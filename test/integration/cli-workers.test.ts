@@ -15,7 +15,7 @@ import { Agent } from 'undici';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { REDIS_URL, deleteKeysWithPrefix, redisProblem } from '../../bench/redis-util.js';
 import { COMPLETION_PRICE, PROMPT_PRICE, eventually, testKey } from '../helpers/gateway.js';
-import { runCli, startGatewayProcess, writeConfig } from '../helpers/processes.js';
+import { runCli, startGatewayProcess, tokenChargesOf, writeConfig } from '../helpers/processes.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const MODEL = 'test/chat';
@@ -96,13 +96,7 @@ async function twoWorkers(storage: Record<string, unknown>): Promise<void> {
     expect(gw.output()).toMatch(/draining 2 workers/);
 
     // Every call's charge is in the books, and nothing is left held.
-    const ledger = await runCli(['ledger', '--config', file, '--account', ACCOUNT]);
-    expect(ledger.code, ledger.stderr).toBe(0);
-    const charges = ledger.stdout
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => JSON.parse(l) as { units: string; cost_usd: string })
-      .filter((e) => e.units === 'tokens');
+    const charges = await tokenChargesOf(file, ACCOUNT);
     expect(charges).toHaveLength(13);
     for (const c of charges) expect(Number(c.cost_usd)).toBeGreaterThan(0);
     const wallet = await runCli(['wallet', 'show', '--config', file, '--account', ACCOUNT]);

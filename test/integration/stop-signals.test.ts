@@ -13,7 +13,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { COMPLETION_PRICE, PROMPT_PRICE, eventually, testKey } from '../helpers/gateway.js';
-import { runCli, startGatewayProcess, writeConfig } from '../helpers/processes.js';
+import { runCli, startGatewayProcess, tokenChargesOf, writeConfig } from '../helpers/processes.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const MODEL = 'test/chat';
@@ -57,13 +57,7 @@ async function hangUpMidStream(args: string[], hangUp: (pids: number[]) => void)
     expect(text).not.toContain('"error"');
     expect(await exited, gw.output()).toBe(0);
 
-    const ledger = await runCli(['ledger', '--config', file, '--account', ACCOUNT]);
-    expect(ledger.code, ledger.stderr).toBe(0);
-    const charges = ledger.stdout
-      .split('\n')
-      .filter(Boolean)
-      .map((l) => JSON.parse(l) as { units: string; cost_usd: string })
-      .filter((e) => e.units === 'tokens');
+    const charges = await tokenChargesOf(file, ACCOUNT);
     expect(charges).toHaveLength(1);
     expect(Number(charges[0]!.cost_usd)).toBeGreaterThan(0);
     const wallet = await runCli(['wallet', 'show', '--config', file, '--account', ACCOUNT]);

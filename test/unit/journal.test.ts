@@ -6,6 +6,7 @@ import { setTimeout as sleep } from 'node:timers/promises';
 import { afterEach, describe, expect, it } from 'vitest';
 import { fileJournal, type SettleJournal } from '../../src/billing/journal.js';
 import type { SettleRequest } from '../../src/stores/types.js';
+import { settleRequest } from '../helpers/billing.js';
 
 const dirs: string[] = [];
 const journals: SettleJournal[] = [];
@@ -27,15 +28,6 @@ afterEach(() => {
   for (const d of dirs.splice(0)) rmSync(d, { recursive: true, force: true });
 });
 
-function settle(holdId: string, cost: bigint): SettleRequest {
-  return {
-    holdId,
-    accountId: 'acct',
-    month: '2026-11',
-    cost,
-    entry: { id: holdId, accountId: 'acct', keyId: 'key', model: 'm', units: { kind: 'tokens', prompt: 1, completion: 2 }, measured: 'usage', at: 5 },
-  };
-}
 
 /** The pid of a process that has exited (so its journal file is an orphan). */
 function deadPid(): number {
@@ -48,17 +40,17 @@ describe('settle journal', () => {
     const dir = tempDir();
     const j = fast(dir);
     const big = 9_007_199_254_740_991n;
-    j.add(settle('h1', big));
-    j.add(settle('h2', 7n));
-    j.add(settle('h2', 7n)); // the same settle twice is kept once
+    j.add(settleRequest('h1', big));
+    j.add(settleRequest('h2', 7n));
+    j.add(settleRequest('h2', 7n)); // the same settle twice is kept once
     const files = jsonl(dir);
     expect(files).toHaveLength(1);
     const lines = readFileSync(join(dir, files[0]!), 'utf8').trim().split('\n');
     expect(lines).toHaveLength(2);
     expect(JSON.parse(lines[0]!).cost).toBe('9007199254740991');
-    j.remove(settle('h1', big));
+    j.remove(settleRequest('h1', big));
     expect(j.entries().map((e) => e.holdId)).toEqual(['h2']);
-    j.remove(settle('h2', 7n));
+    j.remove(settleRequest('h2', 7n));
     expect(jsonl(dir)).toEqual([]);
     j.close();
     expect(readdirSync(dir)).toEqual([]); // nothing left to take: the lock goes too
@@ -70,13 +62,13 @@ describe('settle journal', () => {
     // What a gateway with this PID wrote before it was killed with -9: its file, and its lock,
     // no longer touched (aged past the stale time), naming this same PID.
     const owner = 's-0123456789abcdef';
-    const req = settle('pid-reused', 123n);
+    const req = settleRequest('pid-reused', 123n);
     writeFileSync(join(dir, `${owner}.jsonl`), `${line(req)}not json\n`);
     writeFileSync(join(dir, `${owner}.lock`), JSON.stringify({ pid: process.pid }));
     const past = new Date(Date.now() - 60_000);
     utimesSync(join(dir, `${owner}.lock`), past, past);
     // And a file of the earlier format (owned by PID liveness) that this same PID left.
-    const legacy = settle('legacy-same-pid', 5n);
+    const legacy = settleRequest('legacy-same-pid', 5n);
     writeFileSync(join(dir, `${process.pid}-ffff0000.jsonl`), line(legacy));
 
     const j = fast(dir);
@@ -94,9 +86,9 @@ describe('settle journal', () => {
   it('takes the earlier format of a process that is gone, and leaves one whose process runs', () => {
     const dir = tempDir();
     const gone = `${deadPid()}-abcd1234.jsonl`;
-    writeFileSync(join(dir, gone), line(settle('lost', 1n)));
+    writeFileSync(join(dir, gone), line(settleRequest('lost', 1n)));
     const running = `${process.ppid}-abcd1234.jsonl`; // a live process other than this one
-    writeFileSync(join(dir, running), line(settle('other', 2n)));
+    writeFileSync(join(dir, running), line(settleRequest('other', 2n)));
     const j = fast(dir);
     expect(j.entries().map((e) => e.holdId)).toEqual(['lost']);
     expect(readdirSync(dir)).toContain(running);
@@ -105,7 +97,7 @@ describe('settle journal', () => {
   it("never takes a live owner's file, even in the same process; takes it at once when released with settles left", async () => {
     const dir = tempDir();
     const a = fast(dir);
-    a.add(settle('a-owns', 9n));
+    a.add(settleRequest('a-owns', 9n));
     await sleep(600); // two stale periods: the heartbeat keeps the lock fresh
     const b = fast(dir);
     const taken: string[] = [];
@@ -125,7 +117,7 @@ describe('settle journal', () => {
   it('takes over, while running, the file of an owner that stopped beating (killed), and tells its listener', async () => {
     const dir = tempDir();
     const owner = 's-fedcba9876543210';
-    writeFileSync(join(dir, `${owner}.jsonl`), line(settle('killed', 4n)));
+    writeFileSync(join(dir, `${owner}.jsonl`), line(settleRequest('killed', 4n)));
     writeFileSync(join(dir, `${owner}.lock`), '{}'); // fresh: killed a moment ago
     const j = fast(dir);
     const taken: string[] = [];
@@ -140,7 +132,7 @@ describe('settle journal', () => {
     const old = tempDir();
     const dir = join(tempDir(), 'new');
     const earlier = fast(old);
-    earlier.add(settle('from-the-old-folder', 7n));
+    earlier.add(settleRequest('from-the-old-folder', 7n));
     const j = fileJournal(dir, { heartbeatMs: 50, staleMs: 300, adopt: [old, join(old, 'missing')] });
     journals.push(j);
     expect(j.entries()).toEqual([]); // its owner still beats
@@ -154,7 +146,7 @@ describe('settle journal', () => {
   it('an orphan is taken by exactly one of several instances starting at once', async () => {
     const dir = tempDir();
     const owner = 's-00000000000000aa';
-    writeFileSync(join(dir, `${owner}.jsonl`), line(settle('once', 3n)));
+    writeFileSync(join(dir, `${owner}.jsonl`), line(settleRequest('once', 3n)));
     writeFileSync(join(dir, `${owner}.lock`), '{}');
     const past = new Date(Date.now() - 60_000);
     utimesSync(join(dir, `${owner}.lock`), past, past);
@@ -182,32 +174,32 @@ describe('settle journal: appended, compacted', () => {
   it('a kept settle is appended (the file is not rewritten); landed ones stay until the file is mostly landed ones', () => {
     const dir = tempDir();
     const j = fast(dir);
-    j.add(settle('a0', 1n));
+    j.add(settleRequest('a0', 1n));
     const file = join(dir, jsonl(dir)[0]!);
     const inode = statSync(file).ino;
-    for (let i = 1; i < 200; i++) j.add(settle(`a${i}`, 1n));
+    for (let i = 1; i < 200; i++) j.add(settleRequest(`a${i}`, 1n));
     // Appended to one file: the same inode, one line per settle.
     expect(statSync(file).ino).toBe(inode);
     expect(readFileSync(file, 'utf8').trim().split('\n')).toHaveLength(200);
     // Landing a few leaves their lines (a replay of a landed settle is idempotent)...
-    for (let i = 0; i < 10; i++) j.remove(settle(`a${i}`, 1n));
+    for (let i = 0; i < 10; i++) j.remove(settleRequest(`a${i}`, 1n));
     expect(statSync(file).ino).toBe(inode);
     expect(j.entries()).toHaveLength(190);
     // ...until the file holds more than twice the unlanded ones (plus a little): then it is compacted.
-    for (let i = 10; i < 150; i++) j.remove(settle(`a${i}`, 1n));
+    for (let i = 10; i < 150; i++) j.remove(settleRequest(`a${i}`, 1n));
     const left = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l).holdId as string);
     expect(left.length).toBeLessThanOrEqual(2 * 50 + 64);
     expect(left).toEqual(expect.arrayContaining(Array.from({ length: 50 }, (_, i) => `a${150 + i}`)));
-    for (let i = 150; i < 200; i++) j.remove(settle(`a${i}`, 1n));
+    for (let i = 150; i < 200; i++) j.remove(settleRequest(`a${i}`, 1n));
     expect(jsonl(dir)).toEqual([]);
   });
 
   it("a file with landed settles in it, taken over by another journal: every unlanded one is among what it replays", () => {
     const dir = tempDir();
     const first = fileJournal(dir, { heartbeatMs: 50, staleMs: 300 });
-    for (let i = 0; i < 5; i++) first.add(settle(`b${i}`, BigInt(i + 1)));
-    first.remove(settle('b0', 1n));
-    first.remove(settle('b3', 4n));
+    for (let i = 0; i < 5; i++) first.add(settleRequest(`b${i}`, BigInt(i + 1)));
+    first.remove(settleRequest('b0', 1n));
+    first.remove(settleRequest('b3', 4n));
     // Released with settles left: the next journal takes the file at once.
     first.close();
     const next = fast(dir);

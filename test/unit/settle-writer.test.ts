@@ -13,7 +13,8 @@ import { fileJournal, type SettleJournal } from '../../src/billing/journal.js';
 import { SettleWriter } from '../../src/billing/settles.js';
 import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
-import type { BillingStore, SettleRequest } from '../../src/stores/types.js';
+import type { BillingStore } from '../../src/stores/types.js';
+import { settleRequest } from '../helpers/billing.js';
 
 const quiet = { info: () => undefined, warn: () => undefined, error: () => undefined };
 const cleanup: Array<() => void> = [];
@@ -21,15 +22,6 @@ afterEach(() => {
   for (const f of cleanup.splice(0)) f();
 });
 
-function settle(holdId: string, cost: bigint): SettleRequest {
-  return {
-    holdId,
-    accountId: 'acct',
-    month: '2026-11',
-    cost,
-    entry: { id: holdId, accountId: 'acct', keyId: 'key', model: 'm', units: { kind: 'tokens', prompt: 1, completion: 2 }, measured: 'usage', at: Date.UTC(2026, 10, 5) },
-  };
-}
 
 /** The memory billing store behind an outage switch, counting the settles it was asked for. */
 function switchedStore() {
@@ -67,12 +59,12 @@ describe('settles kept through a store outage', () => {
     const { billing, real, state } = switchedStore();
     const { writer } = writerOn(billing);
     state.down = true;
-    for (const [i, cost] of [10n, 20n, 30n].entries()) await writer.write(settle(`h${i}`, cost));
+    for (const [i, cost] of [10n, 20n, 30n].entries()) await writer.write(settleRequest(`h${i}`, cost));
     expect(writer.pending()).toBe(3);
     // Long enough down for the backoff to pass a second between tries.
     await sleep(2_000);
     state.down = false;
-    await writer.write(settle('h-new', 1n));
+    await writer.write(settleRequest('h-new', 1n));
     await sleep(150);
     expect(writer.pending()).toBe(0);
     expect(await spent(real)).toBe(61n);
@@ -82,7 +74,7 @@ describe('settles kept through a store outage', () => {
     const { billing, real, state } = switchedStore();
     const { writer } = writerOn(billing);
     state.down = true;
-    await writer.write(settle('h1', 5n));
+    await writer.write(settleRequest('h1', 5n));
     await sleep(1_600);
     state.down = false;
     await writer.landFor('acct');
@@ -94,7 +86,7 @@ describe('settles kept through a store outage', () => {
     const { billing, state } = switchedStore();
     const { writer, journal } = writerOn(billing);
     state.down = true;
-    for (let i = 0; i < 12; i++) await writer.write(settle(`h${i}`, 1n));
+    for (let i = 0; i < 12; i++) await writer.write(settleRequest(`h${i}`, 1n));
     const before = state.settleCalls;
     await writer.dispose();
     expect(state.settleCalls - before).toBe(1);
@@ -105,7 +97,7 @@ describe('settles kept through a store outage', () => {
     const { billing, real, state } = switchedStore();
     const { writer, journal } = writerOn(billing);
     state.down = true;
-    for (let i = 0; i < 5; i++) await writer.write(settle(`h${i}`, 2n));
+    for (let i = 0; i < 5; i++) await writer.write(settleRequest(`h${i}`, 2n));
     state.down = false;
     await writer.dispose();
     expect(await spent(real)).toBe(10n);
