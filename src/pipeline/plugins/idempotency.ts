@@ -118,12 +118,12 @@ export async function withIdempotency(
     res = await run();
   } catch (err) {
     stopRenewing();
-    await forget(store, scope, lockTtlMs);
+    await store.abandon(scope).catch(() => undefined);
     throw err;
   }
   if (unstorable(res.status) || !res.body) {
     stopRenewing();
-    if (unstorable(res.status)) await forget(store, scope, lockTtlMs);
+    if (unstorable(res.status)) await store.abandon(scope).catch(() => undefined);
     else await save(keep, res, []);
     return res;
   }
@@ -237,7 +237,7 @@ function teeBody(
     stopRenewing();
     // Not awaited: a cancel can wait on a read still pending upstream.
     reader.cancel(reason).catch(() => undefined);
-    await forget(store, scope, keep.lockTtlMs);
+    await store.abandon(scope).catch(() => undefined);
   };
 
   let body: ReadableStream<Uint8Array> | Readable;
@@ -282,25 +282,6 @@ function teeBody(
 
 /** The first wait before a failed save is tried again, and the longest between two tries. */
 const SAVE_RETRY_MS = [500, 30_000] as const;
-
-/**
- * Forgets a key whose call failed, so the client's retry runs. A store that refuses (down at
- * that moment) is asked again with backoff: otherwise the marker would live out its whole TTL
- * and every retry get 409 for that long. Asked only while the marker can be no one else's:
- * its renewals stopped before this, so it lapses no sooner than two thirds of its TTL from
- * now, and a new request's marker cannot exist before then.
- */
-function forget(store: IdempotencyStore, scope: string, lockTtlMs: number): Promise<void> {
-  const until = Date.now() + lockTtlMs / 2;
-  let wait: number = SAVE_RETRY_MS[0];
-  const attempt = (): Promise<void> =>
-    store.abandon(scope).catch(() => {
-      if (Date.now() + wait > until) return;
-      setTimeout(() => void attempt(), wait).unref();
-      wait = Math.min(wait * 2, SAVE_RETRY_MS[1]);
-    });
-  return attempt();
-}
 
 /**
  * Tries again, with backoff, to keep an answer the store could not keep when it went out,
