@@ -100,13 +100,15 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const adminHttp = cfg.admin ? createAdminHttp(core, admin, cfg.admin) : null;
   const ctx = (x: Exchange) => contextOf(x, cfg.limits.maxBodyBytes, cfg.limits.bodyTimeoutMs);
 
+  /** The error shape a path's clients read: Anthropic's on the Messages API. */
+  const shapeOf = (path: string) => (path === `${paths.v1}/messages` || path.startsWith(`${paths.v1}/messages/`) ? 'anthropic' : 'openai');
   // The request's way, top to bottom; each stage answers or hands on with next(). User plugins'
   // onRequest / onResponse wrap everything after the timing; the other hooks run at their stage.
   const pipeline = compose([
     observe,
     userHooks(hooks),
     corsStage(createCors(cfg.cors)),
-    errorEnvelope(hooks, log, (path) => (path === `${paths.v1}/messages` || path.startsWith(`${paths.v1}/messages/`) ? 'anthropic' : 'openai')),
+    errorEnvelope(hooks, log, shapeOf),
     probesStage(paths, createProbes({ stores: core.stores, startup: () => startup, draining: () => draining, log }), metrics),
     adminMount(adminHttp && { adminPath: `${base}/admin`, basePath: base, handle: adminHttp.handle }, () =>
       isReady || seeding.seeded() ? null : seeding.storeDown() ? Promise.reject(errors.storeDown()) : seeding.attempt().then(() => {
@@ -143,7 +145,9 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
     } catch (err) {
       // Past the error envelope (a stage before it failed): still the one envelope, masked
       // and logged, never the server's own page with a stack trace.
-      return errorResponse(asGatewayError(err, requestId, request.signal?.aborted === true, log), requestId, x.headers);
+      const gErr = asGatewayError(err, requestId, request.signal?.aborted === true, log);
+      record.errorCode = gErr.code;
+      return errorResponse(gErr, requestId, x.headers, shapeOf(path));
     } finally {
       inFlight--;
     }

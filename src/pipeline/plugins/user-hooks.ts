@@ -58,8 +58,10 @@ export function userHooks(hooks: Hooks): Stage | null {
     const replaced: Response[] = [];
     let own: Response | undefined;
     const setResponse = (r: Response) => {
-      // Anything else is the plugin's bug: thrown in its hook, which is logged and skipped.
-      if (!(r instanceof Response)) throw new TypeError(`setResponse takes a Response, not ${r === null ? 'null' : typeof r}`);
+      // Anything else is the plugin's bug: thrown in its hook, which is logged and skipped. Told
+      // by its shape, not its class: the server adapter's, undici's and the runtime's Response
+      // classes are all Responses here.
+      if (!isResponse(r)) throw new TypeError(`setResponse takes a Response, not ${r === null ? 'null' : typeof r}`);
       if (r === res) return;
       if (res) replaced.push(res);
       res = mutable(r);
@@ -80,15 +82,29 @@ export function userHooks(hooks: Hooks): Stage | null {
   };
 }
 
+const isResponse = (r: unknown): r is Response =>
+  typeof r === 'object' &&
+  r !== null &&
+  typeof (r as Response).status === 'number' &&
+  typeof (r as Response).headers?.get === 'function' &&
+  typeof (r as Response).headers.set === 'function';
+
+/** Headers that describe the bytes as they came over a wire, not the body as a Response reads it. */
+const WIRE_HEADERS = ['content-encoding', 'content-length', 'transfer-encoding'];
+
 /**
  * `r` with headers the gateway can add to: `Response.redirect()` and a `fetch()` answer have
  * immutable ones, which the request id and Server-Timing could not be set on (a 500 instead).
+ * The copy drops the wire headers: a `fetch()` answer's body is already decoded, so its
+ * `content-encoding: gzip` and `content-length` would make it unreadable.
  */
 function mutable(r: Response): Response {
   try {
     r.headers.set('x-request-id', r.headers.get('x-request-id') ?? '');
     return r;
   } catch {
-    return new Response(r.body, { status: r.status, statusText: r.statusText, headers: r.headers });
+    const headers = new Headers(r.headers);
+    for (const h of WIRE_HEADERS) headers.delete(h);
+    return new Response(r.body, { status: r.status, statusText: r.statusText, headers });
   }
 }
