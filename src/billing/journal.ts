@@ -14,7 +14,7 @@
  * landed is safe: a settle is idempotent per hold id in every store. A write that failed part
  * way (a full disk) may leave a torn last line: the next change rewrites the file whole.
  */
-import { closeSync, existsSync, fsyncSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SettleRequest } from '../stores/types.js';
 import { forget, JournalLock, orphans } from './journal-lock.js';
@@ -187,18 +187,27 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
    */
   const append = (req: SettleRequest) => {
     if (!torn) {
+      let fd: number | null = null;
+      let size = -1;
       try {
-        const fd = openSync(path, 'a', 0o600);
-        try {
-          writeAll(fd, `${encode(req)}\n`);
-          fsyncSync(fd);
-        } finally {
-          closeSync(fd);
-        }
+        fd = openSync(path, 'a', 0o600);
+        size = fstatSync(fd).size;
+        writeAll(fd, `${encode(req)}\n`);
+        fsyncSync(fd);
         lines++;
         return;
       } catch {
-        torn = true;
+        // What the failed write left (part of the line, or all of it unflushed) is cut off: a
+        // settle its caller is told was not kept must not be replayed later. When even that
+        // fails, the next change rewrites the file whole.
+        try {
+          if (fd !== null && size >= 0) ftruncateSync(fd, size);
+          else torn = true;
+        } catch {
+          torn = true;
+        }
+      } finally {
+        if (fd !== null) closeSync(fd);
       }
     }
     write();
@@ -254,7 +263,10 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
   return {
     add(req) {
       const id = idOf(req);
-      const had = pending.has(id);
+      const before = pending.get(id);
+      const had = before !== undefined;
+      // Kept already, unchanged (a replay that failed again keeps what it read): on disk as it is.
+      if (had && !torn && encode(before) === encode(req)) return;
       pending.set(id, req);
       try {
         if (had) write();

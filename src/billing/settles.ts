@@ -14,6 +14,20 @@ const FIRST_RETRY_MS = 100;
 const MAX_RETRY_MS = 30_000;
 
 const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
+
+/** How often a settle the store takes may set the kept ones trying again before their backoff. */
+const WAKE_EVERY_MS = 1_000;
+/** Kept settles tried at once (after an outage, or at shutdown): a store's pool is not swamped. */
+const AT_ONCE = 8;
+
+/** `fn` over `items`, at most AT_ONCE running at a time; resolves when all are done. */
+async function inTurns<T>(items: readonly T[], fn: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  const worker = async () => {
+    while (next < items.length) await fn(items[next++]!);
+  };
+  await Promise.all(Array.from({ length: Math.min(AT_ONCE, items.length) }, worker));
+}
 const errMessage = (err: unknown) => (err instanceof Error ? err.message : String(err));
 
 /**
@@ -33,6 +47,7 @@ export class SettleWriter {
   /** Per kept settle: tries it now instead of at its next backoff tick (the running try, if one is). */
   private readonly tryNow = new Map<string, () => Promise<void>>();
   private disposed = false;
+  private wokeAt = 0;
   private readonly replay: Promise<unknown>;
 
   constructor(
@@ -71,7 +86,9 @@ export class SettleWriter {
       if (r.settled) this.billed(req, r);
       // The store answers again: settles kept during its outage land now, not at their next
       // backoff tick (up to 30 s away), so the books and /key have them as soon as they can.
-      if (this.retrying.size) this.wake();
+      // At most once a second: a part of the store still down (one shard) is not asked again
+      // for every settle another part takes.
+      if (this.retrying.size && Date.now() - this.wokeAt >= WAKE_EVERY_MS) this.wake();
       return;
     } catch (err) {
       failure = err;
@@ -128,9 +145,10 @@ export class SettleWriter {
     return true;
   }
 
-  /** Tries every kept settle now. */
+  /** Tries the kept settles now, a few at a time. */
   private wake(): void {
-    for (const now of [...this.tryNow.values()]) void now();
+    this.wokeAt = Date.now();
+    void inTurns([...this.tryNow.values()], (now) => now());
   }
 
   /**
@@ -180,7 +198,7 @@ export class SettleWriter {
         cost: req.cost.toString(),
       });
     if (first && !(await this.land(first))) for (const req of [first, ...rest]) stillKept(req);
-    else await Promise.all(rest.map(async (req) => (await this.land(req)) || stillKept(req)));
+    else await inTurns(rest, async (req) => void ((await this.land(req)) || stillKept(req)));
     // Settles still unlanded stay in the journal's file, for the next instance to take at once.
     try {
       this.journal.close();

@@ -15,6 +15,7 @@ import { jobView, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js
 import type { JobRecord } from '../stores/types.js';
 import { upstreamError } from '../upstream/answer-errors.js';
 import { sleep } from '../upstream/sleep.js';
+import { isStoreUnavailable } from '../stores/errors.js';
 import { releaseCall, settleImages } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
 import { refuseIfClosed } from '../billing/billed-call.js';
@@ -193,8 +194,12 @@ async function asJob(
       return;
     }
     const failed = { status: 'failed' as const, completedAt: unixSeconds(core.now()), error: { code: outcome.err.code, message: outcome.err.message } };
-    await finalUpdate(core, jobId, failed, signal);
-    await finish(outcome);
+    try {
+      await finalUpdate(core, jobId, failed, signal);
+    } finally {
+      // Released whether or not the job's end could be written: nothing was produced.
+      await finish(outcome);
+    }
   });
   const view = jobView(job);
   return json(202, view, { location: `/v1/images/${jobId}` });
@@ -204,7 +209,8 @@ async function asJob(
  * Writes an image job's end, tried again while the store refuses it: a billed job whose images
  * were never written would be adopted as lost ("nothing was charged") and its images thrown
  * away. Meanwhile the job stays this instance's (its ownership is renewed while it is
- * tracked), so no instance adopts it. Given up only when the instance stops.
+ * tracked), so no instance adopts it. Given up when the instance stops, or on an error that
+ * is not the store being unreachable.
  */
 async function finalUpdate(core: Services, jobId: string, patch: Partial<JobRecord>, signal: AbortSignal): Promise<JobRecord | null> {
   let wait = 250;
@@ -212,7 +218,8 @@ async function finalUpdate(core: Services, jobId: string, patch: Partial<JobReco
     try {
       return await core.stores.jobs.update(jobId, patch, UNFINISHED);
     } catch (err) {
-      if (signal.aborted) throw err;
+      // Only an unreachable store is waited out; any other refusal would refuse every try.
+      if (signal.aborted || !isStoreUnavailable(err)) throw err;
       core.log.warn({ msg: 'image job update failed; tried again', job_id: jobId, err: err instanceof Error ? err.message : String(err) });
       await sleep(wait, signal).catch(() => undefined);
       wait = Math.min(wait * 2, 5_000);

@@ -6,6 +6,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Gateway } from '../../src/gateway.js';
+import { StoreUnavailableError } from '../../src/stores/errors.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
 import { chargesOf } from '../helpers/billing.js';
@@ -24,7 +25,7 @@ beforeAll(async () => {
   stores.jobs.update = async (id, patch, when) => {
     if ((patch.status === 'completed' || patch.status === 'failed') && endsRefused > 0) {
       endsRefused--;
-      throw new Error('store unreachable (test)');
+      throw new StoreUnavailableError('store unreachable (test)');
     }
     return update(id, patch, when);
   };

@@ -208,4 +208,19 @@ describe('settle journal: appended, compacted', () => {
     // The landed ones may come too: a settle is idempotent per hold id in every store.
     expect(ids.every((id) => /^b[0-4]$/.test(id))).toBe(true);
   });
+
+  it('a settle kept already, added again unchanged (a replay that failed again), writes nothing', () => {
+    const dir = tempDir();
+    const j = fast(dir);
+    for (let i = 0; i < 3; i++) j.add(settleRequest(`c${i}`, 1n));
+    const file = join(dir, jsonl(dir)[0]!);
+    const before = { ino: statSync(file).ino, text: readFileSync(file, 'utf8') };
+    for (let i = 0; i < 3; i++) j.add(settleRequest(`c${i}`, 1n));
+    expect(statSync(file).ino).toBe(before.ino);
+    expect(readFileSync(file, 'utf8')).toBe(before.text);
+    // Changed, it is written (the whole file, the settle once).
+    j.add(settleRequest('c1', 2n));
+    const lines = readFileSync(file, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { holdId: string; cost: string });
+    expect(lines.filter((l) => l.holdId === 'c1')).toEqual([expect.objectContaining({ cost: '2' })]);
+  });
 });

@@ -23,16 +23,24 @@ afterEach(() => {
 });
 
 
-/** The memory billing store behind an outage switch, counting the settles it was asked for. */
+/**
+ * The memory billing store behind an outage switch, counting the settles it was asked for;
+ * `downFor` makes only one account's settles fail (a shard of the store down).
+ */
 function switchedStore() {
   const real = createMemoryStores().billing;
-  const state = { down: false, settleCalls: 0 };
+  const state = { down: false, downFor: null as string | null, settleCalls: 0, refusedFor: 0 };
   const billing = new Proxy(real, {
     get(target, prop, receiver) {
       const v = Reflect.get(target, prop, receiver) as unknown;
       if (typeof v !== 'function') return v;
       return (...args: unknown[]) => {
         if (prop === 'settle') state.settleCalls++;
+        const account = (args[0] as { accountId?: string } | undefined)?.accountId;
+        if (prop === 'settle' && state.downFor !== null && account === state.downFor) {
+          state.refusedFor++;
+          return Promise.reject(new StoreUnavailableError('shard down (test switch)'));
+        }
         if (state.down) return Promise.reject(new StoreUnavailableError('store down (test switch)'));
         return (v as (...a: unknown[]) => unknown).apply(target, args);
       };
@@ -102,5 +110,19 @@ describe('settles kept through a store outage', () => {
     await writer.dispose();
     expect(await spent(real)).toBe(10n);
     expect(journal.entries()).toHaveLength(0);
+  });
+
+  it("with one part of the store still down, the others' settles do not set its kept ones trying again each time", async () => {
+    const { billing, state } = switchedStore();
+    const { writer } = writerOn(billing);
+    state.downFor = 'shard-b';
+    for (let i = 0; i < 20; i++) await writer.write({ ...settleRequest(`b${i}`, 1n), accountId: 'shard-b' });
+    expect(writer.pending()).toBe(20);
+    const before = state.refusedFor;
+    for (let i = 0; i < 200; i++) await writer.write(settleRequest(`a${i}`, 1n));
+    await sleep(50);
+    // One wake (20 tries) and their own backoff, not 20 tries per settle taken (4,000).
+    expect(state.refusedFor - before).toBeLessThanOrEqual(60);
+    expect(writer.pending()).toBe(20);
   });
 });
