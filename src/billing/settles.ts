@@ -19,6 +19,8 @@ const idOf = (req: SettleRequest) => `${req.accountId}\u0000${req.holdId}`;
 const WAKE_EVERY_MS = 1_000;
 /** Kept settles tried at once (after an outage, or at shutdown): a store's pool is not swamped. */
 const AT_ONCE = 8;
+/** The longest a spend report waits for its account's kept settles to land. */
+const LAND_FOR_WAIT_MS = 1_000;
 
 /** `fn` over `items`, at most AT_ONCE running at a time; resolves when all are done. */
 async function inTurns<T>(items: readonly T[], fn: (item: T) => Promise<void>): Promise<void> {
@@ -153,12 +155,20 @@ export class SettleWriter {
 
   /**
    * Tries once more, now, the kept settles of `accountId`, so a report of its spend read next
-   * includes every charge the store can take; resolves when those tries are over.
+   * includes every charge the store can take; resolves when those tries are over, or after
+   * `LAND_FOR_WAIT_MS` (a store still down does not hold the report up for its timeouts; the
+   * tries go on).
    */
   async landFor(accountId: string): Promise<void> {
-    const tries: Array<Promise<void>> = [];
-    for (const [id, req] of this.retrying) if (req.accountId === accountId) tries.push(this.tryNow.get(id)?.() ?? Promise.resolve());
-    await Promise.all(tries);
+    const mine: Array<() => Promise<void>> = [];
+    for (const [id, req] of this.retrying) {
+      const now = req.accountId === accountId ? this.tryNow.get(id) : undefined;
+      if (now) mine.push(now);
+    }
+    if (mine.length === 0) return;
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([inTurns(mine, (now) => now()), new Promise<void>((r) => (timer = setTimeout(r, LAND_FOR_WAIT_MS)))]);
+    clearTimeout(timer);
   }
 
   /** One try of a kept settle; true once it is in the store (or was already). */
