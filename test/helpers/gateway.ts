@@ -211,3 +211,23 @@ export function sseData(text: string): string[] {
     )
     .filter((d) => d.length > 0);
 }
+
+/**
+ * Runs `fn` against a gateway with `plugins`, over the upstream at `upstreamUrl` (the test
+ * config's key and account), and closes it after.
+ */
+export async function withPluginGateway<T>(
+  upstreamUrl: string,
+  plugins: NonNullable<GatewayOptions['plugins']>,
+  fn: (gw: RunningGateway, key: string, account: string) => Promise<T>,
+  timeoutMs?: number,
+): Promise<T> {
+  const { options, devKey, account } = testConfig({ upstreamUrl, ...(timeoutMs ? { timeoutMs } : {}) });
+  const gw = await startGateway({ ...options, plugins });
+  try {
+    return await fn(gw, devKey, account);
+  } finally {
+    await gw.close();
+  }
+}
+
