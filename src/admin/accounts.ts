@@ -173,6 +173,13 @@ async function refuseOverfull(core: Services, accountId: string, amount: bigint,
   }
 }
 
+/**
+ * The forms of the ids the gateway gives its charges' ledger entries: request ids, batch line
+ * ids, image and video job ids. A credit never takes one, so an id names one ledger entry (an
+ * operator refunding `req_…` would otherwise give the refund the charge's own id).
+ */
+const CHARGE_ID = /^(?:req|batch_req|img|video)_/;
+
 type AccountMethods = Pick<Admin, 'createAccount' | 'listAccounts' | 'topUp' | 'wallet' | 'setGrants' | 'setAccountBudgets' | 'credit'>;
 
 function accountMethods(core: Services, hooks: { forgetGrants(accountId: string): void }): AccountMethods {
@@ -220,7 +227,22 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       const negative = typeof amountUsd === 'number' ? amountUsd < 0 || Object.is(amountUsd, -0) : amountUsd.trim().startsWith('-');
       const amount = usdOf('amountUsd', typeof amountUsd === 'number' ? Math.abs(amountUsd) : amountUsd.trim().slice(negative ? 1 : 0));
       if (amount === 0n) throw new AdminError('amountUsd: must not be zero');
-      if (!negative) await refuseOverfull(core, accountId, amount, 'amountUsd');
+      if (id !== undefined && CHARGE_ID.test(id)) {
+        throw new AdminError(`id: ${JSON.stringify(id.slice(0, 80))} has the form of the gateway's charge ids (a request, batch line or job): a ledger entry's id names one entry; give the credit its own (e.g. "refund-${id.slice(0, 40)}")`, 'id');
+      }
+      if (!negative) {
+        try {
+          await refuseOverfull(core, accountId, amount, 'amountUsd');
+        } catch (err) {
+          // A retry of a credit that was applied is told so, as every retry is: the ceiling
+          // refuses only a credit that would be new.
+          if (id !== undefined && (await stores.billing.creditApplied?.(accountId, id))) {
+            const w = await stores.billing.wallet(accountId);
+            return { id, applied: false, balanceUsd: formatUsd(w.balance) };
+          }
+          throw err;
+        }
+      }
       const creditId = id ?? `cr_${randomBase62(20)}`;
       const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });
       return { id: creditId, applied: r.applied, balanceUsd: formatUsd(r.balance) };

@@ -304,6 +304,12 @@ export interface BillingStore {
    * model ""). It touches no key's spend. Operators' top-ups and adjustments go through it.
    */
   credit(req: CreditRequest): Promise<CreditResult>;
+  /**
+   * Optional (every built-in driver has it): whether the credit id was applied to the account
+   * already. A retried credit the wallet's ceiling would refuse as new is told `applied: false`
+   * with it, as any retry is; without it, such a retry is refused.
+   */
+  creditApplied?(accountId: string, creditId: string): Promise<boolean>;
   wallet(accountId: string): Promise<WalletView>;
   keyUsage(accountId: string, keyId: string, month: string): Promise<KeyUsage>;
   /**

@@ -149,6 +149,22 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       // Spending from it, or an adjustment down, is never refused by that bound.
       expect((await api('POST', '/accounts/full/adjustments', { amountUsd: '-1', reason: 'down' })).status).toBe(201);
       await expect(gw.gateway.admin.topUp('full', '1.000000001')).rejects.toThrow(/^usd: a wallet holds at most 9007199\.254740991 USD/);
+      // A retried credit near that ceiling is told it was applied already, as any retry is; it
+      // is not refused as if it were new (the operator would think it failed).
+      expect((await api('POST', '/accounts', { id: 'whale', walletUsd: '9000000' })).status).toBe(201);
+      const wire = { amountUsd: '5000', reason: 'wire', id: 'wire-1' };
+      expect((await api('POST', '/accounts/whale/credits', wire)).json).toMatchObject({ id: 'wire-1', applied: true, balanceUsd: '9005000' });
+      const again = await api('POST', '/accounts/whale/credits', wire);
+      expect(again.status).toBe(201);
+      expect(again.json).toMatchObject({ id: 'wire-1', applied: false, balanceUsd: '9005000' });
+      // A new credit past the ceiling is still refused.
+      expect((await api('POST', '/accounts/whale/credits', { ...wire, id: 'wire-2' })).status).toBe(400);
+      // A credit never takes the form of a charge's id (a request, batch line or job): a
+      // refund of req_… named req_… would give two ledger entries one id.
+      const named = await api('POST', '/accounts/whale/credits', { amountUsd: '1', reason: 'refund', id: 'req_01a228fa0fe1753eb8dba918f966bb49' });
+      expect(named.status).toBe(400);
+      expect(named.json.error).toMatchObject({ code: 'invalid_request', param: 'id' });
+      expect((await api('POST', '/accounts/whale/credits', { amountUsd: '1', reason: 'refund', id: 'refund-req_01a2' })).json.applied).toBe(true);
       // An account a body names that does not exist is 404 naming that field.
       const noAccount = await api('POST', '/keys', { account: 'nope' });
       expect(noAccount.status).toBe(404);

@@ -399,6 +399,11 @@ export function billingSuite(name: string, make: MakeStores): void {
       const a = await account(stores, 100n);
       const up = await billing().credit({ accountId: a.accountId, creditId: 'c1', amount: 50n, reason: 'invoice 7', at: 1_000 });
       expect(up).toEqual({ applied: true, balance: 150n });
+      // Whether a credit id was applied reads per account: the same id elsewhere is not it.
+      const other = await account(stores, 0n);
+      expect(await billing().creditApplied!(a.accountId, 'c1')).toBe(true);
+      expect(await billing().creditApplied!(a.accountId, 'c9')).toBe(false);
+      expect(await billing().creditApplied!(other.accountId, 'c1')).toBe(false);
       expect(await billing().credit({ accountId: a.accountId, creditId: 'c1', amount: 50n, reason: 'again', at: 1_001 })).toEqual({
         applied: false,
         balance: 150n,

@@ -254,6 +254,10 @@ export class MemoryBilling implements BillingStore {
     return this.creditNow(req);
   }
 
+  async creditApplied(accountId: string, creditId: string): Promise<boolean> {
+    return this.credited.has(`${accountId}\u0000${creditId}`);
+  }
+
   /**
    * The credit step, synchronous, so the account store can credit an opening balance in the
    * same step as it creates the account.

@@ -239,6 +239,15 @@ class PostgresBilling implements BillingStore {
     return { applied: r?.o_applied === true, balance: big(r?.o_balance) };
   }
 
+  async creditApplied(accountId: string, creditId: string): Promise<boolean> {
+    const r = await this.ctx.one<{ applied: boolean }>(
+      'creditApplied',
+      `SELECT EXISTS (SELECT 1 FROM ${this.s}.ledger WHERE account_id = $1 AND hold_id = 'credit:' || $2) AS applied`,
+      [accountId, creditId],
+    );
+    return r?.applied === true;
+  }
+
   async wallet(accountId: string): Promise<WalletView> {
     const r = await this.ctx.one<{ balance: bigint; held: bigint }>(
       'wallet',

@@ -204,6 +204,10 @@ class RedisBilling implements BillingStore {
     return { applied: int(reply[0]) === 1, balance: big(reply[1]) };
   }
 
+  async creditApplied(accountId: string, creditId: string): Promise<boolean> {
+    return (await this.ctx.run('creditApplied', () => this.ctx.client.exists(creditMarker(this.ctx, accountId, creditId)))) === 1;
+  }
+
   async wallet(accountId: string): Promise<WalletView> {
     await this.upgrade.ensure();
     const k = accountKeys(this.ctx, accountId);

@@ -43,6 +43,8 @@ const KEY_HELD = `((SELECT coalesce(sum(amount), 0) FROM hold_totals WHERE accou
 /** Every statement billing runs, prepared once per store. */
 function prepareStatements(ctx: SqliteContext) {
   return {
+    // A credit id takes the ledger's hold-id slot as "credit:<id>" (credit.ts).
+    creditApplied: ctx.prepare('SELECT 1 FROM ledger WHERE account_id = ? AND hold_id = ?'),
     // What a hold decides on, in one statement (each statement is a round through the
     // driver): the hold id's own open row, the balance and what the account's open holds
     // hold; with a monthly cap also the key's month spend and what its open holds hold.
@@ -241,6 +243,10 @@ class SqliteBilling implements BillingStore {
 
   async credit(req: CreditRequest): Promise<CreditResult> {
     return this.ctx.write('credit', () => this.creditStep(req));
+  }
+
+  async creditApplied(accountId: string, creditId: string): Promise<boolean> {
+    return this.ctx.read('creditApplied', () => this.q.creditApplied.get(accountId, `credit:${creditId}`) !== undefined);
   }
 
   async wallet(accountId: string): Promise<WalletView> {
