@@ -306,6 +306,10 @@ export function createMeter(deps: MeterDeps): Meter {
       await billing.renewHold(call.accountId, call.id, ttlMs);
     },
     async release(call) {
+      // A settle of this hold kept through a store outage closes it when it lands: released
+      // first, the hold id would be closed and the kept charge taken as a late one (nothing).
+      // A batch's end releases every line it ran, and a line's settle may still be kept then.
+      if (settles.keeps(call.accountId, call.id)) return;
       try {
         await billing.release(call.accountId, call.id);
       } catch (err) {

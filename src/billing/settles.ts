@@ -76,6 +76,11 @@ export class SettleWriter {
   }
 
   /** Settles not yet in the store. */
+  /** Whether a settle of this hold is kept (waiting for the store): it closes the hold when it lands. */
+  keeps(accountId: string, holdId: string): boolean {
+    return this.retrying.has(`${accountId}\u0000${holdId}`);
+  }
+
   pending(): number {
     return this.retrying.size;
   }
