@@ -10,10 +10,10 @@ const line = '{"custom_id":"a","method":"POST","url":"/v1/chat/completions","bod
 const bytes = new TextEncoder().encode(`${line}\n`);
 
 describe('a line that repeats a key in one object', () => {
-  it('is refused when the batch is created, naming the line', () => {
-    expect(() => readBatchInput(bytes, '/v1/chat/completions', true)).toThrow(/Line 1.*repeats the key "model"/);
+  it('is refused when the batch is created, naming the line', async () => {
+    await expect(readBatchInput(bytes, '/v1/chat/completions', true)).rejects.toThrow(/Line 1.*repeats the key "model"/);
   });
-  it('is read as JSON.parse reads it when an accepted batch runs', () => {
-    expect(readBatchInput(bytes, '/v1/chat/completions').map((l) => l.body.model)).toEqual(['n']);
+  it('is read as JSON.parse reads it when an accepted batch runs', async () => {
+    expect((await readBatchInput(bytes, '/v1/chat/completions')).map((l) => l.body.model)).toEqual(['n']);
   });
 });

@@ -20,7 +20,7 @@ import { createEmbeddings } from '../embeddings.js';
 import { createResponse } from '../responses.js';
 import { asksPricedTier } from '../shared.js';
 import type { PlannedOperation } from '../text.js';
-import { type BatchInputLine, lineContext, lineError, readBatchInput } from './input.js';
+import { type BatchInputLine, lineContext, lineError, readBatchInput, slicer } from './input.js';
 import { batchView, newBatchId } from './views.js';
 import { liveFileContent } from './files.js';
 import { shownId } from '../../auth/keys.js';
@@ -118,9 +118,14 @@ export async function createBatch(core: Services, ctx: RequestContext): Promise<
   const op = BATCH_ENDPOINTS[endpoint]!;
   const file = await liveFileContent(core, ctx.key.accountId, inputFileId);
   if (!file) throw new GatewayError('not_found', `No such File object: ${shownId(inputFileId)}`, { param: 'input_file_id' });
-  const lines = readBatchInput(file, endpoint, true);
+  const lines = await readBatchInput(file, endpoint, true);
   const planned: PlannedLine[] = [];
-  for (const l of lines) planned.push(await planLine(core, ctx, op, endpoint, l));
+  const pause = slicer();
+  for (const l of lines) {
+    planned.push(await planLine(core, ctx, op, endpoint, l));
+    const paused = pause();
+    if (paused) await paused;
+  }
 
   let id = newBatchId();
   const models = planned.map((p) => p.model);

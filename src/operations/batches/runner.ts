@@ -93,7 +93,7 @@ export function createBatchRunner(core: Services): BatchRunner {
     };
     const { batch } = e;
     const [key, input] = await Promise.all([stores.keys.get(batch.keyId), stores.batches.fileContent(batch.accountId, batch.inputFileId)]);
-    const lines = input ? readBatchInput(input, batch.endpoint) : [];
+    const lines = input ? await readBatchInput(input, batch.endpoint) : [];
     // Known before any way out: when the batch is over, what its unrun lines hold is released.
     // Without its input (deleted while the batch ran) the lines are found by their holds.
     e.customIds = input
