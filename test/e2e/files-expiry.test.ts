@@ -6,7 +6,8 @@
  */
 import OpenAI, { toFile } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { MODEL, type RunningGateway, startGateway, testConfig } from '../helpers/gateway.js';
+import { createMemoryStores } from '../../src/stores/memory/index.js';
+import { ACCOUNT, MODEL, type RunningGateway, startGateway, testConfig } from '../helpers/gateway.js';
 
 let clock = 1_800_000_000_000;
 let gw: RunningGateway;
@@ -54,6 +55,35 @@ describe('a file that expires', () => {
     for await (const f of openai.files.list({ limit: 1 })) seen.push(f.id);
     for (const id of kept) expect(seen).toContain(id);
     expect(seen).toHaveLength(new Set(seen).size);
+  });
+
+  it('a list past thousands of expired files reads the store a few times, not once per page size', async () => {
+    const stores = createMemoryStores();
+    const list = stores.batches.listFiles.bind(stores.batches);
+    let reads = 0;
+    stores.batches.listFiles = (accountId, page) => {
+      reads++;
+      return list(accountId, page);
+    };
+    const setup = testConfig();
+    const own = await startGateway({ ...setup.options, stores, now: () => clock });
+    try {
+      const client = new OpenAI({ apiKey: setup.devKey, baseURL: own.baseURL, maxRetries: 0 });
+      const kept = (await client.files.create({ file: await toFile(Buffer.from(line), 'in.jsonl'), purpose: 'batch' })).id;
+      const createdAt = Math.floor(clock / 1000);
+      for (let i = 0; i < 3_000; i++) {
+        const id = `file-expired${i}`;
+        await stores.batches.putFile({ id, accountId: ACCOUNT, purpose: 'batch', filename: 'x.jsonl', bytes: 1, createdAt: createdAt + 1, expiresAt: createdAt + 3_600 }, new Uint8Array([10]));
+      }
+      clock += 3_600_000;
+      const page = await client.files.list({ limit: 1 });
+      expect(page.data.map((f) => f.id)).toEqual([kept]);
+      expect(page.has_more).toBe(false);
+      // 2, 8, 32, 128, 512, 2,048, then up to 10,000 at a time: 7 reads (one of 2 each: 1,500).
+      expect(reads).toBeLessThanOrEqual(7);
+    } finally {
+      await own.close();
+    }
   });
 
   it('a bad anchor or lifetime is a 400 naming the field', async () => {
