@@ -225,6 +225,23 @@ it('sets a key’s model allow-list, tokens per minute and daily budget, and an 
     expect((await gw.gateway.admin.getKey(keyId))?.tokensPerMinute).toBeNull();
     expect((await postChat(gw.baseURL, secret, { model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 5 })).status).toBe(200);
 
+    // An empty allow-list (no model at all, set through the API) reads as such, and a change of
+    // another limit in the row leaves it: before, the empty input was sent as "every model".
+    await gw.gateway.admin.setKeyLimits(keyId, { models: [] });
+    // The page keeps its sign-in: reloaded, it reads the key again.
+    await page.reload();
+    await page.waitForSelector('body[data-loaded]');
+    await page.click('#accounts tr[data-account="limits-co"]');
+    await page.waitForFunction((id) => document.querySelector(`#keys tr[data-key="${id}"] td.limits`)?.textContent?.includes('models: none'), keyId);
+    await row.locator('input.tpm').fill('5000');
+    await row.locator('button.set-limits').click();
+    await expect.poll(async () => (await gw.gateway.admin.getKey(keyId))?.tokensPerMinute).toBe(5000);
+    expect((await gw.gateway.admin.getKey(keyId))?.models).toEqual([]);
+    await page.waitForFunction((id) => document.querySelector(`#keys tr[data-key="${id}"] td.limits`)?.textContent?.includes('tpm: 5000'), keyId);
+    await row.locator('input.models').fill(MODEL);
+    await row.locator('button.set-limits').click();
+    await expect.poll(async () => (await gw.gateway.admin.getKey(keyId))?.models).toEqual([MODEL]);
+
     // Each change went through the admin API, so the change log has it.
     const changes = JSON.stringify((await adminGet('/changes?limit=20')).data);
     expect(changes).toContain('/budgets');

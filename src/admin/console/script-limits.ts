@@ -33,7 +33,7 @@ export const SCRIPT_LIMITS = `
 
   /** A key's limits in words, for the keys table. */
   function limitsText(k) {
-    return 'models: ' + (k.kind === 'agent' ? k.model : (k.models ? k.models.join(', ') : 'all')) +
+    return 'models: ' + (k.kind === 'agent' ? k.model : (k.models ? (k.models.length ? k.models.join(', ') : 'none') : 'all')) +
       '; tpm: ' + (k.tokensPerMinute === null || k.tokensPerMinute === undefined ? 'default' : k.tokensPerMinute) +
       '; budgets: ' + (budgetsText(k.budgets) || 'none');
   }
@@ -45,14 +45,17 @@ export const SCRIPT_LIMITS = `
   }
 
   /**
-   * The key row's limits cell: the current limits and inputs that replace them all through
+   * The key row's limits cell: the current limits and inputs that replace them through
    * PUT /keys/{id}/limits (an agent key keeps its one model, so it has no allow-list input).
    */
   function limitsCell(tr, k) {
     var td = cell(tr, limitsText(k));
     td.className = 'limits';
     var row = document.createElement('div'); row.className = 'row';
-    var models = k.kind === 'agent' ? null : limitsInput('models', 'all models', (k.models || []).join(', '), 16);
+    // The allow-list is sent only when its text was changed: an empty input means every model,
+    // and a key allowed none (an empty list, set through the API) shows an empty one too.
+    var shownModels = (k.models || []).join(', ');
+    var models = k.kind === 'agent' ? null : limitsInput('models', k.models && !k.models.length ? 'no model' : 'all models', shownModels, 16);
     var tpm = limitsInput('tpm', 'default tpm', k.tokensPerMinute === null || k.tokensPerMinute === undefined ? '' : String(k.tokensPerMinute), 8);
     var budgets = limitsInput('budgets', 'e.g. 5/day', budgetsText(k.budgets), 14);
     if (models) row.appendChild(models);
@@ -61,7 +64,7 @@ export const SCRIPT_LIMITS = `
       var body;
       try {
         body = { tokensPerMinute: tpm.value.trim() === '' ? null : parseTokensPerMinute(tpm.value.trim()), budgets: parseBudgets(budgets.value) };
-        if (models) body.models = parseModels(models.value);
+        if (models && models.value !== shownModels) body.models = parseModels(models.value);
       } catch (err) { notice(err.message); return; }
       change('PUT', '/keys/' + enc(k.id) + '/limits', body);
     }));
