@@ -275,6 +275,7 @@ function keyMethods(core: Services): KeyMethods {
       core.auth.forget(key.digest);
     },
     async listKeys(accountId) {
+      await requireAccount(core, accountId, 'account');
       return (await stores.keys.listByAccount(accountId)).map(keyView);
     },
     async getKey(id) {

@@ -9,8 +9,9 @@ export function checkId(field: string, id: string): void {
   if (!ENTITY_ID.test(id)) throw new AdminError(`${field}: must be 1-64 letters, digits, "_", "-" or ".", and not "." or ".."; got ${JSON.stringify(id.slice(0, 80))}`);
 }
 
-export async function requireAccount(core: Services, id: string) {
+/** The account `id`, or a 404 naming `param` (the field that named it). */
+export async function requireAccount(core: Services, id: string, param?: string) {
   const account = await core.stores.accounts.get(id);
-  if (!account) throw new AdminError(`No account "${shownId(id)}".`);
+  if (!account) throw new AdminError(`No account "${shownId(id)}".`, param);
   return account;
 }

@@ -106,12 +106,10 @@ export async function runAdminCommand(a: Admin, command: string, values: Command
     }
     case 'keys limits': {
       const id = need(values.id, 'id');
-      // The cap first: a key that does not exist is refused before anything else changes.
-      if (flags.cap !== undefined) {
-        const view = await a.setMonthlyCap(id, flags.cap);
-        if (Object.keys(limits).length === 0) return view;
-      }
-      return a.setKeyLimits(id, limits);
+      // The limits first: refused (a key that does not exist, an allow-list for an agent key),
+      // nothing changed. The cap, its flag checked already, can then only fail with the store.
+      const view = Object.keys(limits).length > 0 || flags.cap === undefined ? await a.setKeyLimits(id, limits) : null;
+      return flags.cap !== undefined ? a.setMonthlyCap(id, flags.cap) : view;
     }
     case 'keys disable':
       await a.disableKey(need(values.id, 'id'));

@@ -169,6 +169,13 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       const noAccount = await api('POST', '/keys', { account: 'nope' });
       expect(noAccount.status).toBe(404);
       expect(noAccount.json.error).toMatchObject({ code: 'not_found', param: 'account' });
+      // So is one a query names: the field is the query's `account`, not a path's `id`.
+      for (const path of ['/ledger?account=nope', '/usage?account=nope', '/audit?account=nope', '/ledger/latest?account=nope', '/keys?account=nope']) {
+        const r = await api('GET', path);
+        expect(r.status, path).toBe(404);
+        expect(r.json.error, path).toMatchObject({ code: 'not_found', param: 'account' });
+      }
+      await expect(gw.gateway.admin.listKeys('nope')).rejects.toMatchObject({ param: 'account' });
       expect((await api('POST', '/accounts', '{not json')).json.error.code).toBe('invalid_json');
       expect((await api('GET', '/ledger?account=acme&from=yesterday')).status).toBe(400);
       expect((await api('GET', '/nowhere')).status).toBe(404);

@@ -60,4 +60,22 @@ describe('CLI: limits beyond the monthly cap', () => {
     const none = await cli('accounts', 'budgets', '--config', config, '--id', 'team');
     expect(none.stderr).toMatch(/^missing --budget/);
   });
+
+  it('changes nothing when part of a change is refused, and lists no keys of an account that does not exist', async () => {
+    const agent = await cli('keys', 'create', '--config', config, '--account', 'team', '--kind', 'agent', '--model', 'acme/chat', '--monthly-cap', '2');
+    expect(agent.stderr).toBe('');
+    const { id } = JSON.parse(agent.stdout) as { id: string };
+    // An agent key is pinned to its one model: the allow-list is refused, and the cap given
+    // with it is not set either.
+    const refused = await cli('keys', 'limits', '--config', config, '--id', id, '--monthly-cap', '0.7', '--models', 'acme/*');
+    expect(refused.code).toBe(1);
+    expect(refused.stderr).toMatch(/agent key is pinned/);
+    const listed = JSON.parse((await cli('keys', 'list', '--config', config, '--account', 'team')).stdout) as Record<string, unknown>[];
+    expect(listed.find((k) => k.id === id)).toMatchObject({ monthlyCapUsd: '2' });
+    const both = await cli('keys', 'limits', '--config', config, '--id', id, '--monthly-cap', '0.7', '--tpm', '900');
+    expect(JSON.parse(both.stdout)).toMatchObject({ monthlyCapUsd: '0.7', tokensPerMinute: 900 });
+    const nobody = await cli('keys', 'list', '--config', config, '--account', 'nope');
+    expect(nobody.code).toBe(1);
+    expect(nobody.stderr).toMatch(/No account "nope"/);
+  });
 });

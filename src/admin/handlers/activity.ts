@@ -41,7 +41,7 @@ export function books(x: AdminContext): Books {
 
 /** A query's account and times: the account must exist; ages ("24h") count back from now. */
 export async function filterOf(x: AdminContext, q: { account?: string | undefined; from?: string | undefined; to?: string | undefined }) {
-  if (q.account !== undefined) await x.account(q.account);
+  if (q.account !== undefined) await x.account(q.account, 'account');
   const now = x.core.now();
   return {
     ...(q.account === undefined ? {} : { account: q.account }),
@@ -123,6 +123,6 @@ export async function getJob(x: AdminContext, c: Call) {
 /** The audit of the books: every account's, or one (404 when it does not exist). */
 export async function audit(x: AdminContext, c: Call<undefined, typeof S.auditQuery>) {
   const account = c.query.account;
-  if (account !== undefined) await x.account(account);
+  if (account !== undefined) await x.account(account, 'account');
   return x.admin.audit(account === undefined ? {} : { account });
 }

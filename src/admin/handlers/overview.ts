@@ -15,6 +15,6 @@ export async function overview(x: AdminContext, c: Call<undefined, typeof S.over
 
 /** The latest entries, newest first: the store reads only those, however long the ledger is. */
 export async function latestLedger(x: AdminContext, c: Call<undefined, typeof S.latestLedgerQuery>) {
-  await x.account(c.query.account);
+  await x.account(c.query.account, 'account');
   return { object: 'list', data: (await x.stores.billing.latestLedger(c.query.account, c.query.limit)).map(entryView) };
 }
