@@ -51,17 +51,17 @@ export function createBatchRunner(core: Services): BatchRunner {
   const seconds = () => Math.floor(core.now() / 1000);
 
   const release = async (batch: BatchRecord, customIds: readonly string[]) => {
-    // Only the lines that never ran: one that ran is recorded, and its settle closes its hold,
-    // also one kept through an outage in some instance's journal (this one's, or one that
-    // stopped and replays it on restart); released first, that settle would land on a closed
-    // id and charge nothing. The record unread, every line is released (this instance's kept
-    // settles are never released).
-    const ran = await stores.batches.lines(batch.accountId, batch.id).then(
-      (lines) => new Set(lines.map((l) => l.customId)),
+    // Not the lines answered: one recorded as answered was billed, and its settle closes its
+    // hold, also one kept through an outage in some instance's journal (this one's, or one
+    // that stopped and replays it on restart); released first, that settle would land on a
+    // closed id and charge nothing. The record unread, every line is released (this
+    // instance's kept settles are never released).
+    const billed = await stores.batches.lines(batch.accountId, batch.id).then(
+      (lines) => new Set(lines.filter((l) => l.ok).map((l) => l.customId)),
       () => null,
     );
-    const unrun = ran ? customIds.filter((c) => !ran.has(c)) : customIds;
-    await releaseBatchLines(core.meter, batch, unrun).catch((err: unknown) =>
+    const unbilled = billed ? customIds.filter((c) => !billed.has(c)) : customIds;
+    await releaseBatchLines(core.meter, batch, unbilled).catch((err: unknown) =>
       log.warn({ msg: 'releasing a batch’s lines failed; their holds lapse on their own', batch_id: batch.id, err }),
     );
   };
