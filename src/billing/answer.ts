@@ -23,6 +23,18 @@ export interface AnswerAccount {
    */
   outputAfterUsage?(): boolean;
   /**
+   * Output the last usage report is known to leave out while it counts the rest (Gemini's
+   * report without `candidatesTokenCount` counts only the thinking, not the visible output):
+   * billed on top of the report, counted. Absent or empty: the report counts all it covers.
+   */
+  unreported?(): OutputCount;
+  /**
+   * True when the upstream's own answer says it failed (a Responses answer whose status is
+   * `failed`, its terminal `response.failed`): billed as an answer the upstream cut, what it
+   * produced and no more; with nothing produced, its hold is released.
+   */
+  failed?(): boolean;
+  /**
    * True once the answer's content ended (a finish or stop reason) while its usage may still
    * follow: a client that leaves now still pays that usage. Absent: a reader that does not tell.
    */
@@ -32,4 +44,34 @@ export interface AnswerAccount {
 /** A plain answer's account: usage and output read from the whole body at once. */
 export function plainAccount(usage: Usage | null, output: () => OutputCount, tools?: Record<string, number> | null): AnswerAccount {
   return { usage, output, tools: () => tools ?? null, outputAfterUsage: () => false };
+}
+
+/**
+ * `account` with the priced hosted tool calls `tools` says: everything else is the account's
+ * own, read through (a copy of some fields would lose what the others say of the report).
+ */
+export function withTools(account: AnswerAccount, tools: () => Record<string, number> | null): AnswerAccount {
+  const out: AnswerAccount = {
+    get usage() {
+      return account.usage;
+    },
+    output: () => account.output(),
+    tools,
+    outputAfterUsage: () => account.outputAfterUsage?.() === true,
+    unreported: () => account.unreported?.() ?? { text: '', mediaBytes: 0 },
+    failed: () => account.failed?.() === true,
+  };
+  if (account.answered) out.answered = () => account.answered!();
+  return out;
+}
+
+/**
+ * The usage of an answer whose report accounts for all of it (a whole answer's final report:
+ * no output after it, none it leaves out, not a failure), else null: what the response cache
+ * keeps and bills its hits by.
+ */
+export function finalUsage(account: AnswerAccount): Usage | null {
+  const u = account.unreported?.();
+  if (!account.usage || account.outputAfterUsage?.() || account.failed?.() || (u && (u.text !== '' || u.mediaBytes > 0))) return null;
+  return account.usage;
 }

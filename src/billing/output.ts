@@ -50,6 +50,14 @@ const MEDIA = new Set(['data', 'b64_json', 'partial_image_b64']);
 
 const isBlob = (s: string) => s.startsWith('data:') || (s.length >= MIN_BLOB && BASE64.test(s));
 
+/**
+ * Fields whose object is a tool call's arguments as the model wrote them (Anthropic's
+ * `tool_use.input`, Gemini's `functionCall.args`): counted as their JSON text, as the same
+ * arguments are when they come as a string. Their keys, numbers and punctuation are output
+ * too; read leaf by leaf, a thousand tokens of numbers would count as none.
+ */
+const STRUCTURED_ARGUMENTS = new Set(['input', 'args', 'arguments']);
+
 /** Adds every output string of `value` (any depth) to `into`; `key` is the field it came in. */
 export function collectOutput(value: unknown, into: OutputCount, depth = 0, key = ''): void {
   if (typeof value === 'string') {
@@ -59,6 +67,12 @@ export function collectOutput(value: unknown, into: OutputCount, depth = 0, key 
   }
   // Nesting deeper than any provider's output is not output; JSON parsing already bounds it.
   if (!value || typeof value !== 'object' || depth > 32) return;
+  if (STRUCTURED_ARGUMENTS.has(key)) {
+    // A streamed call's opening `{}` (its arguments follow as text deltas) is no output.
+    const text = JSON.stringify(value);
+    if (text !== '{}' && text !== '[]') into.text += text;
+    return;
+  }
   if (Array.isArray(value)) {
     for (const v of value) collectOutput(v, into, depth + 1, key);
     return;

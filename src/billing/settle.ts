@@ -41,9 +41,14 @@ export interface AnswerEnd {
  *   provider read it, and may have cached it): from its usage when it came, else the count.
  *   Only an upstream that failed before producing anything is not paid: its hold is released.
  * - A report of zero prompt tokens for a prompt is not final either: the prompt is counted.
+ * - A report known to leave part of the output out (Gemini's count of the thinking alone) is
+ *   billed what it counts plus the count of the output it left out.
+ * - An answer the upstream says failed (Responses' `response.failed`) is one it cut.
  */
-export function settleAnswer(call: BilledCall, account: AnswerAccount, end: AnswerEnd): Promise<void> {
+export function settleAnswer(call: BilledCall, account: AnswerAccount, given: AnswerEnd): Promise<void> {
   const { usage } = account;
+  // An answer the upstream itself says failed ended as one it cut, whatever its end marker.
+  const end: AnswerEnd = account.failed?.() ? { ...given, complete: false, cause: 'upstream' } : given;
   // Hosted tool calls are billed per call beside the tokens, however the tokens are measured.
   const tools = account.tools?.() ?? null;
   const toolCalls = tools ? { tools } : {};
@@ -54,6 +59,13 @@ export function settleAnswer(call: BilledCall, account: AnswerAccount, end: Answ
   // A report of no prompt tokens for a request that had a prompt is no count (every provider
   // bills its input, cached or not): the prompt is counted instead, whatever the upstream kind.
   const promptless = usage !== null && usage.prompt === 0 && end.promptTokens() > 0;
+  // A report that leaves part of the output out (it counts only the thinking) is billed what
+  // it counts plus the count of the rest: the two cover different output, so neither bounds it.
+  const unreported = usage && !promptless ? account.unreported?.() : undefined;
+  if (usage && unreported && (unreported.text !== '' || unreported.mediaBytes > 0)) {
+    const completion = usage.completion + outputTokens(unreported, (t) => end.tokenizer.count(t));
+    return call.bill({ kind: 'tokens', ...usage, completion, ...toolCalls }, 'tokenizer', upstream);
+  }
   if (usage && !promptless && end.complete && !account.outputAfterUsage?.() && (usage.completion > 0 || produced() === 0)) {
     return call.bill({ kind: 'tokens', ...usage, ...toolCalls }, 'usage', upstream);
   }

@@ -3,7 +3,7 @@
  * out: the reader is unchanged otherwise. The entry is written once the answer is complete and
  * settled, before its last frames go out (see `StreamCall.complete`).
  */
-import type { AnswerAccount } from '../billing/answer.js';
+import { type AnswerAccount, finalUsage } from '../billing/answer.js';
 import { type EventReader, overReader } from '../upstream/stream/reader.js';
 import { SseParser } from '../upstream/stream/sse.js';
 import type { CacheTicket } from './cache.js';
@@ -23,8 +23,8 @@ export function tapReader(reader: EventReader, collector: Collector): EventReade
  * after the report), since a hit is priced from that usage; otherwise the next call misses.
  */
 export function storeStream(ticket: CacheTicket, collector: Collector, account: AnswerAccount): Promise<void> {
-  const usage = account.usage;
-  if (!usage || account.outputAfterUsage?.()) return Promise.resolve();
+  const usage = finalUsage(account);
+  if (!usage) return Promise.resolve();
   const body = collector.body(usage);
   return body ? ticket.store({ body, usage, tools: account.tools?.() ?? null }) : Promise.resolve();
 }

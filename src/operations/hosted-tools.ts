@@ -6,6 +6,7 @@
  * tool is held at its most calls (`max_tool_calls`, else 10) and billed per call the upstream
  * reports in the answer's output items.
  */
+import { withTools } from '../billing/answer.js';
 import type { Model } from '../catalog/catalog.js';
 import { GatewayError } from '../errors.js';
 import { type EventReader, overReader } from '../upstream/stream/reader.js';
@@ -124,9 +125,6 @@ export class ToolCallCounter {
 /** The reader with the hosted tool calls counted beside it added to what its stream produced. */
 export function withToolCalls(reader: EventReader, calls: () => Record<string, number> | null): EventReader {
   return overReader(reader, {
-    produced() {
-      const p = reader.produced();
-      return { usage: p.usage, output: () => p.output(), tools: calls, ...(p.outputAfterUsage ? { outputAfterUsage: p.outputAfterUsage } : {}) };
-    },
+    produced: () => withTools(reader.produced(), calls),
   });
 }

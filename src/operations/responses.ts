@@ -162,6 +162,7 @@ export const createResponse = textOperation({
           output: () => responseOutput(answer.output),
           tools: calls.calls(),
           remember: () => owner(answer.id),
+          failed: answer.status === 'failed',
         };
       },
     };
@@ -200,6 +201,7 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
   let usage: Usage | null = null;
   const produced = new ResponsesOutput();
   let done = false;
+  let failed = false;
   let answered = false;
   let sequence = 0;
   return {
@@ -217,6 +219,7 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
       const response = event.response as Record<string, unknown> | undefined;
       if (TERMINAL.has(type)) {
         done = true;
+        failed = type === 'response.failed';
         usage = usageOf(response?.usage, 'input_tokens', 'output_tokens');
       }
       // The client sees the model it called, not the upstream's name for it.
@@ -233,6 +236,7 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
         return usage;
       },
       output: () => produced.total(),
+      failed: () => failed,
     },
     endFrame: null,
     // Responses' own error event, carrying the gateway's envelope (`error`) as well, so SDKs

@@ -6,7 +6,7 @@
  */
 import { openTokenCall, refuseIfClosed, tokenHoldCost, type BilledCall, type TokenHold } from '../billing/billed-call.js';
 import { estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
-import { type AnswerAccount, plainAccount } from '../billing/answer.js';
+import { type AnswerAccount, finalUsage, plainAccount, withTools } from '../billing/answer.js';
 import { noOutput } from '../billing/output.js';
 import { releaseCall, settleAnswer } from '../billing/settle.js';
 import type { Model } from '../catalog/catalog.js';
@@ -286,11 +286,14 @@ async function plainAnswer(
   }
   refuseIfClosed(call);
   const native = translated();
-  const account = native ? plainAccount(native.usage, () => native.output(), read.tools) : plainAccount(read.usage, read.output, read.tools);
+  // A translated answer keeps its own reading of its usage (whether the report is final, what
+  // it leaves out); the hosted tools are read from the translation.
+  const account = native ? withTools(native, () => read.tools ?? null) : { ...plainAccount(read.usage, read.output, read.tools), failed: () => read.failed === true };
   await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
   await read.remember?.();
   // Kept once paid for, before the client has it: the next identical request is a hit.
-  if (keep && account.usage) await keep({ body: answer, usage: account.usage, tools: account.tools?.() ?? null });
+  const final = finalUsage(account);
+  if (keep && final) await keep({ body: answer, usage: final, tools: account.tools?.() ?? null });
   // The output guardrails rewrite the client's copy only: what was billed is the answer as it came.
   const guarded = guard ? await guard.answer(text) : null;
   return jsonText(200, guarded ?? text, headers);

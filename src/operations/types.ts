@@ -66,6 +66,8 @@ export interface TextPlan {
     output(): OutputCount;
     tools?: Record<string, number> | null;
     remember?: () => Promise<void>;
+    /** The answer says it failed (see AnswerAccount.failed). */
+    failed?: boolean;
   };
 }
 

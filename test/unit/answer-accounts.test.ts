@@ -5,6 +5,7 @@
  * usage go unread.
  */
 import { describe, expect, it } from 'vitest';
+import { finalUsage } from '../../src/billing/answer.js';
 import { outputTokens } from '../../src/billing/output.js';
 import { ChatAccount } from '../../src/upstream/answers/chat.js';
 import { GeminiAccount, geminiAnswerAccount } from '../../src/upstream/answers/gemini.js';
@@ -64,26 +65,31 @@ describe('GeminiAccount.answered', () => {
 
 describe('Gemini usage without candidatesTokenCount', () => {
   // Gemini leaves the count out when nothing visible was written: with visible output, a report
-  // that counts only the thoughts is not final (the settle then counts what was produced).
+  // that counts only the thoughts leaves that output out (the settle bills it on top, counted).
   const thoughtsOnly = { promptTokenCount: 10, thoughtsTokenCount: 5 };
-  it('a stream whose last report leaves it out after visible text is not final; one that counts it is', () => {
+  const visible = 'A long visible answer';
+  it('a stream whose last report leaves it out after visible text leaves that text unreported; one that counts it does not', () => {
     const a = new GeminiAccount();
-    a.read({ candidates: [candidate(0, 'A long visible answer', 'STOP')], usageMetadata: thoughtsOnly });
+    a.read({ candidates: [{ index: 0, content: { parts: [{ text: 'hmm', thought: true }] } }] });
+    a.read({ candidates: [candidate(0, visible, 'STOP')], usageMetadata: thoughtsOnly });
     expect(a.usage).toMatchObject({ prompt: 10, completion: 5 });
-    expect(a.outputAfterUsage()).toBe(true);
+    // The thought's own text is in the report's thinking: only the visible text is left out.
+    expect(a.unreported()).toEqual({ text: visible, mediaBytes: 0 });
+    expect(finalUsage(a)).toBeNull();
     const b = new GeminiAccount();
-    b.read({ candidates: [candidate(0, 'A long visible answer', 'STOP')], usageMetadata: { ...thoughtsOnly, candidatesTokenCount: 4 } });
-    expect(b.outputAfterUsage()).toBe(false);
+    b.read({ candidates: [candidate(0, visible, 'STOP')], usageMetadata: { ...thoughtsOnly, candidatesTokenCount: 4 } });
+    expect(b.unreported()).toEqual({ text: '', mediaBytes: 0 });
+    expect(finalUsage(b)).toMatchObject({ completion: 9 });
     // Only thoughts written: leaving the count out is Gemini's way of saying zero.
     const c = new GeminiAccount();
     c.read({ candidates: [{ index: 0, content: { parts: [{ text: 'hmm', thought: true }] }, finishReason: 'STOP' }], usageMetadata: thoughtsOnly });
-    expect(c.outputAfterUsage()).toBe(false);
+    expect(c.unreported()).toEqual({ text: '', mediaBytes: 0 });
   });
 
   it('a plain answer likewise', () => {
-    const answer = (usageMetadata: object) => geminiAnswerAccount({ candidates: [candidate(0, 'A long visible answer', 'STOP')], usageMetadata });
-    expect(answer(thoughtsOnly).outputAfterUsage?.()).toBe(true);
-    expect(answer({ ...thoughtsOnly, candidatesTokenCount: 4 }).outputAfterUsage?.()).toBe(false);
+    const answer = (usageMetadata: object) => geminiAnswerAccount({ candidates: [candidate(0, visible, 'STOP')], usageMetadata });
+    expect(answer(thoughtsOnly).unreported?.()).toEqual({ text: visible, mediaBytes: 0 });
+    expect(answer({ ...thoughtsOnly, candidatesTokenCount: 4 }).unreported?.()).toBeUndefined();
   });
 });
 
@@ -123,6 +129,6 @@ describe('MessagesAccount.output', () => {
     expect(outputTokens(whole.output(), (t) => t.length)).toBe(4);
     // A plain Message (read when it reports no usage) likewise; a tool's input keeps every field.
     const plain = messagesAnswer({ content: [{ type: 'thinking', thinking: 'Hmm.', signature }, { type: 'tool_use', id: 't1', name: 'sign', input: { signature: 'Ann' } }] });
-    expect(plain.output()).toEqual({ text: 'Hmm.signAnn', mediaBytes: 0 });
+    expect(plain.output()).toEqual({ text: 'Hmm.sign{"signature":"Ann"}', mediaBytes: 0 });
   });
 });

@@ -218,7 +218,7 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
     try {
       const read = plan.answer(answer);
       const call = lineCall(core, b, customId, plan.model);
-      await settleAnswer(call, plainAccount(read.usage, read.output, read.tools), { complete: true, upstream: b.upstream!, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
+      await settleAnswer(call, { ...plainAccount(read.usage, read.output, read.tools), failed: () => read.failed === true }, { complete: true, upstream: b.upstream!, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
       // What the gateway keeps of an answer (who owns a response id) is kept, as for a direct call.
       await read.remember?.();
       // The client sees the model it named, not the upstream's name for it.

@@ -29,57 +29,53 @@ export function geminiUsage(meta: unknown): Usage | null {
   });
 }
 
-/** The output of a Gemini answer's (or event's) candidates: every part but a thought's signature. */
-function candidatesOutput(candidates: unknown, into: OutputCount): OutputCount {
+/**
+ * The output of a Gemini answer's (or event's) candidates: every part but a thought's
+ * signature into `into`, and the visible parts alone (not thoughts) into `visible`.
+ */
+function candidatesOutput(candidates: unknown, into: OutputCount, visible?: OutputCount): OutputCount {
   for (const c of Array.isArray(candidates) ? candidates : []) {
     const parts = isObject(c) && isObject(c.content) ? c.content.parts : undefined;
     for (const part of Array.isArray(parts) ? parts : []) {
       if (!isObject(part)) continue;
-      const { thoughtSignature: _signature, thought: _flag, ...output } = part;
+      const { thoughtSignature: _signature, thought, ...output } = part;
       collectOutput(output, into);
+      if (visible && thought !== true) collectOutput(output, visible);
     }
   }
   return into;
 }
 
-/** Whether the candidates carry output that is not a thought (text, a call, inline data). */
-function visibleOutput(candidates: unknown): boolean {
-  for (const c of Array.isArray(candidates) ? candidates : []) {
-    const parts = isObject(c) && isObject(c.content) ? c.content.parts : undefined;
-    for (const part of Array.isArray(parts) ? parts : []) {
-      if (!isObject(part) || part.thought === true) continue;
-      if (Object.entries(part).some(([k, v]) => k !== 'thoughtSignature' && v !== '' && v !== undefined && v !== null)) return true;
-    }
-  }
-  return false;
-}
-
 /**
  * A report without `candidatesTokenCount` counts only the thoughts: Gemini leaves the field out
- * when the answer has no visible output, so with visible output it did not count it. Such a
- * report is not final: the settle counts what was produced (keeping the report's prompt).
+ * when the answer has no visible output, so with visible output it did not count it. That
+ * output is billed on top of the report, counted (the report's thinking is not in the text).
  */
 const countsNoCandidates = (meta: unknown) => isObject(meta) && meta.candidatesTokenCount === undefined;
 
+const isEmpty = (c: OutputCount) => c.text === '' && c.mediaBytes === 0;
+
 /** A plain `generateContent` answer's account. */
 export function geminiAnswerAccount(body: Record<string, unknown>): AnswerAccount {
-  const account = plainAccount(geminiUsage(body.usageMetadata), () => candidatesOutput(body.candidates, noOutput()));
-  const uncounted = account.usage !== null && countsNoCandidates(body.usageMetadata) && visibleOutput(body.candidates);
-  return uncounted ? { ...account, outputAfterUsage: () => true } : account;
+  const visible = noOutput();
+  const all = candidatesOutput(body.candidates, noOutput(), visible);
+  const account = plainAccount(geminiUsage(body.usageMetadata), () => all);
+  const uncounted = account.usage !== null && countsNoCandidates(body.usageMetadata) && !isEmpty(visible);
+  return uncounted ? { ...account, unreported: () => visible } : account;
 }
 
 /** A Gemini stream's account, fed each parsed event. */
 export class GeminiAccount extends RunningAccount {
-  private visible = false;
+  /** The visible output so far (every part but thoughts). */
+  private readonly visible = noOutput();
   private lastCountsNoCandidates = false;
 
-  override outputAfterUsage(): boolean {
-    return super.outputAfterUsage() || (this.usage !== null && this.lastCountsNoCandidates && this.visible);
+  unreported(): OutputCount {
+    return this.usage !== null && this.lastCountsNoCandidates ? this.visible : noOutput();
   }
 
   read(event: Record<string, unknown>): void {
-    this.addCount(candidatesOutput(event.candidates, noOutput()));
-    if (!this.visible && visibleOutput(event.candidates)) this.visible = true;
+    this.addCount(candidatesOutput(event.candidates, noOutput(), this.visible));
     const usage = geminiUsage(event.usageMetadata);
     if (usage) this.lastCountsNoCandidates = countsNoCandidates(event.usageMetadata);
     // Every candidate's finish reason, or a blocked prompt, ends the content (the usage may
