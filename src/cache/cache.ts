@@ -128,7 +128,13 @@ export function createResponseCache(top: CacheConfig | null, models: ReadonlyArr
           // An answer too deep to encode again is not kept (it already went out, paid for).
           const value = JSON.stringify({ body: entry.body, usage: entry.usage, tools: entry.tools ?? null });
           const bytes = Buffer.byteLength(value);
-          if (bytes > req.settings.maxEntryBytes) return;
+          if (bytes > req.settings.maxEntryBytes) {
+            // Too large to keep, it still replaces what was kept under its key (a refresh must
+            // not leave the old answer there): a value over the bound given drops the entry
+            // and is not stored.
+            await entries.put(req.accountId, key, value, req.settings.ttlSeconds * 1000, req.settings.maxEntryBytes);
+            return;
+          }
           await entries.put(req.accountId, key, value, req.settings.ttlSeconds * 1000, req.settings.maxBytesPerAccount);
           count(req.accountId, req.model, (t) => (t.storedBytes += bytes));
         } catch (err) {

@@ -310,8 +310,8 @@ export interface ResponseCacheStore {
   /**
    * Stores `value` under `key` (replacing any entry there) for `ttlMs`, counted against
    * `account`'s bytes: the account's oldest entries are evicted until its total fits
-   * `maxBytes`; a value larger than `maxBytes` alone is not stored. Atomic per account: the
-   * total never stays past the cap.
+   * `maxBytes`; a value larger than `maxBytes` alone is not stored (and the entry it replaces
+   * is dropped all the same). Atomic per account: the total never stays past the cap.
    */
   put(account: string, key: string, value: string, ttlMs: number, maxBytes: number): Promise<void>;
   /** Drops every entry (only `account`'s when given); resolves with how many were dropped. */

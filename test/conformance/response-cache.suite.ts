@@ -59,6 +59,10 @@ export function responseCacheSuite(name: string, make: MakeStores): void {
       await cache().put(account, big, 'y'.repeat(cap), 60_000, cap);
       expect(await cache().get(big)).toBeNull();
       expect((await cache().get(keys[2]!))?.value).toBe(value);
+      // One over the cap stored under a kept entry's key drops that entry: it replaced it.
+      await cache().put(account, keys[2]!, 'y'.repeat(cap), 60_000, cap);
+      expect(await cache().get(keys[2]!)).toBeNull();
+      expect((await cache().get(keys[1]!))?.value).toBe(value);
     });
 
     it("a purge drops one account's entries, or every entry", async () => {

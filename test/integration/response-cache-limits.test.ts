@@ -27,6 +27,7 @@ describe('response cache and limits', () => {
   const brandKey = testKey();
   const smallKey = testKey();
   const tinyKey = testKey();
+  const refreshKey = testKey();
   const oldKey = testKey();
   beforeAll(async () => {
     up = await startTestUpstream();
@@ -45,6 +46,7 @@ describe('response cache and limits', () => {
         { key: brandKey, account: ACCOUNT },
         { key: smallKey, account: ACCOUNT },
         { key: tinyKey, account: ACCOUNT },
+        { key: refreshKey, account: ACCOUNT },
         { key: oldKey, account: ACCOUNT },
       ],
       brands: [{ id: 'kettleco', account: ACCOUNT, name: 'KettleCo', description: 'Kettles', voice: 'Speak like a kettle.' }],
@@ -163,6 +165,17 @@ describe('response cache and limits', () => {
     const small = { ...body, messages: [{ role: 'user', content: 'tiny' }] };
     expect((await postChat(gw.baseURL, tinyKey, small)).headers.get('x-cache')).toBe('MISS');
     expect((await postChat(gw.baseURL, tinyKey, small)).headers.get('x-cache')).toBe('HIT');
+    // A refresh (no-cache) whose answer is too large to keep replaces the kept one all the same:
+    // the next request misses, not served the old answer.
+    const kept = { ...body, messages: [{ role: 'user', content: 'refreshed' }] };
+    expect((await postChat(gw.baseURL, refreshKey, kept)).headers.get('x-cache')).toBe('MISS');
+    up.setBehavior({ kind: 'json', content: 'x'.repeat(800) });
+    const fresh = await postChat(gw.baseURL, refreshKey, kept, { headers: { authorization: `Bearer ${refreshKey}`, 'content-type': 'application/json', 'cache-control': 'no-cache' } });
+    expect(fresh.headers.get('x-cache')).toBe('MISS');
+    up.setBehavior({ kind: 'json', content: 'new' });
+    const next = await postChat(gw.baseURL, refreshKey, kept);
+    expect(next.headers.get('x-cache')).toBe('MISS');
+    expect((await next.json()).choices[0].message.content).toBe('new');
   });
 
   it('an entry kept before entries counted hosted tool calls is a miss: it may have made a priced call', async () => {
