@@ -129,11 +129,15 @@ export function guardAnswer(format: OutputFormat, answer: Json, checkText: TextC
 /** Every text of a plain answer (what a plugin's onOutput hook is shown). */
 export function answerTexts(format: OutputFormat, answer: Json): string[] {
   const out: string[] = [];
-  if (format === 'chat' || format === 'completions') {
+  if (format === 'chat') {
+    // Every text the client reads of a message, as guardAnswer reads them: the reasoning a
+    // provider shows and a refusal too, not only the content.
     for (const c of Array.isArray(answer.choices) ? answer.choices : []) {
-      const text = isObject(c) ? (format === 'chat' ? (isObject(c.message) ? c.message.content : undefined) : c.text) : undefined;
-      if (typeof text === 'string') out.push(text);
+      const message = isObject(c) && isObject(c.message) ? c.message : null;
+      for (const field of [...CHAT_SIDE_TEXTS, 'content']) if (message && typeof message[field] === 'string' && message[field] !== '') out.push(message[field]);
     }
+  } else if (format === 'completions') {
+    for (const c of Array.isArray(answer.choices) ? answer.choices : []) if (isObject(c) && typeof c.text === 'string') out.push(c.text);
   } else if (format === 'responses') {
     for (const item of Array.isArray(answer.output) ? answer.output : []) {
       for (const part of isObject(item) && Array.isArray(item.content) ? item.content : []) if (isObject(part) && part.type === 'output_text' && typeof part.text === 'string') out.push(part.text);

@@ -68,7 +68,8 @@ export class ResponsesRewrite {
     }
     if (type === 'response.content_part.done' && isObject(event.part)) {
       const text = this.part(event.part, key);
-      return text === null ? asIs(type, data) : typed({ ...event, part: { ...event.part, text } });
+      // Its log probabilities go with the text they spell: the rewritten part carries none.
+      return text === null ? asIs(type, data) : typed({ ...event, part: withoutLogprobs({ ...event.part, text }) });
     }
     if (type === 'response.output_item.done' && isObject(event.item)) return typed({ ...event, item: this.item(event.item, event.output_index) });
     return asIs(type, data);

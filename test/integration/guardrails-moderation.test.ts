@@ -129,6 +129,21 @@ describe('a moderation guardrail', () => {
     expect(checks(entries)).toHaveLength(2);
   });
 
+  it("judges every text of the answer the client reads: a chat message's reasoning and its refusal too", async () => {
+    for (const side of ['reasoning_content', 'refusal']) {
+      up.setBehavior({
+        kind: 'json',
+        body: { id: 'c', object: 'chat.completion', created: 1, model: 'up', choices: [{ index: 0, message: { role: 'assistant', content: 'fine answer', [side]: 'secret FLAGME thoughts' }, finish_reason: 'stop' }], usage: { prompt_tokens: 5, completion_tokens: 9, total_tokens: 14 } },
+      });
+      mod.requests.length = 0;
+      const { res, body } = await chat(ACCOUNT, 'Think first.');
+      expect(res.status).toBe(200);
+      expect(mod.requests.at(-1)?.body?.input, side).toEqual(['secret FLAGME thoughts', 'fine answer']);
+      expect(body.choices[0].finish_reason, side).toBe('content_filter');
+      expect(JSON.stringify(body), side).not.toContain('FLAGME');
+    }
+  });
+
   it('refuses a stream it would have to judge whole, before any model call or input check', async () => {
     const { res, body, entries } = await chat(ACCOUNT, 'Stream please.', true);
     expect(res.status).toBe(400);
