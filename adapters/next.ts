@@ -13,8 +13,10 @@
  * (`app/api/[...path]`, not `app/api/v1/[...path]`) so that it also receives /api/admin, the
  * console and its API, and the probes.
  *
- * `basePath` is everything in front of /v1 and /admin in the URL the handler sees (Next.js's
- * own `basePath` included); it is removed before the gateway routes the request.
+ * `basePath` is the route's path in front of /v1 and /admin ("/api" for app/api/[...path]);
+ * it is removed before the gateway routes the request. Next.js's own `basePath` (next.config)
+ * may be left out or included: some versions hand the route a URL with it, Next.js 16 one
+ * without it, and either is taken.
  *
  * The client address: Next.js gives a route handler no socket, so there is nothing trustworthy
  * to read by default and the choice is yours (`clientAddress` is required):
@@ -70,11 +72,26 @@ export function lastForwardedFor(request: Request): string | undefined {
   return last || undefined;
 }
 
+/** Whether `path` is `base` or under it. */
+const under = (path: string, base: string) => path === base || path.startsWith(`${base}/`);
+
 function stripBasePath(request: Request, basePath: string): Request {
   if (!basePath) return request;
   const url = new URL(request.url);
-  if (url.pathname !== basePath && !url.pathname.startsWith(`${basePath}/`)) return request;
-  url.pathname = url.pathname.slice(basePath.length) || '/';
+  // Next.js's own basePath, when this version hands it over in the URL (its NextRequest says
+  // which it is), goes first.
+  const own = (request as { nextUrl?: { basePath?: unknown } }).nextUrl?.basePath;
+  let path = url.pathname;
+  if (typeof own === 'string' && own && under(path, own)) path = path.slice(own.length) || '/';
+  // Then the longest of basePath and its tails (its leading segments dropped: Next.js's own
+  // basePath, given but not in the URL) that the path starts with.
+  let base = basePath;
+  while (base && !under(path, base)) {
+    const next = base.indexOf('/', 1);
+    base = next === -1 ? '' : base.slice(next);
+  }
+  if (!base) return request;
+  url.pathname = path.slice(base.length) || '/';
   const init: RequestInit & { duplex?: 'half' } = { method: request.method, headers: request.headers, signal: request.signal };
   if (request.body) {
     init.body = request.body;
