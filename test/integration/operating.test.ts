@@ -300,7 +300,8 @@ describe('CORS', () => {
         const res = await gateway.fetch(preflight(APP), CLIENT);
         expect(res.status).toBe(204);
         expect(res.headers.get('access-control-allow-origin')).toBe(APP);
-        expect(res.headers.get('access-control-allow-methods')).toContain('POST');
+        // The API's every method: DELETE too (files, batches, videos, stored responses).
+        expect(res.headers.get('access-control-allow-methods')?.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD', 'OPTIONS', 'POST']);
         expect(res.headers.get('access-control-allow-headers')).toBe('authorization, content-type, x-stainless-os');
         expect(res.headers.get('access-control-max-age')).toBe('600');
         expect(res.headers.get('vary')).toContain('Origin');
