@@ -279,10 +279,12 @@ async function admin(argv: string[]): Promise<void> {
 
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
-  if (argv.length === 0 || argv.includes('--help') || argv.includes('-h')) {
+  if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(`${USAGE}\n`);
     return;
   }
+  // No command is a mistake (a script that lost its arguments), told as every other one is.
+  if (argv.length === 0) throw new UsageError('no command given', true);
   await admin(argv);
 }
 

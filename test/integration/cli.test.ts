@@ -101,6 +101,11 @@ describe('command-line mistakes', () => {
     const unknown = await cli('wallets', 'show', '--config', MEMORY_CONFIG);
     expect(unknown.code).toBe(1);
     expect(unknown.stderr).toMatch(/^unknown command: wallets show\n\nusage:/);
+    // No command at all is a mistake too (a script that lost its arguments): usage on stderr, 1.
+    const none = await cli();
+    expect(none.code).toBe(1);
+    expect(none.stdout).toBe('');
+    expect(none.stderr).toMatch(/^no command given\n\nusage:/);
     expectClearError(await cli('wallet', 'show', '--config', MEMORY_CONFIG), /^missing --account/);
   });
 });
