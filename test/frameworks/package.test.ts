@@ -48,7 +48,7 @@ describe('the packed tarball', () => {
     // A copy of what the build reads, so the build never races with one in the repository.
     const source = join(dir, 'source');
     await mkdir(source);
-    for (const entry of ['package.json', 'tsconfig.json', 'tsup.config.ts', 'README.md', 'src', 'adapters']) {
+    for (const entry of ['package.json', 'tsconfig.json', 'tsup.config.ts', 'README.md', 'LICENSE', 'src', 'adapters']) {
       await cp(join(repoRoot, entry), join(source, entry), { recursive: true });
     }
     await symlink(join(repoRoot, 'node_modules'), join(source, 'node_modules'), 'dir');
@@ -76,6 +76,8 @@ describe('the packed tarball', () => {
   it('holds the build and nothing of the sources or tests', () => {
     expect(files).toContain('package.json');
     expect(files).toContain('dist/cli.js');
+    // The license package.json names ships with it.
+    expect(files).toContain('LICENSE');
     for (const name of ['index', 'express', 'fastify', 'next', 'bun', 'redis', 'sqlite', 'postgres']) {
       for (const ext of ['.js', '.cjs', '.d.ts', '.d.cts']) expect(files).toContain(`dist/${name}${ext}`);
     }
