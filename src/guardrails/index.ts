@@ -16,8 +16,8 @@ import { type Hooks, PluginHookError, modelCallHookArgs } from '../pipeline/hook
 import type { RequestContext } from '../pipeline/types.js';
 import { acted as actedOn, BlockLog, type GuardrailBlock } from './acted.js';
 import { compileGuardrail, type Guardrail } from './guardrail.js';
-import { createModeration, type ModerationDeps } from './moderation.js';
-import { type OutputGuard, outputGuard } from './output.js';
+import { createModeration, type ModerationDeps, type ReservedCheck } from './moderation.js';
+import { type OutputGuard, outputGuard, type OutputModeration } from './output.js';
 import { mapPromptTexts, promptTexts, somePromptText } from './texts.js';
 
 export type { Guardrail } from './guardrail.js';
@@ -112,18 +112,41 @@ export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hoo
   };
 }
 
-/** The output moderations covering a call: a plain answer's check, by the first that flags it. */
-function outputModeration(
-  moderations: ReturnType<typeof createModeration>[],
-  gateway: () => ModerationDeps,
-  ctx: RequestContext,
-  model: Model,
-): ((ctx: RequestContext, texts: string[]) => Promise<{ id: string; flagged: boolean } | null>) | null {
+/**
+ * The output moderations covering a call: a plain answer's check, by the first that flags it.
+ * Their holds are placed ahead (`reserve`, before the model's answer is paid for); the checks
+ * not made are given back.
+ */
+function outputModeration(moderations: ReturnType<typeof createModeration>[], gateway: () => ModerationDeps, ctx: RequestContext, model: Model): OutputModeration | null {
   const covering = moderations.filter((m) => m.covers(ctx.key.accountId, model.id));
   if (covering.length === 0) return null;
-  return async (c, texts) => {
-    for (const m of covering) if (await m.flags(gateway(), c, texts, 'output')) return { id: m.id, flagged: true };
-    return null;
+  let reserved: Array<{ id: string; check: ReservedCheck }> | null = null;
+  const releaseAll = (list: Array<{ check: ReservedCheck }>) => Promise.all(list.map((r) => r.check.release())).then(() => undefined);
+  const reserve = async () => {
+    if (reserved) return;
+    const placed: Array<{ id: string; check: ReservedCheck }> = [];
+    try {
+      for (const m of covering) placed.push({ id: m.id, check: await m.reserve(gateway(), ctx, 'output') });
+    } catch (err) {
+      // One does not fit (402): the others placed go back.
+      await releaseAll(placed);
+      throw err;
+    }
+    reserved = placed;
+  };
+  return {
+    reserve,
+    async check(texts) {
+      await reserve();
+      const list = reserved!;
+      try {
+        for (const r of list) if (await r.check.check(texts)) return { id: r.id, flagged: true };
+        return null;
+      } finally {
+        await releaseAll(list);
+      }
+    },
+    release: () => (reserved ? releaseAll(reserved) : Promise.resolve()),
   };
 }
 

@@ -37,6 +37,20 @@ export interface Moderation {
    * false).
    */
   flags(deps: ModerationDeps, ctx: RequestContext, texts: readonly string[], on: 'input' | 'output'): Promise<boolean>;
+  /**
+   * Places the hold of one check now (402 when it does not fit), to check later: an output
+   * check is held before the model's answer is paid for, so an answer paid for is never then
+   * withheld for want of money for its check.
+   */
+  reserve(deps: ModerationDeps, ctx: RequestContext, on: 'input' | 'output'): Promise<ReservedCheck>;
+}
+
+/** A check whose hold is placed: made once (`check`), or given back unmade (`release`). */
+export interface ReservedCheck {
+  /** As `flags`, on the hold placed; no text: no check, the hold released. */
+  check(texts: readonly string[]): Promise<boolean>;
+  /** Releases the hold when no check was made on it (else nothing). */
+  release(): Promise<void>;
 }
 
 export function createModeration(cfg: ModerationConfig): Moderation {
@@ -44,34 +58,54 @@ export function createModeration(cfg: ModerationConfig): Moderation {
   const accounts = cfg.accounts ? new Set(cfg.accounts) : null;
   // What the ledger names the checks' "model": the guardrail, never a catalog model.
   const model = checkModel(cfg);
+  const reserve: Moderation['reserve'] = async (deps, ctx, on) => {
+    // Its own hold and entry: the request's own charge keeps the request id.
+    const id = `${ctx.requestId}.guardrail.${cfg.id}.${on}`;
+    const call = await openAmountCall(deps, ctx, { id, model, amount: cost(pricePico, 1), unobserved: true }, `a check of the guardrail "${cfg.id}"`);
+    let used = false;
+    return {
+      async release() {
+        if (used) return;
+        used = true;
+        await releaseCall(call);
+      },
+      async check(texts) {
+        if (used) throw new Error(`the check of the guardrail "${cfg.id}" was made or released already`);
+        used = true;
+        const input = texts.filter((t) => t.length > 0);
+        if (input.length === 0) {
+          await releaseCall(call);
+          return false;
+        }
+        let flagged: boolean;
+        try {
+          flagged = await ask(deps, cfg, ctx, input);
+        } catch (err) {
+          await releaseCall(call);
+          deps.log.warn({ msg: 'moderation guardrail could not answer', guardrail: cfg.id, request_id: ctx.requestId, fail_open: cfg.failOpen, err: (err as Error).message });
+          if (cfg.failOpen) return false;
+          // An open circuit knows when a check may answer again: the client is told, as for a model.
+          const retryAfter = err instanceof GatewayError ? err.headers['retry-after'] : undefined;
+          throw new GatewayError('guardrail_unavailable', `The guardrail "${cfg.id}" could not check the ${on === 'input' ? 'request; it was not sent' : 'answer; it was withheld'}.`, {
+            metadata: { guardrail: cfg.id },
+            cause: err,
+            ...(retryAfter ? { headers: { 'retry-after': retryAfter } } : {}),
+          });
+        }
+        await settleGuardrailCheck(call, cfg.id, pricePico, cfg.upstream);
+        return flagged;
+      },
+    };
+  };
   return {
     id: cfg.id,
     on: cfg.on,
     covers: (account, modelId) => (!accounts || accounts.has(account)) && allowsModel(cfg.models, modelId),
     async flags(deps, ctx, texts, on) {
-      const input = texts.filter((t) => t.length > 0);
-      if (input.length === 0) return false;
-      // Its own hold and entry: the request's own charge keeps the request id.
-      const id = `${ctx.requestId}.guardrail.${cfg.id}.${on}`;
-      const call = await openAmountCall(deps, ctx, { id, model, amount: cost(pricePico, 1), unobserved: true }, `a check of the guardrail "${cfg.id}"`);
-      let flagged: boolean;
-      try {
-        flagged = await ask(deps, cfg, ctx, input);
-      } catch (err) {
-        await releaseCall(call);
-        deps.log.warn({ msg: 'moderation guardrail could not answer', guardrail: cfg.id, request_id: ctx.requestId, fail_open: cfg.failOpen, err: (err as Error).message });
-        if (cfg.failOpen) return false;
-        // An open circuit knows when a check may answer again: the client is told, as for a model.
-        const retryAfter = err instanceof GatewayError ? err.headers['retry-after'] : undefined;
-        throw new GatewayError('guardrail_unavailable', `The guardrail "${cfg.id}" could not check the ${on === 'input' ? 'request; it was not sent' : 'answer; it was withheld'}.`, {
-          metadata: { guardrail: cfg.id },
-          cause: err,
-          ...(retryAfter ? { headers: { 'retry-after': retryAfter } } : {}),
-        });
-      }
-      await settleGuardrailCheck(call, cfg.id, pricePico, cfg.upstream);
-      return flagged;
+      if (!texts.some((t) => t.length > 0)) return false;
+      return (await reserve(deps, ctx, on)).check(texts);
     },
+    reserve,
   };
 }
 

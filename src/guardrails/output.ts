@@ -38,10 +38,23 @@ export interface OutputGuard {
   stream(): Promise<(reader: EventReader) => EventReader>;
   /** A plain answer's JSON as the client gets it, or null when unchanged; 503 when a guardrail could not answer. */
   answer(text: string): Promise<string | null>;
+  /**
+   * Places the holds of the checks a plain answer will get (an output moderation's), before
+   * the model's answer is paid for: 402 when they do not fit, so an answer paid for is never
+   * withheld for want of money for its check.
+   */
+  prepare(): Promise<void>;
+  /** Gives back the holds of checks not made (the call failed before its answer was judged). */
+  release(): Promise<void>;
 }
 
-/** A check of a plain answer's whole text by a guardrail that asks elsewhere (moderation): whether it flags it. */
-export type AnswerCheck = (ctx: RequestContext, texts: string[]) => Promise<{ id: string; flagged: boolean } | null>;
+/** The output moderation of a plain answer: its checks held ahead, then made on the answer's texts. */
+export interface OutputModeration {
+  reserve(): Promise<void>;
+  /** By the first that flags the texts (its holds placed first if they were not). */
+  check(texts: string[]): Promise<{ id: string; flagged: boolean } | null>;
+  release(): Promise<void>;
+}
 
 export interface OutputDeps {
   guardrails: readonly Guardrail[];
@@ -49,7 +62,7 @@ export interface OutputDeps {
   log: Logger;
   blocks: BlockLog;
   /** The output moderation covering a call, when any does. */
-  moderation?: (ctx: RequestContext, model: Model) => AnswerCheck | null;
+  moderation?: (ctx: RequestContext, model: Model) => OutputModeration | null;
 }
 
 export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model, path: string): OutputGuard | null {
@@ -75,6 +88,8 @@ export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model,
     }
   };
   return {
+    prepare: () => moderation?.reserve() ?? Promise.resolve(),
+    release: () => moderation?.release() ?? Promise.resolve(),
     refuseStream,
     async stream() {
       refuseStream();
@@ -93,9 +108,9 @@ export function outputGuard(deps: OutputDeps, ctx: RequestContext, model: Model,
         else if (plugin.rewrite) checks.push((t) => ({ text: plugin.rewrite!(t), blocked: false }));
       }
       if (moderation) {
-        let verdict: Awaited<ReturnType<AnswerCheck>>;
+        let verdict: Awaited<ReturnType<OutputModeration['check']>>;
         try {
-          verdict = await moderation(ctx, texts);
+          verdict = await moderation.check(texts);
         } catch (err) {
           const id = err instanceof GatewayError && typeof err.metadata?.guardrail === 'string' ? err.metadata.guardrail : null;
           if (id) acted(ctx, id, 'unavailable', where);

@@ -83,7 +83,23 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       const ticket = await cacheTicket(core, ctx, plan, decl.path, decl.cache, () => capped(replaced ?? ready.fields(ready.model), ready.cap), guard !== null);
       if (ticket?.hit) return serveHit(core, ctx, plan, ticket, decl.cache!, fields);
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
-      const { res, served, account } = await send(core, ctx, plan, call, decl.path, bytes, replaced);
+      // A plain answer's paid checks are held with the call, before the model is asked: their
+      // refusal (402) releases the call and nothing is asked or paid for.
+      const checked = guard && !plan.stream ? guard : null;
+      try {
+        await checked?.prepare();
+      } catch (err) {
+        await releaseCall(call);
+        throw err;
+      }
+      let sent: Awaited<ReturnType<typeof send>>;
+      try {
+        sent = await send(core, ctx, plan, call, decl.path, bytes, replaced);
+      } catch (err) {
+        await checked?.release();
+        throw err;
+      }
+      const { res, served, account } = sent;
       const headers = ticket ? { ...served.deprecationHeaders, 'x-cache': ticket.state } : (served.deprecationHeaders ?? {});
       if (plan.stream) {
         // The upstream has the request: the context's copy of the body goes (undici keeps the
@@ -105,7 +121,12 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       // target gave (another model, maybe a lesser one) is not kept under it, or an outage
       // would pin the fallback's answers in the cache for its whole TTL.
       const keep = ticket?.state === 'MISS' && sameTarget(served, plan.model) ? ticket.store : null;
-      return plainAnswer(core, ctx, plan, call, res, served, headers, account, keep, guard);
+      try {
+        return await plainAnswer(core, ctx, plan, call, res, served, headers, account, keep, guard);
+      } finally {
+        // The checks the answer never got (it failed, or its client left) go back.
+        await checked?.release();
+      }
     },
   };
 }

@@ -18,6 +18,7 @@ const ERRORING = 'acct_mod_erroring';
 const SLOW = 'acct_mod_slow';
 const OPEN = 'acct_mod_open';
 const [STALL_A, STALL_B, STALL_C] = ['acct_mod_stall_a', 'acct_mod_stall_b', 'acct_mod_stall_c'];
+const POOR = 'acct_mod_poor';
 const PRICE_NANO = 1_500_000n; // 0.0015 USD a check
 
 let up: TestUpstream;
@@ -26,7 +27,7 @@ let broken: TestUpstream;
 let slow: TestUpstream;
 let stall: TestUpstream;
 let gw: RunningGateway;
-const keys: Record<string, string> = { [DOWN]: testKey(), [ERRORING]: testKey(), [SLOW]: testKey(), [OPEN]: testKey(), [STALL_A]: testKey(), [STALL_B]: testKey(), [STALL_C]: testKey() };
+const keys: Record<string, string> = { [DOWN]: testKey(), [ERRORING]: testKey(), [SLOW]: testKey(), [OPEN]: testKey(), [STALL_A]: testKey(), [STALL_B]: testKey(), [STALL_C]: testKey(), [POOR]: testKey() };
 
 beforeAll(async () => {
   [up, mod, broken, slow, stall] = await Promise.all([startTestUpstream(), startTestUpstream(), startTestUpstream(), startTestUpstream(), startTestUpstream()]);
@@ -43,6 +44,8 @@ beforeAll(async () => {
   slow.setBehavior({ kind: 'hang' });
   stall.setBehavior({ kind: 'hang' });
   const accounts = [DOWN, ERRORING, SLOW, OPEN, STALL_A, STALL_B, STALL_C].map((id) => ({ id, walletUsd: 10 }));
+  // Room for a call's worst case or its output check, not both.
+  accounts.push({ id: POOR, walletUsd: 0.01 });
   const setup = testConfig({ upstreamUrl: up.url, accounts, keys: Object.entries(keys).map(([account, key]) => ({ key, account })) });
   keys[ACCOUNT] = setup.devKey;
   const upstream = (url: string) => ({ baseUrl: url, apiKey: 'sk-moderation-key-0123456789', timeoutMs: 10_000 });
@@ -62,6 +65,7 @@ beforeAll(async () => {
     { id: 'mod-slow', ...moderation, upstream: 'slow', timeoutMs: 300, accounts: [SLOW] },
     { id: 'mod-open', ...moderation, upstream: 'down', failOpen: true, accounts: [OPEN] },
     { id: 'mod-stall', ...moderation, upstream: 'stall', timeoutMs: 200, accounts: [STALL_A, STALL_B, STALL_C] },
+    { id: 'mod-poor', ...moderation, priceUsd: '0.005', upstream: 'mod', on: ['output'], accounts: [POOR] },
   ];
   setup.options.admin = { tokenSha256: ADMIN_SHA, label: 'ops' };
   gw = await startGateway(setup.options);
@@ -142,6 +146,34 @@ describe('a moderation guardrail', () => {
       expect(body.choices[0].finish_reason, side).toBe('content_filter');
       expect(JSON.stringify(body), side).not.toContain('FLAGME');
     }
+  });
+
+  it("holds an output check with the call: one that does not fit beside it is a 402 before the model is asked, nothing paid", async () => {
+    up.setBehavior({ kind: 'json', content: 'answer text', usage: { prompt_tokens: 10, completion_tokens: 2600 } });
+    const before = await gw.stores.billing.wallet(POOR);
+    const res = await fetch(`${gw.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${keys[POOR]}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'A long one.' }], max_tokens: 3000 }),
+    });
+    expect(res.status).toBe(402);
+    expect(((await res.json()) as { error: { message: string } }).error.message).toMatch(/guardrail "mod-poor"/);
+    expect(up.requests).toHaveLength(0);
+    await eventually(async () => (await gw.stores.billing.openHolds(POOR)) === 0, 'no open hold');
+    expect(await gw.stores.billing.wallet(POOR)).toEqual(before);
+    expect((await gw.gateway.admin.ledger(POOR)).filter((e) => e.units.kind !== 'credit')).toEqual([]);
+    // A call that fits with its check is answered, and both are charged.
+    up.setBehavior({ kind: 'json', content: 'short', usage: { prompt_tokens: 10, completion_tokens: 5 } });
+    const fits = await fetch(`${gw.baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${keys[POOR]}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'A short one.' }], max_tokens: 100 }),
+    });
+    expect(fits.status).toBe(200);
+    await eventually(async () => (await gw.stores.billing.openHolds(POOR)) === 0, 'no open hold');
+    const id = fits.headers.get('x-request-id')!;
+    const entries = (await gw.gateway.admin.ledger(POOR)).filter((e) => e.id.startsWith(id));
+    expect(entries.map((e) => e.units.kind).sort()).toEqual(['guardrail', 'tokens']);
   });
 
   it('refuses a stream it would have to judge whole, before any model call or input check', async () => {
