@@ -17,6 +17,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import { acted as actedOn, BlockLog, type GuardrailBlock } from './acted.js';
 import { compileGuardrail, type Guardrail } from './guardrail.js';
 import { createModeration, type ModerationDeps, type ReservedCheck } from './moderation.js';
+import { mergeSplitTexts, someSplitText, splitTexts } from './split-texts.js';
 import { type OutputGuard, outputGuard, type OutputModeration } from './output.js';
 import { mapPromptTexts, promptTexts, somePromptText } from './texts.js';
 
@@ -85,8 +86,10 @@ export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hoo
       };
       for (const g of all) {
         if (!g.covers(ctx.key.accountId, model.id)) continue;
-        if (g.action === 'redact') apply(g.id, (f) => mapPromptTexts(f, (t) => g.redact(t)));
-        else if (somePromptText(out, (t) => g.finds(t))) {
+        // Each text alone, then the texts a message splits over parts, read as the model reads
+        // them (a run whose joined text still holds a match is made one part, redacted).
+        if (g.action === 'redact') apply(g.id, (f) => mergeSplitTexts(mapPromptTexts(f, (t) => g.redact(t)), (texts) => (g.finds(texts.join('')) ? g.redact(texts.join('')) : null)));
+        else if (somePromptText(out, (t) => g.finds(t)) || someSplitText(out, (t) => g.finds(t))) {
           acted(ctx, g.id, 'block', model, path);
           throw contentFilter(g);
         }
@@ -97,7 +100,7 @@ export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hoo
         if (!m.covers(ctx.key.accountId, model.id)) continue;
         let flagged: boolean;
         try {
-          flagged = await m.flags(gateway(), ctx, promptTexts(out), 'input');
+          flagged = await m.flags(gateway(), ctx, [...promptTexts(out), ...splitTexts(out)], 'input');
         } catch (err) {
           if (err instanceof GatewayError && err.code === 'guardrail_unavailable') acted(ctx, m.id, 'unavailable', model, path);
           throw err;

@@ -129,6 +129,26 @@ describe('PII never reaches the upstream', () => {
     }
   });
 
+  it('a text split over parts is read as the model reads it, joined: a value across two parts is redacted', async () => {
+    const cut = SENTENCE.indexOf(CARD) + 7;
+    const parts = [
+      { type: 'text', text: SENTENCE.slice(0, cut) },
+      { type: 'text', text: SENTENCE.slice(cut) },
+    ];
+    for (const [path, body] of [
+      ['/chat/completions', { model: MODEL, messages: [{ role: 'user', content: parts }] }],
+      ['/responses', { model: MODEL, input: [{ role: 'user', content: parts.map((p) => ({ ...p, type: 'input_text' })) }] }],
+    ] as const) {
+      up.requests.length = 0;
+      if (path === '/responses') up.setBehavior({ kind: 'response' });
+      const res = await post(path, body);
+      expect(res.status, path).toBe(200);
+      await res.text();
+      expectRedacted(up.requests[0]!.raw);
+      up.setBehavior({ kind: 'json', content: 'ok' });
+    }
+  });
+
   it('legacy completions: the prompt', async () => {
     up.setBehavior({ kind: 'completion' });
     const res = await post('/completions', { model: MODEL, prompt: SENTENCE, max_tokens: 20 });
@@ -312,6 +332,9 @@ describe('a block', () => {
     const cases: Array<[string, unknown]> = [
       ['/chat/completions', { model: MODEL, messages: [blocked] }],
       ['/chat/completions', { model: MODEL, stream: true, messages: [blocked] }],
+      // Split over two parts, or over a system's blocks: the model reads one text.
+      ['/chat/completions', { model: MODEL, messages: [{ role: 'user', content: [{ type: 'text', text: 'tell me about project' }, { type: 'text', text: ' nightfall' }] }] }],
+      ['/chat/completions', { model: MODEL, messages: [{ role: 'user', content: [{ type: 'text', text: 'tell me about project' }, { type: 'text', text: 'nightfall' }] }] }],
       ['/completions', { model: MODEL, prompt: ['fine', 'project nightfall'] }],
       ['/responses', { model: MODEL, input: 'PROJECT NIGHTFALL' }],
       ['/embeddings', { model: EMBED, input: 'project nightfall' }],
