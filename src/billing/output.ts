@@ -58,6 +58,37 @@ const isBlob = (s: string) => s.startsWith('data:') || (s.length >= MIN_BLOB && 
  */
 const STRUCTURED_ARGUMENTS = new Set(['input', 'args', 'arguments']);
 
+/** Deeper than any provider's output nests. */
+const MAX_DEPTH = 32;
+
+/**
+ * A tool call's arguments object as the JSON text the model wrote (keys, numbers, punctuation),
+ * to MAX_DEPTH (never JSON.stringify's own recursion, which a deep enough object overflows);
+ * an encoded blob in it counts as media, as anywhere else.
+ */
+function argumentsText(value: unknown, into: OutputCount, depth: number): void {
+  if (typeof value === 'string') {
+    if (isBlob(value)) into.mediaBytes += value.length;
+    else into.text += JSON.stringify(value);
+    return;
+  }
+  if (value === null || typeof value !== 'object') {
+    into.text += String(value);
+    return;
+  }
+  if (depth > MAX_DEPTH) return;
+  const array = Array.isArray(value);
+  into.text += array ? '[' : '{';
+  let first = true;
+  for (const [k, v] of array ? value.entries() : Object.entries(value as Record<string, unknown>)) {
+    if (!first) into.text += ',';
+    first = false;
+    if (!array) into.text += `${JSON.stringify(k)}:`;
+    argumentsText(v, into, depth + 1);
+  }
+  into.text += array ? ']' : '}';
+}
+
 /** Adds every output string of `value` (any depth) to `into`; `key` is the field it came in. */
 export function collectOutput(value: unknown, into: OutputCount, depth = 0, key = ''): void {
   if (typeof value === 'string') {
@@ -66,11 +97,10 @@ export function collectOutput(value: unknown, into: OutputCount, depth = 0, key 
     return;
   }
   // Nesting deeper than any provider's output is not output; JSON parsing already bounds it.
-  if (!value || typeof value !== 'object' || depth > 32) return;
+  if (!value || typeof value !== 'object' || depth > MAX_DEPTH) return;
   if (STRUCTURED_ARGUMENTS.has(key)) {
     // A streamed call's opening `{}` (its arguments follow as text deltas) is no output.
-    const text = JSON.stringify(value);
-    if (text !== '{}' && text !== '[]') into.text += text;
+    if (Object.keys(value).length > 0) argumentsText(value, into, depth);
     return;
   }
   if (Array.isArray(value)) {

@@ -60,10 +60,12 @@ export function settleAnswer(call: BilledCall, account: AnswerAccount, given: An
   // bills its input, cached or not): the prompt is counted instead, whatever the upstream kind.
   const promptless = usage !== null && usage.prompt === 0 && end.promptTokens() > 0;
   // A report that leaves part of the output out (it counts only the thinking) is billed what
-  // it counts plus the count of the rest: the two cover different output, so neither bounds it.
+  // it counts plus the count of the rest: the two cover different output, so neither bounds
+  // it. Never less than the count of all that was produced (a running report sent before
+  // most of a cut stream counts little of it).
   const unreported = usage && !promptless ? account.unreported?.() : undefined;
   if (usage && unreported && (unreported.text !== '' || unreported.mediaBytes > 0)) {
-    const completion = usage.completion + outputTokens(unreported, (t) => end.tokenizer.count(t));
+    const completion = Math.max(usage.completion + outputTokens(unreported, (t) => end.tokenizer.count(t)), produced());
     return call.bill({ kind: 'tokens', ...usage, completion, ...toolCalls }, 'tokenizer', upstream);
   }
   if (usage && !promptless && end.complete && !account.outputAfterUsage?.() && (usage.completion > 0 || produced() === 0)) {
