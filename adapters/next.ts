@@ -90,8 +90,9 @@ function stripBasePath(request: Request, basePath: string): Request {
     const next = base.indexOf('/', 1);
     base = next === -1 ? '' : base.slice(next);
   }
-  if (!base) return request;
-  url.pathname = path.slice(base.length) || '/';
+  const rest = base ? path.slice(base.length) || '/' : path;
+  if (rest === url.pathname) return request;
+  url.pathname = rest;
   const init: RequestInit & { duplex?: 'half' } = { method: request.method, headers: request.headers, signal: request.signal };
   if (request.body) {
     init.body = request.body;

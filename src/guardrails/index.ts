@@ -17,7 +17,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import { acted as actedOn, BlockLog, type GuardrailBlock } from './acted.js';
 import { compileGuardrail, type Guardrail } from './guardrail.js';
 import { createModeration, type ModerationDeps, type ReservedCheck } from './moderation.js';
-import { mergeSplitTexts, someSplitText, splitTexts } from './split-texts.js';
+import { joinSplitTexts, mergeSplitTexts, someSplitText } from './split-texts.js';
 import { type OutputGuard, outputGuard, type OutputModeration } from './output.js';
 import { mapPromptTexts, promptTexts, somePromptText } from './texts.js';
 
@@ -100,7 +100,8 @@ export function createGuardrails(configs: readonly GuardrailConfig[], hooks: Hoo
         if (!m.covers(ctx.key.accountId, model.id)) continue;
         let flagged: boolean;
         try {
-          flagged = await m.flags(gateway(), ctx, [...promptTexts(out), ...splitTexts(out)], 'input');
+          // A message's text parts joined, as the model reads them: each text is sent once.
+          flagged = await m.flags(gateway(), ctx, promptTexts(joinSplitTexts(out)), 'input');
         } catch (err) {
           if (err instanceof GatewayError && err.code === 'guardrail_unavailable') acted(ctx, m.id, 'unavailable', model, path);
           throw err;

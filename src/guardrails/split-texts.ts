@@ -40,14 +40,9 @@ export function someSplitText(fields: Record<string, unknown>, test: (text: stri
   return found;
 }
 
-/** The joined text of every run of adjacent text parts (what a moderation reads as one text). */
-export function splitTexts(fields: Record<string, unknown>): string[] {
-  const out: string[] = [];
-  mergeSplitTexts(fields, (texts) => {
-    out.push(texts.join(''));
-    return null;
-  });
-  return out;
+/** `fields` with every run of adjacent text parts made one part (what a moderation reads, each text once). */
+export function joinSplitTexts(fields: Record<string, unknown>): Record<string, unknown> {
+  return mergeSplitTexts(fields, (texts) => texts.join(''));
 }
 
 function mapRuns(value: unknown, merge: (texts: string[]) => string | null, depth: number): unknown {
@@ -75,7 +70,8 @@ function mapRuns(value: unknown, merge: (texts: string[]) => string | null, dept
       const run = items.slice(i, j) as TextPart[];
       const merged = merge(run.map((p) => p.text));
       if (merged !== null) {
-        out.push({ ...run[0], text: merged });
+        // Every part's other fields (a cache breakpoint on the last part stays at the run's end).
+        out.push(Object.assign({}, ...run, { text: merged }));
         changed = true;
         i = j;
         continue;

@@ -36,6 +36,13 @@ describe("toNext's basePath", () => {
     }
   });
 
+  it("takes a route at the app's root, whose basePath is Next.js's own", async () => {
+    const handlers = toNext(gateway, { basePath: '/app', clientAddress: lastForwardedFor });
+    for (const url of ['http://127.0.0.1:3000/v1/models', 'http://127.0.0.1:3000/app/v1/models']) {
+      expect((await models(handlers, url)).status, url).toBe(200);
+    }
+  });
+
   it('leaves a path outside it to the gateway as it came (its 404)', async () => {
     const res = await models(toNext(gateway, { basePath: '/api', clientAddress: lastForwardedFor }), 'http://127.0.0.1:3000/other/v1/models');
     expect(res.status).toBe(404);
