@@ -63,6 +63,11 @@ export function responseCacheSuite(name: string, make: MakeStores): void {
       await cache().put(account, keys[2]!, 'y'.repeat(cap), 60_000, cap);
       expect(await cache().get(keys[2]!)).toBeNull();
       expect((await cache().get(keys[1]!))?.value).toBe(value);
+      // Its bytes went with it: a new entry fits beside the one left, evicting nothing.
+      const next = keyOf(account);
+      await cache().put(account, next, value, 60_000, cap);
+      expect((await cache().get(keys[1]!))?.value).toBe(value);
+      expect((await cache().get(next))?.value).toBe(value);
     });
 
     it("a purge drops one account's entries, or every entry", async () => {

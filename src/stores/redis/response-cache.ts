@@ -46,6 +46,22 @@ end
 return 1
 `;
 
+/**
+ * Drops one entry and its count in the account's index. KEYS: the entry, order, sizes, total.
+ * ARGV: its member name. (Only the entry deleted, its bytes would stay in the total until its
+ * TTL, and evict the account's other entries early.)
+ */
+const DROP_LUA = `
+local b = redis.call('HGET', KEYS[3], ARGV[1])
+if b then
+  redis.call('HDEL', KEYS[3], ARGV[1])
+  redis.call('SET', KEYS[4], tonumber(redis.call('GET', KEYS[4]) or '0') - tonumber(b), 'KEEPTTL')
+end
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1
+`;
+
 /** Deletes every entry of an account and its index. KEYS: order, sizes, total. ARGV: the entry key prefix. */
 const PURGE_LUA = `
 local members = redis.call('ZRANGE', KEYS[1], 0, -1)
@@ -85,11 +101,11 @@ export function createRedisResponseCache(ctx: RedisContext): ResponseCacheStore 
       const { member } = split(key);
       const bytes = Buffer.byteLength(key) + Buffer.byteLength(value);
       const entry = ctx.account(account, `cache:${member}`);
+      const keys = [entry, ...index(account)];
       if (bytes > maxBytes) {
-        await ctx.run('cache.put', () => client.del(entry));
+        await ctx.run('cache.put', () => client.eval(DROP_LUA, keys.length, ...keys, member));
         return;
       }
-      const keys = [entry, ...index(account)];
       await ctx.run('cache.put', () => client.eval(PUT_LUA, keys.length, ...keys, value, bytes, px(ttlMs), whole(maxBytes), member, ctx.account(account, 'cache:')));
     },
     async purge(account) {
