@@ -65,22 +65,24 @@ export class SettleWriter {
 
   /** Replays journaled settles (idempotent per hold id); those that fail are retried as kept ones. */
   private replayAll(reqs: SettleRequest[]): Promise<unknown> {
+    // Kept (a release of their holds leaves them be) from now until they land.
     for (const req of reqs) this.retrying.set(idOf(req), req);
     return Promise.all(
       reqs.map(async (req) => {
-        this.retrying.delete(idOf(req));
+        if (!this.disposed && (await this.land(req))) return;
         // Replayed from the journal's files: when keeping it fails again, it stays in them for the next start.
-        if (this.disposed || !(await this.land(req))) this.keep(req);
+        this.retrying.delete(idOf(req));
+        this.keep(req);
       }),
     );
   }
 
-  /** Settles not yet in the store. */
   /** Whether a settle of this hold is kept (waiting for the store): it closes the hold when it lands. */
   keeps(accountId: string, holdId: string): boolean {
     return this.retrying.has(`${accountId}\u0000${holdId}`);
   }
 
+  /** Settles not yet in the store. */
   pending(): number {
     return this.retrying.size;
   }

@@ -112,6 +112,29 @@ describe('settles kept through a store outage', () => {
     expect(journal.entries()).toHaveLength(0);
   });
 
+  it('replayed at start are kept from the first moment: a release of their holds leaves them be until they land', async () => {
+    const { billing, real, state } = switchedStore();
+    const dir = mkdtempSync(join(tmpdir(), 'mg-settle-writer-'));
+    cleanup.push(() => rmSync(dir, { recursive: true, force: true }));
+    const first = new SettleWriter(billing, fileJournal(dir), quiet, undefined);
+    state.down = true;
+    await first.write(settleRequest('h-replayed', 7n));
+    await first.dispose();
+    // The next start replays it: kept (a release would otherwise close its hold first) while
+    // the store is asked, and after the store refused it.
+    const journal = fileJournal(dir);
+    cleanup.push(() => journal.close());
+    const next = new SettleWriter(billing, journal, quiet, undefined);
+    expect(next.keeps('acct', 'h-replayed')).toBe(true);
+    await sleep(50);
+    expect(next.keeps('acct', 'h-replayed')).toBe(true);
+    state.down = false;
+    await next.landFor('acct');
+    await sleep(200);
+    expect(next.keeps('acct', 'h-replayed')).toBe(false);
+    expect(await spent(real)).toBe(7n);
+  }, 10_000);
+
   it("with one part of the store still down, the others' settles do not set its kept ones trying again each time", async () => {
     const { billing, state } = switchedStore();
     const { writer } = writerOn(billing);

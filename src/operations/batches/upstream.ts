@@ -219,8 +219,12 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
       const read = plan.answer(answer);
       const call = lineCall(core, b, customId, plan.model);
       await settleAnswer(call, { ...plainAccount(read.usage, read.output, read.tools), failed: () => read.failed === true }, { complete: true, upstream: b.upstream!, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
-      // What the gateway keeps of an answer (who owns a response id) is kept, as for a direct call.
-      await read.remember?.();
+      // What the gateway keeps of an answer (who owns a response id) is kept, as for a direct
+      // call. Billed already, the line is answered even when that fails (recorded as failed,
+      // the batch's end would release a hold its kept settle may still have to close).
+      await read.remember?.().catch((err: unknown) =>
+        core.log.warn({ msg: 'a batch line’s response id could not be recorded; it cannot be continued', batch_id: b.id, custom_id: customId, err: (err as Error).message }),
+      );
       // The client sees the model it named, not the upstream's name for it.
       answer.model = plan.model.id;
     } catch {
