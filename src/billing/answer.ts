@@ -71,7 +71,14 @@ export function withTools(account: AnswerAccount, tools: () => Record<string, nu
  * keeps and bills its hits by.
  */
 export function finalUsage(account: AnswerAccount): Usage | null {
+  const { usage } = account;
   const u = account.unreported?.();
-  if (!account.usage || account.outputAfterUsage?.() || account.failed?.() || (u && (u.text !== '' || u.mediaBytes > 0))) return null;
-  return account.usage;
+  if (!usage || account.outputAfterUsage?.() || account.failed?.() || (u && (u.text !== '' || u.mediaBytes > 0))) return null;
+  // As the settle rule reads a report: no prompt tokens, or none written beside output, is no count.
+  if (usage.prompt === 0) return null;
+  if (usage.completion === 0) {
+    const out = account.output();
+    if (out.text !== '' || out.mediaBytes > 0) return null;
+  }
+  return usage;
 }

@@ -300,7 +300,7 @@ describe('CORS', () => {
         const res = await gateway.fetch(preflight(APP), CLIENT);
         expect(res.status).toBe(204);
         expect(res.headers.get('access-control-allow-origin')).toBe(APP);
-        // The API's every method: DELETE too (files, batches, videos, stored responses).
+        // The API's every method: DELETE too (a file, a video).
         expect(res.headers.get('access-control-allow-methods')?.split(', ').sort()).toEqual(['DELETE', 'GET', 'HEAD', 'OPTIONS', 'POST']);
         expect(res.headers.get('access-control-allow-headers')).toBe('authorization, content-type, x-stainless-os');
         expect(res.headers.get('access-control-max-age')).toBe('600');

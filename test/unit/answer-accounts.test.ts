@@ -5,7 +5,7 @@
  * usage go unread.
  */
 import { describe, expect, it } from 'vitest';
-import { finalUsage } from '../../src/billing/answer.js';
+import { finalUsage, plainAccount } from '../../src/billing/answer.js';
 import { outputTokens } from '../../src/billing/output.js';
 import { ChatAccount } from '../../src/upstream/answers/chat.js';
 import { GeminiAccount, geminiAnswerAccount } from '../../src/upstream/answers/gemini.js';
@@ -84,6 +84,13 @@ describe('Gemini usage without candidatesTokenCount', () => {
     const c = new GeminiAccount();
     c.read({ candidates: [{ index: 0, content: { parts: [{ text: 'hmm', thought: true }] }, finishReason: 'STOP' }], usageMetadata: thoughtsOnly });
     expect(c.unreported()).toEqual({ text: '', mediaBytes: 0 });
+  });
+
+  it('a report the settle would not take as final is not kept for the cache either', () => {
+    const plain = (usage: { prompt: number; completion: number }) => plainAccount(usage, () => ({ text: 'written', mediaBytes: 0 }));
+    expect(finalUsage(plain({ prompt: 5, completion: 3 }))).toMatchObject({ prompt: 5, completion: 3 });
+    expect(finalUsage(plain({ prompt: 0, completion: 3 }))).toBeNull();
+    expect(finalUsage(plain({ prompt: 5, completion: 0 }))).toBeNull();
   });
 
   it('a plain answer likewise', () => {

@@ -23,7 +23,7 @@ export interface Cors {
   decorate(request: Request, response: Response): Response;
 }
 
-/** The API's methods: DELETE included (a file, a batch, a video, a stored response). */
+/** The API's methods: DELETE included (a file, a video). */
 const ALLOW_METHODS = 'GET, HEAD, POST, DELETE, OPTIONS';
 const DEFAULT_ALLOW_HEADERS = 'authorization, content-type, idempotency-key, x-request-id';
 const EXPOSE_HEADERS = [
