@@ -176,6 +176,15 @@ describe('a moderation guardrail', () => {
     expect(entries.map((e) => e.units.kind).sort()).toEqual(['guardrail', 'tokens']);
   });
 
+  it('gives back the output check it held when the model fails: nothing held, only the input check billed', async () => {
+    up.setBehavior({ kind: 'error', status: 500 });
+    const { res, entries } = await chat(ACCOUNT, 'Will it answer?');
+    expect(res.status).toBe(502);
+    // `chat` waited for no open hold: the output check's hold went back with the call's.
+    expect(entries.map((e) => e.units)).toEqual([{ kind: 'guardrail', id: 'mod', checks: 1 }]);
+    expect(mod.requests).toHaveLength(1);
+  });
+
   it('refuses a stream it would have to judge whole, before any model call or input check', async () => {
     const { res, body, entries } = await chat(ACCOUNT, 'Stream please.', true);
     expect(res.status).toBe(400);
