@@ -118,6 +118,21 @@ describe('Idempotency-Key', () => {
     expect(retry.headers.get('idempotent-replayed')).toBeNull();
   });
 
+  it('a stream that failed after its 200 (an error event, not [DONE]) is not kept: the same key runs again', async () => {
+    const idem = `idem-${Math.random()}`;
+    const streamBody = { ...body, stream: true };
+    upstream.setBehavior({ kind: 'stream', chunks: ['a', 'b', 'c', 'd'], resetAfter: 2 });
+    const first = await postChat(gw.baseURL, devKey, streamBody, withKey(idem));
+    expect(first.status).toBe(200);
+    expect(await first.text()).toContain('"finish_reason":"error"');
+    upstream.setBehavior({ kind: 'stream', chunks: ['whole'] });
+    const calls = upstream.requests.length;
+    const retry = await postChat(gw.baseURL, devKey, streamBody, withKey(idem));
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(await retry.text()).toContain('whole');
+    expect(upstream.requests.length).toBe(calls + 1);
+  });
+
   it('a malformed key is 400 naming the header', async () => {
     const res = await postChat(gw.baseURL, devKey, body, withKey('has spaces in it'));
     expect(res.status).toBe(400);

@@ -127,7 +127,8 @@ export async function withIdempotency(
     else await save(keep, res, []);
     return res;
   }
-  const body = teeBody(keep, res, res.body, stopRenewing);
+  // A stream that ended with an error event (its 200 went out first) is a failed answer: not kept.
+  const body = teeBody(keep, res, res.body, stopRenewing, () => ctx.observed.record.errorCode !== null);
   return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
 }
 
@@ -193,6 +194,8 @@ function teeBody(
   res: Response,
   source: ReadableStream<Uint8Array>,
   stopRenewing: () => void,
+  /** Whether the answer failed after its status went out (a stream's error event): forgotten, not kept. */
+  failed: () => boolean,
 ): ReadableStream<Uint8Array> | Readable {
   const { store, scope } = keep;
   const parts: Uint8Array[] = [];
@@ -209,6 +212,11 @@ function teeBody(
     if (chunk.done) {
       finished = true;
       stopRenewing();
+      if (failed()) {
+        // A retry with the key runs again, as after any failed answer.
+        await store.abandon(scope).catch(() => undefined);
+        return null;
+      }
       // Stored before the end reaches the client, so a retry sent right after it replays (or
       // is refused, for an answer too large to keep).
       if (kept) return null;

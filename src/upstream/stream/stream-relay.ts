@@ -67,7 +67,7 @@ export class StreamRelay {
       if (this.ended) return;
       this.res.discard();
       void this.end('stopped');
-      this.tell(this.reader.errorFrames(errors.cutByShutdown()));
+      this.tellError(errors.cutByShutdown());
     });
     // Belt and braces: some servers report a disconnect only through the request's signal,
     // and a client may have left while the upstream's answer was on its way.
@@ -168,7 +168,7 @@ export class StreamRelay {
     this.sink = sink;
     if (this.ended) {
       // Cut by shutdown before the stream opened: it says so and ends.
-      this.tell(this.reader.errorFrames(errors.cutByShutdown()));
+      this.tellError(errors.cutByShutdown());
       return;
     }
     const core = this.core;
@@ -320,7 +320,7 @@ export class StreamRelay {
       // The charge could be kept nowhere (SettleLostError): the answer's last frames are
       // withheld and the stream ends with an error event instead of [DONE].
       this.sink = sink;
-      this.tell(this.reader.errorFrames(err instanceof GatewayError ? err : errors.storeDown(err)));
+      this.tellError(err instanceof GatewayError ? err : errors.storeDown(err));
       return;
     }
     if (!this.reader.doneFramed && this.reader.endFrame) parts.push(this.reader.endFrame);
@@ -334,8 +334,6 @@ export class StreamRelay {
     // An upstream's error event is relayed in the client's last frame: no upstream key material in it.
     const gErr = redactedError(err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream), upstreamKeysRedactor(core.cfg));
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
-    // The stream's 200 went out, but its access line says how it ended.
-    ctx.observed.record.errorCode = gErr.code;
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, upstream: billing.model.upstream, code: gErr.code });
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId, key: pluginKey(ctx.key) });
     // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
@@ -346,13 +344,18 @@ export class StreamRelay {
     const held = [...(this.ahead ?? []), ...(this.carried ?? []), ...(this.reader.takeUnsent?.() ?? [])];
     this.ahead = null;
     this.carried = null;
-    this.tell([...held, ...this.reader.errorFrames(gErr)]);
+    this.tellError(gErr, held);
   }
 
-  /** Writes frames that end the stream, if the client is still there. */
-  private tell(frames: Uint8Array[]): void {
+  /**
+   * Ends the stream with the error event of `err` (after `before`), if the client is still
+   * there. The 200 went out, but the request's record says how it ended: its access line, and
+   * an Idempotency-Key, which keeps no answer that failed.
+   */
+  private tellError(err: GatewayError, before: Uint8Array[] = []): void {
+    this.ctx.observed.record.errorCode = err.code;
     try {
-      for (const f of frames) this.sink?.push(f);
+      for (const f of [...before, ...this.reader.errorFrames(err)]) this.sink?.push(f);
       this.sink?.close();
     } catch {
       // The client is gone too.
