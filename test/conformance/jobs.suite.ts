@@ -55,6 +55,17 @@ export function jobsSuite(name: string, make: MakeStores): void {
       expect(Object.keys(got.result).sort()).toHaveLength(2);
     });
 
+    it('stores and updates a job whose text from the upstream holds a NUL, as U+FFFD or as given', async () => {
+      // PostgreSQL's jsonb refuses NUL: the write failed as a store outage, retried forever, and
+      // the job (an image billed, a failed video's hold) never ended.
+      const j = job({ object: 'image' });
+      await jobs().create(j, 60_000);
+      const done = await jobs().update(j.id, { status: 'failed', error: { code: 'upstream_error', message: 'bad prompt\u0000here' } }, ['queued', 'in_progress']);
+      expect(done?.status).toBe('failed');
+      const got = (await jobs().get(j.id)) as unknown as { error: { message: string } };
+      expect(['bad prompt\u0000here', 'bad prompt\ufffdhere']).toContain(got.error.message);
+    });
+
     it('update is a compare-and-set on the status', async () => {
       const j = job();
       await jobs().create(j, 60_000);
