@@ -127,7 +127,9 @@ async function generate(
     } catch {
       parsed = null;
     }
-    if (!parsed || typeof parsed !== 'object') {
+    // An images answer lists its images in `data`: a body without that list (an error object
+    // sent with a 200, an array, `data` not a list) delivers none, and is not billed.
+    if (!parsed || typeof parsed !== 'object' || Array.isArray(parsed) || !Array.isArray((parsed as { data?: unknown }).data)) {
       throw new GatewayError('upstream_error', `The upstream "${answer.served.upstream}" sent a malformed images answer.`);
     }
     return { ok: true, body: parsed as Record<string, unknown>, text };
