@@ -9,7 +9,8 @@
  *   gate.open();
  *   up.finishVideo(up.videos()[0].id);     // the upstream video job is now completed
  *
- * A prompt containing "[fail]" makes an image answer 500 and a video job end `failed`; one
+ * A prompt containing "[fail]" makes an image answer 500 and a video job end `failed` (one
+ * with "[cancelled]" ends `cancelled`, as a provider that cancels a job on its side says); one
  * containing "[slow-submit]" makes a video submission answer a second after it created the job.
  */
 import { once } from 'node:events';
@@ -32,7 +33,7 @@ export interface UpstreamVideo {
   prompt: string;
   seconds: string;
   size: string;
-  status: 'queued' | 'in_progress' | 'completed' | 'failed';
+  status: 'queued' | 'in_progress' | 'completed' | 'failed' | 'cancelled';
   progress: number;
 }
 
@@ -191,7 +192,7 @@ export async function startMediaUpstream(): Promise<MediaUpstream> {
     finishVideo(id) {
       const v = videos.get(id);
       if (!v) throw new Error(`no upstream video ${id}`);
-      v.status = v.prompt.includes('[fail]') ? 'failed' : 'completed';
+      v.status = v.prompt.includes('[fail]') ? 'failed' : v.prompt.includes('[cancelled]') ? 'cancelled' : 'completed';
       v.progress = 100;
     },
     setVideoProgress(id, progress) {

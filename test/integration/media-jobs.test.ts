@@ -322,6 +322,20 @@ describe('video jobs', () => {
     expect(Buffer.from(await content.arrayBuffer())).toEqual(up.clip);
   });
 
+  it('a job the upstream cancelled on its side ends failed at once: its hold and slot freed, nothing billed', async () => {
+    const before = await wallet();
+    const res = await api('/videos', { body: { model: VIDEO + UP, prompt: 'a regatta [cancelled]', seconds: 4 } });
+    expect(res.status).toBe(202);
+    const job = await body(res);
+    up.finishVideo(up.videos().at(-1)!.id);
+    await eventually(async () => (await stores.jobs.get(job.id))?.status === 'failed', 'failed without polling');
+    await settled();
+    expect((await body(await api(`/videos/${job.id}`))).error).toMatchObject({ code: 'upstream_cancelled' });
+    expect(await entriesFor(job.id)).toHaveLength(0);
+    expect(await wallet()).toEqual(before);
+    expect(await leases('video')).toBe(0);
+  });
+
   it('on the simulator: completes with nobody polling; the clip matches the billed resolution', async () => {
     const res = await api('/videos', { body: { model: VIDEO, prompt: 'a fixie', seconds: '3', resolution: '1080P' } });
     expect(res.status).toBe(202);

@@ -115,6 +115,11 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
         typeof e.message === 'string' ? redact(e.message) : 'The upstream failed to generate the video.',
       );
     }
+    // A job the upstream ended without a video (cancelled on its side, expired there): no output,
+    // nothing billed, its hold and slot freed now rather than at the job's TTL.
+    if (status === 'cancelled' || status === 'canceled' || status === 'expired') {
+      return fail(`upstream_${status}`, `The upstream ended the video job without a video (${status}).`);
+    }
     const progress = typeof upstream.progress === 'number' ? Math.max(0, Math.min(99, Math.floor(upstream.progress))) : 0;
     await core.stores.jobs
       .update(job.id, { status: status === 'queued' ? 'queued' : 'in_progress', progress }, UNFINISHED)
