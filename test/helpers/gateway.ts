@@ -10,6 +10,7 @@ import { createGateway, type Gateway, type GatewayOptions } from '../../src/gate
 import { silentLogger } from '../../src/observability/log.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
+import type { LedgerEntry } from '../../src/index.js';
 
 const BASE62 = 'ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789';
 
@@ -231,3 +232,39 @@ export async function withPluginGateway<T>(
   }
 }
 
+
+/**
+ * One call to `path` of a running gateway and the charge it landed (null: released), once the
+ * account holds nothing: the whole answer read, or (`leave`) the client gone right after the
+ * answer's first read.
+ */
+export async function chargedCall(
+  gw: RunningGateway,
+  key: string,
+  path: string,
+  body: Record<string, unknown>,
+  opts: { leave?: boolean; account?: string } = {},
+): Promise<{ status: number; charge: LedgerEntry | null; text: string }> {
+  const abort = new AbortController();
+  const res = await fetch(`${gw.baseURL}${path}`, {
+    method: 'POST',
+    headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+    signal: abort.signal,
+  });
+  let text = '';
+  if (opts.leave && res.status === 200) {
+    const first = await res.body!.getReader().read();
+    text = new TextDecoder().decode(first.value);
+    abort.abort();
+  } else text = await res.text().catch(() => '');
+  const id = res.headers.get('x-request-id')!;
+  const account = opts.account ?? ACCOUNT;
+  let charge: LedgerEntry | null = null;
+  await eventually(async () => {
+    const [entries, holds] = await Promise.all([gw.gateway.admin.ledger(account), gw.stores.billing.openHolds(account)]);
+    charge = entries.find((e) => e.id === id) ?? null;
+    return holds === 0;
+  }, 'the call to be settled or released');
+  return { status: res.status, charge, text };
+}

@@ -15,7 +15,7 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { LedgerEntry } from '../../src/index.js';
 import { loadTokenizer } from '../helpers/billing.js';
-import { ACCOUNT, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, chargedCall, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 type TokenUnits = { kind: 'tokens'; prompt: number; completion: number };
@@ -68,22 +68,7 @@ const events = (res: ServerResponse, body: string) => {
 };
 
 /** One call; the charge it landed (null: released), once nothing is held. */
-async function call(path: string, body: Record<string, unknown>): Promise<{ status: number; charge: LedgerEntry | null; text: string }> {
-  const res = await fetch(`${gw.baseURL}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json' },
-    body: JSON.stringify(body),
-  });
-  const text = await res.text();
-  const id = res.headers.get('x-request-id')!;
-  let charge: LedgerEntry | null = null;
-  await eventually(async () => {
-    const [entries, holds] = await Promise.all([gw.gateway.admin.ledger(ACCOUNT), gw.stores.billing.openHolds(ACCOUNT)]);
-    charge = entries.find((e) => e.id === id) ?? null;
-    return holds === 0;
-  }, 'the call to be settled or released');
-  return { status: res.status, charge, text };
-}
+const call = (path: string, body: Record<string, unknown>) => chargedCall(gw, devKey, path, body);
 const completionOf = (e: LedgerEntry | null) => (e?.units as TokenUnits | undefined)?.completion;
 const chat = (model: string, stream: boolean, extra: Record<string, unknown> = {}) => ({ model, messages: [{ role: 'user', content: 'Hi' }], stream, ...extra });
 

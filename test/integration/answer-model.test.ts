@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { costOf, parsePrice } from '../../src/billing/money.js';
 import type { LedgerEntry } from '../../src/index.js';
 import { loadTokenizer } from '../helpers/billing.js';
-import { ACCOUNT, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { ACCOUNT, chargedCall, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { startTestUpstream } from '../helpers/upstream.js';
 import { type ScriptedAnswer, startWireUpstream, type UsagePlan, type WireKind, type WireUpstream } from '../helpers/wire-answers.js';
 
@@ -78,27 +78,7 @@ async function call(
   opts: { extra?: Record<string, unknown>; leave?: boolean } = {},
 ): Promise<{ status: number; charge: LedgerEntry | null; text: string }> {
   const { path, body } = requestOf(ingress, kind, stream);
-  const abort = new AbortController();
-  const res = await fetch(`${gw.baseURL}${path}`, {
-    method: 'POST',
-    headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json' },
-    body: JSON.stringify({ ...body, ...opts.extra }),
-    signal: abort.signal,
-  });
-  let text = '';
-  if (opts.leave && res.status === 200) {
-    const first = await res.body!.getReader().read();
-    text = new TextDecoder().decode(first.value);
-    abort.abort();
-  } else text = await res.text().catch(() => '');
-  const id = res.headers.get('x-request-id')!;
-  let charge: LedgerEntry | null = null;
-  await eventually(async () => {
-    const [entries, holds] = await Promise.all([gw.gateway.admin.ledger(ACCOUNT), gw.stores.billing.openHolds(ACCOUNT)]);
-    charge = entries.find((e) => e.id === id) ?? null;
-    return holds === 0;
-  }, 'the call to be settled or released');
-  return { status: res.status, charge, text };
+  return chargedCall(gw, devKey, path, { ...body, ...opts.extra }, { leave: opts.leave === true });
 }
 
 const unitsOf = (e: LedgerEntry | null) => (e ? ({ prompt: (e.units as TokenUnits).prompt, completion: (e.units as TokenUnits).completion }) : null);
