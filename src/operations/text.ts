@@ -311,6 +311,8 @@ async function plainAnswer(
   // it leaves out); the hosted tools are read from the translation.
   const account = native ? withTools(native, () => read.tools ?? null) : { ...plainAccount(read.usage, read.output, read.tools), failed: () => read.failed === true };
   await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
+  // Relayed as the upstream sent it, a failed answer is recorded as one (an Idempotency-Key keeps none).
+  if (account.failed?.()) ctx.observed.record.errorCode ??= 'upstream_error';
   await read.remember?.();
   // Kept once paid for, before the client has it: the next identical request is a hit.
   const final = finalUsage(account);

@@ -133,6 +133,34 @@ describe('Idempotency-Key', () => {
     expect(upstream.requests.length).toBe(calls + 1);
   });
 
+  it("an upstream's own failed Responses answer (response.failed), streamed or plain, is not kept: the same key runs again", async () => {
+    const failed = { id: 'resp_1', object: 'response', status: 'failed', model: 'm', output: [], error: { code: 'server_error', message: 'The model failed' }, usage: null };
+    for (const stream of [true, false]) {
+      const idem = `idem-${Math.random()}`;
+      upstream.setBehavior({
+        kind: 'custom',
+        handle(_req, res) {
+          if (!stream) {
+            res.writeHead(200, { 'content-type': 'application/json' }).end(JSON.stringify(failed));
+            return;
+          }
+          res.writeHead(200, { 'content-type': 'text/event-stream' });
+          res.end([{ type: 'response.created', sequence_number: 0, response: { ...failed, status: 'in_progress', error: null } }, { type: 'response.failed', sequence_number: 1, response: failed }].map((e) => `event: ${e.type}\ndata: ${JSON.stringify(e)}\n\n`).join(''));
+        },
+      });
+      const send = () =>
+        fetch(`${gw.baseURL}/responses`, { method: 'POST', ...withKey(idem), body: JSON.stringify({ model: MODEL, input: 'hi', stream }) });
+      const first = await send();
+      expect(first.status).toBe(200);
+      expect(await first.text()).toContain('failed');
+      const calls = upstream.requests.length;
+      const retry = await send();
+      await retry.text();
+      expect(retry.headers.get('idempotent-replayed'), `stream: ${stream}`).toBeNull();
+      expect(upstream.requests.length, `stream: ${stream}`).toBe(calls + 1);
+    }
+  });
+
   it('a malformed key is 400 naming the header', async () => {
     const res = await postChat(gw.baseURL, devKey, body, withKey('has spaces in it'));
     expect(res.status).toBe(400);

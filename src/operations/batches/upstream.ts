@@ -223,7 +223,7 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
       // call. Billed already, the line is answered even when that fails (recorded as failed,
       // the batch's end would release a hold its kept settle may still have to close).
       await read.remember?.().catch((err: unknown) =>
-        core.log.warn({ msg: 'a batch line’s response id could not be recorded; it cannot be continued', batch_id: b.id, custom_id: customId, err: (err as Error).message }),
+        core.log.warn({ msg: 'a batch line’s response id could not be recorded; it cannot be continued', batch_id: b.id, custom_id: customId, err: String(err) }),
       );
       // The client sees the model it named, not the upstream's name for it.
       answer.model = plan.model.id;

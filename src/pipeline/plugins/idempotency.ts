@@ -121,14 +121,16 @@ export async function withIdempotency(
     await store.abandon(scope).catch(() => undefined);
     throw err;
   }
-  if (unstorable(res.status) || !res.body) {
+  // An answer that failed after its status was set (a stream's error event, an upstream's own
+  // failed answer relayed) is not kept: a retry with the key runs again.
+  const failed = () => ctx.observed.record.errorCode !== null;
+  if (unstorable(res.status) || !res.body || failed()) {
     stopRenewing();
-    if (unstorable(res.status)) await store.abandon(scope).catch(() => undefined);
+    if (unstorable(res.status) || failed()) await store.abandon(scope).catch(() => undefined);
     else await save(keep, res, []);
     return res;
   }
-  // A stream that ended with an error event (its 200 went out first) is a failed answer: not kept.
-  const body = teeBody(keep, res, res.body, stopRenewing, () => ctx.observed.record.errorCode !== null);
+  const body = teeBody(keep, res, res.body, stopRenewing, failed);
   return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
 }
 
@@ -227,7 +229,7 @@ function teeBody(
     size += chunk.value.byteLength;
     if (size <= keep.maxAnswerBytes) parts.push(chunk.value);
     else parts.length = 0;
-    if (size === length) {
+    if (size === length && !failed()) {
       // Stored before the last byte leaves, so a retry sent the moment it arrives replays.
       kept = true;
       stopRenewing();

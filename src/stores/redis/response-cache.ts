@@ -39,7 +39,9 @@ while sum > cap do
   forget(victim)
   redis.call('DEL', prefix .. victim)
 end
-redis.call('SET', total, sum)
+-- KEEPTTL: the total lives as long as the longest-lived of the index's keys (entries of
+-- models with longer TTLs), not this entry's TTL.
+redis.call('SET', total, sum, 'KEEPTTL')
 for i = 2, 4 do
   if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
 end
@@ -55,7 +57,8 @@ const DROP_LUA = `
 local b = redis.call('HGET', KEYS[3], ARGV[1])
 if b then
   redis.call('HDEL', KEYS[3], ARGV[1])
-  redis.call('SET', KEYS[4], tonumber(redis.call('GET', KEYS[4]) or '0') - tonumber(b), 'KEEPTTL')
+  local sum = redis.call('GET', KEYS[4])
+  if sum then redis.call('SET', KEYS[4], math.max(0, tonumber(sum) - tonumber(b)), 'KEEPTTL') end
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[1])

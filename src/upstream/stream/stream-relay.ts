@@ -45,6 +45,8 @@ export class StreamRelay {
   private finishing: Promise<void> | null = null;
   /** Ends a read-on of a listened body (its end, its failure, or the grace running out). */
   private readOnDone: (() => void) | null = null;
+  /** Shutdown's grace ran out (not the client leaving): the stream says so if it opens. */
+  private cutByShutdown = false;
 
   constructor(
     private readonly core: RelayDeps,
@@ -65,6 +67,7 @@ export class StreamRelay {
         return;
       }
       if (this.ended) return;
+      this.cutByShutdown = true;
       this.res.discard();
       void this.end('stopped');
       this.tellError(errors.cutByShutdown());
@@ -104,6 +107,9 @@ export class StreamRelay {
   private async end(cause: 'upstream' | 'stopped' = 'stopped'): Promise<void> {
     if (!this.stop()) return;
     await settleStream(this.billing, this.reader, this.core.tokenizer, cause);
+    // An answer whose own end says it failed (Responses' response.failed) ends the stream as
+    // the upstream sent it, but the request's record says it failed (an Idempotency-Key keeps no such answer).
+    if ((this.billing.account ?? this.reader.produced()).failed?.()) this.ctx.observed.record.errorCode ??= 'upstream_error';
     if (this.reader.done) await this.billing.complete?.();
   }
 
@@ -167,8 +173,10 @@ export class StreamRelay {
   start(sink: Sink): void {
     this.sink = sink;
     if (this.ended) {
-      // Cut by shutdown before the stream opened: it says so and ends.
-      this.tellError(errors.cutByShutdown());
+      // Cut by shutdown before the stream opened: it says so and ends (a client that left
+      // meanwhile gets nothing more).
+      if (this.cutByShutdown) this.tellError(errors.cutByShutdown());
+      else sink.close();
       return;
     }
     const core = this.core;
