@@ -85,18 +85,21 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       const call = await openTokenCall(core, ctx, plan.model, plan.hold);
       // A plain answer's paid checks are held with the call, before the model is asked: their
       // refusal (402) releases the call and nothing is asked or paid for.
+      // (Only a guarded call waits on them: the unguarded path takes no extra turn.)
       const checked = guard && !plan.stream ? guard : null;
-      try {
-        await checked?.prepare();
-      } catch (err) {
-        await releaseCall(call);
-        throw err;
+      if (checked) {
+        try {
+          await checked.prepare();
+        } catch (err) {
+          await releaseCall(call);
+          throw err;
+        }
       }
       let sent: Awaited<ReturnType<typeof send>>;
       try {
         sent = await send(core, ctx, plan, call, decl.path, bytes, replaced);
       } catch (err) {
-        await checked?.release();
+        if (checked) await checked.release();
         throw err;
       }
       const { res, served, account } = sent;
@@ -121,11 +124,12 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       // target gave (another model, maybe a lesser one) is not kept under it, or an outage
       // would pin the fallback's answers in the cache for its whole TTL.
       const keep = ticket?.state === 'MISS' && sameTarget(served, plan.model) ? ticket.store : null;
+      if (!checked) return plainAnswer(core, ctx, plan, call, res, served, headers, account, keep, guard);
       try {
         return await plainAnswer(core, ctx, plan, call, res, served, headers, account, keep, guard);
       } finally {
         // The checks the answer never got (it failed, or its client left) go back.
-        await checked?.release();
+        await checked.release();
       }
     },
   };
