@@ -74,6 +74,32 @@ export function jsonTextFault(text: string): string | null {
   return `repeats the key ${JSON.stringify(fault.duplicate.slice(0, 100))} in one object.`;
 }
 
+/**
+ * The top-level fields the gateway reads (of any endpoint), lower-case as every API spells them.
+ * A key that is one of them in other letters ("Model", "N", "Max_Tokens") is read by no check
+ * of the gateway, but an upstream whose JSON decoder matches keys ignoring case (Go's
+ * encoding/json, in several OpenAI-compatible servers) takes it for the field: another model,
+ * more choices or more tokens than were held and billed.
+ */
+const READ_FIELDS = new Set([
+  'model', 'messages', 'input', 'prompt', 'instructions', 'system', 'suffix', 'n', 'best_of',
+  'max_tokens', 'max_completion_tokens', 'max_output_tokens', 'max_tool_calls', 'stream',
+  'stream_options', 'service_tier', 'tools', 'tool_choice', 'functions', 'function_call',
+  'reasoning', 'reasoning_effort', 'thinking', 'modalities', 'audio', 'prediction',
+  'previous_response_id', 'conversation', 'background', 'web_search_options', 'brand',
+  'dimensions', 'encoding_format', 'size', 'quality', 'seconds', 'resolution', 'voice',
+]);
+
+/** A top-level key that spells a read field (or another key of the body) in other letters, else null. */
+export function caseVariantKey(value: Record<string, unknown>): string | null {
+  for (const key in value) {
+    if (!/[A-Z]/.test(key)) continue;
+    const lower = key.toLowerCase();
+    if (READ_FIELDS.has(lower) || Object.hasOwn(value, lower)) return key;
+  }
+  return null;
+}
+
 /** Parses a JSON object body; anything else is 400 invalid_json / invalid_request. */
 export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   let text: string;
@@ -97,6 +123,11 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   if (fault) {
     const key = fault.duplicate.slice(0, 100);
     throw new GatewayError('invalid_request', `The request body repeats the key ${JSON.stringify(key)} in one object.`, { param: key });
+  }
+  const variant = caseVariantKey(value as Record<string, unknown>);
+  if (variant !== null) {
+    const key = variant.slice(0, 100);
+    throw new GatewayError('invalid_request', `The request body names ${JSON.stringify(key)}, which an upstream may read as ${JSON.stringify(key.toLowerCase())}: spell it in lower case.`, { param: key });
   }
   return value as Record<string, unknown>;
 }

@@ -4,7 +4,7 @@
  * batch's key, its own request id, its body, and no client (only a shutdown cuts it, no rate check).
  */
 import { GatewayError } from '../../errors.js';
-import { jsonTextFault } from '../../http/json.js';
+import { caseVariantKey, jsonTextFault } from '../../http/json.js';
 import { newRecord } from '../../observability/record.js';
 import type { RequestContext } from '../../pipeline/types.js';
 import type { ApiKeyRecord } from '../../stores/types.js';
@@ -107,6 +107,9 @@ export async function readBatchInput(bytes: Uint8Array, endpoint: string, creati
     if (url !== endpoint) throw lineError(line, `url must be the batch's endpoint '${endpoint}'.`);
     if (!body || typeof body !== 'object' || Array.isArray(body)) throw lineError(line, 'body must be a JSON object.');
     if ((body as Record<string, unknown>).stream === true) throw lineError(line, 'a line of a batch cannot stream.');
+    // As a body sent directly: a field spelled in other letters is one an upstream may read.
+    const variant = creating ? caseVariantKey(body as Record<string, unknown>) : null;
+    if (variant !== null) throw lineError(line, `the body names ${JSON.stringify(variant.slice(0, 100))}, which an upstream may read as ${JSON.stringify(variant.slice(0, 100).toLowerCase())}.`);
     out.push({ line, customId, body: body as Record<string, unknown> });
   }
   return out;
