@@ -66,6 +66,10 @@ export function createFetchUpstream(
           headers: outgoingHeaders(c.headers, extra, auth),
           body: (c.body ?? undefined) as BodyInit | undefined,
           signal: ac.signal,
+          // A redirect is not followed (as undici's pool on Node does not): fetch would send the
+          // prompt and a credential header it does not know (x-api-key, x-goog-api-key, a
+          // configured one) to wherever the Location points. The 3xx is the upstream's answer.
+          redirect: 'manual',
         });
       } catch (err) {
         clearTimeout(timer);

@@ -55,3 +55,27 @@ describe.each(clients)('kind headers through the $name client', ({ create }) => 
     expect(h['anthropic-version']).toBeUndefined();
   });
 });
+
+describe.each(clients)('a redirect through the $name client', ({ create }) => {
+  it('is not followed: the credential and the prompt never reach the Location, the 3xx is the answer', async () => {
+    const elsewhere = await startTestUpstream();
+    const up = await startTestUpstream();
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(307, { location: `${elsewhere.url}/collect` }).end();
+      },
+    });
+    try {
+      const client = create({ baseUrl: up.url, apiKey: KEY, timeoutMs: 5_000, connections: 1, kind: 'anthropic' });
+      const res = await client.call({ method: 'POST', path: '/messages', headers: { 'content-type': 'application/json' }, body: '{"prompt":"secret"}' });
+      await res.text();
+      await client.close();
+      expect(res.status).toBe(307);
+      expect(elsewhere.requests).toHaveLength(0);
+    } finally {
+      await up.close();
+      await elsewhere.close();
+    }
+  });
+});
