@@ -19,6 +19,7 @@ import { CONTEXT_FIELDS } from '../context/inject.js';
 import { errors, GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
+import { type Redact, redactedDeep, upstreamKeysRedactor } from '../upstream/key-redactor.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
 import { checkResponseOwner, keepResponseOwner } from './response-owners.js';
 import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
@@ -152,7 +153,7 @@ export const createResponse = textOperation({
       },
       events(served, apiKey) {
         const watch = new StreamWatch(new ToolCallCounter(model, req.tools), owner);
-        return withToolCalls(eventReader(responseEvents(served, (event) => watch.event(event)), apiKey), () => watch.calls.calls());
+        return withToolCalls(eventReader(responseEvents(served, upstreamKeysRedactor(core.cfg), (event) => watch.event(event)), apiKey), () => watch.calls.calls());
       },
       answer(answer) {
         const calls = new ToolCallCounter(model, req.tools);
@@ -196,7 +197,7 @@ class StreamWatch {
 }
 
 /** How a Responses stream is read: typed events, `response.completed` (or a failure) ends it with the usage. */
-function responseEvents(model: Model, observe?: (event: Record<string, unknown>) => void): EventHandler {
+function responseEvents(model: Model, redact: Redact, observe?: (event: Record<string, unknown>) => void): EventHandler {
   const renames = model.upstreamModel !== model.id;
   let usage: Usage | null = null;
   const produced = new ResponsesOutput();
@@ -222,9 +223,14 @@ function responseEvents(model: Model, observe?: (event: Record<string, unknown>)
         failed = type === 'response.failed';
         usage = usageOf(response?.usage, 'input_tokens', 'output_tokens');
       }
+      // A failed answer's error is the upstream's words: no upstream key material in it.
+      const error = response?.error ? redactedDeep(response.error, redact) : undefined;
       // The client sees the model it called, not the upstream's name for it.
       const renamed = renames && response && typeof response.model === 'string';
-      const payload = renamed ? JSON.stringify({ ...event, response: { ...response, model: model.id } }) : data;
+      const payload =
+        renamed || error !== response?.error
+          ? JSON.stringify({ ...event, response: { ...response, ...(renamed ? { model: model.id } : {}), ...(error !== undefined ? { error } : {}) } })
+          : data;
       return `event: ${type}\ndata: ${payload}\n\n`;
     },
     complete: () => done,

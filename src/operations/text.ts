@@ -19,6 +19,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { upstreamError, upstreamKeyOf } from '../upstream/answer-errors.js';
+import { redactedDeep, upstreamKeysRedactor } from '../upstream/key-redactor.js';
 import { callModel, sameTarget, upstreamHeaders } from '../upstream/call.js';
 import { pluginFields } from '../upstream/plugin-body.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
@@ -315,8 +316,16 @@ async function plainAnswer(
   // it leaves out); the hosted tools are read from the translation.
   const account = native ? withTools(native, () => read.tools ?? null) : { ...plainAccount(read.usage, read.output, read.tools), failed: () => read.failed === true };
   await settleAnswer(call, account, { complete: true, upstream: served.upstream, promptTokens: plan.promptTokens, tokenizer: core.tokenizer });
-  // Relayed as the upstream sent it, a failed answer is recorded as one (an Idempotency-Key keeps none).
-  if (account.failed?.()) ctx.observed.record.errorCode ??= 'upstream_error';
+  if (account.failed?.()) {
+    // Relayed as the upstream sent it, a failed answer is recorded as one (an Idempotency-Key
+    // keeps none), and its error, the upstream's words, carries no upstream key material.
+    ctx.observed.record.errorCode ??= 'upstream_error';
+    const error = redactedDeep(answer.error, upstreamKeysRedactor(core.cfg));
+    if (error !== answer.error) {
+      answer.error = error;
+      text = JSON.stringify(answer);
+    }
+  }
   await read.remember?.();
   // Kept once paid for, before the client has it: the next identical request is a hit.
   const final = finalUsage(account);

@@ -87,6 +87,33 @@ export function upstreamKeysRedactor(cfg: { upstreams: Readonly<Record<string, u
 }
 
 /**
+ * `value` (an upstream's JSON: an error object it wrote) with `redact` applied to every string
+ * in it, keys included, to a depth: the same value when nothing changed, else a copy. Each
+ * string is read decoded, so a key written with JSON escapes is found too.
+ */
+export function redactedDeep(value: unknown, redact: Redact, depth = 0): unknown {
+  if (typeof value === 'string') return redact(value);
+  if (!value || typeof value !== 'object' || depth > 32) return value;
+  let changed = false;
+  if (Array.isArray(value)) {
+    const out = value.map((v) => {
+      const next = redactedDeep(v, redact, depth + 1);
+      if (next !== v) changed = true;
+      return next;
+    });
+    return changed ? out : value;
+  }
+  const out: Record<string, unknown> = {};
+  for (const [k, v] of Object.entries(value)) {
+    const key = redact(k);
+    const next = redactedDeep(v, redact, depth + 1);
+    if (key !== k || next !== v) changed = true;
+    out[key] = next;
+  }
+  return changed ? out : value;
+}
+
+/**
  * `err` with upstream key material out of its message and param (the parts of it an upstream
  * can have written): the same error when there was none, else a copy.
  */

@@ -88,6 +88,8 @@ describe('a batch on an upstream with a Batch API', () => {
     expect(errors[2].response.body.error).toMatchObject({ code: 'upstream_error', type: 'upstream_error' });
     expect(errorText).not.toContain('not verified');
     expect(errorText).not.toContain(UPSTREAM_API_KEY.slice(8, 20));
+    // The line-level error too, the key split in two in it.
+    for (const part of [UPSTREAM_API_KEY.slice(0, 12), UPSTREAM_API_KEY.slice(12)]) expect(errorText).not.toContain(part);
     const charges = (await chargesOf(gw.stores.billing.ledger(ACCOUNT))).filter((e) => e.id.startsWith(`${batch.id}:`));
     expect(charges.map((e) => e.id).sort()).toEqual([`${batch.id}:a`, `${batch.id}:b`]);
     for (const e of charges) expect(e.cost).toBe(LINE_COST);

@@ -5,7 +5,7 @@
  * A finished batch answers every line as a chat completion (or an embeddings list) with usage
  * prompt 11 / completion 7, and a line whose body names `fail_me` with a 400 in the error file
  * (its message echoes the key the upstream was called with, as providers do about a key), one
- * naming `skip_me` with a line-level error (it never ran) that echoes the key too, and one
+ * naming `skip_me` with a line-level error (it never ran) that echoes the key split in two, and one
  * naming `deny_me` with a 403 about the provider account.
  * It also answers a plain `POST /chat/completions` (the lines a gateway runs itself), echoing
  * the last message, lists its batches (`GET /batches`, newest first, paged), can fail the next
@@ -92,7 +92,8 @@ export async function startBatchUpstream(): Promise<BatchUpstream> {
         continue;
       }
       if (JSON.stringify(l.body).includes('skip_me')) {
-        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: null, error: { code: 'not_run', message: `skipped for key ${lastKey}` } }));
+        // The key split in two, as a provider may quote it: only a redaction of its runs finds it.
+        err.push(JSON.stringify({ id: id('batch_req_'), custom_id: l.custom_id, response: null, error: { code: 'not_run', message: `skipped for key ${lastKey.slice(0, 12)}|${lastKey.slice(12)}` } }));
         continue;
       }
       const body = b.endpoint === '/v1/embeddings'

@@ -139,6 +139,19 @@ describe('a Responses answer that failed before any output', () => {
     expect(plain.charge).toBeNull();
   });
 
+  it('tells its error without upstream key material, streamed or plain', async () => {
+    const KEY = 'sk-counts-upstream-key-0123456789';
+    const withKey = { ...failed, error: { code: 'server_error', message: `bad key ${KEY.slice(0, 14)}|${KEY.slice(14)} and \u0073k-counts` } };
+    answering((_req, res) => events(res, typed([{ type: 'response.created', sequence_number: 0, response: { ...failed, status: 'in_progress', error: null } }, { type: 'response.failed', sequence_number: 1, response: withKey }])));
+    const streamed = await call('/responses', { model: 'p/openai', input: 'Hi', stream: true });
+    answering((_req, res) => json(res, withKey));
+    const plain = await call('/responses', { model: 'p/openai', input: 'Hi' });
+    for (const text of [streamed.text, plain.text]) {
+      expect(text).toContain('bad key');
+      for (const part of [KEY.slice(0, 14), KEY.slice(14)]) expect(text).not.toContain(part);
+    }
+  });
+
   it('is still billed what it produced when it failed part way', async () => {
     const partial = { ...failed, output: [{ id: 'msg_1', type: 'message', role: 'assistant', status: 'incomplete', content: [{ type: 'output_text', text: TEXT, annotations: [] }] }] };
     answering((_req, res) =>

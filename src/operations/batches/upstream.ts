@@ -17,7 +17,7 @@ import type { ApiKeyRecord, BatchLine, BatchRecord } from '../../stores/types.js
 import { errors, type GatewayError, isGatewayError } from '../../errors.js';
 import { upstreamError, upstreamErrorOf } from '../../upstream/answer-errors.js';
 import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
-import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
+import { redactedDeep, upstreamKeysRedactor } from '../../upstream/key-redactor.js';
 import { capped, type PlannedOperation } from '../text.js';
 import { encodeMultipart } from '../videos/multipart.js';
 import { pause } from '../../upstream/sleep.js';
@@ -236,7 +236,9 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
     }
   }
   const id = newLineId();
-  const text = JSON.stringify({ id, custom_id: customId, response: rec.response ? { status_code: status, request_id: id, body } : null, error: rec.error ?? null });
+  // The line's own error is the upstream's words too: no upstream key material in it.
+  const error = rec.error ? redactedDeep(rec.error, upstreamKeysRedactor(core.cfg)) : null;
+  const text = JSON.stringify({ id, custom_id: customId, response: rec.response ? { status_code: status, request_id: id, body } : null, error });
   await core.stores.batches.addLine(b.accountId, b.id, { customId, line: lineOf.get(customId) ?? 0, ok, text });
 }
 
