@@ -93,9 +93,11 @@ const READ_FIELDS = new Set([
 /** A top-level key that spells a read field (or another key of the body) in other letters, else null. */
 export function caseVariantKey(value: Record<string, unknown>): string | null {
   for (const key in value) {
-    if (!/[A-Z]/.test(key)) continue;
-    const lower = key.toLowerCase();
-    if (READ_FIELDS.has(lower) || Object.hasOwn(value, lower)) return key;
+    if (!/[^a-z0-9_]/.test(key)) continue;
+    // Folded as Go folds keys: ASCII case, and the two other letters that fold to ASCII (the
+    // Kelvin sign to "k", which toLowerCase does; the long s to "s").
+    const folded = key.toLowerCase().replaceAll('\u017f', 's');
+    if (folded !== key && (READ_FIELDS.has(folded) || Object.hasOwn(value, folded))) return key;
   }
   return null;
 }
@@ -127,7 +129,7 @@ export function parseJsonObject(bytes: Uint8Array): Record<string, unknown> {
   const variant = caseVariantKey(value as Record<string, unknown>);
   if (variant !== null) {
     const key = variant.slice(0, 100);
-    throw new GatewayError('invalid_request', `The request body names ${JSON.stringify(key)}, which an upstream may read as ${JSON.stringify(key.toLowerCase())}: spell it in lower case.`, { param: key });
+    throw new GatewayError('invalid_request', `The request body names ${JSON.stringify(key)}, which an upstream may read as another field: spell the field as the API does.`, { param: key });
   }
   return value as Record<string, unknown>;
 }

@@ -224,12 +224,12 @@ function responseEvents(model: Model, redact: Redact, observe?: (event: Record<s
         usage = usageOf(response?.usage, 'input_tokens', 'output_tokens');
       }
       // A failed answer's error is the upstream's words: no upstream key material in it.
-      const error = response?.error ? redactedDeep(response.error, redact) : undefined;
+      const error = response?.error ? redactedDeep(response.error, redact) : response?.error;
       // The client sees the model it called, not the upstream's name for it.
       const renamed = renames && response && typeof response.model === 'string';
       const payload =
         renamed || error !== response?.error
-          ? JSON.stringify({ ...event, response: { ...response, ...(renamed ? { model: model.id } : {}), ...(error !== undefined ? { error } : {}) } })
+          ? JSON.stringify({ ...event, response: { ...response, ...(renamed ? { model: model.id } : {}), error } })
           : data;
       return `event: ${type}\ndata: ${payload}\n\n`;
     },

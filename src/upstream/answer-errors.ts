@@ -81,7 +81,9 @@ export function upstreamErrorOf(
 ): GatewayError & { upstreamMessage?: string } {
   // Cleaned before anything is taken from it: an excerpt cut mid-key leaves no piece behind.
   const text = redact(rawText);
-  if (status >= 500 || status === 401 || status === 402 || status === 403) {
+  // A 1xx or 3xx (a redirect: not followed) is no answer the client can use, and its page may
+  // name where it points (a query key included): the upstream failed, in the gateway's words.
+  if (status >= 500 || status < 400 || status === 401 || status === 402 || status === 403) {
     // The client is not told the upstream's words (they are about our provider account); the log is.
     return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${status}).`), {
       upstreamMessage: text.slice(0, 500),

@@ -92,9 +92,10 @@ export async function callUpstream(
   span?.setAttribute('http.response.status_code', res.status);
   if (res.status >= 500) span?.setStatus({ code: SpanStatusCode.ERROR });
   span?.end();
-  if (res.status >= 500) core.breaker.failure(circuit, account, admitted.probe);
+  // A redirect (not followed) is the upstream misconfigured or moved: a failure, as a 5xx is.
+  if (res.status >= 500 || (res.status >= 300 && res.status < 400)) core.breaker.failure(circuit, account, admitted.probe);
   else core.breaker.success(circuit, admitted.probe);
-  if (res.status >= 400) redactErrorOf(res, upstreamKeysRedactor(core.cfg));
+  if (res.status >= 300) redactErrorOf(res, upstreamKeysRedactor(core.cfg));
   return res;
 }
 

@@ -93,7 +93,9 @@ export function upstreamKeysRedactor(cfg: { upstreams: Readonly<Record<string, u
  */
 export function redactedDeep(value: unknown, redact: Redact, depth = 0): unknown {
   if (typeof value === 'string') return redact(value);
-  if (!value || typeof value !== 'object' || depth > 32) return value;
+  if (!value || typeof value !== 'object') return value;
+  // Deeper than any error an upstream writes: not read further, and not relayed either.
+  if (depth > 32) return REDACTED;
   let changed = false;
   if (Array.isArray(value)) {
     const out = value.map((v) => {

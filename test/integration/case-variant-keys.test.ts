@@ -27,7 +27,8 @@ afterAll(async () => {
 describe('a body field spelled in other letters', () => {
   it('is refused naming it, and nothing reaches the upstream', async () => {
     const messages = [{ role: 'user', content: 'hi' }];
-    for (const extra of [{ Model: 'gpt-expensive' }, { N: 50 }, { Max_Completion_Tokens: 100000 }, { STREAM: true }]) {
+    // And the two letters Go folds to ASCII: the Kelvin sign (k) and the long s.
+    for (const extra of [{ Model: 'gpt-expensive' }, { N: 50 }, { Max_Completion_Tokens: 100000 }, { STREAM: true }, { 'max_completion_to\u212Aens': 100000 }, { '\u017Ftream': true }]) {
       const before = up.requests.length;
       const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages, ...extra });
       const key = Object.keys(extra)[0]!;

@@ -149,6 +149,22 @@ describe('upstream failures', () => {
     await expectNothingCharged();
   });
 
+  it('an upstream redirect (never followed) -> 502 upstream_error, its page not relayed, nothing charged', async () => {
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(301, { location: 'https://moved.example/v1?key=secret-query-key', 'content-type': 'text/html' }).end('<a href="https://moved.example/v1?key=secret-query-key">Moved</a>');
+      },
+    });
+    const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES });
+    expect(res.status).toBe(502);
+    expect(res.headers.get('location')).toBeNull();
+    const err = await errorBody(res);
+    expect(err.code).toBe('upstream_error');
+    expect(JSON.stringify(err)).not.toContain('secret-query-key');
+    await expectNothingCharged();
+  });
+
   it('upstream 400 with a non-JSON body -> 400 carrying an excerpt of it', async () => {
     up.setBehavior({ kind: 'error', status: 400, body: 'bad things happened' });
     const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: MESSAGES });

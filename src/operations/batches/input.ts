@@ -109,7 +109,7 @@ export async function readBatchInput(bytes: Uint8Array, endpoint: string, creati
     if ((body as Record<string, unknown>).stream === true) throw lineError(line, 'a line of a batch cannot stream.');
     // As a body sent directly: a field spelled in other letters is one an upstream may read.
     const variant = creating ? caseVariantKey(body as Record<string, unknown>) : null;
-    if (variant !== null) throw lineError(line, `the body names ${JSON.stringify(variant.slice(0, 100))}, which an upstream may read as ${JSON.stringify(variant.slice(0, 100).toLowerCase())}.`);
+    if (variant !== null) throw lineError(line, `the body names ${JSON.stringify(variant.slice(0, 100))}, which an upstream may read as another field.`);
     out.push({ line, customId, body: body as Record<string, unknown> });
   }
   return out;

@@ -225,8 +225,10 @@ async function readBack(core: Services, b: BatchRecord, raw: string, plans: Map<
       await read.remember?.().catch((err: unknown) =>
         core.log.warn({ msg: 'a batch line’s response id could not be recorded; it cannot be continued', batch_id: b.id, custom_id: customId, err: String(err) }),
       );
-      // The client sees the model it named, not the upstream's name for it.
+      // The client sees the model it named, not the upstream's name for it; a failed answer's
+      // error carries no upstream key material.
       answer.model = plan.model.id;
+      if (read.failed && answer.error) answer.error = redactedDeep(answer.error, upstreamKeysRedactor(core.cfg));
     } catch {
       // An answer that could not be read (or billed) is not handed over: the line fails, as a
       // direct call with a malformed answer does, and nothing of it goes out unbilled.

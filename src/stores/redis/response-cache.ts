@@ -41,7 +41,7 @@ while sum > cap do
 end
 -- KEEPTTL: the total lives as long as the longest-lived of the index's keys (entries of
 -- models with longer TTLs), not this entry's TTL.
-redis.call('SET', total, sum, 'KEEPTTL')
+redis.call('SET', total, math.max(0, sum), 'KEEPTTL')
 for i = 2, 4 do
   if redis.call('PTTL', KEYS[i]) < ttl then redis.call('PEXPIRE', KEYS[i], ttl) end
 end

@@ -343,6 +343,8 @@ export class StreamRelay {
     const gErr = redactedError(err instanceof GatewayError ? err : upstreamFailure(err, billing.model.upstream), upstreamKeysRedactor(core.cfg));
     if (!(err instanceof GatewayError) || gErr.code === 'upstream_error') core.breaker.failure(billing.model.upstream, ctx.key.accountId);
     core.log.warn({ msg: 'stream failed', request_id: ctx.requestId, upstream: billing.model.upstream, code: gErr.code });
+    // Before the settle: the access line is written when the billed call ends.
+    ctx.observed.record.errorCode = gErr.code;
     if (core.hooks.has('onError')) void core.hooks.run('onError', { error: gErr, requestId: ctx.requestId, key: pluginKey(ctx.key) });
     // A charge kept nowhere changes nothing here: the stream ends with an error event anyway.
     await this.end('upstream').catch(() => {});
@@ -357,8 +359,9 @@ export class StreamRelay {
 
   /**
    * Ends the stream with the error event of `err` (after `before`), if the client is still
-   * there. The 200 went out, but the request's record says how it ended: its access line, and
-   * an Idempotency-Key, which keeps no answer that failed.
+   * there. The 200 went out, but the request's record says how it ended: an Idempotency-Key
+   * keeps no answer that failed (the access line, written when the billed call ends, has it
+   * from `fail` or the shutdown cut, which set it first).
    */
   private tellError(err: GatewayError, before: Uint8Array[] = []): void {
     this.ctx.observed.record.errorCode = err.code;
