@@ -43,7 +43,17 @@ const thinking = z.discriminatedUnion('type', [
 /** The fields `count_tokens` reads: everything that is input. */
 export const countTokensSchema = z.looseObject({
   model: z.string().min(1),
-  messages: z.array(message).min(1),
+  // As Anthropic: every message has content but a last assistant one (the start of the answer,
+  // a prefill). Translated for another kind, an empty one would be dropped without a word.
+  messages: z
+    .array(message)
+    .min(1)
+    .superRefine((list, ctx) => {
+      list.forEach((m, i) => {
+        if (m.content.length > 0 || (i === list.length - 1 && m.role === 'assistant')) return;
+        ctx.addIssue({ code: 'custom', path: [i, 'content'], message: 'must not be empty (only a last assistant message may be)' });
+      });
+    }),
   system: z.union([z.string(), z.array(textBlock)]).optional(),
   tools: z.array(tool).optional(),
   tool_choice: toolChoice.optional(),
