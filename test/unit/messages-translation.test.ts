@@ -132,6 +132,10 @@ describe('chat request as Messages', () => {
     const hi = [{ role: 'user', content: 'hi' }];
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, n: 2 }, false)).param).toBe('n');
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, seed: 1 }, false)).param).toBe('seed');
+    // Anthropic takes temperature and top_p from 0 to 1 (chat's temperature goes to 2).
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, temperature: 1.5 }, false)).param).toBe('temperature');
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, top_p: -0.1 }, false)).param).toBe('top_p');
+    expect(messagesRequestOf({ model: 'm', messages: hi, temperature: 1, top_p: 0 }, false)).toMatchObject({ temperature: 1, top_p: 0 });
     const audio = [{ role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'input_audio', input_audio: { data: 'AA', format: 'wav' } }] }];
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: audio }, false)).param).toBe('messages[0].content[1]');
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, max_tokens: 500, reasoning_effort: 'low' }, false)).param).toBe('reasoning_effort');

@@ -139,7 +139,14 @@ export function messagesRequestOf(fields: Json, stream: boolean): Json {
   const cap = fields.max_completion_tokens ?? fields.max_tokens;
   const out: Json = { model: fields.model, max_tokens: typeof cap === 'number' ? cap : DEFAULT_MAX_TOKENS, messages };
   if (system.length) out.system = system.join('\n\n');
-  for (const k of ['temperature', 'top_p'] as const) if (present(fields[k])) out[k] = fields[k];
+  // Anthropic takes both from 0 to 1 (chat's temperature goes to 2): out of that, a 400 here
+  // naming the field, never the upstream's refusal of what the gateway sent.
+  for (const k of ['temperature', 'top_p'] as const) {
+    if (!present(fields[k])) continue;
+    const v = fields[k];
+    if (typeof v !== 'number' || !(v >= 0 && v <= 1)) throw new GatewayError('invalid_request', `Invalid value for '${k}': an Anthropic-served model takes 0 to 1.`, { param: k });
+    out[k] = v;
+  }
   const stop = fields.stop;
   if (present(stop)) out.stop_sequences = Array.isArray(stop) ? stop : [stop];
   if (Array.isArray(fields.tools) && fields.tools.length) out.tools = messagesTools(fields.tools);
