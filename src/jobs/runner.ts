@@ -13,6 +13,7 @@ import { randomBase62 } from '../auth/keys.js';
 import type { Logger } from '../observability/log.js';
 import type { GatewayConfig } from '../options.js';
 import type { JobRecord, JobStatus, Stores } from '../stores/types.js';
+import { claimDeadlines, LeaseWatch } from './lease-watch.js';
 
 export const UNFINISHED: JobStatus[] = ['queued', 'in_progress'];
 
@@ -27,7 +28,10 @@ export interface JobRunner {
   keep(lease: LeaseRef): void;
   /** Stops renewing and releases the lease. */
   drop(lease: LeaseRef): Promise<void>;
-  /** Until when (unix ms) a job this instance works on is considered owned. */
+  /**
+   * The deadline to write on a claim this instance makes or renews (its clock plus the lease
+   * TTL, later than any it wrote before). Other instances read it as a heartbeat only.
+   */
   ownerUntil(): number;
   /** Tracks `job` (owned by this instance) with `track` until it is terminal. */
   own(job: JobRecord, track: (job: JobRecord, signal: AbortSignal) => Promise<void>): void;
@@ -59,6 +63,8 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
   const owned = new Map<string, AbortController>();
   const adopters = new Map<JobRecord['object'], (job: JobRecord) => Promise<void>>();
   const leaseKey = (l: LeaseRef) => `${l.pool}\u0000${l.leaseId}`;
+  const deadline = claimDeadlines(core.now, ttl);
+  const watch = new LeaseWatch(ttl);
 
   const renewAll = async () => {
     for (const l of kept.values()) {
@@ -70,7 +76,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
     }
     for (const id of owned.keys()) {
       try {
-        await core.stores.jobs.update(id, { owner: instanceId, ownerUntil: core.now() + ttl }, UNFINISHED);
+        await core.stores.jobs.update(id, { owner: instanceId, ownerUntil: deadline() }, UNFINISHED);
       } catch (err) {
         core.log.warn({ msg: 'job ownership renewal failed', job_id: id, err });
       }
@@ -83,9 +89,9 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
     sweeping = true;
     try {
       const jobs = await core.stores.jobs.listUnfinished();
-      const now = core.now();
+      watch.keepOnly(new Set(jobs.map((j) => j.id)));
       for (const job of jobs) {
-        if (owned.has(job.id) || (job.ownerUntil ?? 0) > now) continue;
+        if (owned.has(job.id) || !watch.lapsed(job.id, job.owner ?? null, job.ownerUntil ?? 0)) continue;
         const adopt = adopters.get(job.object);
         if (adopt) await adopt(job).catch((err) => core.log.warn({ msg: 'job adoption failed', job_id: job.id, err }));
       }
@@ -114,7 +120,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
         core.log.warn({ msg: 'lease release failed', err });
       });
     },
-    ownerUntil: () => core.now() + ttl,
+    ownerUntil: deadline,
     own(job, track) {
       if (owned.has(job.id)) return;
       // dispose() aborts every owned job's controller; no listener per job on the shutdown signal.

@@ -17,6 +17,7 @@ import { finishBatch, notRunLine } from './finish.js';
 import { readBatchInput } from './input.js';
 import { runLines } from './local.js';
 import { abandonUpstreamBatch, runUpstreamBatch } from './upstream.js';
+import { LeaseWatch } from '../../jobs/lease-watch.js';
 
 /** How often a running batch's record is read again (a cancel from another instance). */
 const LOOK_MS = 500;
@@ -49,6 +50,8 @@ export function createBatchRunner(core: Services): BatchRunner {
   const owned = new Map<string, Entry>();
   const me = () => core.jobs.instanceId;
   const seconds = () => Math.floor(core.now() / 1000);
+  // Another instance's claim lapses when this one saw it unrenewed for one TTL (no clocks compared).
+  const watch = new LeaseWatch(ttl);
 
   const release = async (batch: BatchRecord, customIds: readonly string[]) => {
     // Not the lines answered: one recorded as answered was billed, and its settle closes its
@@ -201,7 +204,7 @@ export function createBatchRunner(core: Services): BatchRunner {
   async function heartbeat(): Promise<void> {
     for (const e of owned.values()) {
       try {
-        const b = await changeBatch(stores.batches, e.batch, (b) => (b.owner === me() ? { ...b, ownerUntil: core.now() + ttl } : null));
+        const b = await changeBatch(stores.batches, e.batch, (b) => (b.owner === me() ? { ...b, ownerUntil: core.jobs.ownerUntil() } : null));
         if (b) e.batch = b;
       } catch (err) {
         log.warn({ msg: 'batch renewal failed', batch_id: e.batch.id, err });
@@ -218,11 +221,12 @@ export function createBatchRunner(core: Services): BatchRunner {
       // A batch that ended (here or elsewhere) waits for nothing.
       const live = new Set(unfinished.map((b) => b.id));
       for (const id of retries.keys()) if (!live.has(id)) retries.delete(id);
+      watch.keepOnly(live);
       for (const b of unfinished) {
         // A batch being cancelled, or past its window, is run (to its end) whatever it waits for.
         const due = b.status === 'cancelling' || seconds() >= b.expiresAt;
-        if (owned.has(b.id) || (waiting(b.id) && !due) || (b.owner !== null && b.owner !== me() && b.ownerUntil > core.now())) continue;
-        const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.now() + ttl });
+        if (owned.has(b.id) || (waiting(b.id) && !due) || (b.owner !== null && b.owner !== me() && !watch.lapsed(b.id, b.owner, b.ownerUntil))) continue;
+        const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.jobs.ownerUntil() });
         if (claimed) own({ batch: claimed, poked: false });
       }
     } catch (err) {
