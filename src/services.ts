@@ -183,7 +183,7 @@ export function createServices(
     auth: createAuthenticator(stores.keys),
     meter: createMeter({
       billing: stores.billing,
-      journal: cfg.settleJournalDir ? openJournal(cfg.settleJournalDir, cfg.settleJournalAdopt) : memoryJournal(),
+      journal: cfg.settleJournalDir ? openJournal(cfg.settleJournalDir, cfg.settleJournalAdopt, stores.identity) : memoryJournal(),
       now,
       log,
       holdTtlMs: cfg.limits.holdTtlMs,
@@ -295,9 +295,9 @@ function reportCharge(c: UnobservedCharge, log: Logger, metrics: Metrics | null)
  * be made or used (a file of that name, no permission): a start error to act on, not a
  * stack trace.
  */
-function openJournal(dir: string, adopt: readonly string[]) {
+function openJournal(dir: string, adopt: readonly string[], store: string | undefined) {
   try {
-    return fileJournal(dir, { adopt });
+    return fileJournal(dir, { adopt, store });
   } catch (err) {
     const why = (err as NodeJS.ErrnoException).code === 'EEXIST' || (err as NodeJS.ErrnoException).code === 'ENOTDIR' ? 'it is not a directory' : (err as Error).message;
     throw new ConfigError(`invalid gateway options:\n  settleJournalDir: cannot keep the settle journal in "${dir}": ${why}`);

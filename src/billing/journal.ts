@@ -97,6 +97,35 @@ export interface FileJournalOptions {
    * behind when the folder a store's journal lives in changes.
    */
   adopt?: readonly string[];
+  /**
+   * The identity of the store the settles go to (`Stores.identity`). Each file names it in its
+   * first line, and only files of this store (or naming none: an earlier version's, or a store
+   * without an identity) are taken over: gateways of other stores may share the folder, and a
+   * charge replayed into another store's books would bill another tenant.
+   */
+  store?: string;
+}
+
+/** The first line of a journal file that names its store. */
+const headerOf = (store: string) => JSON.stringify({ store });
+
+/** Whether the file at `file` may be taken by a journal of `store`: it names that store, or none. */
+function ofStore(file: string, store: string | undefined): boolean {
+  if (store === undefined) return true;
+  let first: string;
+  try {
+    const text = readFileSync(file, 'utf8');
+    const nl = text.indexOf('\n');
+    first = nl === -1 ? text : text.slice(0, nl);
+  } catch {
+    return true; // taken and read by the usual rules, which skip what cannot be read
+  }
+  try {
+    const named = (JSON.parse(first) as { store?: unknown } | null)?.store;
+    return typeof named !== 'string' || named === store;
+  } catch {
+    return true;
+  }
 }
 
 /** Reads a taken file's settles; unreadable lines (a torn write of the earlier format) are skipped. */
@@ -122,6 +151,7 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
   const heartbeatMs = options.heartbeatMs ?? HEARTBEAT_MS;
   const staleMs = options.staleMs ?? STALE_MS;
   const adopt = options.adopt ?? [];
+  const head = options.store === undefined ? '' : `${headerOf(options.store)}\n`;
   mkdirSync(dir, { recursive: true });
   const lock = new JournalLock(dir);
   const path = join(dir, `${lock.id}.jsonl`);
@@ -147,7 +177,7 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
     try {
       const fd = openSync(tmp, 'w', 0o600);
       try {
-        writeAll(fd, [...pending.values()].map(encode).join('\n') + '\n');
+        writeAll(fd, head + [...pending.values()].map(encode).join('\n') + '\n');
         fsyncSync(fd);
       } finally {
         closeSync(fd);
@@ -192,7 +222,7 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
       try {
         fd = openSync(path, 'a', 0o600);
         size = fstatSync(fd).size;
-        writeAll(fd, `${encode(req)}\n`);
+        writeAll(fd, `${size === 0 ? head : ''}${encode(req)}\n`);
         fsyncSync(fd);
         lines++;
         return;
@@ -219,6 +249,8 @@ export function fileJournal(dir: string, options: FileJournalOptions = {}): Sett
     const fresh: SettleRequest[] = [];
     const found = [dir, ...adopt.filter((d) => d !== dir && existsSync(d))].flatMap((d) => orphans(d, lock.id, staleMs));
     for (const orphan of found) {
+      // Another store's charges: left for a gateway of that store.
+      if (!ofStore(orphan.file, options.store)) continue;
       const mine = lock.takeoverPath();
       try {
         renameSync(orphan.file, mine);

@@ -9,6 +9,7 @@ import { createGateway, type Gateway, type GatewayOptions } from '../gateway.js'
 import { silentLogger } from '../observability/log.js';
 import { parseOptions } from '../options.js';
 import { buildStores } from '../stores/from-storage.js';
+import { place } from '../stores/identity.js';
 import type { Stores } from '../stores/types.js';
 import { loadConfigFile } from './config-file.js';
 
@@ -102,20 +103,6 @@ function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores
   const { storage } = parseOptions(config);
   const secrets = passwordsOf(storage);
   return buildStores(storage, (place, make) => reach(place, secrets, make, storeDown));
-}
-
-/**
- * A connection URL without its credentials: where the store is. Its parameters stay, sorted
- * (`?db=3` names another Redis database), but a password among them does not.
- */
-function place(url: string): string {
-  try {
-    const u = new URL(url);
-    const params = [...u.searchParams].filter(([k]) => !/pass|secret|token/i.test(k)).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0));
-    return `${u.protocol}//${u.host}${u.pathname}${params.length ? `?${new URLSearchParams(params)}` : ''}`;
-  } catch {
-    return url;
-  }
 }
 
 /**

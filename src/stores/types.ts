@@ -340,6 +340,11 @@ export interface Stores {
    * neither AOF nor RDB snapshots), else null. Without it nothing is checked.
    */
   durabilityWarning?(): Promise<string | null>;
+  /**
+   * Where the books are, as a digest (src/stores/identity.ts): settle journal files carry it,
+   * and a journal takes over only files of its own store (or files that name none).
+   */
+  identity?: string;
   /** Releases connections the stores opened themselves. */
   close(): Promise<void>;
 }

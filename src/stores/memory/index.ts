@@ -7,6 +7,7 @@ import { createMemoryIdempotency } from './idempotency.js';
 import { createMemoryJobs } from './jobs.js';
 import { createMemoryLimits } from './limits.js';
 import { createMemoryResponseCache } from './response-cache.js';
+import { memoryIdentity } from '../identity.js';
 
 export interface MemoryStoresOptions {
   /** The only clock the stores read (unix ms). Tests pass a fake one. Default: Date.now. */
@@ -30,6 +31,7 @@ export function createMemoryStores(options: MemoryStoresOptions = {}): Stores {
   const limits = createMemoryLimits(now);
   const billing = createMemoryBilling(balances, now, options.ledgerLimit ?? 10_000, limits);
   return {
+    identity: memoryIdentity(),
     accounts: createMemoryAccounts((req) => billing.creditNow(req)),
     keys: createMemoryKeys(),
     billing,

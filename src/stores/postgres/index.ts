@@ -11,6 +11,7 @@ import { createPostgresJobs } from './jobs.js';
 import { createPostgresLimits } from './limits.js';
 import { migrate } from './migrations.js';
 import { watchedSockets } from './socket.js';
+import { postgresIdentity } from '../identity.js';
 
 export { PostgresStoreError } from './connection.js';
 
@@ -106,6 +107,7 @@ export async function createPostgresStores(options: PostgresStoreOptions = {}): 
   // The windows live in this schema beside the books: a hold may count a window hit in its own call.
   const windowsId = Symbol('postgres windows');
   return {
+    identity: postgresIdentity(options.url ?? DEFAULT_URL, schema),
     accounts: createPostgresAccounts(ctx),
     keys: createPostgresKeys(ctx),
     billing: createPostgresBilling(ctx, sweep, windowsId),

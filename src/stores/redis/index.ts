@@ -9,6 +9,7 @@ import { createRedisIdempotency } from './idempotency.js';
 import { createRedisResponseCache } from './response-cache.js';
 import { createRedisBatches } from './batches-store.js';
 import { createRedisJobs } from './jobs.js';
+import { redisIdentity } from '../identity.js';
 import { RedisLedgerUpgrade } from './ledger-upgrade.js';
 import { createRedisLimits, hitMembers } from './limits.js';
 
@@ -102,6 +103,7 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
   upgrade.ensure()?.catch(() => {});
 
   return {
+    identity: redisIdentity({ ...(options.client ? clientPlace(client) : ownPlace(options)), keyPrefix }),
     accounts: createRedisAccounts(ctx),
     keys: createRedisKeys(ctx),
     billing: createRedisBilling(ctx, windowsId, hitMember, upgrade),
@@ -128,6 +130,20 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
       client.disconnect();
     },
   };
+}
+
+/** Where an owned client connects, for the store's identity. */
+function ownPlace(options: RedisStoreOptions): { url?: string; nodes?: string[]; sentinels?: string[]; name?: string } {
+  if (options.cluster) return { nodes: [...options.cluster] };
+  if (options.sentinels) return { sentinels: [...options.sentinels], name: options.name ?? '' };
+  return { url: options.url ?? DEFAULT_URL };
+}
+
+/** Where a given client connects (a Cluster: its start-up nodes), for the store's identity. */
+function clientPlace(client: RedisClient): { url?: string; nodes?: string[] } {
+  if (isCluster(client)) return { nodes: client.nodes('master').map((n) => `redis://${n.options.host ?? '127.0.0.1'}:${n.options.port ?? 6379}`) };
+  const o = client.options;
+  return { url: `redis://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}/${o.db ?? 0}` };
 }
 
 /** The command timeout a given client was configured with (a Cluster's is its nodes'). */

@@ -12,6 +12,7 @@ import { createSqliteJobs } from './jobs.js';
 import { createSqliteLimits } from './limits.js';
 import { createSqliteResponseCache } from './response-cache.js';
 import { WINDOW_ROWS_TTL_MS } from './windows.js';
+import { sqliteIdentity } from '../identity.js';
 
 export { SqliteStoreError } from './connection.js';
 
@@ -100,6 +101,7 @@ export function createSqliteStores(options: SqliteStoreOptions): Stores {
 
   const limits = createSqliteLimits(ctx);
   return {
+    identity: sqliteIdentity(options.path),
     accounts: createSqliteAccounts(ctx),
     keys: createSqliteKeys(ctx),
     billing: createSqliteBilling(ctx, limits),
