@@ -138,6 +138,9 @@ describe('chat -> Gemini request', () => {
       [chat({ tools: [{ type: 'custom', custom: { name: 'c' } }] }), 'tools[0].type'],
       [{ model: 'm', messages: [{ role: 'user', content: [{ type: 'file', file: { file_id: 'file-1' } }] }] }, 'messages[0].content[0].file.file_id'],
       [{ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'ftp://x/y.png' } }] }] }, 'messages[0].content[0].image_url.url'],
+      // An http(s) URL that does not parse: refused, not a TypeError (a 500).
+      [{ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://exa mple.com/a.png' } }] }] }, 'messages[0].content[0].image_url.url'],
+      [{ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://[bad/a.png' } }] }] }, 'messages[0].content[0].image_url.url'],
       [{ model: 'm', messages: [{ role: 'tool', tool_call_id: 'nope', content: 'x' }] }, 'messages[0].tool_call_id'],
       [{ model: 'm', messages: [{ role: 'system', content: 'only a system message' }] }, 'messages'],
       [{ model: 'm', messages: [{ role: 'assistant', content: null, tool_calls: [{ id: 'a', type: 'function', function: { name: 'f', arguments: '[1]' } }] }] }, 'messages[0].tool_calls[0].function.arguments'],

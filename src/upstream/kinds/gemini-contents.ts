@@ -114,7 +114,9 @@ function mediaPart(url: string, param: string): Part {
   const data = /^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$/s.exec(url);
   if (data) return { inlineData: { mimeType: data[1], data: data[2] } };
   if (/^https?:\/\//i.test(url)) {
-    const ext = /\.([a-z0-9]+)$/i.exec(new URL(url).pathname)?.[1]?.toLowerCase();
+    const parsed = URL.canParse(url) ? new URL(url) : null;
+    if (!parsed) throw refuse(param, 'the URL is not a valid http(s) URL');
+    const ext = /\.([a-z0-9]+)$/i.exec(parsed.pathname)?.[1]?.toLowerCase();
     const mimeType = ext ? IMAGE_TYPES[ext] : undefined;
     if (mimeType) return { fileData: { mimeType, fileUri: url } };
     throw refuse(param, 'give the file as a base64 data URL, or an http(s) URL ending in its image type (.png, .jpg, .webp, ...)');
