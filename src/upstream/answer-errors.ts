@@ -67,6 +67,29 @@ async function errorOf(res: UpstreamResponse, upstreamName: string): Promise<Gat
   return upstreamErrorOf(res.status, text, upstreamName, redact, res.header('retry-after'));
 }
 
+/** Words of a provider that say its refusal is about our account with it (its key, its credit). */
+const ACCOUNT_WORDS = /credit balance is too low|api key not valid|api key expired|api key not found/i;
+
+/**
+ * Whether a 4xx is about the gateway's own account with the provider, not the client's request:
+ * the client is then told the upstream failed (a 502), as for a 401, 402 or 403, and never the
+ * provider's words about our key or credit. Not every provider says so with its status:
+ * - OpenAI's "out of credit" is a 429 with code insufficient_quota (the client's own
+ *   insufficient_quota means its wallet);
+ * - Anthropic answers a low credit balance with a 400 invalid_request_error, and names
+ *   authentication, permission and billing errors by their type;
+ * - Gemini answers a bad key with a 400 INVALID_ARGUMENT whose details give the reason
+ *   (API_KEY_INVALID, API_KEY_EXPIRED, ...).
+ */
+function aboutOurAccount(status: number, err: Record<string, unknown>): boolean {
+  if (status === 429 && (err.code === 'insufficient_quota' || err.type === 'insufficient_quota')) return true;
+  if (err.type === 'authentication_error' || err.type === 'permission_error' || err.type === 'billing_error') return true;
+  if (Array.isArray(err.details) && err.details.some((d) => isKeyReason((d as { reason?: unknown } | null)?.reason))) return true;
+  return typeof err.message === 'string' && ACCOUNT_WORDS.test(err.message);
+}
+
+const isKeyReason = (reason: unknown) => typeof reason === 'string' && reason.startsWith('API_KEY_');
+
 /**
  * The client's error for an upstream's failed answer (`status`, its body `text`): the upstream's
  * own words (its message, code, type and param, with no upstream key material) for a refusal of
@@ -97,9 +120,7 @@ export function upstreamErrorOf(
   } catch {
     // Not JSON: keep a short excerpt of the text.
   }
-  // OpenAI's "out of credit" comes as a 429 with code insufficient_quota: it is about our
-  // provider account, like a 402, and the client's own insufficient_quota means its wallet.
-  if (status === 429 && (upstreamErr.code === 'insufficient_quota' || upstreamErr.type === 'insufficient_quota')) {
+  if (aboutOurAccount(status, upstreamErr)) {
     return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${status}).`), {
       upstreamMessage: text.slice(0, 500),
     });
