@@ -145,6 +145,27 @@ describe('chat request as Messages', () => {
     }
   });
 
+  it('refuses what it would otherwise drop: a non-text system part, an assistant function_call or audio', () => {
+    const hi = { role: 'user', content: 'hi' };
+    const image = { type: 'image_url', image_url: { url: 'https://x/a.png' } };
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: [{ role: 'system', content: [{ type: 'text', text: 'see' }, image] }, hi] }, false)).param).toBe('messages[0].content[1]');
+    const legacy = { role: 'assistant', content: null, function_call: { name: 'f', arguments: '{"a":1}' } };
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: [hi, legacy, hi] }, false)).param).toBe('messages[1].function_call');
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: [hi, { role: 'assistant', content: 'x', audio: { id: 'audio_1' } }, hi] }, false)).param).toBe('messages[1].audio');
+    // Text parts of a system message still join into the system prompt.
+    expect(messagesRequestOf({ model: 'm', messages: [{ role: 'system', content: [{ type: 'text', text: 'A' }, { type: 'text', text: 'B' }] }, hi] }, false)).toMatchObject({ system: 'AB' });
+  });
+
+  it('a data URL with parameters goes as base64, never as a link; service_tier auto and default are no refusal', () => {
+    const out = messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;name=a.png;base64,iVBORw0KGgo=' } }] }] }, false);
+    expect((out.messages as Array<{ content: unknown[] }>)[0]!.content[0]).toEqual({ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } });
+    const notBase64 = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png,rawbytes' } }] }];
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: notBase64 }, false)).param).toBe('messages[0].content[0]');
+    const hi = [{ role: 'user', content: 'hi' }];
+    for (const tier of ['auto', 'default']) expect(messagesRequestOf({ model: 'm', messages: hi, service_tier: tier }, false)).not.toHaveProperty('service_tier');
+    expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, service_tier: 'flex' }, false)).param).toBe('service_tier');
+  });
+
   it("effort none is no thinking (Anthropic's default), not a budget", () => {
     const out = messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: 'hi' }], max_tokens: 5000, reasoning_effort: 'none' }, false);
     expect(out.thinking).toBeUndefined();

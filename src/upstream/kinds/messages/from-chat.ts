@@ -31,7 +31,8 @@ const UNCARRIED: Record<string, (v: unknown) => boolean> = {
   functions: () => true,
   function_call: () => true,
   web_search_options: () => true,
-  service_tier: () => true,
+  // The gateway's own tier words: `auto` and `default` ask for nothing Anthropic would need told.
+  service_tier: (v) => v !== 'auto' && v !== 'default',
   store: (v) => v !== false,
   metadata: () => true,
   verbosity: () => true,
@@ -41,8 +42,11 @@ const UNCARRIED: Record<string, (v: unknown) => boolean> = {
 /** A chat image URL (a data URL or a link) as an image source. */
 function imageSource(url: unknown, param: string): Json {
   if (typeof url !== 'string') throw cannotCarry(param, 'an image needs a URL.');
-  const data = /^data:([^;,]+);base64,(.*)$/s.exec(url);
-  return data ? { type: 'base64', media_type: data[1], data: data[2] } : { type: 'url', url };
+  // A data URL may carry parameters before `;base64` (`;name=a.png`); it is never a link.
+  const data = /^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$/s.exec(url);
+  if (data) return { type: 'base64', media_type: data[1], data: data[2] };
+  if (/^data:/i.test(url)) throw cannotCarry(param, 'a data URL must be base64.');
+  return { type: 'url', url };
 }
 
 function block(part: unknown, param: string): Json {
@@ -59,8 +63,17 @@ function block(part: unknown, param: string): Json {
 const blocksOf = (content: unknown, param: string): Json[] =>
   typeof content === 'string' ? (content ? [{ type: 'text', text: content }] : []) : Array.isArray(content) ? content.map((p, j) => block(p, `${param}[${j}]`)) : [];
 
-const textOf = (content: unknown): string =>
-  typeof content === 'string' ? content : Array.isArray(content) ? content.map((p) => (isObject(p) && typeof p.text === 'string' ? p.text : '')).join('') : '';
+/** A system or developer message's text: Anthropic's `system` is text only, so any other part is refused. */
+function textOf(content: unknown, param: string): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  return content
+    .map((p, j) => {
+      if (isObject(p) && p.type === 'text' && typeof p.text === 'string') return p.text;
+      throw cannotCarry(`${param}[${j}]`, "only text parts of a system or developer message can be sent to the model's upstream (the Anthropic Messages API).");
+    })
+    .join('');
+}
 
 function toolUse(call: unknown, param: string): Json {
   const fn = isObject(call) && isObject(call.function) ? call.function : null;
@@ -95,9 +108,12 @@ function turns(messages: unknown[]): { system: string[]; turns: Json[] } {
   messages.forEach((m, i) => {
     if (!isObject(m)) return;
     const param = `messages[${i}]`;
-    if (m.role === 'system' || m.role === 'developer') system.push(textOf(m.content));
+    if (m.role === 'system' || m.role === 'developer') system.push(textOf(m.content, `${param}.content`));
     else if (m.role === 'user') out.push({ role: 'user', content: blocksOf(m.content, `${param}.content`) });
     else if (m.role === 'assistant') {
+      // Not carried, so refused rather than dropped (a turn of only a function_call would go empty).
+      if (present(m.function_call)) throw cannotCarry(`${param}.function_call`, 'use `tool_calls`.');
+      if (present(m.audio)) throw cannotCarry(`${param}.audio`, "an earlier audio answer cannot be sent to the model's upstream (the Anthropic Messages API).");
       const content = [...thinkingBlocks(m.thinking_blocks, `${param}.thinking_blocks`), ...blocksOf(m.content, `${param}.content`)];
       if (Array.isArray(m.tool_calls)) content.push(...m.tool_calls.map((c, j) => toolUse(c, `${param}.tool_calls[${j}]`)));
       out.push({ role: 'assistant', content });
