@@ -255,6 +255,39 @@ describe('Messages events as a chat stream', () => {
     expect(err.code).toBe('upstream_error');
     expect(err.message).toBe('Overloaded');
   });
+
+  it("what a block's start carries (first text, thinking, a tool's whole input) reaches the client, as the account counts it", () => {
+    const t = new MessagesToChatEvents();
+    const out = text(
+      t.push(
+        enc.encode(
+          ev('message_start', { message: { id: 'msg_1', model: 'm', usage: { input_tokens: 5, output_tokens: 1 } } }) +
+            ev('content_block_start', { index: 0, content_block: { type: 'thinking', thinking: 'first thought' } }) +
+            ev('content_block_stop', { index: 0 }) +
+            ev('content_block_start', { index: 1, content_block: { type: 'text', text: 'Initial words. ' } }) +
+            ev('content_block_delta', { index: 1, delta: { type: 'text_delta', text: 'more' } }) +
+            ev('content_block_stop', { index: 1 }) +
+            ev('content_block_start', { index: 2, content_block: { type: 'tool_use', id: 'toolu_1', name: 'f', input: { city: 'Paris' } } }) +
+            ev('content_block_stop', { index: 2 }) +
+            ev('content_block_start', { index: 3, content_block: { type: 'tool_use', id: 'toolu_2', name: 'g', input: {} } }) +
+            ev('content_block_delta', { index: 3, delta: { type: 'input_json_delta', partial_json: '{"k":1}' } }) +
+            ev('content_block_stop', { index: 3 }) +
+            ev('message_delta', { delta: { stop_reason: 'tool_use' }, usage: { output_tokens: 20 } }) +
+            ev('message_stop', {}),
+        ),
+      ),
+    );
+    const deltas = out
+      .split('\n\n')
+      .filter((f) => f.startsWith('data: {'))
+      .map((f) => JSON.parse(f.slice(6)).choices?.[0]?.delta ?? {});
+    expect(deltas.map((d) => d.reasoning_content ?? '').join('')).toBe('first thought');
+    expect(deltas.map((d) => d.content ?? '').join('')).toBe('Initial words. more');
+    const args = (index: number) => deltas.flatMap((d) => d.tool_calls ?? []).filter((c) => c.index === index).map((c) => c.function.arguments).join('');
+    expect(JSON.parse(args(0))).toEqual({ city: 'Paris' });
+    // Anthropic's own empty start input is followed by its deltas: not sent twice.
+    expect(JSON.parse(args(1))).toEqual({ k: 1 });
+  });
 });
 
 describe('the Messages translators hold an error back behind the output of its read', () => {

@@ -74,18 +74,27 @@ export class MessagesToChatEvents extends EventTranslator implements StreamTrans
     }
   }
 
+  /**
+   * A block opens. Anthropic opens every block empty, but a compatible upstream may put the
+   * first text, thinking or a tool's whole input in the start event: it is relayed as the
+   * first delta would be (the answer's account counts it, so the client must get it).
+   */
   private blockStart(e: Json): string {
     const block = isObject(e.content_block) ? e.content_block : {};
     if (block.type === 'thinking') {
-      this.thinking = { index: e.index, text: typeof block.thinking === 'string' ? block.thinking : '', signature: '' };
-      return '';
+      const text = typeof block.thinking === 'string' ? block.thinking : '';
+      this.thinking = { index: e.index, text, signature: typeof block.signature === 'string' ? block.signature : '' };
+      return text ? this.chunk({ reasoning_content: text }) : '';
     }
+    if (block.type === 'text') return typeof block.text === 'string' && block.text ? this.chunk({ content: block.text }) : '';
     // A redacted block has no text to show: it goes out whole, for the client to send back.
     if (block.type === 'redacted_thinking' && typeof block.data === 'string') return this.chunk({ thinking_blocks: [{ type: 'redacted_thinking', data: block.data }] });
     if (block.type !== 'tool_use' || typeof e.index !== 'number') return '';
     const at = this.tools.size;
     this.tools.set(e.index, at);
-    return this.chunk({ tool_calls: [{ index: at, id: block.id, type: 'function', function: { name: block.name, arguments: '' } }] });
+    // An input given whole at the start (not empty: Anthropic's `{}` is followed by its deltas).
+    const whole = isObject(block.input) && Object.keys(block.input).length > 0 ? JSON.stringify(block.input) : '';
+    return this.chunk({ tool_calls: [{ index: at, id: block.id, type: 'function', function: { name: block.name, arguments: whole } }] });
   }
 
   private blockDelta(e: Json): string {
