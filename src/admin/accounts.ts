@@ -175,10 +175,10 @@ async function refuseOverfull(core: Services, accountId: string, amount: bigint,
 
 /**
  * The forms of the ids the gateway gives its charges' ledger entries: request ids, batch line
- * ids, image and video job ids. A credit never takes one, so an id names one ledger entry (an
+ * ids (`<batch id>:<custom id>`), image and video job ids. A credit never takes one, so an id names one ledger entry (an
  * operator refunding `req_…` would otherwise give the refund the charge's own id).
  */
-const CHARGE_ID = /^(?:req|batch_req|img|video)_/;
+const CHARGE_ID = /^(?:(?:req|batch_req|img|video)_|batch_[^:]*:)/;
 
 type AccountMethods = Pick<Admin, 'createAccount' | 'listAccounts' | 'topUp' | 'wallet' | 'setGrants' | 'setAccountBudgets' | 'credit'>;
 

@@ -164,6 +164,10 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       const named = await api('POST', '/accounts/whale/credits', { amountUsd: '1', reason: 'refund', id: 'req_01a228fa0fe1753eb8dba918f966bb49' });
       expect(named.status).toBe(400);
       expect(named.json.error).toMatchObject({ code: 'invalid_request', param: 'id' });
+      // A batch line's charge is `<batch id>:<custom id>`.
+      const line = await api('POST', '/accounts/whale/credits', { amountUsd: '1', reason: 'refund', id: 'batch_AbCdEfGhIjKlMnOpQrStUvWxYz012345:req-0' });
+      expect(line.status).toBe(400);
+      expect(line.json.error).toMatchObject({ code: 'invalid_request', param: 'id' });
       expect((await api('POST', '/accounts/whale/credits', { amountUsd: '1', reason: 'refund', id: 'refund-req_01a2' })).json.applied).toBe(true);
       // An account a body names that does not exist is 404 naming that field.
       const noAccount = await api('POST', '/keys', { account: 'nope' });
@@ -319,7 +323,7 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect((await postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'audit' }], max_tokens: 5 })).status).toBe(200);
       const clean = await api('GET', '/audit');
       expect(clean.status).toBe(200);
-      expect(clean.json).toEqual({ ok: true, accounts: expect.any(Number), entries: expect.any(Number), differences: [] });
+      expect(clean.json).toEqual({ ok: true, accounts: expect.any(Number), entries: expect.any(Number), differences: [], unsettled: [] });
       expect(clean.json.entries).toBeGreaterThan(1);
       // The charge keeps the prices it was held at, and its cost is their product with its units.
       const charge = (await api('GET', `/ledger?account=${ACCOUNT}`)).json.data.find((e: any) => e.units.kind === 'tokens');
