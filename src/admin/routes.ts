@@ -260,7 +260,7 @@ export const adminRoutes: readonly AdminRoute[] = [
   route({
     method: 'GET',
     path: '/audit',
-    summary: 'Check the books: balances, holds, keys’ spend and charges per hold id ({ok, accounts, entries, differences})',
+    summary: 'Check the books: balances, holds, keys’ spend and charges per hold id ({ok, accounts, entries, differences, unsettled})',
     query: S.auditQuery,
     run: activity.audit,
   }),

@@ -55,10 +55,20 @@ export interface Reading {
 const HOLD_PAGE = 1_000;
 const PERIODS: readonly BudgetPeriod[] = ['day', 'week', 'month'];
 
-/** Reads an account until a reading is still, at most `attempts` times; the last one is judged. */
+/** The pause before each further reading of a busy account: a lull between its calls may come. */
+const pauseBefore = (attempt: number) => new Promise<void>((r) => setTimeout(r, Math.min(400, 25 * 2 ** attempt)));
+
+/**
+ * Reads an account until a reading is still, at most `attempts` times, pausing a little
+ * longer before each; the last one is returned (its `still` says whether its sums belong
+ * together).
+ */
 export async function readStill(stores: Stores, accountId: string, attempts: number, maxCosts: number): Promise<Reading> {
   let r = await readAccount(stores, accountId, maxCosts);
-  for (let i = 1; i < attempts && !r.still; i++) r = await readAccount(stores, accountId, maxCosts);
+  for (let i = 1; i < attempts && !r.still; i++) {
+    await pauseBefore(i);
+    r = await readAccount(stores, accountId, maxCosts);
+  }
   return r;
 }
 

@@ -18,7 +18,10 @@ function line(d: AuditDifference): string {
 /** The report as text, ending in a newline. */
 export function auditText(r: AuditReport): string {
   const counted = `${r.accounts} account${r.accounts === 1 ? '' : 's'}, ${r.entries} ledger entr${r.entries === 1 ? 'y' : 'ies'}`;
-  if (r.ok) return `audit ok: ${counted}, no differences\n`;
+  const busy = r.unsettled.length
+    ? `  not judged: the balance, held and spend of ${r.unsettled.join(', ')} (their books changed during every reading; run the audit again when they are quieter)\n`
+    : '';
+  if (r.ok) return `audit ok: ${counted}, no differences\n${busy}`;
   const n = r.differences.length;
-  return `audit FAILED: ${counted}, ${n} difference${n === 1 ? '' : 's'}\n${r.differences.map(line).join('\n')}\n`;
+  return `audit FAILED: ${counted}, ${n} difference${n === 1 ? '' : 's'}\n${r.differences.map(line).join('\n')}\n${busy}`;
 }

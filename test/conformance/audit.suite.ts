@@ -151,8 +151,39 @@ export function auditSuite(name: string, make: () => Promise<AuditHarness>): voi
       const { accountId } = await busyAccount(h.stores, now);
       expect(await h.stores.billing.duplicateCharges(accountId, 10)).toEqual([]);
       const report = await auditBooks(h.stores, { account: accountId });
-      expect(report).toEqual({ ok: true, accounts: 1, entries: (await h.stores.billing.ledger(accountId)).length, differences: [] });
+      expect(report).toEqual({ ok: true, accounts: 1, entries: (await h.stores.billing.ledger(accountId)).length, differences: [], unsettled: [] });
       expect(report.entries).toBe(8);
+    }));
+
+    it('beside calls that keep landing, finds no difference: an account never read still is unsettled, its sums not judged', withHarness(async (h) => {
+      const accountId = uid('acct');
+      await h.stores.accounts.create({ id: accountId, grants: [], createdAt: h.now?.() ?? Date.now() }, 1_000_000_000n);
+      let stop = false;
+      let n = 0;
+      // Four callers, one call after another each: a hold, a moment, its settle.
+      const callers = Array.from({ length: 4 }, async (_, c) => {
+        while (!stop) {
+          const holdId = uid(`req_${c}_${n++}`);
+          const at = h.now?.() ?? Date.now();
+          await h.stores.billing.placeHold({ holdId, accountId, keyId: 'key_busy', amount: 100n, monthlyCap: null, month: monthOf(at), ttlMs: 60_000 });
+          await new Promise((r) => setTimeout(r, 1));
+          await h.stores.billing.settle({ holdId, accountId, month: monthOf(at), cost: 90n, entry: { id: holdId, accountId, keyId: 'key_busy', model: 'm', units: { kind: 'tokens', prompt: 1, completion: 1 }, measured: 'usage', at } });
+        }
+      });
+      try {
+        await new Promise((r) => setTimeout(r, 100));
+        for (let i = 0; i < 3; i++) {
+          const report = await auditBooks(h.stores, { account: accountId, attempts: 2 });
+          expect(report.differences).toEqual([]);
+          expect(report.ok).toBe(true);
+          expect([[], [accountId]]).toContainEqual(report.unsettled);
+        }
+      } finally {
+        stop = true;
+        await Promise.all(callers);
+      }
+      expect(n).toBeGreaterThan(8);
+      expect(await auditBooks(h.stores, { account: accountId })).toMatchObject({ ok: true, differences: [], unsettled: [] });
     }));
 
     it('names a wallet changed behind the store’s back, with the balance the ledger explains', withTamper(async (h, tamper) => {

@@ -56,7 +56,8 @@ export const SCRIPT_PAGES = `
     $('audit-result').className = 'muted';
     return api('GET', '/audit').then(function (r) {
       var counted = r.accounts + ' accounts, ' + r.entries + ' ledger entries';
-      $('audit-result').textContent = r.ok ? 'The books add up: ' + counted + ', no differences.' : r.differences.length + ' differences in ' + counted + '.';
+      var busy = r.unsettled && r.unsettled.length ? ' Not judged (their books changed during every reading; check again when quieter): the balance, held and spend of ' + r.unsettled.join(', ') + '.' : '';
+      $('audit-result').textContent = (r.ok ? 'The books add up: ' + counted + ', no differences.' : r.differences.length + ' differences in ' + counted + '.') + busy;
       $('audit-result').className = r.ok ? 'good' : 'bad';
       $('audit-panel').dataset.ok = String(r.ok);
       fill('audit', r.differences, function (tr, d) {
