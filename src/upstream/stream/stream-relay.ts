@@ -10,6 +10,7 @@ import { redactedError, upstreamKeysRedactor } from '../key-redactor.js';
 import type { BodyFlow, UpstreamResponse } from '../types.js';
 import type { Sink } from './bodies.js';
 import type { EventReader } from './reader.js';
+import { ReadOn } from './read-on.js';
 import { type RelayDeps, type StreamCall, settleStream } from './settle.js';
 import { KEEP_ALIVE } from './sse.js';
 import { drainRest, joined, NOT_YET, nextTurn } from './upstream-reads.js';
@@ -38,13 +39,11 @@ export class StreamRelay {
   /** The read the stream waits on: a read-on after the client left takes its result over. */
   private inflight: Promise<IteratorResult<Uint8Array>> | null = null;
   /** The client left after the answer's end; the upstream is read on for the usage. */
-  private readingOn = false;
+  private readingOn: ReadOn | null = null;
   /** A listened body's backpressure; null while the body is read through its iterator. */
   private flow: BodyFlow | null = null;
   /** The complete answer's settle and last frames, under way. */
   private finishing: Promise<void> | null = null;
-  /** Ends a read-on of a listened body (its end, its failure, or the grace running out). */
-  private readOnDone: (() => void) | null = null;
   /** Shutdown's grace ran out (not the client leaving): the stream says so if it opens. */
   private cutByShutdown = false;
 
@@ -296,7 +295,7 @@ export class StreamRelay {
   /** Reads a listened body from here on: each read is relayed as it arrives. */
   private listen(sink: Sink): void {
     const onChunk = (chunk: Uint8Array | null): void => {
-      if (this.readingOn) this.readOnto(chunk);
+      this.readingOn?.onto(chunk);
       if (this.ended) return;
       try {
         const out = this.step(sink, chunk);
@@ -309,7 +308,7 @@ export class StreamRelay {
       data: onChunk,
       end: () => onChunk(null),
       error: (err) => {
-        if (this.readingOn) this.readOnDone?.();
+        if (this.readingOn) this.readingOn.failed();
         else if (!this.ended) void this.fail(sink, err);
       },
     });
@@ -385,62 +384,12 @@ export class StreamRelay {
     // say it only with its last events (Messages' message_delta carries the usage it waits for).
     const answered = this.billing.account?.answered?.() || this.reader.answered;
     if (answered && !this.reader.done && graceMs > 0) {
-      this.readingOn = true;
-      void this.readOn(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped'));
+      const on = new ReadOn({ reader: this.reader, res: this.res, flow: this.flow, inflight: this.inflight, read: () => this.read() });
+      this.readingOn = on;
+      void on.run(graceMs).then(() => settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped'));
       return;
     }
     this.res.discard();
     void settleStream(this.billing, this.reader, this.core.tokenizer, 'stopped');
-  }
-
-  /** Reads the upstream to its end (or until `graceMs` passed or it failed) with nobody to send to. */
-  private async readOn(graceMs: number): Promise<void> {
-    if (this.flow) return this.readOnFlow(graceMs);
-    const timer = setTimeout(() => this.res.discard(), graceMs);
-    let pending = this.inflight;
-    try {
-      for (;;) {
-        const next = await (pending ?? this.read());
-        pending = null;
-        if (next.done) {
-          this.reader.end();
-          break;
-        }
-        this.reader.push(next.value);
-        if (this.reader.done) break;
-      }
-    } catch {
-      // The upstream failed, or the grace ran out: what was seen is billed.
-    } finally {
-      clearTimeout(timer);
-    }
-    this.res.discard();
-  }
-
-  /** `readOn` for a listened body: its reads keep coming to `readOnto`. */
-  private readOnFlow(graceMs: number): Promise<void> {
-    return new Promise((resolve) => {
-      const timer = setTimeout(() => this.res.discard(), graceMs);
-      this.readOnDone = () => {
-        this.readOnDone = null;
-        clearTimeout(timer);
-        this.res.discard();
-        resolve();
-      };
-      this.flow?.resume();
-    });
-  }
-
-  /** One read (null: the end) of a body read on for its usage. */
-  private readOnto(chunk: Uint8Array | null): void {
-    try {
-      if (chunk === null) this.reader.end();
-      else this.reader.push(chunk);
-    } catch {
-      // A bad event: what was seen is billed.
-      this.readOnDone?.();
-      return;
-    }
-    if (chunk === null || this.reader.done) this.readOnDone?.();
   }
 }
