@@ -107,7 +107,7 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   const pipeline = compose([
     observe,
     userHooks(hooks),
-    corsStage(createCors(cfg.cors)),
+    corsStage(createCors(cfg.cors), paths.v1),
     errorEnvelope(hooks, log, shapeOf),
     probesStage(paths, createProbes({ stores: core.stores, startup: () => startup, draining: () => draining, log }), metrics),
     adminMount(adminHttp && { adminPath: `${base}/admin`, basePath: base, handle: adminHttp.handle }, () =>

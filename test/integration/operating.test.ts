@@ -5,6 +5,7 @@
  * header changes nothing), and CORS (off by default; allowed origins get preflights answered
  * and their answers readable).
  */
+import { createHash } from 'node:crypto';
 import { connect } from 'node:net';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGateway, type GatewayOptions } from '../../src/gateway.js';
@@ -347,6 +348,28 @@ describe('CORS', () => {
     await withGateway({ cors: { origins: ['*'] } }, async (gateway, key) => {
       expect((await gateway.fetch(preflight('https://any.example'), CLIENT)).headers.get('access-control-allow-origin')).toBe('*');
       expect((await gateway.fetch(chat(key, 'https://any.example'), CLIENT)).headers.get('access-control-allow-origin')).toBe('*');
+    });
+  });
+
+  it('covers /v1 only: the console, the admin API, /metrics and the probes get no CORS headers, even for "*"', async () => {
+    const admin = { tokenSha256: createHash('sha256').update('admin-token').digest('hex') };
+    await withGateway({ cors: { origins: ['*'] }, metrics: { path: '/metrics' }, admin }, async (gateway) => {
+      const evil = 'https://evil.example';
+      const asks = [
+        new Request('http://gateway.test/admin/v1/accounts', { method: 'OPTIONS', headers: { origin: evil, 'access-control-request-method': 'GET', 'access-control-request-headers': 'authorization' } }),
+        new Request('http://gateway.test/admin/v1/accounts', { headers: { origin: evil, authorization: 'Bearer admin-token' } }),
+        new Request('http://gateway.test/admin', { headers: { origin: evil } }),
+        new Request('http://gateway.test/metrics', { headers: { origin: evil } }),
+        new Request('http://gateway.test/ready', { headers: { origin: evil } }),
+        new Request('http://gateway.test/health', { headers: { origin: evil } }),
+      ];
+      for (const req of asks) {
+        const res = await gateway.fetch(req, CLIENT);
+        expect(res.headers.get('access-control-allow-origin'), `${req.method} ${req.url}`).toBeNull();
+        await res.arrayBuffer();
+      }
+      // /v1 still answers any origin.
+      expect((await gateway.fetch(preflight(evil), CLIENT)).headers.get('access-control-allow-origin')).toBe('*');
     });
   });
 

@@ -97,8 +97,16 @@ export function createCors(options: CorsOptions | null): Cors | null {
   };
 }
 
-/** The CORS stage: answers preflights, and decorates every other answer for allowed origins. */
-export function corsStage(cors: Cors | null): Stage | null {
+/**
+ * The CORS stage for the API under `v1` (its path): answers preflights, and decorates every
+ * other answer for allowed origins. Nothing else the gateway serves is for other origins: the
+ * console, the admin API, /metrics and the probes get no CORS headers, so no page a browser
+ * visits can read them (a gateway on an internal network included).
+ */
+export function corsStage(cors: Cors | null, v1: string): Stage | null {
   if (!cors) return null;
-  return (x, next) => cors.preflight(x.request, x.requestId) ?? next().then((res) => cors.decorate(x.request, res));
+  return (x, next) => {
+    if (x.path !== v1 && !x.path.startsWith(`${v1}/`)) return next();
+    return cors.preflight(x.request, x.requestId) ?? next().then((res) => cors.decorate(x.request, res));
+  };
 }
