@@ -110,7 +110,7 @@ export function freezable(shared: Stores): FreezableStores {
   const stores = Object.fromEntries(
     Object.entries(shared).map(([name, store]) => [
       name,
-      typeof store === 'function' ? async () => {} : wrap(store as object),
+      typeof store === 'function' ? async () => {} : typeof store === 'object' && store !== null ? wrap(store) : store,
     ]),
   ) as unknown as Stores;
   return {
