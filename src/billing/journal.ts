@@ -14,7 +14,7 @@
  * landed is safe: a settle is idempotent per hold id in every store. A write that failed part
  * way (a full disk) may leave a torn last line: the next change rewrites the file whole.
  */
-import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, fstatSync, fsyncSync, ftruncateSync, mkdirSync, openSync, readFileSync, readSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
 import type { SettleRequest } from '../stores/types.js';
 import { forget, JournalLock, orphans } from './journal-lock.js';
@@ -114,9 +114,16 @@ function ofStore(file: string, store: string | undefined): boolean {
   if (store === undefined) return true;
   let first: string;
   try {
-    const text = readFileSync(file, 'utf8');
-    const nl = text.indexOf('\n');
-    first = nl === -1 ? text : text.slice(0, nl);
+    // Only the first line: a file of another store stays an orphan here, looked at every heartbeat.
+    const fd = openSync(file, 'r');
+    try {
+      const head = Buffer.alloc(512);
+      const text = head.subarray(0, readSync(fd, head, 0, head.length, 0)).toString('utf8');
+      const nl = text.indexOf('\n');
+      first = nl === -1 ? text : text.slice(0, nl);
+    } finally {
+      closeSync(fd);
+    }
   } catch {
     return true; // taken and read by the usual rules, which skip what cannot be read
   }

@@ -1,6 +1,6 @@
 /**
- * A store's identity: a short digest of where its books are (host, database, schema or key
- * prefix, file), without credentials or timeouts. Settle journal files carry it, so a gateway
+ * A store's identity: a short digest of where its books are (host, port, database, schema or
+ * key prefix, file), however its URL is spelled, without credentials or options. Settle journal files carry it, so a gateway
  * sharing a journal folder with gateways of other stores never replays their charges into its
  * own books.
  */
@@ -20,16 +20,51 @@ export function place(url: string): string {
 
 const digest = (value: unknown) => createHash('sha256').update(JSON.stringify(value)).digest('hex').slice(0, 16);
 
+/**
+ * Where a Redis URL points, however it is spelled: host (lower case), port (6379 when none)
+ * and database (its path or `?db=`, 0 when none); credentials and options left out.
+ */
+export function redisWhere(url: string): string {
+  try {
+    const u = new URL(url);
+    const db = Number(u.pathname.replace(/^\/+/, '') || u.searchParams.get('db') || 0);
+    return `${u.hostname.toLowerCase()}:${u.port || 6379}/${db}`;
+  } catch {
+    return url;
+  }
+}
+
+/**
+ * Where a PostgreSQL URL points, however it is spelled: host and port (5432 when none, either
+ * may come as a parameter) and database (the user's name when none, as PostgreSQL does).
+ */
+export function postgresWhere(url: string): string {
+  try {
+    const u = new URL(url);
+    const host = (u.searchParams.get('host') ?? u.hostname).toLowerCase();
+    const port = u.searchParams.get('port') ?? (u.port || '5432');
+    const db = decodeURIComponent(u.pathname.replace(/^\/+/, '')) || u.searchParams.get('dbname') || decodeURIComponent(u.username) || 'postgres';
+    return `${host}:${port}/${db}`;
+  } catch {
+    return url;
+  }
+}
+
+/** `host:port` of a node given as a URL or as `{host, port}`. */
+export const nodeWhere = (node: string | { host?: string; port?: number }): string =>
+  typeof node === 'string' ? redisWhere(node.includes('://') ? node : `redis://${node}`).replace(/\/\d+$/, '') : `${(node.host ?? '127.0.0.1').toLowerCase()}:${node.port ?? 6379}`;
+
+/** A Redis store: one server (`url`), a Cluster (its nodes) or a Sentinel set (its sentinels and master name), and the key prefix. */
 export const redisIdentity = (where: { url?: string; nodes?: string[]; sentinels?: string[]; name?: string; keyPrefix: string }): string =>
   `redis:${digest({
-    url: where.url === undefined ? null : place(where.url),
-    nodes: where.nodes?.map(place).sort() ?? null,
-    sentinels: where.sentinels?.map(place).sort() ?? null,
+    url: where.url === undefined ? null : redisWhere(where.url),
+    nodes: where.nodes ? [...where.nodes].sort() : null,
+    sentinels: where.sentinels ? [...where.sentinels].sort() : null,
     name: where.name ?? null,
     keyPrefix: where.keyPrefix,
   })}`;
 
-export const postgresIdentity = (url: string, schema: string): string => `postgres:${digest({ url: place(url), schema })}`;
+export const postgresIdentity = (url: string, schema: string): string => `postgres:${digest({ where: postgresWhere(url), schema })}`;
 
 export const sqliteIdentity = (path: string): string => `sqlite:${digest(resolve(path))}`;
 

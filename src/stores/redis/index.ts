@@ -9,7 +9,7 @@ import { createRedisIdempotency } from './idempotency.js';
 import { createRedisResponseCache } from './response-cache.js';
 import { createRedisBatches } from './batches-store.js';
 import { createRedisJobs } from './jobs.js';
-import { redisIdentity } from '../identity.js';
+import { nodeWhere, redisIdentity } from '../identity.js';
 import { RedisLedgerUpgrade } from './ledger-upgrade.js';
 import { createRedisLimits, hitMembers } from './limits.js';
 
@@ -134,15 +134,20 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
 
 /** Where an owned client connects, for the store's identity. */
 function ownPlace(options: RedisStoreOptions): { url?: string; nodes?: string[]; sentinels?: string[]; name?: string } {
-  if (options.cluster) return { nodes: [...options.cluster] };
-  if (options.sentinels) return { sentinels: [...options.sentinels], name: options.name ?? '' };
+  if (options.cluster) return { nodes: options.cluster.map(nodeWhere) };
+  if (options.sentinels) return { sentinels: options.sentinels.map(nodeWhere), name: options.name ?? '' };
   return { url: options.url ?? DEFAULT_URL };
 }
 
-/** Where a given client connects (a Cluster: its start-up nodes), for the store's identity. */
-function clientPlace(client: RedisClient): { url?: string; nodes?: string[] } {
-  if (isCluster(client)) return { nodes: client.nodes('master').map((n) => `redis://${n.options.host ?? '127.0.0.1'}:${n.options.port ?? 6379}`) };
+/** Where a given client connects (a Cluster: the nodes it was given; Sentinels: theirs and the master's name), for the store's identity. */
+function clientPlace(client: RedisClient): { url?: string; nodes?: string[]; sentinels?: string[]; name?: string } {
+  if (isCluster(client)) {
+    // The nodes it was made with, known before it connects (`nodes()` lists none until then).
+    const given = (client as unknown as { startupNodes?: Array<string | number | { host?: string; port?: number }> }).startupNodes ?? [];
+    return { nodes: given.map((n) => nodeWhere(typeof n === 'number' ? { port: n } : n)) };
+  }
   const o = client.options;
+  if (o.sentinels?.length) return { sentinels: o.sentinels.map((n) => nodeWhere({ host: n.host, port: n.port })), name: o.name ?? '' };
   return { url: `redis://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}/${o.db ?? 0}` };
 }
 
