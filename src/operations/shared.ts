@@ -7,6 +7,7 @@ import { atServiceTier, type Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
+import { asksPricedTier } from '../billing/service-tiers.js';
 
 /** ["messages", 0, "role"] -> "messages[0].role" */
 export function paramPath(path: ReadonlyArray<PropertyKey>): string | null {
@@ -72,13 +73,8 @@ export function refuseAgentKeys(ctx: RequestContext): void {
   if (ctx.key.kind === 'agent') throw new GatewayError('permission_denied', 'Agent keys cannot use media endpoints.');
 }
 
-/** Service tiers a provider bills at its standard price. */
-const STANDARD_TIERS = new Set(['auto', 'default', 'standard_only']);
 
-/** Whether a price-changing field's value asks for other than the standard price. */
-export function asksPricedTier(value: unknown): boolean {
-  return value !== undefined && value !== null && !(typeof value === 'string' && STANDARD_TIERS.has(value));
-}
+export { asksPricedTier };
 
 /**
  * The model as the request's price-changing field bills it (`service_tier`, Anthropic's

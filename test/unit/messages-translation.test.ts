@@ -162,7 +162,7 @@ describe('chat request as Messages', () => {
     const notBase64 = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png,rawbytes' } }] }];
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: notBase64 }, false)).param).toBe('messages[0].content[0]');
     const hi = [{ role: 'user', content: 'hi' }];
-    for (const tier of ['auto', 'default']) expect(messagesRequestOf({ model: 'm', messages: hi, service_tier: tier }, false)).not.toHaveProperty('service_tier');
+    for (const tier of ['auto', 'default', 'standard_only']) expect(messagesRequestOf({ model: 'm', messages: hi, service_tier: tier }, false)).not.toHaveProperty('service_tier');
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: hi, service_tier: 'flex' }, false)).param).toBe('service_tier');
   });
 

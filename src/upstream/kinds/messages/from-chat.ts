@@ -7,6 +7,7 @@
 import { randomUUID } from 'node:crypto';
 import { GatewayError } from '../../../errors.js';
 import { cannotCarry, chatFinish, chatUsageOf, isObject, type Json, present } from './shared.js';
+import { asksPricedTier } from '../../../billing/service-tiers.js';
 
 /**
  * What a chat body without a cap asks for. Messages requires `max_tokens`; the gateway always
@@ -31,8 +32,9 @@ const UNCARRIED: Record<string, (v: unknown) => boolean> = {
   functions: () => true,
   function_call: () => true,
   web_search_options: () => true,
-  // The gateway's own tier words: `auto` and `default` ask for nothing Anthropic would need told.
-  service_tier: (v) => v !== 'auto' && v !== 'default',
+  // A tier billed at the standard price (auto, default, standard_only) asks for nothing
+  // Anthropic needs told; another is a price the model would have to carry.
+  service_tier: (v) => asksPricedTier(v),
   store: (v) => v !== false,
   metadata: () => true,
   verbosity: () => true,
