@@ -6,9 +6,10 @@
  * when the clocks differ: one running ahead by more than two thirds of the TTL would declare a
  * live owner's job lost, one running behind would wait that much longer for a dead owner's.
  * So the deadline is read only as a heartbeat: a claim whose owner and deadline this instance
- * has seen unchanged for one TTL of its own (monotonic) time is no longer renewed. A claim
- * first seen now counts from now, so an instance that just started adopts the jobs of an
- * owner that died before it within one TTL.
+ * has seen unchanged for one TTL of its own (monotonic) time is no longer renewed. Sweeps come
+ * every third of the TTL, so a dead owner's claim lapses about 1⅔ TTL after its last renewal;
+ * a claim first seen now counts from now (an instance that just started adopts the jobs of an
+ * owner that died before it about 1⅓ TTL after its start).
  */
 interface Sighting {
   owner: string | null;

@@ -114,13 +114,15 @@ export function upstreamErrorOf(
   }
   let upstreamErr: Record<string, unknown> = {};
   try {
-    const parsed = JSON.parse(text) as { error?: unknown };
+    // Gemini's OpenAI-compatible endpoint may wrap its error in a list.
+    const body = JSON.parse(text) as unknown;
+    const parsed = (Array.isArray(body) ? body[0] : body) as { error?: unknown } | null;
     if (parsed && typeof parsed.error === 'object' && parsed.error) upstreamErr = parsed.error as Record<string, unknown>;
     else if (parsed && typeof parsed.error === 'string') upstreamErr = { message: parsed.error };
   } catch {
     // Not JSON: keep a short excerpt of the text.
   }
-  if (aboutOurAccount(status, upstreamErr)) {
+  if (aboutOurAccount(status, upstreamErr) || (typeof upstreamErr.message !== 'string' && ACCOUNT_WORDS.test(text.slice(0, 2000)))) {
     return Object.assign(new GatewayError('upstream_error', `The upstream "${upstreamName}" failed (status ${status}).`), {
       upstreamMessage: text.slice(0, 500),
     });

@@ -159,6 +159,10 @@ describe('chat request as Messages', () => {
   it('a data URL with parameters goes as base64, never as a link; service_tier auto and default are no refusal', () => {
     const out = messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;name=a.png;base64,iVBORw0KGgo=' } }] }] }, false);
     expect((out.messages as Array<{ content: unknown[] }>)[0]!.content[0]).toEqual({ type: 'image', source: { type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' } });
+    const upper = messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;BASE64,iVBORw0KGgo=' } }] }] }, false);
+    expect((upper.messages as Array<{ content: Array<{ source: unknown }> }>)[0]!.content[0]!.source).toEqual({ type: 'base64', media_type: 'image/png', data: 'iVBORw0KGgo=' });
+    const pdf = messagesRequestOf({ model: 'm', messages: [{ role: 'user', content: [{ type: 'file', file: { file_data: 'data:application/pdf;name=a.pdf;base64,JVBERi0=' } }] }] }, false);
+    expect((pdf.messages as Array<{ content: unknown[] }>)[0]!.content[0]).toEqual({ type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: 'JVBERi0=' } });
     const notBase64 = [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png,rawbytes' } }] }];
     expect(refusal(() => messagesRequestOf({ model: 'm', messages: notBase64 }, false)).param).toBe('messages[0].content[0]');
     const hi = [{ role: 'user', content: 'hi' }];

@@ -20,6 +20,14 @@ describe("a provider's refusal about the gateway's own account is the upstream's
     expect(err.upstreamMessage).toContain((error as { message: string }).message.slice(0, 20));
   });
 
+  it('also when the body is plain text, or the error comes in a list', () => {
+    const text = upstreamErrorOf(400, 'Your credit balance is too low to access the Anthropic API.', 'up', same);
+    expect(text.status).toBe(502);
+    const listed = upstreamErrorOf(400, JSON.stringify([{ error: { code: 400, status: 'INVALID_ARGUMENT', message: 'API key not valid. Please pass a valid API key.', details: [{ reason: 'API_KEY_INVALID' }] } }]), 'gem', same);
+    expect(listed.status).toBe(502);
+    expect(listed.message).not.toMatch(/key/i);
+  });
+
   it("a refusal of the client's request keeps the provider's words and status", () => {
     const err = upstreamErrorOf(400, body({ type: 'invalid_request_error', message: 'messages: roles must alternate' }), 'up', same);
     expect(err.status).toBe(400);

@@ -225,9 +225,11 @@ export function createBatchRunner(core: Services): BatchRunner {
       for (const b of unfinished) {
         // A batch being cancelled, or past its window, is run (to its end) whatever it waits for.
         const due = b.status === 'cancelling' || seconds() >= b.expiresAt;
-        if (owned.has(b.id) || (waiting(b.id) && !due) || (b.owner !== null && b.owner !== me() && !watch.lapsed(b.id, b.owner, b.ownerUntil))) continue;
-        const claimed = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.jobs.ownerUntil() });
-        if (claimed) own({ batch: claimed, poked: false });
+        // Seen on every sweep, a batch that waits included: its claim's age counts from its first sighting.
+        const claimed = b.owner !== null && b.owner !== me() && !watch.lapsed(b.id, b.owner, b.ownerUntil);
+        if (owned.has(b.id) || (waiting(b.id) && !due) || claimed) continue;
+        const mine = await stores.batches.swapBatch({ ...b, owner: me(), ownerUntil: core.jobs.ownerUntil() });
+        if (mine) own({ batch: mine, poked: false });
       }
     } catch (err) {
       log.warn({ msg: 'batch sweep failed', err });

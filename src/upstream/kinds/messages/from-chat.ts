@@ -41,11 +41,14 @@ const UNCARRIED: Record<string, (v: unknown) => boolean> = {
   response_format: (v) => !(isObject(v) && v.type === 'text'),
 };
 
+/** A base64 data URL: its media type, then its data (parameters such as `;name=a.png` may come between). */
+const DATA_URL = /^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$/is;
+
 /** A chat image URL (a data URL or a link) as an image source. */
 function imageSource(url: unknown, param: string): Json {
   if (typeof url !== 'string') throw cannotCarry(param, 'an image needs a URL.');
   // A data URL may carry parameters before `;base64` (`;name=a.png`); it is never a link.
-  const data = /^data:([^;,]+)(?:;[^,]*)?;base64,(.*)$/s.exec(url);
+  const data = DATA_URL.exec(url);
   if (data) return { type: 'base64', media_type: data[1], data: data[2] };
   if (/^data:/i.test(url)) throw cannotCarry(param, 'a data URL must be base64.');
   return { type: 'url', url };
@@ -56,8 +59,8 @@ function block(part: unknown, param: string): Json {
   if (part.type === 'text') return { type: 'text', text: part.text };
   if (part.type === 'image_url') return { type: 'image', source: imageSource(isObject(part.image_url) ? part.image_url.url : undefined, param) };
   if (part.type === 'file' && isObject(part.file) && typeof part.file.file_data === 'string') {
-    const data = /^data:(application\/pdf);base64,(.*)$/s.exec(part.file.file_data);
-    if (data) return { type: 'document', source: { type: 'base64', media_type: data[1], data: data[2] } };
+    const data = DATA_URL.exec(part.file.file_data);
+    if (data && data[1]?.toLowerCase() === 'application/pdf') return { type: 'document', source: { type: 'base64', media_type: 'application/pdf', data: data[2] } };
   }
   throw cannotCarry(param, `a \`${String(part.type)}\` part cannot be sent to the model's upstream (the Anthropic Messages API).`);
 }
