@@ -176,7 +176,9 @@ function registerCache(registry: Registry, deps: MetricsDeps): void {
       collect() {
         const t = tally();
         this.reset();
-        if (t) this.inc(read(t));
+        // A counter never goes down (prom-client throws, and the whole scrape would fail).
+        const value = t ? read(t) : 0;
+        if (value > 0) this.inc(value);
       },
     });
   counter('model_gateway_cache_hits_total', 'Requests answered from the response cache.', (t) => t.hits);

@@ -1,8 +1,11 @@
 /** The response cache's settings: top level (`cache`), and per model (`models[].cache`, or `false`). */
 import { z } from 'zod';
 
-/** A hit's price as a fraction of the list cost of the stored answer: "0" free, "1" full price, up to 12 decimals. */
-const hitPrice = z.string().regex(/^\d{1,6}(\.\d{1,12})?$/, 'must be a decimal string such as "0", "0.5" or "1"');
+/**
+ * A hit's price as a fraction of the list cost of the stored answer: "0" free, "1" full price,
+ * up to 12 decimals. Never more than the list price: a hit is the same answer, served for less.
+ */
+const hitPrice = z.string().regex(/^(?:0(?:\.\d{1,12})?|1(?:\.0{1,12})?)$/, 'must be a decimal fraction from "0" to "1", such as "0", "0.5" or "1"');
 
 const fields = {
   /** How long an entry answers identical requests. @default 3600 */

@@ -22,6 +22,9 @@ const roundTrip = (format: CacheFormat, body: Record<string, unknown>, request: 
 describe('response cache', () => {
   it('its settings are checked by the config schema, naming the field', () => {
     expect(() => parseOptions({ cache: { hitPrice: 0.5 } })).toThrow(/cache\.hitPrice/);
+    // A fraction of the list price, never more (a hit priced past it made the saved USD counter go down, and every scrape fail).
+    for (const over of ['2', '1.5', '1.000000000001', '999999']) expect(() => parseOptions({ cache: { hitPrice: over } }), over).toThrow(/cache\.hitPrice/);
+    for (const ok of ['0', '1', '1.000', '0.999999999999']) expect(parseOptions({ cache: { hitPrice: ok } }).cache?.hitPrice, ok).toBe(ok);
     expect(() => parseOptions({ cache: { scope: 'team' } })).toThrow(/cache\.scope/);
     expect(() => parseOptions({ cache: { ttl: 5 } })).toThrow(/ttl/);
     expect(parseOptions({ cache: {} }).cache).toEqual({ ttlSeconds: 3600, hitPrice: '0', scope: 'account', maxEntryBytes: 1048576, maxBytesPerAccount: 67108864 });
