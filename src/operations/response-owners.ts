@@ -31,10 +31,16 @@ export function keepResponseOwner(core: Services, responseId: string, accountId:
   });
 }
 
+/** The longest response id looked up. */
+const MAX_RESPONSE_ID = 256;
+
 /** Throws 404 `not_found` unless `accountId` created `responseId` through the gateway. */
 export async function checkResponseOwner(core: Services, responseId: string, accountId: string): Promise<void> {
-  const found = await core.stores.idempotency.begin(scope(responseId), '', 1);
-  if (found.state === 'done' && found.fingerprint === accountId) return;
+  // No response id is this long (OpenAI's are about 50 characters): never looked up, so no
+  // client can make the store refuse an oversized key (PostgreSQL's index rows stop near
+  // 2.7 KB), which would read as a store outage (503) rather than the unknown id it is.
+  const found = responseId.length <= MAX_RESPONSE_ID ? await core.stores.idempotency.begin(scope(responseId), '', 1) : null;
+  if (found?.state === 'done' && found.fingerprint === accountId) return;
   throw new GatewayError('not_found', `Previous response with id '${responseId.slice(0, 200)}' not found.`, {
     param: 'previous_response_id',
   });

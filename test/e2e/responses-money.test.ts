@@ -9,6 +9,7 @@
  *     (max_tool_calls, else 10) and billed per reported call to the nano-USD; image generation
  *     is refused to agent keys.
  */
+import { randomBytes } from 'node:crypto';
 import OpenAI, { APIError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { POSTGRES_URL, dropSchema, freshSchema, postgresProblem } from '../../bench/postgres-util.js';
@@ -207,6 +208,11 @@ describe.each(drivers)('Responses money on $name', (driver) => {
     }
     const unknown = await rejection(() => client(devKey).responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_never_seen' }));
     expect(unknown.status).toBe(404);
+    // An id longer than any (random: a repeated letter compresses under PostgreSQL's index row limit)
+    // is unknown too, on every driver: never a store refusing its key (a 503 to retry).
+    const huge = await rejection(() => client(devKey).responses.create({ model: MODEL, input: 'x', previous_response_id: `resp_${randomBytes(3000).toString('base64url')}` }, { maxRetries: 0 }));
+    expect(huge.status).toBe(404);
+    expect(huge.param).toBe('previous_response_id');
   });
 
   it.skipIf(skip)('an unpriced hosted tool is 400 unsupported_tool and nothing reaches the upstream', async () => {
