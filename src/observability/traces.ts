@@ -16,6 +16,7 @@ const OPERATIONS: Record<string, string> = {
   '/v1/completions': 'text_completion',
   '/v1/embeddings': 'embeddings',
   '/v1/responses': 'chat',
+  '/v1/messages': 'chat',
   '/v1/images/generations': 'image_generation',
   '/v1/audio/speech': 'speech',
   '/v1/videos': 'video_generation',
@@ -69,7 +70,11 @@ export const tracing: Observer = {
     if (r.keyId) span.setAttribute('model_gateway.key_id', r.keyId);
     if (r.limit) span.setAttribute('model_gateway.limit', r.limit);
     if (r.guardrails) span.setAttribute('model_gateway.guardrails', r.guardrails.map((g) => `${g.id}:${g.action}`));
-    if (r.status >= 500 || r.errorCode) span.setStatus({ code: SpanStatusCode.ERROR, message: r.errorCode ?? String(r.status) });
+    // A server span is in error for a 5xx, or an answer that failed after its 200 (a cut stream);
+    // a 4xx is the client's mistake, not the server's (OpenTelemetry's HTTP conventions leave
+    // its status unset), and says which in error.type.
+    if (r.errorCode) span.setAttribute('error.type', r.errorCode);
+    if (r.status >= 500 || (r.status < 400 && r.errorCode)) span.setStatus({ code: SpanStatusCode.ERROR, message: r.errorCode ?? String(r.status) });
     span.end();
   },
 };

@@ -4,7 +4,7 @@
  * registered tracer provider receives (GenAI attributes, the upstream call as a child span,
  * trace context sent upstream), and Server-Timing on the answers. No key appears in any of them.
  */
-import { context, propagation, trace } from '@opentelemetry/api';
+import { context, propagation, SpanStatusCode, trace } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-base';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -153,6 +153,9 @@ describe('observability', () => {
     await eventually(() => access().some((l) => l.request_id === id), 'the access line');
     expect(access().find((l) => l.request_id === id)).toMatchObject({ status: 200, error: 'upstream_error' });
     expect(lines.find((l) => l.msg === 'stream failed' && l.request_id === id)).toMatchObject({ upstream: 'test', code: 'upstream_error' });
+    // Failed after its 200: the server's span is in error.
+    const span = exporter.getFinishedSpans().find((s) => s.attributes['model_gateway.request_id'] === id)!;
+    expect(span.status).toMatchObject({ code: SpanStatusCode.ERROR, message: 'upstream_error' });
   });
 
   it('a refusal: the access line names the limit, and the refusals counter counts it', async () => {
@@ -165,6 +168,25 @@ describe('observability', () => {
     await eventually(() => access().some((l) => l.request_id === requestId), 'the refusal access line');
     expect(access().find((l) => l.request_id === requestId)).toMatchObject({ status: 402, limit: 'wallet', error: 'insufficient_quota' });
     expect(sample(await scrape(), 'model_gateway_refusals_total{limit="wallet"}')).toBe(1);
+    // A 4xx is the client's: its server span's status stays unset (OpenTelemetry's HTTP conventions), error.type says why.
+    const span = exporter.getFinishedSpans().find((s) => s.attributes['model_gateway.request_id'] === requestId)!;
+    expect(span.status.code).toBe(SpanStatusCode.UNSET);
+    expect(span.attributes['error.type']).toBe('insufficient_quota');
+  });
+
+  it('a Messages call is a GenAI chat operation on its span', async () => {
+    up.setBehavior({ kind: 'json', content: 'hi', usage: { prompt_tokens: 10, completion_tokens: 5 } });
+    const res = await fetch(`${gw.baseURL}/messages`, {
+      method: 'POST',
+      headers: { 'x-api-key': devKey, 'content-type': 'application/json', 'anthropic-version': '2023-06-01' },
+      body: JSON.stringify({ model: MODEL, max_tokens: 50, messages: [{ role: 'user', content: 'hello' }] }),
+    });
+    expect(res.status).toBe(200);
+    const requestId = res.headers.get('x-request-id');
+    await eventually(() => exporter.getFinishedSpans().some((s) => s.attributes['model_gateway.request_id'] === requestId), 'the span');
+    const span = exporter.getFinishedSpans().find((s) => s.attributes['model_gateway.request_id'] === requestId)!;
+    expect(span.name).toBe(`chat ${MODEL}`);
+    expect(span.attributes['gen_ai.operation.name']).toBe('chat');
   });
 
   it('a refusal names its model only when it is a listed one: made-up model names add no metrics series', async () => {
