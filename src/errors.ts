@@ -34,11 +34,17 @@ export type ErrorCode =
   | 'guardrail_unavailable'
   | 'upstream_timeout'
   | 'internal_error'
+  | 'client_closed'
   | (string & {});
 
 const TYPES: Record<string, [status: number, type: string]> = {
   invalid_json: [400, 'invalid_request_error'],
   invalid_request: [400, 'invalid_request_error'],
+  /**
+   * The client closed the request before its answer: nobody reads it, but the access line and
+   * the metrics say so (499, nginx's word for it), apart from the client's own mistakes.
+   */
+  client_closed: [499, 'invalid_request_error'],
   context_length_exceeded: [400, 'invalid_request_error'],
   /** A guardrail refused the prompt (its id in `metadata.guardrail`). */
   content_filter: [400, 'invalid_request_error'],

@@ -174,6 +174,19 @@ describe('observability', () => {
     expect(span.attributes['error.type']).toBe('insufficient_quota');
   });
 
+  it('a client that leaves before its answer: 499 client_closed in the access line, not a client mistake', async () => {
+    up.setBehavior({ kind: 'hang' });
+    const n = access().length;
+    const ac = new AbortController();
+    const call = postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'gone' }] }, { signal: ac.signal }).catch((e: unknown) => e);
+    await up.waitForRequests(up.requests.length + 1);
+    ac.abort();
+    await call;
+    await eventually(() => access().length > n, 'the access line');
+    expect(access().slice(n)).toEqual([expect.objectContaining({ status: 499, error: 'client_closed' })]);
+    up.setBehavior({ kind: 'json' });
+  });
+
   it('a Messages call is a GenAI chat operation on its span', async () => {
     up.setBehavior({ kind: 'json', content: 'hi', usage: { prompt_tokens: 10, completion_tokens: 5 } });
     const res = await fetch(`${gw.baseURL}/messages`, {

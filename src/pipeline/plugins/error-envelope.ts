@@ -41,7 +41,7 @@ export function asGatewayError(err: unknown, requestId: string, clientGone: bool
     return errors.storeDown(err);
   }
   // The client went away mid-request; nobody will read this answer.
-  if (clientGone) return new GatewayError('invalid_request', 'The client closed the request.', { status: 499 });
+  if (clientGone) return new GatewayError('client_closed', 'The client closed the request.');
   log.error({ msg: 'unexpected error', request_id: requestId, err });
   return new GatewayError('internal_error', `Internal error. Quote request id ${requestId} when reporting it.`);
 }
