@@ -289,9 +289,14 @@ export async function callModel(
     lastAnswer = null;
     lastError = null;
     if (options.whole && res.status >= 200 && res.status < 300) {
+      // The body's time is the upstream's too (Server-Timing, the overhead histogram): the
+      // answer is whole only once its last byte came.
+      const reading = performance.now();
       try {
         res = wholeAnswer(res, await res.text());
+        ctx.observed.record.upstreamMs += performance.now() - reading;
       } catch (err) {
+        ctx.observed.record.upstreamMs += performance.now() - reading;
         // The client left (or shutdown cut the call) after the 200: the answer goes back as
         // it failed, for the route to bill the prompt the upstream read.
         if (signal?.aborted) {

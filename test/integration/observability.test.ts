@@ -131,6 +131,25 @@ describe('observability', () => {
     expect(text).toMatch(/model_gateway_nodejs_eventloop_lag_seconds \d/);
   });
 
+  it("Server-Timing: a plain answer's body time is the upstream's, not the gateway's", async () => {
+    const answer = { id: 'chatcmpl-slow', object: 'chat.completion', created: 1, model: MODEL, choices: [{ index: 0, message: { role: 'assistant', content: 'hi' }, finish_reason: 'stop' }], usage: { prompt_tokens: 10, completion_tokens: 5, total_tokens: 15 } };
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'application/json' });
+        res.flushHeaders();
+        // The headers now, the body 300 ms later.
+        setTimeout(() => res.end(JSON.stringify(answer)), 300);
+      },
+    });
+    const res = await postChat(gw.baseURL, devKey, { model: MODEL, messages: [{ role: 'user', content: 'slow body' }] });
+    expect(res.status).toBe(200);
+    const [, gateway, upstream] = /^gateway;dur=([\d.]+), upstream;dur=([\d.]+)$/.exec(res.headers.get('server-timing') ?? '')!.map(Number);
+    expect(upstream).toBeGreaterThanOrEqual(290);
+    expect(gateway).toBeLessThan(upstream!);
+    up.setBehavior({ kind: 'json' });
+  });
+
   it('a stream: time to first token, and the access line once the stream ended', async () => {
     up.setBehavior({ kind: 'stream', chunks: ['a', 'b', 'c'], delayMs: 30, usageCounts: { prompt_tokens: 4, completion_tokens: 3 } });
     const res = await postChat(gw.baseURL, devKey, { model: MODEL, stream: true, messages: [{ role: 'user', content: 'x' }] });
