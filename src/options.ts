@@ -136,6 +136,12 @@ export const optionsSchema = z.strictObject({
       /** The largest file `POST /v1/files` takes (a batch's input). @default 104857600 (100 MiB) */
       maxFileBytes: z.number().int().positive().default(100 * 1024 * 1024),
       /**
+       * The bytes of files (uploads and batch output) an account may keep; an upload past it is
+       * refused. Files cost nothing to keep, so without a bound any key could fill the store.
+       * @default 1073741824 (1 GiB)
+       */
+      maxFileBytesPerAccount: z.number().int().positive().default(1024 * 1024 * 1024),
+      /**
        * Lines of one batch the gateway runs at once on an upstream without a Batch API (they
        * are outside the key's per-minute limits). @default 4
        */

@@ -1,6 +1,7 @@
 /**
  * The batch rules the other batch tests take for granted, each through the official SDK:
- * `limits.maxFileBytes` bounds the file itself (not its multipart envelope); a model without
+ * `limits.maxFileBytes` bounds the file itself (not its multipart envelope), and
+ * `limits.maxFileBytesPerAccount` what an account keeps; a model without
  * batch prices bills its lines at its list price (what the same call costs directly); lines run
  * outside the key's per-minute limits; a batch the key's monthly cap cannot hold is 402; and
  * `/key` counts what the batch spent.
@@ -13,6 +14,12 @@ import { ACCOUNT, eventually, MODEL, startGateway, testConfig, testKey, type Run
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
 
 const MAX_FILE = 4096;
+/** What an account may keep: four files of the largest size. */
+const ACCOUNT_FILES = 4 * MAX_FILE;
+const FILES = 'acct_files';
+const filesKey = testKey();
+/** A second key of that account: each key has four requests a minute here. */
+const filesKey2 = testKey();
 const CAPPED = 'acct_capped_batch';
 const cappedKey = testKey();
 /** A key of the main account used by one test alone: its four requests a minute are counted there. */
@@ -27,9 +34,14 @@ beforeAll(async () => {
   const setup = testConfig({
     upstreamUrl: up.url,
     // Four requests a minute per key: a batch of five lines still runs them all.
-    limits: { maxFileBytes: MAX_FILE, keyRequestsPerMinute: 4 },
-    accounts: [{ id: CAPPED, walletUsd: 10 }],
+    limits: { maxFileBytes: MAX_FILE, maxFileBytesPerAccount: ACCOUNT_FILES, keyRequestsPerMinute: 4 },
+    accounts: [
+      { id: CAPPED, walletUsd: 10 },
+      { id: FILES, walletUsd: 0 },
+    ],
     keys: [
+      { key: filesKey, account: FILES, kind: 'developer' },
+      { key: filesKey2, account: FILES, kind: 'developer' },
       { key: cappedKey, account: CAPPED, kind: 'developer', monthlyCapUsd: '0.000001' },
       { key: rateKey, account: ACCOUNT, kind: 'developer' },
     ],
@@ -46,6 +58,22 @@ afterAll(async () => {
 const client = (apiKey: string) => new OpenAI({ apiKey, baseURL: gw.baseURL, maxRetries: 0 });
 
 describe('batch rules', () => {
+  it("an account keeps at most maxFileBytesPerAccount of files: an upload past it is 400 naming the file; a deleted one makes room", async () => {
+    const openai = client(filesKey);
+    const file = Buffer.alloc(MAX_FILE, 0x20);
+    const kept: string[] = [];
+    // Four requests a minute per key: this key's four uploads fill the room; the second key goes on.
+    for (let i = 0; i < 4; i++) kept.push((await openai.files.create({ file: await toFile(file, `f${i}.jsonl`), purpose: 'batch' })).id);
+    const more = client(filesKey2);
+    const past = await more.files.create({ file: await toFile(Buffer.from(' '), 'one-more.jsonl'), purpose: 'batch' }).catch((e) => e);
+    expect(past.status).toBe(400);
+    expect(past.error.param).toBe('file');
+    expect(past.error.message).toContain(String(ACCOUNT_FILES));
+    // A deleted file's bytes are room again.
+    await more.files.delete(kept[0]!);
+    expect((await more.files.create({ file: await toFile(file, 'again.jsonl'), purpose: 'batch' })).bytes).toBe(MAX_FILE);
+  });
+
   it('maxFileBytes bounds the file: one of exactly the limit is taken, one byte more is 413 naming the file', async () => {
     const openai = client(devKey);
     const line = JSON.stringify({ custom_id: 'a', method: 'POST', url: '/v1/chat/completions', body: { model: MODEL, messages: [{ role: 'user', content: 'x' }] } });

@@ -35,6 +35,15 @@ export async function uploadFile(core: Services, ctx: RequestContext): Promise<R
   if (part.filename.includes('\u0000')) throw new GatewayError('invalid_request', "The file's name must not contain NUL.", { param: 'file' });
   const createdAt = Math.floor(core.now() / 1000);
   const expiresAfter = readExpiresAfter(form.fields);
+  const room = core.cfg.limits.maxFileBytesPerAccount;
+  const kept = await keptFileBytes(core, ctx.key.accountId, createdAt);
+  if (kept + part.data.byteLength > room) {
+    throw new GatewayError(
+      'invalid_request',
+      `This account keeps ${kept} bytes of files; this one (${part.data.byteLength} bytes) would pass its limit of ${room}. Delete files it no longer needs, or upload with expires_after.`,
+      { param: 'file' },
+    );
+  }
   const record = {
     id: newFileId(),
     accountId: ctx.key.accountId,
@@ -77,6 +86,23 @@ async function liveFile(core: Services, accountId: string, id: string): Promise<
 /** The bytes of the account's file `id`, unless it is not there (never was, deleted, or expired). */
 export async function liveFileContent(core: Services, accountId: string, id: string): Promise<Uint8Array | null> {
   return (await liveFile(core, accountId, id)) ? core.stores.batches.fileContent(accountId, id) : null;
+}
+
+/**
+ * The bytes of the account's files that have not expired: read page by page (an account holds
+ * few files, each up to `maxFileBytes`). Checked before each upload, not under a lock: uploads
+ * made at the same moment may pass the limit by their own sizes.
+ */
+async function keptFileBytes(core: Services, accountId: string, nowS: number): Promise<number> {
+  let total = 0;
+  let after: { createdAt: number; id: string } | undefined;
+  for (;;) {
+    const page = await core.stores.batches.listFiles(accountId, { order: 'asc', limit: 10_000, ...(after ? { after } : {}) });
+    for (const f of page) if (!fileExpired(f, nowS)) total += f.bytes;
+    const last = page[page.length - 1];
+    if (page.length < 10_000 || !last) return total;
+    after = { createdAt: last.createdAt, id: last.id };
+  }
 }
 
 export async function listFiles(core: Services, ctx: RequestContext): Promise<Response> {
