@@ -64,10 +64,16 @@ const pauseBefore = (attempt: number) => new Promise<void>((r) => setTimeout(r, 
  * together).
  */
 export async function readStill(stores: Stores, accountId: string, attempts: number, maxCosts: number): Promise<Reading> {
-  let r = await readAccount(stores, accountId, maxCosts);
+  const read = (): Promise<Reading> => {
+    const b = stores.billing;
+    // A store that reads in one snapshot (PostgreSQL) gives a still reading whatever lands meanwhile.
+    return b.snapshot ? b.snapshot((billing) => readAccount({ ...stores, billing }, accountId, maxCosts)) : readAccount(stores, accountId, maxCosts);
+  };
+
+  let r = await read();
   for (let i = 1; i < attempts && !r.still; i++) {
     await pauseBefore(i);
-    r = await readAccount(stores, accountId, maxCosts);
+    r = await read();
   }
   return r;
 }

@@ -345,4 +345,10 @@ export interface BillingStore {
    * database), so the caller never holds a whole ledger's ids.
    */
   duplicateCharges(accountId: string, limit: number): Promise<DuplicateCharge[]>;
+  /**
+   * For the audit: runs `read` with a billing store whose reads all see the books as of one
+   * moment (a database snapshot), however many calls land meanwhile. Without it the audit
+   * reads an account again until nothing changed during a reading.
+   */
+  snapshot?<T>(read: (billing: BillingStore) => Promise<T>): Promise<T>;
 }

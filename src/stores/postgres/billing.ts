@@ -20,7 +20,7 @@ import type {
   WalletView,
   WindowHit,
 } from '../types.js';
-import { big, int32, num, type PgContext, whole } from './connection.js';
+import { big, int32, num, PgContext, type Sql, whole } from './connection.js';
 import { functionLanes, type Lanes } from './lanes.js';
 import { creditUnits, TOP_UP_REASON, topUpId } from '../wallet-entries.js';
 import { limitSourceOf } from '../limit-sources.js';
@@ -124,6 +124,17 @@ class PostgresBilling implements BillingStore {
   ) {
     this.s = ctx.s;
     this.accounts = functionLanes<AccountOp, AccountResult>(ctx, 'billing batch', 'mg_account_batch');
+  }
+
+  /**
+   * Every read of `read` in one REPEATABLE READ transaction: one snapshot of the books, so an
+   * audit's sums belong together while calls keep landing (nothing it reads writes).
+   */
+  snapshot<T>(read: (billing: BillingStore) => Promise<T>): Promise<T> {
+    const ctx = this.ctx;
+    return ctx.sql.begin('isolation level repeatable read read only', (tx) =>
+      read(new PostgresBilling(new PgContext(tx as unknown as Sql, ctx.schema, ctx.timeoutMs), () => {}, this.windowsId)),
+    ) as Promise<T>;
   }
 
   async placeHold(req: HoldRequest): Promise<HoldResult> {
