@@ -8,7 +8,7 @@ import { timingSafeEqual, createHash } from 'node:crypto';
 import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { CacheTally } from '../cache/cache.js';
 import { usdNumber } from '../billing/money.js';
-import { GatewayError, errorResponse } from '../errors.js';
+import { GatewayError } from '../errors.js';
 import type { LedgerUnits, Stores } from '../stores/types.js';
 import { Response } from '@whatwg-node/server';
 import { HotCounter, HotHistogram } from './hot-metrics.js';
@@ -113,18 +113,16 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
     timeStores: (stores) => timeStores(stores, storeCalls),
     async answer(request, requestId) {
       if (request.method !== 'GET' && request.method !== 'HEAD') {
-        return errorResponse(
-          new GatewayError('method_not_allowed', `Method ${request.method.slice(0, 20)} is not allowed on ${options.path}.`, {
-            headers: { allow: 'GET, HEAD' },
-          }),
-          requestId,
-        );
+        // Thrown, as the token's refusal: the error stage answers, and the access line names its code.
+        throw new GatewayError('method_not_allowed', `Method ${request.method.slice(0, 20)} is not allowed on ${options.path}.`, {
+          headers: { allow: 'GET, HEAD' },
+        });
       }
       if (tokenDigest) {
         const auth = request.headers.get('authorization') ?? '';
         const given = createHash('sha256').update(auth.startsWith('Bearer ') ? auth.slice(7) : '').digest();
         if (!timingSafeEqual(given, tokenDigest)) {
-          return errorResponse(new GatewayError('invalid_api_key', 'The metrics endpoint needs its bearer token.'), requestId);
+          throw new GatewayError('invalid_api_key', 'The metrics endpoint needs its bearer token.');
         }
       }
       return new Response(await registry.metrics(), {

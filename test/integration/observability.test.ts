@@ -206,6 +206,23 @@ describe('observability', () => {
     up.setBehavior({ kind: 'json' });
   });
 
+  it("the probes' and the metrics' refusals name their code in the access line, as the API's do", async () => {
+    const asks: Array<[string, RequestInit, number, string]> = [
+      ['/ready', { method: 'POST' }, 405, 'method_not_allowed'],
+      ['/health', { method: 'DELETE' }, 405, 'method_not_allowed'],
+      ['/metrics', { method: 'POST', headers: { authorization: `Bearer ${METRICS_TOKEN}` } }, 405, 'method_not_allowed'],
+      ['/metrics', {}, 401, 'invalid_api_key'],
+    ];
+    for (const [path, init, status, code] of asks) {
+      const res = await fetch(`${gw.origin}${path}`, init);
+      expect(res.status, path).toBe(status);
+      expect(((await res.json()) as { error: { code: string } }).error.code).toBe(code);
+      const id = res.headers.get('x-request-id');
+      await eventually(() => access().some((l) => l.request_id === id), 'the access line');
+      expect(access().find((l) => l.request_id === id), `${init.method ?? 'GET'} ${path}`).toMatchObject({ status, error: code });
+    }
+  });
+
   it('a Messages call is a GenAI chat operation on its span', async () => {
     up.setBehavior({ kind: 'json', content: 'hi', usage: { prompt_tokens: 10, completion_tokens: 5 } });
     const res = await fetch(`${gw.baseURL}/messages`, {

@@ -70,10 +70,10 @@ export function createProbes(deps: {
     async answer(kind, request, requestId) {
       const method = request.method;
       if (method !== 'GET' && method !== 'HEAD') {
-        const err = new GatewayError('method_not_allowed', `Method ${method.slice(0, 20)} is not allowed on /${kind}.`, {
+        // Thrown: the error stage answers it, and the access line and metrics name its code.
+        throw new GatewayError('method_not_allowed', `Method ${method.slice(0, 20)} is not allowed on /${kind}.`, {
           headers: { allow: 'GET, HEAD' },
         });
-        return errorResponse(err, requestId);
       }
       // HEAD gets the GET answer: the HTTP server sends its status and headers, not its body.
       return kind === 'health' ? json(200, { status: 'ok' }, { 'x-request-id': requestId }) : ready(requestId);
