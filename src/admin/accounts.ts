@@ -160,16 +160,20 @@ function usdOf(field: string, value: string | number): bigint {
 }
 
 /**
- * A wallet holds at most MAX_NANO (about 9 million USD), so every sum the books make stays
- * exact in every store (Redis's scripts compare in doubles, exact to 2^53) and far from the
- * stores' 64-bit limit, which credit after credit would otherwise reach (and fail as a store
- * fault). Checked before the credit, not with it: credits made at the same moment may pass it
+ * A wallet holds at most MAX_NANO (about 9 million USD), and an adjustment takes it at most as
+ * far below zero, so every sum the books make stays exact in every store (Redis's scripts
+ * compare in doubles, exact to 2^53) and far from the stores' 64-bit limit, which credit after
+ * credit (or adjustment after adjustment) would otherwise reach, and fail as a store fault (a
+ * 503). Checked before the change, not with it: changes made at the same moment may pass it
  * together (an operator's rare, deliberate act; each is itself at most MAX_NANO).
  */
-async function refuseOverfull(core: Services, accountId: string, amount: bigint, field: string): Promise<void> {
+async function refuseOutOfRange(core: Services, accountId: string, signed: bigint, field: string): Promise<void> {
   const { balance } = await core.stores.billing.wallet(accountId);
-  if (balance + amount > MAX_NANO) {
+  if (balance + signed > MAX_NANO) {
     throw new AdminError(`${field}: a wallet holds at most ${formatUsd(MAX_NANO)} USD; this one holds ${formatUsd(balance)} USD`);
+  }
+  if (signed < 0n && balance + signed < -MAX_NANO) {
+    throw new AdminError(`${field}: an adjustment takes a wallet at most ${formatUsd(MAX_NANO)} USD below zero; this one holds ${formatUsd(balance)} USD`);
   }
 }
 
@@ -204,7 +208,7 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
     async topUp(accountId, usd) {
       await requireAccount(core, accountId);
       const amount = parseUsd(usd);
-      await refuseOverfull(core, accountId, amount, 'usd');
+      await refuseOutOfRange(core, accountId, amount, 'usd');
       const balance = await stores.billing.topUp(accountId, amount);
       return { balanceUsd: formatUsd(balance) };
     },
@@ -230,18 +234,16 @@ function accountMethods(core: Services, hooks: { forgetGrants(accountId: string)
       if (id !== undefined && CHARGE_ID.test(id)) {
         throw new AdminError(`id: ${JSON.stringify(id.slice(0, 80))} has the form of the gateway's charge ids (a request, batch line or job): a ledger entry's id names one entry; give the credit its own (e.g. "refund-${id.slice(0, 40)}")`, 'id');
       }
-      if (!negative) {
-        try {
-          await refuseOverfull(core, accountId, amount, 'amountUsd');
-        } catch (err) {
-          // A retry of a credit that was applied is told so, as every retry is: the ceiling
-          // refuses only a credit that would be new.
-          if (id !== undefined && (await stores.billing.creditApplied?.(accountId, id))) {
-            const w = await stores.billing.wallet(accountId);
-            return { id, applied: false, balanceUsd: formatUsd(w.balance) };
-          }
-          throw err;
+      try {
+        await refuseOutOfRange(core, accountId, negative ? -amount : amount, 'amountUsd');
+      } catch (err) {
+        // A retry of a credit that was applied is told so, as every retry is: the bounds
+        // refuse only a change that would be new.
+        if (id !== undefined && (await stores.billing.creditApplied?.(accountId, id))) {
+          const w = await stores.billing.wallet(accountId);
+          return { id, applied: false, balanceUsd: formatUsd(w.balance) };
         }
+        throw err;
       }
       const creditId = id ?? `cr_${randomBase62(20)}`;
       const r = await stores.billing.credit({ accountId, creditId, amount: negative ? -amount : amount, reason, adjustment, at: core.now() });

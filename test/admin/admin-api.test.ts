@@ -146,8 +146,15 @@ function adminSuite(name: string, makeStores?: () => MadeStores) {
       expect(over.status).toBe(400);
       expect(over.json.error).toMatchObject({ code: 'invalid_request', param: 'amountUsd' });
       expect((await api('POST', '/accounts/full/credits', { amountUsd: '0.254740991', reason: 'to the brim' })).json.balanceUsd).toBe('9007199.254740991');
-      // Spending from it, or an adjustment down, is never refused by that bound.
+      // An adjustment down within the bound is taken.
       expect((await api('POST', '/accounts/full/adjustments', { amountUsd: '-1', reason: 'down' })).status).toBe(201);
+      // Adjustments down stop as far below zero: one past it is 400 naming the amount (it
+      // would otherwise, adjustment after adjustment, reach the stores' limit: a 503).
+      expect((await api('POST', '/accounts', { id: 'sunk', walletUsd: '0' })).status).toBe(201);
+      expect((await api('POST', '/accounts/sunk/adjustments', { amountUsd: '-9007199.254740991', reason: 'to the floor' })).json.balanceUsd).toBe('-9007199.254740991');
+      const under = await api('POST', '/accounts/sunk/adjustments', { amountUsd: '-0.000000001', reason: 'one nano too many' });
+      expect(under.status).toBe(400);
+      expect(under.json.error).toMatchObject({ code: 'invalid_request', param: 'amountUsd' });
       await expect(gw.gateway.admin.topUp('full', '1.000000001')).rejects.toThrow(/^usd: a wallet holds at most 9007199\.254740991 USD/);
       // A retried credit near that ceiling is told it was applied already, as any retry is; it
       // is not refused as if it were new (the operator would think it failed).
