@@ -247,6 +247,9 @@ export interface StoredResponse {
    * used, but a replay is refused instead of served.
    */
   unreplayable?: true;
+  /** The model and upstream that answered: a replay's access line and metrics name them too. */
+  model?: string;
+  upstream?: string;
 }
 
 /**

@@ -223,6 +223,28 @@ describe('observability', () => {
     }
   });
 
+  it('an Idempotency-Key replay names its model and upstream in the access line, and charges nothing', async () => {
+    up.setBehavior({ kind: 'json', content: 'once', usage: { prompt_tokens: 10, completion_tokens: 5 } });
+    const key = `obs-replay-${Date.now()}`;
+    const send = () =>
+      fetch(`${gw.baseURL}/chat/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json', 'idempotency-key': key },
+        body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'replay me' }] }),
+      });
+    const first = await send();
+    expect(first.status).toBe(200);
+    await first.text();
+    const again = await send();
+    expect(again.headers.get('idempotent-replayed')).toBe('true');
+    await again.text();
+    const id = again.headers.get('x-request-id');
+    await eventually(() => access().some((l) => l.request_id === id), 'the access line');
+    const line = access().find((l) => l.request_id === id)!;
+    expect(line).toMatchObject({ status: 200, model: MODEL, upstream: 'test' });
+    expect(line.cost_usd ?? null).toBeNull();
+  });
+
   it('a Messages call is a GenAI chat operation on its span', async () => {
     up.setBehavior({ kind: 'json', content: 'hi', usage: { prompt_tokens: 10, completion_tokens: 5 } });
     const res = await fetch(`${gw.baseURL}/messages`, {

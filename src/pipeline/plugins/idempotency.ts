@@ -22,6 +22,7 @@
 import { createHash } from 'node:crypto';
 import type { Exchange, RequestContext, Stage } from '../types.js';
 import { GatewayError } from '../../errors.js';
+import type { CallRecord } from '../../observability/record.js';
 import type { IdempotencyBegin, IdempotencyQuota, IdempotencyStore, StoredResponse } from '../../stores/types.js';
 import { Readable } from 'node:stream';
 import { Response } from '@whatwg-node/server';
@@ -56,6 +57,8 @@ interface Keeping {
   quota: IdempotencyQuota;
   lockTtlMs: number;
   log: (msg: string) => void;
+  /** The request's record: the answer's model and upstream are kept with it. */
+  record: CallRecord;
 }
 
 /**
@@ -102,7 +105,7 @@ export async function withIdempotency(
       cause: err,
     });
   });
-  if (begun.state !== 'started') return replay(begun, fingerprint);
+  if (begun.state !== 'started') return replay(begun, fingerprint, ctx.observed.record);
   const keep: Keeping = {
     store,
     scope,
@@ -111,6 +114,7 @@ export async function withIdempotency(
     quota: { account: ctx.key.accountId, maxBytes: settings.maxBytesPerAccount },
     lockTtlMs,
     log: settings.log ?? (() => {}),
+    record: ctx.observed.record,
   };
   const stopRenewing = keepInFlight(store, scope, fingerprint, lockTtlMs);
   let res: Response;
@@ -161,7 +165,7 @@ function keepInFlight(store: IdempotencyStore, scope: string, fingerprint: strin
 }
 
 /** The first answer again (same key, same body), or 422 (another body) or 409 (still running). */
-function replay(begun: Exclude<IdempotencyBegin, { state: 'started' }>, fingerprint: string): Response {
+function replay(begun: Exclude<IdempotencyBegin, { state: 'started' }>, fingerprint: string, record: CallRecord): Response {
   if (begun.fingerprint !== fingerprint) {
     throw new GatewayError(
       'idempotency_mismatch',
@@ -182,6 +186,9 @@ function replay(begun: Exclude<IdempotencyBegin, { state: 'started' }>, fingerpr
       { param: 'Idempotency-Key' },
     );
   }
+  // The access line and per-model counts name what answered (no tokens or cost: nothing is charged again).
+  record.model ??= stored.model ?? null;
+  record.upstream ??= stored.upstream ?? null;
   const headers = new Headers({ ...stored.headers, 'idempotent-replayed': 'true' });
   return new Response(Buffer.from(stored.body, 'base64'), { status: stored.status, headers });
 }
@@ -329,6 +336,8 @@ async function save(keep: Keeping, res: Response, parts: Uint8Array[] | null): P
     }
     stored = { status: res.status, headers, body: Buffer.concat(parts).toString('base64') };
   }
+  if (keep.record.model) stored.model = keep.record.model;
+  if (keep.record.upstream) stored.upstream = keep.record.upstream;
   return keep.store.complete(keep.scope, keep.fingerprint, stored, REPLAY_TTL_MS, keep.quota).then(
     () => true,
     () => false,
