@@ -64,10 +64,13 @@ const pauseBefore = (attempt: number) => new Promise<void>((r) => setTimeout(r, 
  * together).
  */
 export async function readStill(stores: Stores, accountId: string, attempts: number, maxCosts: number): Promise<Reading> {
-  const read = (): Promise<Reading> => {
+  const read = async (): Promise<Reading> => {
     const b = stores.billing;
+    // The account's keys first, outside the snapshot: the key store is no part of it (and on a
+    // pool of one connection, the snapshot holds that one).
+    const keys = (await stores.keys.listByAccount(accountId)).map((k) => k.id);
     // A store that reads in one snapshot (PostgreSQL) gives a still reading whatever lands meanwhile.
-    return b.snapshot ? b.snapshot((billing) => readAccount({ ...stores, billing }, accountId, maxCosts)) : readAccount(stores, accountId, maxCosts);
+    return b.snapshot ? b.snapshot((billing) => readAccount(billing, accountId, keys, maxCosts)) : readAccount(b, accountId, keys, maxCosts);
   };
 
   let r = await read();
@@ -84,14 +87,13 @@ export async function readStill(stores: Stores, accountId: string, attempts: num
  * appends an entry in the same step, so an unchanged wallet and no entry past the end mean
  * the sums belong together.
  */
-async function readAccount(stores: Stores, accountId: string, maxCosts: number): Promise<Reading> {
-  const b = stores.billing;
+async function readAccount(b: BillingStore, accountId: string, accountKeys: readonly string[], maxCosts: number): Promise<Reading> {
   const before = await b.wallet(accountId);
   const { holds, at } = await readHolds(b, accountId);
   const month = monthOf(at);
   const windows = PERIODS.map((p) => ({ name: periodName(p, at), from: periodStart(p, at), to: periodEnd(p, at) }));
   const ledger = await sumLedger(b, accountId, month, windows, maxCosts);
-  const keys = new Set([...ledger.charged.keys(), ...(await stores.keys.listByAccount(accountId)).map((k) => k.id)]);
+  const keys = new Set([...ledger.charged.keys(), ...accountKeys]);
   const spend = new Map<string, bigint>();
   for (const key of keys) spend.set(key, (await b.keyUsage(accountId, key, month)).monthly);
   const periods: PeriodReading[] = [];

@@ -68,7 +68,7 @@ export interface AuditReport {
   differences: AuditDifference[];
   /**
    * Accounts whose books changed during every reading (calls kept landing, on a store that
-   * reads in no snapshot: Redis): a reading's sums
+   * reads in no snapshot: all but PostgreSQL): a reading's sums
    * do not then belong together, so their balance, held and spend were not judged, nor
    * whether an expired hold is still counted (holds kept without an expiry or past the TTL,
    * charges' costs and duplicates were). Not a difference: run the audit again when they are

@@ -7,7 +7,7 @@
  * live owner's job lost, one running behind would wait that much longer for a dead owner's.
  * So the deadline is read only as a heartbeat: a claim whose owner and deadline this instance
  * has seen unchanged for one TTL of its own (monotonic) time is no longer renewed. Sweeps come
- * every third of the TTL, so a dead owner's claim lapses about 1⅔ TTL after its last renewal;
+ * every third of the TTL, so a dead owner's claim lapses one to 1⅓ TTL after its last renewal;
  * a claim first seen now counts from now (an instance that just started adopts the jobs of an
  * owner that died before it about 1⅓ TTL after its start).
  */

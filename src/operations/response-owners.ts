@@ -16,8 +16,13 @@ export const RESPONSE_OWNER_TTL_MS = 30 * 24 * 60 * 60 * 1000;
 const scope = (responseId: string) => `response-owner:${responseId}`;
 const RECORD = { status: 200, headers: {}, body: '' };
 
+/** The longest response id kept and looked up (OpenAI's are about 50 characters). */
+const MAX_RESPONSE_ID = 256;
+
 /** Records that `accountId` created `responseId`. */
 export async function rememberResponseOwner(core: Services, responseId: string, accountId: string): Promise<void> {
+  // An id longer than any is never looked up (below): not kept either.
+  if (responseId.length > MAX_RESPONSE_ID) return;
   await core.stores.idempotency.complete(scope(responseId), accountId, RECORD, RESPONSE_OWNER_TTL_MS);
 }
 
@@ -30,9 +35,6 @@ export function keepResponseOwner(core: Services, responseId: string, accountId:
     core.log.warn({ msg: 'response owner not recorded', request_id: requestId, response_id: responseId, err });
   });
 }
-
-/** The longest response id looked up. */
-const MAX_RESPONSE_ID = 256;
 
 /** Throws 404 `not_found` unless `accountId` created `responseId` through the gateway. */
 export async function checkResponseOwner(core: Services, responseId: string, accountId: string): Promise<void> {

@@ -50,9 +50,16 @@ export function postgresWhere(url: string): string {
   }
 }
 
-/** `host:port` of a node given as a URL or as `{host, port}`. */
-export const nodeWhere = (node: string | { host?: string; port?: number }): string =>
-  typeof node === 'string' ? redisWhere(node.includes('://') ? node : `redis://${node}`).replace(/\/\d+$/, '') : `${(node.host ?? '127.0.0.1').toLowerCase()}:${node.port ?? 6379}`;
+/** `host:port` of a node given as a URL, `host[:port]` or `{host, port}` (`port`: its default, 26379 for a Sentinel). */
+export function nodeWhere(node: string | { host?: string; port?: number }, port = 6379): string {
+  if (typeof node !== 'string') return `${(node.host ?? '127.0.0.1').toLowerCase()}:${node.port ?? port}`;
+  try {
+    const u = new URL(node.includes('://') ? node : `redis://${node}`);
+    return `${u.hostname.toLowerCase()}:${u.port || port}`;
+  } catch {
+    return node;
+  }
+}
 
 /** A Redis store: one server (`url`), a Cluster (its nodes) or a Sentinel set (its sentinels and master name), and the key prefix. */
 export const redisIdentity = (where: { url?: string; nodes?: string[]; sentinels?: string[]; name?: string; keyPrefix: string }): string =>

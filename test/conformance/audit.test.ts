@@ -169,7 +169,8 @@ if (pgProblem !== null) {
   const columns = 'id, key_id, model, units, cost, held, exceeded_hold, measured, upstream, prices, at, recorded_at';
   const q = (text: string, args: (string | number)[]) => sql.unsafe(text.replaceAll('$s', `"${schema}"`), args);
   auditSuite('postgres', async () => {
-    const stores = await createPostgresStores({ url: POSTGRES_URL, schema, maxConnections: 2 });
+    // One connection: the audit's snapshot holds it, so nothing the audit reads may need a second.
+    const stores = await createPostgresStores({ url: POSTGRES_URL, schema, maxConnections: 1 });
     const restore: Array<() => Promise<void>> = [];
     return {
       stores,

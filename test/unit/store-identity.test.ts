@@ -16,11 +16,15 @@ describe('a store identity names where the books are, however that is spelled', 
   });
 
   it('Redis Cluster and Sentinel: by their nodes (in any order) and master name', () => {
-    const a = redisIdentity({ nodes: ['10.0.0.1:7000', '10.0.0.2:7000'].map(nodeWhere), keyPrefix: 'mg:' });
-    expect(redisIdentity({ nodes: ['redis://10.0.0.2:7000', { host: '10.0.0.1', port: 7000 }].map(nodeWhere), keyPrefix: 'mg:' })).toBe(a);
-    expect(redisIdentity({ nodes: ['10.9.9.9:7000'].map(nodeWhere), keyPrefix: 'mg:' })).not.toBe(a);
-    const alpha = redisIdentity({ sentinels: ['s1:26379'].map(nodeWhere), name: 'alpha', keyPrefix: 'mg:' });
-    expect(redisIdentity({ sentinels: ['s1:26379'].map(nodeWhere), name: 'beta', keyPrefix: 'mg:' })).not.toBe(alpha);
+    const node = (n: string | { host: string; port: number }) => nodeWhere(n);
+    const a = redisIdentity({ nodes: ['10.0.0.1:7000', '10.0.0.2:7000'].map(node), keyPrefix: 'mg:' });
+    expect(redisIdentity({ nodes: ['redis://10.0.0.2:7000', { host: '10.0.0.1', port: 7000 }].map(node), keyPrefix: 'mg:' })).toBe(a);
+    expect(redisIdentity({ nodes: ['10.9.9.9:7000'].map(node), keyPrefix: 'mg:' })).not.toBe(a);
+    const sentinel = (n: string) => nodeWhere(n, 26379);
+    const alpha = redisIdentity({ sentinels: ['s1:26379'].map(sentinel), name: 'alpha', keyPrefix: 'mg:' });
+    expect(redisIdentity({ sentinels: ['s1:26379'].map(sentinel), name: 'beta', keyPrefix: 'mg:' })).not.toBe(alpha);
+    // A Sentinel's default port is 26379.
+    expect(redisIdentity({ sentinels: ['s1'].map(sentinel), name: 'alpha', keyPrefix: 'mg:' })).toBe(alpha);
   });
 
   it('PostgreSQL: host, port (5432 by default), database and schema; not the scheme, credentials or options', () => {

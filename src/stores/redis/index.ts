@@ -134,8 +134,8 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
 
 /** Where an owned client connects, for the store's identity. */
 function ownPlace(options: RedisStoreOptions): { url?: string; nodes?: string[]; sentinels?: string[]; name?: string } {
-  if (options.cluster) return { nodes: options.cluster.map(nodeWhere) };
-  if (options.sentinels) return { sentinels: options.sentinels.map(nodeWhere), name: options.name ?? '' };
+  if (options.cluster) return { nodes: options.cluster.map((n) => nodeWhere(n)) };
+  if (options.sentinels) return { sentinels: options.sentinels.map((n) => nodeWhere(n, 26379)), name: options.name ?? '' };
   return { url: options.url ?? DEFAULT_URL };
 }
 
@@ -147,7 +147,7 @@ function clientPlace(client: RedisClient): { url?: string; nodes?: string[]; sen
     return { nodes: given.map((n) => nodeWhere(typeof n === 'number' ? { port: n } : n)) };
   }
   const o = client.options;
-  if (o.sentinels?.length) return { sentinels: o.sentinels.map((n) => nodeWhere({ host: n.host, port: n.port })), name: o.name ?? '' };
+  if (o.sentinels?.length) return { sentinels: o.sentinels.map((n) => nodeWhere({ host: n.host, port: n.port }, 26379)), name: o.name ?? '' };
   return { url: `redis://${o.host ?? '127.0.0.1'}:${o.port ?? 6379}/${o.db ?? 0}` };
 }
 
