@@ -90,19 +90,31 @@ export async function liveFileContent(core: Services, accountId: string, id: str
 
 /**
  * The bytes of the account's files that have not expired: read page by page (an account holds
- * few files, each up to `maxFileBytes`). Checked before each upload, not under a lock: uploads
- * made at the same moment may pass the limit by their own sizes.
+ * few files, each up to `maxFileBytes`). The expired ones met on the way are deleted (they read
+ * as deleted already, and nothing else removes their bytes), so uploads that ask to expire
+ * cannot fill the store either; but not the input of a batch still running (it, or the
+ * instance that adopts it, reads that on). Checked before each upload, not under a lock: uploads made at
+ * the same moment may pass the limit by their own sizes.
  */
 async function keptFileBytes(core: Services, accountId: string, nowS: number): Promise<number> {
   let total = 0;
   let after: { createdAt: number; id: string } | undefined;
+  const expired: string[] = [];
   for (;;) {
     const page = await core.stores.batches.listFiles(accountId, { order: 'asc', limit: 10_000, ...(after ? { after } : {}) });
-    for (const f of page) if (!fileExpired(f, nowS)) total += f.bytes;
+    for (const f of page) {
+      if (fileExpired(f, nowS)) expired.push(f.id);
+      else total += f.bytes;
+    }
     const last = page[page.length - 1];
-    if (page.length < 10_000 || !last) return total;
+    if (page.length < 10_000 || !last) break;
     after = { createdAt: last.createdAt, id: last.id };
   }
+  if (expired.length) {
+    const running = new Set((await core.stores.batches.unfinishedBatches()).filter((b) => b.accountId === accountId).map((b) => b.inputFileId));
+    for (const id of expired) if (!running.has(id)) await core.stores.batches.deleteFile(accountId, id);
+  }
+  return total;
 }
 
 export async function listFiles(core: Services, ctx: RequestContext): Promise<Response> {
