@@ -64,7 +64,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
   const adopters = new Map<JobRecord['object'], (job: JobRecord) => Promise<void>>();
   const leaseKey = (l: LeaseRef) => `${l.pool}\u0000${l.leaseId}`;
   const deadline = claimDeadlines(core.now, ttl);
-  const watch = new LeaseWatch(ttl);
+  const watch = new LeaseWatch(ttl, core.now);
 
   const renewAll = async () => {
     for (const l of kept.values()) {

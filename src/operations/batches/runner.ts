@@ -51,7 +51,7 @@ export function createBatchRunner(core: Services): BatchRunner {
   const me = () => core.jobs.instanceId;
   const seconds = () => Math.floor(core.now() / 1000);
   // Another instance's claim lapses when this one saw it unrenewed for one TTL (no clocks compared).
-  const watch = new LeaseWatch(ttl);
+  const watch = new LeaseWatch(ttl, core.now);
 
   const release = async (batch: BatchRecord, customIds: readonly string[]) => {
     // Not the lines answered: one recorded as answered was billed, and its settle closes its
