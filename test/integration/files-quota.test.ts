@@ -5,7 +5,8 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest';
 import type { Gateway } from '../../src/gateway.js';
-import type { BatchRecord, Stores } from '../../src/stores/types.js';
+import type { Stores } from '../../src/stores/types.js';
+import { batchRecord } from '../helpers/batches.js';
 import { ACCOUNT, makeGateway, testConfig } from '../helpers/gateway.js';
 
 let clock = Date.UTC(2026, 10, 1);
@@ -52,37 +53,18 @@ it("a running batch's expired input is not deleted: the batch (or the instance t
   const { id } = (await input.json()) as { id: string };
   const createdAt = Math.floor(clock / 1000);
   // Run by another instance, which renews its claim (this one waits a TTL before adopting it).
-  const batch: BatchRecord = {
-    id: 'batch_running_on_expired_input',
-    accountId: ACCOUNT,
-    keyId: 'key_other',
-    endpoint: '/v1/chat/completions',
-    inputFileId: id,
-    completionWindow: '24h',
-    status: 'in_progress',
-    createdAt,
-    inProgressAt: createdAt,
-    finalizingAt: null,
-    completedAt: null,
-    failedAt: null,
-    expiredAt: null,
-    cancellingAt: null,
-    cancelledAt: null,
-    expiresAt: createdAt + 86_400,
-    outputFileId: null,
-    errorFileId: null,
-    errors: null,
-    requestCounts: { total: 1, completed: 0, failed: 0 },
-    metadata: null,
-    model: null,
-    held: '0',
-    upstream: null,
-    upstreamBatchId: null,
-    owner: 'gw_other',
-    ownerUntil: clock + 60_000,
-    rev: 1,
-  };
-  await stores.batches.createBatch(batch);
+  await stores.batches.createBatch(
+    batchRecord(ACCOUNT, {
+      id: 'batch_running_on_expired_input',
+      inputFileId: id,
+      createdAt,
+      inProgressAt: createdAt,
+      expiresAt: createdAt + 86_400,
+      owner: 'gw_other',
+      ownerUntil: clock + 60_000,
+      rev: 1,
+    }),
+  );
   clock += 3_601 * 1000;
   expect((await upload(500)).status).toBe(200);
   // Expired (it reads as deleted to the client), but its bytes stay for the batch.
