@@ -21,7 +21,7 @@ import { withoutFields } from '../http/objects.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { type Redact, redactedDeep, upstreamKeysRedactor } from '../upstream/key-redactor.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
-import { checkResponseOwner, keepResponseOwner } from './response-owners.js';
+import { checkItemOwner, checkResponseOwner, keepResponseOwner } from './response-owners.js';
 import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableResponsesInput } from './uncountable.js';
@@ -104,8 +104,16 @@ export const createResponse = textOperation({
     const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
     const tools = hostedToolsHold(model, ctx.key, req.tools, req.max_tool_calls);
-    // A thread is continued only by the account that started it (the upstream cannot tell tenants apart).
+    // A thread is continued, and a stored item used, only by the account that was given it (the
+    // upstream cannot tell tenants apart).
     if (req.previous_response_id) await checkResponseOwner(core, req.previous_response_id, ctx.key.accountId);
+    await checkItemOwner(core, storedItemIds(req.input), ctx.key.accountId);
+    // A conversation is made through the upstream's own API, which the gateway does not serve:
+    // none is any account's, so none is any tenant's to read or add to.
+    if (req.conversation) {
+      const id = typeof req.conversation === 'string' ? req.conversation : req.conversation.id;
+      throw new GatewayError('not_found', `Conversation with id '${id.slice(0, 200)}' not found.`, { param: 'conversation' });
+    }
 
     const messages = asMessages(req.input);
     const injected = await core.context.apply(ctx.key.accountId, req, messages);
@@ -121,7 +129,9 @@ export const createResponse = textOperation({
     let estimate: number | undefined;
     const promptTokens = () => (estimate ??= estimatePromptTokens(core.tokenizer, input));
     const counted = { bound, estimate: promptTokens, maxOutput: req.max_output_tokens ?? model.maxOutputTokens, tools };
-    const owner = (id: unknown) => (typeof id === 'string' && id ? keepResponseOwner(core, id, ctx.key.accountId, ctx.requestId) : Promise.resolve());
+    // The owner of a response id ('' for none) and of output item ids.
+    const owner = (id: unknown, items: readonly string[] = []) =>
+      keepResponseOwner(core, typeof id === 'string' ? id : '', ctx.key.accountId, ctx.requestId, items);
     return {
       model,
       hold: uncountableResponsesInput(body) ? contextLengthHold(model, counted) : counted,
@@ -162,7 +172,7 @@ export const createResponse = textOperation({
           usage: usageOf(answer.usage, 'input_tokens', 'output_tokens'),
           output: () => responseOutput(answer.output),
           tools: calls.calls(),
-          remember: () => owner(answer.id),
+          remember: () => owner(answer.id, itemIdsOf(answer.output)),
           failed: answer.status === 'failed',
         };
       },
@@ -171,22 +181,52 @@ export const createResponse = textOperation({
 });
 
 /**
+ * The ids of stored items an input uses: each `item_reference`, and each reasoning item given
+ * by id without its encrypted content (the upstream then reads it from what it stored). Items
+ * that carry their content are used as given. Throws 400 for a reference without an id.
+ */
+function storedItemIds(input: unknown): string[] {
+  if (!Array.isArray(input)) return [];
+  const ids: string[] = [];
+  input.forEach((it: Record<string, unknown>, i) => {
+    if (it.type === 'item_reference') {
+      if (typeof it.id !== 'string' || !it.id) throw new GatewayError('invalid_request', `Invalid value for 'input[${i}].id': an item reference needs an id`, { param: 'input' });
+      ids.push(it.id);
+    } else if (it.type === 'reasoning' && typeof it.id === 'string' && typeof it.encrypted_content !== 'string') ids.push(it.id);
+  });
+  return ids;
+}
+
+/** The ids of an answer's output items. */
+const itemIdsOf = (output: unknown): string[] =>
+  Array.isArray(output) ? output.flatMap((it: { id?: unknown } | null) => (typeof it?.id === 'string' && it.id ? [it.id] : [])) : [];
+
+/**
  * What the gateway keeps of a streamed response besides its frames: its id's owner, recorded
- * as soon as the first event names it (not awaited: the id is usable once the answer ends, long
- * after), and the hosted tool calls its output items report.
+ * as soon as the first event names it, and its output items' as each is done (not awaited: an
+ * id is used after the answer ends), and the hosted tool calls its output items report.
  */
 class StreamWatch {
-  private owned = false;
+  private responseId: string | null = null;
+  private readonly owned = new Set<string>();
   constructor(
     readonly calls: ToolCallCounter,
-    private readonly owner: (id: unknown) => Promise<void>,
+    private readonly owner: (id: string, items?: readonly string[]) => Promise<void>,
   ) {}
 
   event(event: Record<string, unknown>): void {
     const response = event.response as Record<string, unknown> | undefined;
-    if (!this.owned && typeof response?.id === 'string') {
-      this.owned = true;
+    if (this.responseId === null && typeof response?.id === 'string') {
+      this.responseId = response.id;
       void this.owner(response.id);
+    }
+    if (this.responseId !== null) {
+      const done = event.type === 'response.output_item.done' ? itemIdsOf([event.item]) : TERMINAL.has(event.type as string) ? itemIdsOf(response?.output) : [];
+      const fresh = done.filter((id) => !this.owned.has(id));
+      if (fresh.length) {
+        for (const id of fresh) this.owned.add(id);
+        void this.owner('', fresh);
+      }
     }
     if (!this.calls.active) return;
     if (event.type === 'response.output_item.added' || event.type === 'response.output_item.done') {

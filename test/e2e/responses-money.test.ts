@@ -215,6 +215,50 @@ describe.each(drivers)('Responses money on $name', (driver) => {
     expect(huge.param).toBe('previous_response_id');
   });
 
+  it.skipIf(skip)('a stored item is usable only by the account given it, from either instance; a conversation by none', async () => {
+    for (const stream of [false, true]) {
+      const itemId = `rs_${driver.name}_${stream ? 'streamed' : 'plain'}`;
+      up.setBehavior({ kind: 'response', id: `resp_items_${driver.name}_${stream}`, items: [{ id: itemId, type: 'reasoning', summary: [] }] });
+      if (stream) for await (const event of await client(devKey).responses.create({ model: MODEL, input: 'Think', max_output_tokens: 10, stream: true })) void event;
+      else await client(devKey).responses.create({ model: MODEL, input: 'Think', max_output_tokens: 10 });
+      up.setBehavior({ kind: 'response', id: 'resp_follow' });
+      const byReference = [{ type: 'item_reference', id: itemId }, { role: 'user', content: 'Repeat it' }] as Plain['input'];
+      const byId = [{ type: 'reasoning', id: itemId, summary: [] }, { role: 'user', content: 'Repeat it' }] as Plain['input'];
+      for (const input of [byReference, byId]) {
+        const before = up.requests.length;
+        const stolen = await rejection(() => client(keys.other, gwB).responses.create({ model: MODEL, input, max_output_tokens: 10 }));
+        expect([stolen.status, stolen.code, stolen.param]).toEqual([404, 'not_found', 'input']);
+        expect(up.requests.length).toBe(before);
+        // The owner uses it on the other instance (a streamed answer's items are recorded as they end, not awaited).
+        await eventually(async () => {
+          try {
+            return (await client(devKey, gwB).responses.create({ model: MODEL, input, max_output_tokens: 10 })).id === 'resp_follow';
+          } catch {
+            return false;
+          }
+        }, `${itemId} usable by its owner`);
+      }
+    }
+    // An item given with its content is used as given: no record needed.
+    up.setBehavior({ kind: 'response', id: 'resp_follow' });
+    const given = [{ type: 'reasoning', id: 'rs_never_seen', summary: [], encrypted_content: 'gAAAA' }, { role: 'user', content: 'Go on' }] as Plain['input'];
+    expect((await client(keys.other).responses.create({ model: MODEL, input: given, max_output_tokens: 10 })).id).toBe('resp_follow');
+    const noId = await rejection(() => client(devKey).responses.create({ model: MODEL, input: [{ type: 'item_reference' }] as Plain['input'] }));
+    expect([noId.status, noId.param]).toEqual([400, 'input']);
+    // No conversation is made through the gateway: none is any tenant's.
+    const before = up.requests.length;
+    for (const conversation of ['conv_someone_elses', { id: 'conv_someone_elses' }]) {
+      const refused = await rejection(() => client(devKey).responses.create({ model: MODEL, input: 'What was said?', conversation }));
+      expect([refused.status, refused.code, refused.param]).toEqual([404, 'not_found', 'conversation']);
+    }
+    // An id with a NUL is an unknown id on every driver (PostgreSQL's text holds none): never a 503 to retry.
+    const nul = await rejection(() => client(devKey).responses.create({ model: MODEL, input: 'x', previous_response_id: 'resp_\u0000' }));
+    expect([nul.status, nul.param]).toEqual([404, 'previous_response_id']);
+    const nulItem = await rejection(() => client(devKey).responses.create({ model: MODEL, input: [{ type: 'item_reference', id: 'msg_\u0000' }] as Plain['input'] }));
+    expect([nulItem.status, nulItem.param]).toEqual([404, 'input']);
+    expect(up.requests.length).toBe(before);
+  });
+
   it.skipIf(skip)('an unpriced hosted tool is 400 unsupported_tool and nothing reaches the upstream', async () => {
     const before = up.requests.length;
     const search = await rejection(() => client(devKey).responses.create({ model: MODEL, input: 'News?', tools: [{ type: 'web_search' }] }));
