@@ -45,7 +45,10 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
       { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
       UNFINISHED,
     );
-    if (updated) await releaseCall(call);
+    // The store forgets a record when the job's life ends, which the expiry check (once a
+    // poll) can come after: a record that is gone is ended too, and its hold must not stay
+    // open, renewed for as long as this instance runs. Releasing a closed hold changes nothing.
+    if (updated || !(await core.stores.jobs.get(job.id))) await releaseCall(call);
     await core.jobs.drop(lease);
   };
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
