@@ -12,7 +12,7 @@ import { randomBytes } from 'node:crypto';
 import { randomBase62 } from '../auth/keys.js';
 import type { Logger } from '../observability/log.js';
 import type { GatewayConfig } from '../options.js';
-import type { JobRecord, JobStatus, Stores } from '../stores/types.js';
+import type { JobClaim, JobRecord, JobStatus, Stores } from '../stores/types.js';
 import { claimDeadlines, LeaseWatch } from './lease-watch.js';
 
 export const UNFINISHED: JobStatus[] = ['queued', 'in_progress'];
@@ -46,6 +46,10 @@ export function leasePool(kind: 'image' | 'video', accountId: string): string {
   return `${kind}:${accountId}`;
 }
 
+/** The claim an adoption of `job` (as the sweep read it) is conditioned on; none for a record that names no owner. */
+export const lapsedClaim = (job: JobRecord): JobClaim | undefined =>
+  job.owner ? { owner: job.owner, ...(job.ownerUntil === undefined ? {} : { ownerUntil: job.ownerUntil }) } : undefined;
+
 /** What the runner uses of the gateway's services. */
 export interface JobRunnerDeps {
   cfg: Pick<GatewayConfig, 'limits'>;
@@ -74,9 +78,16 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
         core.log.warn({ msg: 'lease renewal failed', err });
       }
     }
-    for (const id of owned.keys()) {
+    for (const [id, tracking] of owned) {
       try {
-        await core.stores.jobs.update(id, { owner: instanceId, ownerUntil: deadline() }, UNFINISHED);
+        // Renewed only while it is this instance's: one that was thought gone (a long pause, a
+        // partition) may find its job adopted, and then stops tracking it rather than take it back.
+        if (await core.stores.jobs.update(id, { owner: instanceId, ownerUntil: deadline() }, UNFINISHED, { owner: instanceId })) continue;
+        const job = await core.stores.jobs.get(id);
+        if (!job || job.owner === instanceId) continue;
+        core.log.warn({ msg: 'job adopted by another instance; no longer tracked here', job_id: id, owner: job.owner });
+        kept.delete(leaseKey({ pool: leasePool(job.object, job.accountId), leaseId: job.leaseId }));
+        tracking.abort();
       } catch (err) {
         core.log.warn({ msg: 'job ownership renewal failed', job_id: id, err });
       }

@@ -11,7 +11,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import { json, jsonText } from '../http/json.js';
-import { jobView, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
+import { jobView, lapsedClaim, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobRecord } from '../stores/types.js';
 import { upstreamError } from '../upstream/answer-errors.js';
 import { sleep } from '../upstream/sleep.js';
@@ -240,6 +240,7 @@ export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void
         error: { code: 'job_lost', message: 'The instance generating this image stopped; nothing was charged.' },
       },
       UNFINISHED,
+      lapsedClaim(job),
     );
     if (!updated) return;
     await releaseCall(core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }));

@@ -176,14 +176,28 @@ export interface JobRecord {
   ownerUntil?: number;
 }
 
+/**
+ * A job's claim as an update expects it: its `owner`, and its `ownerUntil` when given (an
+ * owner's deadlines only ever grow, so the pair names one renewal of the claim).
+ */
+export interface JobClaim {
+  owner: string;
+  ownerUntil?: number;
+}
+
+/** Whether `job` is claimed as `claim` says (always, without one). */
+export const claimedAs = (job: Pick<JobRecord, 'owner' | 'ownerUntil'>, claim: JobClaim | undefined): boolean =>
+  !claim || (job.owner === claim.owner && (claim.ownerUntil === undefined || job.ownerUntil === claim.ownerUntil));
+
 export interface JobStore {
   create(job: JobRecord, ttlMs: number): Promise<void>;
   get(id: string): Promise<JobRecord | null>;
   /**
-   * Atomic compare-and-set: applies `patch` only if the job's status is one of
-   * `whenStatus` (any status when omitted). Returns the updated job, or null.
+   * Atomic compare-and-set: applies `patch` only if the job's status is one of `whenStatus`
+   * (any status when omitted) and, with `whenClaim`, only if the job is claimed as it says.
+   * Returns the updated job, or null.
    */
-  update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null>;
+  update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[], whenClaim?: JobClaim): Promise<JobRecord | null>;
   /** Jobs not yet completed or failed. */
   listUnfinished(): Promise<JobRecord[]>;
   /**

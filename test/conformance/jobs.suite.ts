@@ -98,6 +98,31 @@ export function jobsSuite(name: string, make: MakeStores): void {
       expect((await jobs().get(j.id))?.owner).toBe(winners[0]?.owner);
     });
 
+    it('update is a compare-and-set on the claim too: its owner, and its deadline when given', async () => {
+      const j = job({ status: 'in_progress' });
+      await jobs().create(j, 60_000);
+      const UNFINISHED: JobRecord['status'][] = ['queued', 'in_progress'];
+      // Another instance's renewal, and an adoption of a claim read before the last renewal, change nothing.
+      expect(await jobs().update(j.id, { ownerUntil: 1_700_000_009_000 }, UNFINISHED, { owner: 'instance-b' })).toBeNull();
+      expect(await jobs().update(j.id, { owner: 'instance-b' }, UNFINISHED, { owner: 'instance-a', ownerUntil: 1_699_999_999_000 })).toBeNull();
+      expect(await jobs().get(j.id)).toEqual(j);
+      // The owner renews; then an adoption of the claim as it now is wins, once.
+      const renewed = await jobs().update(j.id, { ownerUntil: 1_700_000_001_000 }, UNFINISHED, { owner: 'instance-a' });
+      expect(renewed).toEqual({ ...j, ownerUntil: 1_700_000_001_000 });
+      const claim = { owner: 'instance-a', ownerUntil: 1_700_000_001_000 };
+      const adoptions = await Promise.all(
+        ['instance-b', 'instance-c', 'instance-d'].map((owner) => jobs().update(j.id, { owner, ownerUntil: 1_700_000_002_000 }, UNFINISHED, claim)),
+      );
+      const won = adoptions.filter((r) => r !== null);
+      expect(won).toHaveLength(1);
+      expect(await jobs().get(j.id)).toEqual({ ...j, owner: won[0]!.owner, ownerUntil: 1_700_000_002_000 });
+      // The old owner, back, cannot renew over the new one.
+      expect(await jobs().update(j.id, { ownerUntil: 1_700_000_003_000 }, UNFINISHED, { owner: 'instance-a' })).toBeNull();
+      // The status still counts: a finished job is nobody's to renew.
+      await jobs().update(j.id, { status: 'completed' });
+      expect(await jobs().update(j.id, { ownerUntil: 1_700_000_004_000 }, UNFINISHED, { owner: won[0]!.owner! })).toBeNull();
+    });
+
     it('a job disappears after its TTL, and updates do not extend it', async () => {
       const j = job();
       await jobs().create(j, 300);

@@ -1,16 +1,19 @@
 /** Adoption of video jobs whose instance stopped renewing them (a crash, a deploy). */
 import type { Services } from '../../services.js';
-import { leasePool, UNFINISHED } from '../../jobs/runner.js';
+import { lapsedClaim, leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { trackVideo } from './tracker.js';
 
 /** Adopts a video job whose instance stopped renewing it, and tracks it to its end. */
 export function adoptVideo(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
+    // Taken only from the claim that lapsed: of instances that saw it lapse together one wins,
+    // and none takes a job its owner renewed meanwhile.
     const updated = await core.stores.jobs.update(
       job.id,
       { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() },
       UNFINISHED,
+      lapsedClaim(job),
     );
     if (!updated) return;
     // Its slot lease may have expired with the old owner; keep it alive again while we track.

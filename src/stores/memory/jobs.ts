@@ -1,5 +1,5 @@
 import { pageOf } from '../job-page.js';
-import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
+import { claimedAs, type JobClaim, type JobPage, type JobRecord, type JobStatus, type JobStore } from '../types.js';
 import { createSweeper } from './sweep.js';
 
 interface StoredJob {
@@ -40,10 +40,11 @@ export function createMemoryJobs(now: () => number): JobStore {
       return stored ? structuredClone(stored.job) : null;
     },
 
-    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[], whenClaim?: JobClaim): Promise<JobRecord | null> {
       const stored = live(id);
       if (!stored) return null;
       if (whenStatus && !whenStatus.includes(stored.job.status)) return null;
+      if (!claimedAs(stored.job, whenClaim)) return null;
       // Undefined fields are skipped (as a JSON round trip would), and the id never changes.
       const next: Record<string, unknown> = { ...stored.job };
       for (const [field, value] of Object.entries(structuredClone(patch))) {

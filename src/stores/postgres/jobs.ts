@@ -1,4 +1,4 @@
-import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
+import type { JobClaim, JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import { holdable, type PgContext } from './connection.js';
 import { jsonText } from '../json-text.js';
 
@@ -33,16 +33,18 @@ export function createPostgresJobs(ctx: PgContext): JobStore {
       return r ? r.data : null;
     },
 
-    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[], whenClaim?: JobClaim): Promise<JobRecord | null> {
       // An id PostgreSQL cannot hold names no job.
       if (!holdable(id)) return null;
       const { id: _id, ...fields } = patch;
+      // The claim is matched by containment: the record holds that owner (and that deadline).
       const r = await ctx.one<{ data: JobRecord }>(
         'updateJob',
         `UPDATE ${s}.jobs SET data = data || $2::text::jsonb, status = coalesce($2::text::jsonb ->> 'status', status)
           WHERE id = $1 AND gone_at > ${s}.mg_now() AND ($3::text::jsonb IS NULL OR jsonb_exists($3::text::jsonb, status))
+            AND ($4::text::jsonb IS NULL OR data @> $4::text::jsonb)
           RETURNING data`,
-        [id, jsonText(fields), whenStatus === undefined ? null : jsonText(whenStatus)],
+        [id, jsonText(fields), whenStatus === undefined ? null : jsonText(whenStatus), whenClaim === undefined ? null : jsonText(whenClaim)],
       );
       return r ? r.data : null;
     },

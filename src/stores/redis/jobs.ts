@@ -1,4 +1,4 @@
-import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
+import type { JobClaim, JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
 import type { RedisClient } from './clients.js';
 import { hashEntries, int, list, type RedisContext, str, whole } from './connection.js';
 
@@ -131,10 +131,12 @@ export function createRedisJobs(ctx: RedisContext): JobStore {
       return decode(hashEntries(await ctx.run('getJob', () => client.hgetall(ctx.job(id)))));
     },
 
-    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[], whenClaim?: JobClaim): Promise<JobRecord | null> {
       const when = whenStatus === undefined ? ['-1'] : [String(whenStatus.length), ...whenStatus.map((s) => JSON.stringify(s))];
+      // The claim's fields, encoded as the record's are: equal values are equal strings.
+      const claim = whenClaim === undefined ? [] : encode({ owner: whenClaim.owner, ownerUntil: whenClaim.ownerUntil }, true);
       return ctx.run('updateJob', async () => {
-        const reply = await scripts.mgJobUpdate([ctx.job(id)], [...when, ...encode(patch, true)]);
+        const reply = await scripts.mgJobUpdate([ctx.job(id)], [...when, String(claim.length / 2), ...claim, ...encode(patch, true)]);
         if (reply === null || reply === undefined) return null;
         const [goneAt, fields] = list(reply);
         const job = decode(hashEntries(fields));

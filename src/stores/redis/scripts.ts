@@ -682,8 +682,9 @@ return fmt(now_ms() + ttl)
   },
 
   /**
-   * Compare-and-set on the status. KEYS: job hash.
-   * ARGV: n (-1 = any status), n JSON statuses, then field, JSON value pairs.
+   * Compare-and-set on the status and the claim. KEYS: job hash.
+   * ARGV: n (-1 = any status), n JSON statuses, then m, m field, JSON value pairs the job must
+   * hold (its claim), then the field, JSON value pairs to set.
    * Returns nil, or {gone-at ms, flat field/value array of the updated job}.
    */
   mgJobUpdate: {
@@ -703,6 +704,11 @@ if n >= 0 then
   if not ok then return false end
   i = n + 2
 end
+local m = tonumber(ARGV[i])
+for j = i + 1, i + 2 * m, 2 do
+  if redis.call('HGET', KEYS[1], ARGV[j]) ~= ARGV[j + 1] then return false end
+end
+i = i + 2 * m + 1
 if #ARGV >= i then redis.call('HSET', KEYS[1], unpack(ARGV, i)) end
 local pttl = redis.call('PTTL', KEYS[1])
 return {fmt(now_ms() + pttl), redis.call('HGETALL', KEYS[1])}

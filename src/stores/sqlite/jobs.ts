@@ -1,4 +1,4 @@
-import type { JobPage, JobRecord, JobStatus, JobStore } from '../types.js';
+import { claimedAs, type JobClaim, type JobPage, type JobRecord, type JobStatus, type JobStore } from '../types.js';
 import type { SqliteContext } from './connection.js';
 
 /**
@@ -40,12 +40,13 @@ export function createSqliteJobs(ctx: SqliteContext): JobStore {
       return row ? parse(row) : null;
     },
 
-    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[]): Promise<JobRecord | null> {
+    async update(id: string, patch: Partial<JobRecord>, whenStatus?: JobStatus[], whenClaim?: JobClaim): Promise<JobRecord | null> {
       return ctx.write('updateJob', () => {
         const row = q.get.get(id, ctx.now());
         if (!row) return null;
         const job = parse(row) as unknown as Record<string, unknown>;
         if (whenStatus && !whenStatus.includes(job.status as JobStatus)) return null;
+        if (!claimedAs(job as unknown as JobRecord, whenClaim)) return null;
         for (const [field, value] of Object.entries(patch)) {
           if (value !== undefined && field !== 'id') job[field] = value;
         }
