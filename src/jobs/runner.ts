@@ -28,6 +28,8 @@ export interface JobRunner {
   keep(lease: LeaseRef): void;
   /** Stops renewing and releases the lease. */
   drop(lease: LeaseRef): Promise<void>;
+  /** Stops renewing the lease, leaving it to the instance that took its job over. */
+  leave(lease: LeaseRef): void;
   /**
    * The deadline to write on a claim this instance makes or renews (its clock plus the lease
    * TTL, later than any it wrote before). Other instances read it as a heartbeat only.
@@ -131,6 +133,9 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
         core.log.warn({ msg: 'lease release failed', err });
       });
     },
+    leave(lease) {
+      kept.delete(leaseKey(lease));
+    },
     ownerUntil: deadline,
     own(job, track) {
       if (owned.has(job.id)) return;
@@ -166,7 +171,8 @@ export function jobView(job: JobRecord): Record<string, unknown> {
     completed_at: job.completedAt,
     expires_at: job.expiresAt,
     error: job.error,
-    result: job.result ?? null,
+    // A finished job's result is recorded before its charge lands, and shown only once it has.
+    result: job.status === 'completed' ? (job.result ?? null) : null,
   };
   if (job.object === 'video') {
     view.prompt = job.prompt ?? null;

@@ -5,14 +5,14 @@
  */
 import { z } from 'zod';
 import { cost } from '../billing/money.js';
-import { tierPrice } from '../billing/pricing.js';
+import { priceText, tierPrice } from '../billing/pricing.js';
 import { chooseTier } from '../billing/tiers.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import { json, jsonText } from '../http/json.js';
 import { jobView, lapsedClaim, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
-import type { JobRecord } from '../stores/types.js';
+import type { JobCharge, JobClaim, JobRecord } from '../stores/types.js';
 import { upstreamError } from '../upstream/answer-errors.js';
 import { sleep } from '../upstream/sleep.js';
 import { isStoreUnavailable } from '../stores/errors.js';
@@ -21,6 +21,7 @@ import type { Model } from '../catalog/catalog.js';
 import { refuseIfClosed } from '../billing/billed-call.js';
 import { callModelWithBody, unixSeconds } from './media.js';
 import { jobOf, type MediaCall, mediaOperation, type TierPrice } from './media-operation.js';
+import { endCharged } from './job-charge.js';
 
 const imageSchema = z.looseObject({
   model: z.string().min(1),
@@ -101,7 +102,15 @@ async function generateImages(core: Services, ctx: RequestContext, m: MediaCall<
   // Past the deadline: the call goes on without the client; its result lands in a job.
   ctx.request.signal?.removeEventListener('abort', onClientGone);
   ledgerId = jobId;
-  return asJob(core, ctx, { jobId, model: model.id, tier, leaseId: lease.leaseId }, work, finish, () => abort.abort(), () => call.closed);
+  // What the job is charged once its images are in, as `finish` charges them.
+  const chargeOf = (body: Record<string, unknown>): JobCharge => ({
+    returned: Array.isArray(body.data) ? body.data.length : null,
+    asked: n,
+    unitPrice: priceText(unitPricePico),
+    upstream: servedBy,
+    entryId: jobId,
+  });
+  return asJob(core, ctx, { jobId, model: model.id, tier, leaseId: lease.leaseId }, work, finish, chargeOf, () => abort.abort(), () => call.closed);
 }
 
 /** The upstream call of an image request: its parsed answer, or the error it ended with (never thrown). */
@@ -147,6 +156,7 @@ async function asJob(
   at: { jobId: string; model: string; tier: string; leaseId: string },
   work: Promise<Outcome>,
   finish: (outcome: Outcome) => Promise<void>,
+  chargeOf: (body: Record<string, unknown>) => JobCharge,
   abort: () => void,
   /** Whether the call was released (by shutdown) before the job finished. */
   closed: () => boolean,
@@ -188,11 +198,19 @@ async function asJob(
     // Shutdown released the call meanwhile: the images are not published unpaid.
     const outcome: Outcome = done.ok && closed() ? { ok: false, err: errors.cutByShutdown('image generation') } : done;
     if (outcome.ok) {
-      // The charge lands before the images are visible in the job: a client that holds them has
-      // paid. The job's lease is renewed while this runs, so no other instance declares it lost.
+      // The images and their charge go into the job first (not shown yet), and only while the
+      // job is this instance's; then the charge lands, and only then are the images shown: a
+      // client that holds them has paid, and an instance that adopts the job meanwhile (this one
+      // stalled) charges and completes it rather than call it lost after it was paid for.
+      const recorded = await finalUpdate(core, jobId, { result: outcome.body, charging: chargeOf(outcome.body) }, signal, { owner: core.jobs.instanceId });
+      if (!recorded) {
+        // Adopted as lost meanwhile (its hold released): not charged, not shown.
+        core.log.warn({ msg: 'an image job was ended elsewhere before its images were recorded; not charged', job_id: jobId });
+        await finish({ ok: false, err: new GatewayError('upstream_error', 'job ended elsewhere') });
+        return;
+      }
       await finish(outcome);
-      const completed = { status: 'completed' as const, progress: 100, result: outcome.body, completedAt: unixSeconds(core.now()) };
-      if (!(await finalUpdate(core, jobId, completed, signal))) core.log.warn({ msg: 'a billed image job was finished elsewhere', job_id: jobId });
+      await finalUpdate(core, jobId, { status: 'completed', progress: 100, completedAt: unixSeconds(core.now()), charging: null }, signal);
       return;
     }
     const failed = { status: 'failed' as const, completedAt: unixSeconds(core.now()), error: { code: outcome.err.code, message: outcome.err.message } };
@@ -214,11 +232,11 @@ async function asJob(
  * tracked), so no instance adopts it. Given up when the instance stops, or on an error that
  * is not the store being unreachable.
  */
-async function finalUpdate(core: Services, jobId: string, patch: Partial<JobRecord>, signal: AbortSignal): Promise<JobRecord | null> {
+async function finalUpdate(core: Services, jobId: string, patch: Partial<JobRecord>, signal: AbortSignal, claim?: JobClaim): Promise<JobRecord | null> {
   let wait = 250;
   for (;;) {
     try {
-      return await core.stores.jobs.update(jobId, patch, UNFINISHED);
+      return await core.stores.jobs.update(jobId, patch, UNFINISHED, claim);
     } catch (err) {
       // Only an unreachable store is waited out; any other refusal would refuse every try.
       if (signal.aborted || !isStoreUnavailable(err)) throw err;
@@ -229,21 +247,33 @@ async function finalUpdate(core: Services, jobId: string, patch: Partial<JobReco
   }
 }
 
-/** Adopts an image job whose instance stopped renewing it: the work is lost, nothing is charged. */
+/**
+ * Adopts an image job whose instance stopped renewing it. Its images and their charge were
+ * recorded (that instance stalled after): the charge lands (once) and the job completes.
+ * Otherwise the work is lost: `failed` (`job_lost`), nothing charged.
+ */
 export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
-    const updated = await core.stores.jobs.update(
-      job.id,
-      {
-        status: 'failed',
-        completedAt: unixSeconds(core.now()),
-        error: { code: 'job_lost', message: 'The instance generating this image stopped; nothing was charged.' },
-      },
-      UNFINISHED,
-      lapsedClaim(job),
-    );
-    if (!updated) return;
-    await releaseCall(core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model) }));
+    if (job.charging && !core.catalog.get(job.model)) return; // another instance charges it (see endCharged)
+    // Claimed first, from the claim that lapsed (one instance ends it), which also keeps its
+    // first instance, should it come back, from recording a charge now.
+    const claimed = await core.stores.jobs.update(job.id, { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() }, UNFINISHED, lapsedClaim(job));
+    if (!claimed) return;
+    const call = core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model), durable: true });
+    if (!(await endCharged(core, claimed, call))) {
+      const failed = await core.stores.jobs.update(
+        job.id,
+        {
+          status: 'failed',
+          completedAt: unixSeconds(core.now()),
+          error: { code: 'job_lost', message: 'The instance generating this image stopped; nothing was charged.' },
+        },
+        UNFINISHED,
+        { owner: core.jobs.instanceId },
+      );
+      if (!failed) return;
+      await releaseCall(call);
+    }
     const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
     await core.jobs.drop(lease);
   };

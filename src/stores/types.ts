@@ -174,6 +174,27 @@ export interface JobRecord {
   /** Instance currently responsible for the job, and until when (unix ms). */
   owner?: string | null;
   ownerUntil?: number;
+  /**
+   * The charge of a finished job, written with its `result` before the charge is made (the job
+   * still unfinished, its result not shown): whichever instance ends the job makes this charge
+   * (once: settles are idempotent per hold id) and completes it, so a job that was paid for is
+   * never ended as failed or lost.
+   */
+  charging?: JobCharge | null;
+}
+
+/** What a finished media job is charged: the images or seconds, at the job's tier. */
+export interface JobCharge {
+  /** What the upstream reported it produced (images, seconds); null when it did not say. */
+  returned: number | null;
+  /** What was asked for (and held). */
+  asked: number;
+  /** The unit price it is billed at (pico-USD, integer text); null: the model's list price. */
+  unitPrice: string | null;
+  /** The upstream that produced it. */
+  upstream: string | null;
+  /** The ledger entry's id when it is not the hold id. */
+  entryId?: string;
 }
 
 /**

@@ -185,14 +185,14 @@ describe('an instance dies with jobs in flight', () => {
     const upstreamId = up.videos().at(-1)!.id;
     const ownerA = (await shared.jobs.get(job.id))!.owner;
     fz.freeze();
-    let ownerB: string | undefined;
+    let ownerB: string | null | undefined;
     await eventually(async () => {
       ownerB = (await shared.jobs.get(job.id))?.owner;
       return typeof ownerB === 'string' && ownerB !== ownerA;
     }, 'B adopts the video job', 10_000);
     fz.thaw(); // A was only paused: its renewals start again
     // Over three of A's renewal rounds the job stays B's: A's renewal finds it adopted and stops.
-    const owners = new Set<string | undefined>();
+    const owners = new Set<string | null | undefined>();
     for (const end = Date.now() + TTL_MS; Date.now() < end; await sleep(20)) owners.add((await shared.jobs.get(job.id))?.owner);
     expect([...owners]).toEqual([ownerB]);
     up.finishVideo(upstreamId);

@@ -7,6 +7,9 @@ import { trackVideo } from './tracker.js';
 /** Adopts a video job whose instance stopped renewing it, and tracks it to its end. */
 export function adoptVideo(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
+    // A job charged before its instance stopped is completed by one that can bill its model
+    // (a call without one could only release the charge's hold).
+    if (job.charging && !core.catalog.get(job.model)) return;
     // Taken only from the claim that lapsed: of instances that saw it lapse together one wins,
     // and none takes a job its owner renewed meanwhile.
     const updated = await core.stores.jobs.update(

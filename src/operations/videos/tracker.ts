@@ -3,14 +3,14 @@
  * settles (the seconds the upstream reports) or refunds once, and frees the job's slot.
  */
 import type { BilledCall } from '../../billing/meter.js';
-import { priceFromText } from '../../billing/pricing.js';
-import { releaseCall, settleVideo } from '../../billing/settle.js';
+import { releaseCall } from '../../billing/settle.js';
 import type { Services } from '../../services.js';
 import { leasePool, UNFINISHED } from '../../jobs/runner.js';
-import type { JobRecord } from '../../stores/types.js';
+import type { JobCharge, JobRecord } from '../../stores/types.js';
 import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
 import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
 import { pause } from '../../upstream/sleep.js';
+import { completeCharged, endCharged, settleCharge } from '../job-charge.js';
 import { unixSeconds } from '../media.js';
 import { DEFAULT_SECONDS } from './submission.js';
 
@@ -40,17 +40,30 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
   const model = core.catalog.get(job.model);
   const lease = { pool: leasePool('video', job.accountId), leaseId: job.leaseId };
   const fail = async (code: string, message: string) => {
+    // Only while the job is this instance's: one that adopted it meanwhile ends it.
     const updated = await core.stores.jobs.update(
       job.id,
       { status: 'failed', completedAt: unixSeconds(core.now()), error: { code, message } },
       UNFINISHED,
+      { owner: core.jobs.instanceId },
     );
-    // The store forgets a record when the job's life ends, which the expiry check (once a
-    // poll) can come after: a record that is gone is ended too, and its hold must not stay
-    // open, renewed for as long as this instance runs. Releasing a closed hold changes nothing.
-    if (updated || !(await core.stores.jobs.get(job.id))) await releaseCall(call);
-    await core.jobs.drop(lease);
+    await endHere(updated !== null);
   };
+  /**
+   * After this instance failed the job (`ended`) or could not: a record that is gone was ended
+   * too (the store forgets it when the job's life ends, which the expiry check, once a poll, can
+   * come after), and its hold must not stay open, renewed for as long as this instance runs;
+   * releasing a closed hold changes nothing. A job another instance adopted is left to it, its
+   * slot with it.
+   */
+  const endHere = async (ended: boolean) => {
+    if (ended || !(await core.stores.jobs.get(job.id))) {
+      await releaseCall(call);
+      await core.jobs.drop(lease);
+    } else core.jobs.leave(lease);
+  };
+  // Its first instance recorded the finished video and its charge, then stopped: charged (once) and completed.
+  if (await endCharged(core, job, call)) return void (await core.jobs.drop(lease));
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
   const expiresAtMs = (job.expiresAt ?? Infinity) * 1000;
   // Polls go to the upstream that accepted the job: no other one knows its id.
@@ -84,28 +97,16 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
       // The charge lands before the finished job is visible: a client that can fetch the clip
       // has paid for it. Settling is idempotent per hold id, so an instance that raced this one
       // to the same job cannot charge it twice.
-      const unitPricePico = priceFromText(job.heldUnitPrice);
       // At the price the job was held at, not this instance's catalog price: the job may have
       // been adopted after a restart that changed it.
-      await settleVideo(call, reported, job.seconds ?? DEFAULT_SECONDS, job.tier, {
-        upstream: upstreamName,
-        ...(unitPricePico === undefined ? {} : { unitPricePico }),
-      });
-      await core.stores.jobs.update(
-        job.id,
-        {
-          status: 'completed',
-          progress: 100,
-          completedAt: unixSeconds(core.now()),
-          result: {
-            url: `/v1/videos/${job.id}/content`,
-            content_type: 'video/mp4',
-            seconds,
-            size: reportedSize(upstream.size) ?? job.size ?? null,
-          },
-        },
-        UNFINISHED,
-      );
+      const charging: JobCharge = { returned: reported, asked: job.seconds ?? DEFAULT_SECONDS, unitPrice: job.heldUnitPrice ?? null, upstream: upstreamName };
+      const result = { url: `/v1/videos/${job.id}/content`, content_type: 'video/mp4', seconds, size: reportedSize(upstream.size) ?? job.size ?? null };
+      // The result and its charge are recorded first, while the job is still this instance's
+      // (an instance that adopted it meanwhile ends it); then the charge; then the job completes.
+      const recorded = await core.stores.jobs.update(job.id, { progress: 100, result, charging }, UNFINISHED, { owner: core.jobs.instanceId });
+      if (!recorded) return endHere(false);
+      await settleCharge(call, job, charging);
+      await completeCharged(core, job.id);
       await core.jobs.drop(lease);
       return;
     }
