@@ -4,6 +4,7 @@
  * implement: the services (services.ts), then one ordered list of pipeline stages, each a
  * small plugin of its own (src/pipeline/plugins/), ending in the declared operation.
  */
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { createServerAdapter, type ServerAdapter, type ServerAdapterBaseObject } from '@whatwg-node/server';
 import { type Admin, createAdmin } from './admin/accounts.js';
 import { seedUntilStored } from './admin/seed.js';
@@ -61,7 +62,24 @@ export interface GatewayExtras {
   adminHandler(options: AdminHttpOptions): (request: Request) => Promise<Response>;
 }
 
-export type Gateway = ServerAdapter<GatewayServerContext, ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras>;
+/**
+ * What `createGateway` returns: a node:http request listener (`createServer(gateway)`) and a
+ * fetch handler, with the gateway's own parts. Typed here rather than as the server adapter's
+ * own type, whose declarations name globals (DisposableStack, URLPattern) that a TypeScript
+ * project on Node's types lacks: an app type-checks against this package without skipLibCheck.
+ */
+export interface Gateway extends GatewayExtras {
+  /** Serves one node:http request (resolves once the answer is written). */
+  (req: IncomingMessage, res: ServerResponse): Promise<void>;
+  /** Serves one fetch Request: what tests, Bun and the framework adapters call. */
+  fetch(request: Request, serverContext?: Partial<GatewayServerContext>): Promise<Response> | Response;
+  /** Ends the gateway: calls in flight get the grace period, then its background work and stores stop. */
+  dispose(): Promise<void>;
+  [Symbol.asyncDispose](): Promise<void>;
+}
+
+/** The server adapter as made, before it is typed as a Gateway. */
+type Adapter = ServerAdapter<GatewayServerContext, ServerAdapterBaseObject<GatewayServerContext> & GatewayExtras>;
 
 export function createGateway(options: GatewayOptions = {}): Gateway {
   const { basePath: givenBase = '', ...rest } = options;
@@ -177,10 +195,10 @@ export function createGateway(options: GatewayOptions = {}): Gateway {
   // A plugin that is to see the request gets the adapter's full Request; otherwise node:http's
   // /v1 exchanges take the gateway's own bridge.
   const pluginsSee = (['onRequest', 'onResponse', 'onAuthenticated', 'onUpstreamRequest'] as const).some((h) => hooks.has(h));
-  const gateway = pluginsSee ? adapter : withNodeBridge(adapter, handle, `${paths.v1}/`, log);
+  const gateway: Adapter = pluginsSee ? adapter : withNodeBridge(adapter, handle, `${paths.v1}/`, log);
   // Found by a global symbol: an adapter bundled apart from this module still finds it.
   Object.defineProperty(gateway, ADAPTER_WRITES, { value: adapterWrites });
-  return gateway;
+  return gateway as unknown as Gateway;
 }
 
 /** Where a gateway keeps the answers its framework adapters are writing (adapters/internal/node.ts adds them). */
