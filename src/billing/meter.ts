@@ -101,6 +101,11 @@ export interface BilledCall {
   /** Drops the hold without charging: nothing was produced. Ignored once closed. */
   cancel(): Promise<void>;
   /**
+   * Lets the call go here without charging or releasing it: another instance took its job over
+   * and ends its hold. It is no longer renewed here, and every later bill or cancel is ignored.
+   */
+  leave?(): void;
+  /**
    * How to stop this call when the shutdown grace period is over: end it and settle what was
    * produced. Without one, an aborted call is released (nothing reached the client yet).
    */
@@ -263,6 +268,13 @@ class CallImpl implements BilledCall {
     this.ended();
     if (!this.tokens) return this.meter.release(this);
     return Promise.all([this.meter.release(this), this.tokens.correct(0)]).then(() => undefined);
+  }
+
+  leave(): void {
+    if (this.closed) return;
+    this.closed = true;
+    this.meter.forget(this);
+    this.ended();
   }
 
   onAbort(stop: () => void): void {

@@ -6,7 +6,8 @@
  *   settle and free their slot even when nobody polls;
  * - a sweeper adopts jobs whose owner stopped renewing: an image job is then `failed`
  *   (`job_lost`, its hold released: nothing is charged for lost work) and a video job is
- *   tracked to its end by this instance, and billed once.
+ *   tracked to its end by this instance, and billed once; a job whose result and charge its
+ *   owner recorded before it stopped is charged (once) and completed (operations/job-charge.ts).
  */
 import { randomBytes } from 'node:crypto';
 import { randomBase62 } from '../auth/keys.js';
@@ -16,6 +17,9 @@ import type { JobClaim, JobRecord, JobStatus, Stores } from '../stores/types.js'
 import { claimDeadlines, LeaseWatch } from './lease-watch.js';
 
 export const UNFINISHED: JobStatus[] = ['queued', 'in_progress'];
+
+/** Why a job's tracking was stopped when another instance adopted it (its signal's reason). */
+export const JOB_ADOPTED = Symbol('job adopted elsewhere');
 
 export interface LeaseRef {
   pool: string;
@@ -89,7 +93,7 @@ export function createJobRunner(core: JobRunnerDeps): JobRunner {
         if (!job || job.owner === instanceId) continue;
         core.log.warn({ msg: 'job adopted by another instance; no longer tracked here', job_id: id, owner: job.owner });
         kept.delete(leaseKey({ pool: leasePool(job.object, job.accountId), leaseId: job.leaseId }));
-        tracking.abort();
+        tracking.abort(JOB_ADOPTED);
       } catch (err) {
         core.log.warn({ msg: 'job ownership renewal failed', job_id: id, err });
       }

@@ -209,6 +209,14 @@ async function asJob(
         await finish({ ok: false, err: new GatewayError('upstream_error', 'job ended elsewhere') });
         return;
       }
+      // Shutdown may have released the call while the record was written: the images are then
+      // not shown. Checked with no wait before the charge, which closes the call at once.
+      if (closed()) {
+        const err = errors.cutByShutdown('image generation');
+        const cut = { status: 'failed' as const, result: null, charging: null, completedAt: unixSeconds(core.now()), error: { code: err.code, message: err.message } };
+        await finalUpdate(core, jobId, cut, signal, { owner: core.jobs.instanceId }).finally(() => finish({ ok: false, err }));
+        return;
+      }
       await finish(outcome);
       await finalUpdate(core, jobId, { status: 'completed', progress: 100, completedAt: unixSeconds(core.now()), charging: null }, signal);
       return;
@@ -258,7 +266,8 @@ export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void
     // Claimed first, from the claim that lapsed (one instance ends it), which also keeps its
     // first instance, should it come back, from recording a charge now.
     const claimed = await core.stores.jobs.update(job.id, { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() }, UNFINISHED, lapsedClaim(job));
-    if (!claimed) return;
+    // Its charge may have been recorded since the sweep read it: decided on the job as claimed.
+    if (!claimed || (claimed.charging && !core.catalog.get(job.model))) return;
     const call = core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model), durable: true });
     if (!(await endCharged(core, claimed, call))) {
       const failed = await core.stores.jobs.update(

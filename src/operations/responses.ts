@@ -181,15 +181,16 @@ export const createResponse = textOperation({
 });
 
 /**
- * The ids of stored items an input uses: each `item_reference`, and each reasoning item given
- * by id without its encrypted content (the upstream then reads it from what it stored). Items
- * that carry their content are used as given. Throws 400 for a reference without an id.
+ * The ids of stored items an input uses: each item reference (`type: "item_reference"`, or an
+ * item with neither a type nor a role, as the API takes one), and each reasoning item given by
+ * id without its encrypted content (the upstream then reads it from what it stored). Items that
+ * carry their content are used as given. Throws 400 for a reference without an id.
  */
 function storedItemIds(input: unknown): string[] {
   if (!Array.isArray(input)) return [];
   const ids: string[] = [];
   input.forEach((it: Record<string, unknown>, i) => {
-    if (it.type === 'item_reference') {
+    if (it.type === 'item_reference' || (it.type === undefined && it.role === undefined)) {
       if (typeof it.id !== 'string' || !it.id) throw new GatewayError('invalid_request', `Invalid value for 'input[${i}].id': an item reference needs an id`, { param: 'input' });
       ids.push(it.id);
     } else if (it.type === 'reasoning' && typeof it.id === 'string' && typeof it.encrypted_content !== 'string') ids.push(it.id);

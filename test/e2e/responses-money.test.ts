@@ -239,6 +239,12 @@ describe.each(drivers)('Responses money on $name', (driver) => {
         }, `${itemId} usable by its owner`);
       }
     }
+    // A reference may leave out its type (the API takes an item with neither type nor role as one).
+    const before0 = up.requests.length;
+    const untyped = [{ id: `rs_${driver.name}_plain` }, { role: 'user', content: 'Repeat it' }] as Plain['input'];
+    const stolenUntyped = await rejection(() => client(keys.other).responses.create({ model: MODEL, input: untyped, max_output_tokens: 10 }));
+    expect([stolenUntyped.status, stolenUntyped.param]).toEqual([404, 'input']);
+    expect(up.requests.length).toBe(before0);
     // An item given with its content is used as given: no record needed.
     up.setBehavior({ kind: 'response', id: 'resp_follow' });
     const given = [{ type: 'reasoning', id: 'rs_never_seen', summary: [], encrypted_content: 'gAAAA' }, { role: 'user', content: 'Go on' }] as Plain['input'];

@@ -5,7 +5,7 @@
 import type { BilledCall } from '../../billing/meter.js';
 import { releaseCall } from '../../billing/settle.js';
 import type { Services } from '../../services.js';
-import { leasePool, UNFINISHED } from '../../jobs/runner.js';
+import { JOB_ADOPTED, leasePool, UNFINISHED } from '../../jobs/runner.js';
 import type { JobCharge, JobRecord } from '../../stores/types.js';
 import { callUpstream, upstreamHeaders } from '../../upstream/call.js';
 import { upstreamKeysRedactor } from '../../upstream/key-redactor.js';
@@ -60,18 +60,28 @@ export async function trackVideo(core: Services, job: JobRecord, signal: AbortSi
     if (ended || !(await core.stores.jobs.get(job.id))) {
       await releaseCall(call);
       await core.jobs.drop(lease);
-    } else core.jobs.leave(lease);
+    } else leave();
   };
-  // Its first instance recorded the finished video and its charge, then stopped: charged (once) and completed.
-  if (await endCharged(core, job, call)) return void (await core.jobs.drop(lease));
+  /** The job is another instance's to end: its call and slot are no longer kept here. */
+  const leave = () => {
+    call.leave?.();
+    core.jobs.leave(lease);
+  };
+  // Its first instance recorded the finished video and its charge, then stopped: charged (once)
+  // and completed, by an instance that can bill its model (another one, else).
+  if (job.charging) return (await endCharged(core, job, call)) ? void (await core.jobs.drop(lease)) : leave();
   if (!model || !job.upstreamJobId) return fail('job_lost', 'The video job can no longer be tracked; nothing was charged.');
   const expiresAtMs = (job.expiresAt ?? Infinity) * 1000;
   // Polls go to the upstream that accepted the job: no other one knows its id.
   const upstreamName = job.upstream ?? model.upstream;
 
+  // Stopped by this instance's runner when it finds the job adopted elsewhere (else by shutdown).
+  const stopped = () => {
+    if (signal.reason === JOB_ADOPTED) leave();
+  };
   while (!signal.aborted) {
     await pause(core.cfg.limits.jobPollIntervalMs, signal);
-    if (signal.aborted) return;
+    if (signal.aborted) return stopped();
     if (core.now() >= expiresAtMs) return fail('job_expired', 'The upstream did not finish the video before the job expired.');
     let upstream: Record<string, unknown>;
     try {
