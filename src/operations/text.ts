@@ -21,7 +21,7 @@ import type { UpstreamResponse } from '../upstream/client.js';
 import { upstreamError, upstreamKeyOf } from '../upstream/answer-errors.js';
 import { redactedDeep, upstreamKeysRedactor } from '../upstream/key-redactor.js';
 import { callModel, sameTarget, upstreamHeaders } from '../upstream/call.js';
-import { pluginFields } from '../upstream/plugin-body.js';
+import { pluginFields, refuseUnheldChanges } from '../upstream/plugin-body.js';
 import { kindOf, type Translation, translatedResponse, upstreamKindOf } from '../upstream/kinds/index.js';
 import { relayStream, type StreamCall } from '../upstream/stream/relay.js';
 import { modelToken, TopFields, withModel } from '../upstream/stream/top-fields.js';
@@ -64,7 +64,9 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       // A cap field sent as null is a key already: the cap then goes in by re-encoding (one key, never two).
       if (plan.cap && !plan.cap.sent && plan.unchanged && plan.cap.names.some((n) => Object.hasOwn(fields, n))) plan = { ...plan, unchanged: false };
       // The plugins see the body first: the hold is computed on what the upstream receives.
-      let replaced = core.hooks.has('onUpstreamRequest') ? await pluginFields(core, ctx, plan.model, decl.path, plan.fields(plan.model)) : null;
+      const seen = core.hooks.has('onUpstreamRequest') ? plan.fields(plan.model) : null;
+      let replaced = seen ? await pluginFields(core, ctx, plan.model, decl.path, seen) : null;
+      if (seen && replaced) refuseUnheldChanges(decl.path, seen, replaced, plan.stream);
       // The output guardrails covering the call (none: the answer goes as it came, untouched). A
       // stream they cannot guard is refused before the input guardrails run (and bill a check).
       const guard = core.guardrails.output(ctx, plan.model, decl.path);
@@ -168,6 +170,7 @@ async function send(
         if (plugins && !own(served)) {
           const theirs = await pluginFields(core, ctx, served, path, fields);
           if (theirs) {
+            refuseUnheldChanges(path, fields, theirs, plan.stream);
             fields = theirs;
             heldEnough(plan, plan.holdFor(theirs), served, call);
           }

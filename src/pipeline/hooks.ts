@@ -58,7 +58,11 @@ export interface OnUpstreamRequestArgs {
   path: string;
   /** The body about to be sent upstream (a copy: change it through `setBody`). */
   body: Record<string, unknown>;
-  /** Replaces the body sent upstream. The call is still billed by what the upstream reports. */
+  /**
+   * Replaces the body sent upstream (a JSON object; copied as it is given, so changing it later
+   * changes nothing). The call is still billed by what the upstream reports. On text calls, what decides the price beyond tokens (`stream`, `service_tier`,
+   * `web_search_options`, `background`, hosted tools) may not change: such a call is refused.
+   */
   setBody(body: Record<string, unknown>): void;
 }
 

@@ -354,3 +354,64 @@ describe('an upstream client object of your own', () => {
     }
   });
 });
+
+describe('a body a plugin replaces is what is held and sent, and no more', () => {
+  it('a body kept by a plugin and changed after setBody (after the hold) changes nothing sent', async () => {
+    const kept = new Map<string, Record<string, unknown>>();
+    const plugin: GatewayPlugin = {
+      name: 'late-mutator',
+      onUpstreamRequest({ body, requestId, setBody }) {
+        const mine = { ...body };
+        kept.set(requestId, mine);
+        setBody(mine);
+      },
+      // Runs after the hold was computed on the body (for a stream, before the model is asked).
+      onOutput({ requestId }) {
+        const mine = kept.get(requestId);
+        if (mine) mine.max_tokens = 4000;
+      },
+    };
+    await withGateway([plugin], async (gw, key) => {
+      up.setBehavior({ kind: 'stream', chunks: ['a'], usageCounts: { prompt_tokens: 5, completion_tokens: 1 } });
+      const before = up.requests.length;
+      const res = await postChat(gw.baseURL, key, { model: MODEL, messages, max_tokens: 10, stream: true });
+      await res.text();
+      expect(res.status).toBe(200);
+      expect(up.requests[before]!.body!.max_tokens).toBe(10);
+    });
+  });
+
+  it('a plugin may not change what decides the price beyond tokens: the stream flag, the service tier, hosted tools', async () => {
+    const cases: Array<[string, (body: Record<string, unknown>) => Record<string, unknown>, string]> = [
+      ['service_tier', (b) => ({ ...b, service_tier: 'priority' }), '/chat/completions'],
+      ['stream', (b) => ({ ...b, stream: true }), '/chat/completions'],
+      ['web_search_options', (b) => ({ ...b, web_search_options: {} }), '/chat/completions'],
+      ['tools', (b) => ({ ...b, tools: [{ type: 'web_search' }] }), '/responses'],
+    ];
+    for (const [field, change, path] of cases) {
+      const plugin: GatewayPlugin = { name: `changes-${field}`, onUpstreamRequest: ({ body, setBody }) => setBody(change(body)) };
+      await withGateway([plugin], async (gw, key, account) => {
+        up.setBehavior(path === '/responses' ? { kind: 'response' } : { kind: 'stream', chunks: ['a', 'b'] });
+        const before = up.requests.length;
+        const body = path === '/responses' ? { model: MODEL, input: 'hi' } : { model: MODEL, messages };
+        const res = await fetch(`${gw.baseURL}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+        const answer = (await res.json()) as { error: { code: string; message: string } };
+        expect([res.status, answer.error.code], field).toEqual([500, 'internal_error']);
+        expect(answer.error.message).toContain(`'${field}'`);
+        expect(up.requests.length, field).toBe(before);
+        expect(await gw.stores.billing.wallet(account)).toMatchObject({ held: 0n });
+      });
+    }
+  });
+
+  it('setBody takes a JSON object only: anything else throws in the plugin, which changes nothing', async () => {
+    const plugin: GatewayPlugin = { name: 'not-an-object', onUpstreamRequest: ({ setBody }) => setBody([] as unknown as Record<string, unknown>) };
+    await withGateway([plugin], async (gw, key) => {
+      up.setBehavior({ kind: 'json' });
+      const before = up.requests.length;
+      const res = await postChat(gw.baseURL, key, { model: MODEL, messages, max_tokens: 7 });
+      expect(res.status).toBe(200);
+      expect(up.requests[before]!.body).toMatchObject({ messages, max_tokens: 7 });
+    });
+  });
+});
