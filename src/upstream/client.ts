@@ -40,8 +40,16 @@ export function customUpstream(name: string, client: UpstreamClient): Upstream {
   return {
     name,
     simulated: false,
-    // A user's client may hand the signal to fetch, which takes only a native AbortSignal.
-    call: (c) => client.call(c.signal ? { ...c, signal: nativeSignal(c.signal) } : c),
+    // A user's client may hand the signal to fetch, which takes only a native AbortSignal. What
+    // it answers is checked for the shape of one: anything else is the upstream failing (502),
+    // not the gateway (500).
+    call: async (c) => {
+      const res = await client.call(c.signal ? { ...c, signal: nativeSignal(c.signal) } : c);
+      if (!res || typeof res !== 'object' || !Number.isInteger(res.status) || typeof res.header !== 'function') {
+        throw new GatewayError('upstream_error', `The upstream "${name}" answered with something that is not a response.`);
+      }
+      return res;
+    },
     close: async () => {
       await client.close?.();
     },

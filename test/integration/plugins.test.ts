@@ -321,6 +321,25 @@ describe('an upstream client object of your own', () => {
     }
   });
 
+  it('that answers with something that is not a response: 502 upstream_error (not 500), no hold left', async () => {
+    const answers: unknown[] = [null, 'ok', { status: 'ok', header: () => undefined }, { status: 200 }];
+    for (const answer of answers) {
+      const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+      const gw = await startGateway({
+        ...options,
+        upstreams: { ...options.upstreams, own: { call: async () => answer as never } },
+        models: [...(options.models ?? []), { id: 'own/chat', upstream: 'own', pricing: { prompt: '0.000001', completion: '0.000002' } }],
+      });
+      try {
+        const res = await postChat(gw.baseURL, devKey, { model: 'own/chat', messages });
+        expect([res.status, ((await res.json()) as { error: { code: string } }).error.code], JSON.stringify(answer)).toEqual([502, 'upstream_error']);
+        await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'no hold left');
+      } finally {
+        await gw.close();
+      }
+    }
+  });
+
   it("whose answer's body fails after its 200: 502 upstream_error, retried, nothing charged (not 500)", async () => {
     let calls = 0;
     const client: UpstreamClient = {
