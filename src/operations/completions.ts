@@ -62,18 +62,26 @@ export const createCompletion = textOperation({
     const countOne = (p: string | number[]) => (typeof p === 'string' ? core.tokenizer.count(p) : p.length);
     // The suffix is read by the model as part of its prompt.
     const suffix = req.suffix ? req.suffix : '';
+    const tokensOf = (p: string | number[]) => countOne(p) + (suffix ? core.tokenizer.count(suffix) : 0);
     let bound = 0;
+    let widest = 0;
     for (const p of prompts) {
       const b = (typeof p === 'string' ? utf8(p) : p.length) + utf8(suffix);
-      checkContextWindow(model, b, () => countOne(p) + (suffix ? core.tokenizer.count(suffix) : 0), 'prompt');
+      checkContextWindow(model, b, () => tokensOf(p), 'prompt');
       bound += b;
+      widest = Math.max(widest, b);
     }
     let counted: number | undefined;
-    const promptTokens = () => (counted ??= prompts.reduce((n, p) => n + countOne(p) + (suffix ? core.tokenizer.count(suffix) : 0), 0));
+    const promptTokens = () => (counted ??= prompts.reduce((n, p) => n + tokensOf(p), 0));
+    // Each prompt is completed on its own, in its own context window: the cap sent (one for
+    // all) is the one the longest prompt leaves room for.
+    const longest = () => Math.max(...prompts.map(tokensOf));
     const choicesPerPrompt = Math.max(req.n ?? 1, req.best_of ?? 1);
     const maxOutput = (req.max_tokens ?? model.maxOutputTokens) * choicesPerPrompt * prompts.length;
     let estimate: number | undefined;
     const stream = req.stream === true;
+    // A fresh one per answer read (a retried call's answer starts over); `n` choices per prompt.
+    const echoes = () => (req.echo === true ? new Echo(prompts, req.n ?? 1) : null);
     const clientWantsUsage = req.stream_options?.include_usage === true;
     return {
       model,
@@ -86,24 +94,61 @@ export const createCompletion = textOperation({
       // No cap asked for: the upstream gets the model's, which is what was held per choice.
       cap: req.max_tokens
           ? { field: 'max_tokens', tokens: req.max_tokens, names: ['max_tokens'], sent: true }
-          : { field: 'max_tokens', tokens: capWithin(model, model.maxOutputTokens, bound, promptTokens), names: ['max_tokens'], sent: false },
+          : { field: 'max_tokens', tokens: capWithin(model, model.maxOutputTokens, widest, longest), names: ['max_tokens'], sent: false },
       fields(served) {
         const out: Record<string, unknown> = { ...body, model: served.upstreamModel };
         if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
         return out;
       },
-      events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage), apiKey),
+      events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage, echoes()), apiKey),
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        const read = chatAnswer(answer);
+        const echo = echoes();
+        const read = chatAnswer(echo ? { ...answer, choices: answer.choices.map((c: unknown, i) => echo.strip(c, i)) } : answer);
         return { usage: read.usage, output: read.output };
       },
     };
   },
 });
 
+/**
+ * With `echo`, each choice's text starts with its prompt, which is not output: counted (when the
+ * upstream reports no usage) it would bill the prompt again at the completion price. The echo
+ * is taken off the front of each choice's text, a stream's as its text arrives. A prompt given
+ * as tokens cannot be matched in text: its choices are counted whole.
+ */
+class Echo {
+  /** Per choice index, the echo still expected at the front of its text. */
+  private readonly left = new Map<number, string>();
+
+  constructor(
+    private readonly prompts: ReadonlyArray<string | number[]>,
+    private readonly perPrompt: number,
+  ) {}
+
+  /** `choice` (at position `at` in its list) with the echo its text starts with taken off. */
+  strip(choice: unknown, at: number): unknown {
+    const c = choice as { index?: unknown; text?: unknown } | null;
+    if (!c || typeof c.text !== 'string') return choice;
+    const index = typeof c.index === 'number' ? c.index : at;
+    let left = this.left.get(index);
+    if (left === undefined) {
+      const prompt = this.prompts[Math.floor(index / this.perPrompt)];
+      left = typeof prompt === 'string' ? prompt : '';
+    }
+    if (left === '') return choice;
+    let i = 0;
+    while (i < c.text.length && i < left.length && c.text.charCodeAt(i) === left.charCodeAt(i)) i++;
+    // All of the text is echo (more may follow), or the echo ended in it; text that differs from
+    // the prompt is no echo at all, and is counted whole.
+    const matched = i === c.text.length || i === left.length;
+    this.left.set(index, matched ? left.slice(i) : '');
+    return matched ? { ...c, text: c.text.slice(i) } : choice;
+  }
+}
+
 /** How a legacy completions stream is read: chunks with `choices[].text`, the usage chunk, `[DONE]`. */
-function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler {
+function completionEvents(model: Model, clientWantsUsage: boolean, echo: Echo | null): EventHandler {
   const renames = model.upstreamModel !== model.id;
   // Completions chunks are chat's with `text` in their choices: the chat reader reads them.
   const read = new ChatAccount();
@@ -119,8 +164,8 @@ function completionEvents(model: Model, clientWantsUsage: boolean): EventHandler
         throw errors.upstreamFailedMidStream(chunk.error);
       }
       const u = usageFrom(chunk.usage);
-      read.read(chunk);
       const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
+      read.read(echo && choices.length ? { ...chunk, choices: choices.map((c: unknown, i) => echo.strip(c, i)) } : chunk);
       // The usage-only chunk was asked for by the gateway, not the client: kept to ourselves.
       if (u && choices.length === 0 && !clientWantsUsage) return null;
       // Like plain answers: the client sees the model it called, not the upstream's name for it.

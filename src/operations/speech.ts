@@ -11,7 +11,7 @@ import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import type { UpstreamResponse } from '../upstream/client.js';
 import { upstreamError } from '../upstream/answer-errors.js';
-import { relayBytes } from '../upstream/stream/bytes.js';
+import { beginBody, type BodyBegun, relayBytes } from '../upstream/stream/bytes.js';
 import { settleSpeech } from '../billing/settle.js';
 import { callModelWithBody } from './media.js';
 import { type MediaCall, mediaOperation } from './media-operation.js';
@@ -54,9 +54,15 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
   const tokens = m.price.count;
   const format = req.response_format ?? 'mp3';
   const abort = new AbortController();
-  const onClientGone = () => abort.abort(new Error('client disconnected'));
+  // Once the upstream answered 200 the speech is billed, even if the client leaves before its
+  // first audio (the provider bills its input as a prompt); an upstream that fails before any
+  // audio, or shutdown cutting it, bills nothing.
+  let clientLeft = false;
+  const onClientGone = () => {
+    clientLeft = true;
+    abort.abort(new Error('client disconnected'));
+  };
   ctx.request.signal?.addEventListener('abort', onClientGone, { once: true });
-  // Once a byte of audio went out the speech was produced and is billed; else nothing is.
   const finish = (produced: boolean): Promise<void> => {
     ctx.request.signal?.removeEventListener('abort', onClientGone);
     return settleSpeech(call, tokens, produced, { upstream: servedBy });
@@ -84,20 +90,32 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
     void finish(false);
     throw err;
   }
+  // The first audio is read before the answer's head goes out: an upstream that fails, or ends,
+  // before any is a 502 the client can read, not a connection dropped after a 200.
+  let begun: BodyBegun | null;
+  try {
+    begun = await beginBody(res);
+    if (!begun) throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent no audio.`);
+  } catch (err) {
+    res.discard();
+    void finish(clientLeft);
+    throw err instanceof GatewayError ? err : new GatewayError('upstream_error', `The upstream "${servedBy}" failed before any audio.`, { cause: err });
+  }
 
   // The audio streams through as it arrives; once a byte has gone out the speech was produced,
   // and the end of the audio goes out once its charge is in the store.
   const stream = relayBytes(res, {
     sent: () => void (sentAny = true),
-    end: () => finish(sentAny),
-    failed: () => void finish(sentAny),
+    end: () => finish(true),
+    failed: () => void finish(sentAny || clientLeft),
     failure: (err) => (err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The speech stream failed.')),
+    // The client left after the upstream's 200: billed.
     cancelled: () => {
       abort.abort();
-      void finish(sentAny);
+      void finish(true);
     },
     onCut: (c) => void (cut = c),
-  });
+  }, begun);
   return new Response(stream, {
     status: 200,
     headers: { 'content-type': AUDIO_TYPES[format] },

@@ -7,6 +7,7 @@ import { countTokens } from 'gpt-tokenizer';
 import { cost, parsePrice } from '../../src/billing/money.js';
 import type { GatewayOptions } from '../../src/gateway.js';
 import type { Stores } from '../../src/stores/types.js';
+import { testConfig, type TestSetup, UPSTREAM_API_KEY } from './gateway.js';
 
 type ModelInput = NonNullable<GatewayOptions['models']>[number];
 
@@ -124,4 +125,17 @@ export function freezable(shared: Stores): FreezableStores {
     },
     queued: () => queue.length,
   };
+}
+
+/**
+ * The config of a media test with a media upstream of its own: the media models on upstream
+ * `up` (at `mediaUrl`), the simulator as `test`, a 100 USD wallet, and `limits`.
+ */
+export function mediaSetup(mediaUrl: string, limits: GatewayOptions['limits'], extra: { now?: () => number } = {}): TestSetup {
+  const setup = testConfig({ walletUsd: 100, models: mediaModels('up'), limits, ...extra });
+  setup.options.upstreams = {
+    test: { simulate: true, imageDelayMs: 0, videoDurationMs: 0, chunkDelayMs: 0 },
+    up: { baseUrl: mediaUrl, apiKey: UPSTREAM_API_KEY, timeoutMs: 20_000 },
+  };
+  return setup;
 }

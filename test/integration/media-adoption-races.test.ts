@@ -13,8 +13,8 @@ import { createGateway, type Gateway, type GatewayOptions } from '../../src/gate
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { JobRecord, Stores } from '../../src/stores/types.js';
 import { chargesOf } from '../helpers/billing.js';
-import { ACCOUNT, UPSTREAM_API_KEY, eventually, testConfig } from '../helpers/gateway.js';
-import { IMAGE, VIDEO, freezable, mediaModels, videoCost } from '../helpers/media.js';
+import { ACCOUNT, eventually } from '../helpers/gateway.js';
+import { IMAGE, VIDEO, freezable, mediaSetup, videoCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 
 let media: MediaUpstream;
@@ -35,14 +35,7 @@ afterEach(async () => {
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
-function setupWith(limits: Record<string, number>) {
-  const setup = testConfig({ walletUsd: 100, models: mediaModels('up'), limits });
-  setup.options.upstreams = {
-    test: { simulate: true, imageDelayMs: 0, videoDurationMs: 0, chunkDelayMs: 0 },
-    up: { baseUrl: media.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 20_000 },
-  };
-  return setup;
-}
+const setupWith = (limits: Record<string, number>) => mediaSetup(media.url, limits);
 
 /** `stores` with one method of one store wrapped. */
 function wrapped<K extends keyof Stores>(stores: Stores, store: K, method: string, wrap: (original: (...a: unknown[]) => Promise<unknown>, target: Stores[K]) => (...a: unknown[]) => unknown): Stores {

@@ -14,8 +14,8 @@ import { createGateway, type Gateway } from '../../src/gateway.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
 import type { Stores } from '../../src/stores/types.js';
 import { chargesOf } from '../helpers/billing.js';
-import { ACCOUNT, UPSTREAM_API_KEY, eventually, testConfig } from '../helpers/gateway.js';
-import { IMAGE, VIDEO, freezable, imageCost, mediaModels, videoCost } from '../helpers/media.js';
+import { ACCOUNT, eventually } from '../helpers/gateway.js';
+import { IMAGE, VIDEO, freezable, imageCost, mediaSetup, videoCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
@@ -81,15 +81,7 @@ afterEach(async () => {
 
 /** A (whose stores freeze right after its first settle lands) and B, on one set of memory stores. */
 async function pair(upstreamUrl: string, bLacksVideo = false) {
-  const setup = testConfig({
-    walletUsd: 100,
-    models: mediaModels('up'),
-    limits: { inFlightLeaseTtlMs: TTL_MS, inlineImageDeadlineMs: 100, jobPollIntervalMs: 50 },
-  });
-  setup.options.upstreams = {
-    test: { simulate: true, imageDelayMs: 0, videoDurationMs: 0, chunkDelayMs: 0 },
-    up: { baseUrl: upstreamUrl, apiKey: UPSTREAM_API_KEY, timeoutMs: 20_000 },
-  };
+  const setup = mediaSetup(upstreamUrl, { inFlightLeaseTtlMs: TTL_MS, inlineImageDeadlineMs: 100, jobPollIntervalMs: 50 });
   const shared: Stores = createMemoryStores();
   const fz = freezable(shared);
   let settled = 0;

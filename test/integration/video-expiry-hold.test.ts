@@ -9,8 +9,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createGateway } from '../../src/gateway.js';
 import { createMemoryStores } from '../../src/stores/memory/index.js';
-import { ACCOUNT, UPSTREAM_API_KEY, eventually, testConfig } from '../helpers/gateway.js';
-import { VIDEO, mediaModels, videoCost } from '../helpers/media.js';
+import { ACCOUNT, eventually } from '../helpers/gateway.js';
+import { VIDEO, mediaSetup, videoCost } from '../helpers/media.js';
 import { startMediaUpstream, type MediaUpstream } from '../helpers/media-upstream.js';
 
 let up: MediaUpstream;
@@ -33,16 +33,7 @@ describe('a video job that expires unfinished', () => {
     const t0 = Math.floor(Date.now() / 1000) * 1000 + 500;
     const now = () => t0 + offset;
     const stores = createMemoryStores({ now });
-    const setup = testConfig({
-      walletUsd: 100,
-      models: mediaModels('up'),
-      now,
-      limits: { jobTtlMs: JOB_TTL, jobPollIntervalMs: 100, holdTtlMs: 300, inFlightLeaseTtlMs: 60_000 },
-    });
-    setup.options.upstreams = {
-      test: { simulate: true, imageDelayMs: 0, videoDurationMs: 0, chunkDelayMs: 0 },
-      up: { baseUrl: up.url, apiKey: UPSTREAM_API_KEY, timeoutMs: 20_000 },
-    };
+    const setup = mediaSetup(up.url, { jobTtlMs: JOB_TTL, jobPollIntervalMs: 100, holdTtlMs: 300, inFlightLeaseTtlMs: 60_000 }, { now });
     const gw = createGateway({ ...setup.options, stores });
     await gw.ready;
     try {

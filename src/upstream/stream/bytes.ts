@@ -21,8 +21,22 @@ export interface BytesHooks {
   failure?(err: unknown): Error;
 }
 
-export function relayBytes(upstream: UpstreamResponse, hooks: BytesHooks = {}): ReadableStream<Uint8Array> {
+/** A body whose reading began before the relay: its iterator, and the read already taken from it (sent first). */
+export interface BodyBegun {
+  iterator: AsyncIterator<Uint8Array>;
+  first: Uint8Array;
+}
+
+/** Reads `upstream`'s first chunk: what `relayBytes` then sends first. Null when the body ended with none. */
+export async function beginBody(upstream: UpstreamResponse): Promise<BodyBegun | null> {
   const iterator = upstream.body[Symbol.asyncIterator]();
+  const next = await iterator.next();
+  return next.done ? null : { iterator, first: next.value };
+}
+
+export function relayBytes(upstream: UpstreamResponse, hooks: BytesHooks = {}, begun?: BodyBegun): ReadableStream<Uint8Array> {
+  const iterator = begun?.iterator ?? upstream.body[Symbol.asyncIterator]();
+  let first = begun?.first;
   return new ReadableStream<Uint8Array>(
     {
       start(controller) {
@@ -36,6 +50,12 @@ export function relayBytes(upstream: UpstreamResponse, hooks: BytesHooks = {}): 
       },
       async pull(controller) {
         try {
+          if (first) {
+            hooks.sent?.();
+            controller.enqueue(first);
+            first = undefined;
+            return;
+          }
           const next = await iterator.next();
           if (next.done) {
             await hooks.end?.();

@@ -1,0 +1,133 @@
+/**
+ * Speech and legacy completions at their edges, against a loopback upstream:
+ * - several prompts in one completions call are each completed in their own context window:
+ *   the cap sent when the client named none is the one the longest prompt leaves room for;
+ * - `echo` returns the prompt at the front of each choice's text: when the upstream reports no
+ *   usage and the output is counted, the echo is not billed again as completion tokens;
+ * - speech: an upstream that answers 200 and fails before any audio is a 502 the client can
+ *   read (not a dropped connection), and nothing is billed; a client that leaves after the
+ *   upstream's 200, before the first audio, pays for the speech (its input is its prompt).
+ */
+import { request } from 'node:http';
+import { countTokens } from 'gpt-tokenizer';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { chargesOf, loadTokenizer } from '../helpers/billing.js';
+import { ACCOUNT, MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { AUDIO, mediaModels, speechCost } from '../helpers/media.js';
+import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
+
+let up: TestUpstream;
+let gw: RunningGateway;
+let devKey: string;
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+beforeAll(async () => {
+  await loadTokenizer();
+  up = await startTestUpstream();
+  // MODEL: context 32,000, at most 4,096 output tokens.
+  const setup = testConfig({ upstreamUrl: up.url, models: mediaModels('test') });
+  devKey = setup.devKey;
+  gw = await startGateway(setup.options);
+});
+afterAll(async () => {
+  await gw?.close();
+  await up?.close();
+});
+
+const post = (path: string, body: unknown) =>
+  fetch(`${gw.baseURL}${path}`, { method: 'POST', headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+
+async function chargeOf(res: Response) {
+  const id = res.headers.get('x-request-id');
+  await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).some((e) => e.id === id), `charge ${id}`);
+  return (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).find((e) => e.id === id)!;
+}
+
+describe('legacy completions', () => {
+  it('two prompts that each fit are each asked for the model cap, not what their sum leaves', async () => {
+    up.setBehavior({ kind: 'completion' });
+    const res = await post('/completions', { model: MODEL, prompt: [Array(17_000).fill(100), Array(17_000).fill(100)] });
+    expect(res.status).toBe(200);
+    expect(up.requests.at(-1)!.body!.max_tokens).toBe(4096);
+    // One prompt that leaves less than the model cap still gets what it leaves.
+    await post('/completions', { model: MODEL, prompt: [Array(30_000).fill(100), Array(10).fill(100)] });
+    expect(up.requests.at(-1)!.body!.max_tokens).toBe(2000);
+  });
+
+  it('an echoed prompt is not billed again as completion tokens, plain or streamed', async () => {
+    const prompt = 'The quick brown fox jumps over the lazy dog. '.repeat(20);
+    const produced = ' all done';
+    for (const stream of [false, true]) {
+      // The echo arrives in pieces on a stream: the first piece ends inside the prompt.
+      up.setBehavior({ kind: 'completion', chunks: [prompt.slice(0, 100), prompt.slice(100), produced], usage: null });
+      const res = await post('/completions', { model: MODEL, prompt, echo: true, max_tokens: 5, stream });
+      await res.text();
+      expect(res.status).toBe(200);
+      const units = (await chargeOf(res)).units as { completion: number };
+      expect(units.completion, stream ? 'streamed' : 'plain').toBe(countTokens(produced));
+    }
+  });
+});
+
+describe('speech before its first audio', () => {
+  function speech(input: string) {
+    const body = JSON.stringify({ model: AUDIO, input, voice: 'alloy' });
+    const req = request(`${gw.baseURL}/audio/speech`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${devKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+    });
+    req.end(body);
+    return req;
+  }
+
+  it('an upstream that answers 200 and fails before any audio: 502 upstream_error, nothing billed', async () => {
+    up.setBehavior({
+      kind: 'custom',
+      async handle(req, res) {
+        res.writeHead(200, { 'content-type': 'audio/mpeg' });
+        res.flushHeaders();
+        await sleep(50);
+        req.socket.resetAndDestroy();
+      },
+    });
+    const before = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).length;
+    const req = speech('reset before the first byte');
+    const answer = await new Promise<{ status?: number; body: string; id?: string }>((resolve) => {
+      req.on('response', (res) => {
+        let body = '';
+        res.on('data', (d: Buffer) => (body += d.toString()));
+        res.on('end', () => resolve({ status: res.statusCode, body, id: res.headers['x-request-id'] as string | undefined }));
+      });
+      req.on('error', (err) => resolve({ body: `error ${err.message}` }));
+    });
+    expect(answer.status).toBe(502);
+    expect((JSON.parse(answer.body) as { error: { code: string } }).error.code).toBe('upstream_error');
+    expect(answer.id).toBeTruthy();
+    await eventually(async () => (await gw.stores.billing.openHolds(ACCOUNT)) === 0, 'hold released');
+    expect(await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).toHaveLength(before);
+  });
+
+  it('a client gone after the upstream answered 200, before the first audio: the speech is billed', async () => {
+    up.setBehavior({
+      kind: 'custom',
+      async handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'audio/mpeg' });
+        res.flushHeaders();
+        await sleep(600);
+        if (!res.destroyed) res.end(Buffer.alloc(1000, 1));
+      },
+    });
+    const input = 'Hello there, a few words to speak.';
+    const n = up.requests.length;
+    const before = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((e) => e.model === AUDIO).length;
+    const req = speech(input);
+    req.on('error', () => undefined);
+    await up.waitForRequests(n + 1);
+    await sleep(200); // the upstream's 200 is in; its audio is not
+    req.destroy();
+    await eventually(async () => (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((e) => e.model === AUDIO).length === before + 1, 'the charge');
+    const charge = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((e) => e.model === AUDIO).at(-1)!;
+    expect(charge.cost).toBe(speechCost(input));
+    expect(await gw.stores.billing.openHolds(ACCOUNT)).toBe(0);
+  });
+});
