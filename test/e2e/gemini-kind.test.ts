@@ -11,6 +11,8 @@ import OpenAI, { APIError, BadRequestError } from 'openai';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chatCost, chargesOf } from '../helpers/billing.js';
 import { ACCOUNT, MODEL, UPSTREAM_MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
+import { rememberResponseOwner } from '../../src/operations/response-owners.js';
+import type { Services } from '../../src/services.js';
 import { defaultAnswer, startGeminiUpstream, type GeminiUpstream } from '../helpers/gemini-upstream.js';
 
 const GEMINI_KEY = 'AIzaSyTestKey-q8Zw2Kx9Lp4Rm7Tj3Vb';
@@ -433,6 +435,9 @@ describe('Responses over a Gemini upstream', () => {
       [{ input: [{ type: 'item_reference', id: 'msg_1' }] }, 'input[0].type'],
       [{ top_logprobs: 2 }, 'top_logprobs'],
     ];
+    // The item referenced is the account's (given it in an answer through the gateway), so the
+    // owner check passes and what is judged is whether Gemini can carry it.
+    await rememberResponseOwner({ stores: gw.stores } as unknown as Services, '', ACCOUNT, ['msg_1']);
     for (const [extra, param] of cases) {
       const err = await client()
         .responses.create({ model: MODEL, input: 'Hi', ...extra } as OpenAI.Responses.ResponseCreateParamsNonStreaming)
