@@ -104,7 +104,7 @@ export const createCompletion = textOperation({
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
         const echo = echoes();
-        const read = chatAnswer(echo ? { ...answer, choices: answer.choices.map((c: unknown, i) => echo.strip(c, i)) } : answer);
+        const read = chatAnswer(echo ? { ...answer, choices: answer.choices.map((c: unknown, i) => echo.strip(c, i, true)) } : answer);
         return { usage: read.usage, output: read.output };
       },
     };
@@ -118,32 +118,51 @@ export const createCompletion = textOperation({
  * as tokens cannot be matched in text: its choices are counted whole.
  */
 class Echo {
-  /** Per choice index, the echo still expected at the front of its text. */
-  private readonly left = new Map<number, string>();
+  /** Per choice index: the echo still expected at the front of its text, and the text taken off so far. */
+  private readonly left = new Map<number, { echo: string; taken: string }>();
 
   constructor(
     private readonly prompts: ReadonlyArray<string | number[]>,
     private readonly perPrompt: number,
   ) {}
 
-  /** `choice` (at position `at` in its list) with the echo its text starts with taken off. */
-  strip(choice: unknown, at: number): unknown {
-    const c = choice as { index?: unknown; text?: unknown } | null;
+  /**
+   * `choice` (at position `at` in its list) with the echo its text starts with taken off. A
+   * text is taken off only once the whole prompt has come: text that stops short of it (the
+   * choice ends first) or differs from it is output after all, and is counted, all of it.
+   * `whole`: the choice's text is complete here (a plain answer).
+   */
+  strip(choice: unknown, at: number, whole = false): unknown {
+    const c = choice as { index?: unknown; text?: unknown; finish_reason?: unknown } | null;
     if (!c || typeof c.text !== 'string') return choice;
     const index = typeof c.index === 'number' ? c.index : at;
-    let left = this.left.get(index);
-    if (left === undefined) {
+    let state = this.left.get(index);
+    if (!state) {
       const prompt = this.prompts[Math.floor(index / this.perPrompt)];
-      left = typeof prompt === 'string' ? prompt : '';
+      this.left.set(index, (state = { echo: typeof prompt === 'string' ? prompt : '', taken: '' }));
     }
-    if (left === '') return choice;
+    const { echo, taken } = state;
+    if (echo === '') return choice;
+    const text = c.text;
     let i = 0;
-    while (i < c.text.length && i < left.length && c.text.charCodeAt(i) === left.charCodeAt(i)) i++;
-    // All of the text is echo (more may follow), or the echo ended in it; text that differs from
-    // the prompt is no echo at all, and is counted whole.
-    const matched = i === c.text.length || i === left.length;
-    this.left.set(index, matched ? left.slice(i) : '');
-    return matched ? { ...c, text: c.text.slice(i) } : choice;
+    while (i < text.length && i < echo.length && text.charCodeAt(i) === echo.charCodeAt(i)) i++;
+    if (i === echo.length) {
+      // The echo ends here: what follows it is output.
+      state.echo = '';
+      state.taken = '';
+      return { ...c, text: text.slice(i) };
+    }
+    const ends = whole || typeof c.finish_reason === 'string';
+    if (i === text.length && !ends) {
+      // All of it may be echo: held back until the rest of the prompt comes (or does not).
+      state.echo = echo.slice(i);
+      state.taken = taken + text;
+      return { ...c, text: '' };
+    }
+    // No echo after all: what was held back is output, with this text.
+    state.echo = '';
+    state.taken = '';
+    return { ...c, text: taken + text };
   }
 }
 

@@ -14,6 +14,8 @@ import type { ApiKeyRecord } from '../stores/types.js';
 
 /** Tools the client runs itself: their calls and results are tokens, billed as such. */
 const CLIENT_TOOLS = new Set(['function', 'custom']);
+/** Anthropic's tools that it runs itself, billed per use; its other typed tools (bash, text editor, computer) cost only tokens. */
+export const SERVER_TOOL = /^(web_search|web_fetch|code_execution)_/;
 /** Hosted tools that produce media: agent keys never get media, whatever the endpoint. */
 const MEDIA_TOOLS = new Set(['image_generation']);
 /** Calls held when the request does not cap them with `max_tool_calls`. */
@@ -127,4 +129,51 @@ export function withToolCalls(reader: EventReader, calls: () => Record<string, n
   return overReader(reader, {
     produced: () => withTools(reader.produced(), calls),
   });
+}
+
+/**
+ * Fields that decide what a text call costs beyond its tokens, which a hold computed on the
+ * body's tokens does not cover: its service tier and where it runs, chat's web search, work in
+ * the background, Anthropic's remote MCP servers and container, the hosted tool calls held.
+ * The client's are checked against the model's prices before the hold; a plugin may not change
+ * them after (nor whether the call streams, nor add or change a hosted tool).
+ */
+const PRICED_FIELDS = ['service_tier', 'inference_geo', 'web_search_options', 'background', 'mcp_servers', 'container', 'max_tool_calls'] as const;
+
+/** A value as JSON with its keys in order, so that two bodies that say the same compare equal. */
+function canonical(value: unknown): string {
+  if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
+  if (value && typeof value === 'object') {
+    const o = value as Record<string, unknown>;
+    return `{${Object.keys(o).filter((k) => o[k] !== undefined).sort().map((k) => `${JSON.stringify(k)}:${canonical(o[k])}`).join(',')}}`;
+  }
+  return JSON.stringify(value ?? null);
+}
+
+/** The standard tiers, which change no price: the same as naming none. */
+const tierOf = (v: unknown) => (v === 'auto' || v === 'default' || v === undefined ? null : v);
+
+/** Whether a tool of a `path` request is one the provider runs and bills per use. */
+const hostedOn = (path: string) => (tool: unknown): boolean => {
+  const type = typeOf(tool);
+  return type !== null && (path === '/messages' ? SERVER_TOOL.test(type) : !CLIENT_TOOLS.has(type));
+};
+
+/**
+ * Throws 500 `internal_error` when a plugin's body `replaced` changes a field of `seen` that
+ * decides the price other than by tokens (PRICED_FIELDS), whether the call streams, or adds or
+ * changes a hosted tool (removing one only costs less): the call would be held, checked and
+ * billed as the client asked, but run as the plugin asked.
+ */
+export function refuseUnheldChanges(path: string, seen: Record<string, unknown>, replaced: Record<string, unknown>, stream: boolean): void {
+  const hosted = hostedOn(path);
+  const given = new Set((Array.isArray(seen.tools) ? seen.tools : []).filter(hosted).map(canonical));
+  const changed =
+    (replaced.stream === true) !== stream
+      ? 'stream'
+      : (PRICED_FIELDS.find((f) => (f === 'service_tier' ? canonical(tierOf(seen[f])) !== canonical(tierOf(replaced[f])) : canonical(seen[f]) !== canonical(replaced[f]))) ??
+        ((Array.isArray(replaced.tools) ? replaced.tools : []).some((t) => hosted(t) && !given.has(canonical(t))) ? 'tools' : undefined));
+  if (changed) {
+    throw new GatewayError('internal_error', `A plugin's onUpstreamRequest changed '${changed}' of a ${path} request: what it decides is checked and held as the client asked, so a plugin may not change it.`);
+  }
 }

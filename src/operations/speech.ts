@@ -9,7 +9,7 @@ import { listCost } from '../billing/pricing.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
-import type { UpstreamResponse } from '../upstream/client.js';
+import { upstreamFailure, type UpstreamResponse } from '../upstream/client.js';
 import { upstreamError } from '../upstream/answer-errors.js';
 import { beginBody, type BodyBegun, relayBytes } from '../upstream/stream/bytes.js';
 import { settleSpeech } from '../billing/settle.js';
@@ -72,9 +72,11 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
   /** The upstream that serves the call (the model's first target until one answered). */
   let servedBy = model.upstream;
   let sentAny = false;
+  let shutDown = false;
   let cut: ((err: Error) => void) | null = null;
   // Shutdown's grace period is over: stop the audio; what already went out is billed.
   call.onAbort(() => {
+    shutDown = true;
     abort.abort();
     res?.discard();
     void finish(sentAny);
@@ -96,10 +98,13 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
   try {
     begun = await beginBody(res);
     if (!begun) throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent no audio.`);
+    // The client left meanwhile, and the transport read on: nobody will read the answer.
+    if (clientLeft) throw new GatewayError('client_closed', 'The client closed the connection before the audio.');
   } catch (err) {
     res.discard();
-    void finish(clientLeft);
-    throw err instanceof GatewayError ? err : new GatewayError('upstream_error', `The upstream "${servedBy}" failed before any audio.`, { cause: err });
+    await finish(clientLeft);
+    if (shutDown) throw errors.cutByShutdown('audio');
+    throw upstreamFailure(err, servedBy);
   }
 
   // The audio streams through as it arrives; once a byte has gone out the speech was produced,

@@ -60,8 +60,10 @@ export interface OnUpstreamRequestArgs {
   body: Record<string, unknown>;
   /**
    * Replaces the body sent upstream (a JSON object; copied as it is given, so changing it later
-   * changes nothing). The call is still billed by what the upstream reports. On text calls, what decides the price beyond tokens (`stream`, `service_tier`,
-   * `web_search_options`, `background`, hosted tools) may not change: such a call is refused.
+   * changes nothing). The call is still billed by what the upstream reports. On text calls,
+   * what decides the price beyond tokens (whether it streams, its tier and region, web search,
+   * background work, MCP servers, a container, hosted tools and their calls) may not change:
+   * such a call is refused.
    */
   setBody(body: Record<string, unknown>): void;
 }

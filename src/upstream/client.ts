@@ -45,7 +45,8 @@ export function customUpstream(name: string, client: UpstreamClient): Upstream {
     // not the gateway (500).
     call: async (c) => {
       const res = await client.call(c.signal ? { ...c, signal: nativeSignal(c.signal) } : c);
-      if (!res || typeof res !== 'object' || !Number.isInteger(res.status) || typeof res.header !== 'function') {
+      const body = (res as { body?: { [Symbol.asyncIterator]?: unknown } } | null)?.body;
+      if (!res || typeof res !== 'object' || !Number.isInteger(res.status) || typeof res.header !== 'function' || typeof res.text !== 'function' || typeof res.discard !== 'function' || typeof body?.[Symbol.asyncIterator] !== 'function') {
         throw new GatewayError('upstream_error', `The upstream "${name}" answered with something that is not a response.`);
       }
       return res;

@@ -434,3 +434,95 @@ describe('a body a plugin replaces is what is held and sent, and no more', () =>
     });
   });
 });
+
+describe('what a plugin may change, and what it may not, per endpoint', () => {
+  const SEARCH = 'test/search';
+  async function withEndpointGateway(plugin: GatewayPlugin, anthropic: boolean, fn: (gw: RunningGateway, key: string) => Promise<void>) {
+    const { options, devKey } = testConfig({
+      upstreamUrl: up.url,
+      models: [{ id: SEARCH, type: 'text', upstream: 'test', pricing: { prompt: '0.000001', completion: '0.000002', tools: { web_search: '0.01' } } }],
+    });
+    if (anthropic) options.upstreams = { test: { kind: 'anthropic', baseUrl: up.url, apiKey: 'sk-ant-upstream-0123456789', timeoutMs: 10_000 } };
+    const gw = await startGateway({ ...options, plugins: [plugin] });
+    try {
+      await fn(gw, devKey);
+    } finally {
+      await gw.close();
+    }
+  }
+  const post = (gw: RunningGateway, key: string, path: string, body: unknown) =>
+    fetch(`${gw.baseURL}${path}`, { method: 'POST', headers: { authorization: `Bearer ${key}`, 'content-type': 'application/json' }, body: JSON.stringify(body) });
+  const anthropicMessage = {
+    kind: 'custom' as const,
+    handle(_req: unknown, res: import('node:http').ServerResponse) {
+      res.writeHead(200, { 'content-type': 'application/json' });
+      res.end(JSON.stringify({ id: 'msg_1', type: 'message', role: 'assistant', model: 'claude', content: [{ type: 'text', text: 'ok' }], stop_reason: 'end_turn', stop_sequence: null, usage: { input_tokens: 10, output_tokens: 2 } }));
+    },
+  };
+  const toolsOf = (body: Record<string, unknown>) => body.tools as Array<Record<string, unknown>> | undefined;
+
+  it('may mark or remove tools that cost only tokens, remove a hosted tool, and say a standard tier', async () => {
+    const cases: Array<[string, GatewayPlugin['onUpstreamRequest'], boolean, string, Record<string, unknown>]> = [
+      [
+        'cache_control on an Anthropic client tool',
+        ({ body, setBody }) => setBody({ ...body, tools: toolsOf(body)!.map((t) => ({ ...t, cache_control: { type: 'ephemeral' } })) }),
+        true,
+        '/messages',
+        { model: MODEL, max_tokens: 10, messages, tools: [{ type: 'text_editor_20250124', name: 'str_replace_editor' }] },
+      ],
+      [
+        'the bash tool removed',
+        ({ body, setBody }) => setBody({ ...body, tools: toolsOf(body)!.filter((t) => !String(t.type).startsWith('bash_')) }),
+        true,
+        '/messages',
+        { model: MODEL, max_tokens: 10, messages, tools: [{ type: 'bash_20250124', name: 'bash' }, { name: 'lookup', input_schema: { type: 'object' } }] },
+      ],
+      ['a priced web_search removed', ({ body, setBody }) => setBody({ ...body, tools: [] }), false, '/responses', { model: SEARCH, input: 'hi', tools: [{ type: 'web_search' }] }],
+      ['service_tier default', ({ body, setBody }) => setBody({ ...body, service_tier: 'default' }), false, '/responses', { model: MODEL, input: 'hi' }],
+    ];
+    for (const [what, onUpstreamRequest, anthropic, path, body] of cases) {
+      await withEndpointGateway({ name: what, onUpstreamRequest }, anthropic, async (gw, key) => {
+        up.setBehavior(anthropic ? anthropicMessage : { kind: 'response' });
+        const res = await post(gw, key, path, body);
+        expect(res.status, `${what}: ${await res.text()}`).toBe(200);
+      });
+    }
+  });
+
+  it('may not change where a call runs, its MCP servers or container, or its hosted tool calls held', async () => {
+    const msg = { model: MODEL, max_tokens: 10, messages };
+    const cases: Array<[string, boolean, string, Record<string, unknown>, (b: Record<string, unknown>) => Record<string, unknown>]> = [
+      ['inference_geo', true, '/messages', msg, (b) => ({ ...b, inference_geo: 'us' })],
+      ['mcp_servers', true, '/messages', msg, (b) => ({ ...b, mcp_servers: [{ type: 'url', url: 'https://mcp.example.com/sse', name: 'x' }] })],
+      ['container', true, '/messages', msg, (b) => ({ ...b, container: 'container_1' })],
+      ['max_tool_calls', false, '/responses', { model: SEARCH, input: 'hi', tools: [{ type: 'web_search' }], max_tool_calls: 1 }, (b) => ({ ...b, max_tool_calls: 100 })],
+    ];
+    for (const [field, anthropic, path, body, change] of cases) {
+      await withEndpointGateway({ name: `changes-${field}`, onUpstreamRequest: ({ body: b, setBody }) => setBody(change(b)) }, anthropic, async (gw, key) => {
+        up.setBehavior(anthropic ? anthropicMessage : { kind: 'response' });
+        const before = up.requests.length;
+        const res = await post(gw, key, path, body);
+        // Messages answers in Anthropic's error shape (a type, no code).
+        const answer = (await res.json()) as { error: { code?: string; type: string; message: string } };
+        expect([res.status, answer.error.code ?? answer.error.type, up.requests.length - before], field).toEqual([500, anthropic ? 'api_error' : 'internal_error', 0]);
+        expect(answer.error.message).toContain(`'${field}'`);
+      });
+    }
+  });
+
+  it('an own upstream client answering a stream with no body: 502 upstream_error, no hold left', async () => {
+    const { options, devKey, account } = testConfig({ upstreamUrl: up.url });
+    const gw = await startGateway({
+      ...options,
+      upstreams: { ...options.upstreams, own: { call: async () => ({ status: 200, header: () => undefined }) as never } },
+      models: [...(options.models ?? []), { id: 'own/chat', upstream: 'own', pricing: { prompt: '0.000001', completion: '0.000002' } }],
+    });
+    try {
+      const res = await postChat(gw.baseURL, devKey, { model: 'own/chat', messages, stream: true });
+      expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([502, 'upstream_error']);
+      await eventually(async () => (await gw.stores.billing.openHolds(account)) === 0, 'no hold left');
+    } finally {
+      await gw.close();
+    }
+  });
+});

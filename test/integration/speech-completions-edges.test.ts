@@ -69,6 +69,18 @@ describe('legacy completions', () => {
   });
 });
 
+describe('legacy completions, echo that is no echo', () => {
+  it('a text that is only the start of the prompt (the choice ends there) is output, counted whole', async () => {
+    const text = 'Repeat after me: Repeat after me';
+    for (const stream of [false, true]) {
+      up.setBehavior({ kind: 'completion', chunks: [text], usage: null });
+      const res = await post('/completions', { model: MODEL, prompt: `${text}: Repeat after me:`, echo: true, max_tokens: 20, stream });
+      await res.text();
+      expect(((await chargeOf(res)).units as { completion: number }).completion, stream ? 'streamed' : 'plain').toBe(countTokens(text));
+    }
+  });
+});
+
 describe('speech before its first audio', () => {
   function speech(input: string) {
     const body = JSON.stringify({ model: AUDIO, input, voice: 'alloy' });
@@ -129,5 +141,76 @@ describe('speech before its first audio', () => {
     const charge = (await chargesOf(gw.gateway.admin.ledger(ACCOUNT))).filter((e) => e.model === AUDIO).at(-1)!;
     expect(charge.cost).toBe(speechCost(input));
     expect(await gw.stores.billing.openHolds(ACCOUNT)).toBe(0);
+  });
+});
+
+describe('speech before its first audio, at the edges', () => {
+  const speechModel = { id: 'own/speech', type: 'audio' as const, upstream: 'own', pricing: { unit: 'token' as const, from: '0.000015', tiers: {} } };
+
+  it('a client gone while a transport that reads on past the abort fetched the first audio: billed once, no hold left', async () => {
+    const client = {
+      async call() {
+        return {
+          status: 200,
+          header: (h: string) => (h === 'content-type' ? 'audio/mpeg' : undefined),
+          body: (async function* () {
+            await sleep(300);
+            yield new Uint8Array(10);
+            await sleep(300);
+            yield new Uint8Array(10);
+          })(),
+          text: async () => '',
+          discard() {},
+        };
+      },
+    };
+    const setup = testConfig({ models: [speechModel] });
+    const own = await startGateway({ ...setup.options, upstreams: { ...setup.options.upstreams, own: client } });
+    try {
+      const body = JSON.stringify({ model: 'own/speech', input: 'hello there', voice: 'alloy' });
+      const req = request(`${own.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) } });
+      req.on('error', () => undefined);
+      req.end(body);
+      await sleep(100);
+      req.destroy();
+      await eventually(async () => (await chargesOf(own.stores.billing.ledger(ACCOUNT))).length === 1, 'the charge');
+      expect((await own.stores.billing.wallet(ACCOUNT)).held).toBe(0n);
+    } finally {
+      await own.close();
+    }
+  });
+
+  it('an upstream that stalls after its 200 past its timeout: 504 upstream_timeout; shutdown during that wait: 503', async () => {
+    up.setBehavior({
+      kind: 'custom',
+      async handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'audio/mpeg' });
+        res.flushHeaders();
+        await sleep(1_500);
+        if (!res.destroyed) res.end(Buffer.alloc(10, 1));
+      },
+    });
+    const short = testConfig({ upstreamUrl: up.url, models: mediaModels('test'), timeoutMs: 300 });
+    const timing = await startGateway(short.options);
+    try {
+      const res = await fetch(`${timing.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${short.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: AUDIO, input: 'stall', voice: 'alloy' }) });
+      expect([res.status, ((await res.json()) as { error: { code: string } }).error.code]).toEqual([504, 'upstream_timeout']);
+    } finally {
+      await timing.close();
+    }
+    const graced = testConfig({ upstreamUrl: up.url, models: mediaModels('test') });
+    const stopping = await startGateway({ ...graced.options, shutdownGraceMs: 200 });
+    const n = up.requests.length;
+    const answer = fetch(`${stopping.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${graced.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: AUDIO, input: 'stall', voice: 'alloy' }) });
+    await up.waitForRequests(n + 1);
+    await sleep(100);
+    const disposed = stopping.gateway.dispose();
+    const res = await answer;
+    const code = ((await res.json()) as { error: { code: string } }).error.code;
+    await disposed;
+    expect([res.status, code]).toEqual([503, 'service_unavailable']);
+    expect(await stopping.stores.billing.wallet(ACCOUNT)).toMatchObject({ held: 0n });
+    expect(await chargesOf(stopping.stores.billing.ledger(ACCOUNT))).toHaveLength(0);
+    await stopping.close().catch(() => undefined);
   });
 });

@@ -13,7 +13,7 @@ import { CONTEXT_FIELDS } from '../../context/inject.js';
 import { json, parseJsonObject } from '../../http/json.js';
 import { withoutFields } from '../../http/objects.js';
 import { eventReader } from '../../upstream/stream/reader.js';
-import { unsupportedTool } from '../hosted-tools.js';
+import { SERVER_TOOL, unsupportedTool } from '../hosted-tools.js';
 import { checkContextWindow, checkOutputCap, pricedTier, zodError } from '../shared.js';
 import { promptHold, textOperation } from '../text.js';
 import type { Operation } from '../types.js';
@@ -26,9 +26,8 @@ import { countTokensSchema, messagesSchema, specificError } from './schema.js';
 /**
  * Anthropic's server tools run on Anthropic's side at a price per use (searches, fetches,
  * container time) that no usage field reports to bill: refused, like chat's hosted tools. Its
- * client tools (`bash_...`, `text_editor_...`, `computer_...`) cost only tokens.
+ * client tools (`bash_...`, `text_editor_...`, `computer_...`) cost only tokens (SERVER_TOOL).
  */
-const SERVER_TOOL = /^(web_search|web_fetch|code_execution)_/;
 
 /**
  * Fields that make Anthropic run billable work beside the tokens (remote MCP servers, a
