@@ -280,7 +280,11 @@ export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void
         UNFINISHED,
         { owner: core.jobs.instanceId },
       );
-      if (!failed) return;
+      if (!failed) {
+        // Another instance took it over meanwhile (this one's claim lapsed): it ends the hold.
+        call.leave?.();
+        return;
+      }
       await releaseCall(call);
     }
     const lease: LeaseRef = { pool: leasePool('image', job.accountId), leaseId: job.leaseId };
