@@ -141,7 +141,7 @@ export function withToolCalls(reader: EventReader, calls: () => Record<string, n
 const PRICED_FIELDS = ['service_tier', 'inference_geo', 'web_search_options', 'background', 'mcp_servers', 'container', 'max_tool_calls'] as const;
 
 /** A value as JSON with its keys in order, so that two bodies that say the same compare equal. */
-function canonical(value: unknown): string {
+export function canonical(value: unknown): string {
   if (Array.isArray(value)) return `[${value.map(canonical).join(',')}]`;
   if (value && typeof value === 'object') {
     const o = value as Record<string, unknown>;

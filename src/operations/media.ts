@@ -7,7 +7,8 @@ import type { Services } from '../services.js';
 import type { JobRecord } from '../stores/types.js';
 import type { Model } from '../catalog/catalog.js';
 import { callModel, sameTarget, upstreamHeaders } from '../upstream/call.js';
-import { pluginBody } from '../upstream/plugin-body.js';
+import { pluginFields } from '../upstream/plugin-body.js';
+import { canonical } from './hosted-tools.js';
 import { refuseAgentKeys } from './shared.js';
 import { shownId } from '../auth/keys.js';
 
@@ -83,8 +84,21 @@ export function callModelWithBody(
     const fields = { ...body, model: served.upstreamModel };
     const raw = served.upstreamModel === model.id ? bytes : JSON.stringify(fields);
     // The model's own target gets the body the plugins already left (priced and held on it),
-    // without a second run of them; a fallback target's body goes through them now.
-    const sent = pluginsRan && sameTarget(served, model) ? raw : await pluginBody(core, ctx, served, path, fields, raw);
-    return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: sent, signal };
+    // without a second run of them; a fallback target's body goes through them now, and may
+    // change nothing but its model: what it costs was priced and held on the own target's.
+    const replaced = pluginsRan && sameTarget(served, model) ? null : await fallbackFields(core, ctx, served, path, fields);
+    return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: replaced ? JSON.stringify(replaced) : raw, signal };
   });
+}
+
+/**
+ * The plugins' body for a media call's fallback target (null: unchanged). It may change nothing
+ * but its model: what the call costs was priced and held on the model's own target's body.
+ */
+export async function fallbackFields(core: Services, ctx: RequestContext, served: Model, path: string, fields: Record<string, unknown>): Promise<Record<string, unknown> | null> {
+  const replaced = await pluginFields(core, ctx, served, path, fields);
+  if (replaced && canonical({ ...replaced, model: null }) !== canonical({ ...fields, model: null })) {
+    throw new GatewayError('internal_error', `A plugin's onUpstreamRequest changed a ${path} request for a fallback target: its price was held on the model's own target's body.`);
+  }
+  return replaced;
 }

@@ -6,23 +6,6 @@ import type { Model } from '../catalog/catalog.js';
 import { type Hooks, modelCallHookArgs } from '../pipeline/hooks.js';
 import type { RequestContext } from '../pipeline/types.js';
 
-/**
- * The body to send upstream once the plugins' onUpstreamRequest hooks have seen it: `encoded`
- * as it is when no plugin replaced it (the common case costs nothing), else the replacement
- * as JSON. Each plugin sees the body the plugins before it left.
- */
-export async function pluginBody(
-  core: { hooks: Pick<Hooks, 'has' | 'run'> },
-  ctx: RequestContext,
-  model: Model,
-  path: string,
-  body: Record<string, unknown>,
-  encoded: string | Uint8Array,
-): Promise<string | Uint8Array> {
-  const replaced = await pluginFields(core, ctx, model, path, body);
-  return replaced ? JSON.stringify(replaced) : encoded;
-}
-
 /** Runs onUpstreamRequest over `body`; the replacement, or null when no plugin replaced it. */
 export async function pluginFields(
   core: { hooks: Pick<Hooks, 'has' | 'run'> },

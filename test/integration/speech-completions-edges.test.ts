@@ -214,3 +214,33 @@ describe('speech before its first audio, at the edges', () => {
     await stopping.close().catch(() => undefined);
   });
 });
+
+describe("a plugin's body for a media call's fallback target", () => {
+  it('may not change what was priced on the own target (a longer speech input): the fallback is skipped, nothing rendered or billed', async () => {
+    const b = await startTestUpstream();
+    const long = 'A much longer text that the plugin wants spoken instead, with many more tokens in it. '.repeat(20);
+    const setup = testConfig({
+      upstreamUrl: up.url,
+      models: [{ id: 'test/routed-speech', type: 'audio', pricing: { unit: 'token', from: '0.000015', tiers: {} }, targets: [{ upstream: 'a', priority: 0 }, { upstream: 'b', priority: 1 }] }],
+    });
+    const routed = await startGateway({
+      ...setup.options,
+      upstreams: { ...setup.options.upstreams, a: { baseUrl: up.url, timeoutMs: 2_000 }, b: { baseUrl: b.url, timeoutMs: 2_000 } },
+      routing: { retries: 2, backoffMs: 5 },
+      plugins: [{ name: 'rewrite-on-b', onUpstreamRequest: ({ model, body, setBody }) => void (model.upstream === 'b' && setBody({ ...body, input: long })) }],
+    });
+    try {
+      up.setBehavior({ kind: 'error', status: 500 });
+      b.setBehavior({ kind: 'custom', handle: (_req, res) => void res.writeHead(200, { 'content-type': 'audio/mpeg' }).end(Buffer.alloc(64, 1)) });
+      const res = await fetch(`${routed.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test/routed-speech', input: 'Hi.', voice: 'alloy' }) });
+      await res.arrayBuffer();
+      expect(res.status).toBe(502);
+      expect(b.requests).toHaveLength(0);
+      await eventually(async () => (await routed.stores.billing.openHolds(ACCOUNT)) === 0, 'hold released');
+      expect(await chargesOf(routed.stores.billing.ledger(ACCOUNT))).toHaveLength(0);
+    } finally {
+      await routed.close();
+      await b.close();
+    }
+  });
+});

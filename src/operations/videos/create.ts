@@ -17,9 +17,8 @@ import { jobView } from '../../jobs/runner.js';
 import type { JobRecord } from '../../stores/types.js';
 import { upstreamError } from '../../upstream/answer-errors.js';
 import { callModel, sameTarget, upstreamHeaders } from '../../upstream/call.js';
-import { pluginFields } from '../../upstream/plugin-body.js';
 import { releaseCall, settleVideo } from '../../billing/settle.js';
-import { unixSeconds } from '../media.js';
+import { fallbackFields, unixSeconds } from '../media.js';
 import { jobOf, type MediaCall, mediaOperation, type TierPrice } from '../media-operation.js';
 import { DEFAULT_SECONDS, DEFAULT_SIZE, forUpstream, type Submission } from './submission.js';
 import { reportedSize, trackVideo } from './tracker.js';
@@ -118,8 +117,9 @@ interface Submitted {
 async function submit(core: Services, ctx: RequestContext, model: Model, sub: Submission, call: BilledCall, pluginsRan: boolean): Promise<Submitted> {
   try {
     const answer = await callModel(core, ctx, model, async (served) => {
-      // The own target's body went through the plugins before the hold (it is `sub`); a fallback's goes now.
-      const replaced = pluginsRan && sameTarget(served, model) ? null : await pluginFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
+      // The own target's body went through the plugins before the hold (it is `sub`); a fallback's
+      // goes now, and may change nothing but its model.
+      const replaced = pluginsRan && sameTarget(served, model) ? null : await fallbackFields(core, ctx, served, '/videos', { ...sub.fields, model: served.upstreamModel });
       const out = await forUpstream(sub, served.upstreamModel, replaced);
       return { method: 'POST', path: '/videos', headers: upstreamHeaders(ctx.requestId, out.contentType), body: out.body };
       // A video the upstream may have accepted is never submitted twice (a second render runs for nobody).
