@@ -11,7 +11,7 @@ import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { errors, GatewayError } from '../errors.js';
 import { json, jsonText } from '../http/json.js';
-import { jobView, lapsedClaim, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
+import { jobView, leasePool, UNFINISHED, type LeaseRef } from '../jobs/runner.js';
 import type { JobCharge, JobClaim, JobRecord } from '../stores/types.js';
 import { upstreamError } from '../upstream/answer-errors.js';
 import { sleep } from '../upstream/sleep.js';
@@ -21,7 +21,7 @@ import type { Model } from '../catalog/catalog.js';
 import { refuseIfClosed } from '../billing/billed-call.js';
 import { callModelWithBody, unixSeconds } from './media.js';
 import { jobOf, type MediaCall, mediaOperation, type TierPrice } from './media-operation.js';
-import { endCharged } from './job-charge.js';
+import { claimLapsed, endCharged } from './job-charge.js';
 
 const imageSchema = z.looseObject({
   model: z.string().min(1),
@@ -262,12 +262,10 @@ async function finalUpdate(core: Services, jobId: string, patch: Partial<JobReco
  */
 export function adoptLostImage(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
-    if (job.charging && !core.catalog.get(job.model)) return; // another instance charges it (see endCharged)
-    // Claimed first, from the claim that lapsed (one instance ends it), which also keeps its
-    // first instance, should it come back, from recording a charge now.
-    const claimed = await core.stores.jobs.update(job.id, { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() }, UNFINISHED, lapsedClaim(job));
-    // Its charge may have been recorded since the sweep read it: decided on the job as claimed.
-    if (!claimed || (claimed.charging && !core.catalog.get(job.model))) return;
+    // Claimed first (one instance ends it), which also keeps its first instance, should it come
+    // back, from recording a charge now.
+    const claimed = await claimLapsed(core, job);
+    if (!claimed) return;
     const call = core.meter.resume({ id: job.holdId, accountId: job.accountId, keyId: job.keyId, model: core.catalog.get(job.model), durable: true });
     if (!(await endCharged(core, claimed, call))) {
       const failed = await core.stores.jobs.update(

@@ -9,7 +9,7 @@
 import type { BilledCall } from '../billing/meter.js';
 import { priceFromText } from '../billing/pricing.js';
 import { settleImages, settleVideo } from '../billing/settle.js';
-import { UNFINISHED } from '../jobs/runner.js';
+import { lapsedClaim, UNFINISHED } from '../jobs/runner.js';
 import type { Services } from '../services.js';
 import type { JobCharge, JobRecord } from '../stores/types.js';
 import { unixSeconds } from './media.js';
@@ -43,4 +43,17 @@ export async function endCharged(core: Services, job: JobRecord, call: BilledCal
   await settleCharge(call, job, job.charging);
   await completeCharged(core, job.id);
   return true;
+}
+
+/**
+ * Takes over a job whose claim lapsed, as the sweep read it: of instances that saw it lapse
+ * together one wins, and none takes a job its owner renewed meanwhile. Null when another
+ * instance has it, or when its charge was recorded (before the sweep read it, or since) and this
+ * instance cannot bill its model: an instance that can completes it.
+ */
+export async function claimLapsed(core: Services, job: JobRecord): Promise<JobRecord | null> {
+  const billable = core.catalog.get(job.model) !== undefined;
+  if (job.charging && !billable) return null;
+  const claimed = await core.stores.jobs.update(job.id, { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() }, UNFINISHED, lapsedClaim(job));
+  return claimed && (billable || !claimed.charging) ? claimed : null;
 }

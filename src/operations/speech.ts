@@ -112,7 +112,8 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
   const stream = relayBytes(res, {
     sent: () => void (sentAny = true),
     end: () => finish(true),
-    failed: () => void finish(sentAny || clientLeft),
+    // Past the first audio, which went out with the first pull: billed.
+    failed: () => void finish(true),
     failure: (err) => (err instanceof GatewayError ? err : new GatewayError('upstream_error', 'The speech stream failed.')),
     // The client left after the upstream's 200: billed.
     cancelled: () => {

@@ -1,23 +1,14 @@
 /** Adoption of video jobs whose instance stopped renewing them (a crash, a deploy). */
 import type { Services } from '../../services.js';
-import { lapsedClaim, leasePool, UNFINISHED } from '../../jobs/runner.js';
+import { leasePool } from '../../jobs/runner.js';
+import { claimLapsed } from '../job-charge.js';
 import type { JobRecord } from '../../stores/types.js';
 import { trackVideo } from './tracker.js';
 
 /** Adopts a video job whose instance stopped renewing it, and tracks it to its end. */
 export function adoptVideo(core: Services): (job: JobRecord) => Promise<void> {
   return async (job) => {
-    // A job charged before its instance stopped is completed by one that can bill its model
-    // (a call without one could only release the charge's hold).
-    if (job.charging && !core.catalog.get(job.model)) return;
-    // Taken only from the claim that lapsed: of instances that saw it lapse together one wins,
-    // and none takes a job its owner renewed meanwhile.
-    const updated = await core.stores.jobs.update(
-      job.id,
-      { owner: core.jobs.instanceId, ownerUntil: core.jobs.ownerUntil() },
-      UNFINISHED,
-      lapsedClaim(job),
-    );
+    const updated = await claimLapsed(core, job);
     if (!updated) return;
     // Its slot lease may have expired with the old owner; keep it alive again while we track.
     await core.stores.limits
