@@ -13,7 +13,9 @@ import { withoutFields } from '../http/objects.js';
 import { createChatEvents } from '../upstream/stream/chat-events.js';
 import type { Model } from '../catalog/catalog.js';
 import type { ApiKeyRecord } from '../stores/types.js';
+import { overReader, type EventReader } from '../upstream/stream/reader.js';
 import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
+import { checkItemOwner, keepResponseOwner } from './response-owners.js';
 import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableChatInput } from './uncountable.js';
@@ -131,6 +133,10 @@ export const chatCompletions = textOperation({
     const req = body as ChatBody;
     const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
+    // An earlier answer's audio given back by id is resolved by the upstream under the
+    // operator's key: only the account that was given it may (404 for any other, before the hold).
+    const audioIds = audioGivenBack(req.messages);
+    if (audioIds.length) await checkItemOwner(core, audioIds, ctx.key.accountId, 'messages');
     const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
     const messages = injected?.length ? [...injected, ...req.messages] : req.messages;
 
@@ -194,12 +200,78 @@ export const chatCompletions = textOperation({
       },
       events(served, apiKey) {
         const reader = createChatEvents({ model: served, apiKey, clientWantsUsage, choices: req.n ?? 1 });
-        return tools ? withToolCalls(reader, () => tools) : reader;
+        const owned = asksForAudio(body) ? withAudioOwner(reader, (ids) => void keepResponseOwner(core, '', ctx.key.accountId, ctx.requestId, ids)) : reader;
+        return tools ? withToolCalls(owned, () => tools) : owned;
       },
       answer(answer) {
         if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        return { usage: usageFrom(answer.usage), output: () => choicesOutput(answer.choices), tools };
+        const audio = audioOf(answer.choices, 'message');
+        return {
+          usage: usageFrom(answer.usage),
+          output: () => choicesOutput(answer.choices),
+          tools,
+          ...(audio.length ? { remember: () => keepResponseOwner(core, '', ctx.key.accountId, ctx.requestId, audio) } : {}),
+        };
       },
     };
   },
 });
+
+/** The ids of earlier answers' audio that assistant messages give back (`audio: { id }`). */
+function audioGivenBack(messages: readonly unknown[]): string[] {
+  let ids: string[] | null = null;
+  for (const m of messages) {
+    const audio = isObject(m) && m.role === 'assistant' ? m.audio : undefined;
+    if (isObject(audio) && typeof audio.id === 'string') (ids ??= []).push(audio.id);
+  }
+  return ids ?? [];
+}
+
+/** Whether a chat body asks for spoken output (its `audio` settings, or `audio` in its modalities). */
+const asksForAudio = (body: Record<string, unknown>): boolean =>
+  (body.audio !== undefined && body.audio !== null) || (Array.isArray(body.modalities) && body.modalities.includes('audio'));
+
+/** The audio ids in `choices` (each choice's `message` or, streamed, `delta`). */
+function audioOf(choices: unknown, part: 'message' | 'delta'): string[] {
+  if (!Array.isArray(choices)) return [];
+  const ids: string[] = [];
+  for (const c of choices) {
+    const audio = isObject(c) && isObject(c[part]) ? (c[part] as Record<string, unknown>).audio : undefined;
+    if (isObject(audio) && typeof audio.id === 'string' && audio.id) ids.push(audio.id);
+  }
+  return ids;
+}
+
+const AUDIO_KEY = Buffer.from('"audio"');
+
+/**
+ * A chat stream whose answer speaks: each audio id its chunks name is recorded for the account
+ * as it comes (not awaited: the id is given back in a later request). Only such a stream is
+ * looked at: the frames go out as they came.
+ */
+function withAudioOwner(reader: EventReader, keep: (ids: string[]) => void): EventReader {
+  const seen = new Set<string>();
+  return overReader(reader, {
+    frames(frames) {
+      for (const frame of frames) {
+        const bytes = Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength);
+        if (bytes.indexOf(AUDIO_KEY) === -1) continue;
+        const fresh: string[] = [];
+        for (const event of bytes.toString('utf8').split('\n\n')) {
+          if (!event.startsWith('data: {') || !event.includes('"audio"')) continue;
+          let chunk: unknown;
+          try {
+            chunk = JSON.parse(event.slice(6));
+          } catch {
+            continue;
+          }
+          for (const id of audioOf(isObject(chunk) ? chunk.choices : undefined, 'delta')) {
+            if (!seen.has(id)) fresh.push(id), seen.add(id);
+          }
+        }
+        if (fresh.length) keep(fresh);
+      }
+      return frames;
+    },
+  });
+}

@@ -3,8 +3,9 @@
  * reaches the upstream under the operator's key, so the upstream would continue any thread, and
  * resolve any stored item, for anyone holding its id: the gateway keeps the owning account of
  * each response id (`previous_response_id`) and of each output item id (an `item_reference`, a
- * reasoning item given by id) and lets only that account use it; any other caller, and an id the
- * gateway never relayed, gets 404.
+ * reasoning item given by id, a chat answer's audio given back by id in an assistant message)
+ * and lets only that account use it; any other caller, and an id the gateway never relayed,
+ * gets 404.
  *
  * The record lives in the idempotency store, which every driver has and which instances share
  * (a plain record per id, kept 30 days: `complete` is an upsert, and `begin` reads it). A
@@ -60,10 +61,13 @@ export async function checkResponseOwner(core: Services, responseId: string, acc
   });
 }
 
-/** Throws 404 `not_found` (param `input`) unless `accountId` was given every one of `itemIds` in an answer. */
-export async function checkItemOwner(core: Services, itemIds: readonly string[], accountId: string): Promise<void> {
+/**
+ * Throws 404 `not_found` (naming `param`) unless `accountId` was given every one of `itemIds` in
+ * an answer (a Responses output item, a chat answer's audio).
+ */
+export async function checkItemOwner(core: Services, itemIds: readonly string[], accountId: string, param = 'input'): Promise<void> {
   for (const id of new Set(itemIds)) {
     if (await owns(core, itemScope(id), id, accountId)) continue;
-    throw new GatewayError('not_found', `Item with id '${id.slice(0, 200)}' not found.`, { param: 'input' });
+    throw new GatewayError('not_found', `Item with id '${id.slice(0, 200)}' not found.`, { param });
   }
 }

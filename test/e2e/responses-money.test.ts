@@ -265,6 +265,63 @@ describe.each(drivers)('Responses money on $name', (driver) => {
     expect(up.requests.length).toBe(before);
   });
 
+  it.skipIf(skip)("a chat answer's audio is given back only by the account it was given to, from either instance", async () => {
+    const spoken = (id: string) => ({
+      id: 'chatcmpl-audio',
+      object: 'chat.completion',
+      created: 1,
+      model: MODEL,
+      choices: [{ index: 0, finish_reason: 'stop', message: { role: 'assistant', content: null, audio: { id, data: 'AAAA', expires_at: 2, transcript: 'Hi' } } }],
+      usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 },
+    });
+    const audioAsk = { modalities: ['text', 'audio'] as Array<'text' | 'audio'>, audio: { voice: 'alloy' as const, format: 'pcm16' as const } };
+    // Plain: recorded before the answer goes out.
+    up.setBehavior({ kind: 'json', body: spoken('audio_plain_1') });
+    await client(devKey).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 10, ...audioAsk });
+    // Streamed: the id comes in the first audio delta; recorded as it goes by.
+    up.setBehavior({
+      kind: 'custom',
+      handle(_req, res) {
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const chunk = (delta: unknown, finish: string | null = null) =>
+          `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+        res.end(
+          chunk({ role: 'assistant', content: null }) +
+            chunk({ audio: { id: 'audio_streamed_1', transcript: 'Hi' } }) +
+            chunk({ audio: { data: 'AAAA' } }) +
+            chunk({ audio: { expires_at: 2 } }, 'stop') +
+            `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [], usage: { prompt_tokens: 5, completion_tokens: 3, total_tokens: 8 } })}\n\n` +
+            'data: [DONE]\n\n',
+        );
+      },
+    });
+    for await (const c of await client(devKey).chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Say hi' }], max_tokens: 10, stream: true, ...audioAsk })) void c;
+    up.setBehavior({ kind: 'json' });
+    for (const id of ['audio_plain_1', 'audio_streamed_1']) {
+      const messages = [
+        { role: 'user', content: 'Say hi' },
+        { role: 'assistant', audio: { id } },
+        { role: 'user', content: 'Again' },
+      ] as OpenAI.ChatCompletionMessageParam[];
+      const before = up.requests.length;
+      const stolen = await rejection(() => client(keys.other, gwB).chat.completions.create({ model: MODEL, messages, max_tokens: 10 }));
+      expect([stolen.status, stolen.code, stolen.param]).toEqual([404, 'not_found', 'messages']);
+      expect(up.requests.length).toBe(before);
+      await eventually(async () => {
+        try {
+          return (await client(devKey, gwB).chat.completions.create({ model: MODEL, messages, max_tokens: 10 })).choices.length === 1;
+        } catch {
+          return false;
+        }
+      }, `${id} usable by its owner`);
+    }
+    // An audio id the gateway never relayed is nobody's.
+    const unknown = await rejection(() =>
+      client(devKey).chat.completions.create({ model: MODEL, messages: [{ role: 'assistant', audio: { id: 'audio_never_seen' } }, { role: 'user', content: 'x' }], max_tokens: 10 }),
+    );
+    expect([unknown.status, unknown.param]).toEqual([404, 'messages']);
+  });
+
   it.skipIf(skip)('an unpriced hosted tool is 400 unsupported_tool and nothing reaches the upstream', async () => {
     const before = up.requests.length;
     const search = await rejection(() => client(devKey).responses.create({ model: MODEL, input: 'News?', tools: [{ type: 'web_search' }] }));
