@@ -266,7 +266,9 @@ function withAudioOwner(reader: EventReader, keep: (ids: string[]) => void): Eve
             continue;
           }
           for (const id of audioOf(isObject(chunk) ? chunk.choices : undefined, 'delta')) {
-            if (!seen.has(id)) fresh.push(id), seen.add(id);
+            if (seen.has(id)) continue;
+            seen.add(id);
+            fresh.push(id);
           }
         }
         if (fresh.length) keep(fresh);
