@@ -289,6 +289,38 @@ describe('Idempotency-Key on a multipart video submission', () => {
   });
 });
 
+describe('Idempotency-Key on multipart bodies that quote their own boundary', () => {
+  it('two prompts that each quote their own boundary are two bodies: the second is 422, not a replay', async () => {
+    const g = await videoGateway(10_000);
+    const form = (boundary: string, prompt: string) =>
+      Buffer.from(
+        [['model', VIDEO], ['prompt', prompt], ['seconds', '4']]
+          .map(([name, value]) => `--${boundary}\r\ncontent-disposition: form-data; name="${name}"\r\n\r\n${value}\r\n`)
+          .join('') + `--${boundary}--\r\n`,
+      );
+    const send = (boundary: string, prompt: string) =>
+      g.post(form(boundary, prompt), { 'content-type': `multipart/form-data; boundary=${boundary}`, 'idempotency-key': 'vid-mp-quoted' });
+    try {
+      const first = await send('AAAAAAAA', 'a red car --AAAAAAAA driving');
+      expect(first.status).toBe(202);
+      const job = (await first.json()) as { id: string };
+      const other = await send('BBBBBBBB', 'a red car --BBBBBBBB driving');
+      expect(other.status).toBe(422);
+      expect(((await other.json()) as { error: { code: string } }).error.code).toBe('idempotency_mismatch');
+      // The same parts under another boundary are still the same request.
+      const same = await send('CCCCCCCC', 'a red car --CCCCCCCC driving');
+      expect(same.status).toBe(422);
+      const again = await send('DDDDDDDD', 'a red car --AAAAAAAA driving');
+      expect(again.status).toBe(202);
+      expect(again.headers.get('idempotent-replayed')).toBe('true');
+      expect(((await again.json()) as { id: string }).id).toBe(job.id);
+      expect(g.up.videos()).toHaveLength(1);
+    } finally {
+      await g.close();
+    }
+  });
+});
+
 describe('a video submission the upstream may have taken', () => {
   it('is not sent again after a timeout: one upstream job, nothing billed, the hold released', async () => {
     // An answer later than the upstream timeout, on a gateway that retries twice.

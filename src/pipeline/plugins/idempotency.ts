@@ -73,8 +73,11 @@ function fingerprintOf(path: string, contentType: string, bytes: Uint8Array): st
   if (named.length !== 1) return hash.update(bytes).digest('hex');
   const boundary = Buffer.from(`--${named[0]![1] ?? named[0]![2]}`);
   const body = Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+  // Only a delimiter is the boundary: at the body's start or a line's. The same text inside a
+  // part's value is that value's own (two prompts that each quote their own boundary differ).
   let from = 0;
-  for (let at = body.indexOf(boundary); at !== -1; at = body.indexOf(boundary, from)) {
+  for (let at = body.indexOf(boundary); at !== -1; at = body.indexOf(boundary, at + 1)) {
+    if (at !== 0 && !(body[at - 2] === 13 && body[at - 1] === 10)) continue;
     hash.update(body.subarray(from, at)).update('\u0000boundary\u0000');
     from = at + boundary.length;
   }
@@ -134,7 +137,7 @@ export async function withIdempotency(
     else await save(keep, res, []);
     return res;
   }
-  const body = teeBody(keep, res, res.body, stopRenewing, failed);
+  const body = teeBody(keep, res, res.body, stopRenewing, failed, ctx.request.signal);
   return new Response(body as ReadableStream<Uint8Array>, { status: res.status, headers: res.headers });
 }
 
@@ -205,6 +208,8 @@ function teeBody(
   stopRenewing: () => void,
   /** Whether the answer failed after its status went out (a stream's error event): forgotten, not kept. */
   failed: () => boolean,
+  /** Aborts when the client goes away. */
+  signal: AbortSignal | undefined,
 ): ReadableStream<Uint8Array> | Readable {
   const { store, scope } = keep;
   const parts: Uint8Array[] = [];
@@ -216,9 +221,13 @@ function teeBody(
   // end: a client that holds it may retry at once (or the process may die) before a save
   // made at the end ran, and the retry would call the upstream and charge a second time.
   const length = Number(res.headers.get('content-length') ?? Number.NaN);
+  let pulled = false;
   const next = async (): Promise<Uint8Array | null> => {
+    pulled = true;
     const chunk = await reader.read();
     if (chunk.done) {
+      // Abandoned meanwhile (its cancel ends the read): nothing to keep.
+      if (finished) return null;
       finished = true;
       stopRenewing();
       if (failed()) {
@@ -254,8 +263,28 @@ function teeBody(
     stopRenewing();
     // Not awaited: a cancel can wait on a read still pending upstream.
     reader.cancel(reason).catch(() => undefined);
-    await store.abandon(scope).catch(() => undefined);
+    // A whole answer kept already (its last byte read) stays kept: the client that left after
+    // it may retry, and its charge has landed.
+    if (!kept) await store.abandon(scope).catch(() => undefined);
   };
+  // A client gone before any of its answer was written (it left while the charge was being
+  // made): nobody will read this body, and unread it would hold its key in flight (409) for as
+  // long as the process runs. A whole answer (its length known) is paid for: it is read here
+  // and kept, so a retry replays it. Anything else (a stream, which stops on its own) is
+  // forgotten, so a retry runs.
+  const unread = () => {
+    if (pulled || finished) return;
+    if (!Number.isFinite(length)) return void abandon();
+    void (async () => {
+      try {
+        while (!kept && (await next()) !== null);
+      } catch (err) {
+        await abandon(err);
+      }
+    })();
+  };
+  if (signal?.aborted) queueMicrotask(unread);
+  else signal?.addEventListener('abort', unread, { once: true });
 
   let body: ReadableStream<Uint8Array> | Readable;
   if (NODE_BODIES) {
