@@ -22,7 +22,17 @@ export interface FailoverInput {
   prefix: string;
   /** The process serving `key` as primary now (the one to kill). */
   primaryOf(key: string): Promise<RedisProcess>;
+  /**
+   * What befalls the primary (default: SIGKILL). `after` runs once calls succeed again (a
+   * paused primary wakes), before the last calls and the count of the books.
+   */
+  fault?: (primary: RedisProcess) => Promise<{ after?: () => Promise<void> }>;
 }
+
+const killed = async (primary: RedisProcess): Promise<{ after?: () => Promise<void> }> => {
+  await primary.kill();
+  return {};
+};
 
 export async function failoverScenario(opts: FailoverInput): Promise<void> {
   const up = await startTestUpstream();
@@ -67,7 +77,7 @@ export async function failoverScenario(opts: FailoverInput): Promise<void> {
       return offset !== undefined && new RegExp(`slave0:.*offset=${offset},`).test(info);
     }, 'replica caught up', 10_000);
 
-    await master.kill();
+    const fault = await (opts.fault ?? killed)(master);
     const killedAt = Date.now();
     up.setBehavior({ kind: 'json', content: 'ok', usage });
     open();
@@ -88,6 +98,7 @@ export async function failoverScenario(opts: FailoverInput): Promise<void> {
     }
     expect(recoveredMs).toBeLessThan(20_000);
     answers.push(...during, ...(await Promise.all(inFlight)));
+    await fault.after?.();
     for (let i = 0; i < 3; i++) answers.push(await call());
 
     // Background settles of the in-flight calls retry until they land on the new primary.

@@ -16,7 +16,8 @@ import { idempotencySuite } from '../conformance/idempotency.suite.js';
 import type { MakeStores } from '../conformance/harness.js';
 import { jobsSuite } from '../conformance/jobs.suite.js';
 import { limitsSuite } from '../conformance/limits.suite.js';
-import { hasRedisServer, startRedisSentinels, type RedisSentinels } from '../helpers/redis-servers.js';
+import { eventually } from '../helpers/gateway.js';
+import { command, hasRedisServer, startRedisSentinels, type RedisSentinels } from '../helpers/redis-servers.js';
 import { failoverScenario } from './failover.case.js';
 
 const PREFIX = `mgsn:${randomBytes(4).toString('hex')}:`;
@@ -87,11 +88,32 @@ if (!hasRedisServer) {
   });
 
   describe('Redis Sentinel failover', () => {
-    it('kill -9 of the primary: 503 with Retry-After until the replica is promoted, then calls succeed; no charge lost or doubled', async () => {
+    // Before the kill below, which leaves no replica to fail over to.
+    it('a paused primary (SIGSTOP): 503 until the replica is promoted, then calls succeed during the pause; the settles kept meanwhile land on the new primary, not on the old one when it wakes', async () => {
+      const set = sentinels();
       await failoverScenario({
-        storage: (keyPrefix) => createRedisStores({ sentinels: sentinels().urls, name: sentinels().name, keyPrefix }),
+        storage: (keyPrefix) => createRedisStores({ sentinels: set.urls, name: set.name, keyPrefix }),
+        prefix: `${PREFIX}pause:`,
+        primaryOf: async () => (set.primary.port === (await set.primaryPort()) ? set.primary : set.replica),
+        fault: async (primary) => {
+          primary.child.kill('SIGSTOP');
+          return {
+            after: async () => {
+              primary.child.kill('SIGCONT');
+              // The woken primary is told it is a replica now (and drops what it held alone).
+              await eventually(async () => String(await command(primary.port, 'INFO', 'replication')).includes('role:slave'), 'the old primary rejoins as a replica', 20_000);
+            },
+          };
+        },
+      });
+    }, 90_000);
+
+    it('kill -9 of the primary: 503 with Retry-After until the replica is promoted, then calls succeed; no charge lost or doubled', async () => {
+      const set = sentinels();
+      await failoverScenario({
+        storage: (keyPrefix) => createRedisStores({ sentinels: set.urls, name: set.name, keyPrefix }),
         prefix: `${PREFIX}fo:`,
-        primaryOf: async () => sentinels().primary,
+        primaryOf: async () => (set.primary.port === (await set.primaryPort()) ? set.primary : set.replica),
       });
     }, 60_000);
   });

@@ -147,6 +147,12 @@ export function sentinelClient(
     reconnectOnError: reconnectOnReadOnly,
     sentinelRetryStrategy: reconnectDelay,
     sentinelCommandTimeout: Math.max(timeoutMs, 1_000),
+    // The sentinels announce a new primary (+switch-master) the moment they promote it: the
+    // client leaves the old one then. Without it the client stays on a primary that is paused
+    // (its commands time out for as long as the pause lasts, and a settle kept meanwhile would
+    // land on it when it wakes, only to be wiped when it rejoins as a replica) or that was
+    // demoted but not yet told (it acknowledges writes its resync will discard).
+    failoverDetector: true,
   };
   if (sentinelAuth?.username) options.sentinelUsername = sentinelAuth.username;
   if (sentinelAuth?.password) options.sentinelPassword = sentinelAuth.password;
