@@ -51,6 +51,14 @@ const MEDIA = new Set(['data', 'b64_json', 'partial_image_b64']);
 const isBlob = (s: string) => s.startsWith('data:') || (s.length >= MIN_BLOB && BASE64.test(s));
 
 /**
+ * Fields whose string is text the model wrote, however it looks: a long run of base64-like
+ * characters there (a model asked to write base64, or a word repeated) is still tokenized, as
+ * the same text streamed in short deltas is, so a plain answer and its stream bill alike. Only
+ * a data URL there is media.
+ */
+const TEXT = new Set(['content', 'text', 'refusal', 'reasoning', 'reasoning_content', 'transcript', 'arguments', 'partial_json', 'thinking']);
+
+/**
  * Fields whose object is a tool call's arguments as the model wrote them (Anthropic's
  * `tool_use.input`, Gemini's `functionCall.args`): counted as their JSON text, as the same
  * arguments are when they come as a string. Their keys, numbers and punctuation are output
@@ -63,13 +71,12 @@ const MAX_DEPTH = 32;
 
 /**
  * A tool call's arguments object as the JSON text the model wrote (keys, numbers, punctuation),
- * to MAX_DEPTH (never JSON.stringify's own recursion, which a deep enough object overflows);
- * an encoded blob in it counts as media, as anywhere else.
+ * to MAX_DEPTH (never JSON.stringify's own recursion, which a deep enough object overflows).
  */
 function argumentsText(value: unknown, into: OutputCount, depth: number): void {
   if (typeof value === 'string') {
-    if (isBlob(value)) into.mediaBytes += value.length;
-    else into.text += JSON.stringify(value);
+    // Arguments are text the model wrote (streamed, the same call's arguments are tokenized).
+    into.text += JSON.stringify(value);
     return;
   }
   if (value === null || typeof value !== 'object') {
@@ -92,7 +99,7 @@ function argumentsText(value: unknown, into: OutputCount, depth: number): void {
 /** Adds every output string of `value` (any depth) to `into`; `key` is the field it came in. */
 export function collectOutput(value: unknown, into: OutputCount, depth = 0, key = ''): void {
   if (typeof value === 'string') {
-    if (MEDIA.has(key) || isBlob(value)) into.mediaBytes += value.length;
+    if (MEDIA.has(key) || (TEXT.has(key) ? value.startsWith('data:') : isBlob(value))) into.mediaBytes += value.length;
     else into.text += value;
     return;
   }
@@ -119,10 +126,20 @@ export function outputTokens(count: OutputCount, tokenize: (text: string) => num
 
 const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
 
-/** The output of every choice of a chunk (`delta`) or a plain answer (`message`, or legacy `text`). */
+/**
+ * The output of every choice of a chunk (`delta`) or a plain answer (`message`, or legacy
+ * `text`). Only those carry output: what else a choice holds describes it (Azure's
+ * `content_filter_results`, a router's `native_finish_reason`, `logprobs`).
+ */
 export function choicesOutput(choices: unknown, into: OutputCount = noOutput()): OutputCount {
   if (!Array.isArray(choices)) return into;
-  for (const c of choices) collectOutput(c, into);
+  for (const c of choices) {
+    if (!c || typeof c !== 'object') continue;
+    const choice = c as Record<string, unknown>;
+    if (choice.delta !== undefined) collectOutput(choice.delta, into, 1, 'delta');
+    if (choice.message !== undefined) collectOutput(choice.message, into, 1, 'message');
+    if (typeof choice.text === 'string') collectOutput(choice.text, into, 1, 'text');
+  }
   return into;
 }
 

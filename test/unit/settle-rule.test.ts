@@ -4,7 +4,7 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import type { BilledCall } from '../../src/billing/meter.js';
-import { collectOutput, noOutput } from '../../src/billing/output.js';
+import { choicesOutput, collectOutput, noOutput, outputTokens } from '../../src/billing/output.js';
 import { settleAnswer } from '../../src/billing/settle.js';
 import type { Tokenizer } from '../../src/billing/tokens.js';
 import type { LedgerUnits } from '../../src/stores/types.js';
@@ -64,7 +64,7 @@ describe('tool-call arguments nested deeper than any answer', () => {
     expect((call.billed as { completion: number }).completion).toBeGreaterThan(0);
   });
 
-  it('count as the JSON text the model wrote, an encoded blob in them as media', () => {
+  it('count as the JSON text the model wrote, base64 it wrote in them included (streamed, the same arguments are tokenized)', () => {
     const args = { numbers: [1, 22, 333], flag: true, none: null, city: 'Paris', nested: { a: [{ b: 'c' }] } };
     const into = noOutput();
     collectOutput({ args }, into);
@@ -72,6 +72,33 @@ describe('tool-call arguments nested deeper than any answer', () => {
     const blob = 'QUJD'.repeat(100);
     const withBlob = noOutput();
     collectOutput({ input: { file: blob } }, withBlob);
-    expect(withBlob).toEqual({ text: '{"file":}', mediaBytes: blob.length });
+    expect(withBlob).toEqual({ text: JSON.stringify({ file: blob }), mediaBytes: 0 });
+  });
+});
+
+describe('chat choices', () => {
+  const cfr = { hate: { filtered: false, severity: 'safe' }, violence: { filtered: false, severity: 'safe' } };
+  it("count only what a choice's delta, message or text carries, not what describes the choice", () => {
+    const streamed = noOutput();
+    for (const t of ['Hello', ' there']) choicesOutput([{ index: 0, delta: { content: t }, content_filter_results: cfr, native_finish_reason: null, logprobs: null }], streamed);
+    choicesOutput([{ index: 0, delta: {}, finish_reason: 'stop', native_finish_reason: 'end_turn', content_filter_results: cfr }], streamed);
+    expect(streamed).toEqual({ text: 'Hello there', mediaBytes: 0 });
+    const plain = choicesOutput([{ index: 0, message: { role: 'assistant', content: 'Hello there' }, finish_reason: 'stop', content_filter_results: cfr }]);
+    expect(plain).toEqual(streamed);
+    expect(choicesOutput([{ index: 0, text: 'Hello there', finish_reason: 'stop', logprobs: null }])).toEqual(streamed);
+  });
+
+  it('text that looks like base64 is tokenized in a plain answer as in its stream (short deltas); audio data and a data URL are media', () => {
+    const blob = Buffer.from(Array.from({ length: 1500 }, (_, i) => (i * 7919) % 256)).toString('base64');
+    const plain = choicesOutput([{ index: 0, message: { role: 'assistant', content: blob }, finish_reason: 'stop' }]);
+    const streamed = noOutput();
+    for (let i = 0; i < blob.length; i += 8) choicesOutput([{ index: 0, delta: { content: blob.slice(i, i + 8) } }], streamed);
+    expect(plain).toEqual({ text: blob, mediaBytes: 0 });
+    expect(streamed).toEqual(plain);
+    expect(outputTokens(plain, (t) => tokenizer.count(t))).toBe(tokenizer.count(blob));
+    const spoken = choicesOutput([{ index: 0, message: { role: 'assistant', content: null, audio: { id: 'audio_1', data: blob, transcript: 'Hi' } } }]);
+    expect(spoken).toEqual({ text: 'Hi', mediaBytes: blob.length });
+    const url = `data:image/png;base64,${blob}`;
+    expect(choicesOutput([{ index: 0, message: { role: 'assistant', content: url } }])).toEqual({ text: '', mediaBytes: url.length });
   });
 });
