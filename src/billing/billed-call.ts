@@ -43,6 +43,12 @@ export interface TokenHold {
   maxOutput: number;
   /** The most calls of each priced hosted tool the call may make (`{web_search: 10}`). */
   tools?: Record<string, number>;
+  /**
+   * How many outputs share `maxOutput` (chat's `n`; completions' choices per prompt times its
+   * prompts): a 402's tokens are per output, as the `max_tokens` a client retries with is.
+   * @default 1
+   */
+  outputs?: number;
 }
 
 /** A hold of a known amount (media: images, seconds of video, tokens of speech). */
@@ -144,11 +150,12 @@ function tokensRefused(r: HoldRefusal, model: Model, hold: TokenHold): GatewayEr
   // What the prompt and the held tool calls take comes first; the rest buys output tokens.
   let fixed = prices.promptPico * BigInt(hold.estimate());
   for (const [tool, calls] of Object.entries(hold.tools ?? {})) fixed += (model.toolPrices?.get(tool) ?? 0n) * BigInt(calls);
-  const affordable = affordableUnits(r.available, fixed, prices.completionPico);
+  const outputs = Math.max(1, Math.floor(hold.outputs ?? 1));
+  const affordable = affordableUnits(r.available, fixed, prices.completionPico) / BigInt(outputs);
   const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
   return insufficientQuota(
     r,
-    `This request requires more credits, or fewer max_tokens. You requested up to ${hold.maxOutput} tokens, but can only afford ${canAfford}.${cappedBy(r)}`,
+    `This request requires more credits, or fewer max_tokens. You requested up to ${Math.ceil(hold.maxOutput / outputs)} tokens${outputs > 1 ? ` for each of ${outputs} outputs` : ''}, but can only afford ${canAfford}.${cappedBy(r)}`,
     { affordable_max_tokens: canAfford },
   );
 }

@@ -164,7 +164,7 @@ export const chatCompletions = textOperation({
     // asked for it already needs no rewrite of its body.
     const clientWantsUsage = req.stream_options?.include_usage === true;
     const addsUsage = stream && !clientWantsUsage;
-    const counted = { bound, estimate: promptTokens, maxOutput, tools };
+    const counted = { bound, estimate: promptTokens, maxOutput, tools, outputs: req.n ?? 1 };
     return {
       model,
       // A part the gateway cannot count (unknown type, a file by id) may cost the whole context.

@@ -85,7 +85,7 @@ export const createCompletion = textOperation({
     const clientWantsUsage = req.stream_options?.include_usage === true;
     return {
       model,
-      hold: { bound, estimate: () => (estimate ??= Math.ceil(promptTokens() * 1.05)), maxOutput },
+      hold: { bound, estimate: () => (estimate ??= Math.ceil(promptTokens() * 1.05)), maxOutput, outputs: choicesPerPrompt * prompts.length },
       stream,
       promptTokens,
       // A plugin's body may ask for more choices or output than the client's: held at the larger.

@@ -246,5 +246,16 @@ describe('402 insufficient_quota', () => {
     up.setBehavior({ kind: 'json', usage: { prompt_tokens: 1, completion_tokens: 1 } });
     const ok = await client(poorKey).chat.completions.create({ model: MODEL, messages, max_tokens: Number(affordable) });
     expect(ok.choices).toHaveLength(1);
+
+    // With n choices the cap is per choice, and so is what the 402 says can be afforded: a
+    // retry with it is held, not refused again.
+    const many = (await rejection(() => client(poorKey).chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: 100_000 }))) as APIError;
+    const perChoice = affordable / 3n;
+    expect(many.message).toBe(
+      `402 This request requires more credits, or fewer max_tokens. You requested up to 100000 tokens for each of 3 outputs, but can only afford ${perChoice}.`,
+    );
+    expect((many.error as { metadata?: Record<string, unknown> }).metadata).toEqual({ limit_source: 'wallet', affordable_max_tokens: Number(perChoice) });
+    const retried = await client(poorKey).chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: Number(perChoice) });
+    expect(retried.choices).toHaveLength(1);
   });
 });
