@@ -13,8 +13,11 @@ import type { AddressInfo } from 'node:net';
 export type WireKind = 'openai' | 'anthropic' | 'gemini';
 /** The formats an upstream answers in: a kind's own, or OpenAI's Responses API (`/responses`). */
 export type WireFormat = WireKind | 'responses';
-/** `early-then-final`: an opening report before the output (no output counted yet), then the final one after it. */
-export type UsagePlan = 'final' | 'absent' | 'early' | 'early-then-final' | 'partial' | 'string' | 'negative';
+/**
+ * `early-then-final`: an opening report before the output (no output counted yet), then the final one after it.
+ * `finish-then-final` (OpenAI streams; elsewhere `final`): a report of 40 output tokens on the finish chunk, then the final one.
+ */
+export type UsagePlan = 'final' | 'absent' | 'early' | 'early-then-final' | 'finish-then-final' | 'partial' | 'string' | 'negative';
 
 export interface ScriptedAnswer {
   /** The answer's text, as the pieces it streams in. */
@@ -132,7 +135,8 @@ export function wireAnswer(kind: WireFormat, a: ScriptedAnswer, stream: boolean,
     if (a.usage === 'early') out += chunk([], { usage: openaiUsage(a) });
     if (a.usage === 'early-then-final') out += chunk([], { usage: { prompt_tokens: a.prompt, completion_tokens: 0, total_tokens: a.prompt } });
     for (const p of a.pieces) out += chunk([{ index: 0, delta: { content: p }, logprobs: null, finish_reason: null }]);
-    if (!a.noFinish) out += chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }]);
+    const withFinish = a.usage === 'finish-then-final' ? { usage: { prompt_tokens: a.prompt, completion_tokens: 40, total_tokens: a.prompt + 40 } } : {};
+    if (!a.noFinish) out += chunk([{ index: 0, delta: {}, logprobs: null, finish_reason: 'stop' }], withFinish);
     if (reports && a.usage !== 'early') out += chunk([], { usage: openaiUsage(a) });
     if (!a.noDone) out += 'data: [DONE]\n\n';
   } else if (kind === 'anthropic') {

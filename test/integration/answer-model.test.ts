@@ -111,6 +111,15 @@ describe('the same answer bills the same through every API (the cases found on t
     expect(unitsOf(messages.charge)).toEqual({ prompt: 12, completion: counted });
   });
 
+  it('a stream whose finish chunk reports a partial usage and a later chunk the final one bills the final one through chat and Messages alike', async () => {
+    wire.script('openai', { pieces: LONG, usage: 'finish-then-final', prompt: 12, completion: 3000 });
+    const chat = await call('chat', 'openai', true);
+    const messages = await call('messages', 'openai', true);
+    expect(unitsOf(chat.charge)).toEqual({ prompt: 12, completion: 3000 });
+    expect(unitsOf(messages.charge)).toEqual({ prompt: 12, completion: 3000 });
+    expect(messages.text).toContain('"output_tokens":3000');
+  });
+
   it("an Anthropic stream whose message_delta carries no usage is billed its text, not message_start's opening output count (chat, Responses, Messages)", async () => {
     wire.script('anthropic', { pieces: LONG, usage: 'absent', prompt: 12, completion: 4000 });
     // 'absent' still sends message_start's usage (input, and output_tokens: 1): the opening report.

@@ -186,11 +186,14 @@ describe('chat stream as Messages events', () => {
     ...extra,
   });
 
-  it('reasoning then text as two blocks; usage in the finish chunk ends the message at once', () => {
+  it('reasoning then text as two blocks; usage in the finish chunk does not end the message: a later report is the final one, at [DONE]', () => {
     const t = new ChatToMessagesEvents();
     const usage = { prompt_tokens: 100, completion_tokens: 9, prompt_tokens_details: { cached_tokens: 60 } };
-    const out = text(t.push(sse([chunk({ role: 'assistant', reasoning_content: 'think' }), chunk({ content: 'Hi' }), chunk({}, 'stop', { usage })])));
-    const events = streamEvents(out);
+    const later = { prompt_tokens: 100, completion_tokens: 12, prompt_tokens_details: { cached_tokens: 60 } };
+    const out = text([...t.push(sse([chunk({ role: 'assistant', reasoning_content: 'think' }), chunk({ content: 'Hi' }), chunk({}, 'stop', { usage })]))]);
+    expect(streamEvents(out).map((e) => e.type)).not.toContain('message_delta');
+    const rest = text([...t.push(sse([JSON.stringify({ id: 'c', object: 'chat.completion.chunk', choices: [], usage: later })])), ...t.push(sse(['[DONE]']))]);
+    const events = streamEvents(out + rest);
     expect(events.map((e) => e.type)).toEqual([
       'message_start',
       'content_block_start',
@@ -203,8 +206,8 @@ describe('chat stream as Messages events', () => {
       'message_stop',
     ]);
     expect(events[4]).toMatchObject({ index: 1, content_block: { type: 'text' } });
-    expect(events[7]).toMatchObject({ delta: { stop_reason: 'end_turn' }, usage: { input_tokens: 40, cache_read_input_tokens: 60, output_tokens: 9 } });
-    expect(text(t.push(sse(['[DONE]'])))).toBe('');
+    expect(events[7]).toMatchObject({ delta: { stop_reason: 'end_turn' }, usage: { input_tokens: 40, cache_read_input_tokens: 60, output_tokens: 12 } });
+    expect(text(t.end())).toBe('');
   });
 
   it('no usage chunk: the message ends at [DONE] with no usage reported; a cut stream gets no message_stop', () => {

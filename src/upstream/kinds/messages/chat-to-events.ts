@@ -58,8 +58,7 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
       const message = { id, type: 'message', role: 'assistant', model: c.model, content: [], stop_reason: null, stop_sequence: null, usage: messagesUsageOf(null) };
       out += messagesEvent({ type: 'message_start', message });
     }
-    const reports = isObject(c.usage);
-    if (reports) this.usage = c.usage;
+    if (isObject(c.usage)) this.usage = c.usage;
     const choice = Array.isArray(c.choices) ? c.choices[0] : undefined;
     if (isObject(choice)) {
       const delta = isObject(choice.delta) ? choice.delta : {};
@@ -77,9 +76,9 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
         this.finish = choice.finish_reason;
       }
     }
-    // Chat's usage chunk comes after the finish (or with it): with it the answer is whole. A
-    // report sent before the finish (an opening one) does not end it: the final one follows.
-    if (this.finish !== null && reports) out += this.close();
+    // The Message closes at chat's end ([DONE], or the body's end after the finish), never at
+    // a usage report: one sent with the finish, or before it, may be followed by a later one
+    // (the final count), which native chat bills and so must the translation.
     return out;
   }
 
