@@ -6,7 +6,7 @@
  * bills exactly what the same answer read natively bills. The settle rule (settle.ts) alone
  * turns an account into what is billed.
  */
-import type { OutputCount } from './output.js';
+import { isNoOutput, type OutputCount } from './output.js';
 import type { Usage } from './usage.js';
 
 export interface AnswerAccount {
@@ -73,12 +73,11 @@ export function withTools(account: AnswerAccount, tools: () => Record<string, nu
 export function finalUsage(account: AnswerAccount): Usage | null {
   const { usage } = account;
   const u = account.unreported?.();
-  if (!usage || account.outputAfterUsage?.() || account.failed?.() || (u && (u.text !== '' || u.mediaBytes > 0))) return null;
+  if (!usage || account.outputAfterUsage?.() || account.failed?.() || (u && !isNoOutput(u))) return null;
   // As the settle rule reads a report: no prompt tokens, or none written beside output, is no count.
   if (usage.prompt === 0) return null;
   if (usage.completion === 0) {
-    const out = account.output();
-    if (out.text !== '' || out.mediaBytes > 0) return null;
+    if (!isNoOutput(account.output())) return null;
   }
   return usage;
 }

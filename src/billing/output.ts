@@ -13,9 +13,25 @@
 export interface OutputCount {
   text: string;
   mediaBytes: number;
+  /**
+   * The text of an answer's other choices (`n` above 1), by choice index, each tokenized on its
+   * own: streamed, the choices' deltas interleave, and one choice's words must not join
+   * another's (or a plain answer and its stream would count differently). `text` is the first's.
+   */
+  more?: Map<number, string>;
 }
 
 export const noOutput = (): OutputCount => ({ text: '', mediaBytes: 0 });
+
+/** The characters and bytes a count holds (grows whenever output is added). */
+export function outputSize(c: OutputCount): number {
+  let n = c.text.length + c.mediaBytes;
+  if (c.more) for (const t of c.more.values()) n += t.length;
+  return n;
+}
+
+/** Whether a count holds no output at all. */
+export const isNoOutput = (c: OutputCount): boolean => outputSize(c) === 0;
 
 /** Fields that name, place or describe output rather than carry it. */
 const STRUCTURAL = new Set([
@@ -121,10 +137,12 @@ export function collectOutput(value: unknown, into: OutputCount, depth = 0, key 
 
 /** The completion tokens `count` stands for: the tokenizer's count of the text, plus a token per 4 bytes of media. */
 export function outputTokens(count: OutputCount, tokenize: (text: string) => number): number {
-  return (count.text ? tokenize(count.text) : 0) + Math.ceil(count.mediaBytes / 4);
+  let tokens = (count.text ? tokenize(count.text) : 0) + Math.ceil(count.mediaBytes / 4);
+  if (count.more) for (const t of count.more.values()) if (t) tokens += tokenize(t);
+  return tokens;
 }
 
-const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
+const sizeOf = outputSize;
 
 /**
  * The output of every choice of a chunk (`delta`) or a plain answer (`message`, or legacy
@@ -133,12 +151,19 @@ const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
  */
 export function choicesOutput(choices: unknown, into: OutputCount = noOutput()): OutputCount {
   if (!Array.isArray(choices)) return into;
-  for (const c of choices) {
+  for (let i = 0; i < choices.length; i++) {
+    const c: unknown = choices[i];
     if (!c || typeof c !== 'object') continue;
     const choice = c as Record<string, unknown>;
-    if (choice.delta !== undefined) collectOutput(choice.delta, into, 1, 'delta');
-    if (choice.message !== undefined) collectOutput(choice.message, into, 1, 'message');
-    if (typeof choice.text === 'string') collectOutput(choice.text, into, 1, 'text');
+    const index = typeof choice.index === 'number' && Number.isSafeInteger(choice.index) ? choice.index : i;
+    // The first choice's text goes straight in; another's is kept apart, in its own run.
+    const own = index === 0 ? into : noOutput();
+    if (choice.delta !== undefined) collectOutput(choice.delta, own, 1, 'delta');
+    if (choice.message !== undefined) collectOutput(choice.message, own, 1, 'message');
+    if (typeof choice.text === 'string') collectOutput(choice.text, own, 1, 'text');
+    if (own === into) continue;
+    into.mediaBytes += own.mediaBytes;
+    if (own.text) (into.more ??= new Map()).set(index, (into.more.get(index) ?? '') + own.text);
   }
   return into;
 }

@@ -6,7 +6,7 @@
  */
 import type { AnswerAccount } from './answer.js';
 import type { BilledCall } from './meter.js';
-import { outputTokens } from './output.js';
+import { isNoOutput, outputTokens } from './output.js';
 import type { Tokenizer } from './tokens.js';
 
 /** How a token-priced answer ended, and what its bill needs beside its account. */
@@ -64,7 +64,7 @@ export function settleAnswer(call: BilledCall, account: AnswerAccount, given: An
   // it. Never less than the count of all that was produced (a running report sent before
   // most of a cut stream counts little of it).
   const unreported = usage && !promptless ? account.unreported?.() : undefined;
-  if (usage && unreported && (unreported.text !== '' || unreported.mediaBytes > 0)) {
+  if (usage && unreported && !isNoOutput(unreported)) {
     const completion = Math.max(usage.completion + outputTokens(unreported, (t) => end.tokenizer.count(t)), produced());
     return call.bill({ kind: 'tokens', ...usage, completion, ...toolCalls }, 'tokenizer', upstream);
   }

@@ -88,6 +88,25 @@ describe('chat choices', () => {
     expect(choicesOutput([{ index: 0, text: 'Hello there', finish_reason: 'stop', logprobs: null }])).toEqual(streamed);
   });
 
+  it("with n choices, each choice's text is counted on its own: interleaved deltas bill what the plain answer with the same choices bills", () => {
+    // Choice 0 says " the" and choice 1 "ory", 200 times, interleaved as a stream sends them:
+    // run together they would read " theory" (one token each), not what either choice wrote.
+    const streamed = noOutput();
+    for (let i = 0; i < 200; i++) {
+      choicesOutput([{ index: 0, delta: { content: ' the' } }], streamed);
+      choicesOutput([{ index: 1, delta: { content: 'ory' } }], streamed);
+    }
+    choicesOutput([{ index: 0, delta: {}, finish_reason: 'stop' }, { index: 1, delta: {}, finish_reason: 'stop' }], streamed);
+    const plain = choicesOutput([
+      { index: 0, message: { role: 'assistant', content: ' the'.repeat(200) }, finish_reason: 'stop' },
+      { index: 1, message: { role: 'assistant', content: 'ory'.repeat(200) }, finish_reason: 'stop' },
+    ]);
+    expect(streamed).toEqual(plain);
+    const tokens = (c: ReturnType<typeof noOutput>) => outputTokens(c, (t) => tokenizer.count(t));
+    expect(tokens(streamed)).toBe(tokenizer.count(' the'.repeat(200)) + tokenizer.count('ory'.repeat(200)));
+    expect(tokens(streamed)).toBe(tokens(plain));
+  });
+
   it('text that looks like base64 is tokenized in a plain answer as in its stream (short deltas); audio data and a data URL are media', () => {
     const blob = Buffer.from(Array.from({ length: 1500 }, (_, i) => (i * 7919) % 256)).toString('base64');
     const plain = choicesOutput([{ index: 0, message: { role: 'assistant', content: blob }, finish_reason: 'stop' }]);

@@ -4,10 +4,8 @@
  * before the rest of the answer, counts nothing that followed it).
  */
 import type { AnswerAccount } from '../../billing/answer.js';
-import { collectOutput, noOutput, type OutputCount } from '../../billing/output.js';
+import { collectOutput, noOutput, type OutputCount, outputSize as sizeOf } from '../../billing/output.js';
 import type { Usage } from '../../billing/usage.js';
-
-const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
 
 export class RunningAccount implements AnswerAccount {
   usage: Usage | null = null;
@@ -18,18 +16,19 @@ export class RunningAccount implements AnswerAccount {
   private readonly unfinished = new Set<number>();
   private anyFinished = false;
 
-  /** Adds every output string of `value` (a delta, a content block, a candidate's parts). */
-  add(value: unknown): void {
+  /** Adds every output string of `value` (a delta, a content block, a candidate's parts), read by `collect`. */
+  add(value: unknown, collect: (value: unknown, into: OutputCount) => unknown = collectOutput): void {
     const before = sizeOf(this.produced);
-    collectOutput(value, this.produced);
+    collect(value, this.produced);
     if (this.usage && sizeOf(this.produced) > before) this.after = true;
   }
 
   /** Adds output already counted apart (text, and media bytes). */
   addCount(count: OutputCount): void {
-    if (!count.text && !count.mediaBytes) return;
+    if (sizeOf(count) === 0) return;
     this.produced.text += count.text;
     this.produced.mediaBytes += count.mediaBytes;
+    if (count.more) for (const [i, t] of count.more) (this.produced.more ??= new Map()).set(i, (this.produced.more.get(i) ?? '') + t);
     if (this.usage) this.after = true;
   }
 

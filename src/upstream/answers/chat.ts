@@ -16,7 +16,8 @@ export function chatAnswer(body: Record<string, unknown>): AnswerAccount {
 /** A chat stream's account, fed each parsed chunk: its choices' output, then its usage report. */
 export class ChatAccount extends RunningAccount {
   read(chunk: Record<string, unknown>): void {
-    this.add(chunk.choices);
+    // Only a choice's delta (or text) is output, each choice's in its own run.
+    this.add(chunk.choices, choicesOutput);
     const choices = Array.isArray(chunk.choices) ? chunk.choices : [];
     choices.forEach((c: { index?: unknown; finish_reason?: unknown } | null, i) => {
       if (c && typeof c === 'object') this.choice(typeof c.index === 'number' ? c.index : i, typeof c.finish_reason === 'string');

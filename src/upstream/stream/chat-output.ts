@@ -3,7 +3,7 @@
  * text of every choice (for the tokenizer). Events relayed without parsing are parsed only in
  * that second case, or when they came after a usage report (to tell whether it was final).
  */
-import { choicesOutput, noOutput } from '../../billing/output.js';
+import { choicesOutput, noOutput, outputSize as sizeOf } from '../../billing/output.js';
 import type { Usage } from '../../billing/usage.js';
 import type { AnswerAccount as Produced } from '../../billing/answer.js';
 import type { OutputCount } from '../../billing/output.js';
@@ -124,5 +124,3 @@ export function createStreamOutput(): StreamOutput {
 
 /** The end mark of a chunk parsed already, kept in the queue of the unparsed ones. */
 const PARSED = -2;
-
-const sizeOf = (c: OutputCount) => c.text.length + c.mediaBytes;
