@@ -341,12 +341,14 @@ function keepSaving(keep: Keeping, res: Response, parts: Uint8Array[] | null): v
   let wait: number = SAVE_RETRY_MS[0];
   const attempt = async () => {
     if (await save(keep, res, parts)) return stop();
-    if (Date.now() + wait > until) {
+    const left = until - Date.now();
+    if (left <= 0) {
       stop();
       keep.log(`an answer under an Idempotency-Key could not be kept for ${keep.lockTtlMs} ms; a retry with its key after that runs again`);
       return;
     }
-    setTimeout(() => void attempt(), wait).unref();
+    // The last try is at the deadline itself, not at the last backoff step that fits before it.
+    setTimeout(() => void attempt(), Math.min(wait, left)).unref();
     wait = Math.min(wait * 2, SAVE_RETRY_MS[1]);
   };
   setTimeout(() => void attempt(), wait).unref();
