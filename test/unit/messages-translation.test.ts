@@ -219,6 +219,19 @@ describe('chat stream as Messages events', () => {
     const partial = streamEvents(text([...cut.push(sse([chunk({ content: 'a' })])), ...cut.end()]));
     expect(partial.some((e) => e.type === 'message_stop')).toBe(false);
   });
+
+  it('content sent as parts and arguments sent as an object reach the client as text, as they are billed', () => {
+    const t = new ChatToMessagesEvents();
+    const call = { index: 0, id: 'call_1', type: 'function', function: { name: 'f', arguments: { city: 'Paris' } } };
+    const events = streamEvents(text([...t.push(sse([chunk({ content: [{ type: 'text', text: 'Hel' }, { type: 'text', text: 'lo' }] }), chunk({ tool_calls: [call] }), chunk({}, 'tool_calls'), '[DONE]'])), ...t.end()]));
+    const deltas = events.filter((e) => e.type === 'content_block_delta').map((e) => e.delta);
+    expect(deltas).toEqual([{ type: 'text_delta', text: 'Hello' }, { type: 'input_json_delta', partial_json: '{"city":"Paris"}' }]);
+    // Billed: the text, the tool's name (in the block's start) and its arguments' JSON.
+    expect(t.account.output().text).toBe('Hellof{"city":"Paris"}');
+    // And the same answer plain.
+    const m = messageOf({ id: 'chatcmpl-p', model: 'm', choices: [{ index: 0, message: { role: 'assistant', content: [{ type: 'text', text: 'Hello' }], tool_calls: [call] }, finish_reason: 'tool_calls' }] });
+    expect(m.content).toEqual([{ type: 'text', text: 'Hello' }, { type: 'tool_use', id: 'call_1', name: 'f', input: { city: 'Paris' } }]);
+  });
 });
 
 describe('a chat refusal as Messages', () => {

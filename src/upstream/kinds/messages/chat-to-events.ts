@@ -9,7 +9,7 @@ import { errors } from '../../../errors.js';
 import { EventTranslator } from '../event-translator.js';
 import { ChatAccount } from '../../answers/chat.js';
 import type { StreamTranslator } from '../types.js';
-import { eventOf, isObject, type Json, messagesEvent, messagesUsageOf, stopReason } from './shared.js';
+import { eventOf, isObject, type Json, messagesEvent, messagesUsageOf, stopReason, textOf } from './shared.js';
 
 type Open = { kind: 'text' | 'thinking' | 'tool'; index: number } | null;
 
@@ -64,7 +64,8 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
       const delta = isObject(choice.delta) ? choice.delta : {};
       const reasoning = delta.reasoning_content ?? delta.reasoning;
       if (typeof reasoning === 'string' && reasoning) out += this.delta('thinking', { type: 'thinking_delta', thinking: reasoning });
-      if (typeof delta.content === 'string' && delta.content) out += this.delta('text', { type: 'text_delta', text: delta.content });
+      const content = textOf(delta.content);
+      if (content) out += this.delta('text', { type: 'text_delta', text: content });
       // A chat refusal streams in its own field; Messages says it as text, stopped as `refusal`.
       if (typeof delta.refusal === 'string' && delta.refusal) {
         this.refused = true;
@@ -111,9 +112,9 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
       index = this.open!.index;
       this.tools.set(at, index);
     }
-    if (typeof fn.arguments === 'string' && fn.arguments) {
-      out += messagesEvent({ type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: fn.arguments } });
-    }
+    // Some compatible servers send a call's arguments as an object: the same JSON, as text.
+    const args = typeof fn.arguments === 'string' ? fn.arguments : isObject(fn.arguments) ? JSON.stringify(fn.arguments) : '';
+    if (args) out += messagesEvent({ type: 'content_block_delta', index, delta: { type: 'input_json_delta', partial_json: args } });
     return out;
   }
 }

@@ -83,3 +83,15 @@ export const messagesEvent = (event: Json): string => `event: ${String(event.typ
 
 /** One stream event's data as a JSON object, or 502 as a malformed event. */
 export const eventOf = (data: string): Json => eventData(data) as Json;
+
+/**
+ * A chat message's or delta's text: a string, or the text of an array of parts (some
+ * compatible servers send `[{type: "text", text}]`). What the client is sent is what is billed.
+ */
+export function textOf(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return '';
+  let text = '';
+  for (const part of content) if (isObject(part) && typeof part.text === 'string') text += part.text;
+  return text;
+}

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EXACT_THINKING_BUDGET } from '../shared.js';
-import { cannotCarry, isObject, type Json, messagesUsageOf, present, stopReason } from './shared.js';
+import { cannotCarry, isObject, type Json, messagesUsageOf, present, stopReason, textOf } from './shared.js';
 
 /** Messages fields a chat request carries, besides the ones translated below. */
 const PASSED = new Set(['model', 'max_tokens', 'temperature', 'top_p', 'stream']);
@@ -147,8 +147,9 @@ export function chatRequestOf(fields: Json, stream: boolean): Json {
   return out;
 }
 
-/** The arguments of a chat tool call as a tool_use `input` (an object; arguments that are not one come as `{}`). */
+/** The arguments of a chat tool call as a tool_use `input` (an object, given as one or as its JSON; anything else comes as `{}`). */
 export function toolInput(args: unknown): Json {
+  if (isObject(args)) return args;
   if (typeof args !== 'string' || !args) return {};
   try {
     const parsed = JSON.parse(args) as unknown;
@@ -166,7 +167,8 @@ export function messageOf(chat: Json): Json {
   const content: Json[] = [];
   const reasoning = msg.reasoning_content ?? msg.reasoning;
   if (typeof reasoning === 'string' && reasoning) content.push({ type: 'thinking', thinking: reasoning, signature: '' });
-  if (typeof msg.content === 'string' && msg.content) content.push({ type: 'text', text: msg.content });
+  const text = textOf(msg.content);
+  if (text) content.push({ type: 'text', text });
   // A chat refusal is its own field; Messages says it as text with the stop reason `refusal`.
   const refused = typeof msg.refusal === 'string' && msg.refusal !== '';
   if (refused) content.push({ type: 'text', text: msg.refusal });
