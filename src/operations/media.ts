@@ -7,6 +7,7 @@ import type { Services } from '../services.js';
 import type { JobRecord } from '../stores/types.js';
 import type { Model } from '../catalog/catalog.js';
 import { callModel, sameTarget, upstreamHeaders } from '../upstream/call.js';
+import type { UpstreamResponse } from '../upstream/types.js';
 import { pluginFields } from '../upstream/plugin-body.js';
 import { canonical } from './hosted-tools.js';
 import { refuseAgentKeys } from './shared.js';
@@ -79,6 +80,8 @@ export function callModelWithBody(
   bytes: Uint8Array | string,
   signal: AbortSignal,
   pluginsRan = false,
+  /** A streamed answer's first read, taken inside its attempt (see callModel). */
+  begin?: (res: UpstreamResponse) => Promise<void>,
 ) {
   return callModel(core, ctx, model, async (served) => {
     const fields = { ...body, model: served.upstreamModel };
@@ -88,7 +91,7 @@ export function callModelWithBody(
     // change nothing but its model: what it costs was priced and held on the own target's.
     const replaced = pluginsRan && sameTarget(served, model) ? null : await fallbackFields(core, ctx, served, path, fields);
     return { method: 'POST' as const, path, headers: upstreamHeaders(ctx.requestId), body: replaced ? JSON.stringify(replaced) : raw, signal };
-  });
+  }, begin ? { begin } : {});
 }
 
 /**

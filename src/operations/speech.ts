@@ -83,8 +83,17 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
     cut?.(errors.cutByShutdown('audio'));
   });
 
+  // The first audio is read before the answer's head goes out, inside the call's attempt: an
+  // upstream that fails, or ends, before any is tried again on the model's next target (and
+  // counts against its circuit), and then a 502 the client can read, not a connection dropped
+  // after a 200.
+  let begun: BodyBegun | null = null;
+  const firstAudio = async (r: UpstreamResponse) => {
+    begun = await beginBody(r);
+    if (!begun) throw new GatewayError('upstream_error', 'The upstream sent no audio.');
+  };
   try {
-    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', m.sub.fields, m.sub.body, abort.signal, m.pluginsRan);
+    const answer = await callModelWithBody(core, ctx, model, '/audio/speech', m.sub.fields, m.sub.body, abort.signal, m.pluginsRan, firstAudio);
     res = answer.res;
     servedBy = answer.served.upstream;
     if (res.status < 200 || res.status >= 300) throw await upstreamError(res, servedBy, { log: core.log, requestId: ctx.requestId });
@@ -92,19 +101,16 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
     void finish(false);
     throw err;
   }
-  // The first audio is read before the answer's head goes out: an upstream that fails, or ends,
-  // before any is a 502 the client can read, not a connection dropped after a 200.
-  let begun: BodyBegun | null;
-  try {
-    begun = await beginBody(res);
-    if (!begun) throw new GatewayError('upstream_error', `The upstream "${servedBy}" sent no audio.`);
-    // The client left meanwhile, and the transport read on: nobody will read the answer.
-    if (clientLeft) throw new GatewayError('client_closed', 'The client closed the connection before the audio.');
-  } catch (err) {
+  const first = begun as BodyBegun | null;
+  // No audio, because the client left (or shutdown cut the call) after the upstream's 200; or
+  // the client left meanwhile, and the transport read on: nobody will read the answer.
+  if (!first || clientLeft) {
     res.discard();
     await finish(clientLeft);
     if (shutDown) throw errors.cutByShutdown('audio');
-    throw upstreamFailure(err, servedBy);
+    throw clientLeft
+      ? new GatewayError('client_closed', 'The client closed the connection before the audio.')
+      : upstreamFailure(new Error('the speech stream failed before its first audio'), servedBy);
   }
 
   // The audio streams through as it arrives; once a byte has gone out the speech was produced,
@@ -121,7 +127,7 @@ async function relaySpeech(core: Services, ctx: RequestContext, m: MediaCall<z.i
       void finish(true);
     },
     onCut: (c) => void (cut = c),
-  }, begun);
+  }, first);
   return new Response(stream, {
     status: 200,
     headers: { 'content-type': AUDIO_TYPES[format] },

@@ -206,13 +206,17 @@ export const sameTarget = (served: Model, model: Model) => served.upstream === m
  * the 200 (a reset, a stall past the timeout) counts against its upstream's circuit and is
  * retried like any failure: nothing of it has reached the client. The answer handed back then
  * holds its text.
+ *
+ * `begin`: a streamed answer's first read, taken inside its attempt (speech's first audio): an
+ * upstream that fails or ends before it counts against its circuit and is retried on the next
+ * target, as a whole answer's would be; nothing has reached the client yet.
  */
 export async function callModel(
   core: CallDeps,
   ctx: ModelCallContext,
   model: Model,
   build: (served: Model) => UpstreamCall | Promise<UpstreamCall>,
-  options: { once?: boolean; whole?: boolean } = {},
+  options: { once?: boolean; whole?: boolean; begin?: (res: UpstreamResponse) => Promise<void> } = {},
 ): Promise<ModelAnswer> {
   const routing = core.cfg.routing;
   const started = core.now();
@@ -305,6 +309,22 @@ export async function callModel(
         }
         core.breaker.failure(target.upstream, ctx.key.accountId);
         lastError = transportFailure(core, target.upstream, call, err);
+        if (options.once) throw lastError;
+        continue;
+      }
+    }
+    if (options.begin && res.status >= 200 && res.status < 300) {
+      try {
+        await options.begin(res);
+      } catch (err) {
+        // The client left (or shutdown cut the call) after the 200: the route bills what it must.
+        if (signal?.aborted) {
+          ctx.observed.record.upstream = target.upstream;
+          return { res: failedAnswer(res, err), served };
+        }
+        res.discard();
+        core.breaker.failure(target.upstream, ctx.key.accountId);
+        lastError = err instanceof GatewayError ? err : transportFailure(core, target.upstream, call, err);
         if (options.once) throw lastError;
         continue;
       }

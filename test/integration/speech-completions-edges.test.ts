@@ -6,7 +6,8 @@
  *   usage and the output is counted, the echo is not billed again as completion tokens;
  * - speech: an upstream that answers 200 and fails before any audio is a 502 the client can
  *   read (not a dropped connection), and nothing is billed; a client that leaves after the
- *   upstream's 200, before the first audio, pays for the speech (its input is its prompt).
+ *   upstream's 200, before the first audio, pays for the speech (its input is its prompt); a
+ *   model with another target is served by it instead.
  */
 import { request } from 'node:http';
 import { countTokens } from 'gpt-tokenizer';
@@ -212,6 +213,46 @@ describe('speech before its first audio, at the edges', () => {
     expect(await stopping.stores.billing.wallet(ACCOUNT)).toMatchObject({ held: 0n });
     expect(await chargesOf(stopping.stores.billing.ledger(ACCOUNT))).toHaveLength(0);
     await stopping.close().catch(() => undefined);
+  });
+});
+
+describe('speech whose first target fails before its first audio', () => {
+  it("is served by the model's next target: the audio of the one that answered, billed once", async () => {
+    const b = await startTestUpstream();
+    const setup = testConfig({
+      upstreamUrl: up.url,
+      models: [{ id: 'test/routed-speech', type: 'audio', pricing: { unit: 'token', from: '0.000015', tiers: {} }, targets: [{ upstream: 'a', priority: 0 }, { upstream: 'b', priority: 1 }] }],
+    });
+    const routed = await startGateway({
+      ...setup.options,
+      upstreams: { ...setup.options.upstreams, a: { baseUrl: up.url, timeoutMs: 2_000 }, b: { baseUrl: b.url, timeoutMs: 2_000 } },
+      routing: { retries: 1, backoffMs: 5 },
+    });
+    try {
+      up.setBehavior({
+        kind: 'custom',
+        async handle(req, res) {
+          res.writeHead(200, { 'content-type': 'audio/mpeg' });
+          res.flushHeaders();
+          await sleep(30);
+          req.socket.resetAndDestroy();
+        },
+      });
+      b.setBehavior({ kind: 'custom', handle: (_req, res) => void res.writeHead(200, { 'content-type': 'audio/mpeg' }).end(Buffer.alloc(64, 7)) });
+      const input = 'Hi there.';
+      const res = await fetch(`${routed.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test/routed-speech', input, voice: 'alloy' }) });
+      const audio = Buffer.from(await res.arrayBuffer());
+      expect(res.status).toBe(200);
+      expect(audio).toEqual(Buffer.alloc(64, 7));
+      expect(b.requests).toHaveLength(1);
+      await eventually(async () => (await routed.stores.billing.openHolds(ACCOUNT)) === 0, 'hold settled');
+      const charges = await chargesOf(routed.stores.billing.ledger(ACCOUNT));
+      expect(charges).toHaveLength(1);
+      expect(charges[0]!.cost).toBe(speechCost(input));
+    } finally {
+      await routed.close();
+      await b.close();
+    }
   });
 });
 
