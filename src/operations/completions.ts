@@ -15,6 +15,7 @@ import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/r
 import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
 import { capWithin, checkContextWindow, checkOutputCap, pricedTier, refuseContextFields, zodError } from './shared.js';
 import { bodyHold, textOperation } from './text.js';
+import type { TextPlan } from './types.js';
 
 const tokenId = z.int().min(0);
 
@@ -38,6 +39,12 @@ const completionsSchema = z.looseObject({
   top_p: z.number().nullable().optional(),
   seed: z.int().nullable().optional(),
 });
+
+/** The prompts of a body a plugin or guardrail replaced, or null when they are not in a shape the API takes. */
+function sentPrompts(prompt: unknown): Array<string | number[]> | null {
+  const checked = completionsSchema.shape.prompt.safeParse(prompt);
+  return checked.success ? promptsOf(checked.data) : null;
+}
 
 /** Each prompt of the request (every one is completed on its own). */
 function promptsOf(prompt: z.infer<typeof completionsSchema>['prompt']): Array<string | number[]> {
@@ -80,9 +87,24 @@ export const createCompletion = textOperation({
     const maxOutput = (req.max_tokens ?? model.maxOutputTokens) * choicesPerPrompt * prompts.length;
     let estimate: number | undefined;
     const stream = req.stream === true;
-    // A fresh one per answer read (a retried call's answer starts over); `n` choices per prompt.
-    const echoes = () => (req.echo === true ? new Echo(prompts, req.n ?? 1) : null);
     const clientWantsUsage = req.stream_options?.include_usage === true;
+    /**
+     * How the answer to `sent` (its prompts) is read. With `echo`, each choice's text starts with
+     * the prompt the upstream was sent: a fresh Echo per answer read (a retried call's answer
+     * starts over); `n` choices per prompt.
+     */
+    const readers = (sent: ReadonlyArray<string | number[]>): Pick<TextPlan, 'events' | 'answer'> => {
+      const echoes = () => (req.echo === true ? new Echo(sent, req.n ?? 1) : null);
+      return {
+        events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage, echoes()), apiKey),
+        answer(answer) {
+          if (!Array.isArray(answer.choices)) throw new Error('no choices');
+          const echo = echoes();
+          const read = chatAnswer(echo ? { ...answer, choices: answer.choices.map((c: unknown, i) => echo.strip(c, i, true)) } : answer);
+          return { usage: read.usage, output: read.output };
+        },
+      };
+    };
     return {
       model,
       hold: { bound, estimate: () => (estimate ??= Math.ceil(promptTokens() * 1.05)), maxOutput, outputs: choicesPerPrompt * prompts.length },
@@ -100,13 +122,9 @@ export const createCompletion = textOperation({
         if (stream) out.stream_options = { ...(req.stream_options ?? {}), include_usage: true };
         return out;
       },
-      events: (served, apiKey) => eventReader(completionEvents(served, clientWantsUsage, echoes()), apiKey),
-      answer(answer) {
-        if (!Array.isArray(answer.choices)) throw new Error('no choices');
-        const echo = echoes();
-        const read = chatAnswer(echo ? { ...answer, choices: answer.choices.map((c: unknown, i) => echo.strip(c, i, true)) } : answer);
-        return { usage: read.usage, output: read.output };
-      },
+      ...readers(prompts),
+      // A prompt a plugin or guardrail rewrote (a redaction) is what the upstream echoes.
+      readsFor: (fields) => readers(sentPrompts(fields.prompt) ?? prompts),
     };
   },
 });

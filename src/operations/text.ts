@@ -76,7 +76,7 @@ export function textOperation(decl: TextOperation): PlannedOperation {
       ({ plan, replaced } = await guardPlan(core.guardrails, ctx, decl.path, plan, replaced));
       if (replaced) {
         const hold = plan.holdFor(replaced);
-        plan = { ...plan, hold, promptTokens: hold.estimate };
+        plan = { ...plan, hold, promptTokens: hold.estimate, ...plan.readsFor?.(replaced) };
       }
       // A stream's output guardrails are readied (a plugin's onOutput asked) before any model call.
       const guardStream = guard && plan.stream ? await guard.stream() : null;

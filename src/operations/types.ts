@@ -57,6 +57,12 @@ export interface TextPlan {
   /** The reader of the streamed answer's events. */
   events(served: Model, apiKey: string): EventReader;
   /**
+   * The readers of the answer to `fields`, when a plugin or a guardrail replaced the body before
+   * it went upstream and the answer is read against what was sent (completions' echo is the
+   * prompt sent, not the client's). Absent: the readers do not depend on the body.
+   */
+  readsFor?(fields: Record<string, unknown>): Pick<TextPlan, 'events' | 'answer'>;
+  /**
    * Reads a plain answer: what it reports and produced (and the priced hosted tool calls it
    * reports, billed per call); throws when it is not this endpoint's answer. `remember` is
    * what the gateway must keep of the answer before the client has it (who owns its id).

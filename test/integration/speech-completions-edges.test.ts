@@ -70,6 +70,41 @@ describe('legacy completions', () => {
   });
 });
 
+describe('legacy completions, echo of a prompt a guardrail redacted', () => {
+  it('the echo is the prompt the upstream was sent: matched against it, not billed as completion tokens', async () => {
+    const setup = testConfig({ upstreamUrl: up.url });
+    setup.options.guardrails = [{ id: 'pii', kind: 'pii', action: 'redact' }];
+    const guarded = await startGateway(setup.options);
+    try {
+      const produced = ' noted';
+      // The upstream echoes what it received (the redacted prompt), then its own words.
+      up.setBehavior({
+        kind: 'custom',
+        handle(_req, res, rec) {
+          const prompt = String(rec.body?.prompt);
+          res.writeHead(200, { 'content-type': 'application/json' });
+          res.end(JSON.stringify({ id: 'cmpl-1', object: 'text_completion', created: 1, model: MODEL, choices: [{ index: 0, text: prompt + produced, finish_reason: 'length', logprobs: null }] }));
+        },
+      });
+      const prompt = 'Please write to jane.doe@example.com about the order. '.repeat(10);
+      const res = await fetch(`${guarded.baseURL}/completions`, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ model: MODEL, prompt, echo: true, max_tokens: 5 }),
+      });
+      const answer = (await res.json()) as { choices: Array<{ text: string }> };
+      expect(res.status).toBe(200);
+      expect(answer.choices[0]!.text).not.toContain('jane.doe@example.com');
+      const id = res.headers.get('x-request-id');
+      await eventually(async () => (await chargesOf(guarded.gateway.admin.ledger(ACCOUNT))).some((e) => e.id === id), 'the charge');
+      const charge = (await chargesOf(guarded.gateway.admin.ledger(ACCOUNT))).find((e) => e.id === id)!;
+      expect((charge.units as { completion: number }).completion).toBe(countTokens(produced));
+    } finally {
+      await guarded.close();
+    }
+  });
+});
+
 describe('legacy completions, echo that is no echo', () => {
   it('a text that is only the start of the prompt (the choice ends there) is output, counted whole', async () => {
     const text = 'Repeat after me: Repeat after me';
