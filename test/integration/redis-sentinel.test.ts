@@ -5,6 +5,7 @@
  * 503 service_unavailable with Retry-After until the sentinels promoted the replica, then
  * succeed again, and every charge lands once.
  */
+import { spawnSync } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { setTimeout as sleep } from 'node:timers/promises';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -74,6 +75,24 @@ if (!hasRedisServer) {
         await stores.close();
       }
     });
+
+    it('closed stores let the process exit (the failover detector\'s connections to the sentinels are closed too)', async () => {
+      // A CLI command (an audit from cron) or an embedder's dispose must not leave the process running.
+      const script = [
+        `import { createRedisStores } from ${JSON.stringify(new URL('../../src/stores/redis/entry.ts', import.meta.url).pathname)};`,
+        `const stores = createRedisStores({ sentinels: ${JSON.stringify(sentinels().urls)}, name: ${JSON.stringify(sentinels().name)}, keyPrefix: ${JSON.stringify(PREFIX)} });`,
+        'await stores.ping();',
+        'await stores.billing.wallet("nobody");',
+        'await stores.close();',
+        'console.log("closed");',
+      ].join('\n');
+      const t0 = Date.now();
+      const run = spawnSync(process.execPath, ['--import', 'tsx', '--input-type=module', '-e', script], { encoding: 'utf8', timeout: 20_000 });
+      expect(run.stdout).toContain('closed');
+      expect(run.signal, 'the process was still running after 20 s').toBeNull();
+      expect(run.status, run.stderr).toBe(0);
+      expect(Date.now() - t0).toBeLessThan(15_000);
+    }, 30_000);
 
     it('a name the sentinels do not monitor fails as unavailable, promptly', async () => {
       const stores = createRedisStores({ sentinels: sentinels().urls, name: 'nobody', keyPrefix: PREFIX });

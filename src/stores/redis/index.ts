@@ -122,11 +122,12 @@ export function createRedisStores(options: RedisStoreOptions = {}): Stores {
       if (client.status === 'ready') {
         try {
           await client.quit();
-          return;
         } catch {
-          // Not answering: drop the connection below.
+          // Not answering: dropped below.
         }
       }
+      // Also after a quit: a Sentinel client's subscriptions to the sentinels (its failover
+      // detector) are closed only by a disconnect, and would keep the process alive.
       client.disconnect();
     },
   };
