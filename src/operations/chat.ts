@@ -177,7 +177,8 @@ export const chatCompletions = textOperation({
         };
         const count = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 0);
         const per = Math.max(count(fields.max_tokens), count(fields.max_completion_tokens)) || model.maxOutputTokens;
-        const hold = { ...promptHold(core, replaced, Math.max(maxOutput, per * (count(fields.n) || 1))), tools };
+        const outputs = Math.max(req.n ?? 1, count(fields.n) || 1);
+        const hold = { ...promptHold(core, replaced, Math.max(maxOutput, per * (count(fields.n) || 1))), tools, outputs };
         return uncountableChatInput(replaced.messages) ? contextLengthHold(model, hold) : hold;
       },
       stream,

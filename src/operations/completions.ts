@@ -111,7 +111,10 @@ export const createCompletion = textOperation({
       stream,
       promptTokens,
       // A plugin's body may ask for more choices or output than the client's: held at the larger.
-      holdFor: (fields) => bodyHold(core, fields, Math.max(maxOutput, outputAsked(fields, model.maxOutputTokens))),
+      holdFor: (fields) => {
+        const asked = outputAsked(fields, model.maxOutputTokens);
+        return bodyHold(core, fields, Math.max(maxOutput, asked.tokens), Math.max(choicesPerPrompt * prompts.length, asked.outputs));
+      },
       unchanged: !stream,
       // No cap asked for: the upstream gets the model's, which is what was held per choice.
       cap: req.max_tokens
@@ -217,9 +220,10 @@ function completionEvents(model: Model, clientWantsUsage: boolean, echo: Echo | 
   };
 }
 
-/** The most output a completions body asks for: its cap (else the model's) per choice, per prompt. */
-function outputAsked(fields: Record<string, unknown>, modelMax: number): number {
+/** The most output a completions body asks for (its cap, else the model's, per choice, per prompt), and how many outputs share it. */
+function outputAsked(fields: Record<string, unknown>, modelMax: number): { tokens: number; outputs: number } {
   const count = (v: unknown) => (typeof v === 'number' && Number.isSafeInteger(v) && v > 0 ? v : 0);
   const prompts = Array.isArray(fields.prompt) && fields.prompt.length > 0 && typeof fields.prompt[0] !== 'number' ? fields.prompt.length : 1;
-  return (count(fields.max_tokens) || modelMax) * Math.max(count(fields.n) || 1, count(fields.best_of) || 1) * prompts;
+  const outputs = Math.max(count(fields.n) || 1, count(fields.best_of) || 1) * prompts;
+  return { tokens: (count(fields.max_tokens) || modelMax) * outputs, outputs };
 }

@@ -41,10 +41,10 @@ export function promptHold(core: Services, input: PromptInput, maxOutput: number
  * The worst case of a body of any shape: its whole JSON read as prompt (an upper bound of the
  * text in it), for endpoints whose prompt fields a plugin may have reshaped.
  */
-export function bodyHold(core: Services, fields: Record<string, unknown>, maxOutput: number): TokenHold {
+export function bodyHold(core: Services, fields: Record<string, unknown>, maxOutput: number, outputs = 1): TokenHold {
   const text = JSON.stringify(fields);
   let estimate: number | undefined;
-  return { bound: Buffer.byteLength(text, 'utf8'), estimate: () => (estimate ??= core.tokenizer.count(text)), maxOutput };
+  return { bound: Buffer.byteLength(text, 'utf8'), estimate: () => (estimate ??= core.tokenizer.count(text)), maxOutput, outputs };
 }
 
 /** A token-priced endpoint's operation, with its plan (a batch's lines are read by it when the batch is created). */

@@ -423,6 +423,26 @@ describe('a body a plugin replaces is what is held and sent, and no more', () =>
     }
   });
 
+  it("a replaced body's 402 with n choices says what each choice can afford, and a retry with it is held", async () => {
+    const plugin: GatewayPlugin = { name: 'copies', onUpstreamRequest: ({ body, setBody }) => setBody({ ...body }) };
+    const setup = testConfig({ upstreamUrl: up.url, walletUsd: '0.01' });
+    const gw = await startGateway({ ...setup.options, plugins: [plugin] });
+    try {
+      up.setBehavior({ kind: 'json', usage: { prompt_tokens: 5, completion_tokens: 5 } });
+      const refused = await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages, n: 3, max_tokens: 4000 });
+      const body = (await refused.json()) as { error: { message: string; metadata: { affordable_max_tokens: number } } };
+      expect(refused.status).toBe(402);
+      expect(body.error.message).toContain('You requested up to 4000 tokens for each of 3 outputs');
+      const perChoice = body.error.metadata.affordable_max_tokens;
+      expect(perChoice).toBeGreaterThan(0);
+      expect(perChoice * 3).toBeLessThan(5000);
+      const retried = await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages, n: 3, max_tokens: perChoice });
+      expect(retried.status, await retried.clone().text()).toBe(200);
+    } finally {
+      await gw.close();
+    }
+  });
+
   it('setBody takes a JSON object only: anything else throws in the plugin, which changes nothing', async () => {
     const plugin: GatewayPlugin = { name: 'not-an-object', onUpstreamRequest: ({ setBody }) => setBody([] as unknown as Record<string, unknown>) };
     await withGateway([plugin], async (gw, key) => {
