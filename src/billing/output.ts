@@ -4,9 +4,10 @@
  * list of known fields: every string an output object carries is text (content, reasoning
  * and its details, refusals, tool-call and custom-tool input, transcripts, whatever a provider
  * adds next), except the fields that only name or place things (role, type, ids, indexes).
- * Non-text output (images, audio: data URLs and long base64 strings) is counted by its size,
- * a token per 4 bytes at least. Produced output is never billed as zero because it came in a
- * field the gateway did not know.
+ * Non-text output (images, audio: data URLs, and long base64 strings outside the text fields)
+ * is counted by its size, a token per 4 bytes at least. Produced output is never billed as zero
+ * because it came in a field the gateway did not know. Of a chat choice, only its delta,
+ * message or text is output; several choices' texts are counted each on its own.
  */
 
 /** What an answer produced: text for the tokenizer, and the bytes of its non-text output. */
@@ -161,11 +162,15 @@ export function choicesOutput(choices: unknown, into: OutputCount = noOutput()):
     if (choice.delta !== undefined) collectOutput(choice.delta, own, 1, 'delta');
     if (choice.message !== undefined) collectOutput(choice.message, own, 1, 'message');
     if (typeof choice.text === 'string') collectOutput(choice.text, own, 1, 'text');
-    if (own === into) continue;
-    into.mediaBytes += own.mediaBytes;
-    if (own.text) (into.more ??= new Map()).set(index, (into.more.get(index) ?? '') + own.text);
+    if (own !== into) addChoice(into, index, own);
   }
   return into;
+}
+
+/** Adds the output of the choice (or candidate) at `index`, above 0, read apart in `own`: its text in its own run. */
+export function addChoice(into: OutputCount, index: number, own: OutputCount): void {
+  into.mediaBytes += own.mediaBytes;
+  if (own.text) (into.more ??= new Map()).set(index, (into.more.get(index) ?? '') + own.text);
 }
 
 /** The output of a Responses `output` array (a plain answer, or a finished stream's response). */

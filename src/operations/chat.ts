@@ -201,7 +201,7 @@ export const chatCompletions = textOperation({
       },
       events(served, apiKey) {
         const reader = createChatEvents({ model: served, apiKey, clientWantsUsage, choices: req.n ?? 1 });
-        const owned = asksForAudio(body) ? withAudioOwner(reader, (ids) => void keepResponseOwner(core, '', ctx.key.accountId, ctx.requestId, ids)) : reader;
+        const owned = asksForAudio(body) ? withAudioOwner(reader, req.n ?? 1, (ids) => void keepResponseOwner(core, '', ctx.key.accountId, ctx.requestId, ids)) : reader;
         return tools ? withToolCalls(owned, () => tools) : owned;
       },
       answer(answer) {
@@ -250,10 +250,12 @@ const AUDIO_KEY = Buffer.from('"audio"');
  * as it comes (not awaited: the id is given back in a later request). Only such a stream is
  * looked at: the frames go out as they came.
  */
-function withAudioOwner(reader: EventReader, keep: (ids: string[]) => void): EventReader {
+function withAudioOwner(reader: EventReader, choices: number, keep: (ids: string[]) => void): EventReader {
   const seen = new Set<string>();
   return overReader(reader, {
     frames(frames) {
+      // Each choice's audio has one id: once every choice's is seen, the rest (its base64) is not read.
+      if (seen.size >= choices) return frames;
       for (const frame of frames) {
         const bytes = Buffer.from(frame.buffer, frame.byteOffset, frame.byteLength);
         if (bytes.indexOf(AUDIO_KEY) === -1) continue;

@@ -307,7 +307,7 @@ describe('Idempotency-Key on multipart bodies that quote their own boundary', ()
       const other = await send('BBBBBBBB', 'a red car --BBBBBBBB driving');
       expect(other.status).toBe(422);
       expect(((await other.json()) as { error: { code: string } }).error.code).toBe('idempotency_mismatch');
-      // The same parts under another boundary are still the same request.
+      // A third prompt quoting its own boundary is a third body; the first's parts under another boundary are the first request.
       const same = await send('CCCCCCCC', 'a red car --CCCCCCCC driving');
       expect(same.status).toBe(422);
       const again = await send('DDDDDDDD', 'a red car --AAAAAAAA driving');

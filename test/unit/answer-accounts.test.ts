@@ -56,6 +56,15 @@ describe('GeminiAccount.answered', () => {
     expect(a.answered()).toBe(true);
   });
 
+  it("counts each candidate's text on its own, streamed (interleaved) as plain", () => {
+    const a = new GeminiAccount();
+    for (let i = 0; i < 3; i++) a.read({ candidates: [candidate(0, ' the'), candidate(1, 'ory')] });
+    a.read({ candidates: [candidate(0, '', 'STOP'), candidate(1, '', 'STOP')] });
+    const plain = geminiAnswerAccount({ candidates: [candidate(0, ' the the the', 'STOP'), candidate(1, 'oryoryory', 'STOP')] });
+    expect(a.output()).toEqual({ text: ' the the the', mediaBytes: 0, more: new Map([[1, 'oryoryory']]) });
+    expect(plain.output()).toEqual(a.output());
+  });
+
   it('a blocked prompt (no candidate) ends the content', () => {
     const a = new GeminiAccount();
     a.read({ promptFeedback: { blockReason: 'SAFETY' } });

@@ -4,7 +4,7 @@
  * after it. Output is every candidate's parts: text, thoughts, function calls and inline data.
  */
 import { type AnswerAccount, plainAccount } from '../../billing/answer.js';
-import { collectOutput, noOutput, type OutputCount } from '../../billing/output.js';
+import { addChoice, collectOutput, isNoOutput, noOutput, type OutputCount } from '../../billing/output.js';
 import { isCount, type Usage, usageOfParts } from '../../billing/usage.js';
 import { isObject } from '../kinds/shared.js';
 import { RunningAccount } from './account.js';
@@ -34,14 +34,23 @@ export function geminiUsage(meta: unknown): Usage | null {
  * signature into `into`, and the visible parts alone (not thoughts) into `visible`.
  */
 function candidatesOutput(candidates: unknown, into: OutputCount, visible?: OutputCount): OutputCount {
-  for (const c of Array.isArray(candidates) ? candidates : []) {
+  const list = Array.isArray(candidates) ? candidates : [];
+  for (let i = 0; i < list.length; i++) {
+    const c: unknown = list[i];
+    const index = isObject(c) && typeof c.index === 'number' && Number.isSafeInteger(c.index) ? c.index : i;
+    // Candidates (`candidateCount`) are counted apart, as chat's choices are: streamed, their
+    // parts interleave, and one candidate's words must not join another's.
+    const all = index === 0 ? into : noOutput();
+    const seen = index === 0 || !visible ? visible : noOutput();
     const parts = isObject(c) && isObject(c.content) ? c.content.parts : undefined;
     for (const part of Array.isArray(parts) ? parts : []) {
       if (!isObject(part)) continue;
       const { thoughtSignature: _signature, thought, ...output } = part;
-      collectOutput(output, into);
-      if (visible && thought !== true) collectOutput(output, visible);
+      collectOutput(output, all);
+      if (seen && thought !== true) collectOutput(output, seen);
     }
+    if (all !== into) addChoice(into, index, all);
+    if (visible && seen && seen !== visible) addChoice(visible, index, seen);
   }
   return into;
 }
@@ -53,7 +62,7 @@ function candidatesOutput(candidates: unknown, into: OutputCount, visible?: Outp
  */
 const countsNoCandidates = (meta: unknown) => isObject(meta) && meta.candidatesTokenCount === undefined;
 
-const isEmpty = (c: OutputCount) => c.text === '' && c.mediaBytes === 0;
+const isEmpty = isNoOutput;
 
 /** A plain `generateContent` answer's account. */
 export function geminiAnswerAccount(body: Record<string, unknown>): AnswerAccount {
