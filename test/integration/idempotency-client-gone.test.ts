@@ -87,6 +87,33 @@ describe.each([
     });
   }
 
+  it('a stream its client left before the upstream answered is forgotten: the retry runs', async () => {
+    up.setBehavior({
+      kind: 'custom',
+      async handle(_req, res) {
+        await sleep(500);
+        res.writeHead(200, { 'content-type': 'text/event-stream' });
+        const chunk = (delta: unknown, finish: string | null = null) =>
+          `data: ${JSON.stringify({ id: 'c', object: 'chat.completion.chunk', created: 1, model: MODEL, choices: [{ index: 0, delta, finish_reason: finish }] })}\n\n`;
+        res.write(chunk({ role: 'assistant', content: 'late' }));
+        await sleep(300);
+        if (!res.destroyed) res.end(`${chunk({}, 'stop')}data: [DONE]\n\n`);
+      },
+    });
+    const key = `gone-before-head-${Math.random()}`;
+    const calls = up.requests.length;
+    await dropAfter(200, key, { ...body, stream: true });
+    // Past the upstream's head: the stream was made for a client that had gone.
+    await sleep(1_200);
+    up.setBehavior({ kind: 'stream', chunks: ['again'] });
+    const retry = await postChat(gw.baseURL, devKey, { ...body, stream: true }, { headers: headers(key) });
+    const text = await retry.text();
+    expect(retry.status, text).toBe(200);
+    expect(retry.headers.get('idempotent-replayed')).toBeNull();
+    expect(text).toContain('again');
+    expect(up.requests.length - calls).toBe(2);
+  });
+
   it('a stream its client left mid-way is forgotten: the retry runs', async () => {
     up.setBehavior({ kind: 'stream', chunks: ['one', ' two', ' three', ' four'], delayMs: 150 });
     const key = `gone-mid-stream-${Math.random()}`;
