@@ -13,6 +13,7 @@ import { request } from 'node:http';
 import { countTokens } from 'gpt-tokenizer';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { chargesOf, loadTokenizer } from '../helpers/billing.js';
+import type { GatewayPlugin } from '../../src/index.js';
 import { ACCOUNT, MODEL, eventually, startGateway, testConfig, type RunningGateway } from '../helpers/gateway.js';
 import { AUDIO, mediaModels, speechCost } from '../helpers/media.js';
 import { startTestUpstream, type TestUpstream } from '../helpers/upstream.js';
@@ -251,18 +252,30 @@ describe('speech before its first audio, at the edges', () => {
   });
 });
 
+/**
+ * A gateway serving `test/routed-speech` from upstream "a" (the shared `up`) then "b" (a second
+ * upstream made here), each try of the call going to the next target.
+ */
+async function routedSpeech(options: { retries: number; plugins?: GatewayPlugin[] }) {
+  const b = await startTestUpstream();
+  const setup = testConfig({
+    upstreamUrl: up.url,
+    models: [{ id: 'test/routed-speech', type: 'audio', pricing: { unit: 'token', from: '0.000015', tiers: {} }, targets: [{ upstream: 'a', priority: 0 }, { upstream: 'b', priority: 1 }] }],
+  });
+  const routed = await startGateway({
+    ...setup.options,
+    upstreams: { ...setup.options.upstreams, a: { baseUrl: up.url, timeoutMs: 2_000 }, b: { baseUrl: b.url, timeoutMs: 2_000 } },
+    routing: { retries: options.retries, backoffMs: 5 },
+    ...(options.plugins ? { plugins: options.plugins } : {}),
+  });
+  const speak = (input: string) =>
+    fetch(`${routed.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test/routed-speech', input, voice: 'alloy' }) });
+  return { b, routed, speak, close: async () => { await routed.close(); await b.close(); } };
+}
+
 describe('speech whose first target fails before its first audio', () => {
   it("is served by the model's next target: the audio of the one that answered, billed once", async () => {
-    const b = await startTestUpstream();
-    const setup = testConfig({
-      upstreamUrl: up.url,
-      models: [{ id: 'test/routed-speech', type: 'audio', pricing: { unit: 'token', from: '0.000015', tiers: {} }, targets: [{ upstream: 'a', priority: 0 }, { upstream: 'b', priority: 1 }] }],
-    });
-    const routed = await startGateway({
-      ...setup.options,
-      upstreams: { ...setup.options.upstreams, a: { baseUrl: up.url, timeoutMs: 2_000 }, b: { baseUrl: b.url, timeoutMs: 2_000 } },
-      routing: { retries: 1, backoffMs: 5 },
-    });
+    const { b, routed, speak, close } = await routedSpeech({ retries: 1 });
     try {
       up.setBehavior({
         kind: 'custom',
@@ -275,7 +288,7 @@ describe('speech whose first target fails before its first audio', () => {
       });
       b.setBehavior({ kind: 'custom', handle: (_req, res) => void res.writeHead(200, { 'content-type': 'audio/mpeg' }).end(Buffer.alloc(64, 7)) });
       const input = 'Hi there.';
-      const res = await fetch(`${routed.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test/routed-speech', input, voice: 'alloy' }) });
+      const res = await speak(input);
       const audio = Buffer.from(await res.arrayBuffer());
       expect(res.status).toBe(200);
       expect(audio).toEqual(Buffer.alloc(64, 7));
@@ -285,38 +298,29 @@ describe('speech whose first target fails before its first audio', () => {
       expect(charges).toHaveLength(1);
       expect(charges[0]!.cost).toBe(speechCost(input));
     } finally {
-      await routed.close();
-      await b.close();
+      await close();
     }
   });
 });
 
 describe("a plugin's body for a media call's fallback target", () => {
   it('may not change what was priced on the own target (a longer speech input): the fallback is skipped, nothing rendered or billed', async () => {
-    const b = await startTestUpstream();
     const long = 'A much longer text that the plugin wants spoken instead, with many more tokens in it. '.repeat(20);
-    const setup = testConfig({
-      upstreamUrl: up.url,
-      models: [{ id: 'test/routed-speech', type: 'audio', pricing: { unit: 'token', from: '0.000015', tiers: {} }, targets: [{ upstream: 'a', priority: 0 }, { upstream: 'b', priority: 1 }] }],
-    });
-    const routed = await startGateway({
-      ...setup.options,
-      upstreams: { ...setup.options.upstreams, a: { baseUrl: up.url, timeoutMs: 2_000 }, b: { baseUrl: b.url, timeoutMs: 2_000 } },
-      routing: { retries: 2, backoffMs: 5 },
+    const { b, routed, speak, close } = await routedSpeech({
+      retries: 2,
       plugins: [{ name: 'rewrite-on-b', onUpstreamRequest: ({ model, body, setBody }) => void (model.upstream === 'b' && setBody({ ...body, input: long })) }],
     });
     try {
       up.setBehavior({ kind: 'error', status: 500 });
       b.setBehavior({ kind: 'custom', handle: (_req, res) => void res.writeHead(200, { 'content-type': 'audio/mpeg' }).end(Buffer.alloc(64, 1)) });
-      const res = await fetch(`${routed.baseURL}/audio/speech`, { method: 'POST', headers: { authorization: `Bearer ${setup.devKey}`, 'content-type': 'application/json' }, body: JSON.stringify({ model: 'test/routed-speech', input: 'Hi.', voice: 'alloy' }) });
+      const res = await speak('Hi.');
       await res.arrayBuffer();
       expect(res.status).toBe(502);
       expect(b.requests).toHaveLength(0);
       await eventually(async () => (await routed.stores.billing.openHolds(ACCOUNT)) === 0, 'hold released');
       expect(await chargesOf(routed.stores.billing.ledger(ACCOUNT))).toHaveLength(0);
     } finally {
-      await routed.close();
-      await b.close();
+      await close();
     }
   });
 });
