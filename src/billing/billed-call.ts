@@ -155,7 +155,9 @@ function tokensRefused(r: HoldRefusal, model: Model, hold: TokenHold): GatewayEr
   const canAfford = affordable > BigInt(Number.MAX_SAFE_INTEGER) ? Number.MAX_SAFE_INTEGER : Number(affordable);
   return insufficientQuota(
     r,
-    `This request requires more credits, or fewer max_tokens. You requested up to ${Math.ceil(hold.maxOutput / outputs)} tokens${outputs > 1 ? ` for each of ${outputs} outputs` : ''}, but can only afford ${canAfford}.${cappedBy(r)}`,
+    // OpenRouter's wording, which clients parse: with n outputs its figures are per output, as
+    // `max_tokens` is.
+    `This request requires more credits, or fewer max_tokens. You requested up to ${Math.ceil(hold.maxOutput / outputs)} tokens, but can only afford ${canAfford}.${cappedBy(r)}`,
     { affordable_max_tokens: canAfford },
   );
 }

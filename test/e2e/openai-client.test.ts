@@ -252,7 +252,7 @@ describe('402 insufficient_quota', () => {
     const many = (await rejection(() => client(poorKey).chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: 100_000 }))) as APIError;
     const perChoice = affordable / 3n;
     expect(many.message).toBe(
-      `402 This request requires more credits, or fewer max_tokens. You requested up to 100000 tokens for each of 3 outputs, but can only afford ${perChoice}.`,
+      `402 This request requires more credits, or fewer max_tokens. You requested up to 100000 tokens, but can only afford ${perChoice}.`,
     );
     expect((many.error as { metadata?: Record<string, unknown> }).metadata).toEqual({ limit_source: 'wallet', affordable_max_tokens: Number(perChoice) });
     const retried = await client(poorKey).chat.completions.create({ model: MODEL, messages, n: 3, max_tokens: Number(perChoice) });

@@ -432,7 +432,7 @@ describe('a body a plugin replaces is what is held and sent, and no more', () =>
       const refused = await postChat(gw.baseURL, setup.devKey, { model: MODEL, messages, n: 3, max_tokens: 4000 });
       const body = (await refused.json()) as { error: { message: string; metadata: { affordable_max_tokens: number } } };
       expect(refused.status).toBe(402);
-      expect(body.error.message).toContain('You requested up to 4000 tokens for each of 3 outputs');
+      expect(body.error.message).toContain(`You requested up to 4000 tokens, but can only afford ${body.error.metadata.affordable_max_tokens}.`);
       const perChoice = body.error.metadata.affordable_max_tokens;
       expect(perChoice).toBeGreaterThan(0);
       expect(perChoice * 3).toBeLessThan(5000);
