@@ -13,7 +13,7 @@ import { deleteKeysWithPrefix } from '../../bench/redis-util.js';
 
 export const MODEL = 'test/chat';
 export const IMAGE_MODEL = 'sim/image';
-export const keys = { limit: testKey(), holdsA: testKey(), holdsB: testKey(), images: testKey(), crash: testKey() };
+export const keys = { limit: testKey(), holdsA: testKey(), holdsB: testKey(), images: testKey(), crash: testKey(), empty: testKey() };
 export const messages = [{ role: 'user', content: 'hi' }];
 export const MAX_TOKENS = 500;
 
@@ -35,6 +35,7 @@ export function baseConfig(upstreamUrl: string, storage: RedisStorage, walletNan
       { id: 'acct_holds', walletUsd },
       { id: 'acct_rich', walletUsd: 100 },
       { id: 'acct_crash', walletUsd: 100 },
+      { id: 'acct_empty', walletUsd: 0 },
     ],
     keys: [
       { key: keys.limit, account: 'acct_rich' },
@@ -42,6 +43,7 @@ export function baseConfig(upstreamUrl: string, storage: RedisStorage, walletNan
       { key: keys.holdsB, account: 'acct_holds' },
       { key: keys.images, account: 'acct_rich' },
       { key: keys.crash, account: 'acct_crash' },
+      { key: keys.empty, account: 'acct_empty' },
     ],
     limits: {
       keyRequestsPerMinute: 40,
@@ -101,6 +103,11 @@ export function multiInstanceSuite(label: string, storage: () => RedisStorage, c
       const file = writeConfig(baseConfig(upstream.url, storage(), tenHolds));
       // Three instances start from one config: seeding must not credit the wallet three times.
       instances = await Promise.all([0, 1, 2].map(() => startGatewayProcess(file)));
+      // A process's first token count loads the tokenizer's tables, a synchronous stall of about
+      // half a second (more on a busy machine): a 402 from an empty wallet counts its prompt
+      // for the message. Taken here, one process at a time, so that no stall of three fresh
+      // processes at once makes the store commands in flight time out in the tests below.
+      for (const g of instances) expect((await chat(g, keys.empty)).status).toBe(402);
     }, 60_000);
 
     afterAll(async () => {
