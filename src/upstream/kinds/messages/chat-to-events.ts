@@ -9,7 +9,7 @@ import { errors } from '../../../errors.js';
 import { EventTranslator } from '../event-translator.js';
 import { ChatAccount } from '../../answers/chat.js';
 import type { StreamTranslator } from '../types.js';
-import { eventOf, isObject, type Json, messagesEvent, messagesUsageOf, stopReason, textOf } from './shared.js';
+import { eventOf, isObject, type Json, messagesEvent, messagesUsageOf, stopReason, answerText } from './shared.js';
 
 type Open = { kind: 'text' | 'thinking' | 'tool'; index: number } | null;
 
@@ -64,7 +64,7 @@ export class ChatToMessagesEvents extends EventTranslator implements StreamTrans
       const delta = isObject(choice.delta) ? choice.delta : {};
       const reasoning = delta.reasoning_content ?? delta.reasoning;
       if (typeof reasoning === 'string' && reasoning) out += this.delta('thinking', { type: 'thinking_delta', thinking: reasoning });
-      const content = textOf(delta.content);
+      const content = answerText(delta.content);
       if (content) out += this.delta('text', { type: 'text_delta', text: content });
       // A chat refusal streams in its own field; Messages says it as text, stopped as `refusal`.
       if (typeof delta.refusal === 'string' && delta.refusal) {

@@ -88,7 +88,7 @@ export const eventOf = (data: string): Json => eventData(data) as Json;
  * A chat message's or delta's text: a string, or the text of an array of parts (some
  * compatible servers send `[{type: "text", text}]`). What the client is sent is what is billed.
  */
-export function textOf(content: unknown): string {
+export function answerText(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return '';
   let text = '';

@@ -5,7 +5,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EXACT_THINKING_BUDGET } from '../shared.js';
-import { cannotCarry, isObject, type Json, messagesUsageOf, present, stopReason, textOf } from './shared.js';
+import { cannotCarry, isObject, type Json, messagesUsageOf, present, stopReason, answerText } from './shared.js';
 
 /** Messages fields a chat request carries, besides the ones translated below. */
 const PASSED = new Set(['model', 'max_tokens', 'temperature', 'top_p', 'stream']);
@@ -167,7 +167,7 @@ export function messageOf(chat: Json): Json {
   const content: Json[] = [];
   const reasoning = msg.reasoning_content ?? msg.reasoning;
   if (typeof reasoning === 'string' && reasoning) content.push({ type: 'thinking', thinking: reasoning, signature: '' });
-  const text = textOf(msg.content);
+  const text = answerText(msg.content);
   if (text) content.push({ type: 'text', text });
   // A chat refusal is its own field; Messages says it as text with the stop reason `refusal`.
   const refused = typeof msg.refusal === 'string' && msg.refusal !== '';
