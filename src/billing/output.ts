@@ -53,9 +53,13 @@ const STRUCTURAL = new Set([
   'logprobs',
   'format',
   // Random padding some providers add to stream events; and reasoning kept opaque for the
-  // next turn (its tokens are the reasoning text's, billed through usage or the summary).
+  // next turn (its tokens are the reasoning text's, billed through usage or the summary), or a
+  // signature that proves the reasoning text unchanged (Anthropic's thinking, a router's
+  // reasoning details, Gemini's parts): bytes the provider adds, not tokens the model wrote.
   'obfuscation',
   'encrypted_content',
+  'signature',
+  'thoughtSignature',
 ]);
 
 /** A run this long of base64 characters only is binary data, not text. */
@@ -131,8 +135,17 @@ export function collectOutput(value: unknown, into: OutputCount, depth = 0, key 
     for (const v of value) collectOutput(v, into, depth + 1, key);
     return;
   }
-  for (const k in value as Record<string, unknown>) {
-    if (!STRUCTURAL.has(k)) collectOutput((value as Record<string, unknown>)[k], into, depth + 1, k);
+  const fields = value as Record<string, unknown>;
+  // Encrypted reasoning (a router's `reasoning.encrypted` detail) is opaque, as
+  // `encrypted_content` is: its text's tokens are billed through usage or the summary.
+  if (fields.type === 'reasoning.encrypted') return;
+  for (const k in fields) {
+    if (STRUCTURAL.has(k)) continue;
+    // A router (OpenRouter) sends the same reasoning twice in one delta or message: as the
+    // text `reasoning` and as `reasoning_details` items. It was produced once, so it counts
+    // once: the details only when there is no reasoning text beside them.
+    if (k === 'reasoning_details' && typeof fields.reasoning === 'string' && fields.reasoning !== '') continue;
+    collectOutput(fields[k], into, depth + 1, k);
   }
 }
 

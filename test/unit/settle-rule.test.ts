@@ -120,4 +120,42 @@ describe('chat choices', () => {
     const url = `data:image/png;base64,${blob}`;
     expect(choicesOutput([{ index: 0, message: { role: 'assistant', content: url } }])).toEqual({ text: '', mediaBytes: url.length });
   });
+
+  it("a router's reasoning sent twice in one delta (text and details) counts once; signatures and encrypted reasoning are not output", () => {
+    const signature = Buffer.from(Array.from({ length: 600 }, (_, i) => (i * 31) % 256)).toString('base64');
+    const streamed = noOutput();
+    for (const t of ['Let me', ' think.']) {
+      choicesOutput([{ index: 0, delta: { role: 'assistant', content: '', reasoning: t, reasoning_details: [{ type: 'reasoning.text', text: t, format: 'anthropic-claude-v1', index: 0 }] } }], streamed);
+    }
+    choicesOutput([{ index: 0, delta: { content: '', reasoning: '', reasoning_details: [{ type: 'reasoning.text', text: '', signature, index: 0 }] } }], streamed);
+    choicesOutput([{ index: 0, delta: { content: 'Yes.' } }], streamed);
+    expect(streamed).toEqual({ text: 'Let me think.Yes.', mediaBytes: 0 });
+    const plain = choicesOutput([
+      {
+        index: 0,
+        message: {
+          role: 'assistant',
+          content: 'Yes.',
+          reasoning: 'Let me think.',
+          reasoning_details: [
+            { type: 'reasoning.text', text: 'Let me think.', signature },
+            { type: 'reasoning.encrypted', data: signature },
+          ],
+        },
+      },
+    ]);
+    expect(outputTokens(plain, (t) => tokenizer.count(t))).toBe(tokenizer.count('Yes.Let me think.'));
+    // Details alone (no reasoning text beside them) are the reasoning: counted.
+    expect(choicesOutput([{ index: 0, delta: { reasoning_details: [{ type: 'reasoning.summary', summary: 'Thought about it.' }] } }])).toEqual({
+      text: 'Thought about it.',
+      mediaBytes: 0,
+    });
+    // Anthropic's thinking block: the thinking is output, its signature is not.
+    const into = noOutput();
+    collectOutput({ type: 'thinking', thinking: 'Hmm.', signature }, into);
+    expect(into).toEqual({ text: 'Hmm.', mediaBytes: 0 });
+    // Gemini's signature beside a call or a thought.
+    collectOutput({ parts: [{ functionCall: { name: 'f', args: { a: 1 } }, thoughtSignature: signature }] }, into);
+    expect(into).toEqual({ text: 'Hmm.f{"a":1}', mediaBytes: 0 });
+  });
 });
