@@ -201,7 +201,7 @@ export const chatCompletions = textOperation({
       },
       events(served, apiKey) {
         const reader = createChatEvents({ model: served, apiKey, clientWantsUsage, choices: req.n ?? 1 });
-        const owned = asksForAudio(body) ? withAudioOwner(reader, req.n ?? 1, (ids) => void keepResponseOwner(core, '', ctx.key.accountId, ctx.requestId, ids)) : reader;
+        const owned = asksForAudio(body) ? withAudioOwner(reader, req.n ?? 1, (ids) => keepResponseOwner(core, '', ctx.key.accountId, ctx.requestId, ids)) : reader;
         return tools ? withToolCalls(owned, () => tools) : owned;
       },
       answer(answer) {
@@ -247,12 +247,15 @@ const AUDIO_KEY = Buffer.from('"audio"');
 
 /**
  * A chat stream whose answer speaks: each audio id its chunks name is recorded for the account
- * as it comes (not awaited: the id is given back in a later request). Only such a stream is
- * looked at: the frames go out as they came.
+ * as it comes, and a complete answer's last frames wait for the records (the id is given back
+ * in the next request, which may reach another instance at once). Only such a stream is looked
+ * at: the frames go out as they came.
  */
-function withAudioOwner(reader: EventReader, choices: number, keep: (ids: string[]) => void): EventReader {
+function withAudioOwner(reader: EventReader, choices: number, keep: (ids: string[]) => Promise<void>): EventReader {
   const seen = new Set<string>();
+  const records: Promise<void>[] = [];
   return overReader(reader, {
+    kept: () => Promise.all(records).then(() => {}),
     frames(frames) {
       // Each choice's audio has one id: once every choice's is seen, the rest (its base64) is not read.
       if (seen.size >= choices) return frames;
@@ -274,7 +277,7 @@ function withAudioOwner(reader: EventReader, choices: number, keep: (ids: string
             fresh.push(id);
           }
         }
-        if (fresh.length) keep(fresh);
+        if (fresh.length) records.push(keep(fresh));
       }
       return frames;
     },

@@ -18,7 +18,7 @@ import type { Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { errors, GatewayError } from '../errors.js';
 import { withoutFields } from '../http/objects.js';
-import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
+import { type EventHandler, eventReader, overReader, parseEvent } from '../upstream/stream/reader.js';
 import { type Redact, redactedDeep, upstreamKeysRedactor } from '../upstream/key-redactor.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
 import { checkItemOwner, checkResponseOwner, keepResponseOwner } from './response-owners.js';
@@ -163,7 +163,8 @@ export const createResponse = textOperation({
       },
       events(served, apiKey) {
         const watch = new StreamWatch(new ToolCallCounter(model, req.tools), owner);
-        return withToolCalls(eventReader(responseEvents(served, upstreamKeysRedactor(core.cfg), (event) => watch.event(event)), apiKey), () => watch.calls.calls());
+        const reader = eventReader(responseEvents(served, upstreamKeysRedactor(core.cfg), (event) => watch.event(event)), apiKey);
+        return withToolCalls(overReader(reader, { kept: () => watch.kept() }), () => watch.calls.calls());
       },
       answer(answer) {
         const calls = new ToolCallCounter(model, req.tools);
@@ -204,29 +205,36 @@ const itemIdsOf = (output: unknown): string[] =>
 
 /**
  * What the gateway keeps of a streamed response besides its frames: its id's owner, recorded
- * as soon as the first event names it, and its output items' as each is done (not awaited: an
- * id is used after the answer ends), and the hosted tool calls its output items report.
+ * as soon as the first event names it, and its output items' as each is done (awaited together
+ * before a complete answer's last event goes out: an id is used after the answer ends, maybe
+ * at once on another instance), and the hosted tool calls its output items report.
  */
 class StreamWatch {
   private responseId: string | null = null;
   private readonly owned = new Set<string>();
+  private readonly records: Promise<void>[] = [];
   constructor(
     readonly calls: ToolCallCounter,
     private readonly owner: (id: string, items?: readonly string[]) => Promise<void>,
   ) {}
 
+  /** The owner records made so far, settled (they never reject). */
+  kept(): Promise<void> {
+    return Promise.all(this.records).then(() => {});
+  }
+
   event(event: Record<string, unknown>): void {
     const response = event.response as Record<string, unknown> | undefined;
     if (this.responseId === null && typeof response?.id === 'string') {
       this.responseId = response.id;
-      void this.owner(response.id);
+      this.records.push(this.owner(response.id));
     }
     if (this.responseId !== null) {
       const done = event.type === 'response.output_item.done' ? itemIdsOf([event.item]) : TERMINAL.has(event.type as string) ? itemIdsOf(response?.output) : [];
       const fresh = done.filter((id) => !this.owned.has(id));
       if (fresh.length) {
         for (const id of fresh) this.owned.add(id);
-        void this.owner('', fresh);
+        this.records.push(this.owner('', fresh));
       }
     }
     if (!this.calls.active) return;

@@ -50,6 +50,12 @@ export interface EventReader {
    */
   takeUnsent?(): Uint8Array[];
   produced(): Produced;
+  /**
+   * What the gateway records of the answer as it streams (who owns the ids it names), settled:
+   * awaited once a complete answer is billed, before its last frames go out, so an id the
+   * client has at the end is usable at once, on any instance. Never rejects.
+   */
+  kept?(): Promise<void>;
 }
 
 /** How one API's parsed events are read (the generic reader's part per API). */
@@ -152,7 +158,7 @@ export function parseEvent(data: string): Record<string, unknown> {
  */
 export function overReader(
   reader: EventReader,
-  over: { frames?: (frames: Uint8Array[]) => Uint8Array[]; produced?: () => Produced; reframes?: boolean },
+  over: { frames?: (frames: Uint8Array[]) => Uint8Array[]; produced?: () => Produced; reframes?: boolean; kept?: () => Promise<void> },
 ): EventReader {
   const frames = over.frames ?? ((f: Uint8Array[]) => f);
   // The cut of a read's frames holds only while a wrapper hands them on as they came.
@@ -191,5 +197,6 @@ export function overReader(
       return unsent.length ? frames(unsent) : unsent;
     },
     produced: over.produced ?? (() => reader.produced()),
+    ...(reader.kept || over.kept ? { kept: () => Promise.all([reader.kept?.(), over.kept?.()]).then(() => {}) } : {}),
   };
 }

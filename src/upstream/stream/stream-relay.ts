@@ -109,7 +109,10 @@ export class StreamRelay {
     // An answer whose own end says it failed (Responses' response.failed) ends the stream as
     // the upstream sent it, but the request's record says it failed (an Idempotency-Key keeps no such answer).
     if ((this.billing.account ?? this.reader.produced()).failed?.()) this.ctx.observed.record.errorCode ??= 'upstream_error';
-    if (this.reader.done) await this.billing.complete?.();
+    if (this.reader.done) {
+      await this.reader.kept?.();
+      await this.billing.complete?.();
+    }
   }
 
   /** Reads the rest of a body nobody needs (ignored), so its connection can go back to the pool. */
