@@ -8,6 +8,7 @@ import { choicesOutput } from '../billing/output.js';
 import { chatFormat } from '../cache/openai-formats.js';
 import { countPromptTokens, estimatePromptTokens, type PromptInput, promptTokensBound } from '../billing/tokens.js';
 import { usageFrom } from '../billing/usage.js';
+import { GatewayError } from '../errors.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { withoutFields } from '../http/objects.js';
 import { createChatEvents } from '../upstream/stream/chat-events.js';
@@ -16,7 +17,7 @@ import type { ApiKeyRecord } from '../stores/types.js';
 import { overReader, type EventReader } from '../upstream/stream/reader.js';
 import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
 import { checkItemOwner, keepResponseOwner } from './response-owners.js';
-import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError, refuseRouterFields } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableChatInput } from './uncountable.js';
 
@@ -131,8 +132,10 @@ export const chatCompletions = textOperation({
       if (!checked.success) throw zodError(checked.error, body);
     }
     const req = body as ChatBody;
+    refuseRouterFields(body);
     const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
     checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
+    if (ctx.key.kind === 'agent') refuseMediaOutput(body);
     // An earlier answer's audio given back by id is resolved by the upstream under the
     // operator's key: only the account that was given it may (404 for any other, before the hold).
     const audioIds = audioGivenBack(req.messages);
@@ -226,6 +229,17 @@ function audioGivenBack(messages: readonly unknown[]): string[] {
     if (isObject(audio) && typeof audio.id === 'string') (ids ??= []).push(audio.id);
   }
   return ids ?? [];
+}
+
+/**
+ * Agent keys never get media, whatever the endpoint: a chat request for spoken output (`audio`,
+ * or `audio` in `modalities`) or images (`image` in `modalities`) is refused to them (403).
+ */
+function refuseMediaOutput(body: Record<string, unknown>): void {
+  const refuse = (what: string, param: string) => new GatewayError('permission_denied', `Agent keys cannot ask for ${what}: it is media.`, { param });
+  if (body.audio !== undefined && body.audio !== null) throw refuse('spoken output', 'audio');
+  const media = Array.isArray(body.modalities) ? body.modalities.find((m) => m !== 'text') : undefined;
+  if (media !== undefined) throw refuse(`the output modality ${JSON.stringify(media).slice(0, 100)}`, 'modalities');
 }
 
 /** Whether a chat body asks for spoken output (its `audio` settings, or `audio` in its modalities). */

@@ -93,6 +93,27 @@ export function pricedTier(model: Model, body: Record<string, unknown>, field: s
 }
 
 /**
+ * Refuses what a router upstream (OpenRouter) reads to serve a request with more than the one
+ * model it names: a `models` list (other models it may answer with) and `plugins` (its web
+ * search and file parsing, paid per use). The gateway resolves, holds and bills one model at
+ * its list price, so either would buy another model, or paid work, at that model's price, and
+ * take an agent key past the one model it is pinned to. Fallbacks between models are the
+ * gateway's own (a model's targets).
+ */
+export function refuseRouterFields(body: Record<string, unknown>): void {
+  if (body.models !== undefined) {
+    throw new GatewayError('invalid_request', "'models' is not supported through this gateway: name one model in 'model' (the gateway's own fallbacks route between models).", {
+      param: 'models',
+    });
+  }
+  if (body.plugins !== undefined) {
+    throw new GatewayError('unsupported_tool', "'plugins' (a router's web search and file parsing, paid per use) is not supported through this gateway, which cannot bill them.", {
+      param: 'plugins',
+    });
+  }
+}
+
+/**
  * Refuses the gateway's own context fields (`brand`, `knowledge`) on an endpoint that does not
  * use them: sent on, they would reach the upstream unread instead of being applied and removed.
  */

@@ -14,7 +14,7 @@ import { json, parseJsonObject } from '../../http/json.js';
 import { withoutFields } from '../../http/objects.js';
 import { eventReader } from '../../upstream/stream/reader.js';
 import { SERVER_TOOL, unsupportedTool } from '../hosted-tools.js';
-import { checkContextWindow, checkOutputCap, pricedTier, zodError } from '../shared.js';
+import { checkContextWindow, checkOutputCap, pricedTier, zodError, refuseRouterFields } from '../shared.js';
 import { promptHold, textOperation } from '../text.js';
 import type { Operation } from '../types.js';
 import { contextLengthHold } from '../uncountable.js';
@@ -51,6 +51,7 @@ export const createMessage = textOperation({
     const checked = messagesSchema.safeParse(body);
     if (!checked.success) throw zodError(specificError(checked.error), body);
     const req = checked.data;
+    refuseRouterFields(body);
     const listed = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
     const model = pricedTier(pricedTier(listed, body, 'service_tier'), body, 'inference_geo');
     checkOutputCap(model, { max_tokens: req.max_tokens });
