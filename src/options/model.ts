@@ -39,7 +39,18 @@ export const mediaPricingSchema = z.strictObject({
   tiers: z.record(z.string().min(1), decimalPrice).default({}),
 });
 
-const dateString = z.string().regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date "YYYY-MM-DD"');
+/**
+ * A calendar date "YYYY-MM-DD". A string of that shape that is no date ("2026-13-01") would
+ * parse to NaN, and a model retiring then would never retire; one past its month's end
+ * ("2026-02-30") would roll over into the next month: both are refused.
+ */
+const dateString = z
+  .string()
+  .regex(/^\d{4}-\d{2}-\d{2}$/, 'must be a date "YYYY-MM-DD"')
+  .refine((s) => {
+    const ms = Date.parse(`${s}T00:00:00Z`);
+    return Number.isFinite(ms) && new Date(ms).toISOString().slice(0, 10) === s;
+  }, 'must be a calendar date "YYYY-MM-DD"');
 
 export const modelSchema = z
   .strictObject({

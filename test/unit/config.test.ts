@@ -167,6 +167,15 @@ describe('names that break things', () => {
     expect(problems({ accounts: [{ id: 'a' }], documents: [doc('d'), doc('d')] })).toEqual(['documents[1].id: duplicate id "d" in account "a"']);
   });
 
+  it('a retiresAt that is no calendar date names the field (it would never retire, or retire a month late)', () => {
+    const retiring = (retiresAt: string) => ({ ...sim, models: [{ ...model('sim'), posture: 'Deprecated', retiresAt }] });
+    for (const date of ['2020-13-01', '2025-02-30', '2026-04-31', '2026-00-10']) {
+      expect(problems(retiring(date)), date).toEqual([`models[0].retiresAt: must be a calendar date "YYYY-MM-DD"; got the string "${date}"`]);
+    }
+    expect(() => parseOptions(retiring('2024-02-29'))).not.toThrow();
+    expect(problems(retiring('2026-6-1'))[0]).toMatch(/^models\[0\]\.retiresAt: must be a date "YYYY-MM-DD"/);
+  });
+
   it('a model whose upstream is a name every object has, and not a configured upstream, names the field', () => {
     for (const name of ['toString', '__proto__', 'constructor', 'hasOwnProperty', 'nope']) {
       expect(problems({ ...sim, models: [model(name)] })).toEqual([`models[0].upstream: no upstream named "${name}"`]);
