@@ -18,7 +18,7 @@ import { newJobId, type LeaseRef } from '../jobs/runner.js';
 import type { RequestContext } from '../pipeline/types.js';
 import type { Services } from '../services.js';
 import { refuseNul, takeSlot } from './media.js';
-import { refuseAgentKeys, zodError } from './shared.js';
+import { refuseAgentKeys, refuseContextFields, zodError } from './shared.js';
 import type { Operation } from './types.js';
 import { readSubmission, type Submission } from './videos/submission.js';
 
@@ -92,6 +92,7 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
       const read = await readBody(ctx, decl.multipart === true);
       let checked = decl.schema.safeParse(read.fields);
       if (!checked.success) throw zodError(checked.error, read.fields);
+      refuseContextFields(read.fields, decl.path);
       // A job's record keeps its text fields: one no store can keep is refused on every driver alike.
       if (decl.relay !== 'bytes') refuseNul(read.fields);
       const model = await core.catalog.resolve(read.fields.model, ctx.key, decl.modality, () => core.grants(ctx.key.accountId));
@@ -130,7 +131,10 @@ export function mediaOperation<R, P extends MediaPrice>(decl: MediaOperation<R, 
         if (lease) await core.jobs.drop(lease);
         throw err;
       }
-      return decl.run(core, ctx, { model, req, sub, price, call, job: jobId && lease ? { id: jobId, lease } : null, pluginsRan });
+      const res = await decl.run(core, ctx, { model, req, sub, price, call, job: jobId && lease ? { id: jobId, lease } : null, pluginsRan });
+      // A call to a Deprecated model says so, and when it retires, on every endpoint.
+      if (model.deprecationHeaders) for (const [name, value] of Object.entries(model.deprecationHeaders)) res.headers.set(name, value);
+      return res;
     },
   };
 }
