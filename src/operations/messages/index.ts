@@ -102,8 +102,11 @@ export const countMessageTokens: Operation = {
     const body = parseJsonObject(await ctx.body());
     const checked = countTokensSchema.safeParse(body);
     if (!checked.success) throw zodError(specificError(checked.error), body);
-    const model = await core.catalog.resolve(checked.data.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    const req = checked.data;
+    const model = await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId));
+    // The brand and knowledge the Messages call would put in front of `system` count, as it bills them.
+    const injected = await core.context.apply(ctx.key.accountId, req, req.messages);
     await core.tokenizer.ready;
-    return json(200, { input_tokens: countPromptTokens(core.tokenizer, messagesPrompt(model, checked.data)) });
+    return json(200, { input_tokens: countPromptTokens(core.tokenizer, messagesPrompt(model, { ...req, system: systemWith(req.system, injected) })) });
   },
 };

@@ -58,6 +58,9 @@ export const countTokensSchema = z.looseObject({
   tools: z.array(tool).optional(),
   tool_choice: toolChoice.optional(),
   thinking: thinking.optional(),
+  // The gateway's own fields: counted as the Messages call puts them in front of `system`.
+  brand: z.string().min(1).optional(),
+  knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
 });
 
 export const messagesSchema = countTokensSchema.extend({
@@ -68,8 +71,6 @@ export const messagesSchema = countTokensSchema.extend({
   top_p: z.number().min(0).max(1).optional(),
   top_k: z.int().nonnegative().optional(),
   stream: z.boolean().optional(),
-  brand: z.string().min(1).optional(),
-  knowledge: z.union([z.string().min(1), z.array(z.string().min(1)).min(1).max(10)]).optional(),
 });
 
 export type MessagesBody = z.infer<typeof messagesSchema>;
