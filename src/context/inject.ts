@@ -11,7 +11,7 @@ import { contentText } from '../billing/tokens.js';
 import { GatewayError } from '../errors.js';
 import type { GatewayConfig } from '../options.js';
 import type { BrandRecord, ContentStore, DocumentRecord, Stores } from '../stores/types.js';
-import { createKnowledgeIndex, DEFAULT_MAX_PASSAGES, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
+import { createKnowledgeIndex, formatKnowledgeMessage, type KnowledgeIndex } from './retrieval.js';
 import { shownId } from '../auth/keys.js';
 
 export interface ContextFields {
@@ -100,9 +100,9 @@ export function createContextService(
       ids = new Set(knowledge);
     }
     if (ids.size === 0 || query.trim() === '') return null;
-    // The budget covers the whole message: the preamble (~25 tokens) and each passage's source
-    // line (~10 tokens) come out of it before the passages themselves.
-    const tokenBudget = core.cfg.limits.knowledgeTokenBudget - 25 - 10 * DEFAULT_MAX_PASSAGES;
+    // The budget covers the whole message: the preamble (~25 tokens) comes out of it, and each
+    // passage counts with its source line (a long title included).
+    const tokenBudget = core.cfg.limits.knowledgeTokenBudget - 25;
     const passages = tokenBudget > 0 ? account.index.search(query, { documentIds: ids, tokenBudget }) : [];
     return passages.length ? formatKnowledgeMessage(passages) : null;
   }

@@ -24,7 +24,7 @@ import { loadTokenCounter } from '../billing/tokens.js';
  * without them); the module is Node's to cache. Should it fail to load, the UTF-8 byte
  * length stands in: never below the token count, so a passage never looks smaller than it is.
  */
-function countTokens(text: string): number {
+export function countTokens(text: string): number {
   const count = loadTokenCounter();
   return count ? count(text) : Buffer.byteLength(text, 'utf8');
 }

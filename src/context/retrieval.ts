@@ -14,7 +14,7 @@
  *    the commonest words of a long message (low IDF) are the ones dropped.
  */
 import MiniSearch, { type SearchResult } from 'minisearch';
-import { splitIntoPassagesWithTokens, type SplitOptions } from './passages.js';
+import { countTokens, splitIntoPassagesWithTokens, type SplitOptions } from './passages.js';
 
 export interface KnowledgeDocument {
   id: string;
@@ -34,7 +34,10 @@ export interface RetrievedPassage {
 export interface KnowledgeSearchOptions {
   /** Only passages of these documents are considered. Omit to search everything. */
   documentIds?: ReadonlySet<string> | string[];
-  /** Upper bound on the sum of `tokens` of the returned passages (passage text only). */
+  /**
+   * Upper bound on the tokens of the returned passages as the knowledge message carries them:
+   * each passage's text and its source line (whose title an operator may make long).
+   */
   tokenBudget: number;
   /** Default 8. */
   maxPassages?: number;
@@ -73,6 +76,8 @@ interface PassageRecord {
   title: string;
   text: string;
   tokens: number;
+  /** What the passage takes of the knowledge message: `tokens` and its source line's. */
+  cost: number;
 }
 
 /** What MiniSearch sees: fields hold pre-analysed terms joined by spaces. */
@@ -139,10 +144,12 @@ class MiniSearchIndex implements KnowledgeIndex {
     this.removeDocument(doc.id);
     const titleTerms = analyze(doc.title);
     const passageIds: number[] = [];
+    // Each passage goes out under its document's source line, and a blank line apart.
+    const lineTokens = countTokens(`${sourceLine(doc.title, doc.id)}\n`) + 1;
     for (const p of splitIntoPassagesWithTokens(doc.text, this.split)) {
       const id = this.passages.length;
       const textTerms = analyze(p.text);
-      this.passages.push({ documentId: doc.id, title: doc.title, text: p.text, tokens: p.tokens });
+      this.passages.push({ documentId: doc.id, title: doc.title, text: p.text, tokens: p.tokens, cost: p.tokens + lineTokens });
       passageIds.push(id);
       this.countTerms(new Set([...textTerms, ...titleTerms]), 1);
       this.miniSearch.add({ id, title: titleTerms.join(' '), text: textTerms.join(' ') });
@@ -205,9 +212,9 @@ class MiniSearchIndex implements KnowledgeIndex {
     for (let i = 0; i < scanned && out.length < maxPassages; i++) {
       const hit = hits[i];
       const p = hit ? this.passages[hit.id as number] : undefined;
-      if (!hit || !p || p.tokens > budget) continue; // a smaller, lower-ranked one may still fit
+      if (!hit || !p || p.cost > budget) continue; // a smaller, lower-ranked one may still fit
       out.push({ documentId: p.documentId, title: p.title, text: p.text, score: hit.score, tokens: p.tokens });
-      budget -= p.tokens;
+      budget -= p.cost;
     }
     return out;
   }
@@ -273,9 +280,14 @@ export const KNOWLEDGE_PREAMBLE =
 export function formatKnowledgeMessage(
   passages: ReadonlyArray<Pick<RetrievedPassage, 'documentId' | 'title' | 'text'>>,
 ): string {
-  const flat = (s: string): string => s.replace(/\s+/g, ' ').trim();
-  const parts = passages.map((p) => `[Source: ${flat(p.title)} (${flat(p.documentId)})]\n${p.text.trim()}`);
+  const parts = passages.map((p) => `${sourceLine(p.title, p.documentId)}\n${p.text.trim()}`);
   return [KNOWLEDGE_PREAMBLE, ...parts].join('\n\n');
+}
+
+/** A passage's source line: whitespace runs in the title and id flattened, so a title cannot forge a line. */
+function sourceLine(title: string, documentId: string): string {
+  const flat = (s: string): string => s.replace(/\s+/g, ' ').trim();
+  return `[Source: ${flat(title)} (${flat(documentId)})]`;
 }
 
 // ---------------------------------------------------------------------------

@@ -214,6 +214,20 @@ describe('createKnowledgeIndex', () => {
     expect(index.search(questions[0]?.question ?? '', { tokenBudget: 1500, maxPassages: 2 }).length).toBeLessThanOrEqual(2);
   });
 
+  it('counts each passage with its source line: the message stays within the budget however long the titles', () => {
+    const long = createKnowledgeIndex();
+    const title = (i: number) => `Kettle care guide volume ${i}: ${Array.from({ length: 60 }, (_, j) => `section${i}x${j}`).join(' ')}`.slice(0, 500);
+    for (let i = 0; i < 8; i++) {
+      long.addDocument({ id: `care-${i}`, title: title(i), text: `Descale the kettle every month with citric acid; rinse twice before boiling water again. Guide ${i}.` });
+    }
+    const preamble = countTokens(`${KNOWLEDGE_PREAMBLE}\n\n`);
+    for (const budget of [200, 400, 1500]) {
+      const res = long.search('How often should I descale the kettle with citric acid?', { tokenBudget: budget });
+      expect(res.length).toBeGreaterThan(0);
+      expect(countTokens(formatKnowledgeMessage(res)) - preamble).toBeLessThanOrEqual(budget);
+    }
+  });
+
   it('copes with a huge pasted message', () => {
     const q = questions[5]!;
     const pasted = `${docs.map((d) => d.text).join('\n\n')}\n\n${q.question}`;
