@@ -53,7 +53,7 @@ export interface FrameworkTarget {
   media: MediaUpstream;
 }
 
-export type CaseName = 'plain' | 'stream' | 'sse' | 'unauthorized' | 'throttle' | 'bodyLimit' | 'disconnect' | 'video' | 'delete';
+export type CaseName = 'plain' | 'stream' | 'sse' | 'statusLine' | 'unauthorized' | 'throttle' | 'bodyLimit' | 'disconnect' | 'video' | 'delete';
 
 type Fetch = (url: string, init?: UndiciRequestInit) => Promise<Response>;
 
@@ -136,6 +136,23 @@ export function frameworkCases(target: () => FrameworkTarget): void {
     expect(exchange.sentAt).toHaveLength(WORDS.length);
     expect(firstContentAt).toBeDefined();
     expect(firstContentAt!).toBeLessThan(exchange.sentAt.at(-1)!);
+  });
+
+  it('statusLine', "sends a stream's 200 when the upstream's arrives, not with the model's first event", async () => {
+    const { upstream } = target();
+    const before = upstream.exchanges.length;
+    const body = JSON.stringify({ model: MODEL, stream: true, messages: [{ role: 'user', content: '[late:1500] Say hello.' }] });
+    const res = await client('127.0.0.20').fetch(url('/chat/completions'), { method: 'POST', headers: auth, body });
+    const headersAt = performance.now();
+    expect(res.status).toBe(200);
+    const text = await res.text();
+    const exchange = upstream.exchanges[before]!;
+    await exchange.over;
+    // The client had the status line before the upstream wrote its first event.
+    expect(headersAt).toBeLessThan(exchange.sentAt[0]!);
+    // What went before the first event is a comment, which every SSE client skips.
+    expect(text.slice(0, text.indexOf('data: '))).toMatch(/^(: [^\n]*\n\n)*$/);
+    expect(text).toContain('data: [DONE]');
   });
 
   it('unauthorized', 'refuses a wrong key with 401 and the error envelope', async () => {

@@ -48,7 +48,10 @@ export async function startSlowUpstream(options: { intervalMs?: number } = {}): 
         finish();
         return;
       }
-      streamChunks(res, exchange, String(body.model), intervalMs, finish);
+      // A last message "[late:MS] ..." sends the 200 at once and the first event MS later (a model slow to start).
+      const messages = Array.isArray(body.messages) ? (body.messages as Array<{ content?: unknown }>) : [];
+      const late = /^\[late:(\d+)\]/.exec(String(messages.at(-1)?.content ?? ''));
+      streamChunks(res, exchange, String(body.model), intervalMs, finish, late ? Number(late[1]) : 0);
     });
   });
   server.keepAliveTimeout = 1000;
@@ -65,8 +68,9 @@ export async function startSlowUpstream(options: { intervalMs?: number } = {}): 
   };
 }
 
-function streamChunks(res: ServerResponse, exchange: Exchange, model: string, intervalMs: number, finish: () => void): void {
+function streamChunks(res: ServerResponse, exchange: Exchange, model: string, intervalMs: number, finish: () => void, firstAfterMs: number): void {
   res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+  if (firstAfterMs > 0) res.flushHeaders();
   const base = { id: 'chatcmpl-slow', object: 'chat.completion.chunk', created: 1, model };
   let i = 0;
   let timer: NodeJS.Timeout | undefined;
@@ -92,7 +96,8 @@ function streamChunks(res: ServerResponse, exchange: Exchange, model: string, in
     res.end('data: [DONE]\n\n');
     finish();
   };
-  tick();
+  if (firstAfterMs > 0) timer = setTimeout(tick, firstAfterMs);
+  else tick();
 }
 
 function completion(model: unknown) {

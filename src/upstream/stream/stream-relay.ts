@@ -181,6 +181,18 @@ export class StreamRelay {
       else sink.close();
       return;
     }
+    // The upstream's status line came, but no event the client can have yet: a comment (every
+    // SSE client skips it) makes every transport send the 200 now, not with the first event,
+    // which a model may take seconds to write (a client timing its headers would give up,
+    // still owing the prompt).
+    const ready = this.ahead !== null || this.carriedError !== null || (this.carried !== null && this.carried.length > 0 && !this.holding());
+    if (!ready) {
+      try {
+        sink.push(KEEP_ALIVE);
+      } catch {
+        // The client is gone: the first pull ends the relay.
+      }
+    }
     const core = this.core;
     this.keepAlive = setTimeout(
       function tick(this: void, relay: StreamRelay) {
