@@ -15,7 +15,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import type { Gateway } from '../src/gateway.js';
-import { sendResponse, serverContextOf, toFetchRequest, trackWrite, type NodeRequest } from './internal/node.js';
+import { handOver, sendResponse, serverContextOf, toFetchRequest, trackWrite, type NodeRequest } from './internal/node.js';
 
 /** The parts of an Express request the middleware reads (Express 4 and 5 both fit). */
 export interface ExpressRequestLike extends NodeRequest {
@@ -38,7 +38,7 @@ export function toExpress(gateway: Gateway): ExpressMiddleware {
     }
     trackWrite(gateway, res);
     Promise.resolve(gateway.fetch(request, serverContextOf(req, path)))
-      .then((response) => sendResponse(req, res, response))
+      .then((response) => (handOver(res, response) ? sendResponse(req, res, response) : undefined))
       .catch(next);
   };
 }

@@ -15,7 +15,7 @@
  */
 import type { FastifyPluginCallback } from 'fastify';
 import type { Gateway } from '../src/gateway.js';
-import { serverContextOf, toFetchRequest, trackWrite } from './internal/node.js';
+import { handOver, serverContextOf, toFetchRequest, trackWrite } from './internal/node.js';
 
 export function toFastify(gateway: Gateway): FastifyPluginCallback {
   return (fastify, _options, done) => {
@@ -28,6 +28,8 @@ export function toFastify(gateway: Gateway): FastifyPluginCallback {
       const fetchRequest = toFetchRequest(request.raw, reply.raw, path);
       trackWrite(gateway, reply.raw);
       return Promise.resolve(gateway.fetch(fetchRequest, serverContextOf(request.raw, path))).then((response) => {
+        // A hook of the host app answered first (a timeout): this answer goes nowhere.
+        if (!handOver(reply.raw, response)) return reply;
         // An answer given before the body was read (401, 413, 429): the rest of the body is
         // never read, so the connection cannot carry another request. Closed after this
         // answer, as Fastify's own 413 does; else the next request on it waits unanswered.

@@ -25,16 +25,22 @@ export function trackWrite(gateway: object, res: ServerResponse): void {
   void done.then(() => writes.delete(done));
 }
 
+/** Set on a response once the gateway's answer was handed to it (see handOver). */
+const HANDED_OVER = Symbol('model-gateway.handedOver');
+
 /**
  * A fetch Request for `req` with `path` (path and query, mount prefix already removed).
  * `body` replaces the stream when a body parser consumed it first. The signal aborts when
- * the connection closes before the answer is finished: that is how a disconnect reaches
- * the gateway (it stops the upstream call and bills what was produced).
+ * the response closes before the gateway's answer was written through it: the client went
+ * away, or the host app answered first (a timeout middleware's 503). Either way nobody gets
+ * this call's answer: the gateway stops the upstream call and bills only what was produced.
  */
 export function toFetchRequest(req: NodeRequest, res: ServerResponse, path: string, body?: Uint8Array | string): Request {
   const controller = new AbortController();
   res.once('close', () => {
-    if (!res.writableFinished) controller.abort(new Error('The client disconnected.'));
+    if (!res.writableFinished || !(res as unknown as Record<symbol, unknown>)[HANDED_OVER]) {
+      controller.abort(new Error(res.writableFinished ? 'The host app answered the request first.' : 'The client disconnected.'));
+    }
   });
   const headers = new Headers();
   for (const [name, value] of Object.entries(req.headers)) {
@@ -76,6 +82,20 @@ function originOf(req: NodeRequest): string {
   } catch {
     return `${scheme}://localhost`;
   }
+}
+
+/**
+ * Takes the gateway's answer for `res`: false when the host app answered the request first
+ * (its headers are out), and the answer's body is then cancelled, so a stream's relay ends
+ * and bills what was produced, never held open for a client that will not get it.
+ */
+export function handOver(res: ServerResponse, response: Response): boolean {
+  if (res.headersSent || res.writableEnded) {
+    void response.body?.cancel().catch(() => undefined);
+    return false;
+  }
+  (res as unknown as Record<symbol, unknown>)[HANDED_OVER] = true;
+  return true;
 }
 
 /**

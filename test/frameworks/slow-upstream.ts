@@ -37,10 +37,24 @@ export async function startSlowUpstream(options: { intervalMs?: number } = {}): 
       res.writeHead(404, { 'content-type': 'application/json' }).end('{"error":{"message":"not found"}}');
       return;
     }
-    void readJson(req).then((body) => {
+    void readJson(req).then(async (body) => {
       let finish!: () => void;
       const exchange: Exchange = { stream: body.stream === true, sentAt: [], closedEarly: false, over: new Promise((r) => (finish = r)) };
       exchanges.push(exchange);
+      const messages = Array.isArray(body.messages) ? (body.messages as Array<{ content?: unknown }>) : [];
+      const last = String(messages.at(-1)?.content ?? '');
+      // "[wait:MS] ...": no answer at all for MS (a model slow to start); a caller gone meanwhile is seen.
+      const wait = /^\[wait:(\d+)\]/.exec(last);
+      if (wait) {
+        res.once('close', () => {
+          if (!res.headersSent) {
+            exchange.closedEarly = true;
+            finish();
+          }
+        });
+        await new Promise((r) => setTimeout(r, Number(wait[1])));
+        if (exchange.closedEarly) return;
+      }
       if (!exchange.stream) {
         res.writeHead(200, { 'content-type': 'application/json' });
         res.end(JSON.stringify(completion(body.model)));
@@ -48,9 +62,8 @@ export async function startSlowUpstream(options: { intervalMs?: number } = {}): 
         finish();
         return;
       }
-      // A last message "[late:MS] ..." sends the 200 at once and the first event MS later (a model slow to start).
-      const messages = Array.isArray(body.messages) ? (body.messages as Array<{ content?: unknown }>) : [];
-      const late = /^\[late:(\d+)\]/.exec(String(messages.at(-1)?.content ?? ''));
+      // "[late:MS] ...": the 200 at once and the first event MS later.
+      const late = /^\[late:(\d+)\]/.exec(last);
       streamChunks(res, exchange, String(body.model), intervalMs, finish, late ? Number(late[1]) : 0);
     });
   });
