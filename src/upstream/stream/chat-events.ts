@@ -16,7 +16,7 @@ import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
-import { MAY_CARRY, marksFor, USAGE_KEY } from './chat-marks.js';
+import { hasEscapedKey, MAY_CARRY, marksFor, USAGE_KEY } from './chat-marks.js';
 
 const encoder = new TextEncoder();
 /** What `onEvent` returns for an event that goes out exactly as it came. */
@@ -204,7 +204,7 @@ class ChatEventReader implements EventReader {
     // Fast path: a JSON object that carries no usage and no error goes out as it came (under
     // an alias, its model renamed in its text), unparsed; its text is counted later only if
     // usage never arrives.
-    if (data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data)) {
+    if (data.charCodeAt(0) === 123 && data.charCodeAt(data.length - 1) === 125 && !MAY_CARRY.test(data) && !hasEscapedKey(data)) {
       const renamed = this.renames ? this.renamedText(data) : data;
       if (renamed !== undefined) {
         this.output.defer(data);
@@ -231,8 +231,10 @@ class ChatEventReader implements EventReader {
     // Like plain answers: the client sees the model it called, not the upstream's name for it.
     const { id, upstreamModel } = this.model;
     if (upstreamModel !== id && typeof chunk.model === 'string' && chunk.model !== id) {
-      // In the event's own bytes when it came canonical and unredacted; else re-serialised.
-      const splice = buf && data === raw ? this.renamed(buf, start, end) : undefined;
+      // In the event's own bytes when it came canonical and unredacted; else re-serialised (also
+      // when a key is written with an escape: a second `model` may hide there, which the parse
+      // read last and a splice of the first would leave in).
+      const splice = buf && data === raw && !hasEscapedKey(data) ? this.renamed(buf, start, end) : undefined;
       if (splice && splice !== 'verbatim') return splice as Splice;
       return frameEvent(JSON.stringify({ ...chunk, model: id }));
     }

@@ -75,12 +75,15 @@ const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
  * `lastIndex` before each `exec` and never yields between them. Weak, so a caller that builds
  * a new array each time only gets a new expression each time.
  */
-const searches = new WeakMap<readonly Buffer[], RegExp | null>();
+const searches = new WeakMap<readonly Mark[], RegExp | null>();
 
-function markSearchFor(marks: readonly Buffer[]): RegExp | null {
+/** A byte string to find as it is, or a pattern over the bytes read as latin1. */
+export type Mark = Buffer | RegExp;
+
+function markSearchFor(marks: readonly Mark[]): RegExp | null {
   let search = searches.get(marks);
   if (search === undefined) {
-    const texts = marks.filter((m) => m.length > 0).map((m) => literal(m.toString('latin1')));
+    const texts = marks.map((m) => (m instanceof RegExp ? m.source : m.length > 0 ? literal(m.toString('latin1')) : '')).filter((t) => t !== '');
     search = texts.length ? new RegExp(texts.join('|'), 'g') : null;
     searches.set(marks, search);
   }
@@ -110,7 +113,7 @@ export class SseFastPath {
    * look; `onEvent` is told whether its event holds one. They are searched once per chunk and
    * again only past each match, not once per event: a read holds a score of events.
    */
-  constructor(marks: readonly Buffer[] = []) {
+  constructor(marks: readonly Mark[] = []) {
     this.markSearch = markSearchFor(marks);
   }
 

@@ -13,6 +13,7 @@
  * It reads bytes or a JS string alike: every character it looks at is ASCII, and UTF-8 never
  * has an ASCII byte inside a multi-byte character.
  */
+import { hasEscapedKey } from './chat-marks.js';
 
 /** What a scan found; a position is -1 where the field is absent. Reused: a scan resets it. */
 export class TopFields {
@@ -253,10 +254,11 @@ const scratch = new TopFields();
 
 /**
  * `text` (one JSON object) with its top-level `model` string replaced by `name`, in place; null
- * when the scan is unsure or finds no model string (the caller then re-serialises its parse).
+ * when the scan is unsure, a key is written with an escape, or it finds no model string (the caller then re-serialises its parse).
  */
 export function withModel(text: string, name: string): string | null {
-  if (!scratch.scan(text, 0, text.length, true)) return null;
+  // A key written with an escape may be a second `model`, which JSON reads last: re-serialise.
+  if (hasEscapedKey(text) || !scratch.scan(text, 0, text.length, true)) return null;
   const token = modelToken(name);
   if (renameNeeded(text, scratch, token) !== 'yes') return null;
   return text.slice(0, scratch.modelFrom) + token.text + text.slice(scratch.modelTo);
