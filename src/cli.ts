@@ -253,7 +253,12 @@ async function admin(argv: string[]): Promise<void> {
   const configFile = need(values.config, 'config');
   // Flags are checked before anything connects to the storage.
   const flags = checkFlags(command, values);
-  const { gateway, stores } = await open(configFile, true);
+  const { gateway, stores } = await open(configFile, true, undefined, (path) => {
+    const where = `A relative storage path is taken from the folder the command runs in (${process.cwd()}): run it where the server runs, or give the config an absolute path.`;
+    // A report (audit, ledger, batches) on an empty database made for it would say the books are fine.
+    if (alone) throw new UsageError(`no SQLite database at ${path}. ${where}`);
+    process.stderr.write(`note: no SQLite database at ${path} yet: creating it (with the config's seeded accounts and keys). ${where}\n`);
+  });
   try {
     if (!alone && !READ_ONLY.has(command) && gateway.config.storage.driver === 'memory') {
       process.stderr.write('note: storage is "memory"; this change lives only in this process. Use sqlite, postgres or redis storage.\n');

@@ -4,6 +4,7 @@
  * storage.
  */
 import { createHash } from 'node:crypto';
+import { existsSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { createGateway, type Gateway, type GatewayOptions } from '../gateway.js';
 import { silentLogger } from '../observability/log.js';
@@ -144,9 +145,24 @@ function journalDirs(config: GatewayOptions): { dir: string | null | undefined; 
   };
 }
 
-export async function open(configFile: string, quiet: boolean, storeDown?: StoreDown): Promise<{ gateway: Gateway; stores: Stores }> {
+/**
+ * `newDatabase`: called with the absolute path when the config's SQLite database does not
+ * exist yet (opening creates it), before anything is opened. A relative path is taken from the
+ * folder the command runs in, so a command run elsewhere than the server would write a new,
+ * empty database of its own: the caller says so, or refuses.
+ */
+export async function open(
+  configFile: string,
+  quiet: boolean,
+  storeDown?: StoreDown,
+  newDatabase?: (path: string) => void,
+): Promise<{ gateway: Gateway; stores: Stores }> {
   const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
+  if (newDatabase) {
+    const { storage } = parseOptions(config);
+    if (storage.driver === 'sqlite' && storage.path !== ':memory:' && !existsSync(resolve(storage.path))) newDatabase(resolve(storage.path));
+  }
   // A store down at start (serve only): the gateway seeds once it answers, and serves 503s
   // until then, so opening does not wait for that.
   let down = false;
@@ -178,7 +194,8 @@ export async function open(configFile: string, quiet: boolean, storeDown?: Store
 
 /** Where the books are, for the start-up line. */
 export function describeStorage(storage: Gateway['config']['storage']): string {
-  if (storage.driver === 'sqlite') return `sqlite at ${storage.path}${storage.limits ? ', limits on redis' : ''}`;
+  // The absolute path: a relative one is taken from the folder the server runs in.
+  if (storage.driver === 'sqlite') return `sqlite at ${storage.path === ':memory:' ? storage.path : resolve(storage.path)}${storage.limits ? ', limits on redis' : ''}`;
   if (storage.driver === 'postgres') return `postgres schema ${storage.schema}${storage.limits ? ', limits on redis' : ''}`;
   return storage.driver;
 }

@@ -9,7 +9,7 @@ import { randomBytes } from 'node:crypto';
 import { rm } from 'node:fs/promises';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
-import { mkdtempSync } from 'node:fs';
+import { existsSync, mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import Database from 'better-sqlite3';
 import { build } from 'esbuild';
@@ -216,6 +216,28 @@ describe('from a clone, without a build', () => {
       await rm(dir, { recursive: true, force: true });
     }
   }, 120_000);
+});
+
+describe('a SQLite path that names no database yet', () => {
+  it('a report (audit, ledger, batches) refuses, naming the absolute path and the folder it was taken from; another command says it creates one', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'mg-cli-fresh-'));
+    const path = join(dir, 'nowhere', 'books.db');
+    const config = writeConfig({ storage: { driver: 'sqlite', path } });
+    try {
+      for (const args of [['audit'], ['ledger', '--account', 'acme'], ['batches', 'list', '--account', 'acme']]) {
+        const refused = await cli(...args, '--config', config);
+        expectClearError(refused, new RegExp(`no SQLite database at ${path.replaceAll('/', '\\/')}\\. A relative storage path is taken from the folder the command runs in \\(${ROOT.replaceAll('/', '\\/')}\\)`));
+        expect(existsSync(path), args.join(' ')).toBe(false);
+      }
+      const created = await cli('accounts', 'create', '--config', config, '--id', 'acme', '--wallet', '1');
+      expect(created.code, created.stderr).toBe(0);
+      expect(created.stderr).toContain(`note: no SQLite database at ${path} yet: creating it (with the config's seeded accounts and keys).`);
+      const again = await cli('audit', '--config', config);
+      expect([again.code, again.stderr]).toEqual([0, '']);
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
+  });
 });
 
 describe('audit', () => {

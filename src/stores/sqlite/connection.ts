@@ -63,7 +63,7 @@ export function openDatabase({ path, synchronous, busyTimeoutMs }: OpenOptions):
     if (!memory) mkdirSync(dirname(resolve(path)), { recursive: true });
     db = new Driver(path, { timeout: busyTimeoutMs });
   } catch (err) {
-    throw new SqliteStoreError(`cannot open SQLite database ${path}: ${(err as Error).message}`, { cause: err });
+    throw new SqliteStoreError(`cannot open SQLite database ${path}: ${(err as Error).message}${permissionHint(err, path)}`, { cause: err });
   }
   try {
     // WAL: readers never block the writer, and a commit is one append to the log. With
@@ -76,9 +76,19 @@ export function openDatabase({ path, synchronous, busyTimeoutMs }: OpenOptions):
     migrate(db);
   } catch (err) {
     db.close();
-    throw err instanceof SqliteStoreError ? err : new SqliteStoreError(`cannot prepare SQLite database ${path}: ${(err as Error).message}`, { cause: err });
+    throw err instanceof SqliteStoreError ? err : new SqliteStoreError(`cannot prepare SQLite database ${path}: ${(err as Error).message}${permissionHint(err, path)}`, { cause: err });
   }
   return db;
+}
+
+/**
+ * What to check when the file cannot be written or opened: usually who owns it (a command run
+ * as another user, root, created the file or its folder), not a storage outage.
+ */
+function permissionHint(err: unknown, path: string): string {
+  const code = String((err as { code?: unknown }).code ?? '');
+  if (!/^(SQLITE_READONLY|SQLITE_CANTOPEN|SQLITE_PERM|EACCES|EPERM)/.test(code)) return '';
+  return ` (check that the user running the gateway may write ${resolve(path)}, its -wal and -shm files and their folder: a command run as another user, such as root, may have created them)`;
 }
 
 function migrate(db: Database): void {
