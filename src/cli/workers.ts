@@ -17,6 +17,8 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
+import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
+import { CLUSTER_METRICS } from '../observability/metrics.js';
 import { parseOptions } from '../options.js';
 import { loadConfigFile } from './config-file.js';
 
@@ -64,6 +66,10 @@ export async function checkShareable(configFile: string, workers: number): Promi
   }
 }
 
+/** The primary's gatherer of its workers' metrics (made on the first scrape). */
+let gatherer: AggregatorRegistry<PrometheusContentType> | undefined;
+const aggregator = (): AggregatorRegistry<PrometheusContentType> => (gatherer ??= new AggregatorRegistry());
+
 /** The first wait before replacing a worker that failed; it doubles while they keep failing. */
 const RESTART_FIRST_MS = 250;
 const RESTART_CAP_MS = 10_000;
@@ -95,7 +101,21 @@ export function superviseWorkers(count: number): Promise<number> {
       const worker = cluster.fork();
       startedAt.set(worker, Date.now());
       live.add(worker);
-      worker.on('message', (m: { kind?: unknown; text?: unknown } | null) => {
+      worker.on('message', (m: { kind?: unknown; text?: unknown; id?: unknown } | null) => {
+        if (m?.kind === CLUSTER_METRICS && typeof m.id === 'number') {
+          // A scrape reached this worker: it answers every worker's metrics, summed here.
+          const id = m.id;
+          void aggregator()
+            .clusterMetrics()
+            .then(
+              (text) => text,
+              () => null,
+            )
+            .then((text) => {
+              if (worker.isConnected()) worker.send({ kind: CLUSTER_METRICS, id, text });
+            });
+          return;
+        }
         if (m?.kind !== LISTENING || typeof m.text !== 'string' || listened.has(worker)) return;
         listened.add(worker);
         if (ready === count) return; // a replacement: the start-up line was printed already

@@ -5,7 +5,8 @@
  * money here are for dashboards only: USD as floating-point sums, never read back as money.
  */
 import { timingSafeEqual, createHash } from 'node:crypto';
-import { Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
+import cluster from 'node:cluster';
+import { AggregatorRegistry, Counter, Gauge, Registry, collectDefaultMetrics } from 'prom-client';
 import type { CacheTally } from '../cache/cache.js';
 import { usdNumber } from '../billing/money.js';
 import { GatewayError } from '../errors.js';
@@ -50,8 +51,55 @@ const statusText = (status: number): string => {
 };
 const STORE = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1];
 
+/** A worker's ask to the primary for every worker's metrics, and its answer (serve --workers). */
+export const CLUSTER_METRICS = 'model-gateway:metrics';
+
+/** This worker process's registries, which the primary gathers (prom-client's cluster protocol). */
+const workerRegistries: Registry[] = [];
+let asked = 0;
+const answers = new Map<number, (text: string | null) => void>();
+
+/** Under `serve --workers`: `registry` is gathered with this worker's others when any worker is scraped. */
+function joinCluster(registry: Registry): void {
+  if (!cluster.isWorker || !process.send) return;
+  if (workerRegistries.length === 0) {
+    // Answers the primary's requests for this process's metrics.
+    new AggregatorRegistry();
+    process.on('message', (m: { kind?: unknown; id?: unknown; text?: unknown } | null) => {
+      if (m?.kind !== CLUSTER_METRICS || typeof m.id !== 'number') return;
+      answers.get(m.id)?.(typeof m.text === 'string' ? m.text : null);
+      answers.delete(m.id);
+    });
+  }
+  workerRegistries.push(registry);
+  AggregatorRegistry.setRegistries(workerRegistries);
+}
+
+/**
+ * Under `serve --workers`, a scrape reaches one worker of several on one port: it answers
+ * every worker's metrics, summed by the primary (counters, histograms, gauges; prom-client's
+ * own rule per process metric), so counters never jump between processes. Null outside a
+ * worker, or when the primary does not answer in time (the worker then answers its own).
+ */
+function clusterMetrics(): Promise<string | null> | null {
+  if (!cluster.isWorker || !process.send || workerRegistries.length === 0) return null;
+  const id = ++asked;
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => {
+      answers.delete(id);
+      resolve(null);
+    }, 6_000);
+    answers.set(id, (text) => {
+      clearTimeout(timer);
+      resolve(text);
+    });
+    process.send!({ kind: CLUSTER_METRICS, id });
+  });
+}
+
 export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metrics {
   const registry = new Registry();
+  joinCluster(registry);
   // Process metrics, event-loop lag among them.
   collectDefaultMetrics({ register: registry, prefix: 'model_gateway_' });
   // The request path's counters and histograms (see hot-metrics.ts: no per-update label hashing).
@@ -125,7 +173,8 @@ export function createMetrics(options: MetricsOptions, deps: MetricsDeps): Metri
           throw new GatewayError('invalid_api_key', 'The metrics endpoint needs its bearer token.');
         }
       }
-      return new Response(await registry.metrics(), {
+      const text = (await clusterMetrics()) ?? (await registry.metrics());
+      return new Response(text, {
         status: 200,
         headers: { 'content-type': registry.contentType, 'x-request-id': requestId, 'cache-control': 'no-store' },
       });

@@ -38,7 +38,19 @@ function config(storage: Record<string, unknown>, journal: string, key: string) 
     storage,
     settleJournalDir: journal,
     shutdownGraceMs: 20_000,
+    metrics: { path: '/metrics' },
   };
+}
+
+/** The answered calls a scrape of `/metrics` counts (every 2xx of every route), on a connection of its own. */
+async function answeredCalls(baseURL: string): Promise<number> {
+  const res = await fetch(`${baseURL.replace(/\/v1$/, '')}/metrics`, { headers: { connection: 'close' } });
+  expect(res.status).toBe(200);
+  let n = 0;
+  for (const line of (await res.text()).split('\n')) {
+    if (line.startsWith('model_gateway_requests_total{') && /status="2\d\d"/.test(line) && line.includes(`model="${MODEL}"`)) n += Number(line.split(' ').at(-1));
+  }
+  return n;
 }
 
 const call = (baseURL: string, key: string, stream: boolean, i: number) =>
@@ -80,6 +92,10 @@ async function twoWorkers(storage: Record<string, unknown>): Promise<void> {
       expect(a.status).toBe(200);
       expect((await a.text()).trimEnd().endsWith('data: [DONE]')).toBe(true);
     }
+
+    // A scrape reaches one worker, and answers for both: every scrape counts all 12 calls.
+    await eventually(async () => (await answeredCalls(gw.baseURL)) === 12, 'the 12 calls counted');
+    for (let i = 0; i < 6; i++) expect(await answeredCalls(gw.baseURL)).toBe(12);
 
     // A stream in flight when SIGTERM comes is finished, not cut.
     up.setBehavior({ kind: 'stream', chunks: Array.from({ length: 8 }, (_, i) => `c${i} `), delayMs: 150 });
