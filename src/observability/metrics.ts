@@ -187,6 +187,8 @@ function registerGauges(registry: Registry, deps: MetricsDeps): void {
   new Gauge({
     name: 'model_gateway_circuit_open',
     help: 'Whether an upstream circuit is open (1) or closed (0).',
+    // Under --workers each worker keeps its own circuits: open when any worker's is (not their count).
+    aggregator: 'max',
     labelNames: ['upstream'],
     registers: [registry],
     collect() {
