@@ -184,14 +184,19 @@ export class StreamRelay {
     // The upstream's status line came, but no event the client can have yet: a comment (every
     // SSE client skips it) makes every transport send the 200 now, not with the first event,
     // which a model may take seconds to write (a client timing its headers would give up,
-    // still owing the prompt).
+    // still owing the prompt). It goes on the next turn, when the response is being written
+    // (node:http's direct path takes the sink over only while nothing is buffered in it), and
+    // only if nothing went out meanwhile.
     const ready = this.ahead !== null || this.carriedError !== null || (this.carried !== null && this.carried.length > 0 && !this.holding());
     if (!ready) {
-      try {
-        sink.push(KEEP_ALIVE);
-      } catch {
-        // The client is gone: the first pull ends the relay.
-      }
+      setImmediate(() => {
+        if (this.ended || this.ctx.observed.record.ttfbMs !== null) return;
+        try {
+          sink.push(KEEP_ALIVE);
+        } catch {
+          // The client is gone: the next pull ends the relay.
+        }
+      });
     }
     const core = this.core;
     this.keepAlive = setTimeout(
