@@ -18,7 +18,7 @@
 import cluster, { type Worker } from 'node:cluster';
 import { availableParallelism } from 'node:os';
 import { AggregatorRegistry, type PrometheusContentType } from 'prom-client';
-import { CLUSTER_METRICS } from '../observability/metrics.js';
+import { CLUSTER_METRICS, GATEWAY_WORKER_ENV } from '../observability/metrics.js';
 import { parseOptions } from '../options.js';
 import { loadConfigFile } from './config-file.js';
 
@@ -98,7 +98,7 @@ export function superviseWorkers(count: number): Promise<number> {
     };
     const fork = (): void => {
       if (stopping) return;
-      const worker = cluster.fork();
+      const worker = cluster.fork({ [GATEWAY_WORKER_ENV]: '1' });
       startedAt.set(worker, Date.now());
       live.add(worker);
       worker.on('message', (m: { kind?: unknown; text?: unknown; id?: unknown } | null) => {

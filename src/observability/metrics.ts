@@ -53,6 +53,13 @@ const STORE = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
 
 /** A worker's ask to the primary for every worker's metrics, and its answer (serve --workers). */
 export const CLUSTER_METRICS = 'model-gateway:metrics';
+/**
+ * Set in the environment of the workers `serve --workers` forks. Only they gather: an app that
+ * runs its own cluster (PM2, its own primary) keeps per-process metrics and prom-client's
+ * registries as it set them, and a scrape never waits on a primary that does not answer.
+ */
+export const GATEWAY_WORKER_ENV = 'MODEL_GATEWAY_WORKER';
+const gatewayWorker = (): boolean => cluster.isWorker && process.env[GATEWAY_WORKER_ENV] === '1' && typeof process.send === 'function';
 
 /** This worker process's registries, which the primary gathers (prom-client's cluster protocol). */
 const workerRegistries: Registry[] = [];
@@ -61,7 +68,7 @@ const answers = new Map<number, (text: string | null) => void>();
 
 /** Under `serve --workers`: `registry` is gathered with this worker's others when any worker is scraped. */
 function joinCluster(registry: Registry): void {
-  if (!cluster.isWorker || !process.send) return;
+  if (!gatewayWorker()) return;
   if (workerRegistries.length === 0) {
     // Answers the primary's requests for this process's metrics.
     new AggregatorRegistry();
@@ -82,7 +89,7 @@ function joinCluster(registry: Registry): void {
  * worker, or when the primary does not answer in time (the worker then answers its own).
  */
 function clusterMetrics(): Promise<string | null> | null {
-  if (!cluster.isWorker || !process.send || workerRegistries.length === 0) return null;
+  if (!gatewayWorker() || workerRegistries.length === 0) return null;
   const id = ++asked;
   return new Promise((resolve) => {
     const timer = setTimeout(() => {
