@@ -16,7 +16,7 @@ import { createStreamOutput, type StreamOutput } from './chat-output.js';
 import { type EventReader, parseEvent, type Produced } from './reader.js';
 import { DONE_EVENT, encodeEvent, frameEvent, SseParser } from './sse.js';
 import { usageFrom } from '../../billing/usage.js';
-import { hasEscapedKey, MAY_CARRY, marksFor, USAGE_KEY } from './chat-marks.js';
+import { hasEscapedKey, MAY_CARRY, marksFor, needsLook, USAGE_KEY } from './chat-marks.js';
 
 const encoder = new TextEncoder();
 /** What `onEvent` returns for an event that goes out exactly as it came. */
@@ -106,7 +106,7 @@ class ChatEventReader implements EventReader {
     // `marked`: the event holds usage, an error, a finish or the key.
     this.onEventBytes = (buf, start, end, marked) => {
       const object = buf[start] === 123 && buf[end - 1] === 125;
-      if (object && !marked) {
+      if (object && (!marked || !needsLook(apiKey, buf, start, end))) {
         // Under an alias, the upstream's own name is replaced in the event's bytes: the rest of
         // the event goes out as it came, unparsed. A scan that is unsure leaves it to the parse.
         const verdict = this.renames ? this.renamed(buf, start, end) : 'verbatim';
