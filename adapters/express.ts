@@ -27,6 +27,9 @@ export type ExpressMiddleware = (req: ExpressRequestLike, res: ServerResponse, n
 
 export function toExpress(gateway: Gateway): ExpressMiddleware {
   return (req, res, next) => {
+    // The host app answered already (a timeout middleware that calls next() after its 503):
+    // nobody would get this call's answer, so it is never made.
+    if (res.headersSent || res.writableEnded) return;
     let request: Request;
     // Express removed the mount prefix from req.url and left the rest as the client sent it.
     const path = req.url ?? '/';

@@ -23,6 +23,8 @@ export function toFastify(gateway: Gateway): FastifyPluginCallback {
     fastify.addContentTypeParser('*', (_request, _payload, parsed) => parsed(null));
     const prefix = fastify.prefix;
     fastify.all('/*', (request, reply) => {
+      // A hook of the host app answered already: nobody would get this call's answer.
+      if (reply.sent || reply.raw.headersSent || reply.raw.writableEnded) return reply;
       const url = request.raw.url ?? '/';
       const path = url.startsWith(prefix) ? url.slice(prefix.length) : url;
       const fetchRequest = toFetchRequest(request.raw, reply.raw, path);

@@ -108,3 +108,49 @@ describe.each([
     });
   }
 });
+
+describe('express: the host answered before the gateway middleware ran', () => {
+  let upstream: SlowUpstream;
+  let gateway: Gateway;
+  let server: Server;
+  let baseURL: string;
+
+  beforeAll(async () => {
+    upstream = await startSlowUpstream();
+    gateway = createGateway({ ...frameworkConfig(upstream.url), logger: quiet });
+    await gateway.ready;
+    const app = express();
+    app.use(express.json());
+    // connect-timeout's known case: the deadline answers 503, and a slow body parser then calls next().
+    app.use((_req, res, next) => {
+      res.status(503).json({ error: { message: 'The host timed out.' } });
+      setTimeout(next, 50);
+    });
+    app.use('/api/ai', toExpress(gateway));
+    server = await new Promise<Server>((resolve) => {
+      const s = app.listen(0, '127.0.0.1', () => resolve(s));
+    });
+    baseURL = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/ai/v1`;
+  });
+
+  afterAll(async () => {
+    server.closeAllConnections();
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await gateway.dispose();
+    await upstream.close();
+  });
+
+  it('the call is never made: no upstream call, nothing held or charged', async () => {
+    const before = await gateway.admin.wallet('acme');
+    const res = await fetch(`${baseURL}/chat/completions`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }] }),
+    });
+    expect(res.status).toBe(503);
+    await res.arrayBuffer();
+    // The gateway middleware runs 50 ms after the answer; the slow upstream answers in ~1.2 s.
+    await new Promise((r) => setTimeout(r, 1_500));
+    expect({ upstreamCalls: upstream.exchanges.length, wallet: await gateway.admin.wallet('acme') }).toEqual({ upstreamCalls: 0, wallet: before });
+  });
+});
