@@ -1,9 +1,9 @@
 /**
  * What the chat stream's byte fast path looks for in an event before it lets the event go out
- * unparsed: a usage, an error, a finish, or the upstream's key.
+ * unparsed: a usage, an error, a finish, the upstream's key, or a key written with an escape.
  */
 
-import type { Mark } from './sse-fast.js';
+import { literal, type Mark } from './sse-fast.js';
 
 // Needles as bytes: a string needle is converted to a Buffer on every Buffer.indexOf call.
 export const USAGE_KEY = Buffer.from('"usage"');
@@ -31,9 +31,6 @@ export const hasEscapedKey = (text: string): boolean => text.includes('\\u') && 
  * match only costs a parse. (Keys written with escapes: hasEscapedKey.)
  */
 export const MAY_CARRY = /"(?:usage|error|finish_reason)"\s*:\s*[^n\s]/;
-
-/** `text` as a regular expression that matches it literally. */
-const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 
 /**
  * The fast path's marks for each upstream key ('' for none), built once: every stream of an

@@ -66,7 +66,7 @@ function markAt(search: RegExp | null, text: string, from: number): number {
 }
 
 /** `text` as a regular expression that matches it literally. */
-const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+export const literal = (text: string) => text.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
 
 /**
  * Mark searches already built, by the marks array they were built from. Every stream of an
