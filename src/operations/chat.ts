@@ -17,7 +17,7 @@ import type { ApiKeyRecord } from '../stores/types.js';
 import { overReader, type EventReader } from '../upstream/stream/reader.js';
 import { hostedToolsHold, unsupportedTool, withToolCalls } from './hosted-tools.js';
 import { checkItemOwner, keepResponseOwner } from './response-owners.js';
-import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError, refuseRouterFields } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, textModel, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableChatInput } from './uncountable.js';
 
@@ -132,8 +132,7 @@ export const chatCompletions = textOperation({
       if (!checked.success) throw zodError(checked.error, body);
     }
     const req = body as ChatBody;
-    refuseRouterFields(body);
-    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
+    const model = await textModel(core, ctx, body, req.model);
     checkOutputCap(model, { max_tokens: req.max_tokens, max_completion_tokens: req.max_completion_tokens });
     if (ctx.key.kind === 'agent') refuseMediaOutput(body);
     // An earlier answer's audio given back by id is resolved by the upstream under the

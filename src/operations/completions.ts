@@ -13,7 +13,7 @@ import type { Model } from '../catalog/catalog.js';
 import { errors } from '../errors.js';
 import { type EventHandler, eventReader, parseEvent } from '../upstream/stream/reader.js';
 import { DONE_FRAME, frameEvent } from '../upstream/stream/sse.js';
-import { capWithin, checkContextWindow, checkOutputCap, pricedTier, refuseContextFields, zodError, refuseRouterFields } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, refuseContextFields, textModel, zodError } from './shared.js';
 import { bodyHold, textOperation } from './text.js';
 import type { TextPlan } from './types.js';
 
@@ -61,8 +61,7 @@ export const createCompletion = textOperation({
     if (!checked.success) throw zodError(checked.error, body);
     const req = checked.data;
     refuseContextFields(body, 'legacy completions');
-    refuseRouterFields(body);
-    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
+    const model = await textModel(core, ctx, body, req.model);
     checkOutputCap(model, { max_tokens: req.max_tokens });
 
     const prompts = promptsOf(req.prompt);

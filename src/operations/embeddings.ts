@@ -10,7 +10,7 @@ import { z } from 'zod';
 import { noOutput } from '../billing/output.js';
 import { usageOf } from '../billing/usage.js';
 import { GatewayError } from '../errors.js';
-import { checkContextWindow, pricedTier, refuseContextFields, zodError, refuseRouterFields } from './shared.js';
+import { checkContextWindow, refuseContextFields, textModel, zodError } from './shared.js';
 import { bodyHold, textOperation } from './text.js';
 
 /** Most inputs in one request, as OpenAI allows. */
@@ -47,8 +47,7 @@ export const createEmbeddings = textOperation({
     if (!checked.success) throw zodError(checked.error, body);
     const req = checked.data;
     refuseContextFields(body, '/embeddings');
-    refuseRouterFields(body);
-    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
+    const model = await textModel(core, ctx, body, req.model);
     if (!model.embedding) {
       throw new GatewayError('model_not_found', `The model \`${model.id}\` is not an embedding model.`, { param: 'model' });
     }

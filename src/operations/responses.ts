@@ -22,7 +22,7 @@ import { type EventHandler, eventReader, overReader, parseEvent } from '../upstr
 import { type Redact, redactedDeep, upstreamKeysRedactor } from '../upstream/key-redactor.js';
 import { hostedToolsHold, ToolCallCounter, withToolCalls } from './hosted-tools.js';
 import { checkItemOwner, checkResponseOwner, keepResponseOwner } from './response-owners.js';
-import { capWithin, checkContextWindow, checkOutputCap, pricedTier, zodError, refuseRouterFields } from './shared.js';
+import { capWithin, checkContextWindow, checkOutputCap, textModel, zodError } from './shared.js';
 import { promptHold, textOperation } from './text.js';
 import { contextLengthHold, uncountableResponsesInput } from './uncountable.js';
 
@@ -101,8 +101,7 @@ export const createResponse = textOperation({
     if (req.input === undefined && !req.instructions && !req.prompt) {
       throw new GatewayError('invalid_request', "Invalid value for 'input': is required", { param: 'input' });
     }
-    refuseRouterFields(body);
-    const model = pricedTier(await core.catalog.resolve(req.model, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
+    const model = await textModel(core, ctx, body, req.model);
     checkOutputCap(model, { max_output_tokens: req.max_output_tokens });
     const tools = hostedToolsHold(model, ctx.key, req.tools, req.max_tool_calls);
     // A thread is continued, and a stored item used, only by the account that was given it (the

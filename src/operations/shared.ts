@@ -7,6 +7,7 @@ import { atServiceTier, type Model } from '../catalog/catalog.js';
 import { CONTEXT_FIELDS } from '../context/inject.js';
 import { GatewayError } from '../errors.js';
 import type { RequestContext } from '../pipeline/types.js';
+import type { Services } from '../services.js';
 import { asksPricedTier } from '../billing/service-tiers.js';
 
 /** ["messages", 0, "role"] -> "messages[0].role" */
@@ -100,7 +101,7 @@ export function pricedTier(model: Model, body: Record<string, unknown>, field: s
  * take an agent key past the one model it is pinned to. Fallbacks between models are the
  * gateway's own (a model's targets).
  */
-export function refuseRouterFields(body: Record<string, unknown>): void {
+function refuseRouterFields(body: Record<string, unknown>): void {
   if (body.models !== undefined) {
     throw new GatewayError('invalid_request', "'models' is not supported through this gateway: name one model in 'model' (the gateway's own fallbacks route between models).", {
       param: 'models',
@@ -111,6 +112,15 @@ export function refuseRouterFields(body: Record<string, unknown>): void {
       param: 'plugins',
     });
   }
+}
+
+/**
+ * The text model a request names, as the key may call it, at the service tier it asks for;
+ * a router's fields that would serve it with other models or paid plugins are refused first.
+ */
+export async function textModel(core: Services, ctx: RequestContext, body: Record<string, unknown>, id: string): Promise<Model> {
+  refuseRouterFields(body);
+  return pricedTier(await core.catalog.resolve(id, ctx.key, 'text', () => core.grants(ctx.key.accountId)), body, 'service_tier');
 }
 
 /**

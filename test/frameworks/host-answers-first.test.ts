@@ -40,6 +40,11 @@ async function mountExpress(gateway: Gateway): Promise<Mounted> {
   app.use((_err: unknown, _req: express.Request, res: express.Response, _next: express.NextFunction) => {
     if (!res.headersSent) res.status(500).end();
   });
+  return listen(app);
+}
+
+/** Serves an Express app on loopback; its gateway is mounted at /api/ai. */
+async function listen(app: express.Express): Promise<Mounted> {
   const server = await new Promise<Server>((resolve) => {
     const s = app.listen(0, '127.0.0.1', () => resolve(s));
   });
@@ -112,8 +117,7 @@ describe.each([
 describe('express: the host answered before the gateway middleware ran', () => {
   let upstream: SlowUpstream;
   let gateway: Gateway;
-  let server: Server;
-  let baseURL: string;
+  let mounted: Mounted;
 
   beforeAll(async () => {
     upstream = await startSlowUpstream();
@@ -127,22 +131,18 @@ describe('express: the host answered before the gateway middleware ran', () => {
       setTimeout(next, 50);
     });
     app.use('/api/ai', toExpress(gateway));
-    server = await new Promise<Server>((resolve) => {
-      const s = app.listen(0, '127.0.0.1', () => resolve(s));
-    });
-    baseURL = `http://127.0.0.1:${(server.address() as AddressInfo).port}/api/ai/v1`;
+    mounted = await listen(app);
   });
 
   afterAll(async () => {
-    server.closeAllConnections();
-    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await mounted.close();
     await gateway.dispose();
     await upstream.close();
   });
 
   it('the call is never made: no upstream call, nothing held or charged', async () => {
     const before = await gateway.admin.wallet('acme');
-    const res = await fetch(`${baseURL}/chat/completions`, {
+    const res = await fetch(`${mounted.baseURL}/chat/completions`, {
       method: 'POST',
       headers: { authorization: `Bearer ${KEY}`, 'content-type': 'application/json' },
       body: JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: 'Say hello.' }] }),
