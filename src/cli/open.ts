@@ -100,8 +100,7 @@ const DEFAULT_STORAGE = { driver: 'sqlite', path: './data/gateway.db' } as const
  * connecting store pinged as it opens (`reach`), with the config's passwords kept out of
  * what is reported.
  */
-function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores> {
-  const { storage } = parseOptions(config);
+function storesFor(storage: Storage, storeDown: StoreDown): Promise<Stores> {
   const secrets = passwordsOf(storage);
   return buildStores(storage, (place, make) => reach(place, secrets, make, storeDown));
 }
@@ -111,7 +110,10 @@ function storesFor(config: GatewayOptions, storeDown: StoreDown): Promise<Stores
  * and schema, a Redis deployment and key prefix), never a password or a timeout, which change
  * without the books moving, nor a separate limits Redis (settles never go there).
  */
-export function storeIdentity(storage: ReturnType<typeof parseOptions>['storage']): unknown {
+/** The storage section as parsed (defaults filled in). */
+type Storage = ReturnType<typeof parseOptions>['storage'];
+
+export function storeIdentity(storage: Storage): unknown {
   const redis = (r: { url?: string; cluster?: string[]; sentinels?: string[]; name?: string; keyPrefix: string }) => ({
     url: r.url === undefined ? null : place(r.url),
     cluster: r.cluster?.map(place).sort() ?? null,
@@ -135,9 +137,8 @@ const digest = (value: unknown) => createHash('sha256').update(JSON.stringify(va
  * store's charges into its own, and a changed password or timeout leaves its charges in
  * place. `adopt`: the folder an earlier version named after the whole storage section.
  */
-function journalDirs(config: GatewayOptions): { dir: string | null | undefined; adopt: string[] } {
+function journalDirs(config: GatewayOptions, storage: Storage): { dir: string | null | undefined; adopt: string[] } {
   if (config.settleJournalDir !== undefined) return { dir: config.settleJournalDir, adopt: [] };
-  const { storage } = parseOptions(config);
   if (storage.driver === 'memory') return { dir: null, adopt: [] };
   return {
     dir: resolve('data', 'settle-journal', digest(storeIdentity(storage))),
@@ -159,15 +160,13 @@ export async function open(
 ): Promise<{ gateway: Gateway; stores: Stores }> {
   const loaded = (await loadConfigFile(configFile)) as GatewayOptions;
   const config: GatewayOptions = loaded.storage === undefined ? { ...loaded, storage: DEFAULT_STORAGE } : loaded;
-  if (newDatabase) {
-    const { storage } = parseOptions(config);
-    if (storage.driver === 'sqlite' && storage.path !== ':memory:' && !existsSync(resolve(storage.path))) newDatabase(resolve(storage.path));
-  }
+  const { storage } = parseOptions(config);
+  if (newDatabase && storage.driver === 'sqlite' && storage.path !== ':memory:' && !existsSync(resolve(storage.path))) newDatabase(resolve(storage.path));
   // A store down at start (serve only): the gateway seeds once it answers, and serves 503s
   // until then, so opening does not wait for that.
   let down = false;
   const stores = await storesFor(
-    config,
+    storage,
     storeDown &&
       ((message) => {
         down = true;
@@ -175,7 +174,7 @@ export async function open(
       }),
   );
   try {
-    const journal = journalDirs(config);
+    const journal = journalDirs(config, storage);
     // The storage is checked against the stores at run time: a config file is JSON.
     const gateway = createGateway({
       ...config,
