@@ -74,8 +74,11 @@ export class StreamRelay {
     // Belt and braces: some servers report a disconnect only through the request's signal,
     // and a client may have left while the upstream's answer was on its way.
     if (ctx.request.signal?.aborted) queueMicrotask(() => this.cancel());
-    else ctx.request.signal?.addEventListener('abort', () => this.cancel(), { once: true });
+    else ctx.request.signal?.addEventListener('abort', this.clientGone, { once: true });
   }
+
+  /** The client left; once the relay stopped, nothing is left to cancel and it is removed. */
+  private readonly clientGone = (): void => this.cancel();
 
   /**
    * Whether frames wait for the settle now: from the answer's content end on, when its usage
@@ -96,6 +99,9 @@ export class StreamRelay {
     this.ended = true;
     this.core.counters.openStreams--;
     clearTimeout(this.keepAlive);
+    // The request's signal outlives the answer in the scavenger's eyes (as the call does, see
+    // the meter's close()): listening on, it would keep this relay and all it holds.
+    this.ctx.request.signal?.removeEventListener('abort', this.clientGone);
     return true;
   }
 
