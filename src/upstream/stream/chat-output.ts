@@ -18,8 +18,9 @@ export interface StreamOutput {
   /** Keeps an event relayed unparsed; its text is counted only if usage never arrives. */
   defer(data: string): void;
   /**
-   * Keeps the canonical event `data: buf[start..end)` relayed unparsed, without copying or
-   * slicing: a run of such events back to back in one read is kept as one range.
+   * Keeps the canonical event `data: buf[start..end)` relayed unparsed: its bytes are copied
+   * into the stream's one store of such events, and events deferred one after the other are
+   * kept as one range there.
    */
   deferBytes(buf: Buffer, start: number, end: number): void;
   /** What the stream produced (the deferred events parsed once, here). */
@@ -30,10 +31,26 @@ export function createStreamOutput(): StreamOutput {
   const produced = noOutput();
   /**
    * Events relayed without parsing, in stream order, parsed only if the produced text has to be
-   * counted: a string as (data, 0, -1), and byte ranges as (buffer, start, end), a range
-   * spanning one event's data or several events' back to back, joined by "\n\ndata: ".
+   * counted: a string as (data, 0, -1), and byte ranges of `kept` as (RANGE, start, end), a
+   * range spanning one event's data or several events' in a row, joined by "\n\ndata: ".
    */
-  const unparsed: Array<Buffer | string | number | { choices?: unknown }> = [];
+  const unparsed: Array<string | number | { choices?: unknown }> = [];
+  /**
+   * The bytes of the events kept unparsed, copied out of the reads they came in. Kept as views
+   * of their reads, every event held its read's buffer and two objects of its own for as long
+   * as the stream lasted: V8's young-generation collections copied them all into the old
+   * generation (bench/gc.ts measured a fifth of what a paced stream promotes), and a long answer
+   * kept thousands of reads alive. One store outside the heap holds the same bytes.
+   */
+  let kept: Buffer | null = null;
+  let keptLength = 0;
+  const reserve = (more: number): Buffer => {
+    const need = keptLength + more;
+    if (kept && need <= kept.length) return kept;
+    const grown = Buffer.allocUnsafeSlow(Math.max(need, 2 * (kept?.length ?? 0), KEPT_FIRST));
+    if (kept) kept.copy(grown, 0, 0, keptLength);
+    return (kept = grown);
+  };
   let usage: Usage | null = null;
   /**
    * Whether output came after the last usage report. An upstream may report usage before its
@@ -76,9 +93,19 @@ export function createStreamOutput(): StreamOutput {
     },
     deferBytes(buf, start, end) {
       const n = unparsed.length;
-      // The next event of the same read: "\n\ndata: " (8 bytes) after the last one's data.
-      if (n !== 0 && unparsed[n - 3] === buf && unparsed[n - 1] === start - 8) unparsed[n - 1] = end;
-      else unparsed.push(buf, start, end);
+      // Right after the last range (nothing else was kept since, and no usage was reported in
+      // between: the events after a report are told apart by their place): joined to it as the
+      // stream writes two events, so the range is split back into the same events.
+      if (n !== 0 && unparsed[n - 3] === RANGE && unparsed[n - 1] === keptLength && unparsedAfterUsage !== n) {
+        const store = reserve(JOIN.length + end - start);
+        keptLength += JOIN.copy(store, keptLength);
+        keptLength += buf.copy(store, keptLength, start, end);
+        unparsed[n - 1] = keptLength;
+        return;
+      }
+      const store = reserve(end - start);
+      unparsed.push(RANGE, keptLength, keptLength + (end - start));
+      keptLength += buf.copy(store, keptLength, start, end);
     },
     produced: () => ({
       usage,
@@ -96,13 +123,14 @@ export function createStreamOutput(): StreamOutput {
     // Each event with whether it came after the last usage report.
     const events: Array<[string | { choices?: unknown }, boolean]> = [];
     for (let i = 0; i < unparsed.length; i += 3) {
-      const item = unparsed[i] as Buffer | string | { choices?: unknown };
+      const item = unparsed[i] as string | { choices?: unknown };
       const after = usage !== null && i >= unparsedAfterUsage;
-      if (typeof item === 'string' || unparsed[i + 2] === PARSED) events.push([item as string | { choices?: unknown }, after]);
-      else for (const data of (item as Buffer).toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push([data, after]);
+      if (item !== RANGE) events.push([item, after]);
+      else for (const data of kept!.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push([data, after]);
     }
     unparsed.length = 0;
     unparsedAfterUsage = 0;
+    keptLength = 0;
     replaying = true;
     try {
       for (const [data, after] of events) {
@@ -124,3 +152,9 @@ export function createStreamOutput(): StreamOutput {
 
 /** The end mark of a chunk parsed already, kept in the queue of the unparsed ones. */
 const PARSED = -2;
+/** The mark of a range of `kept` in the queue of the unparsed events (no chunk is this object). */
+const RANGE: { choices?: unknown } = Object.freeze({});
+/** What joins two events' data in a stream, and in a kept range. */
+const JOIN = Buffer.from('\n\ndata: ');
+/** The first size of a stream's store of unparsed events (about a dozen chat chunks). */
+const KEPT_FIRST = 2048;
