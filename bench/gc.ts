@@ -97,10 +97,12 @@ function watch(child: Child): { start(): void; stop(): Collection[] } {
 }
 
 const KEY = `sk-mg-${randomBytes(24).toString('hex')}`;
-const tmp = mkdtempSync(join(tmpdir(), 'model-gateway-gc-'));
 const children: Child[] = [];
+// Made by main(): importing this module (its parser's test does) leaves nothing behind.
+let tmp = '';
 
 async function main(): Promise<void> {
+  tmp = mkdtempSync(join(tmpdir(), 'model-gateway-gc-'));
   const upstream = await startNode('upstream', ['--import', 'tsx', 'bench/upstream.ts', '--writes', 'single'], ROOT);
   children.push(upstream);
   const bare = await startNode('bare relay', ['--trace-gc-nvp', '--import', 'tsx', 'bench/bare-relay.ts', '--upstream', upstream.url, '--connections', '256'], ROOT);
@@ -159,6 +161,6 @@ if (process.argv[1] && resolve(process.argv[1]) === fileURLToPath(import.meta.ur
     })
     .finally(async () => {
       await Promise.allSettled(children.map((c) => c.stop(3_000)));
-      rmSync(tmp, { recursive: true, force: true });
+      if (tmp) rmSync(tmp, { recursive: true, force: true });
     });
 }
