@@ -203,10 +203,11 @@ class CallImpl implements BilledCall {
   /**
    * Closed: never aborted from now on, so its abort handler is let go. The handler is a stream
    * relay's, which holds the whole answer (its reads, the client's response). This call went
-   * through the open calls' map, and an object that passed through a long-lived Map is kept by
-   * V8's young-generation collections after it is deleted (the map's discarded tables still
-   * point to it; measured, bench/gc.ts): it is copied into the old generation with everything
-   * it reaches, freed only by a full collection. Let go, the relay dies young.
+   * through the open calls' map, and an object that passed through a long-lived Map is still
+   * kept by V8's young-generation collections after it was deleted (measured: bench/gc.ts, and
+   * a heap snapshot cannot show it, it collects in full first): it is copied into the old
+   * generation with everything it reaches, freed only by a full collection. Let go, the relay
+   * dies young.
    */
   private close(): void {
     this.closed = true;
