@@ -126,7 +126,7 @@ export function createStreamOutput(): StreamOutput {
       const item = unparsed[i] as string | { choices?: unknown };
       const after = usage !== null && i >= unparsedAfterUsage;
       if (item !== RANGE) events.push([item, after]);
-      else for (const data of kept!.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split('\n\ndata: ')) events.push([data, after]);
+      else for (const data of kept!.toString('utf8', unparsed[i + 1] as number, unparsed[i + 2] as number).split(JOIN_TEXT)) events.push([data, after]);
     }
     unparsed.length = 0;
     unparsedAfterUsage = 0;
@@ -154,7 +154,8 @@ export function createStreamOutput(): StreamOutput {
 const PARSED = -2;
 /** The mark of a range of `kept` in the queue of the unparsed events (no chunk is this object). */
 const RANGE: { choices?: unknown } = Object.freeze({});
-/** What joins two events' data in a stream, and in a kept range. */
-const JOIN = Buffer.from('\n\ndata: ');
+/** What joins two events' data in a stream, and in a kept range (split on it to read them back). */
+const JOIN_TEXT = '\n\ndata: ';
+const JOIN = Buffer.from(JOIN_TEXT);
 /** The first size of a stream's store of unparsed events (about a dozen chat chunks). */
 const KEPT_FIRST = 2048;
